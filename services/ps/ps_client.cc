@@ -95,6 +95,14 @@ StatusOr<PsStatus> PsClient::GetStatus() {
   return PsStatus{resp.incarnation(), {resp.variables().begin(), resp.variables().end()}, resp.applied_updates()};
 }
 
+StatusOr<uint64_t> PsClient::Fence(uint64_t coordinator_incarnation) {
+  proto::FenceRequest req;
+  req.set_coordinator_incarnation(coordinator_incarnation);
+  proto::FenceResponse resp;
+  RETURN_IF_ERROR(Call("Fence", req, &resp, &proto::ParameterServer::Stub::Fence));
+  return resp.previous();
+}
+
 Status PsClient::Shutdown() {
   proto::ShutdownRequest req;
   proto::ShutdownResponse resp;

@@ -53,6 +53,9 @@ class PsClient {
   StatusOr<int64_t> Save(const std::string& path);
   StatusOr<int> Restore(const std::string& path);
   StatusOr<PsStatus> GetStatus();
+  // Makes `coordinator_incarnation` the only coordinator whose closures may
+  // push here; returns the one fenced off (0 when none).
+  StatusOr<uint64_t> Fence(uint64_t coordinator_incarnation);
   Status Shutdown();
 
  private:

@@ -20,6 +20,9 @@ uint64_t DedupKey(uint64_t closure_id, uint32_t sequence) {
 
 grpc::Status Err(const Status& s) { return rpc::ToGrpc(s); }
 
+// Closure ids carry the coordinator's incarnation in their high half.
+constexpr uint64_t kCoordinatorMask = 0xffffffff00000000ULL;
+
 // Rows of `value` for a sparse update, validated against the shard.
 Status CheckRows(const Tensor& var, const std::vector<int64_t>& rows, const Tensor& value, const std::string& name) {
   if (var.rank() < 1) return InvalidArgument("\"" + name + "\": sparse update on a scalar");
@@ -140,6 +143,14 @@ grpc::Status ParameterServerService::Pull(grpc::ServerContext*, const proto::Pul
 }
 
 grpc::Status ParameterServerService::Push(grpc::ServerContext*, const proto::PushRequest* req, proto::PushResponse* resp) {
+  if (const uint64_t fence = fence_.load(); fence != 0) {
+    const uint64_t from = req->coordinator_incarnation() != 0 ? req->coordinator_incarnation()
+                                                              : req->closure_id() & kCoordinatorMask;
+    if ((from & kCoordinatorMask) != (fence & kCoordinatorMask)) {
+      return Err(FailedPrecondition("Push: closure " + std::to_string(req->closure_id()) +
+                                    " comes from a coordinator that has been fenced off (a newer chief took over)"));
+    }
+  }
   // Validate everything first so a bad request changes nothing.
   struct Prepared {
     std::shared_ptr<Shard> shard;
@@ -269,6 +280,13 @@ grpc::Status ParameterServerService::GetStatus(grpc::ServerContext*, const proto
   std::shared_lock lock(table_mu_);
   for (const auto& [name, _] : shards_) resp->add_variables(name);
   resp->set_applied_updates(applied_.load());
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerService::Fence(grpc::ServerContext*, const proto::FenceRequest* req,
+                                           proto::FenceResponse* resp) {
+  if (req->coordinator_incarnation() == 0) return Err(InvalidArgument("Fence: coordinator incarnation 0"));
+  resp->set_previous(fence_.exchange(req->coordinator_incarnation()));
   return grpc::Status::OK;
 }
 

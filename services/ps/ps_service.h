@@ -6,6 +6,11 @@
 // what it already applied. The memory of applied ids is a bounded window per
 // shard (oldest forgotten first), far larger than any in-flight window.
 //
+// Fencing: after Fence(c), pushes that come from any coordinator other than
+// c (known by the push's coordinator_incarnation, else the high half of its
+// closure id) are FAILED_PRECONDITION, so a dead chief's closures still
+// running on workers cannot change variables a new chief has restored.
+//
 // Ownership: PsServer owns the gRPC server and the service. Thread-safety:
 // all RPC handlers may run concurrently. Failure: bad requests (unknown
 // variable, wrong dtype or shape, bad rows) are INVALID_ARGUMENT / NOT_FOUND
@@ -49,6 +54,7 @@ class ParameterServerService final : public proto::ParameterServer::Service {
   grpc::Status Save(grpc::ServerContext*, const proto::SaveRequest*, proto::SaveResponse*) override;
   grpc::Status Restore(grpc::ServerContext*, const proto::RestoreRequest*, proto::RestoreResponse*) override;
   grpc::Status GetStatus(grpc::ServerContext*, const proto::StatusRequest*, proto::StatusResponse*) override;
+  grpc::Status Fence(grpc::ServerContext*, const proto::FenceRequest*, proto::FenceResponse*) override;
   grpc::Status Shutdown(grpc::ServerContext*, const proto::ShutdownRequest*, proto::ShutdownResponse*) override;
 
  private:
@@ -70,6 +76,7 @@ class ParameterServerService final : public proto::ParameterServer::Service {
   std::shared_mutex table_mu_;
   std::map<std::string, std::shared_ptr<Shard>> shards_;
   std::atomic<int64_t> applied_{0};
+  std::atomic<uint64_t> fence_{0};  // the coordinator allowed to push (0: any)
 
   std::mutex shutdown_mu_;
   std::condition_variable shutdown_cv_;

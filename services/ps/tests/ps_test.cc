@@ -53,6 +53,25 @@ TEST_F(PsTest, ExactlyOncePerClosureAndSequence) {
   EXPECT_FLOAT_EQ((*client_->Pull({"c"}))[0].data<float>()[0], 20.f);
 }
 
+TEST_F(PsTest, FencedOffCoordinatorCannotPush) {
+  ASSERT_TRUE(client_->CreateVariable("c", F({}, {0}), std::nullopt).ok());
+  Update add{"c", Update::Kind::kAssignAdd, F({}, {1}), {}};
+  const uint64_t old_chief = 0x1111111100000000ULL, new_chief = 0x2222222200000000ULL;
+  // Before any fence, every coordinator may push.
+  EXPECT_TRUE(client_->Push(old_chief | 1, 0, {add}).ok());
+  EXPECT_EQ(*client_->Fence(old_chief | 7), 0u);
+  EXPECT_TRUE(client_->Push(old_chief | 2, 0, {add}).ok());
+  // A new chief takes over: the old one's closures are refused, whole.
+  EXPECT_EQ(*client_->Fence(new_chief | 9), old_chief | 7);
+  auto refused = client_->Push(old_chief | 3, 0, {add});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Code::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("fenced off"));
+  EXPECT_TRUE(client_->Push(new_chief | 1, 0, {add}).ok());
+  EXPECT_FLOAT_EQ((*client_->Pull({"c"}))[0].data<float>()[0], 3.f);
+  EXPECT_EQ(client_->Fence(0).status().code(), Code::kInvalidArgument);
+}
+
 TEST_F(PsTest, DedupMemoryIsBounded) {
   server_.reset();
   PsOptions o;
