@@ -1,0 +1,151 @@
+#include "services/checkpoint/manager.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <ostream>
+#include <system_error>
+
+#include "common/files.h"
+#include "services/checkpoint/checkpoint.h"
+
+namespace tfjob::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kMeta = "meta.json";
+constexpr const char* kPrefix = "ckpt-";
+constexpr const char* kTrailer = "#crc32 ";
+
+uint32_t Crc(const std::string& s) {
+  return static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(s.data()), static_cast<uInt>(s.size())));
+}
+
+// Not CRC-32 for whole files: every PS file ends with its own CRC, and the
+// CRC of such a file is the same constant (the CRC residue) for all of them.
+uint32_t Adler(const std::string& s) {
+  return static_cast<uint32_t>(adler32(1, reinterpret_cast<const Bytef*>(s.data()), static_cast<uInt>(s.size())));
+}
+
+std::string Hex(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+std::optional<int64_t> StepOf(const std::string& name) {
+  const std::string p = kPrefix;
+  if (name.size() <= p.size() || name.compare(0, p.size(), p) != 0) return std::nullopt;
+  int64_t v = 0;
+  for (size_t i = p.size(); i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9' || v > (INT64_MAX - 9) / 10) return std::nullopt;
+    v = v * 10 + (name[i] - '0');
+  }
+  return v;
+}
+
+}  // namespace
+
+Manager::Manager(std::string dir, int keep) : dir_(std::move(dir)), keep_(std::max(1, keep)) {}
+
+StatusOr<std::string> Manager::Prepare(int64_t step) const {
+  const fs::path d = fs::path(dir_) / (kPrefix + std::to_string(step));
+  std::error_code ec;
+  // A leftover of an interrupted attempt at this step is never committed
+  // (the commit is the last write), so it is safe to clear.
+  if (!fs::exists(d / kMeta, ec)) fs::remove_all(d, ec);
+  fs::create_directories(d, ec);
+  if (ec) return Unavailable("checkpoint: cannot create " + d.string() + ": " + ec.message());
+  return d.string();
+}
+
+Status Manager::Commit(int64_t step, bool final, const nlohmann::json& state, const std::vector<std::string>& files) const {
+  const fs::path d = fs::path(dir_) / (kPrefix + std::to_string(step));
+  nlohmann::json meta{{"step", step}, {"final", final}, {"state", state}, {"files", nlohmann::json::array()}};
+  for (const std::string& f : files) {
+    ASSIGN_OR_RETURN(std::string bytes, ReadFile((d / f).string()));
+    meta["files"].push_back({{"name", f}, {"bytes", bytes.size()}, {"adler32", Hex(Adler(bytes))}});
+  }
+  std::string text = meta.dump(2);
+  text += "\n";
+  const std::string sum = Hex(Crc(text));
+  text.append(kTrailer).append(sum).append("\n");
+  RETURN_IF_ERROR(WriteFileAtomic((d / kMeta).string(), text));
+
+  // Retention: the newest `keep_` committed checkpoints stay; uncommitted
+  // directories older than the newest commit are debris of crashed attempts.
+  int kept = 0;
+  for (const auto& [s, path] : List()) {
+    std::error_code ec;
+    const bool committed = fs::exists(fs::path(path) / kMeta, ec);
+    if (s > step) continue;  // not ours to judge
+    if (committed && kept < keep_) {
+      ++kept;
+      continue;
+    }
+    fs::remove_all(path, ec);
+  }
+  return Status::Ok();
+}
+
+StatusOr<Committed> Manager::Verify(const std::string& ckpt_dir) const {
+  const fs::path d(ckpt_dir);
+  auto text = ReadFile((d / kMeta).string());
+  if (!text.ok()) return DataLoss(ckpt_dir + ": not committed (no readable " + kMeta + ")");
+  const size_t t = text->rfind(kTrailer);
+  if (t == std::string::npos || t == 0 || (*text)[t - 1] != '\n') {
+    return DataLoss((d / kMeta).string() + ": no checksum trailer (truncated?)");
+  }
+  const std::string body = text->substr(0, t);
+  const std::string want = text->substr(t + std::string(kTrailer).size());
+  if (want != Hex(Crc(body)) + "\n") return DataLoss((d / kMeta).string() + ": checksum mismatch");
+  nlohmann::json meta = nlohmann::json::parse(body, nullptr, false);
+  if (meta.is_discarded() || !meta.is_object() || !meta.contains("step") || !meta["step"].is_number_integer() ||
+      !meta.contains("files") || !meta["files"].is_array()) {
+    return DataLoss((d / kMeta).string() + ": malformed");
+  }
+  Committed c;
+  c.step = meta["step"].get<int64_t>();
+  c.final = meta.value("final", false);
+  c.dir = ckpt_dir;
+  c.state = meta.value("state", nlohmann::json::object());
+  for (const auto& f : meta["files"]) {
+    const std::string path = (d / f.value("name", "")).string();
+    auto bytes = ReadFile(path);
+    if (!bytes.ok()) return DataLoss(path + ": missing");
+    if (bytes->size() != f.value("bytes", uint64_t{0}) || Hex(Adler(*bytes)) != f.value("adler32", "")) {
+      return DataLoss(path + ": size or checksum differs from " + kMeta);
+    }
+    auto entries = Decode(*bytes, path);
+    if (!entries.ok()) return entries.status();
+    c.files.push_back(path);
+  }
+  return c;
+}
+
+StatusOr<std::optional<Committed>> Manager::Latest(std::ostream* log) const {
+  for (const auto& [step, path] : List()) {
+    std::error_code ec;
+    if (!fs::exists(fs::path(path) / kMeta, ec)) continue;  // an attempt in progress or abandoned
+    auto c = Verify(path);
+    if (c.ok()) return std::optional<Committed>(std::move(c).value());
+    if (log) *log << "checkpoint: skipping " << path << ": " << c.status().message() << std::endl;
+  }
+  return std::optional<Committed>();
+}
+
+std::vector<std::pair<int64_t, std::string>> Manager::List() const {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!it->is_directory(ec)) continue;
+    if (auto s = StepOf(it->path().filename().string())) out.emplace_back(*s, it->path().string());
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  return out;
+}
+
+}  // namespace tfjob::checkpoint
