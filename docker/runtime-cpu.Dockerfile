@@ -1,0 +1,38 @@
+# tfjob/runtime-cpu:0.1.0 — the strategy runtime (every TF_CONFIG role), the
+# local runner and the custom-training-loop example, with the example job
+# files under /opt/tfjob/examples (the manifests in examples/ point there).
+# Build from the repository root:
+#   docker build -f docker/runtime-cpu.Dockerfile -t tfjob/runtime-cpu:0.1.0 .
+# docker/tests checks that everything copied here exists after a build.
+
+# ---- build: the same Debian packages as scripts/setup.sh (minus the Python
+# benchmark ones); -march=native off so the image runs on any x86-64 node.
+FROM debian:bookworm AS build
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      build-essential cmake ninja-build pkg-config git \
+      libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
+      libcpprest-dev nlohmann-json3-dev libyaml-cpp-dev libeigen3-dev \
+      libgtest-dev libgmock-dev libbenchmark-dev libssl-dev zlib1g-dev \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY . /src
+RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTFJOB_NATIVE=OFF -DTFJOB_CUDA=OFF \
+ && cmake --build build --target tfjob-runtime tfjob custom_training_loop
+
+# ---- runtime: only the shared libraries `ldd` names for these binaries
+# (gRPC brings absl, c-ares and re2 as its own dependencies).
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      libgrpc++1.51 libprotobuf32 libyaml-cpp0.7 libgomp1 libssl3 zlib1g \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build /src/build/bin/tfjob-runtime /usr/local/bin/tfjob-runtime
+COPY --from=build /src/build/bin/tfjob /usr/local/bin/tfjob
+COPY --from=build /src/build/bin/custom_training_loop /usr/local/bin/custom_training_loop
+COPY examples/ /opt/tfjob/examples/
+# Numeric so that runAsNonRoot can verify it without an /etc/passwd lookup.
+USER 65532:65532
+WORKDIR /opt/tfjob
+# TFJob manifests set the command; with none the image runs the runtime.
+ENTRYPOINT ["/usr/local/bin/tfjob-runtime"]
