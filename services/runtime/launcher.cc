@@ -50,6 +50,9 @@ StatusOr<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& argv, cons
     dup2(fds[1], 1);
     dup2(fds[1], 2);
     setenv("TF_CONFIG", tf_config.c_str(), 1);
+    // The children's roles come from this TF_CONFIG even when the launcher
+    // itself was started with another resolver selected.
+    unsetenv("TFJOB_CLUSTER_RESOLVER");
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);

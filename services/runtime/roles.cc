@@ -7,6 +7,7 @@
 #include "services/ps/ps_service.h"
 #include "services/rpc/rpc.h"
 #include "services/tensor/threads.h"
+#include "services/runtime/cluster_resolver.h"
 #include "services/runtime/in_process_cluster.h"
 #include "services/runtime/launcher.h"
 #include "services/runtime/runtime.h"
@@ -110,15 +111,19 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
     }
     connect_timeout = std::chrono::milliseconds(static_cast<int64_t>(secs * 1000));
   }
-  auto cfg = cluster::FromEnv(env);
-  if (cfg.status().code() == Code::kNotFound) {
+  // TF_CONFIG, or the Slurm step when TFJOB_CLUSTER_RESOLVER=slurm.
+  auto resolved = ResolveCluster(env);
+  if (resolved.status().code() == Code::kNotFound) {
     if (program.HasSingleProcessMode()) return program.RunSingleProcess(args, out, err);
     auto local = InProcessCluster::Start(1, 1, all);
     if (!local.ok()) return ReportError(local.status(), err);
     programs::ChiefContext ctx{(*local)->ps_addresses(), (*local)->worker_addresses(), {}, &out, &err};
     return program.RunChief(args, ctx);
   }
-  if (!cfg.ok()) return ReportError(cfg.status(), err);
+  if (!resolved.ok()) return ReportError(resolved.status(), err);
+  // Before anything touches CUDA: under Slurm each task gets its share of the node's GPUs.
+  if (resolved->cuda_visible_devices) setenv("CUDA_VISIBLE_DEVICES", resolved->cuda_visible_devices->c_str(), 1);
+  const cluster::ClusterConfig* cfg = &resolved->config;
   // The evaluator is a side-car, never part of the training cluster.
   const cluster::ClusterSpec training = cfg->cluster.WithoutJob(cluster::kEvaluator);
   const std::string& type = cfg->task->type;
@@ -152,6 +157,8 @@ std::string Usage(const programs::ProgramList& programs) {
       "usage: tfjob-runtime PROGRAM [flags]            run PROGRAM in the role TF_CONFIG assigns\n"
       "       tfjob-runtime local --ps N --workers M [--] PROGRAM [flags]\n"
       "                                                one process per task on 127.0.0.1\n"
+      "With TFJOB_CLUSTER_RESOLVER=slurm the role comes from the Slurm step (srun), laid out by\n"
+      "TFJOB_SLURM_JOBS (e.g. chief:1,ps:1,worker:2) and TFJOB_SLURM_PORT_BASE; see docs/slurm.md.\n"
       "programs:\n";
   for (const auto& p : programs) s += "  " + p->usage() + "\n";
   return s;

@@ -1,0 +1,51 @@
+// Chooses where a runtime process learns its cluster and its role, once, at
+// start-up. TFJOB_CLUSTER_RESOLVER selects the resolver:
+//   - unset, "" or "tf_config": TF_CONFIG (TensorFlow's format), as set by the
+//     operator, `tfjob run` and `tfjob-runtime local`;
+//   - "slurm": the Slurm step this process belongs to (TensorFlow's
+//     SlurmClusterResolver semantics, services/cluster/slurm.h), laid out by
+//       TFJOB_SLURM_JOBS            required, e.g. "chief:1,ps:1,worker:2": the
+//                                   tasks of each job; Slurm ranks are dealt to
+//                                   the jobs in job-name order
+//       TFJOB_SLURM_PORT_BASE       task k on a node listens on BASE + k (8888)
+//       TFJOB_SLURM_GPUS_PER_TASK   GPUs per task (default: the node's GPUs
+//                                   shared by its tasks)
+//       TFJOB_SLURM_GPUS_PER_NODE   default: the entries of CUDA_VISIBLE_DEVICES
+//       TFJOB_SLURM_TASKS_PER_NODE  overrides SLURM_STEP_TASKS_PER_NODE
+//     TF_CONFIG is ignored under Slurm: the resolver was chosen explicitly.
+//
+// Ownership: plain values. Thread-safety: pure apart from the Env accessor.
+// Failure: NOT_FOUND only when the TF_CONFIG resolver finds no TF_CONFIG (the
+// caller then runs on this machine alone). Everything else that is wrong --
+// an unknown resolver, a malformed TFJOB_SLURM_* value, a layout the runtime
+// cannot run, missing or malformed SLURM_* variables -- is INVALID_ARGUMENT
+// with one line naming the variable and quoting its text, so a task started
+// outside a Slurm step fails instead of silently training alone.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "services/cluster/cluster.h"
+#include "services/cluster/slurm.h"
+
+namespace tfjob::runtime {
+
+struct ResolvedCluster {
+  cluster::ClusterConfig config;  // task is always set
+  // Set by the Slurm resolver when tasks get GPUs: the caller exports it as
+  // CUDA_VISIBLE_DEVICES before anything touches CUDA.
+  std::optional<std::string> cuda_visible_devices;
+};
+
+// Parses the TFJOB_SLURM_* variables. Beyond what ResolveSlurm checks, the
+// layout must be one the runtime can run: only its task types (chief, master,
+// ps, worker, evaluator), one coordinator (chief or master), at least one ps
+// and one worker, each listed once with a count of at least 1.
+StatusOr<cluster::SlurmOptions> SlurmOptionsFromEnv(const cluster::Env& env);
+
+// Selects the resolver (see above) and runs it.
+StatusOr<ResolvedCluster> ResolveCluster(const cluster::Env& env);
+
+}  // namespace tfjob::runtime

@@ -1,0 +1,150 @@
+// examples/slurm/tfjob.sbatch end to end under a simulated Slurm allocation:
+// the batch script runs as sbatch would run it (job-level SLURM_* variables,
+// one node "localhost"), and tests/support/slurm/srun, first on PATH, starts
+// the step's tasks here. Also the binary's answer to bad Slurm input.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <random>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/subprocess.h"
+
+namespace tfjob::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+namespace t = ::tfjob::testing;
+
+constexpr int kTasks = 4;  // chief, ps, worker, worker
+
+bool PortFree(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);  // the tasks listen on 0.0.0.0
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  close(fd);
+  return ok;
+}
+
+// kTasks consecutive free ports below the kernel's ephemeral range, at a
+// random place so concurrent test runs do not pick the same base.
+int FreePortBase() {
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_int_distribution<int> pick(20000, 30000);
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int base = pick(rng);
+    bool all = true;
+    for (int k = 0; k < kTasks && all; ++k) all = PortFree(base + k);
+    if (all) return base;
+  }
+  ADD_FAILURE() << "no " << kTasks << " consecutive free ports found";
+  return 0;
+}
+
+// The environment sbatch gives a batch script for a one-node allocation of
+// kTasks tasks, plus PATH with the simulated srun and tfjob-runtime first.
+std::map<std::string, std::string> Allocation(int port_base) {
+  const char* path = std::getenv("PATH");
+  return {
+      {"PATH", t::SourceDir() + "/tests/support/slurm:" + t::BinDir() + ":" + (path ? path : "/usr/bin:/bin")},
+      {"SLURM_JOB_ID", "4242"},
+      {"SLURM_JOB_NAME", "tfjob-counter"},
+      {"SLURM_JOB_NODELIST", "localhost"},
+      {"SLURM_JOB_NUM_NODES", "1"},
+      {"SLURM_NNODES", "1"},
+      {"SLURM_NTASKS", std::to_string(kTasks)},
+      {"SLURM_TASKS_PER_NODE", std::to_string(kTasks)},
+      {"SLURM_JOB_CPUS_PER_NODE", std::to_string(kTasks)},
+      {"TFJOB_SLURM_PORT_BASE", std::to_string(port_base)},
+      // Peers that never come up fail the chief quickly instead of hanging.
+      {"TFJOB_CONNECT_TIMEOUT_SECONDS", "20"},
+  };
+}
+
+// `timeout` signals its whole process group, so a hung step cannot outlive
+// the test.
+t::RunResult RunBatchScript(const std::map<std::string, std::string>& env, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"timeout", "-k", "5", "60", "bash",
+                                   t::SourceDir() + "/examples/slurm/tfjob.sbatch"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return t::Run(argv, env, t::MakeTempDir("slurm-cwd"));
+}
+
+TEST(SlurmSbatchTest, CounterRunsAcrossTheStepAndEveryTaskExitsZero) {
+  const int base = FreePortBase();
+  ASSERT_NE(base, 0);
+  const std::string summary = t::MakeTempDir("slurm-counter") + "/out.json";
+  auto r = RunBatchScript(Allocation(base), {"--summary-json", summary});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+
+  // The chief (rank 0) added every increment exactly once.
+  std::ifstream in(summary);
+  ASSERT_TRUE(in) << "no summary at " << summary << "\n" << r.out << r.err;
+  EXPECT_EQ(nlohmann::json::parse(in)["value"].get<double>(), 15.0);
+  EXPECT_THAT(r.out, HasSubstr("0: counter: value 15 after 5 closures"));
+  // Ranks 1..3 served as ps:0, worker:0 and worker:1 on the ports the layout
+  // gives them, and the chief shut them down rather than srun killing them.
+  EXPECT_THAT(r.out, HasSubstr("1: ps 0: serving on 0.0.0.0:" + std::to_string(base + 1)));
+  EXPECT_THAT(r.out, HasSubstr("2: worker 0: serving on 0.0.0.0:" + std::to_string(base + 2)));
+  EXPECT_THAT(r.out, HasSubstr("3: worker 1: serving on 0.0.0.0:" + std::to_string(base + 3)));
+  EXPECT_THAT(r.out, HasSubstr("1: ps 0: shut down"));
+  EXPECT_THAT(r.out, HasSubstr("2: worker 0: shut down"));
+  EXPECT_THAT(r.out, HasSubstr("3: worker 1: shut down"));
+  for (int rank = 0; rank < kTasks; ++rank) {
+    EXPECT_THAT(r.err, HasSubstr("srun: task " + std::to_string(rank) + ": exit code 0\n"));
+  }
+}
+
+TEST(SlurmSbatchTest, LayoutThatDoesNotFitTheStepFailsTheStep) {
+  auto env = Allocation(FreePortBase());
+  env["TFJOB_SLURM_JOBS"] = "chief:1,ps:1,worker:3";
+  auto r = RunBatchScript(env, {});
+  // Every task finds the mismatch and exits 2, unless --kill-on-bad-exit has
+  // already stopped it (SIGTERM: 143) because another task got there first.
+  EXPECT_THAT(r.exit_code, ::testing::AnyOf(2, 143)) << r.out << r.err;
+  EXPECT_THAT(r.out, ::testing::ContainsRegex(
+                         "[0-3]: tfjob-runtime: error: Slurm: the jobs \\(chief: 1, ps: 1, worker: 3\\) have 5 tasks "
+                         "but the Slurm step has 4; the counts must match\n"));
+  EXPECT_THAT(r.err, HasSubstr(": exit code 2\n"));
+  for (int rank = 0; rank < kTasks; ++rank) {
+    EXPECT_THAT(r.err, ::testing::ContainsRegex("srun: task " + std::to_string(rank) + ": exit code (2|143)\n"));
+  }
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("serving on")));
+}
+
+std::string Runtime() { return t::BinDir() + "/tfjob-runtime"; }
+
+// Bad Slurm input from the binary: one line, exit 2, never a silent
+// single-process run.
+void ExpectOneLineExitTwo(const std::map<std::string, std::string>& env, const std::string& want) {
+  auto r = t::Run({Runtime(), "counter"}, env);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, StartsWith("tfjob-runtime: error: " + want));
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(SlurmRuntimeTest, BadSlurmInputIsOneLineAndExitTwo) {
+  ExpectOneLineExitTwo({{"TFJOB_CLUSTER_RESOLVER", "slurm"}, {"TFJOB_SLURM_JOBS", "chief:1,ps:1,worker:1"}},
+                       "Slurm: SLURM_PROCID is not set; not running inside a Slurm step?");
+  ExpectOneLineExitTwo({{"TFJOB_CLUSTER_RESOLVER", "slurm"}, {"SLURM_PROCID", "0"}}, "TFJOB_SLURM_JOBS is not set");
+  ExpectOneLineExitTwo({{"TFJOB_CLUSTER_RESOLVER", "slurm"},
+                        {"TFJOB_SLURM_JOBS", "chief:1,ps:1,worker:1"},
+                        {"TFJOB_SLURM_PORT_BASE", "http"}},
+                       "TFJOB_SLURM_PORT_BASE: \"http\" is not a non-negative integer");
+  ExpectOneLineExitTwo({{"TFJOB_CLUSTER_RESOLVER", "mpi"}}, "TFJOB_CLUSTER_RESOLVER: \"mpi\" is not tf_config or slurm");
+}
+
+}  // namespace
+}  // namespace tfjob::runtime
