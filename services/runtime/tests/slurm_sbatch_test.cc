@@ -146,5 +146,14 @@ TEST(SlurmRuntimeTest, BadSlurmInputIsOneLineAndExitTwo) {
   ExpectOneLineExitTwo({{"TFJOB_CLUSTER_RESOLVER", "mpi"}}, "TFJOB_CLUSTER_RESOLVER: \"mpi\" is not tf_config or slurm");
 }
 
+// The local launcher gives its children TF_CONFIG; a resolver selected in the
+// launcher's own environment must not make them look for a Slurm step.
+TEST(SlurmRuntimeTest, LocalLauncherChildrenUseTheirTfConfig) {
+  auto r = t::Run({Runtime(), "local", "--ps", "1", "--workers", "1", "--", "counter", "--increments", "1,2"},
+                  {{"TFJOB_CLUSTER_RESOLVER", "slurm"}});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("counter: value 3 after 2 closures"));
+}
+
 }  // namespace
 }  // namespace tfjob::runtime
