@@ -22,7 +22,9 @@ namespace tfjob::runtime {
 int RunMain(const std::vector<std::string>& args, const programs::ProgramList& programs, std::ostream& out,
             std::ostream& err);
 
-// Runs `program` in the role TF_CONFIG (read through `env`) assigns.
+// Runs `program` in the role TF_CONFIG (read through `env`) assigns, or the
+// Slurm step when TFJOB_CLUSTER_RESOLVER=slurm (cluster_resolver.h). Under
+// Slurm it exports the task's CUDA_VISIBLE_DEVICES before any CUDA use.
 int RunRole(programs::Program& program, const std::vector<std::string>& args, const programs::ProgramList& all,
             const cluster::Env& env, std::ostream& out, std::ostream& err);
 
