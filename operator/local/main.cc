@@ -1,11 +1,21 @@
 // tfjob: run a TFJob manifest on this machine (`tfjob run MANIFEST.yaml`).
+#include <atomic>
 #include <climits>
+#include <csignal>
 #include <filesystem>
 #include <iostream>
 #include <unistd.h>
 
 #include "common/flags.h"
 #include "operator/local/runner.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void OnSignal(int) { g_stop = true; }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -28,5 +38,13 @@ int main(int argc, char** argv) {
   o.state_dir = flags.Get("state-dir");
   o.out = &std::cout;
   o.err = &std::cerr;
+  // SIGTERM / SIGINT stop the replicas (their own process groups would
+  // outlive us) before exiting. A handler, not a blocked mask: children
+  // inherit masks across exec, but not handlers.
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  o.stop = &g_stop;
   return tfjob::op::local::RunJob(flags.positional()[0], o);
 }

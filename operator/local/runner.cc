@@ -126,6 +126,29 @@ class Backend {
     for (auto& [n, p] : pods_) Kill(*p);
   }
 
+  // Prometheus file-based service discovery: one target per replica that
+  // exists, at its stable metrics port. Rewritten only when it changes, so
+  // Prometheus sees restarts as the same target.
+  void WriteTargets(const std::string& dir, const std::map<std::string, int>& metrics_ports) {
+    json targets = json::array();
+    for (const auto& [name, p] : pods_) {
+      auto port = metrics_ports.find(name);
+      if (port == metrics_ports.end()) continue;
+      auto label = [&](std::string_view k) {
+        auto it = p->labels.find(std::string(k));
+        return it == p->labels.end() ? std::string() : it->second;
+      };
+      targets.push_back({{"targets", json::array({"127.0.0.1:" + std::to_string(port->second)})},
+                         {"labels",
+                          {{"tfjob_job_name", label(api::kJobNameLabel)},
+                           {"replica_type", label(api::kReplicaTypeLabel)},
+                           {"replica_index", label(api::kReplicaIndexLabel)}}}});
+    }
+    const std::string text = targets.dump(2) + "\n";
+    if (text == targets_written_) return;
+    if (WriteFileAtomic(dir + "/prometheus-targets.json", text).ok()) targets_written_ = text;
+  }
+
   void WritePidFiles(const std::string& dir) {
     for (const auto& entry : std::filesystem::directory_iterator(dir)) {
       if (entry.path().extension() == ".pid") std::filesystem::remove(entry.path());
@@ -224,7 +247,26 @@ class Backend {
   const RunOptions& o_;
   std::mutex& out_mu_;
   std::map<std::string, std::unique_ptr<LocalPod>> pods_;
+  std::string targets_written_;
 };
+
+// The tensorflow container's env plus the replica's metrics port and the job
+// name (services/metrics reads both). The runner's port wins over one the
+// manifest sets: on Kubernetes every pod has its own IP, here they share one.
+json WithMetricsEnv(json pod, const std::string& job_name, int port) {
+  for (auto& c : pod["spec"]["containers"]) {
+    if (c.value("name", "") != api::kDefaultContainerName) continue;
+    json env = json::array();
+    for (const auto& e : c.value("env", json::array())) {
+      const std::string name = e.value("name", "");
+      if (name != "TFJOB_METRICS_PORT" && name != "TFJOB_JOB_NAME") env.push_back(e);
+    }
+    env.push_back({{"name", "TFJOB_METRICS_PORT"}, {"value", std::to_string(port)}});
+    env.push_back({{"name", "TFJOB_JOB_NAME"}, {"value", job_name}});
+    c["env"] = env;
+  }
+  return pod;
+}
 
 bool Finished(const api::JobStatus& s, std::string* which) {
   for (const auto& c : s.conditions) {
@@ -265,8 +307,8 @@ int RunJob(const std::string& manifest, const RunOptions& o) {
     return 2;
   }
 
-  // One port per replica, for the whole run.
-  std::map<std::string, int> ports;
+  // One port per replica, and one for its /metrics, for the whole run.
+  std::map<std::string, int> ports, metrics_ports;
   for (const auto& spec : job.spec.replica_specs) {
     for (int i = 0; i < api::ReplicasOrDefault(spec); ++i) {
       auto port = runtime::FreePort();
@@ -275,6 +317,12 @@ int RunJob(const std::string& manifest, const RunOptions& o) {
         return 1;
       }
       ports[api::PodName(job.metadata.name, api::TypeLabel(spec), i)] = *port;
+      auto mport = runtime::FreePort();
+      if (!mport.ok()) {
+        err << "tfjob: error: " << mport.status().message() << std::endl;
+        return 1;
+      }
+      metrics_ports[api::PodName(job.metadata.name, api::TypeLabel(spec), i)] = *mport;
     }
   }
   controller::PlannerOptions popts;
@@ -290,6 +338,12 @@ int RunJob(const std::string& manifest, const RunOptions& o) {
   std::string outcome;
   bool deleted = false;
   while (true) {
+    if (o.stop && o.stop->load()) {
+      std::lock_guard g(out_mu);
+      out << "[tfjob] interrupted; stopping every replica" << std::endl;
+      outcome = "interrupted";
+      break;
+    }
     backend.Poll();
     controller::Plan plan = controller::PlanJob(job, backend.Views(), services, std::chrono::system_clock::now(), popts);
     if (plan.status_changed) {
@@ -306,7 +360,13 @@ int RunJob(const std::string& manifest, const RunOptions& o) {
     }
     for (const Action& a : plan.actions) {
       switch (a.kind) {
-        case Action::Kind::kCreatePod: backend.Create(a.object); break;
+        case Action::Kind::kCreatePod: {
+          const std::string pod = a.object["metadata"].value("name", "");
+          backend.Create(WithMetricsEnv(a.object, job.metadata.name, metrics_ports[pod]));
+          std::lock_guard g(out_mu);
+          out << "[tfjob] " << pod << ": metrics on 127.0.0.1:" << metrics_ports[pod] << std::endl;
+          break;
+        }
         case Action::Kind::kDeletePod: backend.Delete(a.name); break;
         case Action::Kind::kCreateService: services.push_back(controller::ViewService(a.object)); break;
         case Action::Kind::kDeleteService:
@@ -316,6 +376,7 @@ int RunJob(const std::string& manifest, const RunOptions& o) {
       }
     }
     backend.WritePidFiles(dir);
+    backend.WriteTargets(dir, metrics_ports);
     if (!finished_at && Finished(job.status, &outcome)) finished_at = std::chrono::steady_clock::now();
     if (finished_at) {
       // Done once nothing runs (PS tasks exit when the chief shuts them
@@ -334,6 +395,7 @@ int RunJob(const std::string& manifest, const RunOptions& o) {
   }
   backend.KillAll();
   backend.WritePidFiles(dir);
+  (void)WriteFileAtomic(dir + "/prometheus-targets.json", "[]\n");  // nothing left to scrape
   std::lock_guard g(out_mu);
   out << "[tfjob] " << job.metadata.name << " " << outcome << "; status in " << dir << "/status.json" << std::endl;
   return outcome == api::kConditionSucceeded ? 0 : 1;

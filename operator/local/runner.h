@@ -7,7 +7,10 @@
 // backoffLimit counts); Never / ExitCode leave the pod Succeeded or Failed for
 // the planner. Output lines are prefixed with the pod name; status
 // transitions are printed; the state directory holds status.json (the TFJob
-// status as the operator would write it) and one <pod>.pid per live replica.
+// status as the operator would write it), one <pod>.pid per live replica, and
+// prometheus-targets.json (Prometheus file_sd: each replica's /metrics port,
+// passed to it as TFJOB_METRICS_PORT with TFJOB_JOB_NAME; [] once the run
+// is over).
 //
 // Failure: an invalid manifest prints the operator's validation message and
 // returns 2; a command that cannot be executed fails its replica (exit 127,
@@ -15,6 +18,7 @@
 // job Succeeded, 1 when it Failed. Nothing is left running on return.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <iosfwd>
 #include <string>
@@ -28,6 +32,8 @@ struct RunOptions {
   std::ostream* err = nullptr;
   std::chrono::milliseconds tick{100};
   std::chrono::seconds finish_grace{10};  // for processes still running when the job ends
+  // Set (e.g. by a SIGTERM handler) to stop every replica and return 1.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 int RunJob(const std::string& manifest, const RunOptions& options);

@@ -117,6 +117,7 @@ void ClusterCoordinator::Requeue(std::shared_ptr<Closure> c) {
   {
     std::lock_guard g(mu_);
     ++stats_.retried;
+    if (options_.metrics) options_.metrics->RecordClosureRetried();
     queue_.push_front(std::move(c));
   }
   queue_cv_.notify_one();
@@ -252,7 +253,11 @@ void ClusterCoordinator::Loop(Worker& w) {
     if (!c) return;
     proto::RunClosureResponse resp;
     auto ctx = rpc::Context(options_.rpc_timeout);
+    const auto sent = std::chrono::steady_clock::now();
     grpc::Status st = w.stub->RunClosure(ctx.get(), c->request, &resp);
+    if (options_.metrics) {
+      options_.metrics->RecordClosure(std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count());
+    }
     if (!st.ok() && IsWorkerFailure(st.error_code())) {
       Requeue(std::move(c));
       std::lock_guard g(w.mu);
@@ -260,6 +265,7 @@ void ClusterCoordinator::Loop(Worker& w) {
         w.healthy = false;
         std::lock_guard g2(mu_);
         ++stats_.worker_failures;
+        if (options_.metrics) options_.metrics->RecordWorkerFailure();
       }
       continue;
     }
@@ -273,6 +279,7 @@ void ClusterCoordinator::Loop(Worker& w) {
       if (restarted) {
         std::lock_guard g(mu_);
         ++stats_.worker_failures;
+        if (options_.metrics) options_.metrics->RecordWorkerFailure();
       }
       if (restarted && resp.error_code() != 0) {
         Requeue(std::move(c));

@@ -31,6 +31,7 @@
 
 #include "common/status.h"
 #include "proto/worker.grpc.pb.h"
+#include "services/metrics/runtime_metrics.h"
 #include "services/tensor/tensor.h"
 
 namespace tfjob::coordinator {
@@ -68,6 +69,9 @@ struct Options {
   // CreatePerWorkerDataset gives up on a worker that has not answered for
   // this long (UNAVAILABLE naming its address).
   std::chrono::milliseconds connect_timeout{300000};
+  // Closure latency, retries and worker failures go here when set
+  // (borrowed; must outlive the coordinator).
+  runtime_metrics::RuntimeMetrics* metrics = nullptr;
 };
 
 struct Stats {

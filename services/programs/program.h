@@ -15,6 +15,7 @@
 
 #include "common/status.h"
 #include "services/coordinator/coordinator.h"
+#include "services/metrics/runtime_metrics.h"
 #include "services/ps/ps_client.h"
 #include "services/worker/worker.h"
 
@@ -29,6 +30,8 @@ struct ChiefContext {
   // How long the chief waits for a PS or worker that does not answer yet
   // (pods still starting) before failing with an error naming it.
   std::chrono::milliseconds connect_timeout{300000};
+  // Training progress goes here when set (borrowed from services/runtime).
+  runtime_metrics::RuntimeMetrics* metrics = nullptr;
 
   // A client for PS `i` that is patient for connect_timeout.
   std::shared_ptr<ps::PsClient> PsClientFor(size_t i) const;

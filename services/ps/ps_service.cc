@@ -96,6 +96,7 @@ bool ParameterServerService::Remember(Shard& s, uint64_t key) {
 
 grpc::Status ParameterServerService::CreateVariable(grpc::ServerContext*, const proto::CreateVariableRequest* req,
                                                     proto::CreateVariableResponse* resp) {
+  runtime_metrics::ScopedRpc rpc_metrics(options_.metrics, "CreateVariable", req, resp);
   if (req->name().empty()) return Err(InvalidArgument("CreateVariable: empty name"));
   auto value = rpc::TensorFromProto(req->initial_value());
   if (!value.ok()) return Err(value.status().WithContext("CreateVariable \"" + req->name() + "\""));
@@ -122,6 +123,7 @@ grpc::Status ParameterServerService::CreateVariable(grpc::ServerContext*, const 
 }
 
 grpc::Status ParameterServerService::Pull(grpc::ServerContext*, const proto::PullRequest* req, proto::PullResponse* resp) {
+  runtime_metrics::ScopedRpc rpc_metrics(options_.metrics, "Pull", req, resp);
   if (req->rows_size() > 0 && req->names_size() != 1) {
     return Err(InvalidArgument("Pull: rows need exactly one variable, got " + std::to_string(req->names_size())));
   }
@@ -143,6 +145,7 @@ grpc::Status ParameterServerService::Pull(grpc::ServerContext*, const proto::Pul
 }
 
 grpc::Status ParameterServerService::Push(grpc::ServerContext*, const proto::PushRequest* req, proto::PushResponse* resp) {
+  runtime_metrics::ScopedRpc rpc_metrics(options_.metrics, "Push", req, resp);
   if (const uint64_t fence = fence_.load(); fence != 0) {
     const uint64_t from = req->coordinator_incarnation() != 0 ? req->coordinator_incarnation()
                                                               : req->closure_id() & kCoordinatorMask;

@@ -29,6 +29,7 @@
 #include <unordered_set>
 
 #include "proto/ps.grpc.pb.h"
+#include "services/metrics/runtime_metrics.h"
 #include "services/model/optimizers.h"
 #include "services/tensor/tensor.h"
 
@@ -36,6 +37,8 @@ namespace tfjob::ps {
 
 struct PsOptions {
   size_t dedup_window = 1 << 16;  // applied (closure, sequence) ids remembered per shard
+  // Bytes and latency per RPC go here when set (borrowed; must outlive the service).
+  runtime_metrics::RuntimeMetrics* metrics = nullptr;
 };
 
 class ParameterServerService final : public proto::ParameterServer::Service {

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "services/coordinator/coordinator.h"
+#include "services/metrics/runtime_metrics.h"
 #include "services/ps/ps_client.h"
 #include "services/ps/ps_service.h"
 #include "services/rpc/rpc.h"
@@ -47,12 +48,15 @@ std::thread WatchSignals(Service& service) {
   return t;
 }
 
-int ServePs(const cluster::ClusterConfig& cfg, std::ostream& out, std::ostream& err) {
+int ServePs(const cluster::ClusterConfig& cfg, runtime_metrics::RuntimeMetrics* metrics, std::ostream& out,
+            std::ostream& err) {
   auto self = cfg.cluster.Address(cfg.task->type, cfg.task->index);
   if (!self.ok()) return ReportError(self.status(), err);
   auto listen = ListenAddress(*self);
   if (!listen.ok()) return ReportError(listen.status(), err);
-  auto server = ps::PsServer::Start(*listen);
+  ps::PsOptions options;
+  options.metrics = metrics;
+  auto server = ps::PsServer::Start(*listen, options);
   if (!server.ok()) return ReportError(server.status(), err);
   WatchSignals((*server)->service());
   out << "ps " << cfg.task->index << ": serving on " << *listen << std::endl;
@@ -62,7 +66,8 @@ int ServePs(const cluster::ClusterConfig& cfg, std::ostream& out, std::ostream& 
 }
 
 int ServeWorker(const cluster::ClusterConfig& cfg, const cluster::ClusterSpec& training,
-                const programs::ProgramList& all, std::ostream& out, std::ostream& err) {
+                const programs::ProgramList& all, runtime_metrics::RuntimeMetrics* metrics, std::ostream& out,
+                std::ostream& err) {
   auto self = cfg.cluster.Address(cfg.task->type, cfg.task->index);
   if (!self.ok()) return ReportError(self.status(), err);
   auto listen = ListenAddress(*self);
@@ -71,7 +76,7 @@ int ServeWorker(const cluster::ClusterConfig& cfg, const cluster::ClusterSpec& t
   for (const auto& p : all) {
     if (Status s = p->RegisterWorker(registry); !s.ok()) return ReportError(s, err);
   }
-  auto server = worker::WorkerServer::Start(*listen, registry, {cfg.task->index, Addresses(training, cluster::kPs), {}});
+  auto server = worker::WorkerServer::Start(*listen, registry, {cfg.task->index, Addresses(training, cluster::kPs), {}, metrics});
   if (!server.ok()) return ReportError(server.status(), err);
   WatchSignals((*server)->service());
   out << "worker " << cfg.task->index << ": serving on " << *listen << std::endl;
@@ -131,12 +136,21 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
   // (fit passes its --threads to workers): OpenMP's default of every core
   // spins against the other tasks on the same machine.
   SetComputeThreads(1);
-  if (type == cluster::kPs) return ServePs(*cfg, out, err);
-  if (type == cluster::kWorker) return ServeWorker(*cfg, training, all, out, err);
+  // The process's metrics (services/metrics): created once, passed down to
+  // the role, served on TFJOB_METRICS_PORT (or --metrics-port) when set.
+  auto metrics_config = runtime_metrics::ParseExporterConfig(env, std::nullopt, type, cfg->task->index);
+  if (!metrics_config.ok()) return ReportError(metrics_config.status(), err);
+  auto exporter = runtime_metrics::Exporter::Start(*metrics_config, out);
+  if (!exporter.ok()) return ReportError(exporter.status(), err);
+  runtime_metrics::RuntimeMetrics* metrics = (*exporter)->metrics();
+  if (type == cluster::kPs) return ServePs(*cfg, metrics, out, err);
+  if (type == cluster::kWorker) return ServeWorker(*cfg, training, all, metrics, out, err);
   if (cluster::IsChief(type)) {
     programs::ChiefContext ctx{Addresses(training, cluster::kPs), Addresses(training, cluster::kWorker), {}, &out, &err};
     ctx.connect_timeout = connect_timeout;
     ctx.coordinator_options.connect_timeout = connect_timeout;
+    ctx.metrics = metrics;
+    ctx.coordinator_options.metrics = metrics;
     if (ctx.ps_addresses.empty()) return ReportError(InvalidArgument("TF_CONFIG: the cluster has no \"ps\" tasks"), err);
     if (ctx.worker_addresses.empty()) return ReportError(InvalidArgument("TF_CONFIG: the cluster has no \"worker\" tasks"), err);
     const int rc = program.RunChief(args, ctx);
@@ -159,6 +173,10 @@ std::string Usage(const programs::ProgramList& programs) {
       "                                                one process per task on 127.0.0.1\n"
       "With TFJOB_CLUSTER_RESOLVER=slurm the role comes from the Slurm step (srun), laid out by\n"
       "TFJOB_SLURM_JOBS (e.g. chief:1,ps:1,worker:2) and TFJOB_SLURM_PORT_BASE; see docs/slurm.md.\n"
+      "       tfjob-runtime --metrics-port N PROGRAM|local ...\n"
+      "                                                serve Prometheus /metrics, /healthz, /readyz on :N\n"
+      "                                                (0 picks a free port; env TFJOB_METRICS_PORT, the\n"
+      "                                                flag wins; job_name label from TFJOB_JOB_NAME)\n"
       "programs:\n";
   for (const auto& p : programs) s += "  " + p->usage() + "\n";
   return s;
@@ -166,17 +184,44 @@ std::string Usage(const programs::ProgramList& programs) {
 
 }  // namespace
 
-int RunMain(const std::vector<std::string>& all_args, const programs::ProgramList& programs, std::ostream& out,
+int RunMain(const std::vector<std::string>& command_line, const programs::ProgramList& programs, std::ostream& out,
             std::ostream& err) {
   if (all_args.empty() || all_args[0] == "--help" || all_args[0] == "-h" || all_args[0] == "help") {
     (all_args.empty() ? err : out) << Usage(programs);
+  // The one global flag, before the command: --metrics-port N (or =N).
+  std::vector<std::string> all_args = command_line;
+  std::optional<std::string> metrics_port;
+  if (!all_args.empty() && all_args[0].rfind("--metrics-port", 0) == 0) {
+    const std::string& a = all_args[0];
+    if (a.rfind("--metrics-port=", 0) == 0) {
+      metrics_port = a.substr(std::string("--metrics-port=").size());
+      all_args.erase(all_args.begin());
+    } else if (a == "--metrics-port" && all_args.size() >= 2) {
+      metrics_port = all_args[1];
+      all_args.erase(all_args.begin(), all_args.begin() + 2);
+    }
+    if (metrics_port) {
+      auto c = runtime_metrics::ParseExporterConfig(cluster::ProcessEnv(), metrics_port, "", 0);
+      if (!c.ok()) return ReportError(c.status(), err);
+    }
+  }
     return all_args.empty() ? 2 : 0;
   }
   const std::string cmd = all_args[0];
   const std::vector<std::string> args(all_args.begin() + 1, all_args.end());
-  if (cmd == "local") return RunLocal(args, programs, out, err);
+  if (cmd == "local") {
+    // Every task of a local cluster serves its own metrics: each picks a free
+    // port (0) and prints it, whatever port was asked for.
+    if (metrics_port || cluster::ProcessEnv()("TFJOB_METRICS_PORT")) setenv("TFJOB_METRICS_PORT", "0", 1);
+    return RunLocal(args, programs, out, err);
+  }
+  // The flag wins over TFJOB_METRICS_PORT: it is what RunRole reads.
+  const cluster::Env process_env = cluster::ProcessEnv();
+  const cluster::Env env = !metrics_port ? process_env : cluster::Env([process_env, metrics_port](const std::string& k) {
+    return k == "TFJOB_METRICS_PORT" ? metrics_port : process_env(k);
+  });
   for (const auto& p : programs) {
-    if (p->name() == cmd) return RunRole(*p, args, programs, cluster::ProcessEnv(), out, err);
+    if (p->name() == cmd) return RunRole(*p, args, programs, env, out, err);
   }
   err << "tfjob-runtime: error: unknown command \"" << cmd << "\"\n" << Usage(programs);
   return 2;

@@ -97,10 +97,15 @@ grpc::Status WorkerService::RunClosure(grpc::ServerContext*, const proto::RunClo
   }
   ClosureContext ctx(req->closure_id(), state_);
   StatusOr<ClosureResult> r = Status(Code::kInternal, "closure threw");
+  const auto start = std::chrono::steady_clock::now();
   try {
     r = (*fn)(ctx, args, tensors);
   } catch (const std::exception& e) {
     r = Internal(std::string("closure \"") + req->function() + "\" threw: " + e.what());
+  }
+  if (auto* m = state_.env().metrics) {
+    m->RecordWorkerClosure(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   closures_run_.fetch_add(1, std::memory_order_relaxed);
   if (!r.ok()) return fail(r.status());

@@ -24,6 +24,7 @@
 #include "common/status.h"
 #include "proto/worker.grpc.pb.h"
 #include "services/data/dataset.h"
+#include "services/metrics/runtime_metrics.h"
 #include "services/ps/ps_client.h"
 #include "services/tensor/tensor.h"
 
@@ -38,6 +39,9 @@ struct WorkerEnv {
   int64_t worker_index = 0;
   std::vector<std::string> ps_addresses;  // by PS task index
   ps::ClientOptions ps_options;
+  // Closures executed and their time go here when set (borrowed; must
+  // outlive the server).
+  runtime_metrics::RuntimeMetrics* metrics = nullptr;
 };
 
 class WorkerState;
