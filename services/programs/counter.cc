@@ -1,8 +1,10 @@
 // The seeds' first example: every closure adds its increment to one variable
 // on a parameter server; the result must be the exact sum, however closures
 // are retried.
+#include <chrono>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include "common/files.h"
 #include "common/flags.h"
@@ -32,7 +34,9 @@ StatusOr<std::vector<double>> ParseIncrements(const std::string& text) {
 class Counter final : public Program {
  public:
   std::string name() const override { return "counter"; }
-  std::string usage() const override { return "counter --increments 1,2,3 [--summary-json OUT]"; }
+  std::string usage() const override {
+    return "counter --increments 1,2,3 [--summary-json OUT] [--closure-seconds S]";
+  }
 
   Status RegisterWorker(worker::Registry& r) override {
     return r.AddClosure(kIncrement, [](worker::ClosureContext& ctx, const nlohmann::json& a,
@@ -42,9 +46,15 @@ class Counter final : public Program {
       }
       const int64_t ps = a["ps"].get<int64_t>();
       if (ps < 0 || ps >= static_cast<int64_t>(ctx.ps().size())) return InvalidArgument("counter/increment: bad ps index");
+      // A slow closure spends half its time before its push and half after,
+      // so a worker lost at any moment exercises both re-queueing (nothing
+      // applied yet) and exactly-once (applied, result never delivered).
+      const auto half = std::chrono::duration<double>(a.value("seconds", 0.0) / 2);
+      std::this_thread::sleep_for(half);
       Tensor delta = *Tensor::FromVector({}, std::vector<float>{a["x"].get<float>()});
       ASSIGN_OR_RETURN(int dup, ctx.ps()[ps]->Push(ctx.closure_id(), 0,
                                                    {{a["var"].get<std::string>(), ps::Update::Kind::kAssignAdd, delta, {}}}));
+      std::this_thread::sleep_for(half);
       return worker::ClosureResult{{{"worker", ctx.worker_index()}, {"duplicate", dup}}, {}};
     });
   }
@@ -53,8 +63,13 @@ class Counter final : public Program {
     std::ostream& out = *ctx.out;
     std::ostream& err = *ctx.err;
     Flags flags;
-    flags.Value("increments", "comma-separated increments", "1,2,3,4,5").Value("summary-json", "write the result here");
+    flags.Value("increments", "comma-separated increments", "1,2,3,4,5")
+        .Value("summary-json", "write the result here")
+        .Value("closure-seconds", "how long each increment takes on its worker (demos, failure tests)", "0");
     if (Status s = flags.Parse(args); !s.ok()) return ReportError(s, err);
+    auto seconds = flags.GetDouble("closure-seconds");
+    if (!seconds.ok()) return ReportError(seconds.status(), err);
+    if (*seconds < 0 || *seconds > 3600) return ReportError(InvalidArgument("flag --closure-seconds: must be in [0, 3600]"), err);
     auto incs = ParseIncrements(flags.Get("increments"));
     if (!incs.ok()) return ReportError(incs.status(), err);
 
@@ -69,9 +84,11 @@ class Counter final : public Program {
     double expected = 0;
     for (double x : *incs) {
       expected += x;
-      coord.Schedule(kIncrement, {{"x", x}, {"ps", shard.ps}, {"var", shard.name}});
+      coord.Schedule(kIncrement, {{"x", x}, {"ps", shard.ps}, {"var", shard.name}, {"seconds", *seconds}});
     }
     if (Status s = coord.Join(); !s.ok()) return ReportError(s, err);
+    // One closure is one step; the counter has no examples or loss.
+    if (ctx.metrics) ctx.metrics->RecordTraining(static_cast<int64_t>(incs->size()), 0, 0, std::nullopt);
     auto value = store.Pull({"counter"});
     if (!value.ok()) return ReportError(value.status(), err);
     const double v = (*value)[0].data<float>()[0];
@@ -80,6 +97,7 @@ class Counter final : public Program {
         << st.worker_failures << " worker failures)" << std::endl;
     if (flags.Has("summary-json")) {
       nlohmann::json j{{"value", v}, {"expected", expected}, {"closures", incs->size()}, {"retried", st.retried},
+                       {"scheduled", st.scheduled}, {"completed", st.completed},
                        {"worker_failures", st.worker_failures}, {"num_ps", ctx.ps_addresses.size()},
                        {"num_workers", ctx.worker_addresses.size()}};
       if (Status s = WriteFileAtomic(flags.Get("summary-json"), j.dump(2) + "\n"); !s.ok()) return ReportError(s, err);
@@ -87,8 +105,6 @@ class Counter final : public Program {
     return v == expected ? 0 : 1;
   }
 };
-    // One closure is one step; the counter has no examples or loss.
-    if (ctx.metrics) ctx.metrics->RecordTraining(static_cast<int64_t>(incs->size()), 0, 0, std::nullopt);
 
 }  // namespace
 

@@ -18,6 +18,10 @@ std::vector<std::shared_ptr<ps::PsClient>> ChiefContext::PsClients() const {
   return out;
 }
 
+int Program::RunEvaluator(const std::vector<std::string>&, const EvaluatorContext& ctx) {
+  return ReportError(InvalidArgument("TF_CONFIG: program \"" + name() + "\" has no evaluator role"), *ctx.err);
+}
+
 ProgramList BuiltinPrograms() { return {MakeCounter(), MakeFit()}; }
 
 int ExitCodeFor(const Status& s) {

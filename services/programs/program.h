@@ -38,6 +38,14 @@ struct ChiefContext {
   std::vector<std::shared_ptr<ps::PsClient>> PsClients() const;
 };
 
+// What the side-car evaluator gets: it never joins the training cluster.
+struct EvaluatorContext {
+  std::ostream* out = nullptr;
+  std::ostream* err = nullptr;
+  // Evaluation results go here when set (borrowed from services/runtime).
+  runtime_metrics::RuntimeMetrics* metrics = nullptr;
+};
+
 class Program {
  public:
   virtual ~Program() = default;
@@ -47,6 +55,9 @@ class Program {
   virtual Status RegisterWorker(worker::Registry& registry) = 0;
   // The chief's side, given a running cluster.
   virtual int RunChief(const std::vector<std::string>& args, const ChiefContext& ctx) = 0;
+  // The evaluator role (TF_CONFIG task type "evaluator"): evaluates the
+  // chief's checkpoints as they appear. Programs without one say so.
+  virtual int RunEvaluator(const std::vector<std::string>& args, const EvaluatorContext& ctx);
   // No TF_CONFIG: run on this machine alone. Defaults to an in-process
   // cluster of one PS and one worker (services/runtime sets that up); `fit`
   // overrides it with single-process training.

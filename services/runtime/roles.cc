@@ -159,7 +159,9 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
     return rc;
   }
   if (type == cluster::kEvaluator) {
-    return ReportError(Unimplemented("TF_CONFIG: the evaluator role is not available in this version"), err);
+    // Reads the chief's checkpoints only: it needs no PS or worker.
+    programs::EvaluatorContext ectx{&out, &err, metrics};
+    return program.RunEvaluator(args, ectx);
   }
   return ReportError(InvalidArgument("TF_CONFIG: task type \"" + type + "\" has no role in this runtime"), err);
 }
@@ -171,12 +173,12 @@ std::string Usage(const programs::ProgramList& programs) {
       "usage: tfjob-runtime PROGRAM [flags]            run PROGRAM in the role TF_CONFIG assigns\n"
       "       tfjob-runtime local --ps N --workers M [--] PROGRAM [flags]\n"
       "                                                one process per task on 127.0.0.1\n"
-      "With TFJOB_CLUSTER_RESOLVER=slurm the role comes from the Slurm step (srun), laid out by\n"
-      "TFJOB_SLURM_JOBS (e.g. chief:1,ps:1,worker:2) and TFJOB_SLURM_PORT_BASE; see docs/slurm.md.\n"
       "       tfjob-runtime --metrics-port N PROGRAM|local ...\n"
       "                                                serve Prometheus /metrics, /healthz, /readyz on :N\n"
       "                                                (0 picks a free port; env TFJOB_METRICS_PORT, the\n"
       "                                                flag wins; job_name label from TFJOB_JOB_NAME)\n"
+      "With TFJOB_CLUSTER_RESOLVER=slurm the role comes from the Slurm step (srun), laid out by\n"
+      "TFJOB_SLURM_JOBS (e.g. chief:1,ps:1,worker:2) and TFJOB_SLURM_PORT_BASE; see docs/slurm.md.\n"
       "programs:\n";
   for (const auto& p : programs) s += "  " + p->usage() + "\n";
   return s;
@@ -186,8 +188,6 @@ std::string Usage(const programs::ProgramList& programs) {
 
 int RunMain(const std::vector<std::string>& command_line, const programs::ProgramList& programs, std::ostream& out,
             std::ostream& err) {
-  if (all_args.empty() || all_args[0] == "--help" || all_args[0] == "-h" || all_args[0] == "help") {
-    (all_args.empty() ? err : out) << Usage(programs);
   // The one global flag, before the command: --metrics-port N (or =N).
   std::vector<std::string> all_args = command_line;
   std::optional<std::string> metrics_port;
@@ -205,6 +205,8 @@ int RunMain(const std::vector<std::string>& command_line, const programs::Progra
       if (!c.ok()) return ReportError(c.status(), err);
     }
   }
+  if (all_args.empty() || all_args[0] == "--help" || all_args[0] == "-h" || all_args[0] == "help") {
+    (all_args.empty() ? err : out) << Usage(programs);
     return all_args.empty() ? 2 : 0;
   }
   const std::string cmd = all_args[0];

@@ -144,3 +144,73 @@ TEST(FitBadInputTest, BadFlags) {
 
 }  // namespace
 }  // namespace tfjob
+
+namespace tfjob {
+namespace {
+
+std::string EvaluatorTfConfig() {
+  return R"({"cluster": {"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"], "worker": ["127.0.0.1:3"],
+             "evaluator": ["127.0.0.1:4"]}, "task": {"type": "evaluator", "index": 0}})";
+}
+
+TEST(FitBadInputTest, CheckpointFlags) {
+  const std::string job = Example("mnist/mlp.json");
+  ExpectBadInput(Fit(job, {"--checkpoint-every-steps", "10"}), "needs --checkpoint-dir");
+  ExpectBadInput(Fit(job, {"--checkpoint-dir", "/tmp/x", "--checkpoint-every-steps", "-1"}),
+                 "flag --checkpoint-every-steps: must be >= 0");
+  ExpectBadInput(Fit(job, {"--checkpoint-dir", "/tmp/x", "--checkpoint-keep", "0"}), "flag --checkpoint-keep: must be >= 1");
+}
+
+TEST(EvaluatorRoleTest, BadInputIsOneLine) {
+  const std::map<std::string, std::string> env{{"TF_CONFIG", EvaluatorTfConfig()}};
+  ExpectBadInput(t::Run({Runtime(), "fit", "--config", Example("mnist/mlp.json")}, env),
+                 "evaluator: flag --checkpoint-dir is required");
+  ExpectBadInput(t::Run({Runtime(), "counter"}, env), "program \"counter\" has no evaluator role");
+  const std::string dir = t::MakeTempDir("eval-noeval");
+  nlohmann::json job = MlpJob();
+  job["data"].erase("eval");
+  ExpectBadInput(t::Run({Runtime(), "fit", "--config", WriteJob(dir, job), "--checkpoint-dir", dir}, env),
+                 "data.eval: the evaluator needs an eval dataset");
+}
+
+// The evaluator alone over a directory another run filled: it evaluates the
+// newest checkpoint, skips a damaged one for the previous good one, and ends
+// on the final checkpoint with the chief's own result.
+TEST(EvaluatorRoleTest, EvaluatesCheckpointsUpToTheFinalOne) {
+  const std::string dir = t::MakeTempDir("eval-run");
+  const std::string ckpt = dir + "/ckpt";
+  auto train = t::Run({Runtime(), "local", "--ps", "2", "--workers", "1", "--", "fit", "--config",
+                       Example("mnist/mlp.json"), "--epochs", "2", "--data-dir", t::MnistDir(), "--checkpoint-dir",
+                       ckpt, "--checkpoint-every-steps", "100", "--checkpoint-keep", "2", "--summary-json",
+                       dir + "/chief.json"});
+  ASSERT_EQ(train.exit_code, 0) << train.out << train.err;
+  const nlohmann::json chief = nlohmann::json::parse(ReadText(dir + "/chief.json"));
+  EXPECT_EQ(chief["recovery"]["checkpoints_written"], 4);  // steps 0, 100, 200 and the final 250
+  const std::map<std::string, std::string> env{{"TF_CONFIG", EvaluatorTfConfig()}};
+  const std::vector<std::string> eval{Runtime(), "fit", "--config", Example("mnist/mlp.json"), "--data-dir",
+                                      t::MnistDir(), "--checkpoint-dir", ckpt, "--summary-json", dir + "/eval.json"};
+  auto r = t::Run(eval, env);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("evaluator: checkpoint step 250 (final)"));
+  nlohmann::json ev = nlohmann::json::parse(ReadText(dir + "/eval.json"));
+  ASSERT_EQ(ev["evaluations"].size(), 1u) << ev.dump();
+  EXPECT_EQ(ev["evaluations"][0]["eval_accuracy"].get<double>(), chief["eval_accuracy"].get<double>());
+
+  // Damage the final checkpoint: it is never loaded, the previous one is (and
+  // not being final, the evaluator keeps watching until it is killed).
+  std::fstream f(ckpt + "/ckpt-250/ps-0.ckpt", std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(40);
+  f.put('\x7f');
+  f.close();
+  std::vector<std::string> bounded = eval;
+  bounded.insert(bounded.end(), {"--eval-timeout-seconds", "1"});
+  auto d = t::Run(bounded, env);
+  EXPECT_EQ(d.exit_code, 1) << d.out << d.err;  // the final checkpoint never came
+  EXPECT_THAT(d.err, HasSubstr("no new checkpoint"));
+  EXPECT_THAT(d.out, HasSubstr("skipping " + ckpt + "/ckpt-250"));
+  EXPECT_THAT(d.out, HasSubstr("evaluator: checkpoint step 200\n"));
+  EXPECT_THAT(d.out, ::testing::Not(HasSubstr("step 250 (final)")));
+}
+
+}  // namespace
+}  // namespace tfjob

@@ -1,0 +1,297 @@
+// Chaos under `tfjob run`: real manifests, real processes, SIGKILLs aimed
+// through the runner's <pod>.pid files by a seeded killer. What must hold:
+// nothing is applied twice (the counter), and MNIST training survives the
+// loss of workers, a PS, the chief and a task in the middle of a checkpoint
+// write, losing at most one checkpoint interval of progress.
+#include <signal.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/process.h"
+#include "tests/support/subprocess.h"
+
+namespace tfjob {
+namespace {
+
+namespace fs = std::filesystem;
+namespace t = ::tfjob::testing;
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kPatience = std::chrono::seconds(120);
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in, nullptr, false);
+}
+
+// A `tfjob run` in the background, and a killer that finds replicas by their
+// pid files.
+class LocalJob {
+ public:
+  LocalJob(const std::string& manifest, const std::string& state_dir)
+      : dir_(state_dir), run_({t::BinDir() + "/tfjob", "run", manifest, "--state-dir", state_dir}) {}
+  ~LocalJob() {
+    // A failed test must not leave replicas behind: they are in their own
+    // process groups, so stopping the runner alone would orphan them.
+    if (run_.running()) {
+      for (const auto& e : fs::directory_iterator(dir_)) {
+        if (e.path().extension() == ".pid") {
+          if (pid_t p = Pid(e.path().stem().string()); p > 0) kill(-p, SIGKILL);
+        }
+      }
+      run_.Stop(SIGKILL);
+    }
+  }
+
+  pid_t Pid(const std::string& pod) const {
+    std::ifstream in(dir_ + "/" + pod + ".pid");
+    long p = 0;
+    return (in >> p) ? static_cast<pid_t>(p) : 0;
+  }
+
+  // The live pid of `pod` other than `old` (a restarted replica).
+  pid_t WaitForPid(const std::string& pod, pid_t old = 0) {
+    const auto deadline = Clock::now() + kPatience;
+    while (Clock::now() < deadline && run_.running()) {
+      if (pid_t p = Pid(pod); p > 0 && p != old && kill(p, 0) == 0) return p;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return 0;
+  }
+
+  // Waits until the output after `from` matches `re`; returns the end of the
+  // match (npos when the job ended or patience ran out).
+  size_t WaitForOutput(const std::regex& re, size_t from, std::smatch* m = nullptr) {
+    const auto deadline = Clock::now() + kPatience;
+    while (Clock::now() < deadline) {
+      const bool alive = run_.running();
+      const std::string out = run_.output();
+      std::smatch local;
+      std::smatch& mm = m ? *m : local;
+      if (from <= out.size()) {
+        auto begin = out.cbegin() + static_cast<std::ptrdiff_t>(from);
+        if (std::regex_search(begin, out.cend(), mm, re)) {
+          return from + static_cast<size_t>(mm.position(0) + mm.length(0));
+        }
+      }
+      if (!alive) return std::string::npos;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return std::string::npos;
+  }
+
+  // SIGKILLs `pod` and waits for the runner to restart it; returns the new pid.
+  pid_t KillAndAwaitRestart(const std::string& pod) {
+    const pid_t p = WaitForPid(pod);
+    if (p <= 0) return 0;
+    kill(p, SIGKILL);
+    return WaitForPid(pod, p);
+  }
+
+  int Wait() {
+    const auto deadline = Clock::now() + std::chrono::seconds(300);
+    while (run_.running() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return run_.Stop(SIGTERM);
+  }
+  std::string output() const { return run_.output(); }
+  t::Process& process() { return run_; }
+
+ private:
+  std::string dir_;
+  t::Process run_;
+};
+
+std::string Runtime() { return t::BinDir() + "/tfjob-runtime"; }
+
+// The acceptance point: the counter under three worker SIGKILLs, run by
+// `tfjob run` with OnFailure, ends with exactly 1+2+3+4+5.
+TEST(ChaosTest, CounterIsExactUnderThreeWorkerKills) {
+  const std::string dir = t::MakeTempDir("chaos-counter");
+  const std::string summary = dir + "/summary.json";
+  // Every closure is slow (2 s: 1 s before its push, 1 s after), so each kill
+  // lands on closures in flight, before or after their updates were applied.
+  std::ofstream(dir + "/counter.yaml") << R"(apiVersion: kubeflow.org/v1
+kind: TFJob
+metadata: {name: chaos-counter}
+spec:
+  runPolicy: {backoffLimit: 10}
+  tfReplicaSpecs:
+    Chief:
+      replicas: 1
+      restartPolicy: OnFailure
+      template: {spec: {containers: [{name: tensorflow, image: tfjob/runtime-cpu:0.1.0,
+        command: [")" + Runtime() + R"(", counter, --increments, "1,2,3,4,5", --closure-seconds, "2",
+                  --summary-json, ")" + summary + R"("]}]}}
+    PS:
+      replicas: 1
+      restartPolicy: OnFailure
+      template: {spec: {containers: [{name: tensorflow, image: tfjob/runtime-cpu:0.1.0, command: [")" + Runtime() + R"(", counter]}]}}
+    Worker:
+      replicas: 3
+      restartPolicy: OnFailure
+      template: {spec: {containers: [{name: tensorflow, image: tfjob/runtime-cpu:0.1.0, command: [")" + Runtime() + R"(", counter]}]}}
+)";
+  LocalJob job(dir + "/counter.yaml", dir);
+  std::mt19937 rng(20261121);
+  // Closures are dispatched once the chief has built the cluster.
+  ASSERT_NE(job.WaitForOutput(std::regex(R"(\[chaos-counter-worker-\d\] worker \d: serving)"), 0), std::string::npos)
+      << job.output();
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  for (int kill = 0; kill < 3; ++kill) {
+    const std::string pod = "chaos-counter-worker-" + std::to_string(rng() % 3);
+    ASSERT_GT(job.KillAndAwaitRestart(pod), 0) << "kill " << kill << " of " << pod << "\n" << job.output();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300 + rng() % 700));
+  }
+  ASSERT_EQ(job.Wait(), 0) << job.output();
+  const std::string out = job.output();
+  EXPECT_THAT(out, HasSubstr("[chaos-counter-chief-0] counter: value 15 after 5 closures"));
+  EXPECT_THAT(out, HasSubstr("restarting (restart 1)"));
+  auto s = ReadJson(summary);
+  ASSERT_TRUE(s.is_object()) << out;
+  EXPECT_EQ(s["value"], 15.0);
+  // The kills really cost closures: some ran twice, yet counted once.
+  EXPECT_GE(s["retried"].get<int>(), 1) << s.dump();
+  EXPECT_GE(s["worker_failures"].get<int>(), 1) << s.dump();
+}
+
+
+// Kills whichever task is writing a file of the next checkpoint, while it
+// writes: files are written as NAME.tmp.<writer pid> and renamed when done,
+// so inotify names the writer. Returns the pid killed (0: job ended first).
+pid_t KillMidCheckpointWrite(const std::string& ckpt_dir, LocalJob& job) {
+  const int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (fd < 0) return 0;
+  inotify_add_watch(fd, ckpt_dir.c_str(), IN_CREATE | IN_ONLYDIR);
+  pid_t killed = 0;
+  const auto deadline = Clock::now() + kPatience;
+  alignas(inotify_event) char buf[64 * 1024];
+  std::map<int, std::string> dirs;
+  while (!killed && Clock::now() < deadline && job.process().running()) {
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      continue;
+    }
+    for (ssize_t off = 0; off < n && !killed;) {
+      const auto* ev = reinterpret_cast<const inotify_event*>(buf + off);
+      off += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
+      if (!ev->len) continue;
+      const std::string name = ev->name;
+      if (ev->mask & IN_ISDIR) {
+        // A new ckpt-<step>: watch it for the files being written.
+        const std::string d = ckpt_dir + "/" + name;
+        dirs[inotify_add_watch(fd, d.c_str(), IN_CREATE)] = d;
+        continue;
+      }
+      const size_t tmp = name.find(".tmp.");
+      if (tmp == std::string::npos) continue;
+      const pid_t writer = static_cast<pid_t>(std::stol(name.substr(tmp + 5)));
+      if (kill(writer, SIGKILL) == 0) {
+        killed = writer;
+        std::cerr << "killed pid " << writer << " while it wrote " << dirs[ev->wd] << "/" << name << std::endl;
+      }
+    }
+  }
+  close(fd);
+  return killed;
+}
+
+// The acceptance run: the MNIST MLP (2 PS, 2 workers, chief, evaluator)
+// while a seeded killer SIGKILLs a worker three times, then a PS, then the
+// chief, then a task in the middle of a checkpoint write.
+TEST(ChaosTest, MnistMlpSurvivesWorkerPsChiefAndMidCheckpointKills) {
+  const std::string dir = t::MakeTempDir("chaos-mnist");
+  const std::string ckpt = dir + "/ckpt";
+  fs::create_directories(ckpt);
+  constexpr int kInterval = 25;  // steps between checkpoints
+  auto fit = [&](const std::string& summary) {
+    return "[\"" + Runtime() + "\", fit, --config, \"" + t::SourceDir() + "/examples/mnist/mlp.json\", --epochs, \"30\"," +
+           " --data-dir, \"" + t::MnistDir() + "\", --checkpoint-dir, \"" + ckpt + "\", --checkpoint-every-steps, \"" +
+           std::to_string(kInterval) + "\", --summary-json, \"" + summary + "\"]";
+  };
+  auto replica = [&](const std::string& type, int n, const std::string& command) {
+    return "    " + type + ":\n      replicas: " + std::to_string(n) +
+           "\n      restartPolicy: OnFailure\n      template: {spec: {containers: [{name: tensorflow, "
+           "image: tfjob/runtime-cpu:0.1.0,\n        command: " + command + "}]}}\n";
+  };
+  std::ofstream(dir + "/mnist.yaml") << "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata: {name: chaos}\nspec:\n"
+                                     << "  runPolicy: {backoffLimit: 20, cleanPodPolicy: None}\n  tfReplicaSpecs:\n"
+                                     << replica("Chief", 1, fit(dir + "/chief.json"))
+                                     << replica("PS", 2, fit(dir + "/ps.json"))
+                                     << replica("Worker", 2, fit(dir + "/worker.json"))
+                                     << replica("Evaluator", 1, fit(dir + "/evaluator.json"));
+  LocalJob job(dir + "/mnist.yaml", dir);
+  std::mt19937 rng(5);
+  const std::regex checkpoint(R"(\[chaos-chief-0\] fit: checkpoint \S+ \(step [1-9])");
+  size_t at = job.WaitForOutput(checkpoint, 0);
+  ASSERT_NE(at, std::string::npos) << job.output();
+
+  // A worker, three times: its closures run elsewhere, training goes on.
+  for (int k = 0; k < 3; ++k) {
+    const std::string pod = "chaos-worker-" + std::to_string(rng() % 2);
+    ASSERT_GT(job.KillAndAwaitRestart(pod), 0) << pod << "\n" << job.output();
+    at = job.WaitForOutput(checkpoint, job.output().size());
+    ASSERT_NE(at, std::string::npos) << "no progress after killing " << pod << "\n" << job.output();
+  }
+
+  // A PS: detected, every PS restored from the latest checkpoint.
+  const std::string ps = "chaos-ps-" + std::to_string(rng() % 2);
+  size_t before = job.output().size();
+  ASSERT_GT(job.KillAndAwaitRestart(ps), 0) << job.output();
+  std::smatch m;
+  at = job.WaitForOutput(std::regex(R"(fit: resumed at step (\d+) \(lost (\d+) steps\))"), before, &m);
+  ASSERT_NE(at, std::string::npos) << "no restore after killing " << ps << "\n" << job.output();
+  EXPECT_EQ(std::stoi(m[1]) % kInterval, 0) << m[0];
+  EXPECT_LE(std::stoi(m[2]), kInterval) << "lost more than one checkpoint interval: " << m[0];
+  ASSERT_NE(job.WaitForOutput(checkpoint, at), std::string::npos) << job.output();
+
+  // The chief: the new one fences the old one off and restores.
+  before = job.output().size();
+  ASSERT_GT(job.KillAndAwaitRestart("chaos-chief-0"), 0) << job.output();
+  at = job.WaitForOutput(std::regex(R"(\[chaos-chief-0\] fit: restored checkpoint \S+ at step (\d+))"), before, &m);
+  ASSERT_NE(at, std::string::npos) << job.output();
+  EXPECT_GT(std::stoi(m[1]), 0);
+  EXPECT_THAT(job.output().substr(before), HasSubstr("fit: fenced off the previous chief"));
+  ASSERT_NE(job.WaitForOutput(checkpoint, at), std::string::npos) << job.output();
+
+  // Whoever is writing the next checkpoint, mid-write.
+  ASSERT_GT(KillMidCheckpointWrite(ckpt, job), 0) << job.output();
+
+  ASSERT_EQ(job.Wait(), 0) << job.output();
+  const std::string out = job.output();
+  std::ofstream(dir + "/job.log") << out;
+  auto chief = ReadJson(dir + "/chief.json");
+  ASSERT_TRUE(chief.is_object()) << out;
+  EXPECT_GE(chief["eval_accuracy"].get<double>(), 0.92) << chief.dump();
+  EXPECT_EQ(chief["steps"], 30 * 125);
+  EXPECT_EQ(chief["epochs"], 30);
+  // The side-car evaluator saw checkpoints as they came and ended on the
+  // final one, with the chief's own result (same variables, same data).
+  auto ev = ReadJson(dir + "/evaluator.json");
+  ASSERT_TRUE(ev.is_object() && ev["evaluations"].size() >= 2) << out;
+  const auto& last = ev["evaluations"].back();
+  EXPECT_TRUE(last["final"].get<bool>());
+  EXPECT_EQ(last["step"], 30 * 125);
+  EXPECT_NEAR(last["eval_accuracy"].get<double>(), chief["eval_accuracy"].get<double>(), 1e-9);
+  EXPECT_THAT(out, HasSubstr("[chaos-evaluator-0] evaluator: checkpoint step 3750 (final)"));
+  // No damaged checkpoint was ever restored: each restore names a committed one.
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("DATA_LOSS")));
+}
+
+}  // namespace
+}  // namespace tfjob
