@@ -202,7 +202,12 @@ Status Controller::Reconcile(const std::string& key) {
     // The schema let through something the operator cannot use: say so in
     // status, once, and leave it.
     const std::string msg = "TFJob " + key + " is invalid: " + decoded.status().message();
-    const auto& conds = (*cached)["status"].value("conditions", nlohmann::json::array());
+    // Anything here may be malformed too (no status, status not an object).
+    nlohmann::json conds = nlohmann::json::array();
+    if (cached->is_object() && cached->contains("status") && (*cached)["status"].is_object()) {
+      conds = (*cached)["status"].value("conditions", nlohmann::json::array());
+    }
+    if (!conds.is_array()) conds = nlohmann::json::array();
     for (const auto& c : conds) {
       if (c.is_object() && c.value("type", "") == "Failed" && c.value("message", "") == msg) return Status::Ok();
     }

@@ -208,6 +208,19 @@ TEST_F(OperatorE2E, InvalidJobFailsNamingTheField) {
   EXPECT_TRUE(Pods("bad").empty());
 }
 
+// Past the schema, a job the operator cannot even decode (no status yet):
+// it is marked Failed with the reason and the operator stays up.
+TEST_F(OperatorE2E, UndecodableJobFailsAndTheOperatorStaysUp) {
+  json job = SmallJob("undecodable", "Never", 1);
+  job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = "two";
+  job.erase("status");
+  Submit(job);
+  ASSERT_TRUE(Eventually([&] { return HasCondition("undecodable", "Failed"); })) << op_->output();
+  EXPECT_THAT(Job("undecodable")["status"]["conditions"][0].value("message", ""), HasSubstr("replicas"));
+  Submit(SmallJob("after", "Never", 1));
+  EXPECT_TRUE(Eventually([&] { return Pods("after").size() == 1; })) << op_->output();
+}
+
 TEST_F(OperatorE2E, SuspendCreatesNothingUntilResumed) {
   json job = SmallJob("sus", "Never", 1);
   job["spec"]["runPolicy"]["suspend"] = true;
