@@ -1,6 +1,8 @@
 // `tfjob run` end to end: real manifests, real child processes.
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <sstream>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -104,6 +106,46 @@ spec:
   auto r = t::Run({t::BinDir() + "/tfjob", "run", m, "--state-dir", dir});
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_THAT(r.out, HasSubstr("[tfjob] Failed=True (TFJobFailed): TFJob default/ec has failed because 1 Worker replica(s) failed."));
+}
+
+}  // namespace
+}  // namespace tfjob
+
+namespace tfjob {
+namespace {
+
+// The local MNIST example as the docs run it, from the repository root:
+// parameter servers, workers, checkpoints and the side-car evaluator, which
+// ends on the final checkpoint with the chief's own evaluation.
+TEST(TfjobRunTest, MnistLocalExampleWithEvaluator) {
+  const std::string dir = ::tfjob::testing::MakeTempDir("run-mnist");
+  // The example's checkpoint directory: a leftover final checkpoint would
+  // make the run resume at its end instead of training.
+  std::filesystem::remove_all("/tmp/tfjob-mnist-local");
+  auto r = ::tfjob::testing::Run({"bash", "-c",
+                                  "cd \"$0\" && exec \"$1\" run examples/mnist/tfjob-local.yaml --state-dir \"$2\"",
+                                  ::tfjob::testing::SourceDir(), ::tfjob::testing::BinDir() + "/tfjob", dir});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  // Each replica's own lines, in order (replicas' output interleaves).
+  auto lines_of = [&](const std::string& pod) {
+    std::string mine;
+    std::istringstream in(r.out);
+    const std::string prefix = "[" + pod + "] ";
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind(prefix, 0) == 0) mine += line.substr(prefix.size()) + "\n";
+    }
+    return mine;
+  };
+  const std::string chief = lines_of("mnist-mlp-local-chief-0"), evaluator = lines_of("mnist-mlp-local-evaluator-0");
+  std::smatch c, e;
+  ASSERT_TRUE(std::regex_search(chief, c, std::regex(R"(Evaluation\n32/32 - \S+ - loss: (\S+) - accuracy: (\S+))"))) << r.out;
+  ASSERT_TRUE(std::regex_search(
+      evaluator, e, std::regex(R"(evaluator: checkpoint step 625 \(final\)\n32/32 - \S+ - loss: (\S+) - accuracy: (\S+))")))
+      << r.out;
+  EXPECT_EQ(c[1], e[1]);
+  EXPECT_EQ(c[2], e[2]);
+  EXPECT_NE(chief.find("Epoch 5/5\n"), std::string::npos) << chief;
+  EXPECT_GE(std::stod(c[2]), 0.92);
 }
 
 }  // namespace
