@@ -185,6 +185,9 @@ class Backend {
       setpgid(0, 0);
       dup2(fds[1], 1);
       dup2(fds[1], 2);
+      // Replicas are placed by the TF_CONFIG this runner gives them, even
+      // when the user's shell selects another resolver (e.g. Slurm's).
+      unsetenv("TFJOB_CLUSTER_RESOLVER");
       for (const auto& [k, v] : p.env) setenv(k.c_str(), v.c_str(), 1);
       if (argv.empty()) {
         const char msg[] = "tfjob run: the tensorflow container has no command\n";

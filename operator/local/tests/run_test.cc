@@ -48,6 +48,15 @@ TEST(TfjobRunTest, CounterManifestRunsLocallyToSuccess) {
   for (const auto& e : std::filesystem::directory_iterator(dir)) EXPECT_NE(e.path().extension(), ".pid") << e.path();
 }
 
+// A shell set up for Slurm does not leak into the replicas' placement.
+TEST(TfjobRunTest, ReplicasUseTheirTfConfigWhateverResolverTheShellSelects) {
+  const std::string dir = t::MakeTempDir("run-resolver");
+  auto r = t::Run({t::BinDir() + "/tfjob", "run", t::SourceDir() + "/examples/counter/tfjob.yaml", "--state-dir", dir},
+                  {{"TFJOB_CLUSTER_RESOLVER", "slurm"}});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("[counter-chief-0] counter: value 15 after 5 closures"));
+}
+
 TEST(TfjobRunTest, InvalidManifestGetsTheOperatorsMessage) {
   const std::string dir = t::MakeTempDir("run-invalid");
   const std::string m = Write(dir, "bad.yaml", R"(apiVersion: kubeflow.org/v1
