@@ -78,21 +78,26 @@ class Monitoring : public ::testing::Test {
                 {"metrics", {"accuracy"}},
                 {"data",
                  {{"train",
-                   {{"source", "synthetic"}, {"num_examples", 256}, {"feature_shape", {8}}, {"num_classes", 3}, {"seed", 1}}}}},
+                   {{"source", "synthetic"}, {"num_examples", 256}, {"feature_shape", {8}}, {"num_classes", 3}, {"seed", 1}}},
+                  {"eval",
+                   {{"source", "synthetic"}, {"num_examples", 64}, {"feature_shape", {8}}, {"num_classes", 3}, {"seed", 2}}}}},
                 {"batch_size", 16},
                 {"steps_per_epoch", 4},
                 {"epochs", 1000000}};
     ASSERT_TRUE(WriteFileAtomic(dir_ + "/model.json", config.dump(2)).ok());
     const std::string runtime = t::BinDir() + "/tfjob-runtime";
-    auto replica = [&](int n) {
+    // The chief checkpoints, so the side-car evaluator has something to evaluate.
+    const std::string ckpt = "\", \"--checkpoint-dir\", \"" + dir_ + "/ckpt";
+    auto replica = [&](int n, const std::string& extra = "") {
       return "      replicas: " + std::to_string(n) +
              "\n      restartPolicy: OnFailure\n      template:\n        spec:\n          containers:\n"
              "            - name: tensorflow\n              image: tfjob/runtime-cpu:0.1.0\n"
-             "              command: [\"" + runtime + "\", \"fit\", \"--config\", \"" + dir_ + "/model.json\"]\n";
+             "              command: [\"" + runtime + "\", \"fit\", \"--config\", \"" + dir_ + "/model.json" + extra + "\"]\n";
     };
     const std::string manifest = std::string("apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata:\n  name: ") + kJob +
-                                 "\nspec:\n  tfReplicaSpecs:\n    Chief:\n" + replica(1) + "    PS:\n" + replica(1) +
-                                 "    Worker:\n" + replica(2);
+                                 "\nspec:\n  tfReplicaSpecs:\n    Chief:\n" +
+                                 replica(1, ckpt + "\", \"--checkpoint-every-steps\", \"40") + "    PS:\n" + replica(1) +
+                                 "    Worker:\n" + replica(2) + "    Evaluator:\n" + replica(1, ckpt);
     ASSERT_TRUE(WriteFileAtomic(dir_ + "/tfjob.yaml", manifest).ok());
     job_ = std::make_unique<t::Process>(std::vector<std::string>{t::BinDir() + "/tfjob", "run", dir_ + "/tfjob.yaml",
                                                                  "--state-dir", dir_ + "/state"});
@@ -101,7 +106,7 @@ class Monitoring : public ::testing::Test {
       auto targets = ReadFile(dir_ + "/state/prometheus-targets.json");
       if (!targets.ok()) return false;
       json j = json::parse(*targets, nullptr, false);
-      if (!j.is_array() || j.size() != 4) return false;
+      if (!j.is_array() || j.size() != 5) return false;
       runtime_ports_.clear();
       for (const auto& target : j) {
         const std::string addr = target["targets"][0];
@@ -115,6 +120,7 @@ class Monitoring : public ::testing::Test {
         if (t::HttpGet(port, "/metrics").status != 200) return false;
       }
       return Sample(t::HttpGet(runtime_ports_["chief-0"], "/metrics").body, "tfjob_runtime_steps_total").value_or(0) > 0 &&
+             Sample(t::HttpGet(runtime_ports_["evaluator-0"], "/metrics").body, "tfjob_runtime_evaluated_step").value_or(0) > 0 &&
              t::HttpGet(operator_port_, "/metrics").body.find("training_operator_jobs_created_total{") != std::string::npos;
     })) << job_->output() << operator_->output();
   }
@@ -142,7 +148,7 @@ class Monitoring : public ::testing::Test {
 
 TEST_F(Monitoring, PromtoolFindsNoProblemInAnyEndpoint) {
   auto endpoints = Endpoints();
-  ASSERT_EQ(endpoints.size(), 5u);  // operator, chief, ps, two workers
+  ASSERT_EQ(endpoints.size(), 6u);  // operator, chief, ps, two workers, evaluator
   for (const auto& [who, body] : endpoints) {
     SCOPED_TRACE(who);
     ASSERT_FALSE(body.empty());
@@ -159,6 +165,9 @@ TEST_F(Monitoring, PromtoolFindsNoProblemInAnyEndpoint) {
   EXPECT_GT(Sample(endpoints["worker-1"], "tfjob_runtime_worker_closures_total", "task_index=\"1\"").value_or(0), 0);
   EXPECT_GT(Sample(endpoints["chief-0"], "tfjob_runtime_examples_total", "task_type=\"chief\"").value_or(0), 0);
   EXPECT_TRUE(Sample(endpoints["chief-0"], "tfjob_runtime_loss").has_value());
+  EXPECT_GT(Sample(endpoints["chief-0"], "tfjob_runtime_checkpoints_total").value_or(0), 0);
+  EXPECT_TRUE(Sample(endpoints["chief-0"], "tfjob_runtime_checkpoint_age_seconds").has_value());
+  EXPECT_TRUE(Sample(endpoints["evaluator-0"], "tfjob_runtime_evaluation", "metric=\"accuracy\"").has_value());
 }
 
 std::string UrlEncode(const std::string& s) {
@@ -200,7 +209,8 @@ TEST_F(Monitoring, PrometheusScrapesTheOperatorAndTheLocalJob) {
       {R"(tfjob_runtime_steps_total{job="tfjob-runtime",job_name="metrics-e2e",task_type="chief",replica_type="chief"} > 0)", 1},
       {R"(tfjob_runtime_ps_received_bytes_total{job="tfjob-runtime",task_type="ps",method="Push"} > 0)", 1},
       {R"(tfjob_runtime_worker_closures_total{job="tfjob-runtime",task_type="worker"} > 0)", 2},
-      {R"(up{job="tfjob-runtime",tfjob_job_name="metrics-e2e"} == 1)", 4},
+      {R"(tfjob_runtime_evaluated_step{job="tfjob-runtime",task_type="evaluator"} > 0)", 1},
+      {R"(up{job="tfjob-runtime",tfjob_job_name="metrics-e2e"} == 1)", 5},
   };
   for (const auto& [query, n] : expected) {
     SCOPED_TRACE(query);
@@ -255,7 +265,9 @@ TEST_F(Monitoring, TheDashboardNamesOnlyMetricsTheCodeExports) {
   for (const auto& v : dash["templating"]["list"]) has_datasource |= v.value("type", "") == "datasource" && v.value("query", "") == "prometheus";
   EXPECT_TRUE(has_datasource);
   for (const auto& p : dash["panels"]) {
-    if (p.value("type", "") != "row") EXPECT_EQ(p["datasource"]["uid"], "${datasource}") << p.value("title", "");
+    if (p.value("type", "") != "row") {
+      EXPECT_EQ(p["datasource"]["uid"], "${datasource}") << p.value("title", "");
+    }
   }
 }
 
