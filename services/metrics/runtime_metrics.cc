@@ -156,7 +156,10 @@ StatusOr<std::unique_ptr<Exporter>> Exporter::Start(const ExporterConfig& config
       {"/healthz", [] { return HttpResponse{200, "ok\n"}; }},
       {"/readyz", [] { return HttpResponse{200, "ok\n"}; }},
   };
-  ASSIGN_OR_RETURN(e->server_, HttpServer::Start(":" + std::to_string(*config.port), std::move(routes)));
+  // Appended, not "lit" + std::string&&: GCC 12 reports a false -Wrestrict there.
+  std::string listen = ":";
+  listen += std::to_string(*config.port);
+  ASSIGN_OR_RETURN(e->server_, HttpServer::Start(listen, std::move(routes)));
   out << "metrics: serving on :" << e->server_->port() << std::endl;
   return e;
 }
