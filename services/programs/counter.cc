@@ -86,6 +86,7 @@ class Counter final : public Program {
       expected += x;
       coord.Schedule(kIncrement, {{"x", x}, {"ps", shard.ps}, {"var", shard.name}, {"seconds", *seconds}});
     }
+    out << "counter: scheduled " << incs->size() << " closures on " << ctx.worker_addresses.size() << " workers" << std::endl;
     if (Status s = coord.Join(); !s.ok()) return ReportError(s, err);
     // One closure is one step; the counter has no examples or loss.
     if (ctx.metrics) ctx.metrics->RecordTraining(static_cast<int64_t>(incs->size()), 0, 0, std::nullopt);

@@ -148,10 +148,12 @@ spec:
 )";
   LocalJob job(dir + "/counter.yaml", dir);
   std::mt19937 rng(20261121);
-  // Closures are dispatched once the chief has built the cluster.
-  ASSERT_NE(job.WaitForOutput(std::regex(R"(\[chaos-counter-worker-\d\] worker \d: serving)"), 0), std::string::npos)
+  // Five closures fill five of the six slots (3 workers x 2 in flight), so
+  // every worker is running one when the first kill lands, before its push.
+  ASSERT_NE(job.WaitForOutput(std::regex(R"(\[chaos-counter-chief-0\] counter: scheduled 5 closures)"), 0),
+            std::string::npos)
       << job.output();
-  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
   for (int kill = 0; kill < 3; ++kill) {
     const std::string pod = "chaos-counter-worker-" + std::to_string(rng() % 3);
     ASSERT_GT(job.KillAndAwaitRestart(pod), 0) << "kill " << kill << " of " << pod << "\n" << job.output();
