@@ -4,7 +4,6 @@
 #include <iostream>
 #include <thread>
 
-#include <cpprest/http_listener.h>
 #include <unistd.h>
 
 #include "common/flags.h"
@@ -13,6 +12,7 @@
 #include "operator/kube/config.h"
 #include "operator/kube/rest_client.h"
 #include "operator/leader.h"
+#include "services/metrics/http_server.h"
 
 namespace {
 
@@ -26,12 +26,6 @@ int Fail(const Status& s) {
 std::optional<std::string> Getenv(const std::string& k) {
   const char* v = std::getenv(k.c_str());
   return v ? std::optional<std::string>(v) : std::nullopt;
-}
-
-// ":8080" or "127.0.0.1:8080" -> a listener URI.
-std::string ListenUri(const std::string& bind) {
-  const std::string host = bind.rfind(':', 0) == 0 ? "0.0.0.0" + bind : bind;
-  return "http://" + host;
 }
 
 }  // namespace
@@ -113,39 +107,25 @@ int main(int argc, char** argv) {
     if (lo.retry_period.count() < 1) lo.retry_period = std::chrono::seconds(1);
     elector.emplace(**client, lo);
   }
-  using web::http::experimental::listener::http_listener;
-  using web::http::http_request;
-  using web::http::status_codes;
-  std::unique_ptr<http_listener> metrics_http, health_http;
-  try {
-    metrics_http = std::make_unique<http_listener>(ListenUri(flags.Get("metrics-bind-address")));
-    metrics_http->support(web::http::methods::GET, [&](http_request req) {
-      if (req.relative_uri().path() != "/metrics") {
-        req.reply(status_codes::NotFound, "not found\n");
-        return;
-      }
-      api_requests.Add({}).Set(static_cast<double>((*client)->requests()));
-      req.reply(status_codes::OK, registry.Serialize(), "text/plain; version=0.0.4; charset=utf-8");
-    });
-    metrics_http->open().wait();
-    health_http = std::make_unique<http_listener>(ListenUri(flags.Get("health-probe-bind-address")));
-    health_http->support(web::http::methods::GET, [&](http_request req) {
-      const std::string path = req.relative_uri().path();
-      if (path == "/healthz") {
-        req.reply(status_codes::OK, "ok\n");
-      } else if (path == "/readyz") {
-        // A standby replica (not leading) is ready: it can take over.
-        const bool standby = elector && !elector->IsLeader();
-        const bool ready = standby || controller.Ready();
-        req.reply(ready ? status_codes::OK : status_codes::ServiceUnavailable, ready ? "ok\n" : "caches not synced\n");
-      } else {
-        req.reply(status_codes::NotFound, "not found\n");
-      }
-    });
-    health_http->open().wait();
-  } catch (const std::exception& e) {
-    return Fail(Unavailable(std::string("cannot listen: ") + e.what()));
-  }
+  using runtime_metrics::HttpResponse;
+  auto metrics_http = runtime_metrics::HttpServer::Start(
+      flags.Get("metrics-bind-address"), {{"/metrics", [&] {
+                                             api_requests.Add({}).Set(static_cast<double>((*client)->requests()));
+                                             return HttpResponse{200, registry.Serialize(),
+                                                                 runtime_metrics::kExpositionContentType};
+                                           }}});
+  if (!metrics_http.ok()) return Fail(metrics_http.status().WithContext("flag --metrics-bind-address"));
+  auto health_http = runtime_metrics::HttpServer::Start(
+      flags.Get("health-probe-bind-address"),
+      {{"/healthz", [] { return HttpResponse{200, "ok\n"}; }},
+       {"/readyz", [&] {
+          // A standby replica (not leading) is ready: it can take over.
+          const bool ready = (elector && !elector->IsLeader()) || controller.Ready();
+          return ready ? HttpResponse{200, "ok\n"} : HttpResponse{503, "caches not synced\n"};
+        }}});
+  if (!health_http.ok()) return Fail(health_http.status().WithContext("flag --health-probe-bind-address"));
+  std::cout << "tfjob-operator: metrics on :" << (*metrics_http)->port() << ", health probes on :"
+            << (*health_http)->port() << std::endl;
 
   if (elector) {
     std::cout << "tfjob-operator: waiting for leadership" << std::endl;
@@ -163,8 +143,8 @@ int main(int argc, char** argv) {
   }
   controller.Stop();
   if (elector) elector->Release();
-  metrics_http->close().wait();
-  health_http->close().wait();
+  metrics_http->reset();
+  health_http->reset();
   if (lost) {
     std::cerr << "tfjob-operator: lost leadership; exiting" << std::endl;
     return 1;
