@@ -511,6 +511,12 @@ class Fit final : public Program {
   int RunSingleProcess(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) override {
     auto p = Parse(args);
     if (!p.ok()) return ReportError(p.status(), err);
+    if (p->checkpoints.enabled()) {
+      // Said rather than ignored: the user would otherwise expect files.
+      return ReportError(InvalidArgument("flag --checkpoint-dir: checkpoints are written in parameter-server mode "
+                                         "(with TF_CONFIG, tfjob run or tfjob-runtime local), not by single-process fit"),
+                         err);
+    }
     strategy::FitOptions opt;
     opt.data_dir = p->flags.Get("data-dir");
     opt.out = &out;

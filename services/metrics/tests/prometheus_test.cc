@@ -13,6 +13,7 @@
 
 #include "common/files.h"
 #include "operator/api/codec.h"
+#include "operator/kube/rest_client.h"
 #include "services/metrics/http_server.h"
 #include "services/metrics/tests/http_get.h"
 #include "tests/support/apiserver/apiserver_double.h"
@@ -170,21 +171,6 @@ TEST_F(Monitoring, PromtoolFindsNoProblemInAnyEndpoint) {
   EXPECT_TRUE(Sample(endpoints["evaluator-0"], "tfjob_runtime_evaluation", "metric=\"accuracy\"").has_value());
 }
 
-std::string UrlEncode(const std::string& s) {
-  static const char* hex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
-}
-
 TEST_F(Monitoring, PrometheusScrapesTheOperatorAndTheLocalJob) {
   const int port = *PickFreePort();
   const std::string config = "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
@@ -198,7 +184,7 @@ TEST_F(Monitoring, PrometheusScrapesTheOperatorAndTheLocalJob) {
       "/usr/bin/prometheus", "--config.file=" + dir_ + "/prometheus.yml", "--storage.tsdb.path=" + dir_ + "/tsdb",
       "--web.listen-address=127.0.0.1:" + std::to_string(port), "--log.level=warn"});
   auto series = [&](const std::string& query) -> json {
-    auto r = t::HttpGet(port, "/api/v1/query?query=" + UrlEncode(query));
+    auto r = t::HttpGet(port, "/api/v1/query?query=" + op::kube::UrlEncode(query));
     if (r.status != 200) return json::array();
     json j = json::parse(r.body, nullptr, false);
     if (j.is_discarded() || j.value("status", "") != "success") return json::array();

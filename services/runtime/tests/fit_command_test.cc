@@ -159,6 +159,7 @@ TEST(FitBadInputTest, CheckpointFlags) {
   ExpectBadInput(Fit(job, {"--checkpoint-dir", "/tmp/x", "--checkpoint-every-steps", "-1"}),
                  "flag --checkpoint-every-steps: must be >= 0");
   ExpectBadInput(Fit(job, {"--checkpoint-dir", "/tmp/x", "--checkpoint-keep", "0"}), "flag --checkpoint-keep: must be >= 1");
+  ExpectBadInput(Fit(job, {"--checkpoint-dir", "/tmp/x"}), "checkpoints are written in parameter-server mode");
 }
 
 TEST(EvaluatorRoleTest, BadInputIsOneLine) {
