@@ -137,6 +137,14 @@ StatusOr<std::optional<Committed>> Manager::Latest(std::ostream* log) const {
   return std::optional<Committed>();
 }
 
+std::optional<int64_t> Manager::NewestCommittedStep() const {
+  for (const auto& [step, path] : List()) {
+    std::error_code ec;
+    if (fs::exists(fs::path(path) / kMeta, ec)) return step;
+  }
+  return std::nullopt;
+}
+
 std::vector<std::pair<int64_t, std::string>> Manager::List() const {
   std::vector<std::pair<int64_t, std::string>> out;
   std::error_code ec;

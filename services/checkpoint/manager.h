@@ -52,6 +52,9 @@ class Manager {
   // The newest checkpoint that verifies; nullopt when there is none. Skipped
   // ones are reported on `log` (one line each) when it is given.
   StatusOr<std::optional<Committed>> Latest(std::ostream* log = nullptr) const;
+  // The step of the newest committed checkpoint, unverified: a directory
+  // listing, cheap enough to poll before paying for Latest().
+  std::optional<int64_t> NewestCommittedStep() const;
   // Verifies one checkpoint directory.
   StatusOr<Committed> Verify(const std::string& ckpt_dir) const;
 

@@ -705,7 +705,22 @@ class Fit final : public Program {
     int64_t last = -1;
     auto last_new = Clock::now();
     std::set<std::string> reported;  // damaged checkpoints already logged
+    auto TimedOut = [&](Clock::time_point since) {
+      if (parsed->eval_timeout_seconds <= 0 ||
+          std::chrono::duration<double>(Clock::now() - since).count() <= parsed->eval_timeout_seconds) {
+        return Status::Ok();
+      }
+      return DeadlineExceeded("evaluator: no new checkpoint in " + mgr.dir() + " for " +
+                              parsed->flags.Get("eval-timeout-seconds") + " s; the final one never came");
+    };
     while (true) {
+      // Verifying reads every file: only worth it when something newer is there.
+      const std::optional<int64_t> newest = mgr.NewestCommittedStep();
+      if (!newest || *newest <= last) {
+        if (Status s = TimedOut(last_new); !s.ok()) return ReportError(s, err);
+        std::this_thread::sleep_for(std::chrono::duration<double>(parsed->eval_poll_seconds));
+        continue;
+      }
       std::ostringstream skipped;
       auto latest = mgr.Latest(&skipped);
       {
@@ -739,12 +754,7 @@ class Fit final : public Program {
           out << "evaluator: checkpoint step " << c.step << " not evaluated: " << values.status().message() << std::endl;
         }
       }
-      if (parsed->eval_timeout_seconds > 0 &&
-          std::chrono::duration<double>(Clock::now() - last_new).count() > parsed->eval_timeout_seconds) {
-        return ReportError(DeadlineExceeded("evaluator: no new checkpoint in " + mgr.dir() + " for " +
-                                            parsed->flags.Get("eval-timeout-seconds") + " s; the final one never came"),
-                           err);
-      }
+      if (Status s = TimedOut(last_new); !s.ok()) return ReportError(s, err);
       std::this_thread::sleep_for(std::chrono::duration<double>(parsed->eval_poll_seconds));
     }
   }

@@ -44,23 +44,10 @@ TEST(InProcessTest, ShardedFitWithStepsPerExecution) {
   auto cluster = InProcessCluster::Start(2, 2, programs);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::string dir = t::MakeTempDir("fit-inproc");
-  std::ofstream(dir + "/job.json") << R"({
-    "name": "t", "seed": 3,
-    "model": {"input_shape": [8], "layers": [
-      {"type": "Dense", "units": 16, "activation": "tanh"},
-      {"type": "Dense", "units": 3, "activation": "softmax"}]},
-    "loss": "sparse_categorical_crossentropy",
-    "optimizer": {"type": "Adam", "learning_rate": 0.01},
-    "metrics": ["accuracy"],
-    "data": {
-      "train": {"source": "synthetic", "num_examples": 1200, "feature_shape": [8], "num_classes": 3, "seed": 5,
-                "noise": 0.5, "begin": 0, "end": 1000},
-      "eval": {"source": "synthetic", "num_examples": 1200, "feature_shape": [8], "num_classes": 3, "seed": 5,
-               "noise": 0.5, "begin": 1000}},
-    "batch_size": 50, "epochs": 3})";
   std::ostringstream out, err;
   programs::ChiefContext ctx{(*cluster)->ps_addresses(), (*cluster)->worker_addresses(), {}, &out, &err};
-  ASSERT_EQ(programs::MakeFit()->RunChief({"--config", dir + "/job.json", "--summary-json", dir + "/out.json",
+  ASSERT_EQ(programs::MakeFit()->RunChief({"--config", t::SourceDir() + "/tests/support/data/synthetic-small.json",
+                                           "--epochs", "3", "--summary-json", dir + "/out.json",
                                            "--steps-per-execution", "3", "--partitioner", "fixed:2"},
                                           ctx),
             0)

@@ -5,8 +5,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/files.h"
 #include "services/strategy/input.h"
 #include "services/strategy/progress.h"
+#include "tests/support/subprocess.h"
 
 namespace tfjob::strategy {
 namespace {
@@ -19,20 +21,12 @@ model::JobConfig Job(const std::string& text) {
   return *j;
 }
 
-const char* kSynthetic = R"({
-  "name": "t", "seed": 3,
-  "model": {"input_shape": [8], "layers": [
-    {"type": "Dense", "units": 16, "activation": "tanh"},
-    {"type": "Dense", "units": 3, "activation": "softmax"}]},
-  "loss": "sparse_categorical_crossentropy",
-  "optimizer": {"type": "Adam", "learning_rate": 0.01},
-  "metrics": ["accuracy"],
-  "data": {
-    "train": {"source": "synthetic", "num_examples": 1200, "feature_shape": [8], "num_classes": 3, "seed": 5,
-              "noise": 0.5, "begin": 0, "end": 1000},
-    "eval": {"source": "synthetic", "num_examples": 1200, "feature_shape": [8], "num_classes": 3, "seed": 5,
-             "noise": 0.5, "begin": 1000}},
-  "batch_size": 50, "epochs": 4})";
+// The small synthetic job the runtime tests share (tests/support/data).
+std::string Synthetic() {
+  auto text = ReadFile(::tfjob::testing::SourceDir() + "/tests/support/data/synthetic-small.json");
+  EXPECT_TRUE(text.ok()) << text.status();
+  return text.ok() ? *text : std::string("{}");
+}
 
 TEST(ProgressTest, KerasFormat) {
   EXPECT_EQ(FormatProgress(125, 125, 1.2, {{"loss", 0.31024}, {"accuracy", 0.912}}),
@@ -45,7 +39,7 @@ TEST(FitTest, LearnsSyntheticProblemAndReportsKerasLines) {
   std::ostringstream out;
   FitOptions opt;
   opt.out = &out;
-  auto s = Fit(Job(kSynthetic), opt);
+  auto s = Fit(Job(Synthetic()), opt);
   ASSERT_TRUE(s.ok()) << s.status();
   ASSERT_EQ(s->history.size(), 4u);
   EXPECT_EQ(s->steps, 4 * 20);
@@ -61,8 +55,8 @@ TEST(FitTest, LearnsSyntheticProblemAndReportsKerasLines) {
 }
 
 TEST(FitTest, DeterministicForASeed) {
-  auto a = Fit(Job(kSynthetic), {});
-  auto b = Fit(Job(kSynthetic), {});
+  auto a = Fit(Job(Synthetic()), {});
+  auto b = Fit(Job(Synthetic()), {});
   ASSERT_TRUE(a.ok() && b.ok());
   for (size_t e = 0; e < a->history.size(); ++e) {
     EXPECT_EQ(a->history[e].values[0].second, b->history[e].values[0].second) << "epoch " << e;
@@ -70,7 +64,7 @@ TEST(FitTest, DeterministicForASeed) {
 }
 
 TEST(FitTest, StepsPerEpochContinuesAcrossEpochs) {
-  model::JobConfig job = Job(kSynthetic);
+  model::JobConfig job = Job(Synthetic());
   job.steps_per_epoch = 7;
   job.epochs = 3;
   auto s = Fit(job, {});
@@ -80,7 +74,7 @@ TEST(FitTest, StepsPerEpochContinuesAcrossEpochs) {
 }
 
 TEST(FitTest, DataModelShapeMismatchNamesFieldAndShapes) {
-  model::JobConfig job = Job(kSynthetic);
+  model::JobConfig job = Job(Synthetic());
   job.model.input_shape = {9};
   auto s = Fit(job, {});
   ASSERT_FALSE(s.ok());
@@ -90,7 +84,7 @@ TEST(FitTest, DataModelShapeMismatchNamesFieldAndShapes) {
 }
 
 TEST(FitTest, LabelsOutsideTheModelsClassesAreRejected) {
-  model::JobConfig job = Job(kSynthetic);
+  model::JobConfig job = Job(Synthetic());
   job.model.layers.back().units = 2;  // data has 3 classes
   auto s = Fit(job, {});
   ASSERT_FALSE(s.ok());
