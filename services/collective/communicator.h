@@ -81,6 +81,10 @@ class Communicator {
   virtual Status Broadcast(std::span<Tensor* const> tensors, int root) = 0;
   // Returns once every member has called it.
   virtual Status Barrier() = 0;
+  // Fails this member's current and later operations with `reason` and
+  // makes the other members' fail with it too (a member that cannot go on
+  // calls this so nobody waits for it).
+  virtual void Abort(const Status& reason) = 0;
 
   // Copies `root`'s bytes into everyone's `bytes` (any length): two
   // Broadcasts, the length first.

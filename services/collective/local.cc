@@ -80,6 +80,8 @@ class LocalGroup::Member final : public Communicator {
     return g_.Arrive(rank_);
   }
 
+  void Abort(const Status& reason) override { g_.Abort(reason); }
+
  private:
   // Publishes this replica's call, waits for the others, checks agreement.
   Status Enter(Call call) {

@@ -68,6 +68,14 @@ RingCommunicator::RingCommunicator(int rank, std::vector<Peer> members, int64_t 
       options_(options),
       last_send_(Clock::now()) {
   staging_.resize(std::max<size_t>(options_.chunk_bytes, 64));
+  if (const char* e = getenv("XRING_SNDBUF"); e && to_next_.valid()) {
+    int v = atoi(e);
+    setsockopt(to_next_.get(), SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
+  }
+  if (const char* e = getenv("XRING_RCVBUF"); e && from_prev_.valid()) {
+    int v = atoi(e);
+    setsockopt(from_prev_.get(), SOL_SOCKET, SO_RCVBUF, &v, sizeof v);
+  }
   if (size() > 1) keepalive_ = std::thread([this] { KeepaliveLoop(); });
 }
 

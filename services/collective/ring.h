@@ -67,7 +67,7 @@ class RingCommunicator final : public Communicator {
 
   // Fails the communicator with `reason` (first call wins) and passes it to
   // both neighbours.
-  void Abort(const Status& reason);
+  void Abort(const Status& reason) override;
   // OK until the first failure.
   Status error() const;
 

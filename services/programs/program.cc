@@ -18,6 +18,12 @@ std::vector<std::shared_ptr<ps::PsClient>> ChiefContext::PsClients() const {
   return out;
 }
 
+int Program::RunCollective(const std::vector<std::string>&, const CollectiveContext& ctx) {
+  return ReportError(InvalidArgument("TF_CONFIG: program \"" + name() +
+                                     "\" needs parameter servers, but the cluster has no \"ps\" tasks"),
+                     *ctx.err);
+}
+
 int Program::RunEvaluator(const std::vector<std::string>&, const EvaluatorContext& ctx) {
   return ReportError(InvalidArgument("TF_CONFIG: program \"" + name() + "\" has no evaluator role"), *ctx.err);
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "services/collective/ring.h"
 #include "services/coordinator/coordinator.h"
 #include "services/metrics/runtime_metrics.h"
 #include "services/ps/ps_client.h"
@@ -38,6 +39,19 @@ struct ChiefContext {
   std::vector<std::shared_ptr<ps::PsClient>> PsClients() const;
 };
 
+// What each member of a cluster without parameter servers gets (chief and
+// worker tasks only: TensorFlow's MultiWorkerMirroredStrategy). Every member
+// runs the program; members[rank] is this task.
+struct CollectiveContext {
+  std::vector<collective::Peer> members;  // chief first, then workers by index
+  int rank = 0;
+  std::ostream* out = nullptr;
+  std::ostream* err = nullptr;
+  // How long forming the group waits for members that are not up yet.
+  std::chrono::milliseconds connect_timeout{300000};
+  runtime_metrics::RuntimeMetrics* metrics = nullptr;
+};
+
 // What the side-car evaluator gets: it never joins the training cluster.
 struct EvaluatorContext {
   std::ostream* out = nullptr;
@@ -55,6 +69,10 @@ class Program {
   virtual Status RegisterWorker(worker::Registry& registry) = 0;
   // The chief's side, given a running cluster.
   virtual int RunChief(const std::vector<std::string>& args, const ChiefContext& ctx) = 0;
+  // Every chief and worker of a cluster without "ps" tasks runs this
+  // (synchronous training across processes). Programs that need parameter
+  // servers say so (exit 2).
+  virtual int RunCollective(const std::vector<std::string>& args, const CollectiveContext& ctx);
   // The evaluator role (TF_CONFIG task type "evaluator"): evaluates the
   // chief's checkpoints as they appear. Programs without one say so.
   virtual int RunEvaluator(const std::vector<std::string>& args, const EvaluatorContext& ctx);

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstring>
@@ -99,15 +100,15 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
   }
   rest.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
   Flags flags;
-  flags.Value("ps", "parameter servers", "1").Value("workers", "workers", "2");
+  flags.Value("ps", "parameter servers (0: the workers train together, multi-worker mirrored)", "0")
+      .Value("workers", "workers", "2");
   if (Status s = flags.Parse(mine); !s.ok()) return ReportError(s, err);
   auto nps = flags.GetInt("ps");
   auto nworkers = flags.GetInt("workers");
   if (!nps.ok()) return ReportError(nps.status(), err);
   if (!nworkers.ok()) return ReportError(nworkers.status(), err);
-  if (*nps < 1 || *nworkers < 1 || *nps > 64 || *nworkers > 64) {
-    return ReportError(InvalidArgument("local: --ps and --workers must be in 1..64"), err);
-  }
+  if (*nps < 0 || *nps > 64) return ReportError(InvalidArgument("local: --ps must be in 0..64"), err);
+  if (*nworkers < 1 || *nworkers > 64) return ReportError(InvalidArgument("local: --workers must be in 1..64"), err);
   if (rest.empty()) return ReportError(InvalidArgument("local: no program given (e.g. -- counter --increments 1,2,3)"), err);
   bool known = false;
   for (const auto& p : programs) known |= p->name() == rest[0];
@@ -121,7 +122,12 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
     }
     return Status::Ok();
   };
-  for (auto [job, n] : {std::pair<std::string, int64_t>{"chief", 1}, {"ps", *nps}, {"worker", *nworkers}}) {
+  // With parameter servers the chief coordinates; without, the workers
+  // form the whole cluster and worker 0 leads it (as in a Kubeflow TFJob of
+  // workers only).
+  const bool with_chief = *nps > 0;
+  for (auto [job, n] : {std::pair<std::string, int64_t>{"chief", with_chief ? 1 : 0}, {"ps", *nps}, {"worker", *nworkers}}) {
+    if (n == 0) continue;
     if (Status s = add(job, n); !s.ok()) return ReportError(s, err);
   }
   auto spec = cluster::ClusterSpec::FromLists(jobs);
@@ -138,7 +144,7 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
     c->name = job + ":" + std::to_string(index);
     c->pid = spawned.first;
     c->out_fd = spawned.second;
-    const bool chief = job == "chief";
+    const bool chief = job == (with_chief ? "chief" : "worker") && index == 0;
     c->pump = std::thread([fd = c->out_fd, prefix = chief ? std::string() : "[" + c->name + "] ", &out, &out_mu] {
       std::string pending;
       char buf[4096];
@@ -165,7 +171,8 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
   Status started;
   for (int64_t k = 0; k < *nps && started.ok(); ++k) started = start("ps", k);
   for (int64_t k = 0; k < *nworkers && started.ok(); ++k) started = start("worker", k);
-  if (started.ok()) started = start("chief", 0);
+  if (started.ok() && with_chief) started = start("chief", 0);
+  const std::string lead = with_chief ? "chief:0" : "worker:0";
 
   auto reap = [](Child& c, int options) {
     if (c.exited) return true;
@@ -175,14 +182,15 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
   };
   int rc = 1;
   if (started.ok()) {
-    Child& chief = *children.back();
+    Child& chief = **std::find_if(children.begin(), children.end(), [&](const auto& c) { return c->name == lead; });
     reap(chief, 0);
     rc = WIFEXITED(chief.status) ? WEXITSTATUS(chief.status) : 128 + WTERMSIG(chief.status);
   } else {
     ReportError(started, err);
   }
-  // The chief shuts the cluster down when it finishes; give the tasks a grace
-  // period, then make sure nothing is left running.
+  // The chief shuts the cluster down when it finishes (workers that train
+  // together finish with worker 0); give the tasks a grace period, then make
+  // sure nothing is left running.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (auto& c : children) {
     while (!reap(*c, WNOHANG) && std::chrono::steady_clock::now() < deadline) {
@@ -191,7 +199,7 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
     if (!c->exited) {
       {
         std::lock_guard g(out_mu);
-        err << "tfjob-runtime: " << c->name << " still running after the chief finished; terminating it" << std::endl;
+        err << "tfjob-runtime: " << c->name << " still running after " << lead << " finished; terminating it" << std::endl;
       }
       kill(c->pid, SIGTERM);
       const auto hard = std::chrono::steady_clock::now() + std::chrono::seconds(3);
@@ -202,7 +210,7 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
         kill(c->pid, SIGKILL);
         reap(*c, 0);
       }
-    } else if (c->name != "chief:0" && !(WIFEXITED(c->status) && WEXITSTATUS(c->status) == 0)) {
+    } else if (c->name != lead && !(WIFEXITED(c->status) && WEXITSTATUS(c->status) == 0)) {
       std::lock_guard g(out_mu);
       err << "tfjob-runtime: " << c->name << " exited with "
           << (WIFEXITED(c->status) ? "code " + std::to_string(WEXITSTATUS(c->status))

@@ -2,6 +2,7 @@
 #include <iostream>
 #include <thread>
 
+#include "services/collective/group.h"
 #include "services/coordinator/coordinator.h"
 #include "services/metrics/runtime_metrics.h"
 #include "services/ps/ps_client.h"
@@ -144,6 +145,16 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
   if (!exporter.ok()) return ReportError(exporter.status(), err);
   runtime_metrics::RuntimeMetrics* metrics = (*exporter)->metrics();
   if (type == cluster::kPs) return ServePs(*cfg, metrics, out, err);
+  // Without parameter servers, the chief and the workers train together
+  // (TensorFlow's MultiWorkerMirroredStrategy): every one runs the program.
+  if ((type == cluster::kWorker || cluster::IsChief(type)) && !training.HasJob(cluster::kPs)) {
+    auto members = collective::MembersFromCluster(training);
+    if (!members.ok()) return ReportError(members.status(), err);
+    auto rank = collective::RankOf(*members, type, cfg->task->index);
+    if (!rank.ok()) return ReportError(rank.status(), err);
+    programs::CollectiveContext ctx{*members, *rank, &out, &err, connect_timeout, metrics};
+    return program.RunCollective(args, ctx);
+  }
   if (type == cluster::kWorker) return ServeWorker(*cfg, training, all, metrics, out, err);
   if (cluster::IsChief(type)) {
     programs::ChiefContext ctx{Addresses(training, cluster::kPs), Addresses(training, cluster::kWorker), {}, &out, &err};
@@ -151,7 +162,6 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
     ctx.coordinator_options.connect_timeout = connect_timeout;
     ctx.metrics = metrics;
     ctx.coordinator_options.metrics = metrics;
-    if (ctx.ps_addresses.empty()) return ReportError(InvalidArgument("TF_CONFIG: the cluster has no \"ps\" tasks"), err);
     if (ctx.worker_addresses.empty()) return ReportError(InvalidArgument("TF_CONFIG: the cluster has no \"worker\" tasks"), err);
     const int rc = program.RunChief(args, ctx);
     // Finished jobs must not leave PS or worker processes behind.

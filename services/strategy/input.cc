@@ -94,6 +94,22 @@ Status CheckExamples(const Examples& ex, const std::string& field, const Shape& 
   return Status::Ok();
 }
 
+StatusOr<JobData> LoadJobData(const model::JobConfig& job, const std::string& data_dir, const model::Model& m) {
+  JobData d;
+  ASSIGN_OR_RETURN(d.train, LoadExamples(job.data.train, data_dir, m.input_dtype()));
+  RETURN_IF_ERROR(CheckExamples(d.train, job.data.train.field, m.input_shape(), m.input_dtype()));
+  Shape probe = m.output_shape();
+  probe.insert(probe.begin(), 1);
+  ASSIGN_OR_RETURN(Tensor first_labels, d.train.labels.Rows(0, 1));
+  RETURN_IF_ERROR(model::CheckLabels(m.training_loss(), probe, first_labels).WithContext(job.data.train.field));
+  if (job.data.eval) {
+    ASSIGN_OR_RETURN(Examples e, LoadExamples(*job.data.eval, data_dir, m.input_dtype()));
+    RETURN_IF_ERROR(CheckExamples(e, job.data.eval->field, m.input_shape(), m.input_dtype()));
+    d.eval = std::move(e);
+  }
+  return d;
+}
+
 data::Dataset TrainingPipeline(const Examples& ex, const model::JobConfig& job) {
   data::Dataset ds = data::Dataset::FromTensors({ex.features, ex.labels});
   if (job.data.shuffle) {
@@ -105,6 +121,49 @@ data::Dataset TrainingPipeline(const Examples& ex, const model::JobConfig& job) 
 
 data::Dataset EvalPipeline(const Examples& ex, int64_t batch_size) {
   return data::Dataset::FromTensors({ex.features, ex.labels}).Batch(batch_size).Prefetch(2);
+}
+
+namespace {
+
+// SplitMix64: distinct, well-mixed seeds for consecutive passes.
+uint64_t PassSeed(int64_t seed, int64_t pass) {
+  uint64_t z = static_cast<uint64_t>(seed) + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(pass + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+GlobalBatches::GlobalBatches(Examples examples, const model::JobConfig& job)
+    : examples_(std::move(examples)), job_(job) {}
+
+int64_t GlobalBatches::batches_per_pass() const { return (examples_.size() + job_.batch_size - 1) / job_.batch_size; }
+
+data::Dataset GlobalBatches::Pass(int64_t pass) const {
+  data::Dataset ds = data::Dataset::FromTensors({examples_.features, examples_.labels});
+  if (job_.data.shuffle) {
+    const int64_t buffer = job_.data.shuffle_buffer > 0 ? job_.data.shuffle_buffer : examples_.size();
+    ds = ds.Shuffle(buffer, PassSeed(job_.seed, pass), /*reshuffle_each_iteration=*/false);
+  }
+  return ds.Batch(job_.batch_size).Prefetch(2);
+}
+
+StatusOr<data::Element> GlobalBatches::Get(int64_t step) {
+  const int64_t per_pass = batches_per_pass();
+  if (per_pass < 1) return InvalidArgument(job_.data.train.field + ": no examples");
+  if (!it_ || step != next_ || step % per_pass == 0) {
+    ASSIGN_OR_RETURN(it_, Pass(step / per_pass).MakeIterator());
+    for (int64_t k = 0; k < step % per_pass; ++k) {
+      ASSIGN_OR_RETURN(std::optional<data::Element> skipped, it_->Next());
+      if (!skipped) return Internal("input pipeline ended early");
+    }
+  }
+  ASSIGN_OR_RETURN(std::optional<data::Element> e, it_->Next());
+  if (!e) return Internal("input pipeline ended early");
+  if (e->size() != 2) return Internal("input pipeline produced " + std::to_string(e->size()) + " components");
+  next_ = step + 1;
+  return std::move(*e);
 }
 
 }  // namespace tfjob::strategy

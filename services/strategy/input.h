@@ -4,11 +4,14 @@
 // field ("data.train") and the file at fault; exit code 2 territory.
 #pragma once
 
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "common/status.h"
 #include "services/data/dataset.h"
 #include "services/model/job_config.h"
+#include "services/model/model.h"
 #include "services/tensor/tensor.h"
 
 namespace tfjob::strategy {
@@ -27,9 +30,42 @@ StatusOr<Examples> LoadExamples(const model::DataSourceSpec& spec, const std::st
 // the data field and both shapes.
 Status CheckExamples(const Examples& ex, const std::string& field, const Shape& input_shape, DType input_dtype);
 
+// A job's training data and, when it names one, its eval data, loaded and
+// checked against the model and the loss (errors name the data field; the
+// caller adds the job file).
+struct JobData {
+  Examples train;
+  std::optional<Examples> eval;
+};
+StatusOr<JobData> LoadJobData(const model::JobConfig& job, const std::string& data_dir, const model::Model& m);
+
 // (features, label) batches: shuffled per epoch with the job seed, batched,
 // prefetched. Keeps the last partial batch, as Keras does.
 data::Dataset TrainingPipeline(const Examples& ex, const model::JobConfig& job);
 data::Dataset EvalPipeline(const Examples& ex, int64_t batch_size);
+
+// The sequence of global batches of synchronous training: step s is batch
+// s % P of pass s / P over the training data (P batches per pass), each pass
+// shuffled with a seed derived from the job's seed and the pass number. So
+// every replica, in any process, gets the same batch for the same step, and
+// a member that joins a running group at step s starts exactly there.
+// Thread-safety: one thread. Failure: pipeline errors from Get.
+class GlobalBatches {
+ public:
+  GlobalBatches(Examples examples, const model::JobConfig& job);
+  int64_t batches_per_pass() const;
+  // The global batch of training step `step` (0-based, across epochs).
+  // Sequential calls cost one batch each; any other step rebuilds the pass
+  // and skips to it.
+  StatusOr<data::Element> Get(int64_t step);
+
+ private:
+  data::Dataset Pass(int64_t pass) const;
+
+  Examples examples_;
+  model::JobConfig job_;
+  std::unique_ptr<data::Iterator> it_;
+  int64_t next_ = -1;  // the step it_ yields next
+};
 
 }  // namespace tfjob::strategy

@@ -91,9 +91,16 @@ TEST(LocalLauncherTest, MnistMlpWithTwoPsAndTwoWorkers) {
 }
 
 TEST(LocalLauncherTest, BadLauncherInput) {
-  auto r = t::Run({Runtime(), "local", "--ps", "0", "--", "counter"});
+  auto r = t::Run({Runtime(), "local", "--ps", "-1", "--", "counter"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.err, HasSubstr("--ps and --workers must be in 1..64"));
+  EXPECT_THAT(r.err, HasSubstr("--ps must be in 0..64"));
+  r = t::Run({Runtime(), "local", "--workers", "0", "--", "counter"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--workers must be in 1..64"));
+  // Counting needs a parameter server: without one the workers say so.
+  r = t::Run({Runtime(), "local", "--workers", "2", "--", "counter"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.out + r.err, HasSubstr("program \"counter\" needs parameter servers, but the cluster has no \"ps\" tasks"));
   r = t::Run({Runtime(), "local", "--", "nosuch"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("unknown program \"nosuch\""));

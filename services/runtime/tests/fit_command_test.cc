@@ -159,7 +159,38 @@ TEST(FitBadInputTest, CheckpointFlags) {
   ExpectBadInput(Fit(job, {"--checkpoint-dir", "/tmp/x", "--checkpoint-every-steps", "-1"}),
                  "flag --checkpoint-every-steps: must be >= 0");
   ExpectBadInput(Fit(job, {"--checkpoint-dir", "/tmp/x", "--checkpoint-keep", "0"}), "flag --checkpoint-keep: must be >= 1");
-  ExpectBadInput(Fit(job, {"--checkpoint-dir", "/tmp/x"}), "checkpoints are written in parameter-server mode");
+}
+
+TEST(FitBadInputTest, StrategyFlags) {
+  const std::string job = Example("mnist/mlp.json");
+  ExpectBadInput(Fit(job, {"--strategy", "mirroredd"}), "flag --strategy: \"mirroredd\" is not one of");
+  ExpectBadInput(Fit(job, {"--strategy", "parameter_server"}), "needs a cluster with \"ps\" tasks");
+  ExpectBadInput(Fit(job, {"--replicas", "2"}), "flag --replicas: only --strategy mirrored and central_storage");
+  ExpectBadInput(Fit(job, {"--strategy", "mirrored", "--replicas", "0"}), "flag --replicas: must be in 1..256");
+  ExpectBadInput(Fit(job, {"--communication", "mpi"}), "flag --communication: communication \"mpi\"");
+  ExpectBadInput(Fit(job, {"--collective-timeout-seconds", "0"}), "flag --collective-timeout-seconds: must be a positive");
+}
+
+// Single-process training checkpoints too, and a second run with the same
+// directory resumes from the final checkpoint instead of training again.
+TEST(FitCommandTest, SingleProcessCheckpointsAndResumes) {
+  const std::string dir = t::MakeTempDir("fit-ckpt");
+  const std::string job = t::SourceDir() + "/tests/support/data/synthetic-small.json";
+  auto r = t::Run({Runtime(), "fit", "--config", job, "--checkpoint-dir", dir + "/ckpt", "--checkpoint-every-steps", "30",
+                   "--summary-json", dir + "/a.json"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("fit: checkpoint " + dir + "/ckpt/ckpt-30 (step 30,"));
+  EXPECT_THAT(r.out, HasSubstr("fit: checkpoint " + dir + "/ckpt/ckpt-80 (step 80, final,"));
+  auto again = t::Run({Runtime(), "fit", "--config", job, "--checkpoint-dir", dir + "/ckpt", "--summary-json",
+                       dir + "/b.json"});
+  ASSERT_EQ(again.exit_code, 0) << again.out << again.err;
+  EXPECT_THAT(again.out, HasSubstr("fit: restored checkpoint " + dir + "/ckpt/ckpt-80 at step 80"));
+  EXPECT_THAT(again.out, ::testing::Not(HasSubstr("Epoch 1/4")));
+  const nlohmann::json a = nlohmann::json::parse(ReadText(dir + "/a.json"));
+  const nlohmann::json b = nlohmann::json::parse(ReadText(dir + "/b.json"));
+  EXPECT_EQ(a["eval_accuracy"], b["eval_accuracy"]);
+  EXPECT_EQ(a["steps"], 80);
+  EXPECT_EQ(b["steps"], 80);
 }
 
 TEST(EvaluatorRoleTest, BadInputIsOneLine) {

@@ -1,4 +1,4 @@
-#include "services/strategy/trainer.h"
+#include "services/strategy/fit.h"
 
 #include <sstream>
 

@@ -1,0 +1,281 @@
+#include "services/collective/nccl.h"
+
+#ifdef TFJOB_HAVE_NCCL
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+namespace tfjob::collective {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Status FromCuda(cudaError_t e, const std::string& what) {
+  if (e == cudaSuccess) return Status::Ok();
+  return Internal("collective (nccl): " + what + ": " + cudaGetErrorString(e));
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(Communicator& control, int device, Options o) : control_(control), device_(device), o_(o) {}
+
+  ~NcclCommunicator() override {
+    if (comm_) {
+      // Destroying waits for pending work; after a failure nothing may wait.
+      if (failed_) {
+        ncclCommAbort(comm_);
+      } else {
+        ncclCommDestroy(comm_);
+      }
+    }
+    if (stream_) cudaStreamDestroy(stream_);
+    if (device_buf_) cudaFree(device_buf_);
+    if (host_buf_) cudaFreeHost(host_buf_);
+  }
+
+  Status Init() {
+    std::string id_bytes;
+    if (control_.rank() == 0) {
+      ncclUniqueId id;
+      RETURN_IF_ERROR(Check(ncclGetUniqueId(&id), "ncclGetUniqueId"));
+      id_bytes.assign(id.internal, sizeof id.internal);
+    }
+    // The id travels over the group's own control channel.
+    RETURN_IF_ERROR(control_.BroadcastBytes(id_bytes, 0));
+    if (id_bytes.size() != sizeof(ncclUniqueId::internal)) return Internal("collective (nccl): malformed unique id");
+    ncclUniqueId id;
+    std::memcpy(id.internal, id_bytes.data(), sizeof id.internal);
+    RETURN_IF_ERROR(FromCuda(cudaSetDevice(device_), "cudaSetDevice"));
+    RETURN_IF_ERROR(FromCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;  // so a member that never joins cannot hang this one
+    ncclResult_t r = ncclCommInitRankConfig(&comm_, control_.size(), id, control_.rank(), &config);
+    if (r != ncclSuccess && r != ncclInProgress) return Check(r, "ncclCommInitRank");
+    return WaitComm("joining the NCCL communicator");
+  }
+
+  int rank() const override { return control_.rank(); }
+  int size() const override { return control_.size(); }
+  int64_t generation() const override { return control_.generation(); }
+  std::string_view implementation() const override { return "nccl"; }
+  using Communicator::AllReduce;
+
+  Status AllReduce(std::span<Tensor* const> tensors, ReduceOp op) override {
+    RETURN_IF_ERROR(error_);
+    size_t bytes = 0;
+    for (Tensor* t : tensors) {
+      if (t->dtype() != DType::kFloat32) return Fail(InvalidArgument("collective: all_reduce takes float32 tensors, got " + t->DebugString()));
+      bytes += t->bytes();
+    }
+    RETURN_IF_ERROR(Agree("all_reduce", tensors, -1));
+    RETURN_IF_ERROR(Stage(tensors, bytes, true));
+    const ncclRedOp_t red = op == ReduceOp::kMean ? ncclAvg : ncclSum;
+    RETURN_IF_ERROR(Enqueue(ncclAllReduce(device_buf_, device_buf_, bytes / sizeof(float), ncclFloat, red, comm_, stream_),
+                            "ncclAllReduce"));
+    return Unstage(tensors, bytes);
+  }
+
+  StatusOr<Tensor> AllGather(const Tensor& in) override {
+    RETURN_IF_ERROR(error_);
+    Shape shape = in.shape();
+    if (shape.empty()) shape = {1};
+    shape[0] *= size();
+    ASSIGN_OR_RETURN(Tensor out, Tensor::CreateUninitialized(in.dtype(), shape));
+    Tensor copy = in;
+    Tensor* p[] = {&copy};
+    RETURN_IF_ERROR(Agree("all_gather", p, -1));
+    const size_t block = in.bytes();
+    RETURN_IF_ERROR(Reserve(block * static_cast<size_t>(size())));
+    std::memcpy(host_buf_, in.raw(), block);
+    std::byte* send = static_cast<std::byte*>(device_buf_) + static_cast<size_t>(rank()) * block;
+    RETURN_IF_ERROR(Enqueue(cudaMemcpyAsync(send, host_buf_, block, cudaMemcpyHostToDevice, stream_), "copy to device"));
+    RETURN_IF_ERROR(Enqueue(ncclAllGather(send, device_buf_, block, ncclInt8, comm_, stream_), "ncclAllGather"));
+    RETURN_IF_ERROR(Enqueue(cudaMemcpyAsync(host_buf_, device_buf_, out.bytes(), cudaMemcpyDeviceToHost, stream_), "copy to host"));
+    RETURN_IF_ERROR(Wait("all_gather"));
+    std::memcpy(out.raw(), host_buf_, out.bytes());
+    return out;
+  }
+
+  Status Broadcast(std::span<Tensor* const> tensors, int root) override {
+    RETURN_IF_ERROR(error_);
+    if (root < 0 || root >= size()) return Fail(InvalidArgument("collective: broadcast from rank " + std::to_string(root)));
+    size_t bytes = 0;
+    for (Tensor* t : tensors) bytes += t->bytes();
+    RETURN_IF_ERROR(Agree("broadcast", tensors, root));
+    RETURN_IF_ERROR(Stage(tensors, bytes, rank() == root));
+    RETURN_IF_ERROR(Enqueue(ncclBroadcast(device_buf_, device_buf_, bytes, ncclInt8, root, comm_, stream_), "ncclBroadcast"));
+    return Unstage(tensors, bytes);
+  }
+
+  Status Barrier() override {
+    Tensor t = Tensor::Scalar(0);
+    return AllReduce(t, ReduceOp::kSum);
+  }
+
+  void Abort(const Status& reason) override {
+    (void)Fail(reason);
+    control_.Abort(reason);
+  }
+
+ private:
+  Status Check(ncclResult_t r, const std::string& what) {
+    if (r == ncclSuccess || r == ncclInProgress) return Status::Ok();
+    const Code code = r == ncclInvalidArgument || r == ncclInvalidUsage ? Code::kInvalidArgument : Code::kUnavailable;
+    return Status(code, "collective (nccl): " + what + ": " + ncclGetErrorString(r) + " (" + ncclGetLastError(comm_) + ")");
+  }
+
+  Status Fail(const Status& s) {
+    if (error_.ok()) error_ = s;
+    failed_ = true;
+    return error_;
+  }
+
+  Status WaitComm(const std::string& what) {
+    const auto deadline = Clock::now() + o_.timeout;
+    while (true) {
+      ncclResult_t r = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &r);
+      if (r == ncclSuccess) return Status::Ok();
+      if (r != ncclInProgress) return Fail(Check(r, what));
+      if (Clock::now() > deadline) {
+        return Fail(DeadlineExceeded("collective (nccl): " + what + " took longer than the timeout: a member is hung or gone"));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+
+  Status Enqueue(ncclResult_t r, const std::string& what) {
+    if (r == ncclInProgress) return WaitComm(what);
+    if (r != ncclSuccess) return Fail(Check(r, what));
+    return Status::Ok();
+  }
+  Status Enqueue(cudaError_t e, const std::string& what) {
+    Status s = FromCuda(e, what);
+    return s.ok() ? s : Fail(s);
+  }
+
+  // Waits for the stream, watching NCCL's asynchronous errors and the clock.
+  Status Wait(const std::string& what) {
+    const auto deadline = Clock::now() + o_.timeout;
+    while (true) {
+      const cudaError_t e = cudaStreamQuery(stream_);
+      if (e == cudaSuccess) return Status::Ok();
+      if (e != cudaErrorNotReady) return Fail(FromCuda(e, what));
+      ncclResult_t r = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &r);
+      if (r != ncclSuccess && r != ncclInProgress) return Fail(Check(r, what));
+      if (Clock::now() > deadline) {
+        return Fail(DeadlineExceeded("collective (nccl): " + what + " did not finish within the timeout: a member is hung or gone"));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  Status Reserve(size_t bytes) {
+    if (bytes <= capacity_) return Status::Ok();
+    if (device_buf_) cudaFree(device_buf_);
+    if (host_buf_) cudaFreeHost(host_buf_);
+    device_buf_ = nullptr;
+    host_buf_ = nullptr;
+    capacity_ = 0;
+    RETURN_IF_ERROR(Enqueue(cudaMalloc(&device_buf_, bytes), "cudaMalloc"));
+    RETURN_IF_ERROR(Enqueue(cudaMallocHost(&host_buf_, bytes), "cudaMallocHost"));
+    capacity_ = bytes;
+    return Status::Ok();
+  }
+
+  Status Stage(std::span<Tensor* const> tensors, size_t bytes, bool copy_in) {
+    RETURN_IF_ERROR(Reserve(std::max<size_t>(bytes, 4)));
+    if (!copy_in) return Status::Ok();
+    size_t o = 0;
+    for (Tensor* t : tensors) {
+      std::memcpy(static_cast<std::byte*>(host_buf_) + o, t->raw(), t->bytes());
+      o += t->bytes();
+    }
+    return Enqueue(cudaMemcpyAsync(device_buf_, host_buf_, bytes, cudaMemcpyHostToDevice, stream_), "copy to device");
+  }
+
+  Status Unstage(std::span<Tensor* const> tensors, size_t bytes) {
+    RETURN_IF_ERROR(Enqueue(cudaMemcpyAsync(host_buf_, device_buf_, bytes, cudaMemcpyDeviceToHost, stream_), "copy to host"));
+    RETURN_IF_ERROR(Wait("operation"));
+    size_t o = 0;
+    for (Tensor* t : tensors) {
+      std::memcpy(t->raw(), static_cast<std::byte*>(host_buf_) + o, t->bytes());
+      o += t->bytes();
+    }
+    return Status::Ok();
+  }
+
+  // NCCL trusts every member to pass the same counts; a disagreement would
+  // hang or corrupt. The control ring checks first, so every member fails
+  // with INVALID_ARGUMENT instead.
+  Status Agree(const std::string& op, std::span<Tensor* const> tensors, int root) {
+    size_t count = 0;
+    for (Tensor* t : tensors) count += static_cast<size_t>(t->size());
+    const int64_t mine[3] = {static_cast<int64_t>(count), static_cast<int64_t>(HashShapes(tensors) >> 1), root};
+    ASSIGN_OR_RETURN(Tensor d, Tensor::FromVector({3}, std::vector<int64_t>(mine, mine + 3)));
+    auto all = control_.AllGather(d);
+    if (!all.ok()) return Fail(all.status());
+    const int64_t* a = all->data<int64_t>();
+    for (int r = 0; r < size(); ++r) {
+      if (a[3 * r] != mine[0] || a[3 * r + 1] != mine[1] || a[3 * r + 2] != mine[2]) {
+        return Fail(InvalidArgument("collective: members disagree on " + op + ": rank " + std::to_string(r) + " passed " +
+                                    std::to_string(a[3 * r]) + " elements, rank " + std::to_string(rank()) + " " +
+                                    std::to_string(count) + " (" + ShapesString(tensors) + ")"));
+      }
+    }
+    return Status::Ok();
+  }
+
+  Communicator& control_;
+  const int device_;
+  const Options o_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  void* device_buf_ = nullptr;
+  void* host_buf_ = nullptr;
+  size_t capacity_ = 0;
+  Status error_;
+  bool failed_ = false;
+};
+
+}  // namespace
+
+Status NcclAvailable() {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return FailedPrecondition(std::string("no GPU is visible (") +
+                              (e == cudaSuccess ? "no CUDA devices" : cudaGetErrorString(e)) + ")");
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(Communicator& control, int device, Options options) {
+  RETURN_IF_ERROR(NcclAvailable());
+  auto c = std::make_unique<NcclCommunicator>(control, device, options);
+  RETURN_IF_ERROR(c->Init());
+  return std::unique_ptr<Communicator>(std::move(c));
+}
+
+}  // namespace tfjob::collective
+
+#else  // !TFJOB_HAVE_NCCL
+
+namespace tfjob::collective {
+
+Status NcclAvailable() {
+  return FailedPrecondition("this build has no NCCL (the CUDA toolkit and NCCL were not found when it was built)");
+}
+
+StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(Communicator&, int, Options) { return NcclAvailable(); }
+
+}  // namespace tfjob::collective
+
+#endif

@@ -1,0 +1,36 @@
+// The NCCL implementation of Communicator, for members with a GPU each:
+// NCCL moves the data between the GPUs (NVLink, PCIe or the network) and the
+// group's ring (group.h) carries its control messages: rank 0 creates the
+// NCCL unique id and broadcasts it over the ring, then every member joins
+// the NCCL communicator on its device. Built when CUDA and NCCL are found
+// (TFJOB_HAVE_NCCL); elsewhere NcclAvailable() says why not and nothing else
+// is offered.
+//
+// The runtime's tensors live in host memory (until it computes on GPUs), so
+// each operation stages them through pinned host memory and one device
+// buffer: copy in, reduce on the device, copy out, all on one stream.
+//
+// Ownership: a NcclCommunicator owns its NCCL communicator, stream and
+// buffers. Thread-safety: one operation at a time. Failure: NCCL's
+// asynchronous errors and a peer that stops answering are detected by
+// polling with Options::timeout; the communicator is then aborted
+// (ncclCommAbort) and every call returns UNAVAILABLE or DEADLINE_EXCEEDED,
+// so the strategy re-forms the group as it does for the ring.
+#pragma once
+
+#include <memory>
+
+#include "common/status.h"
+#include "services/collective/communicator.h"
+
+namespace tfjob::collective {
+
+// OK when this build has NCCL and a GPU is visible; otherwise
+// FAILED_PRECONDITION saying which is missing.
+Status NcclAvailable();
+
+// Joins the NCCL communicator of `control`'s group (same ranks) on CUDA
+// device `device`, exchanging the unique id through `control`.
+StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(Communicator& control, int device, Options options);
+
+}  // namespace tfjob::collective

@@ -1,0 +1,62 @@
+// What the files of the `fit` program share: its flags, parsed once into a
+// typed struct, and the pieces each role uses (fit.cc dispatches; fit_ps.cc
+// is the parameter-server strategy and its workers' closures;
+// fit_evaluator.cc the side-car evaluator).
+// Thread-safety: plain values and free functions. Failure: Status values.
+#pragma once
+
+#include <chrono>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/flags.h"
+#include "common/status.h"
+#include "services/collective/communicator.h"
+#include "services/model/job_config.h"
+#include "services/programs/program.h"
+#include "services/strategy/input.h"
+#include "services/strategy/sharding.h"
+#include "services/strategy/strategy.h"
+#include "services/strategy/variable_store.h"
+#include "services/worker/worker.h"
+
+namespace tfjob::programs::fit {
+
+struct Parsed {
+  Flags flags;
+  model::JobConfig job;
+  int64_t steps_per_execution = 1;
+  strategy::Partitioner partitioner;
+  strategy::CheckpointPolicy checkpoints;
+  std::optional<strategy::StrategyKind> strategy;  // --strategy, when given
+  collective::Implementation communication = collective::Implementation::kAuto;
+  int replicas = 1;
+  collective::Options collective;
+  bool rejoin_timeout_given = false;
+  double eval_poll_seconds = 0.5;
+  double eval_timeout_seconds = 0;
+};
+
+StatusOr<Parsed> Parse(const std::vector<std::string>& args);
+std::string Usage();
+Status WriteSummary(const Flags& flags, const nlohmann::json& j);
+
+// --communication nccl: OK only where NCCL can serve (built with it, a GPU
+// visible); otherwise INVALID_ARGUMENT saying why.
+Status CheckCommunication(collective::Implementation impl);
+
+// The parameter-server strategy over the chief's context (fit_ps.cc).
+StatusOr<std::unique_ptr<strategy::Strategy>> MakePsStrategy(const Parsed& p, const ChiefContext& ctx,
+                                                             const model::Model& m, int64_t steps_per_epoch);
+// The workers' side of parameter-server fit: dataset and closure.
+Status RegisterPsWorker(worker::Registry& r);
+
+// The side-car evaluator (fit_evaluator.cc).
+int RunEvaluator(const Parsed& p, const EvaluatorContext& ctx);
+
+}  // namespace tfjob::programs::fit

@@ -1,0 +1,359 @@
+// fit under ParameterServerStrategy (async): variables live on PS tasks,
+// each scheduled closure runs steps_per_execution steps on one worker (pull,
+// gradients, push with the closure id), and the chief merges the closures'
+// loss and metrics. The training loop itself is services/strategy/loop.h;
+// this is the Strategy it drives, and the workers' side.
+//
+// How the chief survives the loss of any task:
+//  - a worker: the coordinator re-queues its closures (exactly once per shard);
+//  - a parameter server: its restart (new incarnation) fails the closures
+//    that touch it; Join reports that, and the chief claims the PS again,
+//    restores every PS from the latest good checkpoint and carries on;
+//  - the chief: the restarted chief fences the previous one off, restores the
+//    latest checkpoint and continues to the requested length.
+// The loop's chunks end at checkpoint boundaries and each is joined before a
+// checkpoint, so a checkpoint is a consistent cut at a known step and at
+// most one checkpoint interval of progress is ever lost.
+#include <chrono>
+#include <mutex>
+#include <ostream>
+
+#include "common/json_reader.h"
+#include "services/checkpoint/manager.h"
+#include "services/coordinator/coordinator.h"
+#include "services/programs/fit_internal.h"
+#include "services/strategy/checkpoints.h"
+#include "services/strategy/stats.h"
+#include "services/tensor/threads.h"
+
+namespace tfjob::programs::fit {
+namespace {
+
+constexpr const char* kTrainDataset = "fit/train";
+constexpr const char* kTrainClosure = "fit/train_steps";
+
+StatusOr<strategy::Placement> PlaceModel(const model::Model& m, int64_t num_ps, const strategy::Partitioner& part) {
+  strategy::Placement placement(num_ps, part);
+  for (const auto& v : m.variables()) RETURN_IF_ERROR(placement.Add(v.name, v.shape).status());
+  return placement;
+}
+
+std::vector<std::string> VariableNames(const model::Model& m) {
+  std::vector<std::string> names;
+  for (const auto& v : m.variables()) names.push_back(v.name);
+  return names;
+}
+
+nlohmann::json StatsToJson(const strategy::BatchStats& s, int64_t steps, int64_t examples) {
+  nlohmann::json j = s.ToJson();
+  j["steps"] = steps;
+  j["examples"] = examples;
+  return j;
+}
+
+class PsStrategy final : public strategy::Strategy {
+ public:
+  PsStrategy(const Parsed& p, const ChiefContext& ctx, std::vector<std::shared_ptr<ps::PsClient>> clients,
+             strategy::Placement placement, std::vector<std::string> names, std::vector<Tensor> init)
+      : p_(p),
+        ctx_(ctx),
+        out_(*ctx.out),
+        clients_(std::move(clients)),
+        store_(std::move(placement), clients_),
+        names_(std::move(names)),
+        init_(std::move(init)),
+        coord_(ctx.worker_addresses, ctx.coordinator_options),
+        mgr_(p.checkpoints.dir, static_cast<int>(p.checkpoints.keep)),
+        incarnations_(clients_.size(), 0) {}
+
+  strategy::StrategyKind kind() const override { return strategy::StrategyKind::kParameterServer; }
+  int64_t num_replicas_in_sync() const override { return 1; }  // asynchronous: every closure applies alone
+
+  Status Start(strategy::TrainState& st) override {
+    RETURN_IF_ERROR(Claim());
+    out_ << "fit: " << names_.size() << " variables (" << ParameterCount() << " parameters) on " << clients_.size()
+         << " parameter servers, " << ctx_.worker_addresses.size() << " workers, partitioner "
+         << strategy::PartitionerString(p_.partitioner) << std::endl;
+    // A restarted chief continues from the latest checkpoint; a first start
+    // writes the step-0 checkpoint so that any later PS loss has one to use.
+    if (p_.checkpoints.enabled()) {
+      ASSIGN_OR_RETURN(bool restored, Restore(st));
+      if (!restored) {
+        RETURN_IF_ERROR(SaveCheckpoint(st, false));
+        if (ctx_.metrics) ctx_.metrics->RecordCheckpoint(st.step);
+      }
+    }
+    // Workers get the job as JSON, so they need no copy of the file.
+    ASSIGN_OR_RETURN(nlohmann::json doc, ReadJsonFile(p_.job.source));
+    nlohmann::json dargs{{"config", doc},
+                         {"source", p_.job.source},
+                         {"data_dir", p_.flags.Get("data-dir")},
+                         {"partitioner", strategy::PartitionerString(p_.partitioner)},
+                         {"num_ps", static_cast<int64_t>(clients_.size())},
+                         {"threads", *p_.flags.GetInt("threads")}};
+    return coord_.CreatePerWorkerDataset(kTrainDataset, dargs, kTrainDataset);
+  }
+
+  Status Run(strategy::TrainState& st, int64_t end) override {
+    const int64_t spe = p_.steps_per_execution;
+    std::vector<coordinator::RemoteValue> values;
+    for (int64_t s = st.step; s < end; s += spe) {
+      values.push_back(coord_.Schedule(kTrainClosure, {{"steps", std::min(spe, end - s)}}));
+    }
+    Status joined = coord_.Join();
+    strategy::BatchStats stats;
+    int64_t steps = 0, examples = 0;
+    for (auto& v : values) {
+      auto r = v.Fetch();
+      if (!r.ok()) continue;
+      auto s = strategy::BatchStats::FromJson(r->json);
+      if (s.ok()) stats.Merge(*s);
+      steps += r->json["steps"].get<int64_t>();
+      examples += r->json["examples"].get<int64_t>();
+    }
+    if (!joined.ok()) {
+      reached_ = st.step + steps;
+      return joined;
+    }
+    st.partial.Merge(stats);
+    st.partial_steps += steps;
+    st.examples += examples;
+    st.step = end;
+    return Status::Ok();
+  }
+
+  Status Recover(const Status& cause, strategy::TrainState& st) override { return Recover(cause, st, ++recoveries_); }
+
+  Status Checkpoint(const strategy::TrainState& st, bool final) override {
+    reached_ = st.step;
+    RETURN_IF_ERROR(SaveCheckpoint(st, final));
+    recoveries_ = 0;
+    return Status::Ok();
+  }
+
+  // The trained variables, re-read from the final checkpoint if a PS was
+  // lost after it was written.
+  StatusOr<std::vector<Tensor>> Values() override {
+    auto v = store_.Pull(names_);
+    if (v.ok() || !p_.checkpoints.enabled()) return v;
+    strategy::TrainState st;
+    RETURN_IF_ERROR(Recover(v.status(), st, 1));
+    return store_.Pull(names_);
+  }
+
+  nlohmann::json SummaryJson() const override {
+    const auto s = coord_.stats();
+    return {{"strategy", "parameter_server"},
+            {"num_ps", clients_.size()},
+            {"num_workers", ctx_.worker_addresses.size()},
+            {"steps_per_execution", p_.steps_per_execution},
+            {"partitioner", strategy::PartitionerString(p_.partitioner)},
+            {"closures",
+             {{"scheduled", s.scheduled}, {"completed", s.completed}, {"retried", s.retried}, {"worker_failures", s.worker_failures}}},
+            {"recovery", {{"ps_restarts", ps_restarts_}, {"restored_steps", restored_}, {"checkpoints_written", checkpoints_}}}};
+  }
+
+ private:
+  static constexpr int kMaxRecoveries = 10;  // in a row, without a checkpoint in between
+
+  int64_t ParameterCount() const {
+    int64_t n = 0;
+    for (const Tensor& t : init_) n += t.size();
+    return n;
+  }
+
+  // Makes this chief the only one whose closures the PS tasks apply, and
+  // creates the variables where they are missing (a no-op where they exist).
+  Status Claim() {
+    for (size_t i = 0; i < clients_.size(); ++i) {
+      ASSIGN_OR_RETURN(uint64_t previous, clients_[i]->Fence(coord_.incarnation()));
+      if (previous != 0 && previous != coord_.incarnation() && i == 0) {
+        out_ << "fit: fenced off the previous chief (incarnation " << std::hex << previous << std::dec << ")" << std::endl;
+      }
+    }
+    for (size_t i = 0; i < names_.size(); ++i) RETURN_IF_ERROR(store_.Create(names_[i], init_[i], p_.job.optimizer));
+    for (size_t i = 0; i < clients_.size(); ++i) {
+      ASSIGN_OR_RETURN(ps::PsStatus s, clients_[i]->GetStatus());
+      incarnations_[i] = s.incarnation;
+    }
+    return Status::Ok();
+  }
+
+  Status SaveCheckpoint(const strategy::TrainState& st, bool final) {
+    ASSIGN_OR_RETURN(std::string dir, mgr_.Prepare(st.step));
+    std::vector<std::string> files;
+    int64_t bytes = 0;
+    for (size_t i = 0; i < clients_.size(); ++i) {
+      files.push_back("ps-" + std::to_string(i) + ".ckpt");
+      ASSIGN_OR_RETURN(int64_t b, clients_[i]->Save(dir + "/" + files.back()));
+      bytes += b;
+    }
+    // A PS that restarted during the save wrote its empty table: never commit that.
+    ASSIGN_OR_RETURN(std::vector<size_t> restarted, Restarted());
+    if (!restarted.empty()) {
+      return Aborted("checkpoint at step " + std::to_string(st.step) + ": parameter server " +
+                     std::to_string(restarted[0]) + " restarted while it was written");
+    }
+    nlohmann::json state = st.ToJson();
+    state["num_ps"] = clients_.size();
+    state["partitioner"] = strategy::PartitionerString(p_.partitioner);
+    RETURN_IF_ERROR(mgr_.Commit(st.step, final, state, files));
+    ++checkpoints_;
+    out_ << "fit: checkpoint " << dir << " (step " << st.step << (final ? ", final" : "") << ", " << bytes << " bytes)"
+         << std::endl;
+    return Status::Ok();
+  }
+
+  // True when a checkpoint was found and every PS now holds it.
+  StatusOr<bool> Restore(strategy::TrainState& st) {
+    ASSIGN_OR_RETURN(std::optional<checkpoint::Committed> c, mgr_.Latest(&out_));
+    if (!c) return false;
+    if (c->files.size() != clients_.size() || c->state.value("num_ps", int64_t{0}) == 0) {
+      return FailedPrecondition(c->dir + " holds " +
+                                (c->state.value("num_ps", int64_t{0}) == 0 ? std::string("a synchronous strategy's variables")
+                                                                            : std::to_string(c->files.size()) +
+                                                                                  " parameter servers' variables") +
+                                "; this cluster has " + std::to_string(clients_.size()) + " parameter servers");
+    }
+    for (size_t i = 0; i < clients_.size(); ++i) RETURN_IF_ERROR(clients_[i]->Restore(c->files[i]).status());
+    ASSIGN_OR_RETURN(st, strategy::TrainState::FromJson(c->state));
+    out_ << "fit: restored checkpoint " << c->dir << " at step " << st.step << std::endl;
+    return true;
+  }
+
+  // Indices of the PS tasks whose incarnation changed since Claim.
+  StatusOr<std::vector<size_t>> Restarted() {
+    std::vector<size_t> out;
+    for (size_t i = 0; i < clients_.size(); ++i) {
+      ASSIGN_OR_RETURN(ps::PsStatus s, clients_[i]->GetStatus());
+      if (s.incarnation != incarnations_[i]) out.push_back(i);
+    }
+    return out;
+  }
+
+  // `cause` stopped training with reached_ steps done. A restarted PS is
+  // recovered from; anything else is the job's error.
+  Status Recover(const Status& cause, strategy::TrainState& st, int attempt) {
+    auto restarted = Restarted();
+    if (!restarted.ok() || restarted->empty()) return cause;
+    const std::string which = "parameter server " + std::to_string((*restarted)[0]);
+    if (!p_.checkpoints.enabled()) {
+      return FailedPrecondition(which + " restarted and lost its variables; run fit with --checkpoint-dir to recover");
+    }
+    if (attempt > kMaxRecoveries) {
+      return Aborted(which + " keeps restarting: gave up after " + std::to_string(kMaxRecoveries) + " recoveries (last: " +
+                     cause.message() + ")");
+    }
+    ps_restarts_ += static_cast<int64_t>(restarted->size());
+    out_ << "fit: " << which << " restarted (new incarnation): restoring every parameter server from the latest checkpoint"
+         << std::endl;
+    RETURN_IF_ERROR(Claim());
+    ASSIGN_OR_RETURN(bool restored, Restore(st));
+    if (!restored) return DataLoss("no checkpoint to restore " + which + " from in " + mgr_.dir());
+    restored_.push_back(st.step);
+    out_ << "fit: resumed at step " << st.step << " (lost " << std::max<int64_t>(0, reached_ - st.step) << " steps)"
+         << std::endl;
+    return Status::Ok();
+  }
+
+  const Parsed& p_;
+  const ChiefContext& ctx_;
+  std::ostream& out_;
+  std::vector<std::shared_ptr<ps::PsClient>> clients_;
+  strategy::VariableStore store_;
+  const std::vector<std::string> names_;
+  const std::vector<Tensor> init_;
+  coordinator::ClusterCoordinator coord_;
+  checkpoint::Manager mgr_;
+  std::vector<uint64_t> incarnations_;
+
+  int recoveries_ = 0;
+  int64_t reached_ = 0;
+  int64_t ps_restarts_ = 0;
+  int64_t checkpoints_ = 0;
+  std::vector<int64_t> restored_;
+};
+
+// What a worker keeps between closures: the job and its placement (set by
+// the dataset function), and idle models to reuse.
+struct WorkerFitState {
+  std::mutex mu;
+  std::optional<model::JobConfig> job;
+  std::optional<strategy::Placement> placement;
+  std::vector<std::unique_ptr<model::Model>> idle;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<strategy::Strategy>> MakePsStrategy(const Parsed& p, const ChiefContext& ctx,
+                                                             const model::Model& m, int64_t) {
+  std::vector<std::shared_ptr<ps::PsClient>> clients = ctx.PsClients();
+  ASSIGN_OR_RETURN(strategy::Placement placement, PlaceModel(m, static_cast<int64_t>(clients.size()), p.partitioner));
+  return std::unique_ptr<strategy::Strategy>(std::make_unique<PsStrategy>(
+      p, ctx, std::move(clients), std::move(placement), VariableNames(m), m.InitialValues(static_cast<uint64_t>(p.job.seed))));
+}
+
+Status RegisterPsWorker(worker::Registry& r) {
+  auto state = std::make_shared<WorkerFitState>();
+  RETURN_IF_ERROR(r.AddDataset(kTrainDataset, [state](const worker::WorkerEnv& env,
+                                                      const nlohmann::json& a) -> StatusOr<data::Dataset> {
+    ASSIGN_OR_RETURN(model::JobConfig job, model::ParseJobConfig(a.at("config"), a.at("source").get<std::string>()));
+    SetComputeThreads(static_cast<int>(a.value("threads", int64_t{1})));
+    ASSIGN_OR_RETURN(strategy::Partitioner part, strategy::ParsePartitioner(a.at("partitioner").get<std::string>()));
+    ASSIGN_OR_RETURN(auto m, model::Model::Create(job.model, job.loss));
+    ASSIGN_OR_RETURN(strategy::Placement placement, PlaceModel(*m, a.at("num_ps").get<int64_t>(), part));
+    ASSIGN_OR_RETURN(strategy::Examples ex,
+                     strategy::LoadExamples(job.data.train, a.at("data_dir").get<std::string>(), m->input_dtype()));
+    // Each worker shuffles its own way, as per-worker datasets do in TF.
+    job.seed += 7919 * (env.worker_index + 1);
+    data::Dataset ds = strategy::TrainingPipeline(ex, job).Repeat();
+    std::lock_guard g(state->mu);
+    state->job = job;
+    state->placement = std::move(placement);
+    state->idle.clear();
+    return ds;
+  }));
+  return r.AddClosure(kTrainClosure, [state](worker::ClosureContext& ctx, const nlohmann::json& a,
+                                             const std::vector<Tensor>&) -> StatusOr<worker::ClosureResult> {
+    std::unique_ptr<model::Model> m;
+    model::JobConfig job;
+    std::optional<strategy::Placement> placement;
+    {
+      std::lock_guard g(state->mu);
+      if (!state->job) return FailedPrecondition("fit: this worker has no training dataset yet");
+      job = *state->job;
+      placement = state->placement;
+      if (!state->idle.empty()) {
+        m = std::move(state->idle.back());
+        state->idle.pop_back();
+      }
+    }
+    if (!m) {
+      ASSIGN_OR_RETURN(m, model::Model::Create(job.model, job.loss));
+    }
+    strategy::VariableStore store(*placement, ctx.ps());
+    const std::vector<std::string> names = VariableNames(*m);
+    strategy::BatchStats stats;
+    stats.metrics.resize(job.metrics.size());
+    const int64_t steps = a.value("steps", int64_t{1});
+    int64_t examples = 0;
+    for (int64_t s = 0; s < steps; ++s) {
+      ASSIGN_OR_RETURN(std::optional<data::Element> e, ctx.Next(kTrainDataset));
+      if (!e) return OutOfRange("fit: training dataset ended");
+      ASSIGN_OR_RETURN(std::vector<Tensor> values, store.Pull(names));
+      ASSIGN_OR_RETURN(model::Model::Output out, m->ComputeGradients(values, (*e)[0], (*e)[1]));
+      std::vector<strategy::VariableStore::Grad> grads;
+      for (size_t i = 0; i < names.size(); ++i) grads.push_back({names[i], std::move(out.grads[i])});
+      RETURN_IF_ERROR(store.PushGradients(ctx.closure_id(), static_cast<uint32_t>(s), grads).status());
+      RETURN_IF_ERROR(strategy::RecordBatch(out, (*e)[1], job.metrics, stats));
+      examples += (*e)[0].dim(0);
+    }
+    {
+      std::lock_guard g(state->mu);
+      state->idle.push_back(std::move(m));
+    }
+    return worker::ClosureResult{StatsToJson(stats, steps, examples), {}};
+  });
+}
+
+}  // namespace tfjob::programs::fit

@@ -1,0 +1,58 @@
+#include "services/strategy/fit.h"
+
+#include <chrono>
+#include <ostream>
+
+#include "services/strategy/sync.h"
+
+namespace tfjob::strategy {
+
+StatusOr<FitSummary> FitAndEvaluate(Strategy& strategy, const model::JobConfig& job, const JobData& data,
+                                    const LoopOptions& loop, std::ostream* out) {
+  auto with_source = [&](Status s) { return s.ok() ? s : s.WithContext(job.source); };
+  auto summary = RunTrainingLoop(strategy, loop);
+  if (!summary.ok()) return with_source(summary.status());
+  summary->name = job.name;
+  if (data.eval && strategy.is_chief()) {
+    ASSIGN_OR_RETURN(auto m, model::Model::Create(job.model, job.loss));
+    ASSIGN_OR_RETURN(std::vector<Tensor> values, strategy.Values());
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = Evaluate(*m, job, *data.eval, values);
+    if (!r.ok()) return with_source(r.status().WithContext("evaluation"));
+    summary->eval = r->second;
+    if (out) {
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      *out << "Evaluation\n" << FormatProgress(r->first, r->first, secs, *summary->eval) << std::endl;
+    }
+  }
+  return summary;
+}
+
+StatusOr<FitSummary> Fit(const model::JobConfig& job, const FitOptions& o, nlohmann::json* strategy_json) {
+  auto with_source = [&](Status s) { return s.WithContext(job.source); };
+  auto m = model::Model::Create(job.model, job.loss);
+  if (!m.ok()) return with_source(m.status());
+  auto data = LoadJobData(job, o.data_dir, **m);
+  if (!data.ok()) return with_source(data.status());
+  SyncOptions so;
+  so.kind = o.strategy;
+  so.replicas = o.replicas;
+  so.group = o.group;
+  so.collective = o.collective;
+  so.checkpoints = o.checkpoints;
+  so.log = o.out;
+  auto strategy = MakeSyncStrategy(job, data->train, so);
+  if (!strategy.ok()) return with_source(strategy.status());
+  LoopOptions lo;
+  lo.epochs = o.epochs > 0 ? o.epochs : job.epochs;
+  lo.steps_per_epoch = StepsPerEpoch(job, data->train.size());
+  lo.checkpoints = o.checkpoints;
+  lo.metric_names = job.metric_names;
+  lo.out = o.out;
+  lo.metrics = o.metrics;
+  auto summary = FitAndEvaluate(**strategy, job, *data, lo, o.out);
+  if (strategy_json) *strategy_json = (*strategy)->SummaryJson();
+  return summary;
+}
+
+}  // namespace tfjob::strategy

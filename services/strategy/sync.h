@@ -1,0 +1,69 @@
+// The synchronous strategies: one_device, mirrored, central_storage and
+// multi_worker_mirrored, as one class parameterised by where the variables
+// live and how gradients are combined.
+//
+// Each step takes the global batch of that step (GlobalBatches, so every
+// replica of every process agrees on it) and gives replica g of R rows
+// [g*B/R, (g+1)*B/R). Each replica computes the mean gradient over its rows
+// and scales it by rows/B, so that the sum over replicas is exactly the
+// gradient one device computes over the whole batch. Then:
+//
+//   one_device             applies it (sparse gradients stay sparse)
+//   mirrored               all-reduces it across the local replicas
+//                          (collective::LocalGroup); each replica applies it
+//                          to its own copy of the variables
+//   central_storage        sums the replicas' gradients in replica order and
+//                          applies them once to the one copy
+//   multi_worker_mirrored  all-reduces it (and the step's loss and metric
+//                          sums) across the processes of a collective::Group,
+//                          ring; every process applies the same update
+//
+// Sparse (embedding) gradients of replicated strategies are reduced as dense
+// tensors plus a mask of the rows any replica touched, and applied to those
+// rows only, so optimizers with per-row state (lazy Adam) behave as on one
+// device.
+//
+// Failures under multi_worker_mirrored: when a member dies or hangs, the
+// step's all-reduce fails on every member; Recover re-forms the group (the
+// restarted member rejoins), and the member with the newest state (the most
+// steps done) broadcasts its variables, optimizer state and training
+// progress to the others, so no completed step is lost. A member that fails
+// on its own input aborts the group with its error, so every member stops
+// with it. Rank 0 writes checkpoints; every member restores the newest one it
+// can read at start, and the group then takes the newest state among them.
+//
+// Ownership: the strategy owns its models, variables and threads, and
+// borrows the Group. Thread-safety: driven by one thread. Failure: Status
+// values; bad data is INVALID_ARGUMENT naming the field.
+#pragma once
+
+#include <iosfwd>
+#include <memory>
+
+#include "common/status.h"
+#include "services/collective/communicator.h"
+#include "services/collective/group.h"
+#include "services/model/job_config.h"
+#include "services/strategy/input.h"
+#include "services/strategy/strategy.h"
+
+namespace tfjob::strategy {
+
+struct SyncOptions {
+  StrategyKind kind = StrategyKind::kOneDevice;
+  // Replicas in this process (mirrored, central_storage).
+  int replicas = 1;
+  // multi_worker_mirrored: the group of this process and its peers.
+  collective::Group* group = nullptr;
+  // Timeouts of the in-process group of mirrored replicas.
+  collective::Options collective;
+  CheckpointPolicy checkpoints;
+  // Checkpoint, restore and recovery lines; nullptr for silence.
+  std::ostream* log = nullptr;
+};
+
+// `train` holds the whole training set; INVALID_ARGUMENT for a kind that is
+// not synchronous, replicas < 1, or multi_worker_mirrored without a group.
+StatusOr<std::unique_ptr<Strategy>> MakeSyncStrategy(const model::JobConfig& job, Examples train, SyncOptions options);
+
+}  // namespace tfjob::strategy
