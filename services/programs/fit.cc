@@ -262,11 +262,14 @@ class Fit final : public Program {
     nlohmann::json sj;
     auto summary = strategy::Fit(p.job, opt, &sj);
     if (!summary.ok()) return ReportError(summary.status(), err);
-    // Rank 0 speaks for the group (TensorFlow's chief); the others only
-    // train, so they write nothing another task could overwrite.
-    if (group && group->rank() != 0) {
-      out << "fit: " << group->self().name << " done at step " << summary->steps << std::endl;
-      return 0;
+    if (group) {
+      const nlohmann::json& r = sj["recovery"];
+      out << "fit: " << group->self().name << " done at step " << summary->steps << " (generation "
+          << r["generation"] << ", " << r["regroups"] << " regroups, computed " << r["steps_computed"]
+          << " steps since joining at step " << r["joined_at_step"] << ", lost " << r["lost_steps"] << ")" << std::endl;
+      // Rank 0 speaks for the group (TensorFlow's chief); the others only
+      // train, so they write nothing another task could overwrite.
+      if (group->rank() != 0) return 0;
     }
     if (Status s = fit::WriteSummary(p.flags, fit::SummaryJson(*summary, sj, p)); !s.ok()) return ReportError(s, err);
     return 0;

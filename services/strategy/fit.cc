@@ -9,16 +9,17 @@ namespace tfjob::strategy {
 
 StatusOr<FitSummary> FitAndEvaluate(Strategy& strategy, const model::JobConfig& job, const JobData& data,
                                     const LoopOptions& loop, std::ostream* out) {
-  auto with_source = [&](Status s) { return s.ok() ? s : s.WithContext(job.source); };
-  auto summary = RunTrainingLoop(strategy, loop);
-  if (!summary.ok()) return with_source(summary.status());
+  // Errors from training name what failed themselves (a peer, a checkpoint,
+  // a data field); the job file is added only to evaluation's.
+  ASSIGN_OR_RETURN(FitSummary s, RunTrainingLoop(strategy, loop));
+  StatusOr<FitSummary> summary = std::move(s);
   summary->name = job.name;
   if (data.eval && strategy.is_chief()) {
     ASSIGN_OR_RETURN(auto m, model::Model::Create(job.model, job.loss));
     ASSIGN_OR_RETURN(std::vector<Tensor> values, strategy.Values());
     const auto t0 = std::chrono::steady_clock::now();
     auto r = Evaluate(*m, job, *data.eval, values);
-    if (!r.ok()) return with_source(r.status().WithContext("evaluation"));
+    if (!r.ok()) return r.status().WithContext("evaluation").WithContext(job.source);
     summary->eval = r->second;
     if (out) {
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
