@@ -63,11 +63,14 @@ StatusOr<std::map<std::string, int64_t>> ParseJobs(const std::string& text) {
     if (comma == std::string_view::npos) break;
     rest.remove_prefix(comma + 1);
   }
-  // Without a coordinator nobody runs the program and the servers wait
-  // forever; without servers the coordinator has nothing to schedule on.
-  if (!jobs.contains(cluster::kChief) && !jobs.contains(cluster::kMaster)) return bad("has no chief");
-  if (!jobs.contains(cluster::kPs)) return bad("has no ps");
+  // Two layouts make sense. With parameter servers: without a coordinator
+  // nobody runs the program and the servers wait forever; without workers it
+  // has nothing to schedule on. Without parameter servers the workers (and a
+  // chief, if any) train together (multi-worker mirrored).
   if (!jobs.contains(cluster::kWorker)) return bad("has no worker");
+  if (jobs.contains(cluster::kPs) && !jobs.contains(cluster::kChief) && !jobs.contains(cluster::kMaster)) {
+    return bad("has ps but no chief to coordinate them (leave out ps for workers that train together)");
+  }
   return jobs;
 }
 

@@ -130,8 +130,8 @@ TEST(ResolveClusterTest, BadSlurmOptions) {
   ExpectInvalid(With(step, "TFJOB_SLURM_JOBS", "chief:1,ps:0,worker:3"), "gives job \"ps\" a count");
   ExpectInvalid(With(step, "TFJOB_SLURM_JOBS", "chief:1,ps:1,worker:1,janitor:1"), "names job \"janitor\"");
   ExpectInvalid(With(step, "TFJOB_SLURM_JOBS", "chief:1,ps:1,ps:1,worker:1"), "lists job \"ps\" twice");
-  ExpectInvalid(With(step, "TFJOB_SLURM_JOBS", "ps:2,worker:2"), "has no chief");
-  ExpectInvalid(With(step, "TFJOB_SLURM_JOBS", "chief:1,worker:3"), "has no ps");
+  ExpectInvalid(With(step, "TFJOB_SLURM_JOBS", "ps:2,worker:2"), "has ps but no chief");
+  ExpectInvalid(With(step, "TFJOB_SLURM_JOBS", "chief:1,evaluator:1"), "has no worker");
   ExpectInvalid(With(step, "TFJOB_SLURM_JOBS", "chief:1,ps:3"), "has no worker");
   ExpectInvalid(With(step, "TFJOB_SLURM_JOBS", "chief:2,ps:1,worker:1"), "job \"chief\" has 2 tasks");
   ExpectInvalid(With(step, "TFJOB_SLURM_PORT_BASE", "80a"), "TFJOB_SLURM_PORT_BASE: \"80a\" is not a non-negative");
@@ -139,6 +139,16 @@ TEST(ResolveClusterTest, BadSlurmOptions) {
   ExpectInvalid(With(step, "TFJOB_SLURM_GPUS_PER_TASK", "-1"), "TFJOB_SLURM_GPUS_PER_TASK: \"-1\"");
   ExpectInvalid(With(step, "TFJOB_SLURM_GPUS_PER_NODE", "x"), "TFJOB_SLURM_GPUS_PER_NODE: \"x\"");
   ExpectInvalid(With(step, "TFJOB_SLURM_TASKS_PER_NODE", "0"), "tasks_per_node 0");
+}
+
+// Without parameter servers every task is a member of one synchronous group.
+TEST(ResolveClusterTest, SlurmLayoutsWithoutParameterServers) {
+  for (const std::string jobs : {"worker:4", "chief:1,worker:3"}) {
+    auto r = ResolveCluster(FixedEnv(With(SlurmStep(0), "TFJOB_SLURM_JOBS", jobs)));
+    ASSERT_TRUE(r.ok()) << jobs << ": " << r.status();
+    EXPECT_FALSE(r->config.cluster.HasJob("ps"));
+    EXPECT_EQ(r->config.cluster.NumTasks("worker"), jobs == "worker:4" ? 4 : 3);
+  }
 }
 
 TEST(ResolveClusterTest, BadSlurmStep) {

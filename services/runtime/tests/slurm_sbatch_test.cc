@@ -74,9 +74,9 @@ std::map<std::string, std::string> Allocation(int port_base) {
 
 // `timeout` signals its whole process group, so a hung step cannot outlive
 // the test.
-t::RunResult RunBatchScript(const std::map<std::string, std::string>& env, const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {"timeout", "-k", "5", "60", "bash",
-                                   t::SourceDir() + "/examples/slurm/tfjob.sbatch"};
+t::RunResult RunBatchScript(const std::map<std::string, std::string>& env, const std::vector<std::string>& args,
+                            const std::string& script = "tfjob.sbatch") {
+  std::vector<std::string> argv = {"timeout", "-k", "5", "60", "bash", t::SourceDir() + "/examples/slurm/" + script};
   argv.insert(argv.end(), args.begin(), args.end());
   return t::Run(argv, env, t::MakeTempDir("slurm-cwd"));
 }
@@ -102,6 +102,32 @@ TEST(SlurmSbatchTest, CounterRunsAcrossTheStepAndEveryTaskExitsZero) {
   EXPECT_THAT(r.out, HasSubstr("2: worker 0: shut down"));
   EXPECT_THAT(r.out, HasSubstr("3: worker 1: shut down"));
   for (int rank = 0; rank < kTasks; ++rank) {
+    EXPECT_THAT(r.err, HasSubstr("srun: task " + std::to_string(rank) + ": exit code 0\n"));
+  }
+}
+
+// examples/slurm/mwms.sbatch: every task a worker of one multi-worker
+// mirrored group (the script's 2 nodes x 2 tasks, simulated as 4 tasks here).
+TEST(SlurmSbatchTest, MultiWorkerMirroredOverFourTasks) {
+  const int base = FreePortBase();
+  ASSERT_NE(base, 0);
+  const std::string summary = t::MakeTempDir("slurm-mwms") + "/out.json";
+  auto env = Allocation(base);
+  env["SLURM_JOB_NAME"] = "tfjob-mwms";
+  env["TFJOB_JOB"] = t::SourceDir() + "/examples/mnist/mlp.json";
+  env["TFJOB_DATA_DIR"] = t::MnistDir();
+  auto r = RunBatchScript(env, {"--summary-json", summary}, "mwms.sbatch");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::ifstream in(summary);
+  ASSERT_TRUE(in) << "no summary at " << summary << "\n" << r.out << r.err;
+  const nlohmann::json s = nlohmann::json::parse(in);
+  EXPECT_EQ(s["strategy"], "multi_worker_mirrored");
+  EXPECT_EQ(s["num_replicas_in_sync"], 4);
+  EXPECT_GE(s["eval_accuracy"].get<double>(), 0.92) << s.dump();
+  for (int rank = 0; rank < kTasks; ++rank) {
+    EXPECT_THAT(r.out, HasSubstr(std::to_string(rank) + ": fit: multi_worker_mirrored, worker:" + std::to_string(rank) +
+                                 " is rank " + std::to_string(rank) + " of 4, listening on port " +
+                                 std::to_string(base + rank)));
     EXPECT_THAT(r.err, HasSubstr("srun: task " + std::to_string(rank) + ": exit code 0\n"));
   }
 }
