@@ -1,5 +1,6 @@
 #include "services/strategy/sync.h"
 
+#include <chrono>
 #include <ostream>
 
 #include "services/checkpoint/manager.h"
@@ -13,6 +14,7 @@ namespace tfjob::strategy {
 namespace {
 
 using collective::ReduceOp;
+using Clock = std::chrono::steady_clock;
 
 // A replica's gradient in a form replicas can add up: dense, plus, for a
 // variable with sparse gradients, the rows it touched (1) or not (0).
@@ -140,6 +142,11 @@ class SyncStrategy final : public Strategy {
       j["communication"] = "local";
     }
     if (mgr_) j["checkpoints_written"] = checkpoints_;
+    // Where this process's step time went (seconds over the run). Mirrored
+    // replicas reduce inside "compute"; only multi-worker mirrored has a
+    // separate all-reduce.
+    j["step_seconds"] = {{"input", time_.input}, {"compute", time_.compute}, {"all_reduce", time_.all_reduce},
+                         {"apply", time_.apply}, {"steps", computed_}};
     return j;
   }
 
@@ -256,7 +263,14 @@ class SyncStrategy final : public Strategy {
   }
 
   Status Step(TrainState& st) {
+    auto t0 = Clock::now();
+    auto lap = [&t0](double& into) {
+      const auto now = Clock::now();
+      into += std::chrono::duration<double>(now - t0).count();
+      t0 = now;
+    };
     auto batch = input_.Get(st.step);
+    lap(time_.input);
     if (!batch.ok()) return FailGroup(batch.status());
     const Tensor& x = (*batch)[0];
     const Tensor& y = (*batch)[1];
@@ -268,6 +282,7 @@ class SyncStrategy final : public Strategy {
       if (!s.ok() && local_group_) local_group_->Abort(s);
       outputs_[static_cast<size_t>(i)].status = s;
     });
+    lap(time_.compute);
     for (const Output& o : outputs_) {
       if (!o.status.ok()) return FailGroup(o.status);
     }
@@ -301,11 +316,13 @@ class SyncStrategy final : public Strategy {
       std::vector<Tensor*> p = Pointers(outputs_[0].grads);
       p.push_back(&sums);
       RETURN_IF_ERROR(o_.group->comm()->AllReduce(p, ReduceOp::kSum));
+      lap(time_.all_reduce);
       RETURN_IF_ERROR(ApplyReduced(ValuesOf(0), SlotsOf(0), outputs_[0].grads));
       const float* f = sums.data<float>();
       stats.loss = {f[0], f[1]};
       for (size_t k = 0; k < stats.metrics.size(); ++k) stats.metrics[k] = {f[2 + 2 * k], f[3 + 2 * k]};
     }
+    lap(time_.apply);
     st.Record(stats, 1, b);
     ++computed_;
     return Status::Ok();
@@ -384,6 +401,9 @@ class SyncStrategy final : public Strategy {
   std::unique_ptr<collective::LocalGroup> local_group_;
   std::optional<checkpoint::Manager> mgr_;
 
+  struct {
+    double input = 0, compute = 0, all_reduce = 0, apply = 0;
+  } time_;
   bool formed_ = false;
   bool restored_final_ = false;
   int64_t regroups_ = 0;
