@@ -259,6 +259,11 @@ Status NcclAvailable() {
 
 StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(Communicator& control, int device, Options options) {
   RETURN_IF_ERROR(NcclAvailable());
+  if (device < 0) {
+    int count = 1;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) count = 1;
+    device = control.rank() % count;
+  }
   auto c = std::make_unique<NcclCommunicator>(control, device, options);
   RETURN_IF_ERROR(c->Init());
   return std::unique_ptr<Communicator>(std::move(c));

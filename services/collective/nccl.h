@@ -30,7 +30,9 @@ namespace tfjob::collective {
 Status NcclAvailable();
 
 // Joins the NCCL communicator of `control`'s group (same ranks) on CUDA
-// device `device`, exchanging the unique id through `control`.
+// device `device`, exchanging the unique id through `control`. With
+// device -1, member r uses visible device r % count: one GPU per member
+// whether the members share a machine or each sees only its own GPU.
 StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(Communicator& control, int device, Options options);
 
 }  // namespace tfjob::collective

@@ -140,8 +140,12 @@ Status WriteSummary(const Flags& flags, const nlohmann::json& j) {
   return WriteFileAtomic(flags.Get("summary-json"), j.dump(2) + "\n");
 }
 
-Status CheckCommunication(collective::Implementation impl) {
+Status CheckCommunication(collective::Implementation impl, strategy::StrategyKind kind) {
   if (impl != collective::Implementation::kNccl) return Status::Ok();
+  if (kind != strategy::StrategyKind::kMultiWorkerMirrored) {
+    return InvalidArgument("flag --communication nccl: NCCL reduces between worker processes (multi_worker_mirrored); " +
+                           std::string(strategy::StrategyName(kind)) + " reduces in this process");
+  }
   return collective::NcclAvailable().WithContext("flag --communication nccl");
 }
 
@@ -168,7 +172,7 @@ class Fit final : public Program {
                                          "(TF_CONFIG, tfjob run, or tfjob-runtime local --ps N)"),
                          err);
     }
-    if (Status s = fit::CheckCommunication(p->communication); !s.ok()) return ReportError(s, err);
+    if (Status s = fit::CheckCommunication(p->communication, kind); !s.ok()) return ReportError(s, err);
     // Multi-worker mirrored without a cluster is a group of one (as in TF).
     std::unique_ptr<collective::Group> group;
     if (kind == strategy::StrategyKind::kMultiWorkerMirrored) {
@@ -192,7 +196,7 @@ class Fit final : public Program {
                     " chief/worker tasks in TF_CONFIG, which train together with multi_worker_mirrored";
       return ReportError(InvalidArgument("flag --strategy " + fit::Name(kind) + ": " + why), *ctx.err);
     }
-    if (Status s = fit::CheckCommunication(p->communication); !s.ok()) return ReportError(s, *ctx.err);
+    if (Status s = fit::CheckCommunication(p->communication, kind); !s.ok()) return ReportError(s, *ctx.err);
     if (!p->rejoin_timeout_given) p->collective.rendezvous_timeout = ctx.connect_timeout;
     auto group = collective::Group::Create(ctx.members, ctx.rank, p->collective);
     if (!group.ok()) return ReportError(group.status(), *ctx.err);
@@ -256,6 +260,7 @@ class Fit final : public Program {
     opt.strategy = kind;
     opt.replicas = p.replicas;
     opt.group = group;
+    opt.communication = p.communication;
     opt.collective = p.collective;
     opt.checkpoints = p.checkpoints;
     opt.metrics = metrics;

@@ -46,9 +46,9 @@ StatusOr<Parsed> Parse(const std::vector<std::string>& args);
 std::string Usage();
 Status WriteSummary(const Flags& flags, const nlohmann::json& j);
 
-// --communication nccl: OK only where NCCL can serve (built with it, a GPU
-// visible); otherwise INVALID_ARGUMENT saying why.
-Status CheckCommunication(collective::Implementation impl);
+// --communication nccl: OK only for multi_worker_mirrored where NCCL can
+// serve (built with it, a GPU visible); otherwise an error saying why.
+Status CheckCommunication(collective::Implementation impl, strategy::StrategyKind kind);
 
 // The parameter-server strategy over the chief's context (fit_ps.cc).
 StatusOr<std::unique_ptr<strategy::Strategy>> MakePsStrategy(const Parsed& p, const ChiefContext& ctx,

@@ -39,6 +39,7 @@ StatusOr<FitSummary> Fit(const model::JobConfig& job, const FitOptions& o, nlohm
   so.kind = o.strategy;
   so.replicas = o.replicas;
   so.group = o.group;
+  so.communication = o.communication;
   so.collective = o.collective;
   so.checkpoints = o.checkpoints;
   so.log = o.out;

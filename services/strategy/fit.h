@@ -33,6 +33,7 @@ struct FitOptions {
   StrategyKind strategy = StrategyKind::kOneDevice;
   int replicas = 1;                        // mirrored, central_storage
   collective::Group* group = nullptr;      // multi_worker_mirrored
+  collective::Implementation communication = collective::Implementation::kAuto;
   collective::Options collective;          // mirrored replicas' timeouts
   CheckpointPolicy checkpoints;
   runtime_metrics::RuntimeMetrics* metrics = nullptr;

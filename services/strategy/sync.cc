@@ -5,6 +5,7 @@
 
 #include "services/checkpoint/manager.h"
 #include "services/collective/local.h"
+#include "services/collective/nccl.h"
 #include "services/model/optimizers.h"
 #include "services/strategy/checkpoints.h"
 #include "services/strategy/replica_pool.h"
@@ -130,7 +131,7 @@ class SyncStrategy final : public Strategy {
     nlohmann::json j{{"strategy", StrategyName(o_.kind)}, {"num_replicas_in_sync", num_replicas_in_sync()}};
     if (o_.kind == StrategyKind::kMirrored || o_.kind == StrategyKind::kCentralStorage) j["replicas"] = local_replicas_;
     if (o_.group) {
-      j["communication"] = "ring";
+      j["communication"] = o_.communication == collective::Implementation::kNccl ? "nccl" : "ring";
       j["num_workers"] = o_.group->size();
       j["rank"] = o_.group->rank();
       j["recovery"] = {{"regroups", regroups_},
@@ -315,7 +316,7 @@ class SyncStrategy final : public Strategy {
       ASSIGN_OR_RETURN(Tensor sums, Tensor::FromVector({static_cast<int64_t>(packed.size())}, packed));
       std::vector<Tensor*> p = Pointers(outputs_[0].grads);
       p.push_back(&sums);
-      RETURN_IF_ERROR(o_.group->comm()->AllReduce(p, ReduceOp::kSum));
+      RETURN_IF_ERROR(Reducer().AllReduce(p, ReduceOp::kSum));
       lap(time_.all_reduce);
       RETURN_IF_ERROR(ApplyReduced(ValuesOf(0), SlotsOf(0), outputs_[0].grads));
       const float* f = sums.data<float>();
@@ -337,12 +338,26 @@ class SyncStrategy final : public Strategy {
     return s;
   }
 
+  // What all-reduces the gradients: NCCL when asked for, else the ring.
+  collective::Communicator& Reducer() { return nccl_ ? *nccl_ : *o_.group->comm(); }
+
   // Forms the group (again) and takes the newest member's state.
   Status FormAndSync(TrainState& st) {
     while (true) {
       const int64_t before = st.step;
+      nccl_.reset();
       ASSIGN_OR_RETURN(collective::Group::Formation f, o_.group->Form(st.step));
       Status s = SyncFrom(f.source_rank, st);
+      if (s.ok() && o_.communication == collective::Implementation::kNccl) {
+        // A new generation needs a new NCCL communicator; its id travels
+        // over the ring just formed.
+        auto n = collective::MakeNcclCommunicator(*o_.group->comm(), -1, o_.collective);
+        if (n.ok()) {
+          nccl_ = std::move(n).value();
+        } else {
+          s = n.status();
+        }
+      }
       if (s.ok()) {
         if (formed_) ++regroups_;
         if (!formed_ && f.source_rank != o_.group->rank()) joined_at_ = st.step;
@@ -399,6 +414,7 @@ class SyncStrategy final : public Strategy {
   std::vector<Output> outputs_;                               // per local replica
   std::unique_ptr<ReplicaPool> pool_;
   std::unique_ptr<collective::LocalGroup> local_group_;
+  std::unique_ptr<collective::Communicator> nccl_;
   std::optional<checkpoint::Manager> mgr_;
 
   struct {

@@ -53,8 +53,11 @@ struct SyncOptions {
   StrategyKind kind = StrategyKind::kOneDevice;
   // Replicas in this process (mirrored, central_storage).
   int replicas = 1;
-  // multi_worker_mirrored: the group of this process and its peers.
+  // multi_worker_mirrored: the group of this process and its peers, and
+  // what reduces the gradients (RING over the group's own connections, or
+  // NCCL joined through them; AUTO is RING while tensors live on the host).
   collective::Group* group = nullptr;
+  collective::Implementation communication = collective::Implementation::kAuto;
   // Timeouts of the in-process group of mirrored replicas.
   collective::Options collective;
   CheckpointPolicy checkpoints;

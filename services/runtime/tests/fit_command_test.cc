@@ -169,6 +169,13 @@ TEST(FitBadInputTest, StrategyFlags) {
   ExpectBadInput(Fit(job, {"--strategy", "mirrored", "--replicas", "0"}), "flag --replicas: must be in 1..256");
   ExpectBadInput(Fit(job, {"--communication", "mpi"}), "flag --communication: communication \"mpi\"");
   ExpectBadInput(Fit(job, {"--collective-timeout-seconds", "0"}), "flag --collective-timeout-seconds: must be a positive");
+  ExpectBadInput(Fit(job, {"--strategy", "mirrored", "--communication", "nccl"}),
+                 "flag --communication nccl: NCCL reduces between worker processes (multi_worker_mirrored); mirrored");
+  // Where NCCL cannot serve (no GPU, or a build without it), asking for it
+  // is one line and exit 2, never a silent fall-back to the ring.
+  auto r = Fit(t::SourceDir() + "/tests/support/data/synthetic-small.json",
+               {"--strategy", "multi_worker_mirrored", "--communication", "nccl", "--epochs", "1"});
+  if (r.exit_code != 0) ExpectBadInput(r, "flag --communication nccl: ");
 }
 
 // Single-process training checkpoints too, and a second run with the same
