@@ -86,14 +86,8 @@ class LocalGroup::Member final : public Communicator {
   // Publishes this replica's call, waits for the others, checks agreement.
   Status Enter(Call call) {
     g_.calls_[static_cast<size_t>(rank_)] = std::move(call);
-    RETURN_IF_ERROR(g_.Arrive(rank_));
-    Status s = g_.Agree(rank_);
-    if (!s.ok()) {
-      // Every replica reaches the same verdict; the group stays failed.
-      g_.Abort(s);
-      return s;
-    }
-    return Status::Ok();
+    // A disagreement fails every replica, and the group stays failed.
+    return g_.Arrive(rank_, /*agree=*/true);
   }
 
   LocalGroup& g_;
@@ -115,7 +109,7 @@ void LocalGroup::Abort(const Status& reason) {
   cv_.notify_all();
 }
 
-Status LocalGroup::Arrive(int rank) {
+Status LocalGroup::Arrive(int rank, bool agree) {
   std::unique_lock lk(mu_);
   if (!error_.ok()) return error_;
   const uint64_t phase = phase_;
@@ -123,13 +117,16 @@ Status LocalGroup::Arrive(int rank) {
   if (++arrived_ == size_) {
     arrived_ = 0;
     std::fill(here_.begin(), here_.end(), false);
+    if (agree) {
+      if (Status s = Agree(); !s.ok()) error_ = s;
+    }
     ++phase_;
     cv_.notify_all();
-    return Status::Ok();
+    return error_;
   }
   const bool done =
       cv_.wait_for(lk, options_.timeout, [&] { return phase_ != phase || !error_.ok(); });
-  if (phase_ != phase) return Status::Ok();
+  if (phase_ != phase) return error_;
   if (!error_.ok()) return error_;
   if (!done) {
     std::string missing;
@@ -143,8 +140,7 @@ Status LocalGroup::Arrive(int rank) {
   return error_;
 }
 
-Status LocalGroup::Agree(int rank) {
-  (void)rank;
+Status LocalGroup::Agree() const {
   const Call& first = calls_[0];
   auto shapes = [](const Call& c) {
     if (c.in) {

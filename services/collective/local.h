@@ -48,10 +48,12 @@ class LocalGroup {
   };
 
   // Blocks until every replica has arrived at this barrier; DEADLINE_EXCEEDED
-  // naming the missing ones after the timeout, or the abort reason.
-  Status Arrive(int rank);
-  // Checks that every replica's call matches replica 0's.
-  Status Agree(int rank);
+  // naming the missing ones after the timeout, or the abort reason. With
+  // `agree`, the last to arrive checks the published calls before anyone is
+  // released, so no replica reads another's call after it may have gone.
+  Status Arrive(int rank, bool agree = false);
+  // Every replica's call matches replica 0's; with the lock held.
+  Status Agree() const;
 
   const int size_;
   const Options options_;

@@ -271,7 +271,8 @@ class Fit final : public Program {
       const nlohmann::json& r = sj["recovery"];
       out << "fit: " << group->self().name << " done at step " << summary->steps << " (generation "
           << r["generation"] << ", " << r["regroups"] << " regroups, computed " << r["steps_computed"]
-          << " steps since joining at step " << r["joined_at_step"] << ", lost " << r["lost_steps"] << ")" << std::endl;
+          << " and took " << r["steps_adopted"] << " steps from the group since joining at step " << r["joined_at_step"]
+          << ", lost " << r["lost_steps"] << ")" << std::endl;
       // Rank 0 speaks for the group (TensorFlow's chief); the others only
       // train, so they write nothing another task could overwrite.
       if (group->rank() != 0) return 0;

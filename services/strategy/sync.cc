@@ -137,6 +137,7 @@ class SyncStrategy final : public Strategy {
       j["recovery"] = {{"regroups", regroups_},
                        {"generation", o_.group->comm() ? o_.group->comm()->generation() : 0},
                        {"steps_computed", computed_},
+                       {"steps_adopted", adopted_steps_},
                        {"joined_at_step", joined_at_},
                        {"lost_steps", lost_steps_}};
     } else if (o_.kind == StrategyKind::kMirrored && local_replicas_ > 1) {
@@ -362,6 +363,9 @@ class SyncStrategy final : public Strategy {
         if (formed_) ++regroups_;
         if (!formed_ && f.source_rank != o_.group->rank()) joined_at_ = st.step;
         if (st.step < before) lost_steps_ += before - st.step;
+        // A member whose last all-reduce failed after another member's
+        // completed takes that step from it rather than computing it again.
+        if (formed_ && st.step > before) adopted_steps_ += st.step - before;
         formed_ = true;
         const collective::Peer& src = o_.group->members()[static_cast<size_t>(f.source_rank)];
         Log("fit: group generation " + std::to_string(f.generation) + " of " + std::to_string(o_.group->size()) +
@@ -426,6 +430,7 @@ class SyncStrategy final : public Strategy {
   int64_t computed_ = 0;
   int64_t joined_at_ = 0;
   int64_t lost_steps_ = 0;
+  int64_t adopted_steps_ = 0;
   int64_t checkpoints_ = 0;
 };
 

@@ -311,8 +311,15 @@ std::string MwmsManifest(const std::string& dir, const std::string& name) {
   };
   // Long enough to aim two kills; paths absolute, since the test does not run
   // from the repository root.
-  replace("\"examples/mnist/mlp.json\"", "\"" + t::SourceDir() + "/examples/mnist/mlp.json\", \"--epochs\", \"16\"");
-  replace("\"../shared/data/mnist\"", "\"" + t::MnistDir() + "\"");
+  // Appended, not "lit" + std::string: GCC 12 warns falsely (-Wrestrict) on that.
+  auto quoted = [](const std::string& v) {
+    std::string q("\"");
+    q.append(v);
+    q.push_back('"');
+    return q;
+  };
+  replace("\"examples/mnist/mlp.json\"", quoted(t::SourceDir() + "/examples/mnist/mlp.json") + ", \"--epochs\", \"16\"");
+  replace("\"../shared/data/mnist\"", quoted(t::MnistDir()));
   replace("name: mnist-mlp-mwms", "name: " + name);
   const std::string path = dir + "/" + name + ".yaml";
   std::ofstream(path) << yaml;
@@ -357,14 +364,17 @@ TEST(ChaosTest, MultiWorkerMirroredMnistLosesNoStepWhenAWorkerIsKilledTwice) {
   std::ofstream(dir + "/job.log") << out;
   const double killed = EvalAccuracy(out, "mwms-worker-0");
   EXPECT_NEAR(killed, calm, 0.005) << out;
-  // Worker 0 was never killed: it computed each of the 2000 steps once.
+  // Worker 0 was never killed: each of the 2000 steps it either computed
+  // once or, when its last all-reduce failed after another member's had
+  // completed, took from that member; none was thrown away and redone.
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(\[mwms-worker-0\] fit: worker:0 done at step ([0-9]+) \(generation ([0-9]+), ([0-9]+) regroups, computed ([0-9]+) steps since joining at step 0, lost ([0-9]+)\))")))
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(\[mwms-worker-0\] fit: worker:0 done at step ([0-9]+) \(generation ([0-9]+), ([0-9]+) regroups, computed ([0-9]+) and took ([0-9]+) steps from the group since joining at step 0, lost ([0-9]+)\))")))
       << out;
   EXPECT_EQ(m[1], "2000");
   EXPECT_GE(std::stoi(m[3]), 2) << m[0];
-  EXPECT_EQ(m[4], "2000") << "steps were lost and computed again: " << m[0];
-  EXPECT_EQ(m[5], "0");
+  EXPECT_EQ(std::stoi(m[4]) + std::stoi(m[5]), 2000) << "steps were lost and computed again: " << m[0];
+  EXPECT_LE(std::stoi(m[5]), std::stoi(m[3])) << "at most one step per regroup comes from another member: " << m[0];
+  EXPECT_EQ(m[6], "0");
   std::cout << "lost steps: " << m[5] << " (" << m[0] << "); accuracy " << killed << " with kills, " << calm
             << " without" << std::endl;
 }
