@@ -162,29 +162,32 @@ TEST(SyncStrategyTest, ReplicatedStrategiesLearn) {
   EXPECT_EQ(sj["replicas"], 2);
 }
 
+// The small job's training examples.
+Examples TrainingExamples(const model::JobConfig& job) {
+  auto m = model::Model::Create(job.model, job.loss);
+  EXPECT_TRUE(m.ok());
+  auto data = LoadJobData(job, "", **m);
+  EXPECT_TRUE(data.ok()) << data.status();
+  return data.ok() ? data->train : Examples{};
+}
+
 TEST(SyncStrategyTest, BadOptionsAreRejected) {
   const model::JobConfig job = Job(R"({"type": "SGD", "learning_rate": 0.1})");
-  auto m = model::Model::Create(job.model, job.loss);
-  ASSERT_TRUE(m.ok());
-  auto data = LoadJobData(job, "", **m);
-  ASSERT_TRUE(data.ok());
+  const Examples train = TrainingExamples(job);
   SyncOptions o;
   o.kind = StrategyKind::kMultiWorkerMirrored;
-  EXPECT_EQ(MakeSyncStrategy(job, data->train, o).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(MakeSyncStrategy(job, train, o).status().code(), Code::kInvalidArgument);
   o.kind = StrategyKind::kMirrored;
   o.replicas = 0;
-  EXPECT_THAT(MakeSyncStrategy(job, data->train, o).status().message(), HasSubstr("--replicas"));
+  EXPECT_THAT(MakeSyncStrategy(job, train, o).status().message(), HasSubstr("--replicas"));
   o.kind = StrategyKind::kParameterServer;
-  EXPECT_EQ(MakeSyncStrategy(job, data->train, o).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(MakeSyncStrategy(job, train, o).status().code(), Code::kInvalidArgument);
 }
 
 TEST(GlobalBatchesTest, AnyStepCanBeReachedDirectly) {
   const model::JobConfig job = Job(R"({"type": "SGD", "learning_rate": 0.1})");
-  auto m = model::Model::Create(job.model, job.loss);
-  ASSERT_TRUE(m.ok());
-  auto data = LoadJobData(job, "", **m);
-  ASSERT_TRUE(data.ok());
-  GlobalBatches seq(data->train, job), jump(data->train, job);
+  const Examples train = TrainingExamples(job);
+  GlobalBatches seq(train, job), jump(train, job);
   std::vector<data::Element> all;
   for (int64_t s = 0; s < 45; ++s) {
     auto e = seq.Get(s);
