@@ -2,6 +2,8 @@
 
 #include "common/files.h"
 
+#include <cmath>
+
 namespace tfjob {
 namespace {
 
@@ -26,8 +28,9 @@ bool Convert(const nlohmann::json& j, T& out) {
     if (j.is_number_integer()) {
       out = j.get<int64_t>();
     } else if (j.is_number_float()) {
-      double d = j.get<double>();
-      if (d != static_cast<double>(static_cast<int64_t>(d))) return false;
+      const double d = j.get<double>();
+      // Casting a double outside int64's range is undefined: check first.
+      if (!(d >= -9.2233720368547758e18 && d < 9.2233720368547758e18) || d != std::floor(d)) return false;
       out = static_cast<int64_t>(d);
     } else {
       return false;
@@ -108,11 +111,21 @@ Status JsonReader::Finish() const {
 }
 
 StatusOr<nlohmann::json> ParseJson(const std::string& text, const std::string& source) {
+  // nlohmann reports syntax errors as parse_error (with the byte offset) and
+  // a number it cannot hold (1e400) as out_of_range; nothing may escape.
+  auto reason = [](const nlohmann::json::exception& e) {
+    const std::string what = e.what();
+    const size_t colon = what.find("] ");
+    return colon == std::string::npos ? what : what.substr(colon + 2);
+  };
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    return InvalidArgument(source + ": malformed JSON at byte " + std::to_string(e.byte) + ": " +
-                           std::string(e.what()).substr(std::string(e.what()).find(':') + 2));
+    std::string r = reason(e);
+    if (r.rfind("parse error", 0) == 0 && r.find(": ") != std::string::npos) r = r.substr(r.find(": ") + 2);
+    return InvalidArgument(source + ": malformed JSON at byte " + std::to_string(e.byte) + ": " + r);
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidArgument(source + ": malformed JSON: " + reason(e));
   }
 }
 

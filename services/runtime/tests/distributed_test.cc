@@ -121,6 +121,8 @@ TEST(TfConfigTest, MalformedTfConfigIsOneClearLine) {
   ExpectBadTfConfig("{" + cluster + "}", "task");
   ExpectBadTfConfig("{" + cluster + R"(, "task": {"type": "worker", "index": 2}})", "out of range");
   ExpectBadTfConfig("{" + cluster + R"(, "task": {"type": "janitor", "index": 0}})", "janitor");
+  // A number JSON can write but a double cannot hold.
+  ExpectBadTfConfig(R"({"cluster":{"worker":[1e400]}})", "number overflow parsing '1e400'");
 }
 
 TEST(TfConfigTest, ChiefWithoutWorkersIsAnError) {

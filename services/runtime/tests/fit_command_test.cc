@@ -78,6 +78,15 @@ TEST(FitBadInputTest, MalformedJson) {
   ExpectBadInput(Fit(dir + "/bad.json"), dir + "/bad.json: malformed JSON at byte 14");
 }
 
+TEST(FitBadInputTest, NumbersOutOfRange) {
+  const std::string dir = t::MakeTempDir("fit-range");
+  std::ofstream(dir + "/huge.json") << R"({"name": "x", "seed": 1e400})";
+  ExpectBadInput(Fit(dir + "/huge.json"), dir + "/huge.json: malformed JSON: number overflow parsing '1e400'");
+  nlohmann::json job = MlpJob();
+  job["seed"] = 1e300;  // a double, but no int64
+  ExpectBadInput(Fit(WriteJob(dir, job)), "job.json: seed: expected an integer, got 1e+300");
+}
+
 TEST(FitBadInputTest, UnknownField) {
   std::string dir = t::MakeTempDir("unknown-field");
   auto job = MlpJob();
