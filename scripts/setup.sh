@@ -10,6 +10,7 @@ PACKAGES=(
   libcpprest-dev nlohmann-json3-dev libyaml-cpp-dev libeigen3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libssl-dev zlib1g-dev
   python3-torch python3-numpy
+  openmpi-bin libopenmpi-dev  # the OpenMPI peer of bench/allreduce.sh
   golang-go golang-github-masterminds-sprig-dev golang-github-ghodss-yaml-dev
   prometheus  # promtool and a real Prometheus for the monitoring tests
 )

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sched.h>
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -21,6 +22,9 @@ constexpr uint32_t kKeepalive = kFrameMagic | 2;
 constexpr uint32_t kAbort = kFrameMagic | 3;
 constexpr uint32_t kOp = kFrameMagic | 4;
 constexpr uint64_t kMaxControlPayload = 64 << 10;
+// How long an operation keeps polling without sleeping after its last
+// progress (see ExecuteLocked).
+constexpr auto kSpin = std::chrono::microseconds(50);
 
 struct Header {
   uint32_t type;
@@ -68,14 +72,6 @@ RingCommunicator::RingCommunicator(int rank, std::vector<Peer> members, int64_t 
       options_(options),
       last_send_(Clock::now()) {
   staging_.resize(std::max<size_t>(options_.chunk_bytes, 64));
-  if (const char* e = getenv("XRING_SNDBUF"); e && to_next_.valid()) {
-    int v = atoi(e);
-    setsockopt(to_next_.get(), SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
-  }
-  if (const char* e = getenv("XRING_RCVBUF"); e && from_prev_.valid()) {
-    int v = atoi(e);
-    setsockopt(from_prev_.get(), SOL_SOCKET, SO_RCVBUF, &v, sizeof v);
-  }
   if (size() > 1) keepalive_ = std::thread([this] { KeepaliveLoop(); });
 }
 
@@ -239,10 +235,32 @@ Status RingCommunicator::ExecuteLocked(const std::string& descriptor, const std:
   std::string r_buf;  // OP or ABORT payload
 
   auto last_recv = Clock::now();
+  auto last_progress = last_recv;  // the last byte sent or received
   std::optional<Clock::time_point> blocked_since;
 
-  auto send_ready = [&] {
-    return si < plan.sends.size() && (plan.send_after[si] < 0 || static_cast<size_t>(plan.send_after[si]) < ri);
+  auto ready = [&](size_t i) {
+    return i < plan.sends.size() && (plan.send_after[i] < 0 || static_cast<size_t>(plan.send_after[i]) < ri);
+  };
+
+  // Opens the next frame to send: the OP frame first, then plan.sends in
+  // order, each once the recv it waits for has arrived. False when none is.
+  auto open_next = [&]() -> bool {
+    if (!op_sent) {
+      s_hdr = MakeHeader(kOp, 0, descriptor.size());
+      s_payload = reinterpret_cast<const std::byte*>(descriptor.data());
+      s_len = descriptor.size();
+    } else if (ready(si)) {
+      s_hdr = MakeHeader(kData, 0, plan.sends[si].bytes);
+      s_payload = plan.sends[si].data;
+      s_len = plan.sends[si].bytes;
+    } else {
+      return false;
+    }
+    s_open = true;
+    s_off = 0;
+    frame_open_ = true;
+    open_frame_left_ = sizeof(Header) + s_len;
+    return true;
   };
 
   auto do_send = [&]() -> Status {
@@ -256,34 +274,27 @@ Status RingCommunicator::ExecuteLocked(const std::string& descriptor, const std:
       if (!pending_.empty()) return Status::Ok();
     }
     while (true) {
-      if (!s_open) {
-        if (!op_sent) {
-          s_hdr = MakeHeader(kOp, 0, descriptor.size());
-          s_payload = reinterpret_cast<const std::byte*>(descriptor.data());
-          s_len = descriptor.size();
-        } else if (send_ready()) {
-          s_hdr = MakeHeader(kData, 0, plan.sends[si].bytes);
-          s_payload = plan.sends[si].data;
-          s_len = plan.sends[si].bytes;
-        } else {
-          return Status::Ok();
-        }
-        s_open = true;
-        s_off = 0;
-        frame_open_ = true;
-        open_frame_left_ = sizeof(Header) + s_len;
-      }
-      iovec iov[2];
-      int iovcnt = 0;
+      if (!s_open && !open_next()) return Status::Ok();
+      // The open frame's rest and then every further frame already ready
+      // (up to kBatch): one system call for several chunks.
+      constexpr size_t kBatch = 16;
+      iovec iov[2 * kBatch];
+      Header more[kBatch];
+      size_t iovcnt = 0;
       if (s_off < sizeof(Header)) {
         iov[iovcnt++] = {reinterpret_cast<char*>(&s_hdr) + s_off, sizeof(Header) - s_off};
         if (s_len > 0) iov[iovcnt++] = {const_cast<std::byte*>(s_payload), s_len};
       } else {
         iov[iovcnt++] = {const_cast<std::byte*>(s_payload) + (s_off - sizeof(Header)), s_len - (s_off - sizeof(Header))};
       }
+      for (size_t b = 0, k = op_sent ? si + 1 : si; b + 1 < kBatch && ready(k); ++b, ++k) {
+        more[b] = MakeHeader(kData, 0, plan.sends[k].bytes);
+        iov[iovcnt++] = {&more[b], sizeof(Header)};
+        if (plan.sends[k].bytes > 0) iov[iovcnt++] = {plan.sends[k].data, plan.sends[k].bytes};
+      }
       msghdr mh{};
       mh.msg_iov = iov;
-      mh.msg_iovlen = static_cast<size_t>(iovcnt);
+      mh.msg_iovlen = iovcnt;
       const ssize_t n = sendmsg(next_fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
       if (n < 0) {
         if (errno == EINTR) continue;
@@ -296,15 +307,24 @@ Status RingCommunicator::ExecuteLocked(const std::string& descriptor, const std:
       }
       blocked_since.reset();
       last_send_ = Clock::now();
-      s_off += static_cast<size_t>(n);
-      open_frame_left_ = sizeof(Header) + s_len - s_off;
-      if (s_off == sizeof(Header) + s_len) {
-        s_open = false;
-        frame_open_ = false;
-        if (!op_sent) {
-          op_sent = true;
-        } else {
-          ++si;
+      last_progress = last_send_;
+      // Account the bytes frame by frame; the frames after the open one are
+      // opened in the same order they were gathered.
+      size_t left = static_cast<size_t>(n);
+      while (left > 0) {
+        if (!s_open) open_next();
+        const size_t used = std::min(left, sizeof(Header) + s_len - s_off);
+        s_off += used;
+        left -= used;
+        open_frame_left_ = sizeof(Header) + s_len - s_off;
+        if (open_frame_left_ == 0) {
+          s_open = false;
+          frame_open_ = false;
+          if (!op_sent) {
+            op_sent = true;
+          } else {
+            ++si;
+          }
         }
       }
     }
@@ -328,6 +348,7 @@ Status RingCommunicator::ExecuteLocked(const std::string& descriptor, const std:
                              " (its process exited or was killed)");
         }
         last_recv = Clock::now();
+        last_progress = last_recv;
         r_hdr_got += static_cast<size_t>(n);
         if (r_hdr_got < sizeof(Header)) continue;
         r_hdr_got = 0;
@@ -374,6 +395,7 @@ Status RingCommunicator::ExecuteLocked(const std::string& descriptor, const std:
                              " (its process exited or was killed)");
         }
         last_recv = Clock::now();
+        last_progress = last_recv;
         r_dest += n;
         r_left -= static_cast<size_t>(n);
         if (r_left > 0) continue;
@@ -410,12 +432,17 @@ Status RingCommunicator::ExecuteLocked(const std::string& descriptor, const std:
     const bool recv_done = op_received && ri == plan.recvs.size();
     const bool send_done = op_sent && si == plan.sends.size() && !s_open;
     if (recv_done && send_done) return Status::Ok();
-    const bool want_send = s_open || !op_sent || send_ready();
+    const bool want_send = s_open || !op_sent || ready(si);
     // Once everything is sent, next may finish the operation and leave: its
     // hang-up is no longer this member's business.
     pollfd fds[2] = {{prev_fd, static_cast<short>(recv_done ? 0 : POLLIN), 0},
                      {next_fd, static_cast<short>(send_done ? 0 : (POLLIN | (want_send ? POLLOUT : 0))), 0}};
-    const int n = poll(fds, 2, 100);
+    // Right after bytes moved, more usually follow within microseconds:
+    // look again without sleeping (yielding the CPU to whoever else can
+    // run) for kSpin, rather than pay a sleep and a wake-up each time.
+    const bool spin = Clock::now() - last_progress < kSpin;
+    const int n = poll(fds, 2, spin ? 0 : 100);
+    if (n == 0 && spin) sched_yield();
     if (n < 0 && errno != EINTR) return Internal(std::string("collective: poll: ") + std::strerror(errno));
     if (n > 0) {
       if (fds[1].revents & (POLLIN | POLLERR | POLLHUP)) {
