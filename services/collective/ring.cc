@@ -45,8 +45,9 @@ std::string Seconds(std::chrono::milliseconds ms) {
 int Mod(int a, int n) { return ((a % n) + n) % n; }
 
 std::string Describe(const proto::OpDescriptor& d) {
-  std::string s = d.op() + " of " + std::to_string(d.count()) + " " +
-                  std::string(DTypeName(static_cast<DType>(d.dtype()))) + " (" + d.shapes() + ")";
+  // Broadcasts move bytes whatever the dtypes; the others count elements.
+  const std::string unit = d.dtype() == 0 ? "bytes" : std::string(DTypeName(static_cast<DType>(d.dtype())));
+  std::string s = d.op() + " of " + std::to_string(d.count()) + " " + unit + " (" + d.shapes() + ")";
   if (d.root() >= 0) s += " from rank " + std::to_string(d.root());
   return s;
 }
@@ -312,7 +313,8 @@ Status RingCommunicator::ExecuteLocked(const std::string& descriptor, const std:
       // opened in the same order they were gathered.
       size_t left = static_cast<size_t>(n);
       while (left > 0) {
-        if (!s_open) open_next();
+        // Every frame gathered above is ready, so this always opens one.
+        if (!s_open && !open_next()) return Internal("collective: sent bytes beyond the frames that were ready");
         const size_t used = std::min(left, sizeof(Header) + s_len - s_off);
         s_off += used;
         left -= used;
