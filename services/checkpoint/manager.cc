@@ -24,12 +24,6 @@ uint32_t Crc(const std::string& s) {
   return static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(s.data()), static_cast<uInt>(s.size())));
 }
 
-// Not CRC-32 for whole files: every PS file ends with its own CRC, and the
-// CRC of such a file is the same constant (the CRC residue) for all of them.
-uint32_t Adler(const std::string& s) {
-  return static_cast<uint32_t>(adler32(1, reinterpret_cast<const Bytef*>(s.data()), static_cast<uInt>(s.size())));
-}
-
 std::string Hex(uint32_t v) {
   char buf[16];
   std::snprintf(buf, sizeof buf, "%08x", v);
@@ -66,8 +60,10 @@ Status Manager::Commit(int64_t step, bool final, const nlohmann::json& state, co
   const fs::path d = fs::path(dir_) / (kPrefix + std::to_string(step));
   nlohmann::json meta{{"step", step}, {"final", final}, {"state", state}, {"files", nlohmann::json::array()}};
   for (const std::string& f : files) {
-    ASSIGN_OR_RETURN(std::string bytes, ReadFile((d / f).string()));
-    meta["files"].push_back({{"name", f}, {"bytes", bytes.size()}, {"adler32", Hex(Adler(bytes))}});
+    // Streamed, and verified on the way: a file of any size costs a chunk of
+    // memory, and nothing damaged is ever committed.
+    ASSIGN_OR_RETURN(FileCheck c, Check((d / f).string()));
+    meta["files"].push_back({{"name", f}, {"bytes", c.bytes}, {"adler32", Hex(c.adler32)}});
   }
   std::string text = meta.dump(2);
   text += "\n";
@@ -113,14 +109,23 @@ StatusOr<Committed> Manager::Verify(const std::string& ckpt_dir) const {
   c.dir = ckpt_dir;
   c.state = meta.value("state", nlohmann::json::object());
   for (const auto& f : meta["files"]) {
-    const std::string path = (d / f.value("name", "")).string();
-    auto bytes = ReadFile(path);
-    if (!bytes.ok()) return DataLoss(path + ": missing");
-    if (bytes->size() != f.value("bytes", uint64_t{0}) || Hex(Adler(*bytes)) != f.value("adler32", "")) {
+    if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("bytes") ||
+        !f["bytes"].is_number_unsigned() || !f.contains("adler32") || !f["adler32"].is_string()) {
+      return DataLoss((d / kMeta).string() + ": malformed file entry");
+    }
+    const std::string name = f["name"].get<std::string>();
+    // A file name from meta.json stays inside the checkpoint directory.
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+      return DataLoss((d / kMeta).string() + ": bad file name \"" + name + "\"");
+    }
+    const std::string path = (d / name).string();
+    auto check = Check(path);
+    if (!check.ok()) {
+      return check.status().code() == Code::kNotFound ? DataLoss(path + ": missing") : check.status();
+    }
+    if (check->bytes != f["bytes"].get<uint64_t>() || Hex(check->adler32) != f["adler32"].get<std::string>()) {
       return DataLoss(path + ": size or checksum differs from " + kMeta);
     }
-    auto entries = Decode(*bytes, path);
-    if (!entries.ok()) return entries.status();
     c.files.push_back(path);
   }
   return c;

@@ -9,7 +9,9 @@
 // own state (step, epoch history...) and the size and Adler-32 of every file,
 // and ends with a CRC-32 of itself, so a truncated, bit-flipped or mixed-up
 // checkpoint is skipped (with a logged reason) and the previous good one is
-// used. Each file is also checked by checkpoint::Read.
+// used. Each file is also checked through checkpoint::Check (every chunk's
+// CRC and the structure), streamed, so committing or verifying a checkpoint
+// of any size costs one chunk of memory.
 //
 // Ownership: plain value over a directory. Thread-safety: one writer (the
 // chief) per directory; readers (a restarted chief, the evaluator) may run

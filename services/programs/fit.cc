@@ -24,7 +24,6 @@
 
 namespace tfjob::programs {
 namespace fit {
-namespace {
 
 Flags FitFlags() {
   Flags f;
@@ -53,6 +52,8 @@ Flags FitFlags() {
       .Value("eval-timeout-seconds", "evaluator: give up when no new checkpoint came for this long (0: never)", "0");
   return f;
 }
+
+namespace {
 
 StatusOr<std::chrono::milliseconds> Seconds(const Flags& f, const std::string& name) {
   ASSIGN_OR_RETURN(double s, f.GetDouble(name));
@@ -206,6 +207,14 @@ class Fit final : public Program {
   }
 
   Status RegisterWorker(worker::Registry& r) override { return fit::RegisterPsWorker(r); }
+
+  // A PS needs only --checkpoint-dir; it checks the other flags' syntax but
+  // does not read the job file.
+  StatusOr<std::string> CheckpointDir(const std::vector<std::string>& args) const override {
+    Flags f = fit::FitFlags();
+    RETURN_IF_ERROR(f.Parse(args));
+    return f.Has("checkpoint-dir") ? f.Get("checkpoint-dir") : std::string();
+  }
 
   // The chief of a cluster with parameter servers.
   int RunChief(const std::vector<std::string>& args, const ChiefContext& ctx) override {

@@ -42,6 +42,7 @@ struct Parsed {
   double eval_timeout_seconds = 0;
 };
 
+Flags FitFlags();
 StatusOr<Parsed> Parse(const std::vector<std::string>& args);
 std::string Usage();
 Status WriteSummary(const Flags& flags, const nlohmann::json& j);

@@ -184,8 +184,10 @@ class PsStrategy final : public strategy::Strategy {
     std::vector<std::string> files;
     int64_t bytes = 0;
     for (size_t i = 0; i < clients_.size(); ++i) {
+      // Each PS writes ps-<i>.ckpt into its own --checkpoint-dir, the same
+      // directory as this one (a shared volume).
       files.push_back("ps-" + std::to_string(i) + ".ckpt");
-      ASSIGN_OR_RETURN(int64_t b, clients_[i]->Save(dir + "/" + files.back()));
+      ASSIGN_OR_RETURN(int64_t b, clients_[i]->Save(st.step));
       bytes += b;
     }
     // A PS that restarted during the save wrote its empty table: never commit that.
@@ -215,7 +217,12 @@ class PsStrategy final : public strategy::Strategy {
                                                                                   " parameter servers' variables") +
                                 "; this cluster has " + std::to_string(clients_.size()) + " parameter servers");
     }
-    for (size_t i = 0; i < clients_.size(); ++i) RETURN_IF_ERROR(clients_[i]->Restore(c->files[i]).status());
+    for (size_t i = 0; i < clients_.size(); ++i) {
+      if (c->files[i] != c->dir + "/ps-" + std::to_string(i) + ".ckpt") {
+        return DataLoss(c->dir + ": file " + std::to_string(i) + " is " + c->files[i] + ", not ps-" + std::to_string(i) + ".ckpt");
+      }
+      RETURN_IF_ERROR(clients_[i]->Restore(c->step).status());
+    }
     ASSIGN_OR_RETURN(st, strategy::TrainState::FromJson(c->state));
     out_ << "fit: restored checkpoint " << c->dir << " at step " << st.step << std::endl;
     return true;

@@ -67,6 +67,10 @@ class Program {
   // One line for the usage text.
   virtual std::string usage() const = 0;
   virtual Status RegisterWorker(worker::Registry& registry) = 0;
+  // Where this program's parameter servers keep their checkpoint files
+  // (they read and write nothing outside it); "" when it has none. Bad
+  // flags are INVALID_ARGUMENT.
+  virtual StatusOr<std::string> CheckpointDir(const std::vector<std::string>&) const { return std::string(); }
   // The chief's side, given a running cluster.
   virtual int RunChief(const std::vector<std::string>& args, const ChiefContext& ctx) = 0;
   // Every chief and worker of a cluster without "ps" tasks runs this

@@ -72,17 +72,17 @@ StatusOr<int> PsClient::Push(uint64_t closure_id, uint32_t sequence, const std::
   return resp.duplicates();
 }
 
-StatusOr<int64_t> PsClient::Save(const std::string& path) {
+StatusOr<int64_t> PsClient::Save(int64_t step) {
   proto::SaveRequest req;
-  req.set_path(path);
+  req.set_step(step);
   proto::SaveResponse resp;
   RETURN_IF_ERROR(Call("Save", req, &resp, &proto::ParameterServer::Stub::Save));
   return resp.bytes();
 }
 
-StatusOr<int> PsClient::Restore(const std::string& path) {
+StatusOr<int> PsClient::Restore(int64_t step) {
   proto::RestoreRequest req;
-  req.set_path(path);
+  req.set_step(step);
   proto::RestoreResponse resp;
   RETURN_IF_ERROR(Call("Restore", req, &resp, &proto::ParameterServer::Stub::Restore));
   return resp.variables();

@@ -50,8 +50,10 @@ class PsClient {
   StatusOr<Tensor> PullRows(const std::string& name, const std::vector<int64_t>& rows);
   // Returns how many updates were skipped as already applied.
   StatusOr<int> Push(uint64_t closure_id, uint32_t sequence, const std::vector<Update>& updates);
-  StatusOr<int64_t> Save(const std::string& path);
-  StatusOr<int> Restore(const std::string& path);
+  // Checkpoints at `step` in the PS's own checkpoint directory; returns the
+  // bytes of tensors saved / the variables restored.
+  StatusOr<int64_t> Save(int64_t step);
+  StatusOr<int> Restore(int64_t step);
   StatusOr<PsStatus> GetStatus();
   // Makes `coordinator_incarnation` the only coordinator whose closures may
   // push here; returns the one fenced off (0 when none).

@@ -233,47 +233,86 @@ grpc::Status ParameterServerService::Push(grpc::ServerContext*, const proto::Pus
   return grpc::Status::OK;
 }
 
+StatusOr<std::string> ParameterServerService::CheckpointPath(int64_t step) const {
+  if (options_.checkpoint_dir.empty()) {
+    return FailedPrecondition("this parameter server was started without --checkpoint-dir; give every task of the "
+                              "job the same --checkpoint-dir");
+  }
+  if (step < 0) return InvalidArgument("checkpoint step " + std::to_string(step) + " is negative");
+  return options_.checkpoint_dir + "/ckpt-" + std::to_string(step) + "/" + options_.checkpoint_file;
+}
+
 grpc::Status ParameterServerService::Save(grpc::ServerContext*, const proto::SaveRequest* req, proto::SaveResponse* resp) {
-  std::vector<checkpoint::Entry> entries;
+  auto path = CheckpointPath(req->step());
+  if (!path.ok()) return Err(path.status());
+  auto writer = checkpoint::Writer::Create(*path);
+  if (!writer.ok()) return Err(writer.status());
+  std::vector<std::pair<std::string, std::shared_ptr<Shard>>> shards;
   {
     std::shared_lock lock(table_mu_);
-    for (const auto& [name, shard] : shards_) {
-      std::lock_guard g(shard->mu);
-      checkpoint::Entry e{name, shard->slots.iterations, {shard->value.Clone()}};
-      for (const Tensor& t : shard->slots.slots) e.tensors.push_back(t.Clone());
-      entries.push_back(std::move(e));
-    }
+    shards.assign(shards_.begin(), shards_.end());
   }
-  Status s = checkpoint::Write(req->path(), entries);
-  if (!s.ok()) return Err(s);
+  // One shard copied at a time, written, dropped: saving needs memory for
+  // the largest shard, not a copy of the whole table.
   int64_t bytes = 0;
-  for (const auto& e : entries) for (const auto& t : e.tensors) bytes += static_cast<int64_t>(t.bytes());
+  for (const auto& [name, shard] : shards) {
+    checkpoint::Entry e;
+    {
+      std::lock_guard g(shard->mu);
+      e = checkpoint::Entry{name, shard->slots.iterations, {shard->value.Clone()}};
+      for (const Tensor& t : shard->slots.slots) e.tensors.push_back(t.Clone());
+    }
+    for (const auto& t : e.tensors) bytes += static_cast<int64_t>(t.bytes());
+    if (Status s = (*writer)->Add(e); !s.ok()) return Err(s);
+  }
+  if (auto s = (*writer)->Commit(); !s.ok()) return Err(s.status());
   resp->set_bytes(bytes);
   return grpc::Status::OK;
 }
 
 grpc::Status ParameterServerService::Restore(grpc::ServerContext*, const proto::RestoreRequest* req,
                                              proto::RestoreResponse* resp) {
-  auto entries = checkpoint::Read(req->path());
-  if (!entries.ok()) return Err(entries.status());
-  // Check everything before changing anything.
-  for (const auto& e : *entries) {
+  auto path = CheckpointPath(req->step());
+  if (!path.ok()) return Err(path.status());
+  // Check everything before changing anything: one streamed pass over the
+  // file (every chunk's checksum, names and shapes against the table).
+  auto check = checkpoint::Check(*path);
+  if (!check.ok()) return Err(check.status());
+  for (const auto& e : check->entries) {
     auto shard = Find(e.name);
     if (!shard) return Err(NotFound("Restore: checkpoint has \"" + e.name + "\", which is not created here"));
     std::lock_guard g(shard->mu);
-    if (e.tensors.empty() || e.tensors[0].shape() != shard->value.shape() || e.tensors[0].dtype() != shard->value.dtype() ||
-        e.tensors.size() != 1 + shard->slots.slots.size()) {
-      return Err(InvalidArgument("Restore: \"" + e.name + "\" in " + req->path() + " does not match the variable"));
-    }
+    bool ok = e.tensors.size() == 1 + shard->slots.slots.size() && e.tensors[0].first == shard->value.dtype() &&
+              e.tensors[0].second == shard->value.shape();
+    for (size_t k = 0; ok && k < shard->slots.slots.size(); ++k) ok = e.tensors[k + 1].second == shard->slots.slots[k].shape();
+    if (!ok) return Err(InvalidArgument("Restore: \"" + e.name + "\" in " + *path + " does not match the variable"));
   }
-  for (const auto& e : *entries) {
-    auto shard = Find(e.name);
+  // Then a second pass, one entry at a time into fresh tensors swapped in
+  // when the entry is complete: memory for the largest shard, not the table.
+  checkpoint::Entry pending;
+  auto install = [&]() {
+    if (pending.name.empty()) return;
+    auto shard = Find(pending.name);
     std::lock_guard g(shard->mu);
-    shard->value = e.tensors[0];
-    for (size_t i = 0; i < shard->slots.slots.size(); ++i) shard->slots.slots[i] = e.tensors[i + 1];
-    shard->slots.iterations = e.iterations;
-  }
-  resp->set_variables(static_cast<int>(entries->size()));
+    shard->value = pending.tensors[0];
+    for (size_t i = 0; i < shard->slots.slots.size(); ++i) shard->slots.slots[i] = pending.tensors[i + 1];
+    shard->slots.iterations = pending.iterations;
+    pending = {};
+  };
+  Status s = checkpoint::ReadInto(*path, [&](const std::string& name, int64_t iterations, size_t k, DType dtype,
+                                             const Shape& shape) -> StatusOr<Tensor*> {
+    if (k == 0) {
+      install();
+      pending.name = name;
+      pending.iterations = iterations;
+    }
+    ASSIGN_OR_RETURN(Tensor t, Tensor::CreateUninitialized(dtype, shape));
+    pending.tensors.push_back(std::move(t));
+    return &pending.tensors.back();
+  });
+  if (!s.ok()) return Err(s);
+  install();
+  resp->set_variables(static_cast<int>(check->entries.size()));
   return grpc::Status::OK;
 }
 

@@ -37,6 +37,10 @@ namespace tfjob::ps {
 
 struct PsOptions {
   size_t dedup_window = 1 << 16;  // applied (closure, sequence) ids remembered per shard
+  // Where Save and Restore read and write: <checkpoint_dir>/ckpt-<step>/<checkpoint_file>.
+  // Empty: this PS cannot checkpoint (FAILED_PRECONDITION).
+  std::string checkpoint_dir;
+  std::string checkpoint_file = "ps-0.ckpt";
   // Bytes and latency per RPC go here when set (borrowed; must outlive the service).
   runtime_metrics::RuntimeMetrics* metrics = nullptr;
 };
@@ -71,6 +75,8 @@ class ParameterServerService final : public proto::ParameterServer::Service {
   };
 
   std::shared_ptr<Shard> Find(const std::string& name);
+  // <checkpoint_dir>/ckpt-<step>/<checkpoint_file>, or why there is none.
+  StatusOr<std::string> CheckpointPath(int64_t step) const;
   // Returns false when this id was already applied (and records it otherwise).
   bool Remember(Shard& s, uint64_t key);
 

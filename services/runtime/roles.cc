@@ -49,14 +49,19 @@ std::thread WatchSignals(Service& service) {
   return t;
 }
 
-int ServePs(const cluster::ClusterConfig& cfg, runtime_metrics::RuntimeMetrics* metrics, std::ostream& out,
-            std::ostream& err) {
+int ServePs(const cluster::ClusterConfig& cfg, const programs::Program& program, const std::vector<std::string>& args,
+            runtime_metrics::RuntimeMetrics* metrics, std::ostream& out, std::ostream& err) {
   auto self = cfg.cluster.Address(cfg.task->type, cfg.task->index);
   if (!self.ok()) return ReportError(self.status(), err);
   auto listen = ListenAddress(*self);
   if (!listen.ok()) return ReportError(listen.status(), err);
+  auto checkpoint_dir = program.CheckpointDir(args);
+  if (!checkpoint_dir.ok()) return ReportError(checkpoint_dir.status(), err);
   ps::PsOptions options;
   options.metrics = metrics;
+  // The only files this PS ever touches: <dir>/ckpt-<step>/ps-<index>.ckpt.
+  options.checkpoint_dir = *checkpoint_dir;
+  options.checkpoint_file = "ps-" + std::to_string(cfg.task->index) + ".ckpt";
   auto server = ps::PsServer::Start(*listen, options);
   if (!server.ok()) return ReportError(server.status(), err);
   WatchSignals((*server)->service());
@@ -144,7 +149,7 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
   auto exporter = runtime_metrics::Exporter::Start(*metrics_config, out);
   if (!exporter.ok()) return ReportError(exporter.status(), err);
   runtime_metrics::RuntimeMetrics* metrics = (*exporter)->metrics();
-  if (type == cluster::kPs) return ServePs(*cfg, metrics, out, err);
+  if (type == cluster::kPs) return ServePs(*cfg, program, args, metrics, out, err);
   // Without parameter servers, the chief and the workers train together
   // (TensorFlow's MultiWorkerMirroredStrategy): every one runs the program.
   if ((type == cluster::kWorker || cluster::IsChief(type)) && !training.HasJob(cluster::kPs)) {

@@ -97,7 +97,7 @@ class Monitoring : public ::testing::Test {
     };
     const std::string manifest = std::string("apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata:\n  name: ") + kJob +
                                  "\nspec:\n  tfReplicaSpecs:\n    Chief:\n" +
-                                 replica(1, ckpt + "\", \"--checkpoint-every-steps\", \"40") + "    PS:\n" + replica(1) +
+                                 replica(1, ckpt + "\", \"--checkpoint-every-steps\", \"40") + "    PS:\n" + replica(1, ckpt) +
                                  "    Worker:\n" + replica(2) + "    Evaluator:\n" + replica(1, ckpt);
     ASSERT_TRUE(WriteFileAtomic(dir_ + "/tfjob.yaml", manifest).ok());
     job_ = std::make_unique<t::Process>(std::vector<std::string>{t::BinDir() + "/tfjob", "run", dir_ + "/tfjob.yaml",

@@ -19,7 +19,12 @@ Tensor F(Shape s, std::vector<float> v) { return *Tensor::FromVector(std::move(s
 class PsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto s = PsServer::Start("127.0.0.1:0");
+    ckpt_dir_ = ::testing::TempDir() + "/ps-test-" + std::to_string(::getpid());
+    std::filesystem::create_directories(ckpt_dir_ + "/ckpt-7");
+    PsOptions o;
+    o.checkpoint_dir = ckpt_dir_;
+    o.checkpoint_file = "ps-3.ckpt";
+    auto s = PsServer::Start("127.0.0.1:0", o);
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = std::move(s).value();
     client_ = std::make_unique<PsClient>("127.0.0.1:" + std::to_string(server_->port()));
@@ -31,6 +36,7 @@ class PsTest : public ::testing::Test {
   }
   std::unique_ptr<PsServer> server_;
   std::unique_ptr<PsClient> client_;
+  std::string ckpt_dir_;
 };
 
 TEST_F(PsTest, AppliesGradientsWithTheShardsOptimizer) {
@@ -149,12 +155,14 @@ TEST_F(PsTest, SaveAndRestoreIncludingOptimizerSlots) {
   adam.learning_rate = 0.1;
   ASSERT_TRUE(client_->CreateVariable("w", F({2}, {1, 2}), adam).ok());
   ASSERT_TRUE(client_->Push(1, 0, {{"w", Update::Kind::kApplyGradient, F({2}, {1, 1}), {}}}).ok());
-  const std::string path = ::testing::TempDir() + "/ps-save-" + std::to_string(::getpid()) + ".ckpt";
-  ASSERT_TRUE(client_->Save(path).ok());
+  // The request names a step; the PS picks the file in its own directory.
+  const std::string path = ckpt_dir_ + "/ckpt-7/ps-3.ckpt";
+  ASSERT_TRUE(client_->Save(7).ok());
+  ASSERT_TRUE(std::filesystem::exists(path));
   Tensor saved = (*client_->Pull({"w"}))[0];
   ASSERT_TRUE(client_->Push(2, 0, {{"w", Update::Kind::kApplyGradient, F({2}, {1, 1}), {}}}).ok());
   Tensor after_second = (*client_->Pull({"w"}))[0];
-  ASSERT_EQ(*client_->Restore(path), 1);
+  ASSERT_EQ(*client_->Restore(7), 1);
   EXPECT_TRUE(Equal((*client_->Pull({"w"}))[0], saved));
   // Re-applying the same gradient from the restored slots reproduces the same step.
   ASSERT_TRUE(client_->Push(3, 0, {{"w", Update::Kind::kApplyGradient, F({2}, {1, 1}), {}}}).ok());
@@ -163,8 +171,24 @@ TEST_F(PsTest, SaveAndRestoreIncludingOptimizerSlots) {
   std::string bytes = *ReadFile(path);
   bytes[bytes.size() - 10] ^= 1;
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-  EXPECT_EQ(client_->Restore(path).status().code(), Code::kDataLoss);
+  EXPECT_EQ(client_->Restore(7).status().code(), Code::kDataLoss);
   EXPECT_TRUE(Equal((*client_->Pull({"w"}))[0], after_second));
+}
+
+TEST_F(PsTest, CheckpointsStayInTheCheckpointDirectory) {
+  ASSERT_TRUE(client_->CreateVariable("w", F({2}, {1, 2}), Sgd(0.1)).ok());
+  EXPECT_EQ(client_->Save(-1).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(client_->Restore(-1).status().code(), Code::kInvalidArgument);
+  // A step never saved: nothing to read, nothing changed.
+  EXPECT_EQ(client_->Restore(8).status().code(), Code::kNotFound);
+  EXPECT_TRUE(Equal((*client_->Pull({"w"}))[0], F({2}, {1, 2})));
+  // A PS started without a checkpoint directory says so.
+  auto bare = PsServer::Start("127.0.0.1:0");
+  ASSERT_TRUE(bare.ok());
+  PsClient c("127.0.0.1:" + std::to_string((*bare)->port()));
+  auto r = c.Save(1);
+  EXPECT_EQ(r.status().code(), Code::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(), HasSubstr("started without --checkpoint-dir"));
 }
 
 TEST_F(PsTest, StatusAndShutdown) {
