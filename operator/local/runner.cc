@@ -19,6 +19,7 @@
 #include "operator/api/names.h"
 #include "operator/api/validation.h"
 #include "operator/controller/planner.h"
+#include "services/rpc/auth.h"
 #include "services/runtime/launcher.h"
 
 namespace tfjob::op::local {
@@ -253,19 +254,25 @@ class Backend {
   std::string targets_written_;
 };
 
-// The tensorflow container's env plus the replica's metrics port and the job
-// name (services/metrics reads both). The runner's port wins over one the
-// manifest sets: on Kubernetes every pod has its own IP, here they share one.
-json WithMetricsEnv(json pod, const std::string& job_name, int port) {
+// The tensorflow container's env plus the replica's metrics port, the job
+// name (services/metrics reads both) and the run's task token
+// (services/rpc/auth.h: on Kubernetes it comes from the job's Secret; here
+// one is made per run). The runner's values win over the manifest's: on
+// Kubernetes every pod has its own IP, here they share one.
+json WithRunnerEnv(json pod, const std::string& job_name, int port, const std::string& token) {
   for (auto& c : pod["spec"]["containers"]) {
     if (c.value("name", "") != api::kDefaultContainerName) continue;
     json env = json::array();
     for (const auto& e : c.value("env", json::array())) {
       const std::string name = e.value("name", "");
-      if (name != "TFJOB_METRICS_PORT" && name != "TFJOB_JOB_NAME") env.push_back(e);
+      if (name != "TFJOB_METRICS_PORT" && name != "TFJOB_JOB_NAME" && name != rpc::kTokenEnv &&
+          name != rpc::kTokenFileEnv) {
+        env.push_back(e);
+      }
     }
     env.push_back({{"name", "TFJOB_METRICS_PORT"}, {"value", std::to_string(port)}});
     env.push_back({{"name", "TFJOB_JOB_NAME"}, {"value", job_name}});
+    env.push_back({{"name", rpc::kTokenEnv}, {"value", token}});
     c["env"] = env;
   }
   return pod;
@@ -328,6 +335,8 @@ int RunJob(const std::string& manifest, const RunOptions& o) {
       metrics_ports[api::PodName(job.metadata.name, api::TypeLabel(spec), i)] = *mport;
     }
   }
+  // One task token for the run: every replica gets it, nobody else has it.
+  const std::string token = rpc::NewToken();
   controller::PlannerOptions popts;
   popts.address = [&](const api::ReplicaSpec& spec, int index) {
     return "127.0.0.1:" + std::to_string(ports[api::PodName(job.metadata.name, api::TypeLabel(spec), index)]);
@@ -365,7 +374,7 @@ int RunJob(const std::string& manifest, const RunOptions& o) {
       switch (a.kind) {
         case Action::Kind::kCreatePod: {
           const std::string pod = a.object["metadata"].value("name", "");
-          backend.Create(WithMetricsEnv(a.object, job.metadata.name, metrics_ports[pod]));
+          backend.Create(WithRunnerEnv(a.object, job.metadata.name, metrics_ports[pod], token));
           std::lock_guard g(out_mu);
           out << "[tfjob] " << pod << ": metrics on 127.0.0.1:" << metrics_ports[pod] << std::endl;
           break;

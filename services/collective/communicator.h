@@ -59,6 +59,9 @@ struct Options {
   // Unit of pipelining on the ring: sending, receiving and reducing overlap
   // chunk by chunk.
   size_t chunk_bytes = size_t{256} << 10;
+  // The job's task token: every connection to a member must carry it
+  // (UNAUTHENTICATED otherwise). Empty: no check.
+  std::string token;
 };
 
 class Communicator {

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "proto/collective.pb.h"
+#include "services/rpc/auth.h"
 
 namespace tfjob::collective {
 namespace {
@@ -124,9 +125,15 @@ void Group::HandleConnection(net::Fd fd) {
   if (!net::RecvMessage(fd.get(), hello, Clock::now() + kHelloTimeout, "a connecting member").ok()) return;
   const bool same_group = hello.group_size() == members_.size() && hello.fingerprint() == fingerprint_ &&
                           hello.rank() < members_.size();
+  // Checked first, and the refusal says nothing else about this group.
+  const bool authentic = options_.token.empty() || rpc::TokenMatches(hello.token(), options_.token);
   if (hello.kind() == proto::CollectiveHello::JOIN) {
     std::string refusal;
-    if (!same_group) {
+    Code code = Code::kInvalidArgument;
+    if (!authentic) {
+      refusal = "collective: " + self().Describe() + " refused the join: missing or wrong task token";
+      code = Code::kUnauthenticated;
+    } else if (!same_group) {
       refusal = "collective: " + self().Describe() + " leads a group of " + std::to_string(members_.size()) +
                 " members with another cluster spec: every member needs the same TF_CONFIG cluster";
     } else if (rank_ != 0) {
@@ -135,7 +142,7 @@ void Group::HandleConnection(net::Fd fd) {
     if (!refusal.empty()) {
       proto::LeaderMessage m;
       m.set_error(refusal);
-      m.set_error_code(static_cast<uint32_t>(Code::kInvalidArgument));
+      m.set_error_code(static_cast<uint32_t>(code));
       (void)net::SendMessage(fd.get(), m, Clock::now() + kHelloTimeout, "");
       return;
     }
@@ -145,7 +152,7 @@ void Group::HandleConnection(net::Fd fd) {
     cv_.notify_all();
     return;
   }
-  if (hello.kind() == proto::CollectiveHello::LINK && same_group) {
+  if (hello.kind() == proto::CollectiveHello::LINK && same_group && authentic) {
     std::lock_guard g(mu_);
     links_[{hello.generation(), hello.rank()}] = std::move(fd);
     cv_.notify_all();
@@ -257,6 +264,7 @@ StatusOr<Group::Formation> Group::Follow(int64_t step, Clock::time_point deadlin
   hello.set_generation(generation_);
   hello.set_step(step);
   hello.set_incarnation(incarnation_);
+  hello.set_token(options_.token);
   std::string waiting;
   Status last;
   while (Clock::now() < deadline) {
@@ -320,6 +328,7 @@ StatusOr<std::unique_ptr<RingCommunicator>> Group::Connect(int64_t generation, C
   hello.set_group_size(static_cast<uint32_t>(n));
   hello.set_fingerprint(fingerprint_);
   hello.set_generation(generation);
+  hello.set_token(options_.token);
   RETURN_IF_ERROR(net::SendMessage(to_next.get(), hello, deadline, next.Describe()));
   net::Fd from_prev;
   {

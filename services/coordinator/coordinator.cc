@@ -157,7 +157,7 @@ Status ClusterCoordinator::CreateResourcesOn(Worker& w, const ResourceSpec& spec
   req.set_args_json(spec.args_json);
   req.set_resource(spec.resource);
   proto::CreateResourcesResponse resp;
-  auto ctx = rpc::Context(options_.rpc_timeout);
+  auto ctx = rpc::Context(options_.rpc_timeout, options_.credentials);
   return rpc::FromGrpc(w.stub->CreateResources(ctx.get(), req, &resp), "CreateResources on worker " + w.address);
 }
 
@@ -210,7 +210,7 @@ void ClusterCoordinator::Reconnect(Worker& w) {
     }
     proto::WorkerStatusRequest req;
     proto::WorkerStatusResponse resp;
-    auto ctx = rpc::Context(std::chrono::milliseconds(1000));
+    auto ctx = rpc::Context(std::chrono::milliseconds(1000), options_.credentials);
     grpc::Status st = w.stub->GetStatus(ctx.get(), req, &resp);
     if (st.ok()) {
       std::unique_lock lock(w.mu);
@@ -252,7 +252,7 @@ void ClusterCoordinator::Loop(Worker& w) {
     std::shared_ptr<Closure> c = Pop();
     if (!c) return;
     proto::RunClosureResponse resp;
-    auto ctx = rpc::Context(options_.rpc_timeout);
+    auto ctx = rpc::Context(options_.rpc_timeout, options_.credentials);
     const auto sent = std::chrono::steady_clock::now();
     grpc::Status st = w.stub->RunClosure(ctx.get(), c->request, &resp);
     if (options_.metrics) {
@@ -318,7 +318,7 @@ void ClusterCoordinator::ShutdownWorkers() {
   for (auto& w : workers_) {
     proto::WorkerShutdownRequest req;
     proto::WorkerShutdownResponse resp;
-    auto ctx = rpc::Context(std::chrono::milliseconds(2000));
+    auto ctx = rpc::Context(std::chrono::milliseconds(2000), options_.credentials);
     w->stub->Shutdown(ctx.get(), req, &resp);  // best effort: a dead worker needs no shutdown
   }
 }

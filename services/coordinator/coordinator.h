@@ -32,6 +32,7 @@
 #include "common/status.h"
 #include "proto/worker.grpc.pb.h"
 #include "services/metrics/runtime_metrics.h"
+#include "services/rpc/auth.h"
 #include "services/tensor/tensor.h"
 
 namespace tfjob::coordinator {
@@ -69,6 +70,8 @@ struct Options {
   // CreatePerWorkerDataset gives up on a worker that has not answered for
   // this long (UNAVAILABLE naming its address).
   std::chrono::milliseconds connect_timeout{300000};
+  // The job's task token, sent with every call to a worker.
+  rpc::Credentials credentials;
   // Closure latency, retries and worker failures go here when set
   // (borrowed; must outlive the coordinator).
   runtime_metrics::RuntimeMetrics* metrics = nullptr;

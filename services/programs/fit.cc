@@ -199,6 +199,7 @@ class Fit final : public Program {
     }
     if (Status s = fit::CheckCommunication(p->communication, kind); !s.ok()) return ReportError(s, *ctx.err);
     if (!p->rejoin_timeout_given) p->collective.rendezvous_timeout = ctx.connect_timeout;
+    p->collective.token = ctx.credentials.token;
     auto group = collective::Group::Create(ctx.members, ctx.rank, p->collective);
     if (!group.ok()) return ReportError(group.status(), *ctx.err);
     *ctx.out << "fit: multi_worker_mirrored, " << (*group)->self().name << " is rank " << ctx.rank << " of "

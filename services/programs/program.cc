@@ -9,6 +9,7 @@ namespace tfjob::programs {
 std::shared_ptr<ps::PsClient> ChiefContext::PsClientFor(size_t i) const {
   ps::ClientOptions o;
   o.retry.total_timeout = connect_timeout;
+  o.credentials = credentials;
   return std::make_shared<ps::PsClient>(ps_addresses[i], o);
 }
 

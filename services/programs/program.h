@@ -33,6 +33,8 @@ struct ChiefContext {
   std::chrono::milliseconds connect_timeout{300000};
   // Training progress goes here when set (borrowed from services/runtime).
   runtime_metrics::RuntimeMetrics* metrics = nullptr;
+  // The job's task token: every call to a PS or worker carries it.
+  rpc::Credentials credentials = {};
 
   // A client for PS `i` that is patient for connect_timeout.
   std::shared_ptr<ps::PsClient> PsClientFor(size_t i) const;
@@ -50,6 +52,8 @@ struct CollectiveContext {
   // How long forming the group waits for members that are not up yet.
   std::chrono::milliseconds connect_timeout{300000};
   runtime_metrics::RuntimeMetrics* metrics = nullptr;
+  // The job's task token: the group's connections carry it.
+  rpc::Credentials credentials = {};
 };
 
 // What the side-car evaluator gets: it never joins the training cluster.

@@ -11,7 +11,7 @@ template <typename Req, typename Resp, typename Fn>
 Status PsClient::Call(const char* what, const Req& req, Resp* resp, Fn fn) {
   const std::string context = std::string(what) + " on parameter server " + address_;
   return rpc::CallWithRetry(address_, options_.retry, [&]() {
-    auto ctx = rpc::Context(options_.timeout);
+    auto ctx = rpc::Context(options_.timeout, options_.credentials);
     return rpc::FromGrpc((stub_.get()->*fn)(ctx.get(), req, resp), context);
   });
 }

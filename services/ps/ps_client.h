@@ -21,6 +21,7 @@ namespace tfjob::ps {
 struct ClientOptions {
   std::chrono::milliseconds timeout{30000};
   rpc::RetryPolicy retry;
+  rpc::Credentials credentials;  // the job's task token
 };
 
 struct Update {

@@ -94,8 +94,9 @@ bool ParameterServerService::Remember(Shard& s, uint64_t key) {
   return true;
 }
 
-grpc::Status ParameterServerService::CreateVariable(grpc::ServerContext*, const proto::CreateVariableRequest* req,
+grpc::Status ParameterServerService::CreateVariable(grpc::ServerContext* call, const proto::CreateVariableRequest* req,
                                                     proto::CreateVariableResponse* resp) {
+  if (auto a = rpc::Authenticate(*call, options_.credentials); !a.ok()) return a;
   runtime_metrics::ScopedRpc rpc_metrics(options_.metrics, "CreateVariable", req, resp);
   if (req->name().empty()) return Err(InvalidArgument("CreateVariable: empty name"));
   auto value = rpc::TensorFromProto(req->initial_value());
@@ -122,7 +123,8 @@ grpc::Status ParameterServerService::CreateVariable(grpc::ServerContext*, const 
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterServerService::Pull(grpc::ServerContext*, const proto::PullRequest* req, proto::PullResponse* resp) {
+grpc::Status ParameterServerService::Pull(grpc::ServerContext* call, const proto::PullRequest* req, proto::PullResponse* resp) {
+  if (auto a = rpc::Authenticate(*call, options_.credentials); !a.ok()) return a;
   runtime_metrics::ScopedRpc rpc_metrics(options_.metrics, "Pull", req, resp);
   if (req->rows_size() > 0 && req->names_size() != 1) {
     return Err(InvalidArgument("Pull: rows need exactly one variable, got " + std::to_string(req->names_size())));
@@ -144,7 +146,8 @@ grpc::Status ParameterServerService::Pull(grpc::ServerContext*, const proto::Pul
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterServerService::Push(grpc::ServerContext*, const proto::PushRequest* req, proto::PushResponse* resp) {
+grpc::Status ParameterServerService::Push(grpc::ServerContext* call, const proto::PushRequest* req, proto::PushResponse* resp) {
+  if (auto a = rpc::Authenticate(*call, options_.credentials); !a.ok()) return a;
   runtime_metrics::ScopedRpc rpc_metrics(options_.metrics, "Push", req, resp);
   if (const uint64_t fence = fence_.load(); fence != 0) {
     const uint64_t from = req->coordinator_incarnation() != 0 ? req->coordinator_incarnation()
@@ -242,7 +245,8 @@ StatusOr<std::string> ParameterServerService::CheckpointPath(int64_t step) const
   return options_.checkpoint_dir + "/ckpt-" + std::to_string(step) + "/" + options_.checkpoint_file;
 }
 
-grpc::Status ParameterServerService::Save(grpc::ServerContext*, const proto::SaveRequest* req, proto::SaveResponse* resp) {
+grpc::Status ParameterServerService::Save(grpc::ServerContext* call, const proto::SaveRequest* req, proto::SaveResponse* resp) {
+  if (auto a = rpc::Authenticate(*call, options_.credentials); !a.ok()) return a;
   auto path = CheckpointPath(req->step());
   if (!path.ok()) return Err(path.status());
   auto writer = checkpoint::Writer::Create(*path);
@@ -270,8 +274,9 @@ grpc::Status ParameterServerService::Save(grpc::ServerContext*, const proto::Sav
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterServerService::Restore(grpc::ServerContext*, const proto::RestoreRequest* req,
+grpc::Status ParameterServerService::Restore(grpc::ServerContext* call, const proto::RestoreRequest* req,
                                              proto::RestoreResponse* resp) {
+  if (auto a = rpc::Authenticate(*call, options_.credentials); !a.ok()) return a;
   auto path = CheckpointPath(req->step());
   if (!path.ok()) return Err(path.status());
   // Check everything before changing anything: one streamed pass over the
@@ -316,8 +321,9 @@ grpc::Status ParameterServerService::Restore(grpc::ServerContext*, const proto::
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterServerService::GetStatus(grpc::ServerContext*, const proto::StatusRequest*,
+grpc::Status ParameterServerService::GetStatus(grpc::ServerContext* call, const proto::StatusRequest*,
                                                proto::StatusResponse* resp) {
+  if (auto a = rpc::Authenticate(*call, options_.credentials); !a.ok()) return a;
   resp->set_incarnation(incarnation_);
   std::shared_lock lock(table_mu_);
   for (const auto& [name, _] : shards_) resp->add_variables(name);
@@ -325,15 +331,17 @@ grpc::Status ParameterServerService::GetStatus(grpc::ServerContext*, const proto
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterServerService::Fence(grpc::ServerContext*, const proto::FenceRequest* req,
+grpc::Status ParameterServerService::Fence(grpc::ServerContext* call, const proto::FenceRequest* req,
                                            proto::FenceResponse* resp) {
+  if (auto a = rpc::Authenticate(*call, options_.credentials); !a.ok()) return a;
   if (req->coordinator_incarnation() == 0) return Err(InvalidArgument("Fence: coordinator incarnation 0"));
   resp->set_previous(fence_.exchange(req->coordinator_incarnation()));
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterServerService::Shutdown(grpc::ServerContext*, const proto::ShutdownRequest*,
+grpc::Status ParameterServerService::Shutdown(grpc::ServerContext* call, const proto::ShutdownRequest*,
                                               proto::ShutdownResponse*) {
+  if (auto a = rpc::Authenticate(*call, options_.credentials); !a.ok()) return a;
   // Only signal: stopping the server from inside its own handler would deadlock.
   RequestShutdown();
   return grpc::Status::OK;

@@ -30,6 +30,7 @@
 
 #include "proto/ps.grpc.pb.h"
 #include "services/metrics/runtime_metrics.h"
+#include "services/rpc/auth.h"
 #include "services/model/optimizers.h"
 #include "services/tensor/tensor.h"
 
@@ -41,6 +42,8 @@ struct PsOptions {
   // Empty: this PS cannot checkpoint (FAILED_PRECONDITION).
   std::string checkpoint_dir;
   std::string checkpoint_file = "ps-0.ckpt";
+  // Every RPC must carry this token (rpc/auth.h); none when empty.
+  rpc::Credentials credentials;
   // Bytes and latency per RPC go here when set (borrowed; must outlive the service).
   runtime_metrics::RuntimeMetrics* metrics = nullptr;
 };

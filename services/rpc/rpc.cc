@@ -52,9 +52,10 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 
-std::unique_ptr<grpc::ClientContext> Context(std::chrono::milliseconds timeout) {
+std::unique_ptr<grpc::ClientContext> Context(std::chrono::milliseconds timeout, const Credentials& credentials) {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(std::chrono::system_clock::now() + timeout);
+  Attach(*ctx, credentials);
   return ctx;
 }
 

@@ -15,6 +15,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "common/status.h"
+#include "services/rpc/auth.h"
 #include "proto/tensor.pb.h"
 #include "services/tensor/tensor.h"
 
@@ -30,8 +31,9 @@ grpc::Status ToGrpc(const Status& s);
 Status FromGrpc(const grpc::Status& s, const std::string& context);
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
-// A ClientContext with a deadline `timeout` from now.
-std::unique_ptr<grpc::ClientContext> Context(std::chrono::milliseconds timeout);
+// A ClientContext with a deadline `timeout` from now, carrying the task
+// token of `credentials` (auth.h).
+std::unique_ptr<grpc::ClientContext> Context(std::chrono::milliseconds timeout, const Credentials& credentials);
 
 struct RetryPolicy {
   int max_attempts = 8;

@@ -18,6 +18,7 @@
 
 #include "common/flags.h"
 #include "services/cluster/cluster.h"
+#include "services/rpc/auth.h"
 
 namespace tfjob::runtime {
 namespace {
@@ -42,7 +43,8 @@ std::string SelfExe() {
 }
 
 // Starts argv with TF_CONFIG; its stdout+stderr go through a pipe.
-StatusOr<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& argv, const std::string& tf_config) {
+StatusOr<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& argv, const std::string& tf_config,
+                                      const std::string& token) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return Internal(std::string("pipe: ") + std::strerror(errno));
   pid_t pid = fork();
@@ -51,6 +53,9 @@ StatusOr<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& argv, cons
     dup2(fds[1], 1);
     dup2(fds[1], 2);
     setenv("TF_CONFIG", tf_config.c_str(), 1);
+    // The run's task token (services/rpc/auth.h), whatever the shell had.
+    setenv(rpc::kTokenEnv, token.c_str(), 1);
+    unsetenv(rpc::kTokenFileEnv);
     // The children's roles come from this TF_CONFIG even when the launcher
     // itself was started with another resolver selected.
     unsetenv("TFJOB_CLUSTER_RESOLVER");
@@ -133,13 +138,15 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
   auto spec = cluster::ClusterSpec::FromLists(jobs);
   if (!spec.ok()) return ReportError(spec.status(), err);
 
+  // One task token per run: the tasks accept only each other.
+  const std::string token = rpc::NewToken();
   std::vector<std::string> argv{SelfExe()};
   argv.insert(argv.end(), rest.begin(), rest.end());
   std::mutex out_mu;
   std::vector<std::unique_ptr<Child>> children;
   auto start = [&](const std::string& job, int64_t index) -> Status {
     cluster::ClusterConfig cfg{*spec, cluster::TaskId{job, index}, "cloud", ""};
-    ASSIGN_OR_RETURN(auto spawned, Spawn(argv, cluster::ToTfConfigJson(cfg)));
+    ASSIGN_OR_RETURN(auto spawned, Spawn(argv, cluster::ToTfConfigJson(cfg), token));
     auto c = std::make_unique<Child>();
     c->name = job + ":" + std::to_string(index);
     c->pid = spawned.first;

@@ -50,7 +50,8 @@ std::thread WatchSignals(Service& service) {
 }
 
 int ServePs(const cluster::ClusterConfig& cfg, const programs::Program& program, const std::vector<std::string>& args,
-            runtime_metrics::RuntimeMetrics* metrics, std::ostream& out, std::ostream& err) {
+            const rpc::Credentials& credentials, runtime_metrics::RuntimeMetrics* metrics, std::ostream& out,
+            std::ostream& err) {
   auto self = cfg.cluster.Address(cfg.task->type, cfg.task->index);
   if (!self.ok()) return ReportError(self.status(), err);
   auto listen = ListenAddress(*self);
@@ -62,6 +63,7 @@ int ServePs(const cluster::ClusterConfig& cfg, const programs::Program& program,
   // The only files this PS ever touches: <dir>/ckpt-<step>/ps-<index>.ckpt.
   options.checkpoint_dir = *checkpoint_dir;
   options.checkpoint_file = "ps-" + std::to_string(cfg.task->index) + ".ckpt";
+  options.credentials = credentials;
   auto server = ps::PsServer::Start(*listen, options);
   if (!server.ok()) return ReportError(server.status(), err);
   WatchSignals((*server)->service());
@@ -72,8 +74,8 @@ int ServePs(const cluster::ClusterConfig& cfg, const programs::Program& program,
 }
 
 int ServeWorker(const cluster::ClusterConfig& cfg, const cluster::ClusterSpec& training,
-                const programs::ProgramList& all, runtime_metrics::RuntimeMetrics* metrics, std::ostream& out,
-                std::ostream& err) {
+                const programs::ProgramList& all, const rpc::Credentials& credentials,
+                runtime_metrics::RuntimeMetrics* metrics, std::ostream& out, std::ostream& err) {
   auto self = cfg.cluster.Address(cfg.task->type, cfg.task->index);
   if (!self.ok()) return ReportError(self.status(), err);
   auto listen = ListenAddress(*self);
@@ -82,7 +84,10 @@ int ServeWorker(const cluster::ClusterConfig& cfg, const cluster::ClusterSpec& t
   for (const auto& p : all) {
     if (Status s = p->RegisterWorker(registry); !s.ok()) return ReportError(s, err);
   }
-  auto server = worker::WorkerServer::Start(*listen, registry, {cfg.task->index, Addresses(training, cluster::kPs), {}, metrics});
+  ps::ClientOptions ps_options;
+  ps_options.credentials = credentials;
+  auto server =
+      worker::WorkerServer::Start(*listen, registry, {cfg.task->index, Addresses(training, cluster::kPs), ps_options, metrics});
   if (!server.ok()) return ReportError(server.status(), err);
   WatchSignals((*server)->service());
   out << "worker " << cfg.task->index << ": serving on " << *listen << std::endl;
@@ -93,18 +98,20 @@ int ServeWorker(const cluster::ClusterConfig& cfg, const cluster::ClusterSpec& t
 
 }  // namespace
 
-void ShutdownCluster(const std::vector<std::string>& ps, const std::vector<std::string>& workers) {
+void ShutdownCluster(const std::vector<std::string>& ps, const std::vector<std::string>& workers,
+                     const rpc::Credentials& credentials) {
   for (const auto& a : workers) {
     auto stub = proto::Worker::NewStub(rpc::MakeChannel(a));
     proto::WorkerShutdownRequest req;
     proto::WorkerShutdownResponse resp;
-    auto ctx = rpc::Context(std::chrono::milliseconds(2000));
+    auto ctx = rpc::Context(std::chrono::milliseconds(2000), credentials);
     stub->Shutdown(ctx.get(), req, &resp);  // best effort: a gone worker needs no shutdown
   }
   for (const auto& a : ps) {
     ps::ClientOptions o;
     o.timeout = std::chrono::milliseconds(2000);
     o.retry.max_attempts = 2;
+    o.credentials = credentials;
     (void)ps::PsClient(a, o).Shutdown();
   }
 }
@@ -135,6 +142,10 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
   // Before anything touches CUDA: under Slurm each task gets its share of the node's GPUs.
   if (resolved->cuda_visible_devices) setenv("CUDA_VISIBLE_DEVICES", resolved->cuda_visible_devices->c_str(), 1);
   const cluster::ClusterConfig* cfg = &resolved->config;
+  // The job's task token (TFJOB_AUTH_TOKEN or TFJOB_AUTH_TOKEN_FILE): what
+  // every task-to-task call carries and every service requires.
+  auto credentials = rpc::CredentialsFromEnv(env);
+  if (!credentials.ok()) return ReportError(credentials.status(), err);
   // The evaluator is a side-car, never part of the training cluster.
   const cluster::ClusterSpec training = cfg->cluster.WithoutJob(cluster::kEvaluator);
   const std::string& type = cfg->task->type;
@@ -149,7 +160,7 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
   auto exporter = runtime_metrics::Exporter::Start(*metrics_config, out);
   if (!exporter.ok()) return ReportError(exporter.status(), err);
   runtime_metrics::RuntimeMetrics* metrics = (*exporter)->metrics();
-  if (type == cluster::kPs) return ServePs(*cfg, program, args, metrics, out, err);
+  if (type == cluster::kPs) return ServePs(*cfg, program, args, *credentials, metrics, out, err);
   // Without parameter servers, the chief and the workers train together
   // (TensorFlow's MultiWorkerMirroredStrategy): every one runs the program.
   if ((type == cluster::kWorker || cluster::IsChief(type)) && !training.HasJob(cluster::kPs)) {
@@ -157,20 +168,22 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
     if (!members.ok()) return ReportError(members.status(), err);
     auto rank = collective::RankOf(*members, type, cfg->task->index);
     if (!rank.ok()) return ReportError(rank.status(), err);
-    programs::CollectiveContext ctx{*members, *rank, &out, &err, connect_timeout, metrics};
+    programs::CollectiveContext ctx{*members, *rank, &out, &err, connect_timeout, metrics, *credentials};
     return program.RunCollective(args, ctx);
   }
-  if (type == cluster::kWorker) return ServeWorker(*cfg, training, all, metrics, out, err);
+  if (type == cluster::kWorker) return ServeWorker(*cfg, training, all, *credentials, metrics, out, err);
   if (cluster::IsChief(type)) {
     programs::ChiefContext ctx{Addresses(training, cluster::kPs), Addresses(training, cluster::kWorker), {}, &out, &err};
     ctx.connect_timeout = connect_timeout;
     ctx.coordinator_options.connect_timeout = connect_timeout;
+    ctx.credentials = *credentials;
+    ctx.coordinator_options.credentials = *credentials;
     ctx.metrics = metrics;
     ctx.coordinator_options.metrics = metrics;
     if (ctx.worker_addresses.empty()) return ReportError(InvalidArgument("TF_CONFIG: the cluster has no \"worker\" tasks"), err);
     const int rc = program.RunChief(args, ctx);
     // Finished jobs must not leave PS or worker processes behind.
-    ShutdownCluster(ctx.ps_addresses, ctx.worker_addresses);
+    ShutdownCluster(ctx.ps_addresses, ctx.worker_addresses, ctx.credentials);
     return rc;
   }
   if (type == cluster::kEvaluator) {

@@ -14,6 +14,7 @@
 
 #include "services/cluster/cluster.h"
 #include "services/programs/program.h"
+#include "services/rpc/auth.h"
 
 namespace tfjob::runtime {
 
@@ -29,6 +30,7 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
             const cluster::Env& env, std::ostream& out, std::ostream& err);
 
 // Asks every PS and worker to exit (best effort, short deadlines).
-void ShutdownCluster(const std::vector<std::string>& ps, const std::vector<std::string>& workers);
+void ShutdownCluster(const std::vector<std::string>& ps, const std::vector<std::string>& workers,
+                     const rpc::Credentials& credentials);
 
 }  // namespace tfjob::runtime

@@ -63,8 +63,9 @@ std::vector<std::string> WorkerState::ResourceNames() {
 WorkerService::WorkerService(const Registry& registry, WorkerEnv env)
     : registry_(registry), state_(std::move(env)), incarnation_(rpc::NewIncarnation()) {}
 
-grpc::Status WorkerService::CreateResources(grpc::ServerContext*, const proto::CreateResourcesRequest* req,
+grpc::Status WorkerService::CreateResources(grpc::ServerContext* call, const proto::CreateResourcesRequest* req,
                                             proto::CreateResourcesResponse*) {
+  if (auto a = rpc::Authenticate(*call, state_.env().ps_options.credentials); !a.ok()) return a;
   const DatasetFn* fn = registry_.FindDataset(req->dataset_fn());
   if (!fn) return rpc::ToGrpc(NotFound("no dataset function \"" + req->dataset_fn() + "\" on this worker"));
   nlohmann::json args = nlohmann::json::parse(req->args_json().empty() ? "null" : req->args_json(), nullptr, false);
@@ -77,8 +78,9 @@ grpc::Status WorkerService::CreateResources(grpc::ServerContext*, const proto::C
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerService::RunClosure(grpc::ServerContext*, const proto::RunClosureRequest* req,
+grpc::Status WorkerService::RunClosure(grpc::ServerContext* call, const proto::RunClosureRequest* req,
                                        proto::RunClosureResponse* resp) {
+  if (auto a = rpc::Authenticate(*call, state_.env().ps_options.credentials); !a.ok()) return a;
   resp->set_worker_incarnation(incarnation_);
   auto fail = [&](const Status& s) {
     resp->set_error_code(static_cast<int>(s.code()));
@@ -114,16 +116,18 @@ grpc::Status WorkerService::RunClosure(grpc::ServerContext*, const proto::RunClo
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerService::GetStatus(grpc::ServerContext*, const proto::WorkerStatusRequest*,
+grpc::Status WorkerService::GetStatus(grpc::ServerContext* call, const proto::WorkerStatusRequest*,
                                       proto::WorkerStatusResponse* resp) {
+  if (auto a = rpc::Authenticate(*call, state_.env().ps_options.credentials); !a.ok()) return a;
   resp->set_incarnation(incarnation_);
   for (const auto& n : state_.ResourceNames()) resp->add_resources(n);
   resp->set_closures_run(closures_run_.load());
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerService::Shutdown(grpc::ServerContext*, const proto::WorkerShutdownRequest*,
+grpc::Status WorkerService::Shutdown(grpc::ServerContext* call, const proto::WorkerShutdownRequest*,
                                      proto::WorkerShutdownResponse*) {
+  if (auto a = rpc::Authenticate(*call, state_.env().ps_options.credentials); !a.ok()) return a;
   RequestShutdown();
   return grpc::Status::OK;
 }

@@ -38,6 +38,8 @@ struct ClosureResult {
 struct WorkerEnv {
   int64_t worker_index = 0;
   std::vector<std::string> ps_addresses;  // by PS task index
+  // How this worker calls the PS tasks; its credentials are also what this
+  // worker's own service requires of its callers (one token per job).
   ps::ClientOptions ps_options;
   // Closures executed and their time go here when set (borrowed; must
   // outlive the server).

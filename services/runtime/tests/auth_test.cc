@@ -1,0 +1,185 @@
+// Task-to-task authentication: every runtime RPC, called without the job's
+// token and with a wrong one, is UNAUTHENTICATED and changes nothing; with
+// the token it works. The collective group refuses a member without it. And
+// the real binary, started with a token, refuses a caller without one while
+// a job run by the launcher (which makes a token per run) trains.
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "proto/ps.grpc.pb.h"
+#include "proto/worker.grpc.pb.h"
+#include "services/collective/group.h"
+#include "services/ps/ps_client.h"
+#include "services/ps/ps_service.h"
+#include "services/rpc/auth.h"
+#include "services/rpc/rpc.h"
+#include "services/worker/worker.h"
+#include "tests/support/subprocess.h"
+
+namespace tfjob {
+namespace {
+
+namespace t = ::tfjob::testing;
+using ::testing::HasSubstr;
+
+const std::string kToken = "0123456789abcdef0123456789abcdef";
+
+// Calls as an outsider would: no token, or a wrong one.
+std::vector<rpc::Credentials> Intruders() { return {rpc::Credentials{}, rpc::Credentials{"fedcba9876543210fedcba9876543210"}}; }
+
+template <typename Stub, typename Req, typename Resp>
+grpc::Status Call(Stub& stub, grpc::Status (Stub::*method)(grpc::ClientContext*, const Req&, Resp*), const Req& req,
+                  const rpc::Credentials& creds) {
+  auto ctx = rpc::Context(std::chrono::milliseconds(5000), creds);
+  Resp resp;
+  return (stub.*method)(ctx.get(), req, &resp);
+}
+
+TEST(AuthTest, EveryParameterServerRpcNeedsTheToken) {
+  const std::string dir = t::MakeTempDir("auth-ps");
+  ps::PsOptions o;
+  o.credentials.token = kToken;
+  o.checkpoint_dir = dir;
+  auto server = ps::PsServer::Start("127.0.0.1:0", o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = "127.0.0.1:" + std::to_string((*server)->port());
+  ps::ClientOptions good;
+  good.credentials.token = kToken;
+  ps::PsClient owner(address, good);
+  ASSERT_TRUE(owner.CreateVariable("w", *Tensor::FromVector({2}, std::vector<float>{1, 2}), std::nullopt).ok());
+  ASSERT_TRUE(owner.Fence(0x1111111100000000ULL).ok());
+  const auto before = owner.GetStatus();
+  ASSERT_TRUE(before.ok());
+
+  auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(address));
+  proto::CreateVariableRequest create;
+  create.set_name("x");
+  rpc::TensorToProto(*Tensor::FromVector({1}, std::vector<float>{5}), create.mutable_initial_value());
+  proto::PullRequest pull;
+  pull.add_names("w");
+  proto::PushRequest push;
+  push.set_closure_id(0x2222222200000001ULL);
+  auto* u = push.add_updates();
+  u->set_name("w");
+  u->set_kind(proto::Update::ASSIGN);
+  rpc::TensorToProto(*Tensor::FromVector({2}, std::vector<float>{9, 9}), u->mutable_value());
+  proto::SaveRequest save;
+  save.set_step(1);
+  proto::RestoreRequest restore;
+  restore.set_step(1);
+  proto::FenceRequest fence;
+  fence.set_coordinator_incarnation(0x3333333300000000ULL);
+  using S = proto::ParameterServer::Stub;
+  for (const rpc::Credentials& who : Intruders()) {
+    std::vector<grpc::Status> got = {
+        Call(*stub, &S::CreateVariable, create, who), Call(*stub, &S::Pull, pull, who),
+        Call(*stub, &S::Push, push, who),             Call(*stub, &S::Save, save, who),
+        Call(*stub, &S::Restore, restore, who),       Call(*stub, &S::GetStatus, proto::StatusRequest(), who),
+        Call(*stub, &S::Fence, fence, who),           Call(*stub, &S::Shutdown, proto::ShutdownRequest(), who)};
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].error_code(), grpc::StatusCode::UNAUTHENTICATED) << "RPC " << i << ": " << got[i].error_message();
+    }
+  }
+  // Nothing changed: no variable created or overwritten, no checkpoint
+  // written, the fence held, the server still up.
+  auto values = owner.Pull({"w"});
+  ASSERT_TRUE(values.ok()) << values.status();
+  EXPECT_TRUE(Equal((*values)[0], *Tensor::FromVector({2}, std::vector<float>{1, 2})));
+  auto after = owner.GetStatus();
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->variables, before->variables);
+  EXPECT_EQ(after->applied_updates, before->applied_updates);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/ckpt-1"));
+  EXPECT_EQ(*owner.Fence(0x1111111100000000ULL), 0x1111111100000000ULL);
+}
+
+TEST(AuthTest, EveryWorkerRpcNeedsTheToken) {
+  worker::Registry registry;
+  std::atomic<int> ran{0};
+  ASSERT_TRUE(registry
+                  .AddClosure("count",
+                              [&](worker::ClosureContext&, const nlohmann::json&,
+                                  const std::vector<Tensor>&) -> StatusOr<worker::ClosureResult> {
+                                ++ran;
+                                return worker::ClosureResult{};
+                              })
+                  .ok());
+  worker::WorkerEnv env;
+  env.ps_options.credentials.token = kToken;
+  auto server = worker::WorkerServer::Start("127.0.0.1:0", registry, env);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = proto::Worker::NewStub(rpc::MakeChannel("127.0.0.1:" + std::to_string((*server)->port())));
+  proto::RunClosureRequest run;
+  run.set_closure_id(1);
+  run.set_function("count");
+  proto::CreateResourcesRequest create;
+  create.set_dataset_fn("none");
+  using S = proto::Worker::Stub;
+  for (const rpc::Credentials& who : Intruders()) {
+    for (const grpc::Status& s : {Call(*stub, &S::RunClosure, run, who), Call(*stub, &S::CreateResources, create, who),
+                                  Call(*stub, &S::GetStatus, proto::WorkerStatusRequest(), who),
+                                  Call(*stub, &S::Shutdown, proto::WorkerShutdownRequest(), who)}) {
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+    }
+  }
+  EXPECT_EQ(ran.load(), 0);
+  // With the token: the closure runs, and the worker was never shut down.
+  EXPECT_TRUE(Call(*stub, &S::RunClosure, run, rpc::Credentials{kToken}).ok());
+  EXPECT_EQ(ran.load(), 1);
+}
+
+TEST(AuthTest, TheGroupRefusesAMemberWithoutTheToken) {
+  collective::Options o;
+  o.token = kToken;
+  o.rendezvous_timeout = std::chrono::milliseconds(2000);
+  std::vector<collective::Peer> members;
+  std::vector<collective::net::Listener> listeners;
+  for (int r = 0; r < 2; ++r) {
+    auto l = collective::net::Listen("127.0.0.1", 0);
+    ASSERT_TRUE(l.ok());
+    members.push_back({"worker:" + std::to_string(r), "127.0.0.1:" + std::to_string(l->port)});
+    listeners.push_back(std::move(l).value());
+  }
+  auto leader = collective::Group::Create(members, 0, o, std::move(listeners[0]));
+  collective::Options wrong = o;
+  wrong.token = "fedcba9876543210fedcba9876543210";
+  auto intruder = collective::Group::Create(members, 1, wrong, std::move(listeners[1]));
+  ASSERT_TRUE(leader.ok() && intruder.ok());
+  Status s1;
+  std::thread t([&] { s1 = (*intruder)->Form(0).status(); });
+  Status s0 = (*leader)->Form(0).status();
+  t.join();
+  EXPECT_EQ(s1.code(), Code::kUnauthenticated) << s1;
+  EXPECT_THAT(s1.message(), HasSubstr("missing or wrong task token"));
+  EXPECT_EQ(s0.code(), Code::kDeadlineExceeded) << s0;  // the leader never saw a member join
+}
+
+TEST(AuthTest, TokensComeFromTheEnvironmentOrAFile) {
+  const std::string dir = t::MakeTempDir("auth-env");
+  auto env = [](std::map<std::string, std::string> m) {
+    return [m](const std::string& k) -> std::optional<std::string> {
+      auto it = m.find(k);
+      return it == m.end() ? std::nullopt : std::optional<std::string>(it->second);
+    };
+  };
+  EXPECT_FALSE(rpc::CredentialsFromEnv(env({}))->enabled());
+  EXPECT_EQ(rpc::CredentialsFromEnv(env({{"TFJOB_AUTH_TOKEN", kToken}}))->token, kToken);
+  std::ofstream(dir + "/token") << kToken << "\n";  // a mounted Secret key ends with a newline or not
+  EXPECT_EQ(rpc::CredentialsFromEnv(env({{"TFJOB_AUTH_TOKEN_FILE", dir + "/token"}}))->token, kToken);
+  EXPECT_EQ(rpc::CredentialsFromEnv(env({{"TFJOB_AUTH_TOKEN", "short"}})).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(rpc::CredentialsFromEnv(env({{"TFJOB_AUTH_TOKEN_FILE", dir + "/none"}})).status().code(),
+            Code::kInvalidArgument);
+  EXPECT_NE(rpc::NewToken(), rpc::NewToken());
+  EXPECT_EQ(rpc::NewToken().size(), 64u);
+  EXPECT_TRUE(rpc::TokenMatches(kToken, kToken));
+  EXPECT_FALSE(rpc::TokenMatches(kToken.substr(0, 31), kToken));
+  EXPECT_FALSE(rpc::TokenMatches(kToken + "0", kToken));
+}
+
+}  // namespace
+}  // namespace tfjob
