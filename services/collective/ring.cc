@@ -87,6 +87,22 @@ RingCommunicator::~RingCommunicator() {
   }
   stop_cv_.notify_all();
   if (keepalive_.joinable()) keepalive_.join();
+  // Closing a socket with unread data makes the kernel send a reset, and a
+  // reset can discard what the neighbour has not read yet: the ABORT that
+  // says why. So read (and drop) until the neighbours close their side too,
+  // for a bounded time.
+  const auto deadline = Clock::now() + std::min<std::chrono::milliseconds>(options_.timeout, std::chrono::milliseconds(1000));
+  for (net::Fd* fd : {&to_next_, &from_prev_}) {
+    if (!fd->valid()) continue;
+    char scratch[4096];
+    while (Clock::now() < deadline) {
+      pollfd p{fd->get(), POLLIN, 0};
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (poll(&p, 1, static_cast<int>(std::max<int64_t>(left, 0))) <= 0) break;
+      const ssize_t n = recv(fd->get(), scratch, sizeof scratch, MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) break;
+    }
+  }
 }
 
 Status RingCommunicator::error() const {
