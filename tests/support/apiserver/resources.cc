@@ -98,6 +98,21 @@ std::vector<ResourceInfo> BuiltinResources() {
   }
   {
     ResourceInfo r;
+    r.version = "v1", r.kind = "Secret", r.plural = "secrets", r.singular = "secret";
+    r.columns = {Column("Type", "string", ".type"), AgeColumn()};
+    r.field_selectors = {"type"};
+    out.push_back(r);
+  }
+  {
+    ResourceInfo r;
+    r.group = "networking.k8s.io", r.version = "v1", r.kind = "NetworkPolicy", r.plural = "networkpolicies";
+    r.singular = "networkpolicy";
+    r.short_names = {"netpol"};
+    r.columns = {Column("Pod-Selector", "string", ".spec.podSelector"), AgeColumn()};
+    out.push_back(r);
+  }
+  {
+    ResourceInfo r;
     r.version = "v1", r.kind = "Namespace", r.plural = "namespaces", r.singular = "namespace";
     r.namespaced = false, r.has_status = true;
     r.short_names = {"ns"};
