@@ -13,6 +13,7 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev  # the OpenMPI peer of bench/allreduce.sh
   golang-go golang-github-masterminds-sprig-dev golang-github-ghodss-yaml-dev
   prometheus  # promtool and a real Prometheus for the monitoring tests
+  clang libclang-rt-14-dev libomp-14-dev  # scripts/fuzz.sh, scripts/sanitize.sh: libFuzzer, sanitizers, OpenMP
 )
 
 missing=()

@@ -140,6 +140,47 @@ bool IsNonFinite(const std::string& s) {
                      ".NAN"});
 }
 
+// Well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing past
+// U+10FFFF). go-yaml refuses a stream that is not, so kubectl never sends
+// such a manifest; nlohmann stores any bytes but throws when it writes them,
+// so a string that got through here would fail far from the manifest.
+// yaml-cpp passes raw bytes through; checking each scalar (keys included)
+// locates the error at the scalar that holds the bad bytes.
+bool IsUtf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n;
+    uint32_t cp;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      n = 1;
+      cp = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      n = 2;
+      cp = c & 0x0F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      n = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (s.size() - i <= n) return false;
+    for (size_t k = 1; k <= n; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    if ((n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+      return false;
+    }
+    i += n + 1;
+  }
+  return true;
+}
+
 // YAML 1.1 as go-yaml v2 resolves a plain scalar. Timestamps stay strings:
 // TFJob fields that hold times are strings on the wire anyway.
 json ResolvePlain(const std::string& s, const YAML::Mark& mark) {
@@ -228,6 +269,7 @@ class JsonBuilder : public YAML::EventHandler {
 
   void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
                 const std::string& value) override {
+    if (!IsUtf8(value)) throw YamlError{mark, "invalid UTF-8 in a scalar"};
     const bool plain = tag == "?";
     json v = plain ? ResolvePlain(value, mark) : tag == "!" ? json(value) : ResolveTagged(tag, value, mark);
     Add(std::move(v), 1, mark, anchor, plain && value == "<<");

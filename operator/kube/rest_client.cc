@@ -1,6 +1,9 @@
 #include "operator/kube/rest_client.h"
 
+#include <cstdint>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <cpprest/containerstream.h>
 #include <cpprest/http_client.h>
@@ -129,7 +132,14 @@ StatusOr<nlohmann::json> RestClient::Send(const std::string& method, const std::
     http::http_request req(method);
     req.set_request_uri(path);
     impl_->Authorize(req);
-    if (body) req.set_body(body->dump(), content_type);
+    if (body) {
+      // cpprest's string overloads of set_body read a std::string buffer
+      // through a byte-stream pointer to an unrelated type (undefined
+      // behaviour UBSan reports); a byte vector is the stream's own type.
+      const std::string text = body->dump();
+      req.headers().set_content_type(content_type);
+      req.set_body(std::vector<unsigned char>(text.begin(), text.end()));
+    }
     http::http_response resp = impl_->client->request(req).get();
     const std::string text = resp.extract_utf8string(true).get();
     if (resp.status_code() >= 300) return FromHttp(resp.status_code(), text, what);
@@ -237,9 +247,11 @@ Status RestClient::Watch(const Resource& r, const std::string& ns, const WatchOp
     }
     auto body = resp.body();
     while (!stop) {
-      concurrency::streams::container_buffer<std::string> line;
+      // Bytes, as the response stream holds them: read_line into a
+      // std::string buffer would go through the same mistyped pointer.
+      concurrency::streams::container_buffer<std::vector<uint8_t>> line;
       const size_t n = body.read_line(line).get();
-      const std::string& text = line.collection();
+      const std::string text(line.collection().begin(), line.collection().end());
       if (n == 0 && text.empty()) {
         if (body.is_eof()) return Status::Ok();  // the server ended the watch
         continue;

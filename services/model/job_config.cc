@@ -231,6 +231,23 @@ StatusOr<DataSourceSpec> ParseSource(const nlohmann::json& j, const std::string&
     RETURN_IF_ERROR(r.Optional("num_examples", s.num_examples));
     RETURN_IF_ERROR(Positive(r.FieldPath("num_examples"), s.num_examples));
     RETURN_IF_ERROR(r.Optional("feature_shape", s.feature_shape));
+    // Checked here, before any data set is built, so the error names the
+    // file and field; the whole set must also be a size a tensor can have
+    // (the element count overflowing int64 would otherwise reach the
+    // allocator as a wrapped, negative or tiny size).
+    if (s.feature_shape.empty()) return InvalidArgument(r.FieldPath("feature_shape") + ": must not be empty");
+    for (int64_t d : s.feature_shape) {
+      if (d <= 0) {
+        return InvalidArgument(r.FieldPath("feature_shape") + ": dimensions must be > 0, got " +
+                               ShapeString(s.feature_shape));
+      }
+    }
+    Shape all = s.feature_shape;
+    all.insert(all.begin(), s.num_examples);
+    if (NumElements(all) < 0) {
+      return InvalidArgument(r.FieldPath("num_examples") + ": " + std::to_string(s.num_examples) +
+                             " examples of shape " + ShapeString(s.feature_shape) + " is too many values to hold");
+    }
     RETURN_IF_ERROR(r.Optional("num_classes", s.num_classes));
     if (s.num_classes < 2) return InvalidArgument(r.FieldPath("num_classes") + ": must be >= 2");
     RETURN_IF_ERROR(r.Optional("seed", s.seed));

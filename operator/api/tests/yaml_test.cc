@@ -216,6 +216,27 @@ TEST(YamlTest, DeepNestingIsAnErrorNotACrash) {
   }
 }
 
+// Found by fuzz/tfjob_yaml_fuzz: yaml-cpp passed invalid UTF-8 through, and
+// the JSON it became threw (type_error 316) when written out.
+TEST(YamlTest, InvalidUtf8IsAnErrorNotJsonThatCannotBeWritten) {
+  for (const std::string& yaml : {std::string("a: \xff\n"), std::string("name: ab\xc3(\n"),
+                                 std::string("\xe9t\xe9: 1\n"), std::string("a: \"x\xed\xa0\x80\"\n"),
+                                 std::string("a: \xc0\xaf\n"),
+                                 std::string("a: [x, 'y\xf5\x80\x80\x80']\n")}) {
+    Status s = Error(yaml);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << yaml;
+    EXPECT_THAT(s.message(), StartsWith("m.yaml:1:")) << yaml;
+    EXPECT_THAT(s.message(), HasSubstr("invalid UTF-8")) << yaml;
+  }
+  // yaml-cpp refuses an escaped surrogate itself.
+  EXPECT_EQ(Error("a: \"\\ud800\"\n").code(), Code::kInvalidArgument);
+  // Every well-formed sequence length still reads, and dumps.
+  json doc = One("k\xc3\xa9: \"\xe2\x82\xac \xf0\x9f\x98\x80\"\nv: \"\\u00e9\"\n");
+  EXPECT_EQ(doc["k\xc3\xa9"], "\xe2\x82\xac \xf0\x9f\x98\x80");
+  EXPECT_EQ(doc["v"], "\xc3\xa9");
+  EXPECT_NO_THROW((void)doc.dump());
+}
+
 TEST(ReadTfJobManifestTest, ReadsAndDecodes) {
   auto job = ReadTfJobManifest(testing::TestDataPath("chief_ps_worker_evaluator.yaml"));
   ASSERT_TRUE(job.ok()) << job.status();

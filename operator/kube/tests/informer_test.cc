@@ -78,6 +78,32 @@ TEST_F(InformerTest, ClientMapsConflictsAndNotFound) {
   EXPECT_TRUE(c.Delete(kPods, "default", "x").ok());
 }
 
+// Request bodies and watch lines go through cpprest as byte vectors (its
+// std::string overloads are undefined behaviour, which the ASan + UBSan build
+// reports); multi-byte UTF-8 must still arrive byte for byte both ways.
+TEST_F(InformerTest, NonAsciiTextSurvivesRequestBodiesAndWatchLines) {
+  const std::string text = "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80";
+  Informer inf(*client_, kPods, "default", "training.kubeflow.org/job-name");
+  inf.Start();
+  ASSERT_TRUE(server_->WaitFor([&] { return inf.HasSynced(); }, 10s));
+  json pod = Pod("u", "j");
+  pod["metadata"]["annotations"] = {{"note", text}};
+  Client& c = *client_;
+  auto created = c.Create(kPods, "default", pod);
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_EQ((*created)["metadata"]["annotations"]["note"], text);
+  auto patched = c.MergePatch(kPods, "default", "u", json{{"metadata", {{"annotations", {{"more", "v\xc3\xa9"}}}}}});
+  ASSERT_TRUE(patched.ok()) << patched.status();
+  ASSERT_TRUE(server_->WaitFor(
+      [&] {
+        auto seen = inf.Get("default", "u");
+        return seen && (*seen)["metadata"]["annotations"].value("more", "") == "v\xc3\xa9";
+      },
+      10s));
+  EXPECT_EQ((*inf.Get("default", "u"))["metadata"]["annotations"]["note"], text);
+  inf.Stop();
+}
+
 TEST(TokenBucketTest, BurstThenRate) {
   TokenBucket b(1000, 5);
   for (int i = 0; i < 5; ++i) b.Take();  // the burst is available at once

@@ -533,6 +533,12 @@ TEST(JobConfigErrorTest, OutOfRangeValues) {
       {"/data/train/begin", -1, "data.train.begin", "must be >= 0"},
       {"/data/train/end", 0, "data.train.end", "must be > begin, or -1"},
       {"/data/shuffle_buffer", -1, "data.shuffle_buffer", "must be >= 0"},
+      {"/data/train/feature_shape", json::array(), "data.train.feature_shape", "must not be empty"},
+      {"/data/train/feature_shape", json::array({2, 0}), "data.train.feature_shape", "dimensions must be > 0"},
+      {"/data/train/feature_shape", json::array({-3}), "data.train.feature_shape", "dimensions must be > 0"},
+      // 100 examples of 2^62 floats: the element count overflows int64.
+      {"/data/train/feature_shape", json::array({int64_t{1} << 31, int64_t{1} << 31}), "data.train.num_examples",
+       "100 examples of shape [2147483648, 2147483648] is too many values"},
   };
   for (const Case& c : cases) {
     json doc = Base();

@@ -1,0 +1,25 @@
+// The JSON job description, read exactly as `tfjob-runtime fit --config`
+// reads it: text -> JSON -> JobConfig. Every failure is INVALID_ARGUMENT
+// naming the file.
+#include <cstddef>
+#include <cstdint>
+
+#include "common/json_reader.h"
+#include "fuzz/fuzz_util.h"
+#include "services/model/job_config.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const std::string kSource = "job.json";
+  tfjob::StatusOr<nlohmann::json> doc = tfjob::ParseJson(tfjob::fuzz::AsString(data, size), kSource);
+  if (!doc.ok()) {
+    tfjob::fuzz::CheckInvalidArgument(doc.status(), kSource + ": ");
+    return 0;
+  }
+  tfjob::StatusOr<tfjob::model::JobConfig> config = tfjob::model::ParseJobConfig(*doc, kSource);
+  if (!config.ok()) {
+    tfjob::fuzz::CheckInvalidArgument(config.status(), kSource + ": ");
+    return 0;
+  }
+  tfjob::fuzz::Check(config->source == kSource, "JobConfig.source is not the file");
+  return 0;
+}

@@ -1,0 +1,191 @@
+// Writes the seed corpora in fuzz/corpus/ from real inputs: the examples and
+// test data as they are, their TFJobs converted to JSON by the codec, and
+// TF_CONFIGs, tensors and checkpoints produced by the project's own writers.
+// Seeds are valid inputs on purpose: libFuzzer mutates from there, so it
+// reaches the code behind the syntax checks in seconds.
+//
+// Usage: fuzz_make_corpus SOURCE_DIR CORPUS_DIR (fuzz/make_corpus.sh).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "common/files.h"
+#include "operator/api/codec.h"
+#include "proto/tensor.pb.h"
+#include "services/checkpoint/checkpoint.h"
+#include "services/cluster/cluster.h"
+#include "services/rpc/rpc.h"
+
+namespace fs = std::filesystem;
+using namespace tfjob;
+
+namespace {
+
+fs::path g_corpus;
+
+void Put(const std::string& harness, const std::string& name, const std::string& bytes) {
+  const fs::path dir = g_corpus / harness;
+  fs::create_directories(dir);
+  std::ofstream out(dir / name, std::ios::binary | std::ios::trunc);
+  out << bytes;
+  if (!out) {
+    std::cerr << "cannot write " << (dir / name) << "\n";
+    std::exit(1);
+  }
+}
+
+template <typename T>
+T Must(StatusOr<T> v, const std::string& what) {
+  if (!v.ok()) {
+    std::cerr << what << ": " << v.status() << "\n";
+    std::exit(1);
+  }
+  return std::move(v).value();
+}
+
+// "examples/mnist/mlp.json" -> "examples_mnist_mlp.json".
+std::string FlatName(const fs::path& rel) {
+  std::string s = rel.generic_string();
+  for (char& c : s) {
+    if (c == '/') c = '_';
+  }
+  return s;
+}
+
+// Tracked inputs under `dirs` with extension `ext`, in a stable order.
+std::vector<fs::path> Inputs(const fs::path& root, const std::vector<std::string>& dirs, const std::string& ext) {
+  std::vector<fs::path> out;
+  for (const std::string& d : dirs) {
+    if (!fs::exists(root / d)) continue;
+    for (const auto& e : fs::recursive_directory_iterator(root / d)) {
+      if (e.is_regular_file() && e.path().extension() == ext) out.push_back(fs::relative(e.path(), root));
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void TfConfigs() {
+  using cluster::ClusterConfig;
+  using cluster::ClusterSpec;
+  auto dense = [](std::map<std::string, std::vector<std::string>> jobs) {
+    return Must(ClusterSpec::FromLists(jobs), "cluster");
+  };
+  ClusterConfig ps;
+  ps.cluster = dense({{"chief", {"chief-0:2222"}},
+                      {"ps", {"ps-0:2222", "ps-1:2222"}},
+                      {"worker", {"worker-0:2222", "worker-1:2222", "worker-2:2222"}}});
+  ps.task = cluster::TaskId{"worker", 1};
+  Put("tf_config", "chief_ps_workers.json", cluster::ToTfConfigJson(ps));
+
+  ClusterConfig cloud = ps;
+  cloud.task = cluster::TaskId{"ps", 0};
+  cloud.environment = "cloud";
+  cloud.rpc_layer = "grpc";
+  Put("tf_config", "cloud_grpc.json", cluster::ToTfConfigJson(cloud));
+
+  ClusterConfig evaluator;
+  evaluator.cluster = dense({{"master", {"10.0.0.1:2222"}}, {"worker", {"[::1]:2223", "[fe80::1%eth0]:2224"}}});
+  evaluator.task = cluster::TaskId{"evaluator", 0};
+  Put("tf_config", "master_ipv6_evaluator.json", cluster::ToTfConfigJson(evaluator));
+
+  ClusterConfig sparse;
+  if (!sparse.cluster.AddTask("worker", 3, "host-3.example.com:65535").ok() ||
+      !sparse.cluster.AddTask("worker", 7, "host-7:1").ok() || !sparse.cluster.AddJob("ps", {}).ok()) {
+    std::cerr << "sparse cluster\n";
+    std::exit(1);
+  }
+  sparse.task = cluster::TaskId{"worker", 7};
+  Put("tf_config", "sparse_worker.json", cluster::ToTfConfigJson(sparse));
+
+  ClusterConfig no_task;
+  no_task.cluster = dense({{"worker", {"localhost:12345"}}, {"custom_job", {"a:1", "b:2"}}});
+  Put("tf_config", "no_task_custom_job.json", cluster::ToTfConfigJson(no_task));
+
+  // Spellings TensorFlow accepts that the serialiser never writes.
+  Put("tf_config", "ai_platform.json",
+      R"({"cluster": {"chief": ["c:2222"], "worker": {"0": "w0:2222", "1": "w1:2222"}},)"
+      R"( "task": {"type": "worker", "index": "1", "trial": "3", "cloud": "x"}, "job": {"args": []}})");
+}
+
+void JobConfigs(const fs::path& root) {
+  for (const fs::path& rel : Inputs(root, {"examples", "tests/support/data"}, ".json")) {
+    Put("job_config", FlatName(rel), Must(ReadFile((root / rel).string()), rel.string()));
+  }
+}
+
+void TfJobs(const fs::path& root) {
+  for (const fs::path& rel : Inputs(root, {"examples", "operator/api/tests/testdata", "tests/support/apiserver/tests/testdata"},
+                                    ".yaml")) {
+    const std::string text = Must(ReadFile((root / rel).string()), rel.string());
+    Put("tfjob_yaml", FlatName(rel), text);
+    // Invalid manifests are seeds too; only their JSON form needs a parse.
+    auto docs = op::api::YamlDocumentsToJson(text, rel.string());
+    if (!docs.ok()) continue;
+    int n = 0;
+    for (const nlohmann::json& doc : *docs) {
+      std::string name = FlatName(rel);
+      name = name.substr(0, name.size() - 5) + (n++ ? "_" + std::to_string(n) : "") + ".json";
+      Put("tfjob_json", name, doc.dump(2) + "\n");
+    }
+  }
+  for (const fs::path& rel : Inputs(root, {"operator/api/tests/testdata"}, ".json")) {
+    Put("tfjob_json", FlatName(rel), Must(ReadFile((root / rel).string()), rel.string()));
+  }
+}
+
+Tensor Floats(Shape shape) {
+  Tensor t = Tensor::Zeros(DType::kFloat32, std::move(shape));
+  float v = 0.5f;
+  for (float& x : t.flat<float>()) x = v += 1.25f;
+  return t;
+}
+
+Tensor Ints(Shape shape) {
+  Tensor t = Tensor::Zeros(DType::kInt64, std::move(shape));
+  int64_t v = -3;
+  for (int64_t& x : t.flat<int64_t>()) x = v++ * 1000003;
+  return t;
+}
+
+void Tensors() {
+  const std::vector<std::pair<std::string, Tensor>> tensors = {
+      {"float_2x3", Floats({2, 3})}, {"int64_4", Ints({4})}, {"scalar", Tensor::Scalar(3.5f)},
+      {"empty_0x5", Floats({0, 5})}, {"float_2x1x2", Floats({2, 1, 2})}};
+  for (const auto& [name, t] : tensors) {
+    proto::Tensor p;
+    rpc::TensorToProto(t, &p);
+    Put("tensor", name + ".pb", p.SerializeAsString());
+  }
+}
+
+void Checkpoints() {
+  using checkpoint::Entry;
+  Put("checkpoint", "empty.ckpt", checkpoint::Encode({}));
+  Put("checkpoint", "dense_adam.ckpt",
+      checkpoint::Encode({Entry{"dense/kernel", 12, {Floats({3, 2}), Floats({3, 2}), Floats({3, 2})}},
+                          Entry{"dense/bias", 12, {Floats({2}), Floats({2}), Floats({2})}}}));
+  Put("checkpoint", "embedding_ids.ckpt",
+      checkpoint::Encode({Entry{"embedding/table", 0, {Floats({4, 2})}}, Entry{"global_step", 7, {Ints({})}},
+                          Entry{"", 0, {}}, Entry{"ids", -1, {Ints({3}), Floats({0, 2})}}}));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::cerr << "usage: fuzz_make_corpus SOURCE_DIR CORPUS_DIR\n";
+    return 2;
+  }
+  const fs::path root = argv[1];
+  g_corpus = argv[2];
+  TfConfigs();
+  JobConfigs(root);
+  TfJobs(root);
+  Tensors();
+  Checkpoints();
+  return 0;
+}

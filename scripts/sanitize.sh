@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Sanitizer builds that run the tests (compilers and flags: sanitizer_build.sh):
+#
+#   asan  AddressSanitizer + UndefinedBehaviorSanitizer (-fno-sanitize-recover:
+#         UB fails the test) over the unit tests, in build-asan, which
+#         scripts/fuzz.sh shares;
+#   tsan  ThreadSanitizer over the coordinator, parameter-server, collective
+#         and informer tests, in build-tsan.
+#
+#   bash scripts/sanitize.sh [asan|tsan|all]     (default all)
+#
+# Only the test executables listed below (and what they link) are built, to
+# keep CI's time down; ctest then runs every test of those executables
+# (-E _NOT_BUILT skips the placeholders gtest_discover_tests leaves for
+# executables that were not built).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/sanitizer_build.sh
+
+WHAT=${1:-all}
+case "$WHAT" in asan | tsan | all) ;; *)
+  echo "usage: $0 [asan|tsan|all]" >&2
+  exit 2
+  ;;
+esac
+
+# Unit tests: every test executable that tests code in its own process.
+# Left out, because they exec the project's real binaries (tfjob,
+# tfjob-runtime, tfjob-operator) to test them end to end, and building and
+# running those sanitized would cost more CI time than the rest together:
+# runtime_test, runtime_slurm_test, local_run_test, chaos_test,
+# operator_e2e_test, prometheus_test, chart_test, dockerfile_test,
+# custom_loop_test. gpu_test needs CUDA, which these builds leave out.
+ASAN_TESTS=(
+  common_test cluster_test tensor_test data_test model_test checkpoint_test
+  operator_api_test operator_kube_test operator_planner_test
+)
+TSAN_TESTS=(coordinator_test ps_test collective_test operator_kube_test)
+
+run_tests() {
+  local dir=$1
+  shift
+  cmake --build "$dir" --target "$@"
+  (cd "$dir" && ctest --output-on-failure --timeout 900 -j "$(nproc)" -E '_NOT_BUILT$')
+}
+
+if [[ $WHAT == asan || $WHAT == all ]]; then
+  configure_asan
+  echo "sanitize: ASan + UBSan: ${ASAN_TESTS[*]}"
+  # detect_leaks=0: LeakSanitizer needs ptrace, which containers often
+  # refuse; ASan itself (overflows, use after free) does not.
+  ASAN_OPTIONS=detect_leaks=0:strict_string_checks=1:detect_stack_use_after_return=1 \
+    UBSAN_OPTIONS=print_stacktrace=1 run_tests build-asan "${ASAN_TESTS[@]}"
+fi
+
+if [[ $WHAT == tsan || $WHAT == all ]]; then
+  configure_tsan
+  echo "sanitize: TSan: ${TSAN_TESTS[*]}"
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp" \
+    run_tests build-tsan "${TSAN_TESTS[@]}"
+fi
