@@ -51,7 +51,9 @@ int main(int argc, char** argv) {
       .Value("workers", "concurrent reconciles", "2")
       .Value("qps", "API requests per second", "50")
       .Value("burst", "API request burst", "100")
-      .Value("cluster-domain", "DNS suffix for TF_CONFIG addresses (default: {pod}.{ns}.svc)");
+      .Value("cluster-domain", "DNS suffix for TF_CONFIG addresses (default: {pod}.{ns}.svc)")
+      .Value("task-auth", "true: a Secret per TFJob holds a task token every task-to-task call must carry", "true")
+      .Value("network-policy", "true: a NetworkPolicy per TFJob lets only the job's pods reach its tfjob-port", "false");
   if (Status s = flags.Parse({argv + 1, argv + argc}); !s.ok()) {
     std::cerr << "usage: tfjob-operator [flags]\n" << flags.Usage();
     return Fail(s);
@@ -80,6 +82,18 @@ int main(int argc, char** argv) {
   co.ns = flags.Get("namespace");
   co.workers = static_cast<int>(*workers);
   co.planner.cluster_domain = flags.Get("cluster-domain");
+  auto boolean = [&](const std::string& name) -> StatusOr<bool> {
+    const std::string v = flags.Get(name);
+    if (v == "true") return true;
+    if (v == "false") return false;
+    return InvalidArgument("flag --" + name + ": \"" + v + "\" is not true or false");
+  };
+  auto task_auth = boolean("task-auth");
+  if (!task_auth.ok()) return Fail(task_auth.status());
+  auto network_policy = boolean("network-policy");
+  if (!network_policy.ok()) return Fail(network_policy.status());
+  co.planner.task_auth = *task_auth;
+  co.planner.network_policy = *network_policy;
   op::controller::Controller controller(**client, co, registry);
 
   // Signals are taken by a thread, so shutdown is orderly.

@@ -148,9 +148,11 @@ const std::vector<std::string> kAllOn = {
     "serviceMonitor.enabled=true", "grafanaDashboard.enabled=true", "metrics.service.enabled=true",
     "leaderElection.enabled=true", "replicaCount=2", "serviceAccount.annotations.team=ml",
     "operator.clusterDomain=cluster.local", "nodeSelector.pool=cpu", "podAnnotations.note=x",
-    "serviceMonitor.labels.release=prometheus", "grafanaDashboard.labels.team=ml"};
+    "serviceMonitor.labels.release=prometheus", "grafanaDashboard.labels.team=ml", "taskAuth.enabled=true",
+    "networkPolicy.enabled=true"};
 const std::vector<std::string> kAllOff = {"serviceMonitor.enabled=false", "grafanaDashboard.enabled=false",
-                                          "metrics.service.enabled=false", "leaderElection.enabled=false"};
+                                          "metrics.service.enabled=false", "leaderElection.enabled=false",
+                                          "taskAuth.enabled=false", "networkPolicy.enabled=false"};
 
 std::vector<std::string> With(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -162,6 +164,9 @@ std::set<std::string> Kinds(const Rendered& r) {
   for (const auto& d : r.docs) out.insert(d.obj.value("kind", ""));
   return out;
 }
+
+// The operator container's args (defined below).
+std::vector<std::string> Args(const json& dep);
 
 TEST(Chart, DefaultsRenderTheOperatorWithAClusterRole) {
   Rendered r = Render({});
@@ -216,12 +221,16 @@ TEST(Chart, EveryToggleOffLeavesOnlyTheCore) {
     std::set<std::string> want{"ServiceAccount", "Deployment", ns.empty() ? "ClusterRole" : "Role",
                                ns.empty() ? "ClusterRoleBinding" : "RoleBinding"};
     EXPECT_EQ(Kinds(r), want);
-    // Without leader election there is no Lease permission anywhere.
+    // Without leader election, task auth or network policies there is no
+    // Lease, Secret or NetworkPolicy permission anywhere.
     for (const auto* kind : {"ClusterRole", "Role"}) {
       for (const auto* d : r.Kind(kind)) {
         EXPECT_THAT(d->obj["rules"].dump(), ::testing::Not(HasSubstr("leases"))) << d->source;
+        EXPECT_THAT(d->obj["rules"].dump(), ::testing::Not(HasSubstr("secrets"))) << d->source;
+        EXPECT_THAT(d->obj["rules"].dump(), ::testing::Not(HasSubstr("networkpolicies"))) << d->source;
       }
     }
+    EXPECT_THAT(Args(r.One("Deployment")), ::testing::Contains("--task-auth=false"));
   }
 }
 

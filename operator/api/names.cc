@@ -43,6 +43,9 @@ std::string PodName(std::string_view job, std::string_view type_label, int index
   return std::string(job) + "-" + std::string(type_label) + "-" + std::to_string(index);
 }
 
+std::string AuthSecretName(std::string_view job) { return std::string(job) + "-tfjob-auth"; }
+std::string NetworkPolicyName(std::string_view job) { return std::string(job) + "-tfjob"; }
+
 std::string ServiceName(std::string_view job, std::string_view type_label, int index) {
   return PodName(job, type_label, index);
 }

@@ -41,6 +41,11 @@ std::string TypeLabel(const ReplicaSpec& spec);
 
 // "{job}-{type_label}-{index}"; pods and their headless services share it.
 std::string PodName(std::string_view job, std::string_view type_label, int index);
+// The job's task-token Secret and NetworkPolicy: "{job}-tfjob-auth", "{job}-tfjob".
+std::string AuthSecretName(std::string_view job);
+std::string NetworkPolicyName(std::string_view job);
+// The key of the token in that Secret.
+inline constexpr std::string_view kAuthSecretKey = "token";
 std::string ServiceName(std::string_view job, std::string_view type_label, int index);
 
 // job-name and operator-name: what selects every pod and service of a job.

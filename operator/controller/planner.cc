@@ -188,6 +188,69 @@ nlohmann::json LabelsJson(const std::map<std::string, std::string>& labels) {
   return j;
 }
 
+// Sets env `var` (replacing one of the same name) in the tensorflow container.
+void SetEnv(nlohmann::json& pod_spec, const nlohmann::json& var) {
+  auto& containers = pod_spec["containers"];
+  for (auto& c : containers) {
+    if (!c.is_object() || c.value("name", "") != api::kDefaultContainerName) continue;
+    nlohmann::json env = c.value("env", nlohmann::json::array());
+    if (!env.is_array()) env = nlohmann::json::array();
+    nlohmann::json kept = nlohmann::json::array();
+    for (const auto& e : env) {
+      if (!(e.is_object() && e.value("name", "") == var.value("name", ""))) kept.push_back(e);
+    }
+    kept.push_back(var);
+    c["env"] = kept;
+  }
+}
+
+nlohmann::json BuildAuthSecret(const TFJob& job) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Secret"},
+          {"type", "Opaque"},
+          {"metadata",
+           {{"name", api::AuthSecretName(job.metadata.name)},
+            {"namespace", job.metadata.namespace_},
+            {"labels", {{std::string(api::kJobNameLabel), job.metadata.name}}},
+            {"ownerReferences", nlohmann::json::array({OwnerRef(job)})}}}};
+}
+
+// The job's pods accept anything from each other; from elsewhere only their
+// declared ports other than tfjob-port (e.g. metrics for Prometheus).
+nlohmann::json BuildNetworkPolicy(const TFJob& job) {
+  nlohmann::json same_job{{"podSelector", {{"matchLabels", {{std::string(api::kJobNameLabel), job.metadata.name}}}}}};
+  std::set<std::pair<std::string, int64_t>> open;  // (protocol, port)
+  for (const auto& spec : job.spec.replica_specs) {
+    const nlohmann::json& t = spec.template_json;
+    if (!t.is_object() || !t.contains("spec") || !t["spec"].is_object()) continue;
+    for (const auto& c : t["spec"].value("containers", nlohmann::json::array())) {
+      if (!c.is_object()) continue;
+      for (const auto& p : c.value("ports", nlohmann::json::array())) {
+        if (!p.is_object() || !p.contains("containerPort") || !p["containerPort"].is_number_integer()) continue;
+        if (p.value("name", "") == api::kDefaultPortName) continue;
+        open.insert({p.value("protocol", "TCP"), p["containerPort"].get<int64_t>()});
+      }
+    }
+  }
+  nlohmann::json ingress = nlohmann::json::array({{{"from", nlohmann::json::array({same_job})}}});
+  if (!open.empty()) {
+    nlohmann::json ports = nlohmann::json::array();
+    for (const auto& [proto, port] : open) ports.push_back({{"protocol", proto}, {"port", port}});
+    ingress.push_back({{"ports", ports}});
+  }
+  return {{"apiVersion", "networking.k8s.io/v1"},
+          {"kind", "NetworkPolicy"},
+          {"metadata",
+           {{"name", api::NetworkPolicyName(job.metadata.name)},
+            {"namespace", job.metadata.namespace_},
+            {"labels", {{std::string(api::kJobNameLabel), job.metadata.name}}},
+            {"ownerReferences", nlohmann::json::array({OwnerRef(job)})}}},
+          {"spec",
+           {{"podSelector", {{"matchLabels", {{std::string(api::kJobNameLabel), job.metadata.name}}}}},
+            {"policyTypes", nlohmann::json::array({"Ingress"})},
+            {"ingress", ingress}}}};
+}
+
 StatusOr<nlohmann::json> BuildPod(const TFJob& job, const ReplicaSpec& spec, int index, const PlannerOptions& opt) {
   const std::string type = api::TypeLabel(spec);
   nlohmann::json tmpl = spec.template_json.is_object() ? spec.template_json : nlohmann::json::object();
@@ -214,18 +277,14 @@ StatusOr<nlohmann::json> BuildPod(const TFJob& job, const ReplicaSpec& spec, int
     tco.cluster_domain = opt.cluster_domain;
     tco.address = opt.address;
     ASSIGN_OR_RETURN(std::string tf_config, api::TfConfig(job, job.metadata.namespace_, *spec.type, index, tco));
-    auto& containers = pod_spec["containers"];
-    for (auto& c : containers) {
-      if (!c.is_object() || c.value("name", "") != api::kDefaultContainerName) continue;
-      nlohmann::json env = c.value("env", nlohmann::json::array());
-      if (!env.is_array()) env = nlohmann::json::array();
-      nlohmann::json kept = nlohmann::json::array();
-      for (const auto& e : env) {
-        if (!(e.is_object() && e.value("name", "") == api::kTfConfigEnv)) kept.push_back(e);
-      }
-      kept.push_back({{"name", std::string(api::kTfConfigEnv)}, {"value", tf_config}});
-      c["env"] = kept;
-    }
+    SetEnv(pod_spec, {{"name", std::string(api::kTfConfigEnv)}, {"value", tf_config}});
+  }
+  // A job of one replica has no peers to authenticate.
+  if (opt.task_auth && api::NeedsTfConfig(job)) {
+    SetEnv(pod_spec, {{"name", "TFJOB_AUTH_TOKEN"},
+                      {"valueFrom",
+                       {{"secretKeyRef",
+                         {{"name", api::AuthSecretName(job.metadata.name)}, {"key", std::string(api::kAuthSecretKey)}}}}}});
   }
   return nlohmann::json{{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", pod_spec}};
 }
@@ -347,6 +406,22 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
   b.plan.status = job.status;
   JobStatus& st = b.plan.status;
   auto finish = [&]() -> Plan {
+    // The job's Secret (and NetworkPolicy) come before any pod that needs
+    // them; creating one that exists is a no-op, so every pass that creates
+    // pods asks again (a deleted Secret comes back before new pods).
+    const bool creates_pods = std::any_of(b.plan.actions.begin(), b.plan.actions.end(),
+                                          [](const Action& a) { return a.kind == Action::Kind::kCreatePod; });
+    if (creates_pods) {
+      std::vector<Action> first;
+      if (options.task_auth && api::NeedsTfConfig(job)) {
+        first.push_back({Action::Kind::kCreateSecret, api::AuthSecretName(job.metadata.name), BuildAuthSecret(job)});
+      }
+      if (options.network_policy) {
+        first.push_back(
+            {Action::Kind::kCreateNetworkPolicy, api::NetworkPolicyName(job.metadata.name), BuildNetworkPolicy(job)});
+      }
+      b.plan.actions.insert(b.plan.actions.begin(), first.begin(), first.end());
+    }
     b.plan.status_changed = !SameIgnoringReconcileTime(b.plan.status, original.status);
     if (b.plan.status_changed) b.plan.status.last_reconcile_time = now;
     return std::move(b.plan);

@@ -67,7 +67,10 @@ PodView ViewPod(const nlohmann::json& pod);
 ServiceView ViewService(const nlohmann::json& service);
 
 struct Action {
-  enum class Kind { kCreatePod, kCreateService, kDeletePod, kDeleteService, kDeleteJob };
+  // kCreateSecret: the job's task-token Secret; the executor fills in a
+  // random token (the planner has no randomness), and one that exists
+  // already is kept. kCreateNetworkPolicy: the job's NetworkPolicy.
+  enum class Kind { kCreatePod, kCreateService, kDeletePod, kDeleteService, kDeleteJob, kCreateSecret, kCreateNetworkPolicy };
   Kind kind;
   std::string name;         // object to create or delete
   nlohmann::json object;    // for creates: the full object
@@ -84,6 +87,15 @@ struct PlannerOptions {
   // Overrides every task's "host:port" in TF_CONFIG (`tfjob run` uses
   // 127.0.0.1 and a port per replica).
   std::function<std::string(const api::ReplicaSpec& spec, int index)> address;
+  // Task-to-task authentication (services/rpc/auth.h): before pods are
+  // created, a Secret "{job}-tfjob-auth" owned by the job holds a random
+  // token, and every tensorflow container gets TFJOB_AUTH_TOKEN from it
+  // (jobs of more than one replica: one alone has no peers).
+  bool task_auth = true;
+  // A NetworkPolicy owned by the job: its pods accept connections from the
+  // job's own pods, and from anywhere only on their other declared ports
+  // (metrics), never on tfjob-port.
+  bool network_policy = false;
 };
 
 struct Plan {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <iostream>
 
+#include "common/token.h"
 #include "operator/api/codec.h"
 #include "operator/api/names.h"
 
@@ -186,6 +187,20 @@ void Controller::Execute(const api::TFJob& job, const Plan& plan, Status& first_
       case Action::Kind::kDeleteJob: {
         Status s = client_.Delete(kube::kTFJobs, ns, a.name);
         if (!s.ok() && s.code() != Code::kNotFound) note(s);
+        break;
+      }
+      case Action::Kind::kCreateSecret: {
+        // The token is made here, once: a Secret that exists keeps its
+        // token, so running pods and new ones agree.
+        nlohmann::json secret = a.object;
+        secret["stringData"] = {{std::string(api::kAuthSecretKey), NewToken()}};
+        auto r = client_.Create(kube::kSecrets, ns, secret);
+        if (!r.ok() && r.status().code() != Code::kAlreadyExists) note(r.status());
+        break;
+      }
+      case Action::Kind::kCreateNetworkPolicy: {
+        auto r = client_.Create(kube::kNetworkPolicies, ns, a.object);
+        if (!r.ok() && r.status().code() != Code::kAlreadyExists) note(r.status());
         break;
       }
     }

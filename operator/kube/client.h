@@ -34,6 +34,8 @@ inline const Resource kServices{"", "v1", "services"};
 inline const Resource kEvents{"", "v1", "events"};
 inline const Resource kTFJobs{"kubeflow.org", "v1", "tfjobs"};
 inline const Resource kLeases{"coordination.k8s.io", "v1", "leases"};
+inline const Resource kSecrets{"", "v1", "secrets"};
+inline const Resource kNetworkPolicies{"networking.k8s.io", "v1", "networkpolicies"};
 
 struct ListOptions {
   std::string label_selector;

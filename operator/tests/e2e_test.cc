@@ -136,6 +136,17 @@ TEST_F(OperatorE2E, CounterExampleRunsToSuccess) {
   EXPECT_EQ(pod["spec"]["restartPolicy"], "OnFailure");
   auto chief = server_->Get("pods", "default", "counter-chief-0").value();
   EXPECT_EQ(chief["metadata"]["labels"]["training.kubeflow.org/job-role"], "master");
+  // The task token: a Secret owned by the job, holding a random token the
+  // pods read by reference (TF_CONFIG itself is untouched, above).
+  auto secret = server_->Get("secrets", "default", "counter-tfjob-auth");
+  ASSERT_TRUE(secret.ok()) << secret.status();
+  EXPECT_EQ((*secret)["metadata"]["ownerReferences"][0]["uid"], created["metadata"]["uid"]);
+  EXPECT_EQ((*secret)["stringData"].value("token", "").size(), 64u);
+  json token_env;
+  for (const auto& e : pod["spec"]["containers"][0]["env"]) {
+    if (e.value("name", "") == "TFJOB_AUTH_TOKEN") token_env = e;
+  }
+  EXPECT_EQ(token_env["valueFrom"]["secretKeyRef"], json({{"name", "counter-tfjob-auth"}, {"key", "token"}}));
   auto svc = server_->Get("services", "default", "counter-ps-0").value();
   EXPECT_EQ(svc["spec"]["clusterIP"], "None");
   EXPECT_EQ(svc["spec"]["selector"]["training.kubeflow.org/replica-type"], "ps");

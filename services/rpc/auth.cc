@@ -1,7 +1,6 @@
 #include "services/rpc/auth.h"
 
 #include <fstream>
-#include <random>
 #include <sstream>
 
 namespace tfjob::rpc {
@@ -26,26 +25,6 @@ StatusOr<Credentials> CredentialsFromEnv(const EnvLookup& env) {
                            ") is shorter than 16 characters");
   }
   return c;
-}
-
-std::string NewToken() {
-  std::random_device rd;  // /dev/urandom
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string s;
-  for (int i = 0; i < 32; ++i) {
-    const unsigned b = rd() & 0xff;
-    s += kHex[b >> 4];
-    s += kHex[b & 15];
-  }
-  return s;
-}
-
-bool TokenMatches(std::string_view given, std::string_view want) {
-  unsigned char diff = given.size() == want.size() ? 0 : 1;
-  for (size_t i = 0; i < want.size(); ++i) {
-    diff |= static_cast<unsigned char>(want[i] ^ (i < given.size() ? given[i] : 0));
-  }
-  return diff == 0;
 }
 
 void Attach(grpc::ClientContext& ctx, const Credentials& c) {

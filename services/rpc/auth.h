@@ -25,6 +25,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "common/status.h"
+#include "common/token.h"
 
 namespace tfjob::rpc {
 
@@ -42,11 +43,9 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 // trimmed). A token shorter than 16 characters is refused: it could be guessed.
 StatusOr<Credentials> CredentialsFromEnv(const EnvLookup& env);
 
-// 32 random bytes, hex-encoded.
-std::string NewToken();
-
-// Compares in time independent of where the strings differ.
-bool TokenMatches(std::string_view given, std::string_view want);
+// NewToken and TokenMatches are in common/token.h.
+using ::tfjob::NewToken;
+using ::tfjob::TokenMatches;
 
 // Client side: adds the token to a call.
 void Attach(grpc::ClientContext& ctx, const Credentials& c);

@@ -114,8 +114,11 @@ TEST(PlannerTest, NewJobCreatesPodsAndServicesWithTheContract) {
   EXPECT_EQ(pod["spec"]["restartPolicy"], "Never");
   const json& c = pod["spec"]["containers"][0];
   EXPECT_EQ(c["ports"][0], json({{"name", "tfjob-port"}, {"containerPort", 2222}}));
-  ASSERT_EQ(c["env"].size(), 1u);
+  ASSERT_EQ(c["env"].size(), 2u);
   EXPECT_EQ(c["env"][0]["name"], "TF_CONFIG");
+  // The task token comes from the job's Secret, never from the pod spec.
+  EXPECT_EQ(c["env"][1], json({{"name", "TFJOB_AUTH_TOKEN"},
+                               {"valueFrom", {{"secretKeyRef", {{"name", "j-tfjob-auth"}, {"key", "token"}}}}}}));
   EXPECT_EQ(c["env"][0]["value"],
             R"({"cluster":{"ps":["j-ps-0.ns.svc:2222","j-ps-1.ns.svc:2222"],"worker":["j-worker-0.ns.svc:2222","j-worker-1.ns.svc:2222"]},"task":{"type":"worker","index":1},"environment":"cloud"})");
   // Worker 0 is the master role when there is no chief.
@@ -137,6 +140,42 @@ TEST(PlannerTest, ChiefIsTheMasterAndSingleReplicaGetsNoTfConfig) {
   auto single = Job({{"Worker", Replica(1)}});
   Plan q = PlanJob(single, {}, {}, kNow);
   EXPECT_FALSE(Find(q, "j-worker-0", Action::Kind::kCreatePod)->object["spec"]["containers"][0].contains("env"));
+}
+
+// The job's Secret comes before its first pod, owned by the job, with no
+// token in it (the reconciler makes one); the NetworkPolicy only on request.
+TEST(PlannerTest, TaskTokenSecretAndNetworkPolicyComeFirst) {
+  auto job = Job({{"PS", Replica(1)}, {"Worker", Replica(2)}});
+  json tmpl = job.spec.replica_specs[1].template_json;
+  tmpl["spec"]["containers"][0]["ports"].push_back({{"name", "metrics"}, {"containerPort", 9100}});
+  job.spec.replica_specs[1].template_json = tmpl;
+  PlannerOptions o;
+  o.network_policy = true;
+  Plan p = PlanJob(job, {}, {}, kNow, o);
+  ASSERT_GE(p.actions.size(), 2u);
+  EXPECT_EQ(p.actions[0].kind, Action::Kind::kCreateSecret);
+  EXPECT_EQ(p.actions[0].name, "j-tfjob-auth");
+  EXPECT_EQ(p.actions[0].object["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+  EXPECT_FALSE(p.actions[0].object.contains("data"));
+  EXPECT_FALSE(p.actions[0].object.contains("stringData"));
+  EXPECT_EQ(p.actions[1].kind, Action::Kind::kCreateNetworkPolicy);
+  const json& np = p.actions[1].object["spec"];
+  EXPECT_EQ(np["podSelector"]["matchLabels"]["training.kubeflow.org/job-name"], "j");
+  EXPECT_EQ(np["ingress"][0]["from"][0]["podSelector"]["matchLabels"]["training.kubeflow.org/job-name"], "j");
+  // From elsewhere: the metrics port only, never tfjob-port.
+  EXPECT_EQ(np["ingress"][1]["ports"], json::array({{{"protocol", "TCP"}, {"port", 9100}}}));
+  // Off: neither; and a job of one replica needs no token.
+  o.task_auth = false;
+  o.network_policy = false;
+  EXPECT_EQ(Find(PlanJob(job, {}, {}, kNow, o), "j-tfjob-auth", Action::Kind::kCreateSecret), nullptr);
+  EXPECT_EQ(Find(PlanJob(Job({{"Worker", Replica(1)}}), {}, {}, kNow), "j-tfjob-auth", Action::Kind::kCreateSecret), nullptr);
+  // Once the pods exist nothing is asked again.
+  std::vector<PodView> pods{Pod("ps", 0, "Running"), Pod("worker", 0, "Running"), Pod("worker", 1, "Running")};
+  std::vector<ServiceView> services;
+  for (const auto& a : p.actions) {
+    if (a.kind == Action::Kind::kCreateService) services.push_back(ViewService(a.object));
+  }
+  EXPECT_EQ(Find(PlanJob(job, pods, services, kNow), "j-tfjob-auth", Action::Kind::kCreateSecret), nullptr);
 }
 
 TEST(PlannerTest, IdempotentOnceEverythingExists) {
