@@ -22,11 +22,14 @@ StatusOr<Tensor> TensorFromProto(const proto::Tensor& p) {
     default: return InvalidArgument("tensor has invalid dtype " + std::to_string(p.dtype()));
   }
   Shape shape(p.shape().begin(), p.shape().end());
-  ASSIGN_OR_RETURN(Tensor t, Tensor::CreateUninitialized(dtype, shape));
-  if (p.data().size() != t.bytes()) {
-    return InvalidArgument("tensor " + t.DebugString() + " needs " + std::to_string(t.bytes()) + " bytes, got " +
-                           std::to_string(p.data().size()));
+  // The claimed shape is checked against the bytes that came before anything
+  // is allocated: a few bytes on the wire must not buy gigabytes.
+  const int64_t n = NumElements(shape);
+  if (n < 0 || static_cast<uint64_t>(n) != p.data().size() / DTypeSize(dtype) || p.data().size() % DTypeSize(dtype) != 0) {
+    return InvalidArgument("tensor " + std::string(DTypeName(dtype)) + ShapeString(shape) + " does not match its " +
+                           std::to_string(p.data().size()) + " bytes of data");
   }
+  ASSIGN_OR_RETURN(Tensor t, Tensor::CreateUninitialized(dtype, shape));
   if (t.bytes()) std::memcpy(t.raw(), p.data().data(), t.bytes());
   return t;
 }

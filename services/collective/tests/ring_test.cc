@@ -77,7 +77,9 @@ Tensor Input(int r, int64_t count, uint32_t seed = 1) {
 class RingAllReduceTest : public ::testing::TestWithParam<std::tuple<int, int64_t>> {};
 
 TEST_P(RingAllReduceTest, SumsMatchAndEveryMemberHasTheSameBits) {
-  const auto [n, count] = GetParam();
+  // Plain variables: clang 14 cannot capture structured bindings in lambdas.
+  const int n = std::get<0>(GetParam());
+  const int64_t count = std::get<1>(GetParam());
   Options o = Fast();
   o.chunk_bytes = 4096;  // many chunks per segment, so the pipeline is exercised
   Cluster c = MakeCluster(n, o);

@@ -175,6 +175,23 @@ TEST_F(PsTest, SaveAndRestoreIncludingOptimizerSlots) {
   EXPECT_TRUE(Equal((*client_->Pull({"w"}))[0], after_second));
 }
 
+// A tensor whose header claims far more than arrives is refused before the
+// claimed size is allocated (32 GiB here), and the server keeps serving.
+TEST_F(PsTest, TensorClaimingMoreBytesThanSentIsRefusedWithoutAllocating) {
+  auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel("127.0.0.1:" + std::to_string(server_->port())));
+  proto::CreateVariableRequest req;
+  req.set_name("huge");
+  req.mutable_initial_value()->set_dtype(proto::DTYPE_FLOAT32);
+  req.mutable_initial_value()->add_shape(int64_t{1} << 33);
+  req.mutable_initial_value()->set_data(std::string(4, '\0'));
+  proto::CreateVariableResponse resp;
+  auto ctx = rpc::Context(std::chrono::milliseconds(5000), {});
+  const grpc::Status st = stub->CreateVariable(ctx.get(), req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("does not match its 4 bytes of data"));
+  ASSERT_TRUE(client_->CreateVariable("w", F({2}, {1, 2}), Sgd(0.1)).ok());
+}
+
 TEST_F(PsTest, CheckpointsStayInTheCheckpointDirectory) {
   ASSERT_TRUE(client_->CreateVariable("w", F({2}, {1, 2}), Sgd(0.1)).ok());
   EXPECT_EQ(client_->Save(-1).status().code(), Code::kInvalidArgument);
