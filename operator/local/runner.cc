@@ -150,12 +150,23 @@ class Backend {
     if (WriteFileAtomic(dir + "/prometheus-targets.json", text).ok()) targets_written_ = text;
   }
 
+  // One <pod>.pid per live replica. A live replica's file is only ever
+  // replaced by rename, never removed first, so a reader always finds it.
   void WritePidFiles(const std::string& dir) {
-    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-      if (entry.path().extension() == ".pid") std::filesystem::remove(entry.path());
-    }
+    std::map<std::string, pid_t> live;
     for (const auto& [name, p] : pods_) {
-      if (p->pid > 0) (void)WriteFileAtomic(dir + "/" + name + ".pid", std::to_string(p->pid) + "\n");
+      if (p->pid > 0) live[name + ".pid"] = p->pid;
+    }
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+      if (entry.path().extension() == ".pid" && !live.count(entry.path().filename().string())) {
+        std::filesystem::remove(entry.path());
+        pids_written_.erase(entry.path().filename().string());
+      }
+    }
+    for (const auto& [file, pid] : live) {
+      auto it = pids_written_.find(file);
+      if (it != pids_written_.end() && it->second == pid) continue;
+      if (WriteFileAtomic(dir + "/" + file, std::to_string(pid) + "\n").ok()) pids_written_[file] = pid;
     }
   }
 
@@ -224,21 +235,26 @@ class Backend {
     });
   }
 
+  // SIGTERM, as a pod deletion sends it; SIGKILL after 5 s. Says how the
+  // replica ended, so a clean shutdown (exit 0) shows.
   void Kill(LocalPod& p) {
     if (p.pid > 0) {
       kill(-p.pid, SIGTERM);
-      for (int i = 0; i < 50; ++i) {
-        if (waitpid(p.pid, nullptr, WNOHANG) == p.pid) {
-          p.pid = -1;
-          break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      int status = 0;
+      bool gone = false;
+      for (int i = 0; i < 50 && !gone; ++i) {
+        gone = waitpid(p.pid, &status, WNOHANG) == p.pid;
+        if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
-      if (p.pid > 0) {
+      if (!gone) {
         kill(-p.pid, SIGKILL);
-        waitpid(p.pid, nullptr, 0);
-        p.pid = -1;
+        waitpid(p.pid, &status, 0);
       }
+      p.pid = -1;
+      if (p.pump.joinable()) p.pump.join();
+      Say("[" + p.name + "] stopped: " +
+          (WIFEXITED(status) ? "exited with code " + std::to_string(WEXITSTATUS(status))
+                             : "killed by signal " + std::to_string(WTERMSIG(status))));
     }
     if (p.pump.joinable()) p.pump.join();
   }
@@ -252,6 +268,7 @@ class Backend {
   std::mutex& out_mu_;
   std::map<std::string, std::unique_ptr<LocalPod>> pods_;
   std::string targets_written_;
+  std::map<std::string, pid_t> pids_written_;
 };
 
 // The tensorflow container's env plus the replica's metrics port, the job

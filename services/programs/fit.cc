@@ -49,7 +49,9 @@ Flags FitFlags() {
       .Value("checkpoint-every-seconds", "checkpoint when this much time has passed since the last one (0: off)", "0")
       .Value("checkpoint-keep", "how many checkpoints to keep", "3")
       .Value("eval-poll-seconds", "evaluator: how often to look for a new checkpoint", "0.5")
-      .Value("eval-timeout-seconds", "evaluator: give up when no new checkpoint came for this long (0: never)", "0");
+      .Value("eval-timeout-seconds", "evaluator: give up when no new checkpoint came for this long (0: never)", "0")
+      .Value("shutdown-grace-seconds",
+             "after SIGTERM/SIGINT: stop at the next step, checkpoint, exit 0; exit 0 anyway after this long", "25");
   return f;
 }
 
@@ -80,7 +82,8 @@ std::string Usage() {
          "      [--rejoin-timeout-seconds S] [--bucket-bytes B]\n"
          "      [--steps-per-execution K] [--partitioner SPEC]\n"
          "      [--checkpoint-dir DIR [--checkpoint-every-steps N] [--checkpoint-every-seconds S] [--checkpoint-keep K]]\n"
-         "      evaluator role: [--eval-poll-seconds S] [--eval-timeout-seconds S]";
+         "      evaluator role: [--eval-poll-seconds S] [--eval-timeout-seconds S]\n"
+         "      [--shutdown-grace-seconds S]";
 }
 
 StatusOr<Parsed> Parse(const std::vector<std::string>& args) {
@@ -127,6 +130,7 @@ StatusOr<Parsed> Parse(const std::vector<std::string>& args) {
   if (c.keep < 1) return InvalidArgument("flag --checkpoint-keep: must be >= 1");
   if (p.eval_poll_seconds <= 0) return InvalidArgument("flag --eval-poll-seconds: must be > 0");
   ASSIGN_OR_RETURN(p.eval_timeout_seconds, p.flags.GetDouble("eval-timeout-seconds"));
+  ASSIGN_OR_RETURN(p.shutdown_grace, Seconds(p.flags, "shutdown-grace-seconds"));
   if (p.eval_timeout_seconds < 0) return InvalidArgument("flag --eval-timeout-seconds: must be >= 0");
   if ((c.every_steps > 0 || c.every_seconds > 0) && !c.enabled()) {
     return InvalidArgument("flag --checkpoint-every-steps/--checkpoint-every-seconds: needs --checkpoint-dir");
@@ -164,9 +168,11 @@ class Fit final : public Program {
   bool HasSingleProcessMode() const override { return true; }
 
   // No TF_CONFIG: this process alone.
-  int RunSingleProcess(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) override {
+  int RunSingleProcess(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+                       SignalWatcher* signals) override {
     auto p = fit::Parse(args);
     if (!p.ok()) return ReportError(p.status(), err);
+    if (signals) signals->ExitAfter(p->shutdown_grace);
     const auto kind = p->strategy.value_or(strategy::StrategyKind::kOneDevice);
     if (kind == strategy::StrategyKind::kParameterServer) {
       return ReportError(InvalidArgument("flag --strategy parameter_server: needs a cluster with \"ps\" tasks "
@@ -181,13 +187,14 @@ class Fit final : public Program {
       if (!g.ok()) return ReportError(g.status(), err);
       group = std::move(g).value();
     }
-    return Train(*p, kind, group.get(), nullptr, out, err);
+    return Train(*p, kind, group.get(), nullptr, signals, out, err);
   }
 
   // Every chief and worker of a cluster without parameter servers.
   int RunCollective(const std::vector<std::string>& args, const CollectiveContext& ctx) override {
     auto p = fit::Parse(args);
     if (!p.ok()) return ReportError(p.status(), *ctx.err);
+    if (ctx.signals) ctx.signals->ExitAfter(p->shutdown_grace);
     const auto kind = p->strategy.value_or(strategy::StrategyKind::kMultiWorkerMirrored);
     if (kind != strategy::StrategyKind::kMultiWorkerMirrored) {
       const std::string why =
@@ -204,7 +211,7 @@ class Fit final : public Program {
     if (!group.ok()) return ReportError(group.status(), *ctx.err);
     *ctx.out << "fit: multi_worker_mirrored, " << (*group)->self().name << " is rank " << ctx.rank << " of "
              << ctx.members.size() << ", listening on port " << (*group)->port() << std::endl;
-    return Train(*p, kind, group->get(), ctx.metrics, *ctx.out, *ctx.err);
+    return Train(*p, kind, group->get(), ctx.metrics, ctx.signals, *ctx.out, *ctx.err);
   }
 
   Status RegisterWorker(worker::Registry& r) override { return fit::RegisterPsWorker(r); }
@@ -222,6 +229,7 @@ class Fit final : public Program {
     std::ostream& err = *ctx.err;
     auto p = fit::Parse(args);
     if (!p.ok()) return ReportError(p.status(), err);
+    if (ctx.signals) ctx.signals->ExitAfter(p->shutdown_grace);
     if (p->strategy && *p->strategy != strategy::StrategyKind::kParameterServer) {
       return ReportError(InvalidArgument("flag --strategy " + fit::Name(*p->strategy) +
                                          ": the cluster has \"ps\" tasks, which only parameter_server uses "
@@ -246,7 +254,9 @@ class Fit final : public Program {
     lo.metric_names = job.metric_names;
     lo.out = ctx.out;
     lo.metrics = ctx.metrics;
+    if (ctx.signals) lo.stop = &ctx.signals->stop();
     auto summary = strategy::FitAndEvaluate(**ps, job, *data, lo, ctx.out);
+    if (Stopped(summary.status(), ctx.signals)) return 0;
     if (!summary.ok()) return ReportError(summary.status(), err);
     if (Status s = fit::WriteSummary(p->flags, fit::SummaryJson(*summary, (*ps)->SummaryJson(), *p)); !s.ok()) {
       return ReportError(s, err);
@@ -257,13 +267,21 @@ class Fit final : public Program {
   int RunEvaluator(const std::vector<std::string>& args, const EvaluatorContext& ctx) override {
     auto p = fit::Parse(args);
     if (!p.ok()) return ReportError(p.status(), *ctx.err);
+    if (ctx.signals) ctx.signals->ExitAfter(p->shutdown_grace);
     return fit::RunEvaluator(*p, ctx);
   }
 
  private:
   // The synchronous strategies, in this process or in a group.
+  // A run a signal stopped: not an error, the task exits 0 (the loop has
+  // checkpointed where it checkpoints).
+  static bool Stopped(const Status& s, const SignalWatcher* signals) {
+    return s.code() == Code::kCancelled && signals && signals->stop();
+  }
+
   static int Train(const Parsed& p, strategy::StrategyKind kind, collective::Group* group,
-                   runtime_metrics::RuntimeMetrics* metrics, std::ostream& out, std::ostream& err) {
+                   runtime_metrics::RuntimeMetrics* metrics, SignalWatcher* signals, std::ostream& out,
+                   std::ostream& err) {
     strategy::FitOptions opt;
     opt.data_dir = p.flags.Get("data-dir");
     opt.out = &out;
@@ -274,8 +292,10 @@ class Fit final : public Program {
     opt.collective = p.collective;
     opt.checkpoints = p.checkpoints;
     opt.metrics = metrics;
+    if (signals) opt.stop = &signals->stop();
     nlohmann::json sj;
     auto summary = strategy::Fit(p.job, opt, &sj);
+    if (Stopped(summary.status(), signals)) return 0;
     if (!summary.ok()) return ReportError(summary.status(), err);
     if (group) {
       const nlohmann::json& r = sj["recovery"];

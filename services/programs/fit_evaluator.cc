@@ -47,6 +47,10 @@ int RunEvaluator(const Parsed& p, const EvaluatorContext& ctx) {
                             p.flags.Get("eval-timeout-seconds") + " s; the final one never came");
   };
   while (true) {
+    if (ctx.signals && ctx.signals->stop()) {
+      out << "evaluator: stopped by a signal" << std::endl;
+      return 0;
+    }
     // Verifying reads every file: only worth it when something newer is there.
     const std::optional<int64_t> newest = mgr.NewestCommittedStep();
     if (!newest || *newest <= last) {

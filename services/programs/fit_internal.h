@@ -40,6 +40,7 @@ struct Parsed {
   bool rejoin_timeout_given = false;
   double eval_poll_seconds = 0.5;
   double eval_timeout_seconds = 0;
+  std::chrono::milliseconds shutdown_grace{25000};
 };
 
 Flags FitFlags();

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/signals.h"
 #include "common/status.h"
 #include "services/collective/ring.h"
 #include "services/coordinator/coordinator.h"
@@ -35,6 +36,9 @@ struct ChiefContext {
   runtime_metrics::RuntimeMetrics* metrics = nullptr;
   // The job's task token: every call to a PS or worker carries it.
   rpc::Credentials credentials = {};
+  // Set by SIGTERM/SIGINT: stop at the next boundary, checkpoint, exit 0
+  // (borrowed; nullptr: never).
+  SignalWatcher* signals = nullptr;
 
   // A client for PS `i` that is patient for connect_timeout.
   std::shared_ptr<ps::PsClient> PsClientFor(size_t i) const;
@@ -54,6 +58,7 @@ struct CollectiveContext {
   runtime_metrics::RuntimeMetrics* metrics = nullptr;
   // The job's task token: the group's connections carry it.
   rpc::Credentials credentials = {};
+  SignalWatcher* signals = nullptr;  // as ChiefContext's
 };
 
 // What the side-car evaluator gets: it never joins the training cluster.
@@ -62,6 +67,7 @@ struct EvaluatorContext {
   std::ostream* err = nullptr;
   // Evaluation results go here when set (borrowed from services/runtime).
   runtime_metrics::RuntimeMetrics* metrics = nullptr;
+  SignalWatcher* signals = nullptr;  // as ChiefContext's
 };
 
 class Program {
@@ -88,7 +94,7 @@ class Program {
   // cluster of one PS and one worker (services/runtime sets that up); `fit`
   // overrides it with single-process training.
   virtual bool HasSingleProcessMode() const { return false; }
-  virtual int RunSingleProcess(const std::vector<std::string>&, std::ostream&, std::ostream&) { return 2; }
+  virtual int RunSingleProcess(const std::vector<std::string>&, std::ostream&, std::ostream&, SignalWatcher*) { return 2; }
 };
 
 using ProgramList = std::vector<std::shared_ptr<Program>>;

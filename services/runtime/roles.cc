@@ -32,26 +32,9 @@ std::vector<std::string> Addresses(const cluster::ClusterSpec& c, const std::str
   return out;
 }
 
-// SIGTERM / SIGINT end a serving role cleanly (exit 0), as a pod deletion does.
-template <typename Service>
-std::thread WatchSignals(Service& service) {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  std::thread t([set, &service]() mutable {
-    int sig = 0;
-    sigwait(&set, &sig);
-    service.RequestShutdown();
-  });
-  t.detach();
-  return t;
-}
-
 int ServePs(const cluster::ClusterConfig& cfg, const programs::Program& program, const std::vector<std::string>& args,
-            const rpc::Credentials& credentials, runtime_metrics::RuntimeMetrics* metrics, std::ostream& out,
-            std::ostream& err) {
+            const rpc::Credentials& credentials, runtime_metrics::RuntimeMetrics* metrics, SignalWatcher& signals,
+            std::ostream& out, std::ostream& err) {
   auto self = cfg.cluster.Address(cfg.task->type, cfg.task->index);
   if (!self.ok()) return ReportError(self.status(), err);
   auto listen = ListenAddress(*self);
@@ -66,7 +49,8 @@ int ServePs(const cluster::ClusterConfig& cfg, const programs::Program& program,
   options.credentials = credentials;
   auto server = ps::PsServer::Start(*listen, options);
   if (!server.ok()) return ReportError(server.status(), err);
-  WatchSignals((*server)->service());
+  // SIGTERM / SIGINT end a serving role cleanly (exit 0), as a pod deletion does.
+  signals.OnStop([&service = (*server)->service()] { service.RequestShutdown(); });
   out << "ps " << cfg.task->index << ": serving on " << *listen << std::endl;
   (*server)->Wait();
   out << "ps " << cfg.task->index << ": shut down" << std::endl;
@@ -75,7 +59,7 @@ int ServePs(const cluster::ClusterConfig& cfg, const programs::Program& program,
 
 int ServeWorker(const cluster::ClusterConfig& cfg, const cluster::ClusterSpec& training,
                 const programs::ProgramList& all, const rpc::Credentials& credentials,
-                runtime_metrics::RuntimeMetrics* metrics, std::ostream& out, std::ostream& err) {
+                runtime_metrics::RuntimeMetrics* metrics, SignalWatcher& signals, std::ostream& out, std::ostream& err) {
   auto self = cfg.cluster.Address(cfg.task->type, cfg.task->index);
   if (!self.ok()) return ReportError(self.status(), err);
   auto listen = ListenAddress(*self);
@@ -89,7 +73,7 @@ int ServeWorker(const cluster::ClusterConfig& cfg, const cluster::ClusterSpec& t
   auto server =
       worker::WorkerServer::Start(*listen, registry, {cfg.task->index, Addresses(training, cluster::kPs), ps_options, metrics});
   if (!server.ok()) return ReportError(server.status(), err);
-  WatchSignals((*server)->service());
+  signals.OnStop([&service = (*server)->service()] { service.RequestShutdown(); });
   out << "worker " << cfg.task->index << ": serving on " << *listen << std::endl;
   (*server)->Wait();
   out << "worker " << cfg.task->index << ": shut down" << std::endl;
@@ -118,6 +102,9 @@ void ShutdownCluster(const std::vector<std::string>& ps, const std::vector<std::
 
 int RunRole(programs::Program& program, const std::vector<std::string>& args, const programs::ProgramList& all,
             const cluster::Env& env, std::ostream& out, std::ostream& err) {
+  // First, before any thread exists: SIGTERM (every pod deletion) and
+  // SIGINT become an orderly stop in every role.
+  SignalWatcher signals;
   // TFJOB_CONNECT_TIMEOUT_SECONDS: how long the chief waits for peers that do
   // not answer yet (default 300).
   std::chrono::milliseconds connect_timeout{300000};
@@ -132,10 +119,11 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
   // TF_CONFIG, or the Slurm step when TFJOB_CLUSTER_RESOLVER=slurm.
   auto resolved = ResolveCluster(env);
   if (resolved.status().code() == Code::kNotFound) {
-    if (program.HasSingleProcessMode()) return program.RunSingleProcess(args, out, err);
+    if (program.HasSingleProcessMode()) return program.RunSingleProcess(args, out, err, &signals);
     auto local = InProcessCluster::Start(1, 1, all);
     if (!local.ok()) return ReportError(local.status(), err);
     programs::ChiefContext ctx{(*local)->ps_addresses(), (*local)->worker_addresses(), {}, &out, &err};
+    ctx.signals = &signals;
     return program.RunChief(args, ctx);
   }
   if (!resolved.ok()) return ReportError(resolved.status(), err);
@@ -160,7 +148,7 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
   auto exporter = runtime_metrics::Exporter::Start(*metrics_config, out);
   if (!exporter.ok()) return ReportError(exporter.status(), err);
   runtime_metrics::RuntimeMetrics* metrics = (*exporter)->metrics();
-  if (type == cluster::kPs) return ServePs(*cfg, program, args, *credentials, metrics, out, err);
+  if (type == cluster::kPs) return ServePs(*cfg, program, args, *credentials, metrics, signals, out, err);
   // Without parameter servers, the chief and the workers train together
   // (TensorFlow's MultiWorkerMirroredStrategy): every one runs the program.
   if ((type == cluster::kWorker || cluster::IsChief(type)) && !training.HasJob(cluster::kPs)) {
@@ -168,10 +156,10 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
     if (!members.ok()) return ReportError(members.status(), err);
     auto rank = collective::RankOf(*members, type, cfg->task->index);
     if (!rank.ok()) return ReportError(rank.status(), err);
-    programs::CollectiveContext ctx{*members, *rank, &out, &err, connect_timeout, metrics, *credentials};
+    programs::CollectiveContext ctx{*members, *rank, &out, &err, connect_timeout, metrics, *credentials, &signals};
     return program.RunCollective(args, ctx);
   }
-  if (type == cluster::kWorker) return ServeWorker(*cfg, training, all, *credentials, metrics, out, err);
+  if (type == cluster::kWorker) return ServeWorker(*cfg, training, all, *credentials, metrics, signals, out, err);
   if (cluster::IsChief(type)) {
     programs::ChiefContext ctx{Addresses(training, cluster::kPs), Addresses(training, cluster::kWorker), {}, &out, &err};
     ctx.connect_timeout = connect_timeout;
@@ -180,15 +168,17 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
     ctx.coordinator_options.credentials = *credentials;
     ctx.metrics = metrics;
     ctx.coordinator_options.metrics = metrics;
+    ctx.signals = &signals;
     if (ctx.worker_addresses.empty()) return ReportError(InvalidArgument("TF_CONFIG: the cluster has no \"worker\" tasks"), err);
     const int rc = program.RunChief(args, ctx);
-    // Finished jobs must not leave PS or worker processes behind.
-    ShutdownCluster(ctx.ps_addresses, ctx.worker_addresses, ctx.credentials);
+    // Finished jobs must not leave PS or worker processes behind. A chief
+    // stopped by a signal leaves them: its successor needs them.
+    if (!signals.stop()) ShutdownCluster(ctx.ps_addresses, ctx.worker_addresses, ctx.credentials);
     return rc;
   }
   if (type == cluster::kEvaluator) {
     // Reads the chief's checkpoints only: it needs no PS or worker.
-    programs::EvaluatorContext ectx{&out, &err, metrics};
+    programs::EvaluatorContext ectx{&out, &err, metrics, &signals};
     return program.RunEvaluator(args, ectx);
   }
   return ReportError(InvalidArgument("TF_CONFIG: task type \"" + type + "\" has no role in this runtime"), err);

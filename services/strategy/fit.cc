@@ -43,6 +43,7 @@ StatusOr<FitSummary> Fit(const model::JobConfig& job, const FitOptions& o, nlohm
   so.collective = o.collective;
   so.checkpoints = o.checkpoints;
   so.log = o.out;
+  so.stop = o.stop;
   auto strategy = MakeSyncStrategy(job, data->train, so);
   if (!strategy.ok()) return with_source(strategy.status());
   LoopOptions lo;
@@ -52,6 +53,7 @@ StatusOr<FitSummary> Fit(const model::JobConfig& job, const FitOptions& o, nlohm
   lo.metric_names = job.metric_names;
   lo.out = o.out;
   lo.metrics = o.metrics;
+  lo.stop = o.stop;
   auto summary = FitAndEvaluate(**strategy, job, *data, lo, o.out);
   if (strategy_json) *strategy_json = (*strategy)->SummaryJson();
   return summary;

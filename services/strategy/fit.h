@@ -11,6 +11,7 @@
 // the job file and field.
 #pragma once
 
+#include <atomic>
 #include <iosfwd>
 #include <string>
 
@@ -37,6 +38,7 @@ struct FitOptions {
   collective::Options collective;          // mirrored replicas' timeouts
   CheckpointPolicy checkpoints;
   runtime_metrics::RuntimeMetrics* metrics = nullptr;
+  const std::atomic<bool>* stop = nullptr;  // see LoopOptions
 };
 
 // Trains `strategy` on `data` per `loop` and evaluates on the chief. The

@@ -36,7 +36,20 @@ StatusOr<FitSummary> RunTrainingLoop(Strategy& strategy, const LoopOptions& o) {
   std::ostream* out = strategy.is_chief() ? o.out : nullptr;
   int64_t announced = 0;
   auto last_ckpt = Clock::now();
+  auto stopping = [&] { return o.stop && o.stop->load(); };
+  // A signal: keep what was trained, so a restarted task resumes here.
+  auto stop = [&]() -> Status {
+    std::string saved;
+    if (o.checkpoints.enabled() && strategy.is_chief()) {
+      Status c = strategy.Checkpoint(st, st.step == total);
+      saved = c.ok() ? ", checkpoint written" : ", checkpoint failed: " + c.message();
+      if (c.ok() && o.metrics) o.metrics->RecordCheckpoint(st.step);
+    }
+    if (o.out) *o.out << "fit: stopped by a signal at step " << st.step << saved << std::endl;
+    return Cancelled("stopped by a signal at step " + std::to_string(st.step));
+  };
   while (st.step < total) {
+    if (stopping()) return stop();
     const int64_t epoch = st.step / o.steps_per_epoch + 1;
     if (out && announced != epoch) {
       *out << "Epoch " << epoch << "/" << o.epochs;
@@ -48,6 +61,7 @@ StatusOr<FitSummary> RunTrainingLoop(Strategy& strategy, const LoopOptions& o) {
     const int64_t steps0 = st.step, examples0 = st.examples;
     const auto t0 = Clock::now();
     if (Status s = strategy.Run(st, end); !s.ok()) {
+      if (stopping()) return stop();
       RETURN_IF_ERROR(strategy.Recover(s, st));
       continue;
     }
@@ -81,6 +95,7 @@ StatusOr<FitSummary> RunTrainingLoop(Strategy& strategy, const LoopOptions& o) {
     if (o.metrics && strategy.is_chief()) o.metrics->RecordCheckpoint(st.step);
     last_ckpt = Clock::now();
   }
+  if (stopping()) return stop();
   RETURN_IF_ERROR(strategy.Finish(st));
   FitSummary summary;
   summary.history = st.history;

@@ -13,6 +13,7 @@
 // recovers from checkpoints.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <iosfwd>
 #include <utility>
@@ -37,6 +38,10 @@ struct LoopOptions {
   std::vector<std::string> metric_names;  // the job's, for progress lines
   std::ostream* out = nullptr;  // progress lines; nullptr for silence
   runtime_metrics::RuntimeMetrics* metrics = nullptr;
+  // When it becomes true (SIGTERM), training stops at the next step or
+  // chunk boundary, a checkpoint is written where the strategy writes them,
+  // and the loop returns CANCELLED.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // Trains with `strategy` to epochs * steps_per_epoch steps. The summary has

@@ -92,7 +92,10 @@ class SyncStrategy final : public Strategy {
 
   Status Run(TrainState& st, int64_t end) override {
     if (o_.group && !formed_) RETURN_IF_ERROR(FormAndSync(st));
-    while (st.step < end) RETURN_IF_ERROR(Step(st));
+    while (st.step < end) {
+      if (o_.stop && o_.stop->load()) return Cancelled("stopped by a signal");
+      RETURN_IF_ERROR(Step(st));
+    }
     return Status::Ok();
   }
 

@@ -37,6 +37,7 @@
 // values; bad data is INVALID_ARGUMENT naming the field.
 #pragma once
 
+#include <atomic>
 #include <iosfwd>
 #include <memory>
 
@@ -63,6 +64,8 @@ struct SyncOptions {
   CheckpointPolicy checkpoints;
   // Checkpoint, restore and recovery lines; nullptr for silence.
   std::ostream* log = nullptr;
+  // SIGTERM: Run returns CANCELLED at the next step boundary.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // `train` holds the whole training set; INVALID_ARGUMENT for a kind that is
