@@ -194,6 +194,15 @@ Status ClusterCoordinator::CreatePerWorkerDataset(const std::string& dataset_fn,
   return Status::Ok();
 }
 
+bool ClusterCoordinator::Healthy(Worker& w) {
+  proto::WorkerStatusRequest req;
+  proto::WorkerStatusResponse resp;
+  auto ctx = rpc::Context(std::chrono::milliseconds(2000), options_.credentials);
+  if (!w.stub->GetStatus(ctx.get(), req, &resp).ok()) return false;
+  std::lock_guard g(w.mu);
+  return resp.incarnation() == w.incarnation;
+}
+
 void ClusterCoordinator::Reconnect(Worker& w) {
   {
     std::unique_lock lock(w.mu);
@@ -259,14 +268,35 @@ void ClusterCoordinator::Loop(Worker& w) {
       options_.metrics->RecordClosure(std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count());
     }
     if (!st.ok() && IsWorkerFailure(st.error_code())) {
-      Requeue(std::move(c));
-      std::lock_guard g(w.mu);
-      if (w.healthy) {
-        w.healthy = false;
-        std::lock_guard g2(mu_);
-        ++stats_.worker_failures;
-        if (options_.metrics) options_.metrics->RecordWorkerFailure();
+      const Status why = rpc::FromGrpc(st, "closure " + c->request.function() + " on worker " + w.address);
+      // A call past its deadline from a worker that still answers, as the
+      // same process, is a slow closure, not a lost worker.
+      const bool worker_lost = st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED || !Healthy(w);
+      if (worker_lost) {
+        std::lock_guard g(w.mu);
+        if (w.healthy) {
+          w.healthy = false;
+          std::lock_guard g2(mu_);
+          ++stats_.worker_failures;
+          if (options_.metrics) options_.metrics->RecordWorkerFailure();
+        }
       }
+      if (++c->attempts >= options_.max_attempts) {
+        const Status err(why.code(), why.message() + " (failed " + std::to_string(c->attempts) +
+                                         " attempts; the limit is " + std::to_string(options_.max_attempts) + ")");
+        bool first = false;
+        {
+          std::lock_guard g(mu_);
+          if (!first_error_) {
+            first_error_ = err;
+            first = true;
+          }
+        }
+        if (first) CancelQueued(err);
+        Finish(c, err, {});
+        continue;
+      }
+      Requeue(std::move(c));
       continue;
     }
     if (st.ok()) {

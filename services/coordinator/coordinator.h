@@ -65,7 +65,13 @@ class RemoteValue {
 
 struct Options {
   int inflight_per_worker = 2;
+  // Deadline of one closure's RunClosure call. A call that runs past it is
+  // not a worker failure when the worker still answers its health probe:
+  // the closure was slow, and goes back on the queue as another attempt.
   std::chrono::milliseconds rpc_timeout{300000};
+  // A closure that failed this many times (deadline, or its worker lost)
+  // fails the job with its last error instead of being re-queued forever.
+  int max_attempts = 5;
   std::chrono::milliseconds probe_interval{100};
   // CreatePerWorkerDataset gives up on a worker that has not answered for
   // this long (UNAVAILABLE naming its address).
@@ -112,6 +118,7 @@ class ClusterCoordinator {
     uint64_t id;
     proto::RunClosureRequest request;
     std::shared_ptr<RemoteValue::State> value;
+    int attempts = 0;  // failed attempts so far
   };
   struct Worker {
     int index;
@@ -130,6 +137,8 @@ class ClusterCoordinator {
   void Loop(Worker& w);
   // Probes until the worker answers; rebuilds resources on a new incarnation.
   void Reconnect(Worker& w);
+  // Whether the worker answers a health probe as the same process.
+  bool Healthy(Worker& w);
   Status CreateResourcesOn(Worker& w, const ResourceSpec& spec);
   Status ReplayResources(Worker& w);
   std::shared_ptr<Closure> Pop();

@@ -43,6 +43,8 @@ Flags FitFlags() {
                                        "(default: TFJOB_CONNECT_TIMEOUT_SECONDS, else 300)")
       .Value("bucket-bytes", "tensors smaller than this are fused into one all-reduce", "4194304")
       .Value("steps-per-execution", "training steps per scheduled closure (parameter-server mode)", "1")
+      .Value("closure-timeout-seconds", "deadline of one closure on a worker (parameter-server mode)", "300")
+      .Value("closure-max-attempts", "a closure that failed this many times fails the job (parameter-server mode)", "5")
       .Value("partitioner", "none, fixed:N, min:BYTES[:MAX] or max:BYTES[:MAX] (parameter-server mode)", "none")
       .Value("checkpoint-dir", "keep checkpoints here (shared by the writer and the evaluator)")
       .Value("checkpoint-every-steps", "checkpoint after this many training steps (0: only per --checkpoint-every-seconds)", "0")
@@ -80,7 +82,7 @@ std::string Usage() {
          "      [--strategy one_device|mirrored|multi_worker_mirrored|central_storage|parameter_server]\n"
          "      [--replicas N] [--communication ring|nccl|auto] [--collective-timeout-seconds S]\n"
          "      [--rejoin-timeout-seconds S] [--bucket-bytes B]\n"
-         "      [--steps-per-execution K] [--partitioner SPEC]\n"
+         "      [--steps-per-execution K] [--partitioner SPEC] [--closure-timeout-seconds S] [--closure-max-attempts K]\n"
          "      [--checkpoint-dir DIR [--checkpoint-every-steps N] [--checkpoint-every-seconds S] [--checkpoint-keep K]]\n"
          "      evaluator role: [--eval-poll-seconds S] [--eval-timeout-seconds S]\n"
          "      [--shutdown-grace-seconds S]";
@@ -98,6 +100,10 @@ StatusOr<Parsed> Parse(const std::vector<std::string>& args) {
   ASSIGN_OR_RETURN(p.steps_per_execution, p.flags.GetInt("steps-per-execution"));
   if (p.steps_per_execution < 1) return InvalidArgument("flag --steps-per-execution: must be >= 1");
   ASSIGN_OR_RETURN(p.partitioner, strategy::ParsePartitioner(p.flags.Get("partitioner")));
+  ASSIGN_OR_RETURN(p.closure_timeout, Seconds(p.flags, "closure-timeout-seconds"));
+  ASSIGN_OR_RETURN(int64_t attempts, p.flags.GetInt("closure-max-attempts"));
+  if (attempts < 1 || attempts > 1000) return InvalidArgument("flag --closure-max-attempts: must be in 1..1000");
+  p.closure_max_attempts = static_cast<int>(attempts);
   if (p.flags.Has("strategy")) {
     ASSIGN_OR_RETURN(p.strategy, strategy::ParseStrategyKind(p.flags.Get("strategy")));
   }

@@ -31,6 +31,8 @@ struct Parsed {
   Flags flags;
   model::JobConfig job;
   int64_t steps_per_execution = 1;
+  std::chrono::milliseconds closure_timeout{300000};
+  int closure_max_attempts = 5;
   strategy::Partitioner partitioner;
   strategy::CheckpointPolicy checkpoints;
   std::optional<strategy::StrategyKind> strategy;  // --strategy, when given

@@ -51,6 +51,13 @@ nlohmann::json StatsToJson(const strategy::BatchStats& s, int64_t steps, int64_t
   return j;
 }
 
+coordinator::Options CoordinatorOptions(const Parsed& p, const ChiefContext& ctx) {
+  coordinator::Options o = ctx.coordinator_options;
+  o.rpc_timeout = p.closure_timeout;
+  o.max_attempts = p.closure_max_attempts;
+  return o;
+}
+
 class PsStrategy final : public strategy::Strategy {
  public:
   PsStrategy(const Parsed& p, const ChiefContext& ctx, std::vector<std::shared_ptr<ps::PsClient>> clients,
@@ -62,7 +69,7 @@ class PsStrategy final : public strategy::Strategy {
         store_(std::move(placement), clients_),
         names_(std::move(names)),
         init_(std::move(init)),
-        coord_(ctx.worker_addresses, ctx.coordinator_options),
+        coord_(ctx.worker_addresses, CoordinatorOptions(p, ctx)),
         mgr_(p.checkpoints.dir, static_cast<int>(p.checkpoints.keep)),
         incarnations_(clients_.size(), 0) {}
 

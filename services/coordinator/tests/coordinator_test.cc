@@ -136,6 +136,25 @@ TEST_F(CoordinatorTest, FirstErrorIsRaisedOnceAndQueuedClosuresAreCancelled) {
   EXPECT_EQ(c.Schedule("add", {{"a", 1}, {"b", 2}}).Fetch()->json.get<int>(), 3);  // usable again
 }
 
+// A closure longer than the RPC deadline is retried as a new attempt, on a
+// worker that is not counted as failed (it still answers its probe), and
+// fails the job after the attempt cap with the deadline as its error.
+TEST_F(CoordinatorTest, AClosurePastItsDeadlineIsCappedNotRequeuedForever) {
+  StartWorkers(1);
+  Options o;
+  o.rpc_timeout = std::chrono::milliseconds(100);
+  o.max_attempts = 3;
+  ClusterCoordinator c(addresses_, o);
+  RemoteValue v = c.Schedule("slow", {{"ms", 400}});
+  Status s = c.Join();
+  EXPECT_EQ(s.code(), Code::kDeadlineExceeded) << s;
+  EXPECT_THAT(s.message(), HasSubstr("failed 3 attempts; the limit is 3"));
+  EXPECT_EQ(v.Fetch().status().code(), Code::kDeadlineExceeded);
+  EXPECT_EQ(c.stats().worker_failures, 0);
+  EXPECT_EQ(c.stats().retried, 2);
+  EXPECT_EQ(probe_.slow_started.load(), 3);
+}
+
 TEST_F(CoordinatorTest, UnknownClosureIsAnError) {
   StartWorkers(1);
   ClusterCoordinator c(addresses_);
