@@ -5,16 +5,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
-#include <cpprest/http_listener.h>
+#include <httplib.h>
 
 namespace tfjob::runtime_metrics {
 namespace {
-
-using web::http::http_request;
-using web::http::experimental::listener::http_listener;
 
 struct Bind {
   std::string host;
@@ -24,7 +23,9 @@ struct Bind {
 StatusOr<Bind> ParseBind(const std::string& bind) {
   const auto colon = bind.rfind(':');
   Bind b;
-  b.host = colon == std::string::npos || colon == 0 ? "0.0.0.0" : bind.substr(0, colon);
+  // No host: every interface, IPv6 and IPv4 (a dual-stack socket).
+  b.host = colon == std::string::npos || colon == 0 ? "::" : bind.substr(0, colon);
+  if (b.host.size() >= 2 && b.host.front() == '[' && b.host.back() == ']') b.host = b.host.substr(1, b.host.size() - 2);
   const std::string port = colon == std::string::npos ? bind : bind.substr(colon + 1);
   char* end = nullptr;
   const long p = std::strtol(port.c_str(), &end, 10);
@@ -38,8 +39,9 @@ StatusOr<Bind> ParseBind(const std::string& bind) {
 }  // namespace
 
 struct HttpServer::Impl {
-  std::unique_ptr<http_listener> listener;
-  std::map<std::string, HttpHandler> routes;
+  httplib::Server server;
+  std::thread thread;
+  std::atomic<bool> loop_returned{false};
 };
 
 StatusOr<int> PickFreePort() {
@@ -64,47 +66,47 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& bind,
   ASSIGN_OR_RETURN(Bind b, ParseBind(bind));
   std::unique_ptr<HttpServer> s(new HttpServer());
   s->impl_ = std::make_unique<Impl>();
-  s->impl_->routes = std::move(routes);
-  // cpprestsdk cannot report the port it bound, so port 0 becomes a port
-  // that was free a moment ago; another process may take it in between, so
-  // a few attempts.
-  const int attempts = b.port == 0 ? 5 : 1;
-  std::string last_error;
-  for (int i = 0; i < attempts; ++i) {
-    int port = b.port;
-    if (port == 0) {
-      ASSIGN_OR_RETURN(port, PickFreePort());
-    }
-    try {
-      auto listener = std::make_unique<http_listener>("http://" + b.host + ":" + std::to_string(port));
-      Impl* impl = s->impl_.get();
-      listener->support(web::http::methods::GET, [impl](http_request req) {
-        auto it = impl->routes.find(req.relative_uri().path());
-        if (it == impl->routes.end()) {
-          req.reply(web::http::status_codes::NotFound, "not found\n");
-          return;
-        }
-        HttpResponse r = it->second();
-        req.reply(static_cast<web::http::status_code>(r.status), r.body, r.content_type);
-      });
-      listener->open().wait();
-      s->impl_->listener = std::move(listener);
-      s->port_ = port;
-      return s;
-    } catch (const std::exception& e) {
-      last_error = e.what();
-    }
+  httplib::Server& server = s->impl_->server;
+  for (auto& [path, handler] : routes) {
+    server.Get(path, [handler](const httplib::Request&, httplib::Response& res) {
+      HttpResponse r = handler();
+      res.status = r.status;
+      res.set_content(r.body, r.content_type.c_str());
+    });
   }
-  return Unavailable("cannot listen on " + bind + ": " + last_error);
+  // SO_REUSEADDR only: cpp-httplib's default also sets SO_REUSEPORT, which
+  // would let a second process share (and steal connections from) a port
+  // already in use instead of failing to bind it.
+  server.set_socket_options([](int sock) {
+    int one = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  });
+  // Anything else is 404, as before, with a body that says so.
+  server.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (res.body.empty()) res.set_content("not found\n", "text/plain; charset=utf-8");
+  });
+  // Port 0: the kernel picks one on the socket this server keeps, so no
+  // other process can take it in between.
+  const int port = b.port == 0 ? server.bind_to_any_port(b.host) : (server.bind_to_port(b.host, b.port) ? b.port : -1);
+  if (port <= 0) {
+    return Unavailable("cannot listen on " + bind + ": " + std::strerror(errno ? errno : EADDRINUSE));
+  }
+  s->port_ = port;
+  std::atomic<bool>& done = s->impl_->loop_returned;
+  s->impl_->thread = std::thread([&server, &done] {
+    server.listen_after_bind();
+    done = true;
+  });
+  // stop() does nothing until the loop has marked itself running, so a
+  // server destroyed at once would otherwise wait forever for its thread.
+  while (!server.is_running() && !done) std::this_thread::yield();
+  return s;
 }
 
 HttpServer::~HttpServer() {
-  if (impl_ && impl_->listener) {
-    try {
-      impl_->listener->close().wait();
-    } catch (const std::exception&) {
-      // Closing only fails when the listener is already gone.
-    }
+  if (impl_) {
+    impl_->server.stop();
+    if (impl_->thread.joinable()) impl_->thread.join();
   }
 }
 

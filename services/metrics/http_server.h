@@ -2,9 +2,13 @@
 // operator and every runtime role. Each route is an exact path answered by a
 // handler for GET; any other path is 404.
 //
-// Ownership: the server owns its cpprestsdk listener; handlers are copied in
+// Built on Debian's cpp-httplib. Without a host it listens on every
+// interface, IPv6 and IPv4 (dual-stack); port 0 binds a port the kernel
+// picks, on the socket the server keeps.
+//
+// Ownership: the server owns its listening thread; handlers are copied in
 // and must stay callable (and whatever they capture alive) until the server
-// is destroyed. Thread-safety: handlers run on cpprestsdk's thread pool, so
+// is destroyed. Thread-safety: handlers run on the server's thread pool, so
 // they may run concurrently with each other and with the caller. Failure:
 // Start returns UNAVAILABLE when the address cannot be bound, INVALID_ARGUMENT
 // when it does not parse; a running server never fails.
@@ -32,7 +36,7 @@ inline constexpr const char* kExpositionContentType = "text/plain; version=0.0.4
 
 class HttpServer {
  public:
-  // `bind` is ":PORT" (every interface), "HOST:PORT", or a bare "PORT".
+  // `bind` is ":PORT" (every interface), "HOST:PORT", "[IPV6]:PORT", or a bare "PORT".
   // Port 0 picks a free port; port() tells which.
   static StatusOr<std::unique_ptr<HttpServer>> Start(const std::string& bind, std::map<std::string, HttpHandler> routes);
   ~HttpServer();

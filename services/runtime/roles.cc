@@ -23,7 +23,9 @@ StatusOr<std::string> ListenAddress(const std::string& address) {
   const auto colon = address.rfind(':');
   if (colon == std::string::npos) return InvalidArgument("address \"" + address + "\" has no port");
   // Listen on every interface: in a pod the address is the service's DNS name.
-  return "0.0.0.0:" + address.substr(colon + 1);
+  // "[::]" is IPv6 and IPv4 alike (gRPC makes it one dual-stack socket), so
+  // IPv6-only clusters reach the task too.
+  return "[::]:" + address.substr(colon + 1);
 }
 
 std::vector<std::string> Addresses(const cluster::ClusterSpec& c, const std::string& job) {

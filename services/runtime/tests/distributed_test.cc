@@ -11,7 +11,9 @@
 
 #include "services/programs/programs.h"
 #include "services/runtime/in_process_cluster.h"
+#include "services/runtime/launcher.h"
 #include "services/runtime/runtime.h"
+#include "tests/support/process.h"
 #include "tests/support/subprocess.h"
 
 namespace tfjob::runtime {
@@ -72,7 +74,7 @@ TEST(LocalLauncherTest, CounterOverOnePsAndThreeWorkers) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(ReadJson(summary)["value"].get<double>(), 15.0);
   // Every task ran as its own process and was shut down by the chief, not killed.
-  EXPECT_THAT(r.out, HasSubstr("[ps:0] ps 0: serving on 0.0.0.0:"));
+  EXPECT_THAT(r.out, HasSubstr("[ps:0] ps 0: serving on [::]:"));
   EXPECT_THAT(r.out, HasSubstr("[worker:2] worker 2: shut down"));
   EXPECT_THAT(r.out, HasSubstr("[ps:0] ps 0: shut down"));
   EXPECT_THAT(r.err, ::testing::Not(HasSubstr("still running")));
@@ -88,6 +90,45 @@ TEST(LocalLauncherTest, MnistMlpWithTwoPsAndTwoWorkers) {
   EXPECT_EQ(s["num_ps"].get<int>(), 2);
   EXPECT_EQ(s["steps"].get<int>(), 5 * 125);
   EXPECT_THAT(r.out, HasSubstr("Epoch 5/5\n125/125 - "));
+}
+
+// IPv6 addresses in TF_CONFIG, TensorFlow's bracketed form: every task
+// listens dual-stack and the chief reaches its PS and worker over [::1]; the
+// group of a synchronous job forms over [::1] too.
+TEST(Ipv6Test, TasksAtBracketedIpv6AddressesTrain) {
+  std::vector<int> ports;
+  for (int i = 0; i < 3; ++i) ports.push_back(*FreePort());
+  auto addr = [&](int i) { return "\"[::1]:" + std::to_string(ports[static_cast<size_t>(i)]) + "\""; };
+  const std::string cluster = "{\"chief\":[" + addr(0) + "],\"ps\":[" + addr(1) + "],\"worker\":[" + addr(2) + "]}";
+  auto tf_config = [&](const std::string& type) {
+    return "{\"cluster\":" + cluster + ",\"task\":{\"type\":\"" + type + "\",\"index\":0}}";
+  };
+  const std::map<std::string, std::string> token{{"TFJOB_AUTH_TOKEN", "0123456789abcdef0123456789abcdef"}};
+  auto with = [&](const std::string& type) {
+    auto env = token;
+    env["TF_CONFIG"] = tf_config(type);
+    return env;
+  };
+  t::Process ps({Runtime(), "counter"}, with("ps"));
+  t::Process worker({Runtime(), "counter"}, with("worker"));
+  auto r = t::Run({Runtime(), "counter", "--increments", "1,2,3"}, with("chief"));
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err << ps.output() << worker.output();
+  EXPECT_THAT(r.out, HasSubstr("counter: value 6 after 3 closures"));
+  EXPECT_THAT(ps.output(), HasSubstr("ps 0: serving on [::]:" + std::to_string(ports[1])));
+
+  // Two workers training together over [::1].
+  std::vector<int> wp{*FreePort(), *FreePort()};
+  const std::string workers = "{\"worker\":[\"[::1]:" + std::to_string(wp[0]) + "\",\"[::1]:" + std::to_string(wp[1]) + "\"]}";
+  auto member = [&](int i) {
+    auto env = token;
+    env["TF_CONFIG"] = "{\"cluster\":" + workers + ",\"task\":{\"type\":\"worker\",\"index\":" + std::to_string(i) + "}}";
+    return env;
+  };
+  const std::string job = t::SourceDir() + "/tests/support/data/synthetic-small.json";
+  t::Process w1({Runtime(), "fit", "--config", job, "--epochs", "1"}, member(1));
+  auto w0 = t::Run({Runtime(), "fit", "--config", job, "--epochs", "1"}, member(0));
+  EXPECT_EQ(w0.exit_code, 0) << w0.out << w0.err << w1.output();
+  EXPECT_THAT(w0.out, HasSubstr("fit: group generation 1 of 2 members formed"));
 }
 
 TEST(LocalLauncherTest, BadLauncherInput) {

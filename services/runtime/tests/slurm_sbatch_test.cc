@@ -30,7 +30,7 @@ bool PortFree(int port) {
   if (fd < 0) return false;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);  // the tasks listen on 0.0.0.0
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);  // the tasks listen on every interface
   addr.sin_port = htons(static_cast<uint16_t>(port));
   const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
   close(fd);
@@ -95,9 +95,9 @@ TEST(SlurmSbatchTest, CounterRunsAcrossTheStepAndEveryTaskExitsZero) {
   EXPECT_THAT(r.out, HasSubstr("0: counter: value 15 after 5 closures"));
   // Ranks 1..3 served as ps:0, worker:0 and worker:1 on the ports the layout
   // gives them, and the chief shut them down rather than srun killing them.
-  EXPECT_THAT(r.out, HasSubstr("1: ps 0: serving on 0.0.0.0:" + std::to_string(base + 1)));
-  EXPECT_THAT(r.out, HasSubstr("2: worker 0: serving on 0.0.0.0:" + std::to_string(base + 2)));
-  EXPECT_THAT(r.out, HasSubstr("3: worker 1: serving on 0.0.0.0:" + std::to_string(base + 3)));
+  EXPECT_THAT(r.out, HasSubstr("1: ps 0: serving on [::]:" + std::to_string(base + 1)));
+  EXPECT_THAT(r.out, HasSubstr("2: worker 0: serving on [::]:" + std::to_string(base + 2)));
+  EXPECT_THAT(r.out, HasSubstr("3: worker 1: serving on [::]:" + std::to_string(base + 3)));
   EXPECT_THAT(r.out, HasSubstr("1: ps 0: shut down"));
   EXPECT_THAT(r.out, HasSubstr("2: worker 0: shut down"));
   EXPECT_THAT(r.out, HasSubstr("3: worker 1: shut down"));
