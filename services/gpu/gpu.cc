@@ -46,7 +46,7 @@ Status Axpy(int device, float alpha, const std::vector<float>& x, std::vector<fl
   if (s.ok()) s = FromCuda(cudaMemcpy(dx, x.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
   if (s.ok()) s = FromCuda(cudaMemcpy(dy, y.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
   if (s.ok()) {
-    s = FromCuda(static_cast<cudaError_t>(kernels::LaunchAxpy(static_cast<int>(x.size()), alpha, dx, dy)),
+    s = FromCuda(static_cast<cudaError_t>(kernels::Axpy(static_cast<int64_t>(x.size()), alpha, dx, dy, nullptr)),
                  "Axpy launch");
   }
   if (s.ok()) s = FromCuda(cudaMemcpy(y.data(), dy, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");

@@ -1,8 +1,11 @@
 // GPU support, present only in builds with the CUDA toolkit
-// (TFJOB_HAVE_CUDA). Everything returns a Status: no device, a driver that is
-// missing or too old, or a failed launch is UNAVAILABLE / INTERNAL with the
-// CUDA error string, never a crash, so CPU-only machines run the same binary.
-// Thread-safety: functions are reentrant; each call synchronises its stream.
+// (TFJOB_HAVE_CUDA): the CUDA device backend that tensors on a GPU compute
+// with (services/tensor/backend.h; cuda_backend.cc: cuBLAS and the kernels
+// of kernels.cu), and device listing. Everything returns a Status: no
+// device, a driver that is missing or too old, or a failed launch is
+// UNAVAILABLE / INTERNAL with the CUDA error string, never a crash, so
+// CPU-only machines run the same binary.
+// Thread-safety: functions are reentrant.
 #pragma once
 
 #include <string>
@@ -26,6 +29,11 @@ StatusOr<std::vector<DeviceInfo>> ListDevices();
 // y += alpha * x on device `device`, round-tripping through device memory:
 // the primitive an SGD update on a GPU is made of. Sizes must match.
 Status Axpy(int device, float alpha, const std::vector<float>& x, std::vector<float>& y);
+
+// Registers the CUDA backend with the tensor library (idempotent). Cheap: the
+// driver is first touched when a device tensor is first made, so a process
+// that never asks for a GPU never initialises CUDA (and may fork freely).
+void RegisterBackend();
 
 // NCCL's version when linked against it, else 0.
 int NcclVersion();

@@ -3,10 +3,27 @@
 #include <cmath>
 #include <cstring>
 
+#include "services/tensor/backend.h"
 #include "services/tensor/eigen.h"
 
 namespace tfjob::ops {
 namespace {
+
+// Device tensors: the same checks, then the backend's kernel on the device
+// the inputs share (see backend.h).
+StatusOr<device::Backend*> DeviceOf(const char* op, std::initializer_list<const Tensor*> ts) {
+  RETURN_IF_ERROR(device::CheckSameDevice(op, ts));
+  return device::BackendFor((*ts.begin())->device());
+}
+
+bool OnDevice(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts) {
+    if (!t->on_cpu()) return true;
+  }
+  return false;
+}
+
+StatusOr<Tensor> Empty(DType dtype, Shape shape, Device d) { return Tensor::CreateUninitialized(dtype, std::move(shape), d); }
 
 Status NeedF32(const Tensor& t, const char* op, const char* arg) {
   if (t.dtype() != DType::kFloat32) {
@@ -27,6 +44,22 @@ enum class BinOp { kAdd, kSub, kMul, kDiv };
 StatusOr<Tensor> Binary(const Tensor& a, const Tensor& b, BinOp op, const char* name) {
   RETURN_IF_ERROR(NeedF32(a, name, "lhs"));
   RETURN_IF_ERROR(NeedF32(b, name, "rhs"));
+  if (OnDevice({&a, &b})) {
+    bool suffix = b.rank() < a.rank() && b.size() > 0;
+    for (int i = 0; suffix && i < b.rank(); ++i) suffix = b.dim(i) == a.dim(a.rank() - b.rank() + i);
+    if (a.shape() != b.shape() && !(b.size() == 1 && b.rank() <= a.rank()) && !suffix) {
+      return InvalidArgument(std::string(name) + ": incompatible shapes " + ShapeString(a.shape()) + " and " +
+                             ShapeString(b.shape()));
+    }
+    ASSIGN_OR_RETURN(device::Backend * be, DeviceOf(name, {&a, &b}));
+    ASSIGN_OR_RETURN(Tensor out, Empty(DType::kFloat32, a.shape(), a.device()));
+    const device::Binary d = op == BinOp::kAdd   ? device::Binary::kAdd
+                             : op == BinOp::kSub ? device::Binary::kSub
+                             : op == BinOp::kMul ? device::Binary::kMul
+                                                 : device::Binary::kDiv;
+    RETURN_IF_ERROR(be->BinaryOp(d, a, b, out));
+    return out;
+  }
   Tensor out = Tensor::Zeros(DType::kFloat32, a.shape());
   auto x = AsArray(a);
   auto o = AsArray(out);
@@ -64,8 +97,14 @@ StatusOr<Tensor> Binary(const Tensor& a, const Tensor& b, BinOp op, const char* 
 }
 
 template <typename F>
-StatusOr<Tensor> Unary(const Tensor& a, const char* name, F f) {
+StatusOr<Tensor> Unary(const Tensor& a, const char* name, F f, device::Unary dop) {
   RETURN_IF_ERROR(NeedF32(a, name, "input"));
+  if (!a.on_cpu()) {
+    ASSIGN_OR_RETURN(device::Backend * be, DeviceOf(name, {&a}));
+    ASSIGN_OR_RETURN(Tensor out, Empty(DType::kFloat32, a.shape(), a.device()));
+    RETURN_IF_ERROR(be->UnaryOp(dop, a, out));
+    return out;
+  }
   Tensor out = Tensor::Zeros(DType::kFloat32, a.shape());
   AsArray(out) = f(AsArray(a));
   return out;
@@ -81,8 +120,23 @@ StatusOr<int> NormalizeAxis(const Tensor& a, int axis, const char* name) {
 
 enum class Reduce { kSum, kMean, kMax };
 
+StatusOr<Tensor> DeviceReduction(const Tensor& a, int64_t outer, int64_t n, int64_t inner, Shape out_shape,
+                                 Reduce kind, const char* name) {
+  ASSIGN_OR_RETURN(device::Backend * be, DeviceOf(name, {&a}));
+  ASSIGN_OR_RETURN(Tensor out, Empty(DType::kFloat32, std::move(out_shape), a.device()));
+  const device::Reduce d = kind == Reduce::kSum ? device::Reduce::kSum
+                           : kind == Reduce::kMean ? device::Reduce::kMean
+                                                   : device::Reduce::kMax;
+  RETURN_IF_ERROR(be->ReduceAxis(d, a, outer, n, inner, out));
+  return out;
+}
+
 StatusOr<Tensor> Reduction(const Tensor& a, int axis, Reduce kind, const char* name) {
   RETURN_IF_ERROR(NeedF32(a, name, "input"));
+  if (axis == kAllAxes && !a.on_cpu()) {
+    if (kind == Reduce::kMax && a.size() == 0) return InvalidArgument(std::string(name) + ": empty input");
+    return DeviceReduction(a, 1, a.size(), 1, Shape{}, kind, name);
+  }
   if (axis == kAllAxes) {
     if (kind == Reduce::kMax && a.size() == 0) return InvalidArgument(std::string(name) + ": empty input");
     auto x = AsArray(a);
@@ -97,6 +151,7 @@ StatusOr<Tensor> Reduction(const Tensor& a, int axis, Reduce kind, const char* n
   if (kind == Reduce::kMax && n == 0) return InvalidArgument(std::string(name) + ": empty axis");
   Shape out_shape = a.shape();
   out_shape.erase(out_shape.begin() + ax);
+  if (!a.on_cpu()) return DeviceReduction(a, outer, n, inner, std::move(out_shape), kind, name);
   Tensor out = Tensor::Zeros(DType::kFloat32, out_shape);
   const float* x = a.data<float>();
   float* o = out.data<float>();
@@ -136,6 +191,12 @@ StatusOr<Tensor> MatMul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     return InvalidArgument("MatMul: inner dimensions differ: " + ShapeString(a.shape()) + (ta ? "^T" : "") +
                            " x " + ShapeString(b.shape()) + (tb ? "^T" : ""));
   }
+  if (OnDevice({&a, &b})) {
+    ASSIGN_OR_RETURN(device::Backend * be, DeviceOf("MatMul", {&a, &b}));
+    ASSIGN_OR_RETURN(Tensor out, Empty(DType::kFloat32, {m, n}, a.device()));
+    RETURN_IF_ERROR(be->MatMul(a, ta, b, tb, out, 0.f));
+    return out;
+  }
   Tensor out = Tensor::Zeros(DType::kFloat32, {m, n});
   Eigen::Map<const RowMatrix> A(a.data<float>(), a.dim(0), a.dim(1));
   Eigen::Map<const RowMatrix> B(b.data<float>(), b.dim(0), b.dim(1));
@@ -150,6 +211,12 @@ StatusOr<Tensor> MatMul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
 StatusOr<Tensor> Transpose(const Tensor& a) {
   RETURN_IF_ERROR(NeedF32(a, "Transpose", "input"));
   if (a.rank() != 2) return InvalidArgument("Transpose: input must be 2-D, got " + ShapeString(a.shape()));
+  if (!a.on_cpu()) {
+    ASSIGN_OR_RETURN(device::Backend * be, DeviceOf("Transpose", {&a}));
+    ASSIGN_OR_RETURN(Tensor out, Empty(DType::kFloat32, {a.dim(1), a.dim(0)}, a.device()));
+    RETURN_IF_ERROR(be->Transpose(a, out));
+    return out;
+  }
   Tensor out = Tensor::Zeros(DType::kFloat32, {a.dim(1), a.dim(0)});
   Eigen::Map<RowMatrix>(out.data<float>(), a.dim(1), a.dim(0)) =
       Eigen::Map<const RowMatrix>(a.data<float>(), a.dim(0), a.dim(1)).transpose();
@@ -161,17 +228,29 @@ StatusOr<Tensor> Sub(const Tensor& a, const Tensor& b) { return Binary(a, b, Bin
 StatusOr<Tensor> Mul(const Tensor& a, const Tensor& b) { return Binary(a, b, BinOp::kMul, "Mul"); }
 StatusOr<Tensor> Div(const Tensor& a, const Tensor& b) { return Binary(a, b, BinOp::kDiv, "Div"); }
 StatusOr<Tensor> Scale(const Tensor& a, float s) {
-  return Unary(a, "Scale", [s](auto x) { return x * s; });
+  RETURN_IF_ERROR(NeedF32(a, "Scale", "input"));
+  if (!a.on_cpu()) {
+    ASSIGN_OR_RETURN(device::Backend * be, DeviceOf("Scale", {&a}));
+    ASSIGN_OR_RETURN(Tensor out, Empty(DType::kFloat32, a.shape(), a.device()));
+    RETURN_IF_ERROR(be->Scale(a, s, out));
+    return out;
+  }
+  Tensor out = Tensor::Zeros(DType::kFloat32, a.shape());
+  AsArray(out) = AsArray(a) * s;
+  return out;
 }
 
-StatusOr<Tensor> Relu(const Tensor& a) { return Unary(a, "Relu", [](auto x) { return x.max(0.f); }); }
+using U = device::Unary;
+StatusOr<Tensor> Relu(const Tensor& a) { return Unary(a, "Relu", [](auto x) { return x.max(0.f); }, U::kRelu); }
 StatusOr<Tensor> Sigmoid(const Tensor& a) {
-  return Unary(a, "Sigmoid", [](auto x) { return (1.f + (-x).exp()).inverse(); });
+  return Unary(a, "Sigmoid", [](auto x) { return (1.f + (-x).exp()).inverse(); }, U::kSigmoid);
 }
-StatusOr<Tensor> Tanh(const Tensor& a) { return Unary(a, "Tanh", [](auto x) { return x.tanh(); }); }
-StatusOr<Tensor> Exp(const Tensor& a) { return Unary(a, "Exp", [](auto x) { return x.exp(); }); }
-StatusOr<Tensor> Log(const Tensor& a) { return Unary(a, "Log", [](auto x) { return x.log(); }); }
-StatusOr<Tensor> Square(const Tensor& a) { return Unary(a, "Square", [](auto x) { return x.square(); }); }
+StatusOr<Tensor> Tanh(const Tensor& a) { return Unary(a, "Tanh", [](auto x) { return x.tanh(); }, U::kTanh); }
+StatusOr<Tensor> Exp(const Tensor& a) { return Unary(a, "Exp", [](auto x) { return x.exp(); }, U::kExp); }
+StatusOr<Tensor> Log(const Tensor& a) { return Unary(a, "Log", [](auto x) { return x.log(); }, U::kLog); }
+StatusOr<Tensor> Square(const Tensor& a) {
+  return Unary(a, "Square", [](auto x) { return x.square(); }, U::kSquare);
+}
 
 StatusOr<Tensor> ReduceSum(const Tensor& a, int axis) { return Reduction(a, axis, Reduce::kSum, "ReduceSum"); }
 StatusOr<Tensor> ReduceMean(const Tensor& a, int axis) { return Reduction(a, axis, Reduce::kMean, "ReduceMean"); }
@@ -183,6 +262,12 @@ StatusOr<Tensor> ArgMax(const Tensor& a) {
   if (n == 0) return InvalidArgument("ArgMax: empty last axis");
   Shape s = a.shape();
   s.pop_back();
+  if (!a.on_cpu()) {
+    ASSIGN_OR_RETURN(device::Backend * be, DeviceOf("ArgMax", {&a}));
+    ASSIGN_OR_RETURN(Tensor out, Empty(DType::kInt64, s, a.device()));
+    RETURN_IF_ERROR(be->ArgMax(a, out));
+    return out;
+  }
   Tensor out = Tensor::Zeros(DType::kInt64, s);
   const float* x = a.data<float>();
   int64_t* o = out.data<int64_t>();
@@ -197,6 +282,12 @@ StatusOr<Tensor> ArgMax(const Tensor& a) {
 
 StatusOr<Tensor> Softmax(const Tensor& a) {
   RETURN_IF_ERROR(NeedRowsLastAxis(a, "Softmax"));
+  if (!a.on_cpu()) {
+    ASSIGN_OR_RETURN(device::Backend * be, DeviceOf("Softmax", {&a}));
+    ASSIGN_OR_RETURN(Tensor out, Empty(DType::kFloat32, a.shape(), a.device()));
+    if (a.size() > 0) RETURN_IF_ERROR(be->Softmax(a, false, out));
+    return out;
+  }
   Tensor out = Tensor::Zeros(DType::kFloat32, a.shape());
   if (a.size() == 0) return out;
   int64_t n = a.dim(-1), rows = a.size() / n;
@@ -209,6 +300,12 @@ StatusOr<Tensor> Softmax(const Tensor& a) {
 
 StatusOr<Tensor> LogSoftmax(const Tensor& a) {
   RETURN_IF_ERROR(NeedRowsLastAxis(a, "LogSoftmax"));
+  if (!a.on_cpu()) {
+    ASSIGN_OR_RETURN(device::Backend * be, DeviceOf("LogSoftmax", {&a}));
+    ASSIGN_OR_RETURN(Tensor out, Empty(DType::kFloat32, a.shape(), a.device()));
+    if (a.size() > 0) RETURN_IF_ERROR(be->Softmax(a, true, out));
+    return out;
+  }
   Tensor out = Tensor::Zeros(DType::kFloat32, a.shape());
   if (a.size() == 0) return out;
   int64_t n = a.dim(-1), rows = a.size() / n;
@@ -227,6 +324,15 @@ StatusOr<Tensor> Gather(const Tensor& params, const Tensor& indices) {
   int64_t row = rows == 0 ? 0 : params.size() / rows;
   Shape s = indices.shape();
   s.insert(s.end(), params.shape().begin() + 1, params.shape().end());
+  if (OnDevice({&params, &indices})) {
+    // Indices on the device cannot be range-checked without waiting for
+    // them; the kernel clamps, and callers check ids where they are made.
+    ASSIGN_OR_RETURN(device::Backend * be, DeviceOf("Gather", {&params, &indices}));
+    if (params.dtype() != DType::kFloat32) return InvalidArgument("Gather: device params must be float32");
+    ASSIGN_OR_RETURN(Tensor out, Empty(params.dtype(), s, params.device()));
+    RETURN_IF_ERROR(be->Gather(params, indices, out));
+    return out;
+  }
   ASSIGN_OR_RETURN(Tensor out, Tensor::Create(params.dtype(), s));
   size_t row_bytes = static_cast<size_t>(row) * DTypeSize(params.dtype());
   const int64_t* ids = indices.data<int64_t>();
@@ -251,6 +357,10 @@ Status ScatterAdd(Tensor& ref, const Tensor& indices, const Tensor& updates) {
     return InvalidArgument("ScatterAdd: updates shape " + ShapeString(updates.shape()) + " should be " +
                            ShapeString(want));
   }
+  if (OnDevice({&ref, &indices, &updates})) {
+    ASSIGN_OR_RETURN(device::Backend * be, DeviceOf("ScatterAdd", {&ref, &indices, &updates}));
+    return be->ScatterAdd(ref, indices, updates);
+  }
   int64_t rows = ref.dim(0);
   int64_t row = rows == 0 ? 0 : ref.size() / rows;
   const int64_t* ids = indices.data<int64_t>();
@@ -269,7 +379,13 @@ Status ScatterAdd(Tensor& ref, const Tensor& indices, const Tensor& updates) {
 }
 
 StatusOr<Tensor> Cast(const Tensor& a, DType to) {
-  if (a.dtype() == to) return a.Clone();
+  if (a.dtype() == to) return a.Copy();
+  if (!a.on_cpu()) {
+    ASSIGN_OR_RETURN(device::Backend * be, DeviceOf("Cast", {&a}));
+    ASSIGN_OR_RETURN(Tensor out, Empty(to, a.shape(), a.device()));
+    RETURN_IF_ERROR(be->Cast(a, out));
+    return out;
+  }
   Tensor out = Tensor::Zeros(to, a.shape());
   if (to == DType::kFloat32) {
     const int64_t* x = a.data<int64_t>();
@@ -300,6 +416,16 @@ StatusOr<Tensor> Stack(const std::vector<Tensor>& parts) {
   }
   Shape s = first.shape();
   s.insert(s.begin(), static_cast<int64_t>(parts.size()));
+  if (!first.on_cpu()) {
+    std::vector<Tensor> rows;
+    for (const Tensor& p : parts) {
+      Shape one = p.shape();
+      one.insert(one.begin(), 1);
+      ASSIGN_OR_RETURN(Tensor r, p.Reshape(one));
+      rows.push_back(std::move(r));
+    }
+    return Concat(rows);
+  }
   ASSIGN_OR_RETURN(Tensor out, Tensor::Create(first.dtype(), s));
   size_t b = first.bytes();
   for (size_t i = 0; i < parts.size(); ++i) std::memcpy(out.raw() + i * b, parts[i].raw(), b);
@@ -322,6 +448,18 @@ StatusOr<Tensor> Concat(const std::vector<Tensor>& parts) {
   }
   Shape s = first.shape();
   s[0] = rows;
+  if (!first.on_cpu()) {
+    ASSIGN_OR_RETURN(device::Backend * be, device::BackendFor(first.device()));
+    ASSIGN_OR_RETURN(Tensor out, Empty(first.dtype(), s, first.device()));
+    int64_t at = 0;
+    for (const Tensor& p : parts) {
+      if (p.device() != first.device()) return InvalidArgument("Concat: tensors on different devices");
+      ASSIGN_OR_RETURN(Tensor dst, out.Rows(at, at + p.dim(0)));
+      RETURN_IF_ERROR(be->CopyOnDevice(p, dst));
+      at += p.dim(0);
+    }
+    return out;
+  }
   ASSIGN_OR_RETURN(Tensor out, Tensor::Create(first.dtype(), s));
   size_t off = 0;
   for (const Tensor& p : parts) {

@@ -1,5 +1,7 @@
 #include "services/tensor/tensor.h"
 
+#include "services/tensor/backend.h"
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -21,6 +23,8 @@ std::shared_ptr<std::byte[]> Allocate(size_t bytes, bool zero = true) {
 }
 
 }  // namespace
+
+std::string Device::ToString() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
 
 std::string_view DTypeName(DType d) {
   switch (d) {
@@ -97,7 +101,64 @@ Tensor Tensor::Scalar(float v) {
   return t;
 }
 
+StatusOr<Tensor> Tensor::CreateUninitialized(DType dtype, Shape shape, Device device) {
+  if (device.is_cpu()) return CreateUninitialized(dtype, std::move(shape));
+  ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(device));
+  int64_t n = NumElements(shape);
+  if (n < 0) return InvalidArgument("invalid tensor shape " + ShapeString(shape));
+  if (n > kMaxBytes / static_cast<int64_t>(DTypeSize(dtype))) {
+    return ResourceExhausted("tensor of shape " + ShapeString(shape) + " is too large");
+  }
+  ASSIGN_OR_RETURN(auto buf, b->Allocate(device.index, static_cast<size_t>(n) * DTypeSize(dtype)));
+  Tensor t = Wrap(dtype, std::move(shape), device, std::move(buf));
+  return t;
+}
+
+StatusOr<Tensor> Tensor::Create(DType dtype, Shape shape, Device device) {
+  if (device.is_cpu()) return Create(dtype, std::move(shape));
+  ASSIGN_OR_RETURN(Tensor t, CreateUninitialized(dtype, std::move(shape), device));
+  ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(device));
+  RETURN_IF_ERROR(b->Fill(t, 0.f));
+  return t;
+}
+
+Tensor Tensor::Wrap(DType dtype, Shape shape, Device device, std::shared_ptr<std::byte[]> keep, size_t offset) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.device_ = device;
+  t.size_ = NumElements(shape);
+  t.shape_ = std::move(shape);
+  t.buf_ = std::move(keep);
+  t.offset_ = offset;
+  return t;
+}
+
+StatusOr<Tensor> Tensor::ToDevice(Device device) const {
+  if (device == device_) return *this;
+  if (device_.is_cpu()) {
+    ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(device));
+    return b->UploadNew(*this, device.index);
+  }
+  ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(device_));
+  ASSIGN_OR_RETURN(Tensor t, CreateUninitialized(dtype_, shape_, device));
+  if (device.is_cpu()) {
+    RETURN_IF_ERROR(b->Download(*this, t));
+  } else {
+    RETURN_IF_ERROR(b->CopyOnDevice(*this, t));
+  }
+  return t;
+}
+
+StatusOr<Tensor> Tensor::Copy() const {
+  if (device_.is_cpu()) return Clone();
+  ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(device_));
+  ASSIGN_OR_RETURN(Tensor t, CreateUninitialized(dtype_, shape_, device_));
+  RETURN_IF_ERROR(b->CopyOnDevice(*this, t));
+  return t;
+}
+
 Tensor Tensor::Clone() const {
+  assert(device_.is_cpu());
   Tensor t(dtype_, shape_, size_);
   if (size_) std::memcpy(t.raw(), raw(), bytes());
   return t;
@@ -144,13 +205,22 @@ StatusOr<Tensor> Tensor::Rows(int64_t begin, int64_t end) const {
   return t;
 }
 
-std::string Tensor::DebugString() const { return std::string(DTypeName(dtype_)) + ShapeString(shape_); }
+std::string Tensor::DebugString() const {
+  std::string s = std::string(DTypeName(dtype_)) + ShapeString(shape_);
+  if (!device_.is_cpu()) {
+    s += '@';
+    s += device_.ToString();
+  }
+  return s;
+}
 
 bool Equal(const Tensor& a, const Tensor& b) {
+  if (!a.on_cpu() || !b.on_cpu()) return false;
   return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.bytes()) == 0;
 }
 
 bool AllClose(const Tensor& a, const Tensor& b, float rtol, float atol) {
+  if (!a.on_cpu() || !b.on_cpu()) return false;
   if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
   if (a.dtype() == DType::kInt64) return Equal(a, b);
   auto x = a.flat<float>();

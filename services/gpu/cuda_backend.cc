@@ -1,0 +1,628 @@
+// The CUDA implementation of device::Backend (services/tensor/backend.h).
+//
+// Per device: a compute stream (every kernel, cuBLAS call, allocation and
+// free is ordered on it), a copy stream for uploads, a cuBLAS handle bound to
+// the compute stream, a vector of ones for column sums, and a pool of pinned
+// host blocks that uploads stage through. Device memory comes from CUDA's
+// stream-ordered allocator (cudaMallocAsync) with the pool's release
+// threshold raised, so a training step's temporaries are recycled instead of
+// going back to the driver, and allocating never waits for the device.
+#include "services/gpu/gpu.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <limits>
+#include <mutex>
+#include <vector>
+
+#include "services/gpu/kernels.h"
+#include "services/tensor/backend.h"
+
+namespace tfjob::gpu {
+namespace {
+
+using device::Backend;
+
+Status Cuda(cudaError_t e, const std::string& what) {
+  if (e == cudaSuccess) return Status::Ok();
+  const std::string msg = "CUDA error in " + what + ": " + cudaGetErrorString(e);
+  if (e == cudaErrorMemoryAllocation) return ResourceExhausted(msg);
+  return Internal(msg);
+}
+
+Status Launch(int e, const char* what) { return Cuda(static_cast<cudaError_t>(e), what); }
+
+Status Blas(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return Status::Ok();
+  const std::string msg = std::string("cuBLAS error in ") + what + ": " + cublasGetStatusString(s);
+  if (s == CUBLAS_STATUS_ALLOC_FAILED) return ResourceExhausted(msg);
+  return Internal(msg);
+}
+
+Status NeedF32(const Tensor& t, const char* op) {
+  if (t.dtype() != DType::kFloat32) return InvalidArgument(std::string(op) + ": expected float32, got " + t.DebugString());
+  return Status::Ok();
+}
+
+Status NeedI64(const Tensor& t, const char* op) {
+  if (t.dtype() != DType::kInt64) return InvalidArgument(std::string(op) + ": expected int64, got " + t.DebugString());
+  return Status::Ok();
+}
+
+Status SameSize(const Tensor& a, const Tensor& b, const char* op) {
+  if (a.size() != b.size() || a.dtype() != b.dtype()) {
+    return InvalidArgument(std::string(op) + ": " + a.DebugString() + " and " + b.DebugString() + " differ");
+  }
+  return Status::Ok();
+}
+
+math::Opt ToOpt(const device::OptimizerStep& s) {
+  math::Opt o{};
+  o.rule = static_cast<int>(s.rule);
+  o.lr = s.learning_rate;
+  o.momentum = s.momentum;
+  o.rho = s.rho;
+  o.beta_1 = s.beta_1;
+  o.beta_2 = s.beta_2;
+  o.epsilon = s.epsilon;
+  o.alpha = s.alpha;
+  o.nesterov = s.nesterov;
+  o.centered = s.centered;
+  o.amsgrad = s.amsgrad;
+  return o;
+}
+
+// Restores the caller's current device: deleters run on whatever thread
+// drops the last handle.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    cudaGetDevice(&saved_);
+    if (saved_ != device) cudaSetDevice(device);
+    device_ = device;
+  }
+  ~DeviceGuard() {
+    if (saved_ != device_) cudaSetDevice(saved_);
+  }
+
+ private:
+  int saved_ = 0, device_ = 0;
+};
+
+struct PinnedBlock {
+  std::byte* host = nullptr;
+  size_t bytes = 0;
+  cudaEvent_t done = nullptr;  // the copy that last read it
+};
+
+struct PerDevice {
+  std::once_flag init;
+  Status init_status;
+  cudaStream_t compute = nullptr;
+  cudaStream_t copy = nullptr;
+  cublasHandle_t blas = nullptr;
+  std::mutex mu;  // guards the fields below (uploads may come from any thread)
+  std::vector<PinnedBlock> pinned;
+  float* ones = nullptr;
+  int64_t ones_size = 0;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  int DeviceCount() override {
+    std::call_once(count_once_, [this] {
+      int n = 0;
+      if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();  // no driver or no device: not an error here
+        n = 0;
+      }
+      count_ = n;
+      devices_ = std::make_unique<PerDevice[]>(static_cast<size_t>(n));
+    });
+    return count_;
+  }
+
+  std::string DeviceDescription(int index) override {
+    cudaDeviceProp p{};
+    if (cudaGetDeviceProperties(&p, index) != cudaSuccess) return "cuda:" + std::to_string(index);
+    char mem[32];
+    std::snprintf(mem, sizeof mem, "%.1f GiB", static_cast<double>(p.totalGlobalMem) / (1 << 30));
+    return std::string(p.name) + " (cuda:" + std::to_string(index) + ", " + mem + ", sm_" + std::to_string(p.major) +
+           std::to_string(p.minor) + ")";
+  }
+
+  StatusOr<std::shared_ptr<std::byte[]>> Allocate(int device, size_t bytes) override {
+    ASSIGN_OR_RETURN(PerDevice * d, Get(device));
+    return AllocateOn(device, d, d->compute, bytes);
+  }
+
+  Status Fill(Tensor& t, float value) override {
+    ASSIGN_OR_RETURN(PerDevice * d, Get(t));
+    if (t.size() == 0) return Status::Ok();
+    if (t.dtype() == DType::kInt64 || value == 0.f) {
+      return Cuda(cudaMemsetAsync(t.raw(), 0, t.bytes(), d->compute), "cudaMemsetAsync");
+    }
+    return Launch(kernels::Fill(t.data<float>(), t.size(), value, d->compute), "Fill");
+  }
+
+  StatusOr<Tensor> UploadNew(const Tensor& host, int device) override {
+    if (!host.on_cpu()) return InvalidArgument("UploadNew: source " + host.DebugString() + " is not on the host");
+    ASSIGN_OR_RETURN(PerDevice * d, Get(device));
+    ASSIGN_OR_RETURN(auto buf, AllocateOn(device, d, d->copy, host.bytes()));
+    Tensor t = Tensor::Wrap(host.dtype(), host.shape(), Device::Cuda(device), std::move(buf));
+    RETURN_IF_ERROR(Stage(device, d, host, t));
+    return t;
+  }
+
+  Status Upload(const Tensor& host, Tensor& dst) override {
+    if (!host.on_cpu()) return InvalidArgument("Upload: source " + host.DebugString() + " is not on the host");
+    RETURN_IF_ERROR(SameSize(host, dst, "Upload"));
+    ASSIGN_OR_RETURN(PerDevice * d, Get(dst));
+    // dst may still be in use by queued compute: the copy waits for it.
+    cudaEvent_t tail;
+    RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&tail, cudaEventDisableTiming), "cudaEventCreate"));
+    Status s = Cuda(cudaEventRecord(tail, d->compute), "cudaEventRecord");
+    if (s.ok()) s = Cuda(cudaStreamWaitEvent(d->copy, tail, 0), "cudaStreamWaitEvent");
+    cudaEventDestroy(tail);
+    RETURN_IF_ERROR(s);
+    return Stage(dst.device().index, d, host, dst);
+  }
+
+  Status Download(const Tensor& src, Tensor& host) override {
+    if (!host.on_cpu()) return InvalidArgument("Download: destination " + host.DebugString() + " is not on the host");
+    RETURN_IF_ERROR(SameSize(src, host, "Download"));
+    ASSIGN_OR_RETURN(PerDevice * d, Get(src));
+    DeviceGuard g(src.device().index);
+    if (host.bytes() > 0) {
+      RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(host.raw(), src.raw(), host.bytes(), cudaMemcpyDeviceToHost, d->compute),
+                           "cudaMemcpyAsync (device to host)"));
+    }
+    return Cuda(cudaStreamSynchronize(d->compute), "cudaStreamSynchronize (download)");
+  }
+
+  Status CopyOnDevice(const Tensor& src, Tensor& dst) override {
+    RETURN_IF_ERROR(SameSize(src, dst, "CopyOnDevice"));
+    if (src.on_cpu() || dst.on_cpu()) return InvalidArgument("CopyOnDevice: both tensors must be on devices");
+    ASSIGN_OR_RETURN(PerDevice * d, Get(dst));
+    if (src.bytes() == 0) return Status::Ok();
+    if (src.device() == dst.device()) {
+      return Cuda(cudaMemcpyAsync(dst.raw(), src.raw(), src.bytes(), cudaMemcpyDeviceToDevice, d->compute),
+                  "cudaMemcpyAsync (device to device)");
+    }
+    // Another device: wait for the source's queued work first.
+    RETURN_IF_ERROR(Synchronize(src.device().index));
+    return Cuda(cudaMemcpyPeerAsync(dst.raw(), dst.device().index, src.raw(), src.device().index, src.bytes(),
+                                    d->compute),
+                "cudaMemcpyPeerAsync");
+  }
+
+  Status Synchronize(int device) override {
+    ASSIGN_OR_RETURN(PerDevice * d, Get(device));
+    DeviceGuard g(device);
+    RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(d->copy), "cudaStreamSynchronize (copy)"));
+    RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(d->compute), "cudaStreamSynchronize"));
+    return Cuda(cudaGetLastError(), "an earlier kernel");
+  }
+
+  Status MatMul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float beta) override {
+    RETURN_IF_ERROR(NeedF32(a, "MatMul"));
+    RETURN_IF_ERROR(NeedF32(b, "MatMul"));
+    RETURN_IF_ERROR(NeedF32(c, "MatMul"));
+    if (a.rank() != 2 || b.rank() != 2 || c.rank() != 2) return InvalidArgument("MatMul: operands must be 2-D");
+    const int64_t m = ta ? a.dim(1) : a.dim(0), k = ta ? a.dim(0) : a.dim(1);
+    const int64_t k2 = tb ? b.dim(1) : b.dim(0), n = tb ? b.dim(0) : b.dim(1);
+    if (k != k2 || c.dim(0) != m || c.dim(1) != n) {
+      return InvalidArgument("MatMul: " + a.DebugString() + (ta ? "^T" : "") + " x " + b.DebugString() +
+                             (tb ? "^T" : "") + " -> " + c.DebugString());
+    }
+    const int64_t limit = std::numeric_limits<int>::max();
+    if (m > limit || n > limit || k > limit) return InvalidArgument("MatMul: dimension exceeds cuBLAS's int range");
+    ASSIGN_OR_RETURN(PerDevice * d, Get(c));
+    if (m == 0 || n == 0) return Status::Ok();
+    if (k == 0) return Fill(c, 0.f);
+    DeviceGuard g(c.device().index);
+    // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the
+    // same buffers, operands swapped.
+    const float alpha = 1.f;
+    return Blas(cublasSgemm(d->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b.data<float>(),
+                            static_cast<int>(b.dim(1)), a.data<float>(), static_cast<int>(a.dim(1)), &beta,
+                            c.data<float>(), static_cast<int>(n)),
+                "cublasSgemm");
+  }
+
+  Status Transpose(const Tensor& a, Tensor& out) override {
+    RETURN_IF_ERROR(NeedF32(a, "Transpose"));
+    if (a.rank() != 2 || out.shape() != Shape{a.dim(1), a.dim(0)}) return InvalidArgument("Transpose: bad shapes");
+    ASSIGN_OR_RETURN(PerDevice * d, Get(out));
+    return Launch(kernels::Transpose(a.data<float>(), out.data<float>(), a.dim(0), a.dim(1), d->compute), "Transpose");
+  }
+
+  Status BiasAdd(Tensor& y, const Tensor& bias) override {
+    RETURN_IF_ERROR(NeedF32(y, "BiasAdd"));
+    RETURN_IF_ERROR(NeedF32(bias, "BiasAdd"));
+    if (bias.size() == 0 || y.size() % bias.size() != 0) return InvalidArgument("BiasAdd: bias does not divide y");
+    ASSIGN_OR_RETURN(PerDevice * d, Get(y));
+    return Launch(kernels::BiasAdd(y.data<float>(), bias.data<float>(), y.size() / bias.size(), bias.size(), d->compute),
+                  "BiasAdd");
+  }
+
+  Status ColumnSum(const Tensor& x, Tensor& out) override {
+    RETURN_IF_ERROR(NeedF32(x, "ColumnSum"));
+    RETURN_IF_ERROR(NeedF32(out, "ColumnSum"));
+    if (out.size() == 0 || x.size() % out.size() != 0) return InvalidArgument("ColumnSum: out does not divide x");
+    const int64_t cols = out.size(), rows = x.size() / cols;
+    if (rows > std::numeric_limits<int>::max() || cols > std::numeric_limits<int>::max()) {
+      return InvalidArgument("ColumnSum: dimension exceeds cuBLAS's int range");
+    }
+    ASSIGN_OR_RETURN(PerDevice * d, Get(out));
+    if (rows == 0) return Fill(out, 0.f);
+    ASSIGN_OR_RETURN(const float* ones, Ones(out.device().index, d, rows));
+    DeviceGuard g(out.device().index);
+    // x row-major [rows, cols] is column-major [cols, rows]: out = x^T * 1.
+    const float alpha = 1.f, beta = 0.f;
+    return Blas(cublasSgemv(d->blas, CUBLAS_OP_N, static_cast<int>(cols), static_cast<int>(rows), &alpha,
+                            x.data<float>(), static_cast<int>(cols), ones, 1, &beta, out.data<float>(), 1),
+                "cublasSgemv");
+  }
+
+  Status UnaryOp(device::Unary op, const Tensor& a, Tensor& out) override {
+    RETURN_IF_ERROR(NeedF32(a, "Unary"));
+    RETURN_IF_ERROR(SameSize(a, out, "Unary"));
+    ASSIGN_OR_RETURN(PerDevice * d, Get(out));
+    return Launch(kernels::Unary(static_cast<int>(op), a.data<float>(), out.data<float>(), a.size(), d->compute), "Unary");
+  }
+
+  Status BinaryOp(device::Binary op, const Tensor& a, const Tensor& b, Tensor& out) override {
+    RETURN_IF_ERROR(NeedF32(a, "Binary"));
+    RETURN_IF_ERROR(NeedF32(b, "Binary"));
+    RETURN_IF_ERROR(SameSize(a, out, "Binary"));
+    if (b.size() == 0 || (b.size() != a.size() && a.size() % b.size() != 0)) {
+      return InvalidArgument("Binary: " + b.DebugString() + " does not broadcast to " + a.DebugString());
+    }
+    ASSIGN_OR_RETURN(PerDevice * d, Get(out));
+    return Launch(kernels::Binary(static_cast<int>(op), a.data<float>(), b.data<float>(), out.data<float>(), a.size(),
+                                  b.size(), d->compute),
+                  "Binary");
+  }
+
+  Status Scale(const Tensor& a, float s, Tensor& out) override {
+    RETURN_IF_ERROR(NeedF32(a, "Scale"));
+    RETURN_IF_ERROR(SameSize(a, out, "Scale"));
+    ASSIGN_OR_RETURN(PerDevice * d, Get(out));
+    return Launch(kernels::Scale(a.data<float>(), s, out.data<float>(), a.size(), d->compute), "Scale");
+  }
+
+  Status Softmax(const Tensor& a, bool log, Tensor& out) override {
+    RETURN_IF_ERROR(NeedF32(a, "Softmax"));
+    RETURN_IF_ERROR(SameSize(a, out, "Softmax"));
+    if (a.rank() < 1) return InvalidArgument("Softmax: input must have rank >= 1");
+    ASSIGN_OR_RETURN(PerDevice * d, Get(out));
+    const int64_t cols = a.dim(-1), rows = cols ? a.size() / cols : 0;
+    return Launch(kernels::Softmax(a.data<float>(), out.data<float>(), rows, cols, log, d->compute), "Softmax");
+  }
+
+  Status ActivationBackward(device::ActivationGrad kind, const Tensor& y, Tensor& grad) override {
+    RETURN_IF_ERROR(NeedF32(y, "ActivationBackward"));
+    RETURN_IF_ERROR(SameSize(y, grad, "ActivationBackward"));
+    ASSIGN_OR_RETURN(PerDevice * d, Get(grad));
+    const int64_t cols = y.rank() ? y.dim(-1) : 1, rows = cols ? y.size() / cols : 0;
+    return Launch(kernels::ActivationGrad(static_cast<int>(kind), y.data<float>(), grad.data<float>(), rows, cols,
+                                          d->compute),
+                  "ActivationBackward");
+  }
+
+  Status ReduceAxis(device::Reduce op, const Tensor& a, int64_t outer, int64_t n, int64_t inner, Tensor& out) override {
+    RETURN_IF_ERROR(NeedF32(a, "Reduce"));
+    if (outer * n * inner != a.size() || out.size() != outer * inner) return InvalidArgument("Reduce: bad view");
+    ASSIGN_OR_RETURN(PerDevice * d, Get(out));
+    return Launch(kernels::ReduceAxis(static_cast<int>(op), a.data<float>(), out.data<float>(), outer, n, inner,
+                                      d->compute),
+                  "Reduce");
+  }
+
+  Status ArgMax(const Tensor& a, Tensor& out) override {
+    RETURN_IF_ERROR(NeedF32(a, "ArgMax"));
+    RETURN_IF_ERROR(NeedI64(out, "ArgMax"));
+    const int64_t cols = a.rank() ? a.dim(-1) : 0, rows = cols ? a.size() / cols : 0;
+    if (out.size() != rows) return InvalidArgument("ArgMax: bad output size");
+    ASSIGN_OR_RETURN(PerDevice * d, Get(out));
+    return Launch(kernels::ArgMax(a.data<float>(), out.data<int64_t>(), rows, cols, d->compute), "ArgMax");
+  }
+
+  Status Gather(const Tensor& params, const Tensor& indices, Tensor& out) override {
+    RETURN_IF_ERROR(NeedF32(params, "Gather"));
+    RETURN_IF_ERROR(NeedI64(indices, "Gather"));
+    const int64_t rows = params.rank() ? params.dim(0) : 0, row = rows ? params.size() / rows : 0;
+    if (out.size() != indices.size() * row) return InvalidArgument("Gather: bad output size");
+    ASSIGN_OR_RETURN(PerDevice * d, Get(out));
+    return Launch(kernels::Gather(params.data<float>(), indices.data<int64_t>(), out.data<float>(), indices.size(), rows,
+                                  row, d->compute),
+                  "Gather");
+  }
+
+  Status ScatterAdd(Tensor& ref, const Tensor& indices, const Tensor& updates) override {
+    RETURN_IF_ERROR(NeedF32(ref, "ScatterAdd"));
+    RETURN_IF_ERROR(NeedF32(updates, "ScatterAdd"));
+    RETURN_IF_ERROR(NeedI64(indices, "ScatterAdd"));
+    const int64_t rows = ref.rank() ? ref.dim(0) : 0, row = rows ? ref.size() / rows : 0;
+    if (updates.size() != indices.size() * row) return InvalidArgument("ScatterAdd: updates do not match indices");
+    ASSIGN_OR_RETURN(PerDevice * d, Get(ref));
+    return Launch(kernels::ScatterAdd(ref.data<float>(), indices.data<int64_t>(), updates.data<float>(),
+                                      indices.size(), rows, row, d->compute),
+                  "ScatterAdd");
+  }
+
+  Status Cast(const Tensor& a, Tensor& out) override {
+    if (a.size() != out.size()) return InvalidArgument("Cast: sizes differ");
+    ASSIGN_OR_RETURN(PerDevice * d, Get(out));
+    if (a.dtype() == out.dtype()) return CopyOnDevice(a, out);
+    if (a.dtype() == DType::kFloat32) {
+      return Launch(kernels::CastToInt(a.data<float>(), out.data<int64_t>(), a.size(), d->compute), "Cast");
+    }
+    return Launch(kernels::CastToFloat(a.data<int64_t>(), out.data<float>(), a.size(), d->compute), "Cast");
+  }
+
+  Status EmbeddingForward(const Tensor& table, const Tensor& ids, int64_t bag, bool combine, float scale,
+                          Tensor& out) override {
+    RETURN_IF_ERROR(NeedF32(table, "EmbeddingForward"));
+    RETURN_IF_ERROR(NeedI64(ids, "EmbeddingForward"));
+    if (table.rank() != 2) return InvalidArgument("EmbeddingForward: table must be 2-D");
+    const int64_t dim = table.dim(1);
+    const int64_t out_rows = combine ? (bag ? ids.size() / bag : 0) : ids.size();
+    if (out.size() != out_rows * dim) return InvalidArgument("EmbeddingForward: bad output size");
+    ASSIGN_OR_RETURN(PerDevice * d, Get(out));
+    return Launch(kernels::EmbeddingForward(table.data<float>(), ids.data<int64_t>(), out.data<float>(), out_rows, bag,
+                                            combine, scale, dim, table.dim(0), d->compute),
+                  "EmbeddingForward");
+  }
+
+  Status EmbeddingBackward(const Tensor& dy, const Tensor& positions, const Tensor& offsets, int64_t divisor,
+                           float scale, Tensor& values) override {
+    RETURN_IF_ERROR(NeedF32(dy, "EmbeddingBackward"));
+    RETURN_IF_ERROR(NeedI64(positions, "EmbeddingBackward"));
+    RETURN_IF_ERROR(NeedI64(offsets, "EmbeddingBackward"));
+    if (values.rank() != 2 || offsets.size() != values.dim(0) + 1 || divisor < 1) {
+      return InvalidArgument("EmbeddingBackward: bad shapes");
+    }
+    ASSIGN_OR_RETURN(PerDevice * d, Get(values));
+    return Launch(kernels::EmbeddingBackward(dy.data<float>(), positions.data<int64_t>(), offsets.data<int64_t>(),
+                                             values.dim(0), divisor, scale, values.dim(1), values.data<float>(),
+                                             d->compute),
+                  "EmbeddingBackward");
+  }
+
+  Status LossAndGradient(device::Loss loss, bool from_logits, const Tensor& pred, const Tensor& target, Tensor& grad,
+                         Tensor& stats, int64_t slot) override {
+    RETURN_IF_ERROR(SameSize(pred, grad, "Loss"));
+    return RunLoss(loss, from_logits, pred, target, &grad, stats, slot);
+  }
+
+  Status LossValue(device::Loss loss, bool from_logits, const Tensor& pred, const Tensor& target, Tensor& stats,
+                   int64_t slot) override {
+    return RunLoss(loss, from_logits, pred, target, nullptr, stats, slot);
+  }
+
+  Status MetricUpdate(device::Metric metric, bool logits, const Tensor& pred, const Tensor& target, Tensor& stats,
+                      int64_t slot) override {
+    RETURN_IF_ERROR(NeedF32(pred, "Metric"));
+    RETURN_IF_ERROR(SameSize(pred, target, "Metric"));
+    RETURN_IF_ERROR(CheckStats(stats, slot));
+    if (pred.rank() < 1) return InvalidArgument("Metric: predictions need a batch axis");
+    const int64_t rows = pred.dim(0), cols = rows ? pred.size() / rows : 0;
+    ASSIGN_OR_RETURN(Tensor scratch, Tensor::CreateUninitialized(DType::kFloat32, {rows}, pred.device()));
+    ASSIGN_OR_RETURN(PerDevice * d, Get(stats));
+    return Launch(kernels::Metric(static_cast<int>(metric), logits, pred.data<float>(), target.data<float>(), rows, cols,
+                                  scratch.data<float>(), stats.data<float>(), slot, d->compute),
+                  "Metric");
+  }
+
+  Status ApplyDense(const device::OptimizerStep& step, Tensor& var, const Tensor& grad,
+                    std::span<Tensor> slots) override {
+    RETURN_IF_ERROR(SameSize(var, grad, "ApplyDense"));
+    ASSIGN_OR_RETURN(auto s, SlotPointers(var, slots));
+    ASSIGN_OR_RETURN(PerDevice * d, Get(var));
+    return Launch(kernels::OptimizerDense(ToOpt(step), var.data<float>(), grad.data<float>(), s[0], s[1], s[2],
+                                          var.size(), d->compute),
+                  "ApplyDense");
+  }
+
+  Status ApplyRows(const device::OptimizerStep& step, Tensor& var, const Tensor& indices, const Tensor& values,
+                   std::span<Tensor> slots) override {
+    RETURN_IF_ERROR(NeedI64(indices, "ApplyRows"));
+    const int64_t rows = var.rank() ? var.dim(0) : 0, row = rows ? var.size() / rows : 0;
+    if (values.size() != indices.size() * row) return InvalidArgument("ApplyRows: values do not match indices");
+    ASSIGN_OR_RETURN(auto s, SlotPointers(var, slots));
+    ASSIGN_OR_RETURN(PerDevice * d, Get(var));
+    return Launch(kernels::OptimizerRows(ToOpt(step), var.data<float>(), indices.data<int64_t>(), values.data<float>(),
+                                         s[0], s[1], s[2], indices.size(), rows, row, d->compute),
+                  "ApplyRows");
+  }
+
+  Status ApplyMaskedRows(const device::OptimizerStep& step, Tensor& var, const Tensor& grad, const Tensor& mask,
+                         std::span<Tensor> slots) override {
+    RETURN_IF_ERROR(SameSize(var, grad, "ApplyMaskedRows"));
+    const int64_t rows = var.rank() ? var.dim(0) : 0, row = rows ? var.size() / rows : 0;
+    if (mask.size() != rows || mask.dtype() != DType::kFloat32) return InvalidArgument("ApplyMaskedRows: bad mask");
+    ASSIGN_OR_RETURN(auto s, SlotPointers(var, slots));
+    ASSIGN_OR_RETURN(PerDevice * d, Get(var));
+    return Launch(kernels::OptimizerMasked(ToOpt(step), var.data<float>(), grad.data<float>(), mask.data<float>(), s[0],
+                                           s[1], s[2], rows, row, d->compute),
+                  "ApplyMaskedRows");
+  }
+
+ private:
+  StatusOr<PerDevice*> Get(int device) {
+    const int n = DeviceCount();
+    if (device < 0 || device >= n) {
+      return FailedPrecondition("cuda:" + std::to_string(device) + " is not visible (" + std::to_string(n) +
+                                " CUDA devices)");
+    }
+    PerDevice* d = &devices_[static_cast<size_t>(device)];
+    std::call_once(d->init, [&] { d->init_status = Init(device, d); });
+    if (!d->init_status.ok()) return d->init_status;
+    return d;
+  }
+
+  StatusOr<PerDevice*> Get(const Tensor& t) {
+    if (!t.device().is_cuda()) return InvalidArgument("tensor " + t.DebugString() + " is not on a CUDA device");
+    return Get(t.device().index);
+  }
+
+  static Status Init(int device, PerDevice* d) {
+    DeviceGuard g(device);
+    RETURN_IF_ERROR(Cuda(cudaSetDevice(device), "cudaSetDevice"));
+    RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&d->compute, cudaStreamNonBlocking), "cudaStreamCreate"));
+    RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking), "cudaStreamCreate"));
+    // Keep freed memory in the pool: a step's temporaries come back next step.
+    cudaMemPool_t pool;
+    RETURN_IF_ERROR(Cuda(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool"));
+    uint64_t keep = std::numeric_limits<uint64_t>::max();
+    RETURN_IF_ERROR(Cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute"));
+    RETURN_IF_ERROR(Blas(cublasCreate(&d->blas), "cublasCreate"));
+    RETURN_IF_ERROR(Blas(cublasSetStream(d->blas, d->compute), "cublasSetStream"));
+    // Full float32 products (no TF32), as the CPU and PyTorch's default compute them.
+    RETURN_IF_ERROR(Blas(cublasSetMathMode(d->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
+    return Status::Ok();
+  }
+
+  StatusOr<std::shared_ptr<std::byte[]>> AllocateOn(int device, PerDevice* d, cudaStream_t stream, size_t bytes) {
+    DeviceGuard g(device);
+    void* p = nullptr;
+    // Never a zero-byte allocation: every tensor has a distinct address.
+    RETURN_IF_ERROR(Cuda(cudaMallocAsync(&p, bytes == 0 ? 256 : bytes, stream), "cudaMallocAsync (" +
+                                                                                     std::to_string(bytes) + " bytes)"));
+    cudaStream_t compute = d->compute;
+    return std::shared_ptr<std::byte[]>(static_cast<std::byte*>(p), [device, compute](std::byte* q) {
+      DeviceGuard g2(device);
+      cudaFreeAsync(q, compute);
+    });
+  }
+
+  // Copies host bytes into dst through a pinned block on the copy stream;
+  // the compute stream waits for the copy before its next work.
+  Status Stage(int device, PerDevice* d, const Tensor& host, Tensor& dst) {
+    if (host.bytes() == 0) return Status::Ok();
+    DeviceGuard g(device);
+    std::lock_guard<std::mutex> lock(d->mu);
+    ASSIGN_OR_RETURN(PinnedBlock * b, AcquirePinned(d, host.bytes()));
+    std::memcpy(b->host, host.raw(), host.bytes());
+    RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(dst.raw(), b->host, host.bytes(), cudaMemcpyHostToDevice, d->copy),
+                         "cudaMemcpyAsync (host to device)"));
+    RETURN_IF_ERROR(Cuda(cudaEventRecord(b->done, d->copy), "cudaEventRecord"));
+    return Cuda(cudaStreamWaitEvent(d->compute, b->done, 0), "cudaStreamWaitEvent");
+  }
+
+  // A pinned block of at least `bytes` that no queued copy still reads.
+  // Called with d->mu held.
+  static StatusOr<PinnedBlock*> AcquirePinned(PerDevice* d, size_t bytes) {
+    PinnedBlock* best = nullptr;
+    for (PinnedBlock& b : d->pinned) {
+      if (b.bytes >= bytes && (!best || b.bytes < best->bytes) && cudaEventQuery(b.done) == cudaSuccess) best = &b;
+    }
+    if (best) return best;
+    // A few blocks cover double-buffered inputs; beyond that, wait for the
+    // oldest copy rather than pinning more memory.
+    constexpr size_t kMaxBlocks = 16;
+    if (d->pinned.size() >= kMaxBlocks) {
+      for (PinnedBlock& b : d->pinned) {
+        if (b.bytes >= bytes) {
+          RETURN_IF_ERROR(Cuda(cudaEventSynchronize(b.done), "cudaEventSynchronize"));
+          return &b;
+        }
+      }
+      // None is large enough: replace the smallest.
+      PinnedBlock* small = &d->pinned.front();
+      for (PinnedBlock& b : d->pinned) {
+        if (b.bytes < small->bytes) small = &b;
+      }
+      RETURN_IF_ERROR(Cuda(cudaEventSynchronize(small->done), "cudaEventSynchronize"));
+      cudaFreeHost(small->host);
+      cudaEventDestroy(small->done);
+      *small = PinnedBlock{};
+      RETURN_IF_ERROR(NewPinned(bytes, *small));
+      return small;
+    }
+    d->pinned.emplace_back();
+    RETURN_IF_ERROR(NewPinned(bytes, d->pinned.back()));
+    return &d->pinned.back();
+  }
+
+  static Status NewPinned(size_t bytes, PinnedBlock& b) {
+    size_t size = size_t{64} << 10;
+    while (size < bytes) size <<= 1;
+    void* p = nullptr;
+    RETURN_IF_ERROR(Cuda(cudaHostAlloc(&p, size, cudaHostAllocDefault), "cudaHostAlloc"));
+    b.host = static_cast<std::byte*>(p);
+    b.bytes = size;
+    return Cuda(cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming), "cudaEventCreate");
+  }
+
+  StatusOr<const float*> Ones(int device, PerDevice* d, int64_t n) {
+    std::lock_guard<std::mutex> lock(d->mu);
+    if (d->ones_size >= n) return static_cast<const float*>(d->ones);
+    DeviceGuard g(device);
+    int64_t size = 1024;
+    while (size < n) size <<= 1;
+    float* p = nullptr;
+    RETURN_IF_ERROR(Cuda(cudaMallocAsync(reinterpret_cast<void**>(&p), static_cast<size_t>(size) * sizeof(float), d->compute),
+                         "cudaMallocAsync (ones)"));
+    RETURN_IF_ERROR(Launch(kernels::Fill(p, size, 1.f, d->compute), "Fill (ones)"));
+    if (d->ones) cudaFreeAsync(d->ones, d->compute);
+    d->ones = p;
+    d->ones_size = size;
+    return static_cast<const float*>(p);
+  }
+
+  static Status CheckStats(const Tensor& stats, int64_t slot) {
+    if (stats.dtype() != DType::kFloat32 || slot < 0 || slot + 1 >= stats.size()) {
+      return InvalidArgument("stats " + stats.DebugString() + " has no slot " + std::to_string(slot));
+    }
+    return Status::Ok();
+  }
+
+  Status RunLoss(device::Loss loss, bool from_logits, const Tensor& pred, const Tensor& target, Tensor* grad,
+                 Tensor& stats, int64_t slot) {
+    RETURN_IF_ERROR(NeedF32(pred, "Loss"));
+    RETURN_IF_ERROR(SameSize(pred, target, "Loss"));
+    RETURN_IF_ERROR(CheckStats(stats, slot));
+    if (pred.rank() < 1 || pred.dim(0) == 0) return InvalidArgument("Loss: empty batch of predictions");
+    const int64_t rows = pred.dim(0), cols = pred.size() / rows;
+    ASSIGN_OR_RETURN(Tensor scratch, Tensor::CreateUninitialized(DType::kFloat32, {rows}, pred.device()));
+    ASSIGN_OR_RETURN(PerDevice * d, Get(stats));
+    return Launch(kernels::Loss(static_cast<int>(loss), from_logits, pred.data<float>(), target.data<float>(),
+                                grad ? grad->data<float>() : nullptr, rows, cols, scratch.data<float>(),
+                                stats.data<float>(), slot, d->compute),
+                  "Loss");
+  }
+
+  static StatusOr<std::array<float*, 3>> SlotPointers(const Tensor& var, std::span<Tensor> slots) {
+    if (slots.size() > 3) return InvalidArgument("optimizer: more than 3 slots");
+    std::array<float*, 3> p{nullptr, nullptr, nullptr};
+    for (size_t i = 0; i < slots.size(); ++i) {
+      if (slots[i].size() != var.size() || slots[i].device() != var.device() || slots[i].dtype() != DType::kFloat32) {
+        return InvalidArgument("optimizer: slot " + slots[i].DebugString() + " does not match " + var.DebugString());
+      }
+      p[i] = slots[i].data<float>();
+    }
+    return p;
+  }
+
+  std::once_flag count_once_;
+  int count_ = 0;
+  std::unique_ptr<PerDevice[]> devices_;
+};
+
+}  // namespace
+
+void RegisterBackend() {
+  static std::once_flag once;
+  std::call_once(once, [] { device::RegisterCudaBackend(new CudaBackend()); });  // lives for the process
+}
+
+}  // namespace tfjob::gpu
