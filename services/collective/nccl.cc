@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
+
+#include "services/tensor/backend.h"
 #include <cstring>
 #include <thread>
 
@@ -73,8 +75,20 @@ class NcclCommunicator final : public Communicator {
       bytes += t->bytes();
     }
     RETURN_IF_ERROR(Agree("all_reduce", tensors, -1));
-    RETURN_IF_ERROR(Stage(tensors, bytes, true));
     const ncclRedOp_t red = op == ReduceOp::kMean ? ncclAvg : ncclSum;
+    ASSIGN_OR_RETURN(bool on_device, OnThisDevice(tensors));
+    if (on_device) {
+      // In place on the device: no staging.
+      RETURN_IF_ERROR(Enqueue(ncclGroupStart(), "ncclGroupStart"));
+      for (Tensor* t : tensors) {
+        if (t->size() == 0) continue;
+        RETURN_IF_ERROR(Enqueue(ncclAllReduce(t->raw(), t->raw(), static_cast<size_t>(t->size()), ncclFloat, red, comm_, stream_),
+                                "ncclAllReduce"));
+      }
+      RETURN_IF_ERROR(Enqueue(ncclGroupEnd(), "ncclGroupEnd"));
+      return Wait("all_reduce");
+    }
+    RETURN_IF_ERROR(Stage(tensors, bytes, true));
     RETURN_IF_ERROR(Enqueue(ncclAllReduce(device_buf_, device_buf_, bytes / sizeof(float), ncclFloat, red, comm_, stream_),
                             "ncclAllReduce"));
     return Unstage(tensors, bytes);
@@ -107,6 +121,16 @@ class NcclCommunicator final : public Communicator {
     size_t bytes = 0;
     for (Tensor* t : tensors) bytes += t->bytes();
     RETURN_IF_ERROR(Agree("broadcast", tensors, root));
+    ASSIGN_OR_RETURN(bool on_device, OnThisDevice(tensors));
+    if (on_device) {
+      RETURN_IF_ERROR(Enqueue(ncclGroupStart(), "ncclGroupStart"));
+      for (Tensor* t : tensors) {
+        if (t->bytes() == 0) continue;
+        RETURN_IF_ERROR(Enqueue(ncclBroadcast(t->raw(), t->raw(), t->bytes(), ncclInt8, root, comm_, stream_), "ncclBroadcast"));
+      }
+      RETURN_IF_ERROR(Enqueue(ncclGroupEnd(), "ncclGroupEnd"));
+      return Wait("broadcast");
+    }
     RETURN_IF_ERROR(Stage(tensors, bytes, rank() == root));
     RETURN_IF_ERROR(Enqueue(ncclBroadcast(device_buf_, device_buf_, bytes, ncclInt8, root, comm_, stream_), "ncclBroadcast"));
     return Unstage(tensors, bytes);
@@ -127,6 +151,28 @@ class NcclCommunicator final : public Communicator {
     if (r == ncclSuccess || r == ncclInProgress) return Status::Ok();
     const Code code = r == ncclInvalidArgument || r == ncclInvalidUsage ? Code::kInvalidArgument : Code::kUnavailable;
     return Status(code, "collective (nccl): " + what + ": " + ncclGetErrorString(r) + " (" + ncclGetLastError(comm_) + ")");
+  }
+
+  // True when every tensor lives on this member's CUDA device (reduced in
+  // place, after the device's queued work: the gradients being reduced are
+  // still being computed on the backend's stream); false when all are on
+  // the host (staged); INVALID_ARGUMENT for a mixture or another device.
+  StatusOr<bool> OnThisDevice(std::span<Tensor* const> tensors) {
+    size_t on = 0;
+    for (Tensor* t : tensors) {
+      if (t->on_cpu()) continue;
+      if (t->device() != Device::Cuda(device_)) {
+        return Fail(InvalidArgument("collective (nccl): tensor " + t->DebugString() + " is not on this member's cuda:" +
+                                    std::to_string(device_)));
+      }
+      ++on;
+    }
+    if (on == 0) return false;
+    if (on != tensors.size()) return Fail(InvalidArgument("collective (nccl): host and device tensors in one operation"));
+    ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(Device::Cuda(device_)));
+    Status s = b->Synchronize(device_);
+    if (!s.ok()) return Fail(s);
+    return true;
   }
 
   Status Fail(const Status& s) {

@@ -1,5 +1,6 @@
 #include "services/model/activation.h"
 
+#include "services/tensor/backend.h"
 #include "services/tensor/eigen.h"
 
 namespace tfjob::model {
@@ -76,6 +77,41 @@ void ActivationBackward(Activation a, const Tensor& y, Tensor& grad) {
       break;
     }
   }
+}
+
+Status Activate(Activation a, Tensor& x) {
+  if (x.on_cpu()) {
+    ApplyActivation(a, x);
+    return Status::Ok();
+  }
+  if (a == Activation::kLinear || x.size() == 0) return Status::Ok();
+  ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(x.device()));
+  switch (a) {
+    case Activation::kRelu: return b->UnaryOp(device::Unary::kRelu, x, x);
+    case Activation::kSigmoid: return b->UnaryOp(device::Unary::kSigmoid, x, x);
+    case Activation::kTanh: return b->UnaryOp(device::Unary::kTanh, x, x);
+    case Activation::kSoftmax: return b->Softmax(x, false, x);
+    case Activation::kLinear: break;
+  }
+  return Status::Ok();
+}
+
+Status ActivateBackward(Activation a, const Tensor& y, Tensor& grad) {
+  if (y.on_cpu() && grad.on_cpu()) {
+    ActivationBackward(a, y, grad);
+    return Status::Ok();
+  }
+  RETURN_IF_ERROR(device::CheckSameDevice("activation gradient", {&y, &grad}));
+  if (a == Activation::kLinear || y.size() == 0) return Status::Ok();
+  ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(y.device()));
+  switch (a) {
+    case Activation::kRelu: return b->ActivationBackward(device::ActivationGrad::kRelu, y, grad);
+    case Activation::kSigmoid: return b->ActivationBackward(device::ActivationGrad::kSigmoid, y, grad);
+    case Activation::kTanh: return b->ActivationBackward(device::ActivationGrad::kTanh, y, grad);
+    case Activation::kSoftmax: return b->ActivationBackward(device::ActivationGrad::kSoftmax, y, grad);
+    case Activation::kLinear: break;
+  }
+  return Status::Ok();
 }
 
 }  // namespace tfjob::model

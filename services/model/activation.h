@@ -18,8 +18,14 @@ enum class Activation { kLinear, kRelu, kSigmoid, kTanh, kSoftmax };
 StatusOr<Activation> ParseActivation(std::string_view name);
 std::string_view ActivationName(Activation a);
 
+// Host tensors.
 void ApplyActivation(Activation a, Tensor& x);
 // grad (dL/dy) becomes dL/dx in place, given y = act(x).
 void ActivationBackward(Activation a, const Tensor& y, Tensor& grad);
+
+// The same wherever the tensors live: on a device through its backend
+// (errors: no backend, a failed launch, tensors on different devices).
+Status Activate(Activation a, Tensor& x);
+Status ActivateBackward(Activation a, const Tensor& y, Tensor& grad);
 
 }  // namespace tfjob::model

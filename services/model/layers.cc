@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "services/tensor/backend.h"
 #include "services/tensor/eigen.h"
 
 namespace tfjob::model {
@@ -12,6 +13,11 @@ Status Layer::Error(const std::string& what) const {
 }
 
 namespace {
+
+// A new device tensor, uninitialised (every element is about to be written).
+StatusOr<Tensor> DeviceEmpty(DType dtype, Shape shape, Device d) {
+  return Tensor::CreateUninitialized(dtype, std::move(shape), d);
+}
 
 Shape WithBatch(int64_t batch, const Shape& per_example) {
   Shape s{batch};
@@ -50,6 +56,7 @@ class Dense final : public Layer {
     int64_t rows = x.size() / std::max<int64_t>(in_features_, 1);
     Shape out_shape = x.shape();
     out_shape.back() = spec_.units;
+    if (!x.on_cpu() || !w.on_cpu()) return ForwardOnDevice(params, x, rows, std::move(out_shape));
     Tensor y = Tensor::Zeros(DType::kFloat32, out_shape);
     Eigen::Map<const RowMatrix> X(x.data<float>(), rows, in_features_);
     Eigen::Map<const RowMatrix> W(w.data<float>(), in_features_, spec_.units);
@@ -70,8 +77,9 @@ class Dense final : public Layer {
     if (dy.shape() != y_.shape()) {
       return Error("gradient shape " + ShapeString(dy.shape()) + " does not match output " + ShapeString(y_.shape()));
     }
-    ActivationBackward(spec_.activation, y_, dy);
     int64_t rows = y_.size() / spec_.units;
+    if (!dy.on_cpu() || !y_.on_cpu()) return BackwardOnDevice(params, std::move(dy), rows, need_input_grad, grads);
+    ActivationBackward(spec_.activation, y_, dy);
     Eigen::Map<const RowMatrix> X(x_.data<float>(), rows, in_features_);
     Eigen::Map<const RowMatrix> D(dy.data<float>(), rows, spec_.units);
     Tensor dw = Tensor::Zeros(DType::kFloat32, {in_features_, spec_.units});
@@ -90,6 +98,47 @@ class Dense final : public Layer {
   }
 
  private:
+  // The same computation queued on the device the tensors share: cuBLAS
+  // products, then bias and activation kernels.
+  StatusOr<Tensor> ForwardOnDevice(std::span<const Tensor> params, const Tensor& x, int64_t rows, Shape out_shape) {
+    RETURN_IF_ERROR(device::CheckSameDevice(spec_.name, {&x, &params[0]}));
+    ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(x.device()));
+    ASSIGN_OR_RETURN(Tensor y, DeviceEmpty(DType::kFloat32, out_shape, x.device()));
+    ASSIGN_OR_RETURN(Tensor x2, x.Reshape({rows, in_features_}));
+    ASSIGN_OR_RETURN(Tensor y2, y.Reshape({rows, spec_.units}));
+    RETURN_IF_ERROR(b->MatMul(x2, false, params[0], false, y2, 0.f));
+    if (spec_.use_bias) {
+      RETURN_IF_ERROR(device::CheckSameDevice(spec_.name, {&x, &params[1]}));
+      RETURN_IF_ERROR(b->BiasAdd(y, params[1]));
+    }
+    RETURN_IF_ERROR(Activate(spec_.activation, y));
+    x_ = x;
+    y_ = y;
+    return y;
+  }
+
+  StatusOr<Tensor> BackwardOnDevice(std::span<const Tensor> params, Tensor dy, int64_t rows, bool need_input_grad,
+                                    std::span<Gradient> grads) {
+    RETURN_IF_ERROR(device::CheckSameDevice(spec_.name, {&dy, &y_, &params[0]}));
+    ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(dy.device()));
+    RETURN_IF_ERROR(ActivateBackward(spec_.activation, y_, dy));
+    ASSIGN_OR_RETURN(Tensor x2, x_.Reshape({rows, in_features_}));
+    ASSIGN_OR_RETURN(Tensor d2, dy.Reshape({rows, spec_.units}));
+    ASSIGN_OR_RETURN(Tensor dw, DeviceEmpty(DType::kFloat32, {in_features_, spec_.units}, dy.device()));
+    RETURN_IF_ERROR(b->MatMul(x2, true, d2, false, dw, 0.f));
+    grads[0] = Gradient{false, dw, {}, {}};
+    if (spec_.use_bias) {
+      ASSIGN_OR_RETURN(Tensor db, DeviceEmpty(DType::kFloat32, {spec_.units}, dy.device()));
+      RETURN_IF_ERROR(b->ColumnSum(d2, db));
+      grads[1] = Gradient{false, db, {}, {}};
+    }
+    if (!need_input_grad) return Tensor();
+    ASSIGN_OR_RETURN(Tensor dx, DeviceEmpty(DType::kFloat32, x_.shape(), dy.device()));
+    ASSIGN_OR_RETURN(Tensor dx2, dx.Reshape({rows, in_features_}));
+    RETURN_IF_ERROR(b->MatMul(d2, false, params[0], true, dx2, 0.f));
+    return dx;
+  }
+
   Shape in_shape_, out_shape_;
   int64_t in_features_ = 0;
   Tensor x_, y_;
@@ -132,8 +181,9 @@ class Embedding final : public Layer {
       }
     }
     const int64_t batch = x.dim(0), d = spec_.output_dim;
-    const float* table = params[0].data<float>();
     ids_ = x;
+    if (!params[0].on_cpu()) return ForwardOnDevice(params[0], x);
+    const float* table = params[0].data<float>();
     if (spec_.combiner == Combiner::kNone) {
       Shape s = x.shape();
       s.push_back(d);
@@ -154,6 +204,7 @@ class Embedding final : public Layer {
   StatusOr<Tensor> Backward(std::span<const Tensor>, Tensor dy, bool need_input_grad,
                             std::span<Gradient> grads) override {
     if (need_input_grad) return Error("ids have no gradient: an Embedding must be the first layer");
+    if (!dy.on_cpu()) return BackwardOnDevice(dy, grads);
     const int64_t d = spec_.output_dim;
     const int64_t* ids = ids_.data<int64_t>();
     const bool combined = spec_.combiner != Combiner::kNone;
@@ -184,6 +235,59 @@ class Embedding final : public Layer {
   }
 
  private:
+  // The table lives on the device; the ids stay on the host (they were
+  // checked there) and travel with the step's other uploads.
+  StatusOr<Tensor> ForwardOnDevice(const Tensor& table, const Tensor& ids) {
+    ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(table.device()));
+    ASSIGN_OR_RETURN(Tensor ids_dev, ids.ToDevice(table.device()));
+    const bool combine = spec_.combiner != Combiner::kNone;
+    Shape s = combine ? Shape{ids.dim(0), spec_.output_dim} : ids.shape();
+    if (!combine) s.push_back(spec_.output_dim);
+    ASSIGN_OR_RETURN(Tensor y, DeviceEmpty(DType::kFloat32, s, table.device()));
+    const float scale = spec_.combiner == Combiner::kMean ? 1.f / static_cast<float>(bag_) : 1.f;
+    RETURN_IF_ERROR(b->EmbeddingForward(table, ids_dev, bag_, combine, scale, y));
+    return y;
+  }
+
+  // Distinct ids in ascending order (as on the host), each with the
+  // positions that used it, so the device sums each row's contributions in
+  // a fixed order without atomics.
+  StatusOr<Tensor> BackwardOnDevice(const Tensor& dy, std::span<Gradient> grads) {
+    const bool combined = spec_.combiner != Combiner::kNone;
+    const int64_t expect_rows = combined ? ids_.dim(0) : ids_.size();
+    if (dy.size() != expect_rows * spec_.output_dim) {
+      return Error("gradient shape " + ShapeString(dy.shape()) + " does not match output");
+    }
+    ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(dy.device()));
+    const int64_t* ids = ids_.data<int64_t>();
+    std::vector<std::pair<int64_t, int64_t>> by_id;  // (id, position)
+    by_id.reserve(static_cast<size_t>(ids_.size()));
+    for (int64_t i = 0; i < ids_.size(); ++i) by_id.emplace_back(ids[i], i);
+    std::sort(by_id.begin(), by_id.end());
+    std::vector<int64_t> uniq, offsets, positions;
+    positions.reserve(by_id.size());
+    for (size_t i = 0; i < by_id.size(); ++i) {
+      if (i == 0 || by_id[i].first != by_id[i - 1].first) {
+        uniq.push_back(by_id[i].first);
+        offsets.push_back(static_cast<int64_t>(i));
+      }
+      positions.push_back(by_id[i].second);
+    }
+    offsets.push_back(static_cast<int64_t>(by_id.size()));
+    const int64_t k = static_cast<int64_t>(uniq.size());
+    ASSIGN_OR_RETURN(Tensor indices, Tensor::FromVector({k}, uniq));
+    ASSIGN_OR_RETURN(Tensor pos, Tensor::FromVector({static_cast<int64_t>(positions.size())}, positions));
+    ASSIGN_OR_RETURN(Tensor off, Tensor::FromVector({k + 1}, offsets));
+    ASSIGN_OR_RETURN(Tensor indices_dev, indices.ToDevice(dy.device()));
+    ASSIGN_OR_RETURN(Tensor pos_dev, pos.ToDevice(dy.device()));
+    ASSIGN_OR_RETURN(Tensor off_dev, off.ToDevice(dy.device()));
+    ASSIGN_OR_RETURN(Tensor values, DeviceEmpty(DType::kFloat32, {k, spec_.output_dim}, dy.device()));
+    const float scale = spec_.combiner == Combiner::kMean ? 1.f / static_cast<float>(bag_) : 1.f;
+    RETURN_IF_ERROR(b->EmbeddingBackward(dy, pos_dev, off_dev, combined ? std::max<int64_t>(bag_, 1) : 1, scale, values));
+    grads[0] = Gradient{true, {}, indices_dev, values};
+    return Tensor();
+  }
+
   Shape in_shape_;
   int64_t bag_ = 1;
   Tensor ids_;
@@ -205,14 +309,14 @@ class ActivationLayer final : public Layer {
         !std::equal(in_shape_.begin(), in_shape_.end(), x.shape().begin() + 1)) {
       return Error("expected input float32" + ShapeString(WithBatch(-1, in_shape_)) + ", got " + x.DebugString());
     }
-    y_ = x.Clone();
-    ApplyActivation(spec_.activation, y_);
+    ASSIGN_OR_RETURN(y_, x.Copy());
+    RETURN_IF_ERROR(Activate(spec_.activation, y_));
     return y_;
   }
 
   StatusOr<Tensor> Backward(std::span<const Tensor>, Tensor dy, bool, std::span<Gradient>) override {
     if (dy.shape() != y_.shape()) return Error("gradient shape does not match output");
-    ActivationBackward(spec_.activation, y_, dy);
+    RETURN_IF_ERROR(ActivateBackward(spec_.activation, y_, dy));
     return dy;
   }
 

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "services/model/random.h"
+#include "services/tensor/backend.h"
 
 namespace tfjob::model {
 
@@ -113,7 +114,7 @@ StatusOr<Tensor> Model::Forward(std::span<const Tensor> values, const Tensor& x,
 
 StatusOr<Tensor> Model::Predict(std::span<const Tensor> values, const Tensor& x) {
   ASSIGN_OR_RETURN(Tensor y, Forward(values, x, false));
-  ApplyActivation(output_activation_, y);
+  RETURN_IF_ERROR(Activate(output_activation_, y));
   return y;
 }
 
@@ -139,16 +140,101 @@ StatusOr<Model::Output> Model::ComputeGradients(std::span<const Tensor> values, 
   out.loss = lr.loss;
   out.logits = output_activation_ != Activation::kLinear || training_loss_.from_logits;
   if (!std::isfinite(lr.loss)) return InvalidArgument("loss is " + std::to_string(lr.loss) + " (diverged)");
-  out.grads.resize(variables_.size());
-  Tensor dy = std::move(lr.grad);
+  RETURN_IF_ERROR(Backward(values, std::move(lr.grad), out.grads));
+  return out;
+}
+
+Status Model::Backward(std::span<const Tensor> values, Tensor dy, std::vector<Gradient>& grads) {
+  grads.resize(variables_.size());
   for (size_t l = layers_.size(); l-- > 0;) {
     auto [first, count] = layer_vars_[l];
     // The first layer's input gradient is never used, and ids have none.
     const bool need_dx = l > 0;
     ASSIGN_OR_RETURN(dy, layers_[l]->Backward(values.subspan(first, count), std::move(dy), need_dx,
-                                              std::span<Gradient>(out.grads).subspan(first, count)));
+                                              std::span<Gradient>(grads).subspan(first, count)));
   }
-  return out;
+  return Status::Ok();
+}
+
+StatusOr<Tensor> Model::Targets(const Tensor& labels) const {
+  if (!labels.on_cpu()) return InvalidArgument("labels must be on the host to be checked, got " + labels.DebugString());
+  if (labels.rank() < 1) return InvalidArgument("labels " + labels.DebugString() + " have no batch axis");
+  Shape pred{labels.dim(0)};
+  pred.insert(pred.end(), output_shape_.begin(), output_shape_.end());
+  RETURN_IF_ERROR(CheckLabels(training_loss_, pred, labels));
+  ASSIGN_OR_RETURN(Tensor t, Tensor::Create(DType::kFloat32, pred));
+  float* out = t.data<float>();
+  if (training_loss_.type == LossType::kSparseCategoricalCrossentropy) {
+    const int64_t classes = pred.back();
+    for (int64_t b = 0; b < labels.dim(0); ++b) {
+      const int64_t id = labels.dtype() == DType::kInt64 ? labels.data<int64_t>()[b]
+                                                          : static_cast<int64_t>(labels.data<float>()[b]);
+      out[b * classes + id] = 1.f;
+    }
+    return t;
+  }
+  for (int64_t i = 0; i < t.size(); ++i) {
+    out[i] = labels.dtype() == DType::kInt64 ? static_cast<float>(labels.data<int64_t>()[i]) : labels.data<float>()[i];
+  }
+  return t;
+}
+
+StatusOr<Tensor> Model::PlaceFeatures(const Tensor& x, Device device) const {
+  if (x.dtype() == DType::kInt64) return x;
+  return x.ToDevice(device);
+}
+
+Status Model::DeviceLossAndMetrics(const Tensor& pred, const Tensor& targets, Tensor* grad,
+                                   const std::vector<MetricType>& metrics, Tensor& stats) {
+  RETURN_IF_ERROR(device::CheckSameDevice("loss", {&pred, &targets, &stats}));
+  if (targets.shape() != pred.shape() || targets.dtype() != DType::kFloat32) {
+    return InvalidArgument("targets " + targets.DebugString() + " do not match predictions " + pred.DebugString());
+  }
+  if (stats.size() != StatsSize(metrics.size())) {
+    return InvalidArgument("stats " + stats.DebugString() + " should have " + std::to_string(StatsSize(metrics.size())) +
+                           " elements");
+  }
+  ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(pred.device()));
+  const device::Loss kind = training_loss_.type == LossType::kMeanSquaredError    ? device::Loss::kMeanSquaredError
+                            : training_loss_.type == LossType::kBinaryCrossentropy ? device::Loss::kBinaryCrossentropy
+                                                                                   : device::Loss::kCategoricalCrossentropy;
+  if (grad) {
+    RETURN_IF_ERROR(b->LossAndGradient(kind, training_loss_.from_logits, pred, targets, *grad, stats, 0));
+  } else {
+    RETURN_IF_ERROR(b->LossValue(kind, training_loss_.from_logits, pred, targets, stats, 0));
+  }
+  const bool logits = output_activation_ != Activation::kLinear || training_loss_.from_logits;
+  for (size_t i = 0; i < metrics.size(); ++i) {
+    device::Metric m = device::Metric::kEqual;
+    switch (metrics[i]) {
+      case MetricType::kSparseCategoricalAccuracy:
+      case MetricType::kCategoricalAccuracy:
+        if (pred.rank() != 2) return InvalidArgument(MetricName(metrics[i]) + ": predictions must be [batch, classes]");
+        m = device::Metric::kArgMaxMatch;
+        break;
+      case MetricType::kBinaryAccuracy: m = device::Metric::kBinary; break;
+      case MetricType::kAccuracy: m = device::Metric::kEqual; break;
+    }
+    RETURN_IF_ERROR(b->MetricUpdate(m, logits, pred, targets, stats, 2 + 2 * static_cast<int64_t>(i)));
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::vector<Gradient>> Model::ComputeGradientsOnDevice(std::span<const Tensor> values, const Tensor& x,
+                                                                const Tensor& targets,
+                                                                const std::vector<MetricType>& metrics, Tensor& stats) {
+  ASSIGN_OR_RETURN(Tensor pred, Forward(values, x, true));
+  ASSIGN_OR_RETURN(Tensor grad, Tensor::CreateUninitialized(DType::kFloat32, pred.shape(), pred.device()));
+  RETURN_IF_ERROR(DeviceLossAndMetrics(pred, targets, &grad, metrics, stats));
+  std::vector<Gradient> grads;
+  RETURN_IF_ERROR(Backward(values, std::move(grad), grads));
+  return grads;
+}
+
+Status Model::EvaluateOnDevice(std::span<const Tensor> values, const Tensor& x, const Tensor& targets,
+                               const std::vector<MetricType>& metrics, Tensor& stats) {
+  ASSIGN_OR_RETURN(Tensor pred, Forward(values, x, false));
+  return DeviceLossAndMetrics(pred, targets, nullptr, metrics, stats);
 }
 
 void Model::Summary(std::ostream& os) const {

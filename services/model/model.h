@@ -21,6 +21,7 @@
 #include "common/status.h"
 #include "services/model/layers.h"
 #include "services/model/losses.h"
+#include "services/model/metrics.h"
 #include "services/model/spec.h"
 
 namespace tfjob::model {
@@ -57,12 +58,45 @@ class Model {
   // Forward and loss only.
   StatusOr<Output> Evaluate(std::span<const Tensor> values, const Tensor& x, const Tensor& y);
 
+  // ---- on a device ----
+  // Values (the variables) on a CUDA device make the model compute there:
+  // every layer, the loss and the metrics run as queued device work, and
+  // nothing waits for the device inside a step.
+  //
+  // Labels as the device uses them: float32 shaped like the predictions of
+  // their batch (class ids one-hot), after the checks ComputeLoss makes
+  // (INVALID_ARGUMENT naming the label). On the host; upload the result.
+  StatusOr<Tensor> Targets(const Tensor& labels) const;
+  // Features as a device step takes them: float32 copied to `device`; int64
+  // ids stay on the host (the Embedding layer uploads them with the rows
+  // its gradient needs).
+  StatusOr<Tensor> PlaceFeatures(const Tensor& x, Device device) const;
+  // Slots of the device stats tensor: loss (total, count), then (total,
+  // count) for each metric, as BatchStats keeps them.
+  static int64_t StatsSize(size_t metrics) { return 2 + 2 * static_cast<int64_t>(metrics); }
+  // Forward, loss and backward on the device of `values`. `targets` is
+  // Targets() on that device; the batch's loss and metric sums are added to
+  // `stats` (float32 [StatsSize(metrics.size())] on the device). The
+  // gradients stay on the device (sparse ones with device indices). A loss
+  // that diverges shows in the stats, not here.
+  StatusOr<std::vector<Gradient>> ComputeGradientsOnDevice(std::span<const Tensor> values, const Tensor& x,
+                                                           const Tensor& targets,
+                                                           const std::vector<MetricType>& metrics, Tensor& stats);
+  // Forward, loss and metrics only.
+  Status EvaluateOnDevice(std::span<const Tensor> values, const Tensor& x, const Tensor& targets,
+                          const std::vector<MetricType>& metrics, Tensor& stats);
+
   // A Keras-like summary table.
   void Summary(std::ostream& os) const;
 
  private:
   Model() = default;
   StatusOr<Tensor> Forward(std::span<const Tensor> values, const Tensor& x, bool training);
+  // Backward through every layer from dL/d(output).
+  Status Backward(std::span<const Tensor> values, Tensor dy, std::vector<Gradient>& grads);
+  // Loss (with its gradient when `grad` is given) and metrics on the device.
+  Status DeviceLossAndMetrics(const Tensor& pred, const Tensor& targets, Tensor* grad,
+                              const std::vector<MetricType>& metrics, Tensor& stats);
 
   ModelSpec spec_;
   LossSpec training_loss_;

@@ -5,6 +5,8 @@
 
 #include <Eigen/Core>
 
+#include "services/tensor/backend.h"
+
 namespace tfjob::model {
 
 using Arr = Eigen::Map<Eigen::ArrayXf>;
@@ -33,6 +35,27 @@ Status CheckSlots(std::string_view name, size_t want, const SlotState& st, const
     }
   }
   return Status::Ok();
+}
+
+device::OptimizerStep DeviceStep(const OptimizerSpec& s, float alpha) {
+  device::OptimizerStep d;
+  switch (s.type) {
+    case OptimizerType::kSGD: d.rule = device::OptimizerStep::Rule::kSgd; break;
+    case OptimizerType::kAdagrad: d.rule = device::OptimizerStep::Rule::kAdagrad; break;
+    case OptimizerType::kRMSprop: d.rule = device::OptimizerStep::Rule::kRmsprop; break;
+    case OptimizerType::kAdam: d.rule = device::OptimizerStep::Rule::kAdam; break;
+  }
+  d.learning_rate = static_cast<float>(s.learning_rate);
+  d.momentum = static_cast<float>(s.momentum);
+  d.nesterov = s.nesterov;
+  d.rho = static_cast<float>(s.rho);
+  d.centered = s.centered;
+  d.beta_1 = static_cast<float>(s.beta_1);
+  d.beta_2 = static_cast<float>(s.beta_2);
+  d.amsgrad = s.amsgrad;
+  d.epsilon = static_cast<float>(s.epsilon);
+  d.alpha = alpha;
+  return d;
 }
 
 }  // namespace
@@ -146,8 +169,36 @@ Status Optimizer::ApplyDense(Tensor& var, const Tensor& grad, SlotState& st) con
                            var.DebugString());
   }
   RETURN_IF_ERROR(CheckSlots(name(), SlotNames().size(), st, var));
+  if (!var.on_cpu() || !grad.on_cpu()) {
+    RETURN_IF_ERROR(CheckDevice(var, {&grad}, st));
+    ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(var.device()));
+    RETURN_IF_ERROR(b->ApplyDense(DeviceStep(spec_, StepAlpha(st.iterations + 1)), var, grad, st.slots));
+    st.iterations += 1;
+    return Status::Ok();
+  }
   st.iterations += 1;
   UpdateRange(var, 0, grad.data<float>(), var.size(), st, StepAlpha(st.iterations));
+  return Status::Ok();
+}
+
+Status Optimizer::CheckDevice(const Tensor& var, std::initializer_list<const Tensor*> others, const SlotState& st) const {
+  for (const Tensor* t : others) RETURN_IF_ERROR(device::CheckSameDevice(name(), {&var, t}));
+  for (const Tensor& s : st.slots) RETURN_IF_ERROR(device::CheckSameDevice(name(), {&var, &s}));
+  return Status::Ok();
+}
+
+Status Optimizer::ApplyMaskedRows(Tensor& var, const Tensor& grad, const Tensor& mask, SlotState& st) const {
+  if (var.on_cpu()) return InvalidArgument(std::string(name()) + ": masked rows are for device variables");
+  if (var.dtype() != DType::kFloat32 || grad.shape() != var.shape() || var.rank() < 1 ||
+      mask.shape() != Shape{var.dim(0)} || mask.dtype() != DType::kFloat32) {
+    return InvalidArgument(std::string(name()) + ": gradient " + grad.DebugString() + " and mask " +
+                           mask.DebugString() + " do not match variable " + var.DebugString());
+  }
+  RETURN_IF_ERROR(CheckSlots(name(), SlotNames().size(), st, var));
+  RETURN_IF_ERROR(CheckDevice(var, {&grad, &mask}, st));
+  ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(var.device()));
+  RETURN_IF_ERROR(b->ApplyMaskedRows(DeviceStep(spec_, StepAlpha(st.iterations + 1)), var, grad, mask, st.slots));
+  st.iterations += 1;
   return Status::Ok();
 }
 
@@ -163,6 +214,13 @@ Status Optimizer::ApplySparse(Tensor& var, const Tensor& indices, const Tensor& 
                            ShapeString(want));
   }
   RETURN_IF_ERROR(CheckSlots(name(), SlotNames().size(), st, var));
+  if (!var.on_cpu() || !indices.on_cpu() || !values.on_cpu()) {
+    RETURN_IF_ERROR(CheckDevice(var, {&indices, &values}, st));
+    ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(var.device()));
+    RETURN_IF_ERROR(b->ApplyRows(DeviceStep(spec_, StepAlpha(st.iterations + 1)), var, indices, values, st.slots));
+    st.iterations += 1;
+    return Status::Ok();
+  }
   const int64_t rows = var.dim(0), row = rows ? var.size() / rows : 0;
   const int64_t* ids = indices.data<int64_t>();
   for (int64_t i = 0; i < indices.size(); ++i) {

@@ -47,14 +47,22 @@ class Optimizer {
   std::vector<std::string> SlotNames() const;
   SlotState CreateSlots(const Tensor& var) const;
 
+  // Variables on a device are updated there (the slots must live with
+  // them); sparse indices are then device int64, distinct and in range (as
+  // the Embedding layer makes them: the device cannot check without waiting).
   Status ApplyDense(Tensor& var, const Tensor& grad, SlotState& state) const;
   Status ApplySparse(Tensor& var, const Tensor& indices, const Tensor& values, SlotState& state) const;
   Status Apply(Tensor& var, const Gradient& grad, SlotState& state) const;
+  // Device variables only: the rows whose mask (float32 [rows]) is > 0 get
+  // the rule with the matching rows of a dense gradient, as ApplySparse
+  // would with those rows (one iteration).
+  Status ApplyMaskedRows(Tensor& var, const Tensor& grad, const Tensor& mask, SlotState& state) const;
 
  private:
   // Applies the rule to n contiguous elements at `offset` of var and slots.
   void UpdateRange(Tensor& var, int64_t offset, const float* g, int64_t n, SlotState& state, float alpha) const;
   float StepAlpha(int64_t iteration) const;
+  Status CheckDevice(const Tensor& var, std::initializer_list<const Tensor*> others, const SlotState& st) const;
 
   OptimizerSpec spec_;
 };

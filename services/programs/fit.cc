@@ -20,6 +20,7 @@
 #include "services/programs/programs.h"
 #include "services/strategy/fit.h"
 #include "services/strategy/loop.h"
+#include "services/tensor/backend.h"
 #include "services/tensor/threads.h"
 
 namespace tfjob::programs {
@@ -36,7 +37,8 @@ Flags FitFlags() {
       .Value("epochs", "override the job's epochs", "0")
       .Value("strategy", "one_device, mirrored, multi_worker_mirrored, central_storage or parameter_server "
                          "(default: from the cluster)")
-      .Value("replicas", "replicas in this process (mirrored, central_storage)", "1")
+      .Value("replicas", "replicas in this process (mirrored, central_storage; default: one per GPU with a GPU, else 1)", "1")
+      .Value("device", "cpu, gpu or auto (a GPU when one is visible)", "auto")
       .Value("communication", "collective implementation: ring, nccl or auto", "auto")
       .Value("collective-timeout-seconds", "a group member silent this long is declared hung", "30")
       .Value("rejoin-timeout-seconds", "how long a group waits for every member to (re)join "
@@ -80,7 +82,7 @@ nlohmann::json SummaryJson(const strategy::FitSummary& s, const nlohmann::json& 
 std::string Usage() {
   return "fit --config FILE [--data-dir DIR] [--summary-json OUT] [--threads N] [--epochs N]\n"
          "      [--strategy one_device|mirrored|multi_worker_mirrored|central_storage|parameter_server]\n"
-         "      [--replicas N] [--communication ring|nccl|auto] [--collective-timeout-seconds S]\n"
+         "      [--replicas N] [--device cpu|gpu|auto] [--communication ring|nccl|auto] [--collective-timeout-seconds S]\n"
          "      [--rejoin-timeout-seconds S] [--bucket-bytes B]\n"
          "      [--steps-per-execution K] [--partitioner SPEC] [--closure-timeout-seconds S] [--closure-max-attempts K]\n"
          "      [--checkpoint-dir DIR [--checkpoint-every-steps N] [--checkpoint-every-seconds S] [--checkpoint-keep K]]\n"
@@ -110,6 +112,8 @@ StatusOr<Parsed> Parse(const std::vector<std::string>& args) {
   ASSIGN_OR_RETURN(int64_t replicas, p.flags.GetInt("replicas"));
   if (replicas < 1 || replicas > 256) return InvalidArgument("flag --replicas: must be in 1..256");
   p.replicas = static_cast<int>(replicas);
+  p.replicas_given = p.flags.Has("replicas");
+  ASSIGN_OR_RETURN(p.device, strategy::ParseDeviceChoice(p.flags.Get("device")));
   if (p.replicas != 1 && p.strategy != strategy::StrategyKind::kMirrored &&
       p.strategy != strategy::StrategyKind::kCentralStorage) {
     return InvalidArgument("flag --replicas: only --strategy mirrored and central_storage run several replicas in one process");
@@ -165,6 +169,11 @@ Status CheckCommunication(collective::Implementation impl, strategy::StrategyKin
 namespace {
 
 using fit::Parsed;
+
+std::string DeviceLine(const Device& d) {
+  device::Backend* b = device::CudaBackend();
+  return b && d.is_cuda() ? b->DeviceDescription(d.index) : d.ToString();
+}
 
 class Fit final : public Program {
  public:
@@ -288,11 +297,16 @@ class Fit final : public Program {
   static int Train(const Parsed& p, strategy::StrategyKind kind, collective::Group* group,
                    runtime_metrics::RuntimeMetrics* metrics, SignalWatcher* signals, std::ostream& out,
                    std::ostream& err) {
+    auto plan = strategy::PlanDevices(p.device, kind, p.replicas, p.replicas_given, group ? group->rank() : 0);
+    if (!plan.ok()) return ReportError(plan.status(), err);
+    if (!plan->note.empty()) out << plan->note << std::endl;
+    for (const Device& d : plan->devices) out << "fit: replica on " << DeviceLine(d) << std::endl;
     strategy::FitOptions opt;
     opt.data_dir = p.flags.Get("data-dir");
     opt.out = &out;
     opt.strategy = kind;
-    opt.replicas = p.replicas;
+    opt.replicas = plan->replicas;
+    opt.devices = plan->devices;
     opt.group = group;
     opt.communication = p.communication;
     opt.collective = p.collective;

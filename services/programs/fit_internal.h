@@ -19,6 +19,7 @@
 #include "services/collective/communicator.h"
 #include "services/model/job_config.h"
 #include "services/programs/program.h"
+#include "services/strategy/devices.h"
 #include "services/strategy/input.h"
 #include "services/strategy/sharding.h"
 #include "services/strategy/strategy.h"
@@ -38,6 +39,8 @@ struct Parsed {
   std::optional<strategy::StrategyKind> strategy;  // --strategy, when given
   collective::Implementation communication = collective::Implementation::kAuto;
   int replicas = 1;
+  bool replicas_given = false;
+  strategy::DeviceChoice device = strategy::DeviceChoice::kAuto;
   collective::Options collective;
   bool rejoin_timeout_given = false;
   double eval_poll_seconds = 0.5;

@@ -18,7 +18,7 @@ StatusOr<FitSummary> FitAndEvaluate(Strategy& strategy, const model::JobConfig& 
     ASSIGN_OR_RETURN(auto m, model::Model::Create(job.model, job.loss));
     ASSIGN_OR_RETURN(std::vector<Tensor> values, strategy.Values());
     const auto t0 = std::chrono::steady_clock::now();
-    auto r = Evaluate(*m, job, *data.eval, values);
+    auto r = Evaluate(*m, job, *data.eval, values, strategy.eval_device());
     if (!r.ok()) return r.status().WithContext("evaluation").WithContext(job.source);
     summary->eval = r->second;
     if (out) {
@@ -38,6 +38,7 @@ StatusOr<FitSummary> Fit(const model::JobConfig& job, const FitOptions& o, nlohm
   SyncOptions so;
   so.kind = o.strategy;
   so.replicas = o.replicas;
+  so.devices = o.devices;
   so.group = o.group;
   so.communication = o.communication;
   so.collective = o.collective;

@@ -33,6 +33,7 @@ struct FitOptions {
   int64_t epochs = 0;           // > 0 overrides the job's epochs
   StrategyKind strategy = StrategyKind::kOneDevice;
   int replicas = 1;                        // mirrored, central_storage
+  std::vector<Device> devices;             // per local replica; empty: the host (devices.h)
   collective::Group* group = nullptr;      // multi_worker_mirrored
   collective::Implementation communication = collective::Implementation::kAuto;
   collective::Options collective;          // mirrored replicas' timeouts

@@ -106,11 +106,33 @@ StatusOr<FitSummary> RunTrainingLoop(Strategy& strategy, const LoopOptions& o) {
 }
 
 StatusOr<std::pair<int64_t, NamedValues>> Evaluate(model::Model& m, const model::JobConfig& job, const Examples& eval,
-                                                   const std::vector<Tensor>& values) {
+                                                   const std::vector<Tensor>& values, Device device) {
   ASSIGN_OR_RETURN(auto it, EvalPipeline(eval, job.batch_size).MakeIterator());
   BatchStats stats;
   stats.metrics.resize(job.metrics.size());
   int64_t steps = 0;
+  if (!device.is_cpu()) {
+    std::vector<Tensor> on;
+    for (const Tensor& v : values) {
+      ASSIGN_OR_RETURN(Tensor d, v.ToDevice(device));
+      on.push_back(std::move(d));
+    }
+    ASSIGN_OR_RETURN(Tensor sums, Tensor::Create(DType::kFloat32, {model::Model::StatsSize(job.metrics.size())}, device));
+    while (true) {
+      ASSIGN_OR_RETURN(std::optional<data::Element> e, it->Next());
+      if (!e) break;
+      ASSIGN_OR_RETURN(Tensor x, m.PlaceFeatures((*e)[0], device));
+      ASSIGN_OR_RETURN(Tensor targets, m.Targets((*e)[1]));
+      ASSIGN_OR_RETURN(Tensor t, targets.ToDevice(device));
+      RETURN_IF_ERROR(m.EvaluateOnDevice(on, x, t, job.metrics, sums));
+      ++steps;
+    }
+    ASSIGN_OR_RETURN(Tensor h, sums.ToDevice(Device::Cpu()));
+    const float* f = h.data<float>();
+    stats.loss = {f[0], f[1]};
+    for (size_t k = 0; k < stats.metrics.size(); ++k) stats.metrics[k] = {f[2 + 2 * k], f[3 + 2 * k]};
+    return std::make_pair(steps, stats.Values(job.metric_names));
+  }
   while (true) {
     ASSIGN_OR_RETURN(std::optional<data::Element> e, it->Next());
     if (!e) break;

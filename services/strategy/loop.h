@@ -51,8 +51,10 @@ StatusOr<FitSummary> RunTrainingLoop(Strategy& strategy, const LoopOptions& opti
 // Steps per epoch for a job: its steps_per_epoch, or one pass over the data.
 int64_t StepsPerEpoch(const model::JobConfig& job, int64_t train_examples);
 
-// Evaluates `values` on `eval`: (steps, [loss, metrics...]).
+// Evaluates `values` (on the host) on `eval`: (steps, [loss, metrics...]),
+// computing on `device` (the values and each batch are copied there; the
+// loss and metric sums stay there until the end).
 StatusOr<std::pair<int64_t, NamedValues>> Evaluate(model::Model& m, const model::JobConfig& job, const Examples& eval,
-                                                   const std::vector<Tensor>& values);
+                                                   const std::vector<Tensor>& values, Device device = Device::Cpu());
 
 }  // namespace tfjob::strategy

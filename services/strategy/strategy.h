@@ -77,6 +77,8 @@ class Strategy {
   virtual Status Finish(TrainState&) { return Status::Ok(); }
   // The trained values, in the model's variable order.
   virtual StatusOr<std::vector<Tensor>> Values() = 0;
+  // Where the chief evaluates the trained values (the device it trained on).
+  virtual Device eval_device() const { return Device::Cpu(); }
   // Strategy-specific summary fields (replicas, closures, recovery, ...).
   virtual nlohmann::json SummaryJson() const = 0;
 };

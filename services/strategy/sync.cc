@@ -1,6 +1,8 @@
 #include "services/strategy/sync.h"
 
 #include <chrono>
+#include <cmath>
+#include <functional>
 #include <ostream>
 
 #include "services/checkpoint/manager.h"
@@ -9,6 +11,7 @@
 #include "services/model/optimizers.h"
 #include "services/strategy/checkpoints.h"
 #include "services/strategy/replica_pool.h"
+#include "services/tensor/backend.h"
 #include "services/tensor/ops.h"
 
 namespace tfjob::strategy {
@@ -24,6 +27,53 @@ struct Reducible {
   Tensor mask;  // float32 [rows]; only for sparse variables
 };
 
+// Host copies of tensors (device ones downloaded; host ones shared).
+StatusOr<std::vector<Tensor>> ToHost(const std::vector<Tensor>& ts) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : ts) {
+    ASSIGN_OR_RETURN(Tensor h, t.ToDevice(Device::Cpu()));
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+// A collective over device tensors through a communicator that works on the
+// host (the ring, the in-process group): copy out, run, copy back.
+Status Staged(std::span<Tensor* const> tensors, const std::function<Status(std::span<Tensor* const>)>& op) {
+  bool device = false;
+  for (Tensor* t : tensors) device = device || !t->on_cpu();
+  if (!device) return op(tensors);
+  std::vector<Tensor> host;
+  host.reserve(tensors.size());
+  for (Tensor* t : tensors) {
+    ASSIGN_OR_RETURN(Tensor h, t->ToDevice(Device::Cpu()));
+    // A private copy: the download of a host tensor is the tensor itself.
+    host.push_back(t->on_cpu() ? h.Clone() : std::move(h));
+  }
+  std::vector<Tensor*> p;
+  for (Tensor& h : host) p.push_back(&h);
+  RETURN_IF_ERROR(op(p));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    Tensor* t = tensors[i];
+    if (t->on_cpu()) {
+      *t = host[i];
+      continue;
+    }
+    ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(t->device()));
+    RETURN_IF_ERROR(b->Upload(host[i], *t));
+  }
+  return Status::Ok();
+}
+
+StatusOr<Tensor> Filled(Shape shape, Device d, float value) {
+  ASSIGN_OR_RETURN(Tensor t, Tensor::Create(DType::kFloat32, std::move(shape), d));
+  if (value != 0.f) {
+    ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(d));
+    RETURN_IF_ERROR(b->Fill(t, value));
+  }
+  return t;
+}
+
 class SyncStrategy final : public Strategy {
  public:
   SyncStrategy(const model::JobConfig& job, Examples train, SyncOptions o)
@@ -32,6 +82,12 @@ class SyncStrategy final : public Strategy {
   Status Init() {
     const int local = o_.kind == StrategyKind::kMirrored || o_.kind == StrategyKind::kCentralStorage ? o_.replicas : 1;
     local_replicas_ = local;
+    if (!o_.devices.empty() && static_cast<int>(o_.devices.size()) != local) {
+      return InvalidArgument("strategy: " + std::to_string(o_.devices.size()) + " devices for " + std::to_string(local) +
+                             " local replicas");
+    }
+    devices_ = o_.devices.empty() ? std::vector<Device>(static_cast<size_t>(local), Device::Cpu()) : o_.devices;
+    on_device_ = !devices_[0].is_cpu();
     if (o_.group) first_replica_ = o_.group->rank() * local;
     for (int i = 0; i < local; ++i) {
       ASSIGN_OR_RETURN(auto m, model::Model::Create(job_.model, job_.loss));
@@ -63,6 +119,26 @@ class SyncStrategy final : public Strategy {
       ASSIGN_OR_RETURN(model::Model::Output out, models_[0]->ComputeGradients(copies_[0], x1, y1));
       for (const auto& g : out.grads) sparse_.push_back(g.sparse);
     }
+    if (on_device_) {
+      for (size_t c = 0; c < copies_.size(); ++c) {
+        const Device d = CopyDevice(c);
+        for (Tensor& t : copies_[c]) {
+          ASSIGN_OR_RETURN(t, t.ToDevice(d));
+        }
+        for (auto& st : slot_copies_[c]) {
+          for (Tensor& t : st.slots) {
+            ASSIGN_OR_RETURN(t, t.ToDevice(d));
+          }
+        }
+      }
+      for (int i = 0; i < local; ++i) {
+        ASSIGN_OR_RETURN(Tensor st, Filled({model::Model::StatsSize(job_.metrics.size())}, devices_[i], 0.f));
+        chunk_stats_.push_back(std::move(st));
+      }
+      if (o_.group) {
+        ASSIGN_OR_RETURN(step_stats_, Filled({model::Model::StatsSize(job_.metrics.size())}, devices_[0], 0.f));
+      }
+    }
     return Status::Ok();
   }
 
@@ -76,8 +152,14 @@ class SyncStrategy final : public Strategy {
     if (mgr_) {
       ASSIGN_OR_RETURN(std::optional<checkpoint::Committed> c, mgr_->Latest(o_.log));
       if (c) {
-        for (size_t k = 0; k < copies_.size(); ++k) {
-          RETURN_IF_ERROR(ReadVariables(*c, names_, copies_[k], slot_copies_[k]));
+        if (on_device_) {
+          ASSIGN_OR_RETURN(auto host, HostState());
+          RETURN_IF_ERROR(ReadVariables(*c, names_, host.first, host.second));
+          RETURN_IF_ERROR(SetState(host.first, host.second));
+        } else {
+          for (size_t k = 0; k < copies_.size(); ++k) {
+            RETURN_IF_ERROR(ReadVariables(*c, names_, copies_[k], slot_copies_[k]));
+          }
         }
         ASSIGN_OR_RETURN(st, TrainState::FromJson(c->state));
         restored_final_ = c->final;
@@ -92,11 +174,19 @@ class SyncStrategy final : public Strategy {
 
   Status Run(TrainState& st, int64_t end) override {
     if (o_.group && !formed_) RETURN_IF_ERROR(FormAndSync(st));
-    while (st.step < end) {
-      if (o_.stop && o_.stop->load()) return Cancelled("stopped by a signal");
-      RETURN_IF_ERROR(Step(st));
+    Status s;
+    while (s.ok() && st.step < end) {
+      if (o_.stop && o_.stop->load()) {
+        s = Cancelled("stopped by a signal");
+        break;
+      }
+      s = Step(st);
     }
-    return Status::Ok();
+    if (!on_device_) return s;
+    // The chunk's loss and metrics, accumulated on the device: the one
+    // place a chunk waits for it.
+    Status r = ResolveStats(st);
+    return s.ok() ? r : s;
   }
 
   Status Recover(const Status& cause, TrainState& st) override {
@@ -110,7 +200,8 @@ class SyncStrategy final : public Strategy {
     nlohmann::json state = st.ToJson();
     state["strategy"] = StrategyName(o_.kind);
     state["num_replicas_in_sync"] = num_replicas_in_sync();
-    ASSIGN_OR_RETURN(int64_t bytes, WriteVariables(*mgr_, st.step, final, state, names_, copies_[0], slot_copies_[0]));
+    ASSIGN_OR_RETURN(auto host, HostState());
+    ASSIGN_OR_RETURN(int64_t bytes, WriteVariables(*mgr_, st.step, final, state, names_, host.first, host.second));
     ++checkpoints_;
     Log("fit: checkpoint " + mgr_->dir() + "/ckpt-" + std::to_string(st.step) + " (step " + std::to_string(st.step) +
         (final ? ", final" : "") + ", " + std::to_string(bytes) + " bytes)");
@@ -128,10 +219,14 @@ class SyncStrategy final : public Strategy {
     }
   }
 
-  StatusOr<std::vector<Tensor>> Values() override { return copies_[0]; }
+  StatusOr<std::vector<Tensor>> Values() override { return ToHost(copies_[0]); }
+  Device eval_device() const override { return devices_[0]; }
 
   nlohmann::json SummaryJson() const override {
     nlohmann::json j{{"strategy", StrategyName(o_.kind)}, {"num_replicas_in_sync", num_replicas_in_sync()}};
+    nlohmann::json devs = nlohmann::json::array();
+    for (const Device& d : devices_) devs.push_back(d.ToString());
+    j["devices"] = devs;
     if (o_.kind == StrategyKind::kMirrored || o_.kind == StrategyKind::kCentralStorage) j["replicas"] = local_replicas_;
     if (o_.group) {
       j["communication"] = o_.communication == collective::Implementation::kNccl ? "nccl" : "ring";
@@ -149,7 +244,9 @@ class SyncStrategy final : public Strategy {
     if (mgr_) j["checkpoints_written"] = checkpoints_;
     // Where this process's step time went (seconds over the run). Mirrored
     // replicas reduce inside "compute"; only multi-worker mirrored has a
-    // separate all-reduce.
+    // separate all-reduce. On a device these are host times (queueing the
+    // work); the device's own time shows where the host waits for it: at
+    // an all-reduce and at the end of a chunk.
     j["step_seconds"] = {{"input", time_.input}, {"compute", time_.compute}, {"all_reduce", time_.all_reduce},
                          {"apply", time_.apply}, {"steps", computed_}};
     return j;
@@ -165,6 +262,116 @@ class SyncStrategy final : public Strategy {
 
   void Log(const std::string& line) const {
     if (o_.log) *o_.log << line << std::endl;
+  }
+
+  // Where copy c of the variables lives: each mirrored replica's own
+  // device; the one copy of the other strategies on the first.
+  Device CopyDevice(size_t c) const { return copies_.size() == 1 ? devices_[0] : devices_[c]; }
+
+  // Values and optimizer state of copy 0, on the host.
+  StatusOr<std::pair<std::vector<Tensor>, std::vector<model::SlotState>>> HostState() {
+    ASSIGN_OR_RETURN(std::vector<Tensor> values, ToHost(copies_[0]));
+    std::vector<model::SlotState> slots;
+    for (const model::SlotState& s : slot_copies_[0]) {
+      model::SlotState h;
+      h.iterations = s.iterations;
+      ASSIGN_OR_RETURN(h.slots, ToHost(s.slots));
+      slots.push_back(std::move(h));
+    }
+    return std::make_pair(std::move(values), std::move(slots));
+  }
+
+  // Host values and state into every copy, on its device.
+  Status SetState(const std::vector<Tensor>& values, const std::vector<model::SlotState>& slots) {
+    for (size_t c = 0; c < copies_.size(); ++c) {
+      const Device d = CopyDevice(c);
+      for (size_t v = 0; v < values.size(); ++v) {
+        ASSIGN_OR_RETURN(copies_[c][v], values[v].ToDevice(d));
+        slot_copies_[c][v].iterations = slots[v].iterations;
+        for (size_t k = 0; k < slots[v].slots.size(); ++k) {
+          ASSIGN_OR_RETURN(slot_copies_[c][v].slots[k], slots[v].slots[k].ToDevice(d));
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Folds the device's loss and metric sums into the host's progress and
+  // starts new sums. A loss that is not finite stops training, as on the
+  // host, one chunk later.
+  Status ResolveStats(TrainState& st) {
+    for (Tensor& dev : chunk_stats_) {
+      ASSIGN_OR_RETURN(Tensor h, dev.ToDevice(Device::Cpu()));
+      const float* f = h.data<float>();
+      if (!std::isfinite(f[0])) return InvalidArgument("loss is " + std::to_string(f[0]) + " (diverged)");
+      st.partial.loss.total += f[0];
+      st.partial.loss.count += f[1];
+      st.partial.metrics.resize(job_.metrics.size());
+      for (size_t k = 0; k < job_.metrics.size(); ++k) {
+        st.partial.metrics[k].total += f[2 + 2 * k];
+        st.partial.metrics[k].count += f[3 + 2 * k];
+      }
+      ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(dev.device()));
+      RETURN_IF_ERROR(b->Fill(dev, 0.f));
+    }
+    return Status::Ok();
+  }
+
+  // The variables replica i computes with, on its device.
+  StatusOr<std::vector<Tensor>> ReplicaValues(int i) {
+    std::vector<Tensor>& values = ValuesOf(i);
+    if (values.empty() || values[0].device() == devices_[static_cast<size_t>(i)]) return values;
+    std::vector<Tensor> out;
+    for (const Tensor& t : values) {
+      ASSIGN_OR_RETURN(Tensor d, t.ToDevice(devices_[static_cast<size_t>(i)]));
+      out.push_back(std::move(d));
+    }
+    return out;
+  }
+
+  // Replica i's part of one step on its device.
+  Status DeviceReplicaStep(int i, const Tensor& x, const Tensor& y, int64_t batch, int64_t replicas) {
+    Output& o = outputs_[static_cast<size_t>(i)];
+    o.stats = NewStats();
+    const Device dev = devices_[static_cast<size_t>(i)];
+    model::Model& m = *models_[static_cast<size_t>(i)];
+    // Multi-worker members reduce the step's sums with the gradients.
+    Tensor& stats = o_.group && replicas > 1 ? step_stats_ : chunk_stats_[static_cast<size_t>(i)];
+    Tensor xs = x, ys = y;
+    int64_t begin = 0, end = batch;
+    if (replicas > 1) {
+      const int64_t g = first_replica_ + i;
+      begin = batch * g / replicas;
+      end = batch * (g + 1) / replicas;
+      if (end > begin) {
+        ASSIGN_OR_RETURN(xs, x.Rows(begin, end));
+        ASSIGN_OR_RETURN(ys, y.Rows(begin, end));
+      }
+    }
+    std::vector<model::Gradient> grads;
+    if (end > begin) {
+      ASSIGN_OR_RETURN(Tensor xd, m.PlaceFeatures(xs, dev));
+      ASSIGN_OR_RETURN(Tensor targets, m.Targets(ys));
+      ASSIGN_OR_RETURN(Tensor td, targets.ToDevice(dev));
+      ASSIGN_OR_RETURN(std::vector<Tensor> values, ReplicaValues(i));
+      ASSIGN_OR_RETURN(grads, m.ComputeGradientsOnDevice(values, xd, td, job_.metrics, stats));
+    }
+    if (replicas == 1) {
+      o.raw = std::move(grads);
+      return Status::Ok();
+    }
+    if (end > begin) {
+      ASSIGN_OR_RETURN(o.grads, ToReducible(grads, static_cast<float>(end - begin) / static_cast<float>(batch), dev));
+    } else {
+      ASSIGN_OR_RETURN(o.grads, ZeroGradients(dev));
+    }
+    if (local_group_) {
+      std::vector<Tensor*> p = Pointers(o.grads);
+      collective::Communicator* c = local_group_->member(i);
+      RETURN_IF_ERROR(Staged(p, [c](std::span<Tensor* const> t) { return c->AllReduce(t, ReduceOp::kSum); }));
+      RETURN_IF_ERROR(ApplyReduced(ValuesOf(i), SlotsOf(i), o.grads));
+    }
+    return Status::Ok();
   }
 
   BatchStats NewStats() const {
@@ -187,7 +394,8 @@ class SyncStrategy final : public Strategy {
     return p;
   }
 
-  StatusOr<std::vector<Reducible>> ToReducible(std::vector<model::Gradient>& grads, float scale) const {
+  StatusOr<std::vector<Reducible>> ToReducible(std::vector<model::Gradient>& grads, float scale,
+                                               Device dev = Device::Cpu()) const {
     std::vector<Reducible> out;
     for (size_t v = 0; v < grads.size(); ++v) {
       const model::Gradient& g = grads[v];
@@ -196,22 +404,31 @@ class SyncStrategy final : public Strategy {
       if (!g.sparse) {
         ASSIGN_OR_RETURN(r.dense, ops::Scale(g.dense, scale));
       } else {
-        r.dense = Tensor::Zeros(DType::kFloat32, copies_[0][v].shape());
+        ASSIGN_OR_RETURN(r.dense, Tensor::Create(DType::kFloat32, copies_[0][v].shape(), dev));
         ASSIGN_OR_RETURN(Tensor scaled, ops::Scale(g.values, scale));
         RETURN_IF_ERROR(ops::ScatterAdd(r.dense, g.indices, scaled));
-        r.mask = Tensor::Zeros(DType::kFloat32, {copies_[0][v].dim(0)});
-        for (int64_t id : g.indices.flat<int64_t>()) r.mask.data<float>()[id] = 1;
+        ASSIGN_OR_RETURN(r.mask, Tensor::Create(DType::kFloat32, {copies_[0][v].dim(0)}, dev));
+        if (dev.is_cpu()) {
+          for (int64_t id : g.indices.flat<int64_t>()) r.mask.data<float>()[id] = 1;
+        } else {
+          // The indices are distinct: adding ones marks each row once.
+          ASSIGN_OR_RETURN(Tensor ones, Filled({g.indices.size()}, dev, 1.f));
+          RETURN_IF_ERROR(ops::ScatterAdd(r.mask, g.indices, ones));
+        }
       }
       out.push_back(std::move(r));
     }
     return out;
   }
 
-  std::vector<Reducible> ZeroGradients() const {
+  StatusOr<std::vector<Reducible>> ZeroGradients(Device dev = Device::Cpu()) const {
     std::vector<Reducible> out;
     for (size_t v = 0; v < copies_[0].size(); ++v) {
-      Reducible r{Tensor::Zeros(DType::kFloat32, copies_[0][v].shape()), Tensor()};
-      if (sparse_[v]) r.mask = Tensor::Zeros(DType::kFloat32, {copies_[0][v].dim(0)});
+      Reducible r;
+      ASSIGN_OR_RETURN(r.dense, Tensor::Create(DType::kFloat32, copies_[0][v].shape(), dev));
+      if (sparse_[v]) {
+        ASSIGN_OR_RETURN(r.mask, Tensor::Create(DType::kFloat32, {copies_[0][v].dim(0)}, dev));
+      }
       out.push_back(std::move(r));
     }
     return out;
@@ -221,6 +438,10 @@ class SyncStrategy final : public Strategy {
     for (size_t v = 0; v < values.size(); ++v) {
       if (!sparse_[v]) {
         RETURN_IF_ERROR(optimizer_.ApplyDense(values[v], g[v].dense, slots[v]));
+        continue;
+      }
+      if (!values[v].on_cpu()) {
+        RETURN_IF_ERROR(optimizer_.ApplyMaskedRows(values[v], g[v].dense, g[v].mask, slots[v]));
         continue;
       }
       std::vector<int64_t> rows;
@@ -238,6 +459,7 @@ class SyncStrategy final : public Strategy {
 
   // Replica i's part of one step.
   Status ReplicaStep(int i, const Tensor& x, const Tensor& y, int64_t batch, int64_t replicas) {
+    if (on_device_) return DeviceReplicaStep(i, x, y, batch, replicas);
     Output& o = outputs_[static_cast<size_t>(i)];
     o.stats = NewStats();
     if (replicas == 1) {
@@ -255,7 +477,7 @@ class SyncStrategy final : public Strategy {
       RETURN_IF_ERROR(RecordBatch(out, ys, job_.metrics, o.stats));
       ASSIGN_OR_RETURN(o.grads, ToReducible(out.grads, static_cast<float>(end - begin) / static_cast<float>(batch)));
     } else {
-      o.grads = ZeroGradients();
+      ASSIGN_OR_RETURN(o.grads, ZeroGradients());
     }
     if (local_group_) {
       // Mirrored: every replica reduces with the others, then updates its
@@ -302,13 +524,30 @@ class SyncStrategy final : public Strategy {
       std::vector<Reducible>& sum = outputs_[0].grads;
       for (size_t i = 1; i < outputs_.size(); ++i) {
         for (size_t v = 0; v < sum.size(); ++v) {
-          ASSIGN_OR_RETURN(sum[v].dense, ops::Add(sum[v].dense, outputs_[i].grads[v].dense));
+          // A replica on another device sends its gradient to the one copy.
+          ASSIGN_OR_RETURN(Tensor dense, outputs_[i].grads[v].dense.ToDevice(sum[v].dense.device()));
+          ASSIGN_OR_RETURN(sum[v].dense, ops::Add(sum[v].dense, dense));
           if (sum[v].mask.size() > 0) {
-            ASSIGN_OR_RETURN(sum[v].mask, ops::Add(sum[v].mask, outputs_[i].grads[v].mask));
+            ASSIGN_OR_RETURN(Tensor mask, outputs_[i].grads[v].mask.ToDevice(sum[v].mask.device()));
+            ASSIGN_OR_RETURN(sum[v].mask, ops::Add(sum[v].mask, mask));
           }
         }
       }
       RETURN_IF_ERROR(ApplyReduced(ValuesOf(0), SlotsOf(0), sum));
+    } else if (o_.group && on_device_) {
+      std::vector<Tensor*> p = Pointers(outputs_[0].grads);
+      p.push_back(&step_stats_);
+      if (nccl_) {
+        RETURN_IF_ERROR(nccl_->AllReduce(p, ReduceOp::kSum));
+      } else {
+        collective::Communicator* c = o_.group->comm();
+        RETURN_IF_ERROR(Staged(p, [c](std::span<Tensor* const> t) { return c->AllReduce(t, ReduceOp::kSum); }));
+      }
+      lap(time_.all_reduce);
+      RETURN_IF_ERROR(ApplyReduced(ValuesOf(0), SlotsOf(0), outputs_[0].grads));
+      ASSIGN_OR_RETURN(device::Backend * be, device::BackendFor(step_stats_.device()));
+      RETURN_IF_ERROR(be->BinaryOp(device::Binary::kAdd, chunk_stats_[0], step_stats_, chunk_stats_[0]));
+      RETURN_IF_ERROR(be->Fill(step_stats_, 0.f));
     } else if (o_.group) {
       // The step's loss and metric sums travel with the gradients, so every
       // member records the same progress.
@@ -355,7 +594,7 @@ class SyncStrategy final : public Strategy {
       if (s.ok() && o_.communication == collective::Implementation::kNccl) {
         // A new generation needs a new NCCL communicator; its id travels
         // over the ring just formed.
-        auto n = collective::MakeNcclCommunicator(*o_.group->comm(), -1, o_.collective);
+        auto n = collective::MakeNcclCommunicator(*o_.group->comm(), on_device_ ? devices_[0].index : -1, o_.collective);
         if (n.ok()) {
           nccl_ = std::move(n).value();
         } else {
@@ -395,7 +634,7 @@ class SyncStrategy final : public Strategy {
     for (auto& s : SlotsOf(0)) {
       for (auto& t : s.slots) tensors.push_back(&t);
     }
-    RETURN_IF_ERROR(comm.Broadcast(tensors, source));
+    RETURN_IF_ERROR(Staged(tensors, [&comm, source](std::span<Tensor* const> t) { return comm.Broadcast(t, source); }));
     if (comm.rank() == source) return Status::Ok();
     const nlohmann::json j = nlohmann::json::parse(bytes, nullptr, false);
     if (j.is_discarded() || !j.contains("state") || !j.contains("iterations") ||
@@ -409,6 +648,10 @@ class SyncStrategy final : public Strategy {
 
   const model::JobConfig job_;
   const SyncOptions o_;
+  std::vector<Device> devices_;  // per local replica
+  bool on_device_ = false;
+  std::vector<Tensor> chunk_stats_;  // per local replica, on its device: loss and metric sums of the chunk
+  Tensor step_stats_;                // multi-worker on a device: this step's sums, all-reduced
   GlobalBatches input_;
   model::Optimizer optimizer_;
   int local_replicas_ = 1;

@@ -32,6 +32,18 @@
 // with it. Rank 0 writes checkpoints; every member restores the newest one it
 // can read at start, and the group then takes the newest state among them.
 //
+// Devices: with SyncOptions::devices naming CUDA devices, replica i
+// computes on devices[i] with its variables there (central_storage keeps its
+// one copy on devices[0]); forward, backward, loss, metrics and updates are
+// queued device work, input batches are uploaded through pinned memory
+// while the previous step computes, and the step's loss and metric sums
+// accumulate on the device until the chunk ends (Run's last step), the only
+// point where the host waits for the device. Collectives reduce device
+// tensors in place with NCCL (multi_worker_mirrored with --communication
+// nccl) or stage them through host memory (ring, and mirrored replicas).
+// Checkpoints, the group's state broadcast and Values() go through host
+// copies.
+//
 // Ownership: the strategy owns its models, variables and threads, and
 // borrows the Group. Thread-safety: driven by one thread. Failure: Status
 // values; bad data is INVALID_ARGUMENT naming the field.
@@ -59,6 +71,10 @@ struct SyncOptions {
   // NCCL joined through them; AUTO is RING while tensors live on the host).
   collective::Group* group = nullptr;
   collective::Implementation communication = collective::Implementation::kAuto;
+  // Where each local replica computes: empty for the host; otherwise one
+  // device per local replica (replicas, or 1 for one_device and
+  // multi_worker_mirrored).
+  std::vector<Device> devices;
   // Timeouts of the in-process group of mirrored replicas.
   collective::Options collective;
   CheckpointPolicy checkpoints;

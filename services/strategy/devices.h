@@ -1,0 +1,51 @@
+// Which devices a process trains on, as TensorFlow's users expect:
+// --device gpu (fail where none is visible), cpu, or auto (a GPU when one is
+// visible). CUDA_VISIBLE_DEVICES decides what "visible" means (the CUDA
+// runtime applies it; the Slurm resolver sets it per task). Then:
+//
+//   one_device              cuda:0
+//   mirrored                one replica per visible GPU (--replicas, when
+//   central_storage         given, picks the first N and may not exceed them)
+//   multi_worker_mirrored   one GPU per worker process: cuda:(rank % visible),
+//                           so processes sharing a machine spread over its GPUs
+//   parameter_server        a worker computes on cuda:(index % visible)
+//
+// Thread-safety: reentrant. Failure: INVALID_ARGUMENT naming the flag, e.g.
+// --device gpu without a visible GPU (saying why none is), or more replicas
+// than GPUs.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "services/strategy/strategy.h"
+#include "services/tensor/tensor.h"
+
+namespace tfjob::strategy {
+
+enum class DeviceChoice { kAuto, kCpu, kGpu };
+
+// "auto", "cpu" or "gpu"; INVALID_ARGUMENT otherwise.
+StatusOr<DeviceChoice> ParseDeviceChoice(std::string_view s);
+
+struct DevicePlan {
+  // One per local replica; empty: the host.
+  std::vector<Device> devices;
+  // Replicas in this process (mirrored and central_storage may grow to the
+  // number of GPUs); 1 otherwise.
+  int replicas = 1;
+  // Why auto stayed on the host though a GPU is visible ("" otherwise).
+  std::string note;
+};
+
+// `replicas_given`: --replicas was on the command line. `rank`: this
+// process's rank in its group, or its worker index.
+StatusOr<DevicePlan> PlanDevices(DeviceChoice choice, StrategyKind kind, int replicas, bool replicas_given, int rank);
+
+// Why no GPU can serve ("" when one can): no CUDA in this build, or no
+// visible device.
+std::string WhyNoGpu();
+
+}  // namespace tfjob::strategy
