@@ -28,20 +28,21 @@ namespace {
 
 using device::Backend;
 
+// A failing device is FAILED_PRECONDITION: the run cannot go on on this
+// device, and fit reports it in one line with exit code 2, as it does any
+// other condition it cannot train under.
 Status Cuda(cudaError_t e, const std::string& what) {
   if (e == cudaSuccess) return Status::Ok();
-  const std::string msg = "CUDA error in " + what + ": " + cudaGetErrorString(e);
-  if (e == cudaErrorMemoryAllocation) return ResourceExhausted(msg);
-  return Internal(msg);
+  std::string msg = "CUDA error in " + what + ": " + cudaGetErrorString(e);
+  if (e == cudaErrorMemoryAllocation) msg += " (the model, batch or optimizer state does not fit in the GPU's memory)";
+  return FailedPrecondition(msg);
 }
 
 Status Launch(int e, const char* what) { return Cuda(static_cast<cudaError_t>(e), what); }
 
 Status Blas(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return Status::Ok();
-  const std::string msg = std::string("cuBLAS error in ") + what + ": " + cublasGetStatusString(s);
-  if (s == CUBLAS_STATUS_ALLOC_FAILED) return ResourceExhausted(msg);
-  return Internal(msg);
+  return FailedPrecondition(std::string("cuBLAS error in ") + what + ": " + cublasGetStatusString(s));
 }
 
 Status NeedF32(const Tensor& t, const char* op) {

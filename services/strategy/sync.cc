@@ -229,7 +229,7 @@ class SyncStrategy final : public Strategy {
     j["devices"] = devs;
     if (o_.kind == StrategyKind::kMirrored || o_.kind == StrategyKind::kCentralStorage) j["replicas"] = local_replicas_;
     if (o_.group) {
-      j["communication"] = o_.communication == collective::Implementation::kNccl ? "nccl" : "ring";
+      j["communication"] = using_nccl_ ? "nccl" : "ring";
       j["num_workers"] = o_.group->size();
       j["rank"] = o_.group->rank();
       j["recovery"] = {{"regroups", regroups_},
@@ -591,12 +591,22 @@ class SyncStrategy final : public Strategy {
       nccl_.reset();
       ASSIGN_OR_RETURN(collective::Group::Formation f, o_.group->Form(st.step));
       Status s = SyncFrom(f.source_rank, st);
-      if (s.ok() && o_.communication == collective::Implementation::kNccl) {
+      bool nccl = o_.communication == collective::Implementation::kNccl;
+      if (s.ok() && o_.communication == collective::Implementation::kAuto && on_device_) {
+        // AUTO: NCCL when every member trains on a GPU and can join NCCL;
+        // the members vote, so they all pick the same.
+        Tensor vote = Tensor::Scalar(collective::NcclAvailable().ok() ? 1.f : 0.f);
+        s = o_.group->comm()->AllReduce(vote, ReduceOp::kSum);
+        nccl = s.ok() && vote.data<float>()[0] == static_cast<float>(o_.group->size());
+      }
+      using_nccl_ = false;
+      if (s.ok() && nccl) {
         // A new generation needs a new NCCL communicator; its id travels
         // over the ring just formed.
         auto n = collective::MakeNcclCommunicator(*o_.group->comm(), on_device_ ? devices_[0].index : -1, o_.collective);
         if (n.ok()) {
           nccl_ = std::move(n).value();
+          using_nccl_ = true;
         } else {
           s = n.status();
         }
@@ -671,6 +681,7 @@ class SyncStrategy final : public Strategy {
     double input = 0, compute = 0, all_reduce = 0, apply = 0;
   } time_;
   bool formed_ = false;
+  bool using_nccl_ = false;
   bool restored_final_ = false;
   int64_t regroups_ = 0;
   int64_t computed_ = 0;

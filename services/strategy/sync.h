@@ -68,7 +68,8 @@ struct SyncOptions {
   int replicas = 1;
   // multi_worker_mirrored: the group of this process and its peers, and
   // what reduces the gradients (RING over the group's own connections, or
-  // NCCL joined through them; AUTO is RING while tensors live on the host).
+  // NCCL joined through them; AUTO is NCCL when every member trains on a GPU
+  // and can join NCCL, which the members agree on by a vote, else RING).
   collective::Group* group = nullptr;
   collective::Implementation communication = collective::Implementation::kAuto;
   // Where each local replica computes: empty for the host; otherwise one

@@ -18,10 +18,10 @@
 //     Eigen code) to float32 rounding: the same formulas, reductions in a
 //     fixed order (deterministic run to run).
 //   - Shapes and dtypes are checked before anything is queued
-//     (INVALID_ARGUMENT). A failed launch, or an asynchronous error found by
-//     Synchronize or Download, is INTERNAL (RESOURCE_EXHAUSTED for memory)
-//     with the CUDA error string. After an asynchronous error the device's
-//     context is unusable; the caller stops.
+//     (INVALID_ARGUMENT). A failed launch or allocation, or an asynchronous
+//     error found by Synchronize or Download, is FAILED_PRECONDITION with
+//     the CUDA error string (the device cannot serve the run). After an
+//     asynchronous error the device's context is unusable; the caller stops.
 //
 // Thread-safety: calls on different devices may run concurrently (mirrored
 // replicas run one thread per device); calls on one device come from one
