@@ -1,0 +1,126 @@
+// fit on GPUs, through the real binary: MNIST MLP on one GPU, mirrored over
+// every visible GPU, two worker processes all-reducing with NCCL (two GPUs)
+// and with the ring (any GPU count), each to the CPU's accuracy bar. Tests
+// that need a GPU skip, saying why, where none is visible; what a process
+// without a GPU answers to --device gpu is checked everywhere.
+#include <fstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/subprocess.h"
+#ifdef TFJOB_HAVE_CUDA
+#include "services/gpu/gpu.h"
+#include "services/tensor/backend.h"
+#endif
+
+namespace tfjob {
+namespace {
+
+using ::testing::HasSubstr;
+namespace t = ::tfjob::testing;
+
+std::string Runtime() { return t::BinDir() + "/tfjob-runtime"; }
+std::string Mlp() { return t::SourceDir() + "/examples/mnist/mlp.json"; }
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(std::string(std::istreambuf_iterator<char>(in), {}));
+}
+
+int VisibleGpus() {
+#ifdef TFJOB_HAVE_CUDA
+  gpu::RegisterBackend();
+  return device::CudaBackend()->DeviceCount();
+#else
+  return 0;
+#endif
+}
+
+class GpuFitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+#ifndef TFJOB_HAVE_CUDA
+    GTEST_SKIP() << "this build has no CUDA support";
+#endif
+    gpus_ = VisibleGpus();
+    if (gpus_ == 0) GTEST_SKIP() << "no CUDA device is visible on this machine";
+  }
+  int gpus_ = 0;
+};
+
+TEST_F(GpuFitTest, MnistMlpOnOneGpuReachesTheBar) {
+  const std::string dir = t::MakeTempDir("gpu-mlp");
+  auto r = t::Run({Runtime(), "fit", "--config", Mlp(), "--data-dir", t::MnistDir(), "--device", "gpu",
+                   "--summary-json", dir + "/out.json"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("fit: replica on "));
+  const auto s = ReadJson(dir + "/out.json");
+  EXPECT_EQ(s["devices"], nlohmann::json::array({"cuda:0"})) << s.dump();
+  EXPECT_GE(s["eval_accuracy"].get<double>(), 0.925) << s.dump();
+  EXPECT_EQ(s["steps"].get<int>(), 5 * 125);
+}
+
+TEST_F(GpuFitTest, MirroredRunsOneReplicaPerGpu) {
+  const std::string dir = t::MakeTempDir("gpu-mirrored");
+  auto r = t::Run({Runtime(), "fit", "--config", Mlp(), "--data-dir", t::MnistDir(), "--device", "gpu", "--strategy",
+                   "mirrored", "--summary-json", dir + "/out.json"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto s = ReadJson(dir + "/out.json");
+  EXPECT_EQ(s["num_replicas_in_sync"].get<int>(), gpus_) << s.dump();
+  EXPECT_EQ(s["devices"].size(), static_cast<size_t>(gpus_)) << s.dump();
+  EXPECT_GE(s["eval_accuracy"].get<double>(), 0.925) << s.dump();
+  // More replicas than GPUs cannot each have one.
+  auto bad = t::Run({Runtime(), "fit", "--config", Mlp(), "--data-dir", t::MnistDir(), "--device", "gpu", "--strategy",
+                     "mirrored", "--replicas", std::to_string(gpus_ + 1)});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_THAT(bad.err, HasSubstr("--device gpu runs one replica per GPU"));
+}
+
+TEST_F(GpuFitTest, TwoWorkerProcessesWithNccl) {
+  // NCCL does not put two ranks on one GPU.
+  if (gpus_ < 2) GTEST_SKIP() << "NCCL needs a GPU per worker process: " << gpus_ << " visible, 2 needed";
+  const std::string dir = t::MakeTempDir("gpu-nccl");
+  auto r = t::Run({Runtime(), "local", "--workers", "2", "--", "fit", "--config", Mlp(), "--data-dir", t::MnistDir(),
+                   "--device", "gpu", "--communication", "nccl", "--summary-json", dir + "/out.json"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto s = ReadJson(dir + "/out.json");
+  EXPECT_EQ(s["communication"], "nccl") << s.dump();
+  EXPECT_EQ(s["num_replicas_in_sync"].get<int>(), 2);
+  EXPECT_GE(s["eval_accuracy"].get<double>(), 0.925) << s.dump();
+}
+
+TEST_F(GpuFitTest, TwoWorkerProcessesSharingAGpuWithTheRing) {
+  const std::string dir = t::MakeTempDir("gpu-ring");
+  auto r = t::Run({Runtime(), "local", "--workers", "2", "--", "fit", "--config", Mlp(), "--data-dir", t::MnistDir(),
+                   "--device", "gpu", "--communication", "ring", "--summary-json", dir + "/out.json"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto s = ReadJson(dir + "/out.json");
+  EXPECT_EQ(s["communication"], "ring") << s.dump();
+  EXPECT_GE(s["eval_accuracy"].get<double>(), 0.925) << s.dump();
+}
+
+// Everywhere: with no GPU visible (none on the machine, or
+// CUDA_VISIBLE_DEVICES hiding them), --device gpu is one line and exit 2,
+// and --device auto trains on the CPU.
+TEST(NoGpuFitTest, DeviceGpuWithoutAVisibleGpuIsOneLineAndExitTwo) {
+  const std::map<std::string, std::string> hide{{"CUDA_VISIBLE_DEVICES", ""}};
+  auto r = t::Run({Runtime(), "fit", "--config", Mlp(), "--data-dir", t::MnistDir(), "--device", "gpu"}, hide);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, ::testing::MatchesRegex(
+                         "tfjob-runtime: error: flag --device gpu: (this build has no CUDA support|no CUDA device is "
+                         "visible)[^\n]*\n"));
+  const std::string dir = t::MakeTempDir("no-gpu-auto");
+  auto a = t::Run({Runtime(), "fit", "--config", Mlp(), "--data-dir", t::MnistDir(), "--epochs", "1", "--summary-json",
+                   dir + "/out.json"},
+                  hide);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(ReadJson(dir + "/out.json")["devices"], nlohmann::json::array({"cpu"}));
+  auto bad = t::Run({Runtime(), "fit", "--config", Mlp(), "--device", "tpu"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("flag --device: expected cpu, gpu or auto, got \"tpu\""));
+}
+
+}  // namespace
+}  // namespace tfjob
