@@ -5,6 +5,7 @@
 #   mlp_ps_vs_single.sh  MLP training, 1 PS + 1 worker vs single-process
 #   closures.sh          no-op closures/s through the coordinator
 #   allreduce.sh         all-reduce bus bandwidth, our ring vs gloo and OpenMPI
+#   gpu_train.sh         MLP training on a GPU vs PyTorch on it and vs our CPU ("no GPU" without one)
 #
 # usage: bench/run_all.sh   (from the project root, after the build)
 # BUILD_DIR (default build) selects the build for the scripts in this
@@ -13,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 status=0
-for b in mlp_vs_torch.sh ps_throughput.sh mlp_ps_vs_single.sh closures.sh allreduce.sh; do
+for b in mlp_vs_torch.sh ps_throughput.sh mlp_ps_vs_single.sh closures.sh allreduce.sh gpu_train.sh; do
   echo "== bench/$b"
   if ! bash "bench/$b"; then
     echo "bench/$b failed" >&2
