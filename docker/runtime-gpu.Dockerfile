@@ -1,6 +1,9 @@
 # tfjob/runtime-gpu:0.1.0 — runtime-cpu's binaries and examples built with the
-# CUDA option on (services/gpu: CUDA kernels and NCCL collectives), on a
-# CUDA 13 runtime base that carries NCCL (libnccl2).
+# CUDA option on: tfjob-runtime links the CUDA device backend (services/gpu:
+# CUDA kernels and cuBLAS) and NCCL, so fit trains on the pod's GPUs
+# (--device auto uses them when visible, --device gpu requires them) and
+# multi-worker mirrored all-reduces with NCCL. On a CUDA 13 runtime base that
+# carries NCCL (libnccl2) and cuBLAS.
 # Build from the repository root:
 #   docker build -f docker/runtime-gpu.Dockerfile -t tfjob/runtime-gpu:0.1.0 .
 # docker/tests checks that everything copied here exists after a build.
