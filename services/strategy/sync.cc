@@ -592,10 +592,11 @@ class SyncStrategy final : public Strategy {
       ASSIGN_OR_RETURN(collective::Group::Formation f, o_.group->Form(st.step));
       Status s = SyncFrom(f.source_rank, st);
       bool nccl = o_.communication == collective::Implementation::kNccl;
-      if (s.ok() && o_.communication == collective::Implementation::kAuto && on_device_) {
+      if (s.ok() && o_.communication == collective::Implementation::kAuto) {
         // AUTO: NCCL when every member trains on a GPU and can join NCCL;
-        // the members vote, so they all pick the same.
-        Tensor vote = Tensor::Scalar(collective::NcclAvailable().ok() ? 1.f : 0.f);
+        // every member votes (a member on the CPU votes no), so they all
+        // pick the same.
+        Tensor vote = Tensor::Scalar(on_device_ && collective::NcclAvailable().ok() ? 1.f : 0.f);
         s = o_.group->comm()->AllReduce(vote, ReduceOp::kSum);
         nccl = s.ok() && vote.data<float>()[0] == static_cast<float>(o_.group->size());
       }
