@@ -315,6 +315,157 @@ StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(Communicator& contr
   return std::unique_ptr<Communicator>(std::move(c));
 }
 
+
+namespace {
+
+// One GPU of a process whose GPUs reduce among themselves (MirroredStrategy
+// over the GPUs of one process): communicators made together by
+// ncclCommInitAll, each driven by its replica's own thread. Device tensors
+// only, reduced in place.
+class NcclLocalMember final : public Communicator {
+ public:
+  NcclLocalMember(ncclComm_t comm, int rank, int size, int device, Options o)
+      : comm_(comm), rank_(rank), size_(size), device_(device), o_(o) {}
+  ~NcclLocalMember() override {
+    if (comm_) {
+      if (failed_) ncclCommAbort(comm_);
+      else ncclCommDestroy(comm_);
+    }
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  Status Init() {
+    RETURN_IF_ERROR(FromCuda(cudaSetDevice(device_), "cudaSetDevice"));
+    return FromCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int64_t generation() const override { return 0; }
+  std::string_view implementation() const override { return "nccl"; }
+  using Communicator::AllReduce;
+
+  Status AllReduce(std::span<Tensor* const> tensors, ReduceOp op) override {
+    RETURN_IF_ERROR(Ready(tensors));
+    const ncclRedOp_t red = op == ReduceOp::kMean ? ncclAvg : ncclSum;
+    RETURN_IF_ERROR(Nccl(ncclGroupStart(), "ncclGroupStart"));
+    for (Tensor* t : tensors) {
+      if (t->dtype() != DType::kFloat32) return Fail(InvalidArgument("collective: all_reduce takes float32 tensors"));
+      if (t->size() == 0) continue;
+      RETURN_IF_ERROR(Nccl(ncclAllReduce(t->raw(), t->raw(), static_cast<size_t>(t->size()), ncclFloat, red, comm_, stream_),
+                           "ncclAllReduce"));
+    }
+    RETURN_IF_ERROR(Nccl(ncclGroupEnd(), "ncclGroupEnd"));
+    return Wait("all_reduce");
+  }
+
+  StatusOr<Tensor> AllGather(const Tensor& in) override {
+    Tensor copy = in;
+    Tensor* p[] = {&copy};
+    RETURN_IF_ERROR(Ready(p));
+    Shape shape = in.shape();
+    if (shape.empty()) shape = {1};
+    shape[0] *= size_;
+    ASSIGN_OR_RETURN(Tensor out, Tensor::CreateUninitialized(in.dtype(), shape, in.device()));
+    RETURN_IF_ERROR(Nccl(ncclAllGather(in.raw(), out.raw(), in.bytes(), ncclInt8, comm_, stream_), "ncclAllGather"));
+    RETURN_IF_ERROR(Wait("all_gather"));
+    return out;
+  }
+
+  Status Broadcast(std::span<Tensor* const> tensors, int root) override {
+    if (root < 0 || root >= size_) return Fail(InvalidArgument("collective: broadcast from rank " + std::to_string(root)));
+    RETURN_IF_ERROR(Ready(tensors));
+    RETURN_IF_ERROR(Nccl(ncclGroupStart(), "ncclGroupStart"));
+    for (Tensor* t : tensors) {
+      if (t->bytes() == 0) continue;
+      RETURN_IF_ERROR(Nccl(ncclBroadcast(t->raw(), t->raw(), t->bytes(), ncclInt8, root, comm_, stream_), "ncclBroadcast"));
+    }
+    RETURN_IF_ERROR(Nccl(ncclGroupEnd(), "ncclGroupEnd"));
+    return Wait("broadcast");
+  }
+
+  Status Barrier() override {
+    ASSIGN_OR_RETURN(Tensor t, Tensor::Create(DType::kFloat32, {1}, Device::Cuda(device_)));
+    return AllReduce(t, ReduceOp::kSum);
+  }
+
+  void Abort(const Status& reason) override {
+    (void)Fail(reason);
+    if (comm_) ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
+
+ private:
+  // Every tensor on this member's GPU, and the work that computed them done.
+  Status Ready(std::span<Tensor* const> tensors) {
+    RETURN_IF_ERROR(error_);
+    for (Tensor* t : tensors) {
+      if (t->device() != Device::Cuda(device_)) {
+        return Fail(InvalidArgument("collective (nccl): tensor " + t->DebugString() + " is not on this replica's cuda:" +
+                                    std::to_string(device_)));
+      }
+    }
+    ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(Device::Cuda(device_)));
+    Status s = b->Synchronize(device_);
+    return s.ok() ? s : Fail(s);
+  }
+
+  Status Nccl(ncclResult_t r, const std::string& what) {
+    if (r == ncclSuccess) return Status::Ok();
+    return Fail(Status(r == ncclInvalidArgument || r == ncclInvalidUsage ? Code::kInvalidArgument : Code::kUnavailable,
+                       "collective (nccl): " + what + ": " + ncclGetErrorString(r)));
+  }
+
+  // Waits for the stream within the timeout: a replica that never calls
+  // leaves the others' operation pending, which becomes DEADLINE_EXCEEDED.
+  Status Wait(const std::string& what) {
+    const auto deadline = Clock::now() + o_.timeout;
+    while (true) {
+      const cudaError_t e = cudaStreamQuery(stream_);
+      if (e == cudaSuccess) return Status::Ok();
+      if (e != cudaErrorNotReady) return Fail(FromCuda(e, what));
+      if (Clock::now() > deadline) {
+        return Fail(DeadlineExceeded("collective (nccl): " + what + " did not finish within the timeout: a replica is hung"));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  Status Fail(const Status& s) {
+    if (error_.ok()) error_ = s;
+    failed_ = true;
+    return error_;
+  }
+
+  ncclComm_t comm_;
+  const int rank_, size_, device_;
+  const Options o_;
+  cudaStream_t stream_ = nullptr;
+  Status error_;
+  bool failed_ = false;
+};
+
+}  // namespace
+
+StatusOr<std::vector<std::unique_ptr<Communicator>>> MakeNcclLocalGroup(const std::vector<int>& devices, Options options) {
+  RETURN_IF_ERROR(NcclAvailable());
+  if (devices.empty()) return InvalidArgument("collective (nccl): no devices");
+  std::vector<ncclComm_t> comms(devices.size(), nullptr);
+  const ncclResult_t r = ncclCommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data());
+  if (r != ncclSuccess) {
+    return FailedPrecondition(std::string("collective (nccl): ncclCommInitAll over ") + std::to_string(devices.size()) +
+                              " GPUs: " + ncclGetErrorString(r));
+  }
+  std::vector<std::unique_ptr<Communicator>> out;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    auto m = std::make_unique<NcclLocalMember>(comms[i], static_cast<int>(i), static_cast<int>(devices.size()), devices[i],
+                                               options);
+    RETURN_IF_ERROR(m->Init());
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
 }  // namespace tfjob::collective
 
 #else  // !TFJOB_HAVE_NCCL
@@ -326,6 +477,10 @@ Status NcclAvailable() {
 }
 
 StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(Communicator&, int, Options) { return NcclAvailable(); }
+
+StatusOr<std::vector<std::unique_ptr<Communicator>>> MakeNcclLocalGroup(const std::vector<int>&, Options) {
+  return NcclAvailable();
+}
 
 }  // namespace tfjob::collective
 

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "common/status.h"
 #include "services/collective/communicator.h"
@@ -34,5 +35,12 @@ Status NcclAvailable();
 // device -1, member r uses visible device r % count: one GPU per member
 // whether the members share a machine or each sees only its own GPU.
 StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(Communicator& control, int device, Options options);
+
+// The GPUs of one process reducing among themselves (MirroredStrategy): one
+// communicator per device, rank i on devices[i], each to be driven by its
+// own thread, every operation on device tensors (on that member's GPU) in
+// place. A replica that does not join an operation makes the others'
+// DEADLINE_EXCEEDED after options.timeout.
+StatusOr<std::vector<std::unique_ptr<Communicator>>> MakeNcclLocalGroup(const std::vector<int>& devices, Options options);
 
 }  // namespace tfjob::collective

@@ -138,6 +138,18 @@ class SyncStrategy final : public Strategy {
       if (o_.group) {
         ASSIGN_OR_RETURN(step_stats_, Filled({model::Model::StatsSize(job_.metrics.size())}, devices_[0], 0.f));
       }
+      // Mirrored replicas on several GPUs reduce with NCCL where it serves,
+      // in place on the GPUs; otherwise through host memory.
+      if (local_group_ && collective::NcclAvailable().ok()) {
+        std::vector<int> ids;
+        for (const Device& d : devices_) ids.push_back(d.index);
+        auto g = collective::MakeNcclLocalGroup(ids, o_.collective);
+        if (g.ok()) {
+          nccl_local_ = std::move(g).value();
+        } else {
+          Log("fit: mirrored replicas reduce through host memory: " + g.status().message());
+        }
+      }
     }
     return Status::Ok();
   }
@@ -239,7 +251,7 @@ class SyncStrategy final : public Strategy {
                        {"joined_at_step", joined_at_},
                        {"lost_steps", lost_steps_}};
     } else if (o_.kind == StrategyKind::kMirrored && local_replicas_ > 1) {
-      j["communication"] = "local";
+      j["communication"] = nccl_local_.empty() ? "local" : "nccl";
     }
     if (mgr_) j["checkpoints_written"] = checkpoints_;
     // Where this process's step time went (seconds over the run). Mirrored
@@ -367,8 +379,12 @@ class SyncStrategy final : public Strategy {
     }
     if (local_group_) {
       std::vector<Tensor*> p = Pointers(o.grads);
-      collective::Communicator* c = local_group_->member(i);
-      RETURN_IF_ERROR(Staged(p, [c](std::span<Tensor* const> t) { return c->AllReduce(t, ReduceOp::kSum); }));
+      if (!nccl_local_.empty()) {
+        RETURN_IF_ERROR(nccl_local_[static_cast<size_t>(i)]->AllReduce(p, ReduceOp::kSum));
+      } else {
+        collective::Communicator* c = local_group_->member(i);
+        RETURN_IF_ERROR(Staged(p, [c](std::span<Tensor* const> t) { return c->AllReduce(t, ReduceOp::kSum); }));
+      }
       RETURN_IF_ERROR(ApplyReduced(ValuesOf(i), SlotsOf(i), o.grads));
     }
     return Status::Ok();
@@ -507,6 +523,9 @@ class SyncStrategy final : public Strategy {
       Status s = ReplicaStep(i, x, y, b, replicas);
       // A replica that cannot go on must not leave the others waiting.
       if (!s.ok() && local_group_) local_group_->Abort(s);
+      if (!s.ok()) {
+        for (auto& c : nccl_local_) c->Abort(s);
+      }
       outputs_[static_cast<size_t>(i)].status = s;
     });
     lap(time_.compute);
@@ -676,6 +695,7 @@ class SyncStrategy final : public Strategy {
   std::unique_ptr<ReplicaPool> pool_;
   std::unique_ptr<collective::LocalGroup> local_group_;
   std::unique_ptr<collective::Communicator> nccl_;
+  std::vector<std::unique_ptr<collective::Communicator>> nccl_local_;  // mirrored over GPUs
   std::optional<checkpoint::Manager> mgr_;
 
   struct {

@@ -39,8 +39,9 @@
 // while the previous step computes, and the step's loss and metric sums
 // accumulate on the device until the chunk ends (Run's last step), the only
 // point where the host waits for the device. Collectives reduce device
-// tensors in place with NCCL (multi_worker_mirrored with --communication
-// nccl) or stage them through host memory (ring, and mirrored replicas).
+// tensors in place with NCCL (multi_worker_mirrored with NCCL, mirrored
+// replicas on several GPUs) or stage them through host memory (the ring, and
+// mirrored replicas where NCCL cannot serve).
 // Checkpoints, the group's state broadcast and Values() go through host
 // copies.
 //
