@@ -133,7 +133,7 @@ TEST(TfConfigTest, AnInheritedSocketMustBeAListeningSocketAtTheTasksPort) {
   auto r = t::Run({"/usr/bin/python3", "-c",
                    "import os, socket, sys\n"
                    "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
-                   "os.dup2(s.fileno(), 3); os.environ['TFJOB_LISTEN_FD'] = '3'\n"
+                   "os.dup2(s.fileno(), 3); os.set_inheritable(3, True); os.environ['TFJOB_LISTEN_FD'] = '3'\n"
                    "os.execv(sys.argv[1], [sys.argv[1], 'counter'])\n",
                    Runtime()},
                   env);
