@@ -195,8 +195,10 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
     if (!members.ok()) return ReportError(members.status(), err);
     auto rank = collective::RankOf(*members, type, cfg->task->index);
     if (!rank.ok()) return ReportError(rank.status(), err);
-    programs::CollectiveContext ctx{*members, *rank, &out, &err, connect_timeout, metrics, *credentials, &signals};
-    if (*listener) ctx.listener = std::make_shared<base::ListeningSocket>(std::move(**listener));
+    std::shared_ptr<base::ListeningSocket> inherited;
+    if (*listener) inherited = std::make_shared<base::ListeningSocket>(std::move(**listener));
+    programs::CollectiveContext ctx{*members, *rank, &out,    &err,     connect_timeout,
+                                    metrics,  *credentials, &signals, inherited};
     return program.RunCollective(args, ctx);
   }
   if (type == cluster::kWorker) {
@@ -240,6 +242,8 @@ std::string Usage(const programs::ProgramList& programs) {
       "       tfjob-runtime --help | --version\n"
       "With TFJOB_CLUSTER_RESOLVER=slurm the role comes from the Slurm step (srun), laid out by\n"
       "TFJOB_SLURM_JOBS (e.g. chief:1,ps:1,worker:2) and TFJOB_SLURM_PORT_BASE; see docs/slurm.md.\n"
+      "With TFJOB_CLUSTER_RESOLVER=kubernetes it comes from this pod's labels and the job's pods in the\n"
+      "Kubernetes API (POD_NAME, POD_NAMESPACE, KUBECONFIG); see docs/kubernetes-resolver.md.\n"
       "programs:\n";
   for (const auto& p : programs) s += "  " + p->usage() + "\n";
   return s;

@@ -10,7 +10,7 @@
 
 namespace tfjob::testing {
 
-Process::Process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
+Process::Process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env, int fd3) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return;
   pid_ = fork();
@@ -18,6 +18,11 @@ Process::Process(const std::vector<std::string>& argv, const std::map<std::strin
     prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
     dup2(fds[1], 1);
     dup2(fds[1], 2);
+    if (fd3 == 3) {
+      fcntl(3, F_SETFD, 0);  // dup2 onto itself would keep close-on-exec
+    } else if (fd3 >= 0) {
+      dup2(fd3, 3);
+    }
     for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));

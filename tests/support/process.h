@@ -19,7 +19,9 @@ namespace tfjob::testing {
 
 class Process {
  public:
-  Process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {});
+  // `fd3`, when >= 0, becomes the child's descriptor 3 (e.g. a listening
+  // socket handed to a server with TFJOB_LISTEN_FD=3 in `env`).
+  Process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {}, int fd3 = -1);
   ~Process();
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;
