@@ -33,6 +33,26 @@ std::string Write(const std::string& dir, const std::string& name, const std::st
   return dir + "/" + name;
 }
 
+// A newcomer's first two commands: usage on stdout and exit 0, the version.
+TEST(TfjobRunTest, HelpAndVersion) {
+  for (const std::vector<std::string> help : {std::vector<std::string>{"--help"}, {"run", "--help"}}) {
+    std::vector<std::string> argv{t::BinDir() + "/tfjob"};
+    argv.insert(argv.end(), help.begin(), help.end());
+    auto r = t::Run(argv);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.out, ::testing::StartsWith("usage: tfjob run MANIFEST.yaml [--state-dir DIR]\n"));
+    EXPECT_THAT(r.out, HasSubstr("--state-dir"));
+    EXPECT_EQ(r.err, "");
+  }
+  auto v = t::Run({t::BinDir() + "/tfjob", "--version"});
+  EXPECT_EQ(v.exit_code, 0);
+  EXPECT_THAT(v.out, ::testing::MatchesRegex("tfjob [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+  // Anything else is still an error with the usage.
+  auto bad = t::Run({t::BinDir() + "/tfjob", "walk"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, ::testing::StartsWith("tfjob: error: unknown command \"walk\"\nusage: tfjob run"));
+}
+
 TEST(TfjobRunTest, CounterManifestRunsLocallyToSuccess) {
   const std::string dir = t::MakeTempDir("run-counter");
   auto r = t::Run({t::BinDir() + "/tfjob", "run", t::SourceDir() + "/examples/counter/tfjob.yaml", "--state-dir", dir});
