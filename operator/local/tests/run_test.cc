@@ -35,7 +35,7 @@ std::string Write(const std::string& dir, const std::string& name, const std::st
 
 // A newcomer's first two commands: usage on stdout and exit 0, the version.
 TEST(TfjobRunTest, HelpAndVersion) {
-  for (const std::vector<std::string> help : {std::vector<std::string>{"--help"}, {"run", "--help"}}) {
+  for (const std::vector<std::string>& help : {std::vector<std::string>{"--help"}, {"run", "--help"}}) {
     std::vector<std::string> argv{t::BinDir() + "/tfjob"};
     argv.insert(argv.end(), help.begin(), help.end());
     auto r = t::Run(argv);
@@ -203,6 +203,10 @@ TEST(TfjobRunTest, MnistLocalExampleWithEvaluator) {
   // The example's checkpoint directory: a leftover final checkpoint would
   // make the run resume at its end instead of training.
   std::filesystem::remove_all("/tmp/tfjob-mnist-local");
+  // ... and none is left behind for the next run either.
+  struct RemoveCheckpoints {
+    ~RemoveCheckpoints() { std::filesystem::remove_all("/tmp/tfjob-mnist-local"); }
+  } remove_checkpoints;
   auto r = ::tfjob::testing::Run({"bash", "-c",
                                   "cd \"$0\" && exec \"$1\" run examples/mnist/tfjob-local.yaml --state-dir \"$2\"",
                                   ::tfjob::testing::SourceDir(), ::tfjob::testing::BinDir() + "/tfjob", dir});
