@@ -1,6 +1,6 @@
 // The HTTP server for /metrics, /healthz and /readyz, shared by the
-// operator, `tfjob run`'s replicas and every runtime role. Each route is an
-// exact path answered by a handler for GET; any other path is 404.
+// operator and every runtime role. Each route is an exact path answered by
+// a handler for GET; any other path is 404.
 //
 // Built on Debian's cpp-httplib. Without a host it listens on every
 // interface, IPv6 and IPv4 (dual-stack); port 0 binds a port the kernel
