@@ -33,6 +33,18 @@ std::string Write(const std::string& dir, const std::string& name, const std::st
   return dir + "/" + name;
 }
 
+// Layering: `tfjob` and `tfjob-operator` share services/base with the
+// runtime, not the runtime itself, so neither loads gRPC or protobuf.
+TEST(TfjobRunTest, NeitherTfjobNorTheOperatorLinksTheTrainingRuntime) {
+  for (const std::string binary : {"tfjob", "tfjob-operator"}) {
+    auto r = t::Run({"ldd", t::BinDir() + "/" + binary});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("libc.so"));  // ldd did list it
+    EXPECT_THAT(r.out, ::testing::Not(HasSubstr("libgrpc"))) << binary << "\n" << r.out;
+    EXPECT_THAT(r.out, ::testing::Not(HasSubstr("libprotobuf"))) << binary << "\n" << r.out;
+  }
+}
+
 // A newcomer's first two commands: usage on stdout and exit 0, the version.
 TEST(TfjobRunTest, HelpAndVersion) {
   for (const std::vector<std::string>& help : {std::vector<std::string>{"--help"}, {"run", "--help"}}) {
