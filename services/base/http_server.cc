@@ -47,8 +47,10 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& bind,
   std::unique_ptr<HttpServer> s(new HttpServer());
   s->impl_ = std::make_unique<Impl>();
   httplib::Server& server = s->impl_->server;
-  for (auto& [path, handler] : routes) {
-    server.Get(path, [handler](const httplib::Request&, httplib::Response& res) {
+  for (auto& route : routes) {
+    // A named copy: clang 14 cannot capture a structured binding.
+    HttpHandler handler = route.second;
+    server.Get(route.first, [handler](const httplib::Request&, httplib::Response& res) {
       HttpResponse r = handler();
       res.status = r.status;
       res.set_content(r.body, r.content_type.c_str());
