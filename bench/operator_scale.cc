@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "common/flags.h"
-#include "services/runtime/launcher.h"
+#include "services/base/tests/http_get.h"
 #include "tests/support/apiserver/apiserver_double.h"
 #include "tests/support/process.h"
 
@@ -64,13 +64,27 @@ int main(int argc, char** argv) {
   }
   const std::string kubeconfig = "/tmp/tfjob-operator-scale-" + std::to_string(getpid()) + ".kubeconfig";
   (void)(*server)->WriteKubeconfig(kubeconfig);
-  const int metrics = *tfjob::runtime::FreePort(), health = *tfjob::runtime::FreePort();
+  // Its endpoints on ports it binds itself; its start-up line says which.
   tfjob::testing::Process op({flags.Get("operator"), "--kubeconfig", kubeconfig, "--namespace", "default", "--qps",
                               flags.Get("qps"), "--burst", flags.Get("burst"), "--workers", flags.Get("workers"),
-                              "--metrics-bind-address", "127.0.0.1:" + std::to_string(metrics),
-                              "--health-probe-bind-address", "127.0.0.1:" + std::to_string(health)});
-  // Let the operator's caches sync on the empty cluster first.
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+                              "--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0"});
+  int metrics = 0, health = 0;
+  const auto ports = op.WaitForLine("tfjob-operator: metrics on :");
+  if (!ports || std::sscanf(ports->c_str(), "%d, health probes on :%d", &metrics, &health) != 2) {
+    std::cerr << "the operator did not start:\n" << op.output() << std::endl;
+    std::remove(kubeconfig.c_str());
+    return 1;
+  }
+  // Let the operator's caches sync on the empty cluster first: /readyz says when.
+  const auto ready_by = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (tfjob::testing::HttpGet(health, "/readyz").status != 200) {
+    if (std::chrono::steady_clock::now() > ready_by) {
+      std::cerr << "the operator never became ready:\n" << op.output() << std::endl;
+      std::remove(kubeconfig.c_str());
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < jobs; ++i) {
     if (auto r = (*server)->Create("tfjobs", "default", Job(i)); !r.ok()) {

@@ -9,6 +9,11 @@
 
 namespace tfjob {
 
+// Where a task finds its job's token (services/rpc/auth.h reads them; the
+// operator and `tfjob run` set them): the token itself, or a file holding it.
+inline constexpr const char* kTokenEnv = "TFJOB_AUTH_TOKEN";
+inline constexpr const char* kTokenFileEnv = "TFJOB_AUTH_TOKEN_FILE";
+
 // 32 random bytes from the system's entropy source, hex-encoded.
 std::string NewToken();
 

@@ -10,7 +10,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential cmake ninja-build pkg-config git \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
-      libcpprest-dev libcpp-httplib-dev nlohmann-json3-dev libyaml-cpp-dev libeigen3-dev \
+      libcpprest-dev libcpp-httplib-dev prometheus-cpp-dev nlohmann-json3-dev libyaml-cpp-dev libeigen3-dev \
       libgtest-dev libgmock-dev libbenchmark-dev libssl-dev zlib1g-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
@@ -23,7 +23,7 @@ RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTFJOB_NATIVE=OFF -
 FROM debian:bookworm-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libcpprest2.10 libcpp-httplib0.11 libyaml-cpp0.7 libssl3 libbrotli1 zlib1g ca-certificates \
+      libcpprest2.10 libcpp-httplib0.11 libprometheus-cpp-core1.0 libyaml-cpp0.7 libssl3 libbrotli1 zlib1g ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/build/bin/tfjob-operator /usr/local/bin/tfjob-operator
 # Numeric so that runAsNonRoot can verify it without an /etc/passwd lookup.

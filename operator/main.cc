@@ -6,13 +6,16 @@
 
 #include <unistd.h>
 
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+
 #include "common/flags.h"
-#include "common/metrics.h"
 #include "operator/controller/reconciler.h"
 #include "operator/kube/config.h"
 #include "operator/kube/rest_client.h"
 #include "operator/leader.h"
-#include "services/metrics/http_server.h"
+#include "services/base/exposition.h"
+#include "services/base/http_server.h"
 
 namespace {
 
@@ -75,9 +78,14 @@ int main(int argc, char** argv) {
   auto client = op::kube::RestClient::Create(*config, ro);
   if (!client.ok()) return Fail(client.status());
 
-  metrics::Registry registry;
-  auto& api_requests = registry.AddGauge("tfjob_operator_api_requests", "Kubernetes API requests sent");
-  auto& leader_gauge = registry.AddGauge("tfjob_operator_leader", "1 while this replica leads");
+  prometheus::Registry registry;
+  auto& api_requests = prometheus::BuildGauge()
+                           .Name("tfjob_operator_api_requests")
+                           .Help("Kubernetes API requests sent")
+                           .Register(registry)
+                           .Add({});
+  auto& leader_gauge =
+      prometheus::BuildGauge().Name("tfjob_operator_leader").Help("1 while this replica leads").Register(registry).Add({});
   op::controller::ControllerOptions co;
   co.ns = flags.Get("namespace");
   co.workers = static_cast<int>(*workers);
@@ -121,15 +129,12 @@ int main(int argc, char** argv) {
     if (lo.retry_period.count() < 1) lo.retry_period = std::chrono::seconds(1);
     elector.emplace(**client, lo);
   }
-  using runtime_metrics::HttpResponse;
-  auto metrics_http = runtime_metrics::HttpServer::Start(
-      flags.Get("metrics-bind-address"), {{"/metrics", [&] {
-                                             api_requests.Add({}).Set(static_cast<double>((*client)->requests()));
-                                             return HttpResponse{200, registry.Serialize(),
-                                                                 runtime_metrics::kExpositionContentType};
-                                           }}});
+  using base::HttpResponse;
+  auto metrics_http = base::HttpServer::Start(
+      flags.Get("metrics-bind-address"),
+      {{"/metrics", base::MetricsHandler(registry, [&] { api_requests.Set(static_cast<double>((*client)->requests())); })}});
   if (!metrics_http.ok()) return Fail(metrics_http.status().WithContext("flag --metrics-bind-address"));
-  auto health_http = runtime_metrics::HttpServer::Start(
+  auto health_http = base::HttpServer::Start(
       flags.Get("health-probe-bind-address"),
       {{"/healthz", [] { return HttpResponse{200, "ok\n"}; }},
        {"/readyz", [&] {
@@ -144,7 +149,7 @@ int main(int argc, char** argv) {
   if (elector) {
     std::cout << "tfjob-operator: waiting for leadership" << std::endl;
     if (!elector->Acquire(stop)) return 0;
-    leader_gauge.Add({}).Set(1);
+    leader_gauge.Set(1);
   }
   std::cout << "tfjob-operator: watching " << (co.ns.empty() ? std::string("all namespaces") : "namespace " + co.ns)
             << " on " << config->server << std::endl;

@@ -32,10 +32,10 @@ esac
 # operator_e2e_test, prometheus_test, chart_test, dockerfile_test,
 # custom_loop_test. gpu_test needs CUDA, which these builds leave out.
 ASAN_TESTS=(
-  common_test cluster_test tensor_test data_test model_test checkpoint_test
-  operator_api_test operator_kube_test operator_planner_test
+  common_test base_test cluster_test tensor_test data_test model_test checkpoint_test
+  operator_api_test operator_kube_test operator_planner_test rpc_server_test
 )
-TSAN_TESTS=(coordinator_test ps_test collective_test operator_kube_test)
+TSAN_TESTS=(coordinator_test ps_test collective_test operator_kube_test rpc_server_test)
 
 run_tests() {
   local dir=$1

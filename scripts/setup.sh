@@ -7,7 +7,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libcpprest-dev libcpp-httplib-dev nlohmann-json3-dev libyaml-cpp-dev libeigen3-dev
+  libcpprest-dev libcpp-httplib-dev prometheus-cpp-dev nlohmann-json3-dev libyaml-cpp-dev libeigen3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libssl-dev zlib1g-dev
   python3-torch python3-numpy
   openmpi-bin libopenmpi-dev  # the OpenMPI peer of bench/allreduce.sh

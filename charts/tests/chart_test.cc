@@ -476,21 +476,6 @@ bool Allows(const Grant& g, const Permission& p) {
   return g.verbs.count(verb) && g.groups.count(group) && g.resources.count(resource) && (g.ns.empty() || g.ns == ns);
 }
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
 json Job(const std::string& name, const std::string& ns, const std::string& clean, int ttl) {
   json container{{"name", "tensorflow"}, {"image", "tfjob/runtime-cpu:0.1.0"}};
   json job{{"apiVersion", "kubeflow.org/v1"},
@@ -529,14 +514,15 @@ TEST_P(ChartRbac, GrantsExactlyWhatTheOperatorUses) {
   auto& api = **server;
   const std::string dir = t::MakeTempDir("chart-rbac-" + (watch_ns.empty() ? std::string("cluster") : watch_ns));
   ASSERT_TRUE(api.WriteKubeconfig(dir + "/kubeconfig").ok());
-  // The rendered args, with the two listen addresses moved to free local
-  // ports (the pod's :8080/:8081 may be taken on this machine).
+  // The rendered args, with the two listen addresses moved to local ports
+  // the operator binds itself (the pod's :8080/:8081 may be taken on this
+  // machine).
   std::vector<std::string> argv{t::BinDir() + "/tfjob-operator", "--kubeconfig", dir + "/kubeconfig"};
   for (const auto& a : Args(r.One("Deployment"))) {
     if (a.rfind("--metrics-bind-address=", 0) == 0) {
-      argv.push_back("--metrics-bind-address=127.0.0.1:" + std::to_string(FreePort()));
+      argv.push_back("--metrics-bind-address=127.0.0.1:0");
     } else if (a.rfind("--health-probe-bind-address=", 0) == 0) {
-      argv.push_back("--health-probe-bind-address=127.0.0.1:" + std::to_string(FreePort()));
+      argv.push_back("--health-probe-bind-address=127.0.0.1:0");
     } else {
       argv.push_back(a);
     }

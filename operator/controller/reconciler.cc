@@ -7,6 +7,7 @@
 #include "common/token.h"
 #include "operator/api/codec.h"
 #include "operator/api/names.h"
+#include "services/base/exposition.h"
 
 namespace tfjob::op::controller {
 namespace {
@@ -25,7 +26,14 @@ bool Has(const api::JobStatus& s, std::string_view type) {
   return false;
 }
 
-metrics::Labels JobLabels(const std::string& ns) { return {{"job_namespace", ns}, {"framework", "tensorflow"}}; }
+prometheus::Family<prometheus::Counter>& Counter(prometheus::Registry& r, const char* name, const char* help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(r);
+}
+
+// 0.5 ms .. ~131 s.
+prometheus::Histogram::BucketBoundaries ReconcileBuckets() { return base::ExponentialBuckets(0.0005, 4, 10); }
+
+prometheus::Labels JobLabels(const std::string& ns) { return {{"job_namespace", ns}, {"framework", "tensorflow"}}; }
 
 // What ViewPod / ViewService read, and nothing else: pod specs (with their
 // TF_CONFIG) and managedFields would otherwise dominate the operator's memory.
@@ -52,7 +60,7 @@ nlohmann::json Slim(nlohmann::json obj, bool keep_status) {
 
 }  // namespace
 
-Controller::Controller(kube::Client& client, ControllerOptions options, metrics::Registry& reg)
+Controller::Controller(kube::Client& client, ControllerOptions options, prometheus::Registry& reg)
     : client_(client),
       options_(std::move(options)),
       jobs_(client, kube::kTFJobs, options_.ns),
@@ -60,15 +68,23 @@ Controller::Controller(kube::Client& client, ControllerOptions options, metrics:
             [](nlohmann::json o) { return Slim(std::move(o), true); }),
       services_(client, kube::kServices, options_.ns, std::string(api::kJobNameLabel),
                 [](nlohmann::json o) { return Slim(std::move(o), false); }),
-      created_(reg.AddCounter("training_operator_jobs_created_total", "Counts number of jobs created")),
-      deleted_(reg.AddCounter("training_operator_jobs_deleted_total", "Counts number of jobs deleted")),
-      successful_(reg.AddCounter("training_operator_jobs_successful_total", "Counts number of jobs successful")),
-      failed_(reg.AddCounter("training_operator_jobs_failed_total", "Counts number of jobs failed")),
-      restarted_(reg.AddCounter("training_operator_jobs_restarted_total", "Counts number of jobs restarted")),
-      reconcile_seconds_(reg.AddHistogram("tfjob_operator_reconcile_duration_seconds", "Time to reconcile one TFJob",
-                                          metrics::ExponentialBuckets(0.0005, 4, 10))),
-      reconcile_errors_(reg.AddCounter("tfjob_operator_reconcile_errors_total", "Reconciles that ended in an error")),
-      depth_(reg.AddGauge("tfjob_operator_workqueue_depth", "TFJob keys waiting to be reconciled")) {
+      created_(Counter(reg, "training_operator_jobs_created_total", "Counts number of jobs created")),
+      deleted_(Counter(reg, "training_operator_jobs_deleted_total", "Counts number of jobs deleted")),
+      successful_(Counter(reg, "training_operator_jobs_successful_total", "Counts number of jobs successful")),
+      failed_(Counter(reg, "training_operator_jobs_failed_total", "Counts number of jobs failed")),
+      restarted_(Counter(reg, "training_operator_jobs_restarted_total", "Counts number of jobs restarted")),
+      reconcile_seconds_(prometheus::BuildHistogram()
+                             .Name("tfjob_operator_reconcile_duration_seconds")
+                             .Help("Time to reconcile one TFJob")
+                             .Register(reg)),
+      reconcile_errors_(Counter(reg, "tfjob_operator_reconcile_errors_total", "Reconciles that ended in an error")),
+      depth_(prometheus::BuildGauge()
+                 .Name("tfjob_operator_workqueue_depth")
+                 .Help("TFJob keys waiting to be reconciled")
+                 .Register(reg)) {
+  // Series without labels start at zero, so rate() sees the first increment.
+  reconcile_errors_.Add({});
+  depth_.Add({});
   jobs_.AddHandler([this](const std::string& type, const nlohmann::json& obj) {
     const std::string key = kube::ObjectKey(obj);
     if (type == "DELETED") {
@@ -125,7 +141,7 @@ void Controller::Work() {
     while (!Ready() && running_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     const auto t0 = std::chrono::steady_clock::now();
     Status s = Reconcile(*key);
-    reconcile_seconds_.Add({}).Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    reconcile_seconds_.Add({}, ReconcileBuckets()).Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     if (s.ok()) {
       queue_.Forget(*key);
     } else {
@@ -159,6 +175,10 @@ void Controller::RecordEvent(const api::TFJob& job, const Event& e) {
 
 void Controller::CountTransitions(const api::TFJob& job, const api::JobStatus& before, const api::JobStatus& after) {
   const auto labels = JobLabels(job.metadata.namespace_);
+  // A namespace's job counters all start at zero once it has a job, so
+  // rate() sees its first success or failure (Add returns the existing
+  // series after the first time).
+  for (auto* family : {&created_, &deleted_, &successful_, &failed_, &restarted_}) family->Add(labels);
   if (!Has(before, api::kConditionCreated) && Has(after, api::kConditionCreated)) created_.Add(labels).Increment();
   if (!IsTrue(before, api::kConditionSucceeded) && IsTrue(after, api::kConditionSucceeded)) successful_.Add(labels).Increment();
   if (!IsTrue(before, api::kConditionFailed) && IsTrue(after, api::kConditionFailed)) failed_.Add(labels).Increment();

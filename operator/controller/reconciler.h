@@ -20,7 +20,12 @@
 #include <thread>
 #include <vector>
 
-#include "common/metrics.h"
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
 #include "operator/controller/planner.h"
 #include "operator/kube/client.h"
 #include "operator/kube/informer.h"
@@ -36,7 +41,7 @@ struct ControllerOptions {
 
 class Controller {
  public:
-  Controller(kube::Client& client, ControllerOptions options, metrics::Registry& registry);
+  Controller(kube::Client& client, ControllerOptions options, prometheus::Registry& registry);
   ~Controller();
 
   void Start();
@@ -66,14 +71,14 @@ class Controller {
   std::vector<std::thread> workers_;
   std::atomic<bool> running_{false};
 
-  metrics::Family<metrics::Counter>& created_;
-  metrics::Family<metrics::Counter>& deleted_;
-  metrics::Family<metrics::Counter>& successful_;
-  metrics::Family<metrics::Counter>& failed_;
-  metrics::Family<metrics::Counter>& restarted_;
-  metrics::Family<metrics::Histogram>& reconcile_seconds_;
-  metrics::Family<metrics::Counter>& reconcile_errors_;
-  metrics::Family<metrics::Gauge>& depth_;
+  prometheus::Family<prometheus::Counter>& created_;
+  prometheus::Family<prometheus::Counter>& deleted_;
+  prometheus::Family<prometheus::Counter>& successful_;
+  prometheus::Family<prometheus::Counter>& failed_;
+  prometheus::Family<prometheus::Counter>& restarted_;
+  prometheus::Family<prometheus::Histogram>& reconcile_seconds_;
+  prometheus::Family<prometheus::Counter>& reconcile_errors_;
+  prometheus::Family<prometheus::Gauge>& depth_;
 };
 
 }  // namespace tfjob::op::controller

@@ -1,4 +1,5 @@
 // tfjob: run a TFJob manifest on this machine (`tfjob run MANIFEST.yaml`).
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <csignal>
@@ -19,15 +20,34 @@ void OnSignal(int) { g_stop = true; }
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty() || args[0] != "run") {
-    std::cerr << "usage: tfjob run MANIFEST.yaml [--state-dir DIR]\n";
-    return 2;
-  }
   tfjob::Flags flags;
   flags.Value("state-dir", "where status.json and <pod>.pid files go (default: a new /tmp directory)");
+  const std::string usage = "usage: tfjob run MANIFEST.yaml [--state-dir DIR]\n"
+                            "       tfjob --help | --version\n"
+                            "Runs a TFJob manifest on this machine under the operator's rules: one process per\n"
+                            "replica, TF_CONFIG on 127.0.0.1. Exits 0 when the job Succeeded, 1 when it Failed,\n"
+                            "2 for an invalid manifest.\n"
+                            "flags of run:\n" +
+                            flags.Usage();
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h" || args[0] == "help")) {
+    std::cout << usage;
+    return 0;
+  }
+  if (!args.empty() && args[0] == "--version") {
+    std::cout << "tfjob " << TFJOB_VERSION << std::endl;
+    return 0;
+  }
+  if (args.empty() || args[0] != "run") {
+    std::cerr << (args.empty() ? "tfjob: error: no command\n" : "tfjob: error: unknown command \"" + args[0] + "\"\n")
+              << usage;
+    return 2;
+  }
+  if (std::find(args.begin() + 1, args.end(), "--help") != args.end()) {
+    std::cout << usage;
+    return 0;
+  }
   if (auto s = flags.Parse({args.begin() + 1, args.end()}); !s.ok() || flags.positional().size() != 1) {
-    std::cerr << "tfjob: error: " << (s.ok() ? "give exactly one manifest" : s.message()) << "\n"
-              << "usage: tfjob run MANIFEST.yaml [--state-dir DIR]\n";
+    std::cerr << "tfjob: error: " << (s.ok() ? "give exactly one manifest" : s.message()) << "\n" << usage;
     return 2;
   }
   // Sibling binaries (tfjob-runtime) are found next to this one first.

@@ -6,11 +6,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <mutex>
 #include <ostream>
+#include <string_view>
 #include <thread>
 
 #include "common/files.h"
@@ -19,8 +21,8 @@
 #include "operator/api/names.h"
 #include "operator/api/validation.h"
 #include "operator/controller/planner.h"
-#include "services/rpc/auth.h"
-#include "services/runtime/launcher.h"
+#include "common/token.h"
+#include "services/base/ports.h"
 
 namespace tfjob::op::local {
 namespace {
@@ -32,12 +34,27 @@ using controller::ServiceView;
 
 constexpr const char* kUid = "local-run";
 
+// The port in a replica's "metrics: serving on :P" line
+// (services/metrics/runtime_metrics.h), or 0.
+int MetricsPortIn(const std::string& line) {
+  static constexpr std::string_view kPrefix = "metrics: serving on :";
+  if (line.rfind(kPrefix, 0) != 0) return 0;
+  const std::string digits = line.substr(kPrefix.size());
+  if (digits.empty() || digits.size() > 5 || digits.find_first_not_of("0123456789") != std::string::npos) return 0;
+  const int port = std::stoi(digits);
+  return port <= 65535 ? port : 0;
+}
+
 struct LocalPod {
   std::string name;
   std::map<std::string, std::string> labels;
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;
   std::string restart_policy;  // the pod spec's: Never, OnFailure, Always
+  int listen_fd = -1;          // the replica's listening socket (the runner keeps it), -1: none
+  // The /metrics port the running process reported ("metrics: serving on
+  // :P"), 0 until it does; written by the output pump.
+  std::atomic<int> metrics_port{0};
   pid_t pid = -1;
   int fd = -1;
   std::thread pump;
@@ -48,7 +65,10 @@ struct LocalPod {
 
 class Backend {
  public:
-  Backend(const RunOptions& o, std::mutex& out_mu) : o_(o), out_mu_(out_mu) {}
+  // `sockets`: each replica's listening socket by pod name, kept by the
+  // caller for the whole run (a restarted replica gets the same one).
+  Backend(const RunOptions& o, std::mutex& out_mu, const std::map<std::string, base::ListeningSocket>& sockets)
+      : o_(o), out_mu_(out_mu), sockets_(sockets) {}
   ~Backend() {
     for (auto& [name, p] : pods_) Kill(*p);
   }
@@ -59,6 +79,7 @@ class Backend {
     p->name = meta.value("name", "");
     for (auto it = meta["labels"].begin(); it != meta["labels"].end(); ++it) p->labels[it.key()] = it->get<std::string>();
     p->restart_policy = pod["spec"].value("restartPolicy", "Never");
+    if (auto s = sockets_.find(p->name); s != sockets_.end()) p->listen_fd = s->second.fd();
     for (const auto& c : pod["spec"].value("containers", json::array())) {
       if (c.value("name", "") != api::kDefaultContainerName) continue;
       for (const auto& a : c.value("command", json::array())) p->argv.push_back(a.get<std::string>());
@@ -128,18 +149,18 @@ class Backend {
   }
 
   // Prometheus file-based service discovery: one target per replica that
-  // exists, at its stable metrics port. Rewritten only when it changes, so
-  // Prometheus sees restarts as the same target.
-  void WriteTargets(const std::string& dir, const std::map<std::string, int>& metrics_ports) {
+  // serves /metrics, at the port its running process reported. Rewritten
+  // only when it changes.
+  void WriteTargets(const std::string& dir) {
     json targets = json::array();
     for (const auto& [name, p] : pods_) {
-      auto port = metrics_ports.find(name);
-      if (port == metrics_ports.end()) continue;
+      const int port = p->metrics_port.load();
+      if (port == 0) continue;
       auto label = [&](std::string_view k) {
         auto it = p->labels.find(std::string(k));
         return it == p->labels.end() ? std::string() : it->second;
       };
-      targets.push_back({{"targets", json::array({"127.0.0.1:" + std::to_string(port->second)})},
+      targets.push_back({{"targets", json::array({"127.0.0.1:" + std::to_string(port)})},
                          {"labels",
                           {{"tfjob_job_name", label(api::kJobNameLabel)},
                            {"replica_type", label(api::kReplicaTypeLabel)},
@@ -181,6 +202,7 @@ class Backend {
   void Start(LocalPod& p) {
     p.phase = "Running";
     p.exit_code.reset();
+    p.metrics_port = 0;
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) {
       p.phase = "Failed";
@@ -200,7 +222,15 @@ class Backend {
       // Replicas are placed by the TF_CONFIG this runner gives them, even
       // when the user's shell selects another resolver (e.g. Slurm's).
       unsetenv("TFJOB_CLUSTER_RESOLVER");
+      unsetenv(base::kListenFdEnv);
       for (const auto& [k, v] : p.env) setenv(k.c_str(), v.c_str(), 1);
+      // The socket at the replica's TF_CONFIG address, already listening:
+      // the replica serves on it (services/base/ports.h).
+      if (p.listen_fd >= 0 && !base::PassToChild(p.listen_fd)) {
+        const char msg[] = "tfjob run: cannot pass the listening socket to the replica\n";
+        (void)!write(2, msg, sizeof msg - 1);
+        _exit(127);
+      }
       if (argv.empty()) {
         const char msg[] = "tfjob run: the tensorflow container has no command\n";
         (void)!write(2, msg, sizeof msg - 1);
@@ -217,7 +247,7 @@ class Backend {
     close(fds[1]);
     p.pid = pid;
     p.fd = fds[0];
-    p.pump = std::thread([this, fd = fds[0], prefix = "[" + p.name + "] "] {
+    p.pump = std::thread([this, &p, fd = fds[0], prefix = "[" + p.name + "] "] {
       std::string pending;
       char buf[4096];
       ssize_t n;
@@ -226,7 +256,11 @@ class Backend {
         pending.append(buf, static_cast<size_t>(n));
         size_t nl;
         while ((nl = pending.find('\n')) != std::string::npos) {
-          Say(prefix + pending.substr(0, nl));
+          const std::string line = pending.substr(0, nl);
+          Say(prefix + line);
+          if (const int port = MetricsPortIn(line); port > 0 && p.metrics_port.exchange(port) != port) {
+            Say("[tfjob] " + p.name + ": metrics on 127.0.0.1:" + std::to_string(port));
+          }
           pending.erase(0, nl + 1);
         }
       }
@@ -266,30 +300,32 @@ class Backend {
 
   const RunOptions& o_;
   std::mutex& out_mu_;
+  const std::map<std::string, base::ListeningSocket>& sockets_;
   std::map<std::string, std::unique_ptr<LocalPod>> pods_;
   std::string targets_written_;
   std::map<std::string, pid_t> pids_written_;
 };
 
-// The tensorflow container's env plus the replica's metrics port, the job
-// name (services/metrics reads both) and the run's task token
+// The tensorflow container's env plus TFJOB_METRICS_PORT=0 (each replica's
+// /metrics on a port it binds itself and reports), the job name
+// (services/metrics reads both) and the run's task token
 // (services/rpc/auth.h: on Kubernetes it comes from the job's Secret; here
 // one is made per run). The runner's values win over the manifest's: on
 // Kubernetes every pod has its own IP, here they share one.
-json WithRunnerEnv(json pod, const std::string& job_name, int port, const std::string& token) {
+json WithRunnerEnv(json pod, const std::string& job_name, const std::string& token) {
   for (auto& c : pod["spec"]["containers"]) {
     if (c.value("name", "") != api::kDefaultContainerName) continue;
     json env = json::array();
     for (const auto& e : c.value("env", json::array())) {
       const std::string name = e.value("name", "");
-      if (name != "TFJOB_METRICS_PORT" && name != "TFJOB_JOB_NAME" && name != rpc::kTokenEnv &&
-          name != rpc::kTokenFileEnv) {
+      if (name != "TFJOB_METRICS_PORT" && name != "TFJOB_JOB_NAME" && name != kTokenEnv && name != kTokenFileEnv &&
+          name != base::kListenFdEnv) {
         env.push_back(e);
       }
     }
-    env.push_back({{"name", "TFJOB_METRICS_PORT"}, {"value", std::to_string(port)}});
+    env.push_back({{"name", "TFJOB_METRICS_PORT"}, {"value", "0"}});
     env.push_back({{"name", "TFJOB_JOB_NAME"}, {"value", job_name}});
-    env.push_back({{"name", rpc::kTokenEnv}, {"value", token}});
+    env.push_back({{"name", kTokenEnv}, {"value", token}});
     c["env"] = env;
   }
   return pod;
@@ -334,36 +370,32 @@ int RunJob(const std::string& manifest, const RunOptions& o) {
     return 2;
   }
 
-  // One port per replica, and one for its /metrics, for the whole run.
-  std::map<std::string, int> ports, metrics_ports;
+  // One listening socket per replica for the whole run, at the address its
+  // TF_CONFIG names: bound here and kept, so no other process can take the
+  // port, and handed to the replica at every (re)start.
+  std::map<std::string, base::ListeningSocket> sockets;
   for (const auto& spec : job.spec.replica_specs) {
     for (int i = 0; i < api::ReplicasOrDefault(spec); ++i) {
-      auto port = runtime::FreePort();
-      if (!port.ok()) {
-        err << "tfjob: error: " << port.status().message() << std::endl;
+      auto s = base::ListeningSocket::Listen("127.0.0.1", 0);
+      if (!s.ok()) {
+        err << "tfjob: error: " << s.status().message() << std::endl;
         return 1;
       }
-      ports[api::PodName(job.metadata.name, api::TypeLabel(spec), i)] = *port;
-      auto mport = runtime::FreePort();
-      if (!mport.ok()) {
-        err << "tfjob: error: " << mport.status().message() << std::endl;
-        return 1;
-      }
-      metrics_ports[api::PodName(job.metadata.name, api::TypeLabel(spec), i)] = *mport;
+      sockets[api::PodName(job.metadata.name, api::TypeLabel(spec), i)] = std::move(s).value();
     }
   }
   // One task token for the run: every replica gets it, nobody else has it.
-  const std::string token = rpc::NewToken();
+  const std::string token = NewToken();
   controller::PlannerOptions popts;
   // The run makes its own token (above) and has no network to police.
   popts.task_auth = false;
   popts.network_policy = false;
   popts.address = [&](const api::ReplicaSpec& spec, int index) {
-    return "127.0.0.1:" + std::to_string(ports[api::PodName(job.metadata.name, api::TypeLabel(spec), index)]);
+    return "127.0.0.1:" + std::to_string(sockets[api::PodName(job.metadata.name, api::TypeLabel(spec), index)].port());
   };
 
   std::mutex out_mu;
-  Backend backend(o, out_mu);
+  Backend backend(o, out_mu, sockets);
   std::vector<ServiceView> services;
   std::map<std::string, std::string> seen;  // condition type -> "status reason"
   std::optional<std::chrono::steady_clock::time_point> finished_at;
@@ -393,10 +425,7 @@ int RunJob(const std::string& manifest, const RunOptions& o) {
     for (const Action& a : plan.actions) {
       switch (a.kind) {
         case Action::Kind::kCreatePod: {
-          const std::string pod = a.object["metadata"].value("name", "");
-          backend.Create(WithRunnerEnv(a.object, job.metadata.name, metrics_ports[pod], token));
-          std::lock_guard g(out_mu);
-          out << "[tfjob] " << pod << ": metrics on 127.0.0.1:" << metrics_ports[pod] << std::endl;
+          backend.Create(WithRunnerEnv(a.object, job.metadata.name, token));
           break;
         }
         case Action::Kind::kDeletePod: backend.Delete(a.name); break;
@@ -410,7 +439,7 @@ int RunJob(const std::string& manifest, const RunOptions& o) {
       }
     }
     backend.WritePidFiles(dir);
-    backend.WriteTargets(dir, metrics_ports);
+    backend.WriteTargets(dir);
     if (!finished_at && Finished(job.status, &outcome)) finished_at = std::chrono::steady_clock::now();
     if (finished_at) {
       // Done once nothing runs (PS tasks exit when the chief shuts them

@@ -3,14 +3,20 @@
 // plays kubelet and API server: each pod is a child process running the
 // tensorflow container's command and args with its env and a TF_CONFIG whose
 // addresses are 127.0.0.1 ports (one per replica, stable across restarts).
+// The runner binds each replica's port itself and keeps the listening
+// socket for the whole run; every (re)start of the replica inherits it as
+// fd 3 with TFJOB_LISTEN_FD=3 (services/base/ports.h), so no other process
+// can take the port, even while the replica restarts.
 // OnFailure / Always restart the process in place (a container restart, which
 // backoffLimit counts); Never / ExitCode leave the pod Succeeded or Failed for
 // the planner. Output lines are prefixed with the pod name; status
 // transitions are printed; the state directory holds status.json (the TFJob
 // status as the operator would write it), one <pod>.pid per live replica, and
-// prometheus-targets.json (Prometheus file_sd: each replica's /metrics port,
-// passed to it as TFJOB_METRICS_PORT with TFJOB_JOB_NAME; [] once the run
-// is over).
+// prometheus-targets.json (Prometheus file_sd: each replica's /metrics port;
+// replicas get TFJOB_METRICS_PORT=0 and TFJOB_JOB_NAME, bind a port
+// themselves and report it with a "metrics: serving on :P" line, which the
+// runner echoes as "[tfjob] POD: metrics on 127.0.0.1:P"; [] once the run is
+// over).
 //
 // Failure: an invalid manifest prints the operator's validation message and
 // returns 2; a command that cannot be executed fails its replica (exit 127,

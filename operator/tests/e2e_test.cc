@@ -3,6 +3,7 @@
 // (names, labels, TF_CONFIG, ownerReferences), drive pod phases and exit
 // codes by hand, and check status, events and metrics; inject faults.
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -11,7 +12,6 @@
 
 #include "common/files.h"
 #include "operator/api/codec.h"
-#include "services/runtime/launcher.h"
 #include "tests/support/apiserver/apiserver_double.h"
 #include "tests/support/process.h"
 #include "tests/support/subprocess.h"
@@ -41,16 +41,22 @@ class OperatorE2E : public ::testing::Test {
       EXPECT_EQ(rc, 0) << op_->output();  // clean shutdown on SIGTERM
     }
   }
+  // Its endpoints on ports it binds itself (port 0): StartOperator reads
+  // which from its start-up line.
   std::unique_ptr<t::Process> Operator(const std::vector<std::string>& extra = {}) {
-    metrics_port_ = *runtime::FreePort();
-    health_port_ = *runtime::FreePort();
     std::vector<std::string> argv{t::BinDir() + "/tfjob-operator", "--kubeconfig", dir_ + "/kubeconfig", "--namespace",
-                                  "default", "--metrics-bind-address", "127.0.0.1:" + std::to_string(metrics_port_),
-                                  "--health-probe-bind-address", "127.0.0.1:" + std::to_string(health_port_)};
+                                  "default", "--metrics-bind-address", "127.0.0.1:0",
+                                  "--health-probe-bind-address", "127.0.0.1:0"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return std::make_unique<t::Process>(argv);
   }
-  void StartOperator() { op_ = Operator(); }
+  void StartOperator() {
+    op_ = Operator();
+    // "tfjob-operator: metrics on :P, health probes on :Q"
+    const auto ports = op_->WaitForLine("tfjob-operator: metrics on :");
+    ASSERT_TRUE(ports) << op_->output();
+    ASSERT_EQ(std::sscanf(ports->c_str(), "%d, health probes on :%d", &metrics_port_, &health_port_), 2) << *ports;
+  }
   json Manifest(const std::string& example) {
     auto text = ReadFile(t::SourceDir() + "/" + example);
     EXPECT_TRUE(text.ok()) << text.status();

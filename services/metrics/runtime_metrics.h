@@ -16,6 +16,10 @@
 // gauges appear once they have a value (checkpoint age only after the first
 // checkpoint, so it is never NaN or a made-up number).
 //
+// Kept in a prometheus-cpp registry and rendered by its TextSerializer
+// (services/base/exposition.h); every series carries the task labels as
+// ordinary labels, so each line lists its labels in sorted order.
+//
 // Ownership: RuntimeMetrics owns its registry. It is created once per
 // process (services/runtime) and handed down by pointer in options structs;
 // a null pointer means "not exported". Thread-safety: every method may run
@@ -33,9 +37,14 @@
 #include <utility>
 #include <vector>
 
-#include "common/metrics.h"
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
 #include "common/status.h"
-#include "services/metrics/http_server.h"
+#include "services/base/http_server.h"
 
 namespace tfjob::runtime_metrics {
 
@@ -68,30 +77,38 @@ class RuntimeMetrics {
   // Worker: one closure executed.
   void RecordWorkerClosure(double seconds);
 
-  // The /metrics body; computes the checkpoint age first.
+  // Computes the checkpoint age (a gauge read at scrape time); /metrics
+  // runs it before rendering registry().
+  void UpdateScrapeTimeGauges();
+  // The /metrics body: UpdateScrapeTimeGauges, then the text format.
   std::string Serialize();
+  const prometheus::Registry& registry() const { return registry_; }
 
  private:
+  using Labels = prometheus::Labels;
+  // The task's labels plus `extra` (e.g. method), the labels of one series.
+  Labels With(Labels extra = {}) const;
+
   const Identity id_;
   const WallClock now_;
-  metrics::Registry registry_;
-  metrics::Family<metrics::Counter>& steps_;
-  metrics::Family<metrics::Counter>& examples_;
-  metrics::Family<metrics::Gauge>& examples_per_second_;
-  metrics::Family<metrics::Gauge>& loss_;
-  metrics::Family<metrics::Histogram>& closure_latency_;
-  metrics::Family<metrics::Counter>& closures_retried_;
-  metrics::Family<metrics::Counter>& worker_failures_;
-  metrics::Family<metrics::Counter>& checkpoints_;
-  metrics::Family<metrics::Gauge>& checkpoint_age_;
-  metrics::Family<metrics::Gauge>& checkpoint_step_;
-  metrics::Family<metrics::Gauge>& evaluation_;
-  metrics::Family<metrics::Gauge>& evaluated_step_;
-  metrics::Family<metrics::Counter>& ps_received_;
-  metrics::Family<metrics::Counter>& ps_sent_;
-  metrics::Family<metrics::Histogram>& ps_latency_;
-  metrics::Family<metrics::Counter>& worker_closures_;
-  metrics::Family<metrics::Histogram>& worker_closure_seconds_;
+  prometheus::Registry registry_;
+  prometheus::Family<prometheus::Counter>& steps_;
+  prometheus::Family<prometheus::Counter>& examples_;
+  prometheus::Family<prometheus::Gauge>& examples_per_second_;
+  prometheus::Family<prometheus::Gauge>& loss_;
+  prometheus::Family<prometheus::Histogram>& closure_latency_;
+  prometheus::Family<prometheus::Counter>& closures_retried_;
+  prometheus::Family<prometheus::Counter>& worker_failures_;
+  prometheus::Family<prometheus::Counter>& checkpoints_;
+  prometheus::Family<prometheus::Gauge>& checkpoint_age_;
+  prometheus::Family<prometheus::Gauge>& checkpoint_step_;
+  prometheus::Family<prometheus::Gauge>& evaluation_;
+  prometheus::Family<prometheus::Gauge>& evaluated_step_;
+  prometheus::Family<prometheus::Counter>& ps_received_;
+  prometheus::Family<prometheus::Counter>& ps_sent_;
+  prometheus::Family<prometheus::Histogram>& ps_latency_;
+  prometheus::Family<prometheus::Counter>& worker_closures_;
+  prometheus::Family<prometheus::Histogram>& worker_closure_seconds_;
   std::atomic<int64_t> last_checkpoint_ns_{0};  // wall clock; 0 = none yet
 };
 
@@ -145,7 +162,7 @@ class Exporter {
 
  private:
   std::unique_ptr<RuntimeMetrics> metrics_;
-  std::unique_ptr<HttpServer> server_;  // destroyed first: its handlers use metrics_
+  std::unique_ptr<base::HttpServer> server_;  // destroyed first: its handlers use metrics_
 };
 
 }  // namespace tfjob::runtime_metrics

@@ -222,7 +222,12 @@ class Fit final : public Program {
     if (Status s = fit::CheckCommunication(p->communication, kind); !s.ok()) return ReportError(s, *ctx.err);
     if (!p->rejoin_timeout_given) p->collective.rendezvous_timeout = ctx.connect_timeout;
     p->collective.token = ctx.credentials.token;
-    auto group = collective::Group::Create(ctx.members, ctx.rank, p->collective);
+    auto group = [&]() -> StatusOr<std::unique_ptr<collective::Group>> {
+      if (!ctx.listener || !ctx.listener->valid()) return collective::Group::Create(ctx.members, ctx.rank, p->collective);
+      const int port = ctx.listener->port();
+      return collective::Group::Create(ctx.members, ctx.rank, p->collective,
+                                       collective::net::Listener{collective::net::Fd(ctx.listener->Release()), port});
+    }();
     if (!group.ok()) return ReportError(group.status(), *ctx.err);
     *ctx.out << "fit: multi_worker_mirrored, " << (*group)->self().name << " is rank " << ctx.rank << " of "
              << ctx.members.size() << ", listening on port " << (*group)->port() << std::endl;

@@ -15,6 +15,7 @@
 
 #include "common/signals.h"
 #include "common/status.h"
+#include "services/base/ports.h"
 #include "services/collective/ring.h"
 #include "services/coordinator/coordinator.h"
 #include "services/metrics/runtime_metrics.h"
@@ -59,6 +60,10 @@ struct CollectiveContext {
   // The job's task token: the group's connections carry it.
   rpc::Credentials credentials = {};
   SignalWatcher* signals = nullptr;  // as ChiefContext's
+  // The listening socket a launcher handed this task (services/base/ports.h),
+  // at members[rank]'s port: the group serves on it instead of binding the
+  // port itself. Null: the group binds it.
+  std::shared_ptr<base::ListeningSocket> listener;
 };
 
 // What the side-car evaluator gets: it never joins the training cluster.

@@ -31,6 +31,7 @@
 #include "proto/ps.grpc.pb.h"
 #include "services/metrics/runtime_metrics.h"
 #include "services/rpc/auth.h"
+#include "services/rpc/rpc.h"
 #include "services/model/optimizers.h"
 #include "services/tensor/tensor.h"
 
@@ -110,7 +111,7 @@ class PsServer {
 
  private:
   std::unique_ptr<ParameterServerService> service_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<rpc::Server> server_;
   int port_ = 0;
 };
 

@@ -29,8 +29,8 @@
 
 namespace tfjob::rpc {
 
-inline constexpr const char* kTokenEnv = "TFJOB_AUTH_TOKEN";
-inline constexpr const char* kTokenFileEnv = "TFJOB_AUTH_TOKEN_FILE";
+using ::tfjob::kTokenEnv;  // common/token.h
+using ::tfjob::kTokenFileEnv;
 inline constexpr const char* kTokenMetadata = "x-tfjob-token";
 
 struct Credentials {

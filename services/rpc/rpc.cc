@@ -1,5 +1,16 @@
 #include "services/rpc/rpc.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -81,18 +92,91 @@ Status CallWithRetry(const std::string& address, const RetryPolicy& policy, cons
   return Unavailable(address + " unreachable after " + std::to_string(attempt) + " attempts: " + last.message());
 }
 
-StatusOr<std::unique_ptr<grpc::Server>> StartServer(const std::string& address,
-                                                    const std::vector<grpc::Service*>& services, int* bound_port) {
+StatusOr<std::unique_ptr<Server>> StartServer(const std::string& address, const std::vector<grpc::Service*>& services,
+                                              int* bound_port) {
+  std::unique_ptr<Server> s(new Server());
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   int port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
-  for (grpc::Service* s : services) builder.RegisterService(s);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) return Unavailable("cannot listen on " + address);
+  if (address.rfind("fd:", 0) == 0) {
+    char* end = nullptr;
+    const long fd = std::strtol(address.c_str() + 3, &end, 10);
+    int listening = 0;
+    socklen_t len = sizeof listening;
+    sockaddr_storage ss{};
+    socklen_t ss_len = sizeof ss;
+    if (address.size() == 3 || *end != '\0' || fd < 0 || fd > INT32_MAX ||
+        getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening ||
+        getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&ss), &ss_len) != 0) {
+      return InvalidArgument("server address \"" + address + "\" is not a listening socket");
+    }
+    s->listen_fd_ = static_cast<int>(fd);
+    port = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
+                                    : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+    s->acceptor_ = builder.experimental().AddExternalConnectionAcceptor(
+        grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, grpc::InsecureServerCredentials());
+  } else {
+    builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  }
+  for (grpc::Service* svc : services) builder.RegisterService(svc);
+  s->server_ = builder.BuildAndStart();
+  if (!s->server_ || port == 0) return Unavailable("cannot listen on " + address);
+  if (s->acceptor_) {
+    if (pipe2(s->wake_, O_CLOEXEC) != 0) return Internal(std::string("pipe: ") + std::strerror(errno));
+    s->accepting_ = std::thread([raw = s.get()] { raw->AcceptLoop(); });
+  }
   if (bound_port) *bound_port = port;
-  return server;
+  return s;
+}
+
+void Server::AcceptLoop() {
+  while (true) {
+    pollfd p[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+    if (poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (p[1].revents != 0) return;
+    // Non-blocking, as gRPC's own accepted sockets are.
+    const int c = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (c < 0) {
+      // Out of descriptors: let some close instead of spinning.
+      if (errno == EMFILE || errno == ENFILE) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
+    int one = 1;
+    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters params;
+    params.listener_fd = listen_fd_;
+    params.fd = c;  // gRPC owns it from here
+    acceptor_->HandleNewConnection(&params);
+  }
+}
+
+void Server::StopAccepting() {
+  if (accepting_.joinable()) {
+    const char byte = 0;
+    (void)!write(wake_[1], &byte, 1);
+    accepting_.join();
+  }
+}
+
+void Server::Shutdown(std::chrono::system_clock::time_point deadline) {
+  // No connection is handed to a server that is shutting down.
+  StopAccepting();
+  server_->Shutdown(deadline);
+}
+
+Server::~Server() {
+  StopAccepting();
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now());
+    server_->Wait();
+  }
+  for (int fd : {wake_[0], wake_[1], listen_fd_}) {
+    if (fd >= 0) close(fd);
+  }
 }
 
 uint64_t NewIncarnation() {

@@ -11,6 +11,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -50,10 +52,41 @@ struct RetryPolicy {
 // restarting); every other code is final. The final error names `address`.
 Status CallWithRetry(const std::string& address, const RetryPolicy& policy, const std::function<Status()>& call);
 
-// Binds a server on `address` ("127.0.0.1:0" picks a free port). Returns the
-// server and sets *bound_port.
-StatusOr<std::unique_ptr<grpc::Server>> StartServer(const std::string& address,
-                                                    const std::vector<grpc::Service*>& services, int* bound_port);
+// A running gRPC server. Either gRPC bound its port itself, or it serves on
+// a listening socket this process was handed (services/base/ports.h: what
+// `tfjob-runtime local` and `tfjob run` give each task): then a thread here
+// accepts the connections and hands each to gRPC, which serves it as one of
+// its own. Ownership: owns the grpc::Server and that socket; destroying it
+// stops accepting, shuts the server down at once and closes the socket.
+// Thread-safety: Shutdown and Wait as grpc::Server's.
+class Server {
+ public:
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+  // Stops accepting; in-flight calls get until `deadline`, then are cancelled.
+  void Shutdown(std::chrono::system_clock::time_point deadline);
+  void Wait() { server_->Wait(); }
+
+ private:
+  friend StatusOr<std::unique_ptr<Server>> StartServer(const std::string&, const std::vector<grpc::Service*>&, int*);
+  Server() = default;
+  void AcceptLoop();
+  void StopAccepting();
+
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor_;
+  int listen_fd_ = -1;
+  int wake_[2] = {-1, -1};  // a pipe: writing to it ends AcceptLoop
+  std::thread accepting_;
+};
+
+// Starts a server on `address`: "HOST:PORT" binds it ("127.0.0.1:0" picks a
+// free port), "fd:N" serves on the listening socket N (taking ownership of
+// it). Returns the server and sets *bound_port. UNAVAILABLE when it cannot
+// listen; INVALID_ARGUMENT when N is not a listening socket.
+StatusOr<std::unique_ptr<Server>> StartServer(const std::string& address, const std::vector<grpc::Service*>& services,
+                                              int* bound_port);
 
 // Random, non-zero: a process's incarnation id.
 uint64_t NewIncarnation();

@@ -6,6 +6,10 @@
 #include <string_view>
 #include <utility>
 
+#include "operator/kube/cluster_resolver.h"
+#include "operator/kube/config.h"
+#include "operator/kube/rest_client.h"
+
 namespace tfjob::runtime {
 namespace {
 
@@ -42,9 +46,10 @@ StatusOr<std::optional<int64_t>> CountVar(const cluster::Env& env, const std::st
   return n;
 }
 
-StatusOr<std::map<std::string, int64_t>> ParseJobs(const std::string& text) {
+// `var` names the variable in errors.
+StatusOr<std::map<std::string, int64_t>> ParseJobs(const std::string& text, const std::string& var = kJobsVar) {
   auto bad = [&](const std::string& reason) {
-    return InvalidArgument(std::string(kJobsVar) + ": " + Quoted(text) + " " + reason + "; " + kJobsExample);
+    return InvalidArgument(var + ": " + Quoted(text) + " " + reason + "; " + kJobsExample);
   };
   std::map<std::string, int64_t> jobs;
   std::string_view rest = text;
@@ -97,14 +102,111 @@ StatusOr<cluster::SlurmOptions> SlurmOptionsFromEnv(const cluster::Env& env) {
   return o;
 }
 
+StatusOr<ResolvedCluster> ResolveKubernetes(const cluster::Env& env) {
+  const std::string what = "kubernetes resolver";
+  // Credentials: a kubeconfig when one is named (outside a pod, tests),
+  // else the pod's service account.
+  const std::string kubeconfig = env("KUBECONFIG").value_or("");
+  auto config = kubeconfig.empty() ? op::kube::InClusterConfig(env) : op::kube::LoadKubeconfig(kubeconfig);
+  if (!config.ok()) {
+    // The resolver was asked for: not finding a cluster is bad input, not
+    // "no cluster, run alone".
+    return InvalidArgument(what + ": " + config.status().message());
+  }
+  std::string pod_name = env("POD_NAME").value_or("");
+  if (pod_name.empty()) pod_name = env("HOSTNAME").value_or("");
+  if (pod_name.empty()) return InvalidArgument(what + ": neither POD_NAME nor HOSTNAME names this pod");
+  std::string ns = env("POD_NAMESPACE").value_or("");
+  if (ns.empty()) ns = config->default_namespace;
+  std::chrono::milliseconds wait{300000};
+  if (auto v = env("TFJOB_KUBERNETES_WAIT_SECONDS"); v && !v->empty()) {
+    std::optional<int64_t> secs = ParseCount(*v);
+    if (!secs || *secs < 1) {
+      return InvalidArgument("TFJOB_KUBERNETES_WAIT_SECONDS: " + Quoted(*v) + " is not a positive integer");
+    }
+    wait = std::chrono::seconds(*secs);
+  }
+  std::optional<std::map<std::string, int64_t>> jobs;
+  if (auto v = env("TFJOB_KUBERNETES_JOBS"); v && !v->empty()) {
+    ASSIGN_OR_RETURN(jobs, ParseJobs(*v, "TFJOB_KUBERNETES_JOBS"));
+  }
+  op::kube::RestOptions ro;
+  ro.qps = 5;  // one task among many asking the same API server
+  ro.burst = 10;
+  ASSIGN_OR_RETURN(std::unique_ptr<op::kube::RestClient> client, op::kube::RestClient::Create(*config, ro));
+  const std::string rbac = " (the job's service account needs get and list on pods and get on tfjobs; "
+                           "see docs/kubernetes-resolver.md)";
+  auto api_error = [&](const Status& s, const std::string& request) {
+    std::string m = what + ": " + request + ": " + s.message();
+    if (s.code() == Code::kPermissionDenied || s.code() == Code::kUnauthenticated) m += rbac;
+    // NOT_FOUND would read as "no cluster: run alone"; a pod or TFJob that
+    // is not there is a wrong POD_NAME or job label.
+    return Status(s.code() == Code::kNotFound ? Code::kInvalidArgument : s.code(), m);
+  };
+
+  // This pod: its labels say which job and task it is.
+  auto self = client->Get(op::kube::kPods, ns, pod_name);
+  if (!self.ok()) return api_error(self.status(), "getting pod " + ns + "/" + pod_name);
+  const nlohmann::json labels = self->value("metadata", nlohmann::json::object()).value("labels", nlohmann::json::object());
+  auto label = [&](const char* key) -> StatusOr<std::string> {
+    if (!labels.contains(key) || !labels[key].is_string() || labels[key].get<std::string>().empty()) {
+      return InvalidArgument(what + ": pod " + ns + "/" + pod_name + " has no label " + key +
+                             " (a pod the TFJob operator created has it)");
+    }
+    return labels[key].get<std::string>();
+  };
+  ASSIGN_OR_RETURN(const std::string job_name, label("training.kubeflow.org/job-name"));
+  ASSIGN_OR_RETURN(const std::string type, label("training.kubeflow.org/replica-type"));
+  ASSIGN_OR_RETURN(const std::string index_text, label("training.kubeflow.org/replica-index"));
+  const std::optional<int64_t> index = ParseCount(index_text);
+  if (!index) {
+    return InvalidArgument(what + ": pod " + ns + "/" + pod_name + ": label training.kubeflow.org/replica-index " +
+                           Quoted(index_text) + " is not a non-negative integer");
+  }
+  if (!cluster::IsKnownTaskType(type)) {
+    return InvalidArgument(what + ": pod " + ns + "/" + pod_name + ": replica type " + Quoted(type) +
+                           " is not chief, master, ps, worker or evaluator");
+  }
+  if (!jobs) {
+    auto tfjob = client->Get(op::kube::kTFJobs, ns, job_name);
+    if (!tfjob.ok()) return api_error(tfjob.status(), "getting TFJob " + ns + "/" + job_name);
+    auto counts = op::kube::TfJobTaskCounts(*tfjob);
+    if (!counts.ok()) return InvalidArgument(what + ": " + counts.status().message());
+    jobs = std::move(counts).value();
+  }
+  jobs->erase(cluster::kEvaluator);  // never part of the training cluster
+  if (type != cluster::kEvaluator && (!jobs->contains(type) || *index >= jobs->at(type))) {
+    return InvalidArgument(what + ": pod " + ns + "/" + pod_name + " is " + type + ":" + std::to_string(*index) +
+                           ", which the job's layout does not have");
+  }
+  op::kube::ResolverOptions o;
+  o.ns = ns;
+  std::vector<std::string> types;
+  for (const auto& [t, n] : *jobs) types.push_back(t);
+  o.job_selectors = op::kube::TfJobSelectors(job_name, types);
+  o.expected_tasks = *jobs;
+  o.wait_timeout = wait;
+  auto spec = op::kube::ResolveCluster(*client, o);
+  if (!spec.ok()) {
+    if (spec.status().code() == Code::kPermissionDenied || spec.status().code() == Code::kUnauthenticated) {
+      return Status(spec.status().code(), spec.status().message() + rbac);
+    }
+    return spec.status();
+  }
+  RETURN_IF_ERROR(cluster::ValidateRoleCounts(*spec).WithContext(what));
+  cluster::ClusterConfig cfg{std::move(spec).value(), cluster::TaskId{type, *index}, "cloud", ""};
+  return ResolvedCluster{std::move(cfg), std::nullopt};
+}
+
 StatusOr<ResolvedCluster> ResolveCluster(const cluster::Env& env) {
   const std::string resolver = env(kResolverVar).value_or("");
   if (resolver.empty() || resolver == "tf_config") {
     ASSIGN_OR_RETURN(cluster::ClusterConfig config, cluster::FromEnv(env));
     return ResolvedCluster{std::move(config), std::nullopt};
   }
+  if (resolver == "kubernetes") return ResolveKubernetes(env);
   if (resolver != "slurm") {
-    return InvalidArgument(std::string(kResolverVar) + ": " + Quoted(resolver) + " is not tf_config or slurm");
+    return InvalidArgument(std::string(kResolverVar) + ": " + Quoted(resolver) + " is not tf_config, slurm or kubernetes");
   }
   ASSIGN_OR_RETURN(cluster::SlurmOptions options, SlurmOptionsFromEnv(env));
   StatusOr<cluster::SlurmResolution> r = cluster::ResolveSlurm(options, env);

@@ -13,10 +13,32 @@
 //       TFJOB_SLURM_GPUS_PER_NODE   default: the entries of CUDA_VISIBLE_DEVICES
 //       TFJOB_SLURM_TASKS_PER_NODE  overrides SLURM_STEP_TASKS_PER_NODE
 //     TF_CONFIG is ignored under Slurm: the resolver was chosen explicitly.
+//   - "kubernetes": the pods of this process's TFJob, from the Kubernetes API
+//     (operator/kube/cluster_resolver.h): this pod's own labels give the job
+//     (training.kubeflow.org/job-name) and the task (replica-type,
+//     replica-index); every other task is the pod that label selectors on
+//     those labels find, at its pod IP and tfjob-port, in numeric replica
+//     order, once all of them are Running. The evaluator is not part of the
+//     cluster (as in Kubeflow's TF_CONFIG). Read from
+//       KUBECONFIG                   a kubeconfig file; unset: in-cluster
+//                                    credentials (the pod's service-account
+//                                    token and CA, KUBERNETES_SERVICE_HOST/_PORT)
+//       POD_NAME, POD_NAMESPACE      this pod (downward API); default $HOSTNAME
+//                                    and the service account's namespace
+//       TFJOB_KUBERNETES_JOBS        optional, e.g. "chief:1,ps:1,worker:2";
+//                                    unset: the replicas of the TFJob named by
+//                                    the job-name label
+//       TFJOB_KUBERNETES_WAIT_SECONDS how long to wait for the pods (300)
+//     The job's service account needs get and list on pods, and get on
+//     tfjobs unless TFJOB_KUBERNETES_JOBS is set (docs/kubernetes-resolver.md).
 //
 // Ownership: plain values. Thread-safety: pure apart from the Env accessor.
 // Failure: NOT_FOUND only when the TF_CONFIG resolver finds no TF_CONFIG (the
-// caller then runs on this machine alone). Everything else that is wrong --
+// caller then runs on this machine alone). The Kubernetes resolver's API
+// errors keep their codes (PERMISSION_DENIED when the RBAC is missing,
+// UNAVAILABLE when the API server cannot be reached), with the request and a
+// pointer to the RBAC it needs; pods that never become ready are
+// DEADLINE_EXCEEDED naming them. Everything else that is wrong --
 // an unknown resolver, a malformed TFJOB_SLURM_* value, a layout the runtime
 // cannot run, missing or malformed SLURM_* variables -- is INVALID_ARGUMENT
 // with one line naming the variable and quoting its text, so a task started
@@ -44,6 +66,9 @@ struct ResolvedCluster {
 // ps, worker, evaluator), one coordinator (chief or master), at least one ps
 // and one worker, each listed once with a count of at least 1.
 StatusOr<cluster::SlurmOptions> SlurmOptionsFromEnv(const cluster::Env& env);
+
+// The Kubernetes resolver alone (TFJOB_CLUSTER_RESOLVER=kubernetes).
+StatusOr<ResolvedCluster> ResolveKubernetes(const cluster::Env& env);
 
 // Selects the resolver (see above) and runs it.
 StatusOr<ResolvedCluster> ResolveCluster(const cluster::Env& env);

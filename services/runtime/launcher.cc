@@ -1,10 +1,7 @@
 #include "services/runtime/launcher.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +14,7 @@
 #include <thread>
 
 #include "common/flags.h"
+#include "services/base/ports.h"
 #include "services/cluster/cluster.h"
 #include "services/rpc/auth.h"
 
@@ -42,9 +40,11 @@ std::string SelfExe() {
   return buf;
 }
 
-// Starts argv with TF_CONFIG; its stdout+stderr go through a pipe.
+// Starts argv with TF_CONFIG and, when `listen_fd` >= 0, that listening
+// socket as its own (services/base/ports.h); its stdout+stderr go through a
+// pipe.
 StatusOr<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& argv, const std::string& tf_config,
-                                      const std::string& token) {
+                                      const std::string& token, int listen_fd) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return Internal(std::string("pipe: ") + std::strerror(errno));
   pid_t pid = fork();
@@ -59,6 +59,8 @@ StatusOr<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& argv, cons
     // The children's roles come from this TF_CONFIG even when the launcher
     // itself was started with another resolver selected.
     unsetenv("TFJOB_CLUSTER_RESOLVER");
+    unsetenv(base::kListenFdEnv);
+    if (listen_fd >= 0 && !base::PassToChild(listen_fd)) _exit(127);
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
@@ -70,24 +72,6 @@ StatusOr<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& argv, cons
 }
 
 }  // namespace
-
-StatusOr<int> FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Unavailable(std::string("socket: ") + std::strerror(errno));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof addr;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    close(fd);
-    return Unavailable(std::string("bind: ") + std::strerror(errno));
-  }
-  const int port = ntohs(addr.sin_port);
-  close(fd);
-  return port;
-}
 
 int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& programs, std::ostream& out,
              std::ostream& err) {
@@ -106,7 +90,8 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
   rest.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
   Flags flags;
   flags.Value("ps", "parameter servers (0: the workers train together, multi-worker mirrored)", "0")
-      .Value("workers", "workers", "2");
+      .Value("workers", "workers", "2")
+      .Value("host", "the address every task listens on and TF_CONFIG names (IPv4 or IPv6)", "127.0.0.1");
   if (Status s = flags.Parse(mine); !s.ok()) return ReportError(s, err);
   auto nps = flags.GetInt("ps");
   auto nworkers = flags.GetInt("workers");
@@ -119,11 +104,15 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
   for (const auto& p : programs) known |= p->name() == rest[0];
   if (!known) return ReportError(InvalidArgument("local: unknown program \"" + rest[0] + "\""), err);
 
+  // Every task's listening socket, bound here so TF_CONFIG can name its
+  // port before the task starts; the task inherits it and serves on it.
   std::map<std::string, std::vector<std::string>> jobs;
+  std::map<std::string, base::ListeningSocket> sockets;  // "job:index" -> socket, until handed over
   auto add = [&](const std::string& job, int64_t n) -> Status {
     for (int64_t k = 0; k < n; ++k) {
-      ASSIGN_OR_RETURN(int port, FreePort());
-      jobs[job].push_back("127.0.0.1:" + std::to_string(port));
+      ASSIGN_OR_RETURN(base::ListeningSocket s, base::ListeningSocket::Listen(flags.Get("host"), 0));
+      jobs[job].push_back(s.address());
+      sockets[job + ":" + std::to_string(k)] = std::move(s);
     }
     return Status::Ok();
   };
@@ -133,7 +122,7 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
   const bool with_chief = *nps > 0;
   for (auto [job, n] : {std::pair<std::string, int64_t>{"chief", with_chief ? 1 : 0}, {"ps", *nps}, {"worker", *nworkers}}) {
     if (n == 0) continue;
-    if (Status s = add(job, n); !s.ok()) return ReportError(s, err);
+    if (Status s = add(job, n); !s.ok()) return ReportError(s.WithContext("local: flag --host"), err);
   }
   auto spec = cluster::ClusterSpec::FromLists(jobs);
   if (!spec.ok()) return ReportError(spec.status(), err);
@@ -146,7 +135,9 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
   std::vector<std::unique_ptr<Child>> children;
   auto start = [&](const std::string& job, int64_t index) -> Status {
     cluster::ClusterConfig cfg{*spec, cluster::TaskId{job, index}, "cloud", ""};
-    ASSIGN_OR_RETURN(auto spawned, Spawn(argv, cluster::ToTfConfigJson(cfg), token));
+    // The child has its own copy from here on; the launcher's goes.
+    base::ListeningSocket socket = std::move(sockets[job + ":" + std::to_string(index)]);
+    ASSIGN_OR_RETURN(auto spawned, Spawn(argv, cluster::ToTfConfigJson(cfg), token, socket.fd()));
     auto c = std::make_unique<Child>();
     c->name = job + ":" + std::to_string(index);
     c->pid = spawned.first;

@@ -1,6 +1,9 @@
-// `tfjob-runtime local [--ps N] --workers M [--] PROGRAM [flags]`: one
-// process per task on 127.0.0.1 (this same binary), each with its TF_CONFIG,
-// output prefixed by the task name. With --ps N > 0 the cluster is a chief,
+// `tfjob-runtime local [--ps N] --workers M [--host H] [--] PROGRAM [flags]`:
+// one process per task on 127.0.0.1 (or H; this same binary), each with its
+// TF_CONFIG, output prefixed by the task name. The launcher binds every
+// task's listening socket on port 0 first, so TF_CONFIG names ports the
+// kernel gave out, and each task inherits its socket (services/base/ports.h)
+// instead of binding a number that another process could take first. With --ps N > 0 the cluster is a chief,
 // N parameter servers and M workers (parameter-server training); with the
 // default --ps 0 it is M workers that train together (multi-worker
 // mirrored), worker 0 leading. Returns the lead task's (chief:0 or
@@ -20,9 +23,5 @@ namespace tfjob::runtime {
 
 int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& programs, std::ostream& out,
              std::ostream& err);
-
-// A free TCP port on 127.0.0.1 (bound and released; the caller races nobody
-// on a test machine in practice).
-StatusOr<int> FreePort();
 
 }  // namespace tfjob::runtime

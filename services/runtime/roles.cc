@@ -1,8 +1,11 @@
+#include <cerrno>
 #include <csignal>
 #include <iostream>
 #include <thread>
 
+#include "services/base/ports.h"
 #include "services/collective/group.h"
+#include "services/collective/net.h"
 #include "services/coordinator/coordinator.h"
 #include "services/metrics/runtime_metrics.h"
 #include "services/ps/ps_client.h"
@@ -28,6 +31,22 @@ StatusOr<std::string> ListenAddress(const std::string& address) {
   return "[::]:" + address.substr(colon + 1);
 }
 
+// Where a serving role listens: the socket its launcher handed it
+// (`listener`, already bound to this task's port), else its own port on
+// every interface.
+struct Listen {
+  std::string server_address;  // for rpc::StartServer
+  std::string shown;           // "[::]:PORT", "127.0.0.1:PORT"
+};
+
+StatusOr<Listen> ListenFor(const std::string& address, std::optional<base::ListeningSocket>& listener) {
+  ASSIGN_OR_RETURN(std::string any, ListenAddress(address));
+  if (!listener) return Listen{any, any};
+  std::string shown = listener->address();
+  // The server owns the descriptor from here on.
+  return Listen{"fd:" + std::to_string(listener->Release()), std::move(shown)};
+}
+
 std::vector<std::string> Addresses(const cluster::ClusterSpec& c, const std::string& job) {
   std::vector<std::string> out;
   for (int64_t i : c.TaskIndices(job)) out.push_back(*c.Address(job, i));
@@ -35,11 +54,12 @@ std::vector<std::string> Addresses(const cluster::ClusterSpec& c, const std::str
 }
 
 int ServePs(const cluster::ClusterConfig& cfg, const programs::Program& program, const std::vector<std::string>& args,
-            const rpc::Credentials& credentials, runtime_metrics::RuntimeMetrics* metrics, SignalWatcher& signals,
-            std::ostream& out, std::ostream& err) {
+            const rpc::Credentials& credentials, runtime_metrics::RuntimeMetrics* metrics,
+            std::optional<base::ListeningSocket>& listener, SignalWatcher& signals, std::ostream& out,
+            std::ostream& err) {
   auto self = cfg.cluster.Address(cfg.task->type, cfg.task->index);
   if (!self.ok()) return ReportError(self.status(), err);
-  auto listen = ListenAddress(*self);
+  auto listen = ListenFor(*self, listener);
   if (!listen.ok()) return ReportError(listen.status(), err);
   auto checkpoint_dir = program.CheckpointDir(args);
   if (!checkpoint_dir.ok()) return ReportError(checkpoint_dir.status(), err);
@@ -49,11 +69,11 @@ int ServePs(const cluster::ClusterConfig& cfg, const programs::Program& program,
   options.checkpoint_dir = *checkpoint_dir;
   options.checkpoint_file = "ps-" + std::to_string(cfg.task->index) + ".ckpt";
   options.credentials = credentials;
-  auto server = ps::PsServer::Start(*listen, options);
+  auto server = ps::PsServer::Start(listen->server_address, options);
   if (!server.ok()) return ReportError(server.status(), err);
   // SIGTERM / SIGINT end a serving role cleanly (exit 0), as a pod deletion does.
   signals.OnStop([&service = (*server)->service()] { service.RequestShutdown(); });
-  out << "ps " << cfg.task->index << ": serving on " << *listen << std::endl;
+  out << "ps " << cfg.task->index << ": serving on " << listen->shown << std::endl;
   (*server)->Wait();
   out << "ps " << cfg.task->index << ": shut down" << std::endl;
   return 0;
@@ -61,10 +81,11 @@ int ServePs(const cluster::ClusterConfig& cfg, const programs::Program& program,
 
 int ServeWorker(const cluster::ClusterConfig& cfg, const cluster::ClusterSpec& training,
                 const programs::ProgramList& all, const rpc::Credentials& credentials,
-                runtime_metrics::RuntimeMetrics* metrics, SignalWatcher& signals, std::ostream& out, std::ostream& err) {
+                runtime_metrics::RuntimeMetrics* metrics, std::optional<base::ListeningSocket>& listener,
+                SignalWatcher& signals, std::ostream& out, std::ostream& err) {
   auto self = cfg.cluster.Address(cfg.task->type, cfg.task->index);
   if (!self.ok()) return ReportError(self.status(), err);
-  auto listen = ListenAddress(*self);
+  auto listen = ListenFor(*self, listener);
   if (!listen.ok()) return ReportError(listen.status(), err);
   worker::Registry registry;
   for (const auto& p : all) {
@@ -72,11 +93,11 @@ int ServeWorker(const cluster::ClusterConfig& cfg, const cluster::ClusterSpec& t
   }
   ps::ClientOptions ps_options;
   ps_options.credentials = credentials;
-  auto server =
-      worker::WorkerServer::Start(*listen, registry, {cfg.task->index, Addresses(training, cluster::kPs), ps_options, metrics});
+  auto server = worker::WorkerServer::Start(listen->server_address, registry,
+                                            {cfg.task->index, Addresses(training, cluster::kPs), ps_options, metrics});
   if (!server.ok()) return ReportError(server.status(), err);
   signals.OnStop([&service = (*server)->service()] { service.RequestShutdown(); });
-  out << "worker " << cfg.task->index << ": serving on " << *listen << std::endl;
+  out << "worker " << cfg.task->index << ": serving on " << listen->shown << std::endl;
   (*server)->Wait();
   out << "worker " << cfg.task->index << ": shut down" << std::endl;
   return 0;
@@ -150,7 +171,23 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
   auto exporter = runtime_metrics::Exporter::Start(*metrics_config, out);
   if (!exporter.ok()) return ReportError(exporter.status(), err);
   runtime_metrics::RuntimeMetrics* metrics = (*exporter)->metrics();
-  if (type == cluster::kPs) return ServePs(*cfg, program, args, *credentials, metrics, signals, out, err);
+  // The listening socket a launcher handed down (services/base/ports.h):
+  // it must be at this task's own port, or the others could not reach it.
+  auto listener = base::InheritedListener(env);
+  if (!listener.ok()) return ReportError(listener.status(), err);
+  if (*listener && cfg->cluster.HasJob(type)) {
+    auto self = cfg->cluster.Address(type, cfg->task->index);
+    if (!self.ok()) return ReportError(self.status(), err);
+    auto hp = collective::net::SplitAddress(*self);
+    if (!hp.ok()) return ReportError(hp.status(), err);
+    if (hp->port != (*listener)->port()) {
+      return ReportError(InvalidArgument(std::string(base::kListenFdEnv) + ": the socket listens on port " +
+                                         std::to_string((*listener)->port()) + ", but TF_CONFIG puts " + type + ":" +
+                                         std::to_string(cfg->task->index) + " at " + *self),
+                         err);
+    }
+  }
+  if (type == cluster::kPs) return ServePs(*cfg, program, args, *credentials, metrics, *listener, signals, out, err);
   // Without parameter servers, the chief and the workers train together
   // (TensorFlow's MultiWorkerMirroredStrategy): every one runs the program.
   if ((type == cluster::kWorker || cluster::IsChief(type)) && !training.HasJob(cluster::kPs)) {
@@ -158,10 +195,15 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
     if (!members.ok()) return ReportError(members.status(), err);
     auto rank = collective::RankOf(*members, type, cfg->task->index);
     if (!rank.ok()) return ReportError(rank.status(), err);
-    programs::CollectiveContext ctx{*members, *rank, &out, &err, connect_timeout, metrics, *credentials, &signals};
+    std::shared_ptr<base::ListeningSocket> inherited;
+    if (*listener) inherited = std::make_shared<base::ListeningSocket>(std::move(**listener));
+    programs::CollectiveContext ctx{*members, *rank, &out,    &err,     connect_timeout,
+                                    metrics,  *credentials, &signals, inherited};
     return program.RunCollective(args, ctx);
   }
-  if (type == cluster::kWorker) return ServeWorker(*cfg, training, all, *credentials, metrics, signals, out, err);
+  if (type == cluster::kWorker) {
+    return ServeWorker(*cfg, training, all, *credentials, metrics, *listener, signals, out, err);
+  }
   if (cluster::IsChief(type)) {
     programs::ChiefContext ctx{Addresses(training, cluster::kPs), Addresses(training, cluster::kWorker), {}, &out, &err};
     ctx.connect_timeout = connect_timeout;
@@ -191,14 +233,17 @@ namespace {
 std::string Usage(const programs::ProgramList& programs) {
   std::string s =
       "usage: tfjob-runtime PROGRAM [flags]            run PROGRAM in the role TF_CONFIG assigns\n"
-      "       tfjob-runtime local --ps N --workers M [--] PROGRAM [flags]\n"
-      "                                                one process per task on 127.0.0.1\n"
+      "       tfjob-runtime local --ps N --workers M [--host H] [--] PROGRAM [flags]\n"
+      "                                                one process per task on 127.0.0.1 (or H)\n"
       "       tfjob-runtime --metrics-port N PROGRAM|local ...\n"
       "                                                serve Prometheus /metrics, /healthz, /readyz on :N\n"
       "                                                (0 picks a free port; env TFJOB_METRICS_PORT, the\n"
       "                                                flag wins; job_name label from TFJOB_JOB_NAME)\n"
+      "       tfjob-runtime --help | --version\n"
       "With TFJOB_CLUSTER_RESOLVER=slurm the role comes from the Slurm step (srun), laid out by\n"
       "TFJOB_SLURM_JOBS (e.g. chief:1,ps:1,worker:2) and TFJOB_SLURM_PORT_BASE; see docs/slurm.md.\n"
+      "With TFJOB_CLUSTER_RESOLVER=kubernetes it comes from this pod's labels and the job's pods in the\n"
+      "Kubernetes API (POD_NAME, POD_NAMESPACE, KUBECONFIG); see docs/kubernetes-resolver.md.\n"
       "programs:\n";
   for (const auto& p : programs) s += "  " + p->usage() + "\n";
   return s;
@@ -228,6 +273,11 @@ int RunMain(const std::vector<std::string>& command_line, const programs::Progra
   if (all_args.empty() || all_args[0] == "--help" || all_args[0] == "-h" || all_args[0] == "help") {
     (all_args.empty() ? err : out) << Usage(programs);
     return all_args.empty() ? 2 : 0;
+  }
+  if (all_args[0] == "--version") {
+    // The binary's own name: custom programs link this same entry point.
+    out << program_invocation_short_name << " " << TFJOB_VERSION << std::endl;
+    return 0;
   }
   const std::string cmd = all_args[0];
   const std::vector<std::string> args(all_args.begin() + 1, all_args.end());

@@ -137,7 +137,7 @@ class WorkerServer {
 
  private:
   std::unique_ptr<WorkerService> service_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<rpc::Server> server_;
   int port_ = 0;
 };
 

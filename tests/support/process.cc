@@ -10,7 +10,7 @@
 
 namespace tfjob::testing {
 
-Process::Process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
+Process::Process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env, int fd3) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return;
   pid_ = fork();
@@ -18,6 +18,11 @@ Process::Process(const std::vector<std::string>& argv, const std::map<std::strin
     prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
     dup2(fds[1], 1);
     dup2(fds[1], 2);
+    if (fd3 == 3) {
+      fcntl(3, F_SETFD, 0);  // dup2 onto itself would keep close-on-exec
+    } else if (fd3 >= 0) {
+      dup2(fd3, 3);
+    }
     for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -34,8 +39,12 @@ Process::Process(const std::vector<std::string>& argv, const std::map<std::strin
       if (n > 0) {
         std::lock_guard g(mu_);
         output_.append(buf, static_cast<size_t>(n));
+        grew_.notify_all();
       }
     }
+    std::lock_guard g(mu_);
+    ended_ = true;
+    grew_.notify_all();
   });
 }
 
@@ -65,6 +74,22 @@ int Process::Stop(int sig) {
 std::string Process::output() const {
   std::lock_guard g(mu_);
   return output_;
+}
+
+std::optional<std::string> Process::WaitForLine(const std::string& marker, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::unique_lock lock(mu_);
+  size_t line_start = 0;  // lines before it have been looked at
+  while (true) {
+    size_t nl;
+    while ((nl = output_.find('\n', line_start)) != std::string::npos) {
+      const std::string line = output_.substr(line_start, nl - line_start);
+      line_start = nl + 1;
+      if (const auto at = line.find(marker); at != std::string::npos) return line.substr(at + marker.size());
+    }
+    if (ended_) return std::nullopt;
+    if (grew_.wait_until(lock, deadline) == std::cv_status::timeout) return std::nullopt;
+  }
 }
 
 }  // namespace tfjob::testing

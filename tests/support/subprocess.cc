@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -16,7 +18,7 @@ extern char** environ;
 namespace tfjob::testing {
 
 RunResult Run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
-              const std::string& cwd) {
+              const std::string& cwd, const std::vector<int>& inherit) {
   RunResult r;
   int out_pipe[2], err_pipe[2];
   if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
@@ -29,6 +31,7 @@ RunResult Run(const std::vector<std::string>& argv, const std::map<std::string, 
     dup2(out_pipe[1], 1);
     dup2(err_pipe[1], 2);
     if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(127);
+    for (int fd : inherit) fcntl(fd, F_SETFD, 0);
     for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -78,11 +81,48 @@ std::string SourceDir() { return Env("TFJOB_SOURCE_DIR", TFJOB_DEFAULT_SOURCE_DI
 std::string BinDir() { return Env("TFJOB_BIN_DIR", TFJOB_DEFAULT_BIN_DIR); }
 std::string MnistDir() { return SourceDir() + "/../shared/data/mnist"; }
 
+namespace {
+
+// Every directory MakeTempDir made, removed when the test process exits, so
+// a test run leaves nothing in /tmp. TFJOB_KEEP_TEST_TMP=1 keeps them (to
+// look at after a failure). Only the process that made them removes them: a
+// forked child that exits normally must not.
+class TempDirs {
+ public:
+  void Add(const std::filesystem::path& p) {
+    std::lock_guard g(mu_);
+    dirs_.push_back(p);
+  }
+  ~TempDirs() {
+    if (getpid() != owner_) return;
+    const char* keep = std::getenv("TFJOB_KEEP_TEST_TMP");
+    if (keep && *keep && std::string(keep) != "0") return;
+    std::lock_guard g(mu_);
+    for (const auto& p : dirs_) {
+      std::error_code ec;
+      std::filesystem::remove_all(p, ec);
+    }
+  }
+
+ private:
+  const pid_t owner_ = getpid();
+  std::mutex mu_;
+  std::vector<std::filesystem::path> dirs_;
+};
+
+TempDirs& CreatedDirs() {
+  static TempDirs dirs;
+  return dirs;
+}
+
+}  // namespace
+
 std::string MakeTempDir(const std::string& name) {
   std::filesystem::path p = std::filesystem::path(::testing::TempDir()) /
                             ("tfjob-" + name + "-" + std::to_string(getpid()));
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
+  CreatedDirs().Add(p);
   return p.string();
 }
 

@@ -15,15 +15,19 @@ struct RunResult {
   std::string err;
 };
 
+// `inherit`: descriptors of this process the program gets at the same
+// numbers (they are close-on-exec here).
 RunResult Run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {},
-              const std::string& cwd = "");
+              const std::string& cwd = "", const std::vector<int>& inherit = {});
 
 // The source tree and build/bin: $TFJOB_SOURCE_DIR / $TFJOB_BIN_DIR when set,
 // else the paths of the build that compiled the tests.
 std::string SourceDir();
 std::string BinDir();
 std::string MnistDir();    // SourceDir()/../shared/data/mnist
-// A fresh empty directory under the test temp dir.
+// A fresh empty directory under the test temp dir ($TEST_TMPDIR or /tmp),
+// removed with everything in it when the test process exits (kept when
+// TFJOB_KEEP_TEST_TMP=1).
 std::string MakeTempDir(const std::string& name);
 
 }  // namespace tfjob::testing

@@ -13,6 +13,17 @@ namespace {
 using ::testing::HasSubstr;
 namespace t = ::tfjob::testing;
 
+// The binary is the runtime's entry point plus its own program: --help lists
+// the program, --version names this binary.
+TEST(CustomLoopTest, HelpListsTheProgramAndVersionNamesTheBinary) {
+  auto h = t::Run({t::BinDir() + "/custom_training_loop", "--help"});
+  EXPECT_EQ(h.exit_code, 0) << h.err;
+  EXPECT_THAT(h.out, HasSubstr("custom_loop"));
+  auto v = t::Run({t::BinDir() + "/custom_training_loop", "--version"});
+  EXPECT_EQ(v.exit_code, 0) << v.err;
+  EXPECT_THAT(v.out, ::testing::MatchesRegex("custom_training_loop [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+}
+
 TEST(CustomLoopTest, ShardedEmbeddingTrainsToFullAccuracy) {
   const std::string summary = t::MakeTempDir("custom-loop") + "/out.json";
   auto r = t::Run({t::BinDir() + "/custom_training_loop", "local", "--ps", "2", "--workers", "2", "--", "custom_loop",

@@ -78,5 +78,42 @@ TEST_F(ResolverTest, WaitsForRunningAndNamesWhatIsNotReady) {
   EXPECT_EQ(*spec->Address("worker", 1), "10.0.0.2:2222");
 }
 
+TEST_F(ResolverTest, ExpectedTasksWaitForEveryIndexAndPortsComeFromThePodSpec) {
+  // Worker 1 not created yet, worker 2 left over from a larger job: neither
+  // may end up in a two-worker cluster.
+  json w0 = Pod("j", "worker", 0, "10.0.0.1", "Running");
+  w0["spec"]["containers"][0]["ports"] = json::array({{{"name", "tfjob-port"}, {"containerPort", 3333}}});
+  ASSERT_TRUE(server_->Put("pods", "default", w0).ok());
+  ASSERT_TRUE(server_->Put("pods", "default", Pod("j", "worker", 2, "10.0.0.3", "Running")).ok());
+  ResolverOptions o;
+  o.job_selectors = TfJobSelectors("j", {"worker"});
+  o.expected_tasks = {{"worker", 2}};
+  o.poll_interval = 20ms;
+  o.wait_timeout = 200ms;
+  auto early = ResolveCluster(*client_, o);
+  EXPECT_EQ(early.status().code(), Code::kDeadlineExceeded);
+  EXPECT_THAT(early.status().message(), HasSubstr("worker 1 (no pod yet)"));
+  ASSERT_TRUE(server_->Put("pods", "default", Pod("j", "worker", 1, "fd00::2", "Running")).ok());
+  auto spec = ResolveCluster(*client_, o);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->NumTasks("worker"), 2);
+  EXPECT_EQ(*spec->Address("worker", 0), "10.0.0.1:3333");  // its tfjob-port
+  EXPECT_EQ(*spec->Address("worker", 1), "[fd00::2]:2222");  // none declared: the default
+}
+
+TEST(TfJobTaskCountsTest, KubeflowKeysLowerCasedReplicasDefaultToOneEvaluatorLeftOut) {
+  const json job = {{"metadata", {{"name", "j"}}},
+                    {"spec", {{"tfReplicaSpecs", {{"Chief", json::object()},
+                                                  {"PS", {{"replicas", 2}}},
+                                                  {"Worker", {{"replicas", 3}}},
+                                                  {"Evaluator", {{"replicas", 1}}}}}}}};
+  auto counts = TfJobTaskCounts(job);
+  ASSERT_TRUE(counts.ok()) << counts.status();
+  EXPECT_EQ(*counts, (std::map<std::string, int64_t>{{"chief", 1}, {"ps", 2}, {"worker", 3}}));
+  EXPECT_EQ(TfJobTaskCounts({{"metadata", {{"name", "j"}}}}).status().code(), Code::kInvalidArgument);
+  auto bad = TfJobTaskCounts({{"metadata", {{"name", "j"}}}, {"spec", {{"tfReplicaSpecs", {{"Worker", {{"replicas", "two"}}}}}}}});
+  EXPECT_THAT(bad.status().message(), HasSubstr("spec.tfReplicaSpecs[Worker].replicas is not a non-negative integer"));
+}
+
 }  // namespace
 }  // namespace tfjob::op::kube

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -16,6 +17,15 @@ using ::testing::HasSubstr;
 std::string Dir(const std::string& name) {
   auto d = std::filesystem::path(::testing::TempDir()) / ("kubeconfig-" + name + "-" + std::to_string(::getpid()));
   std::filesystem::create_directories(d);
+  // Removed when the test process exits.
+  static struct Created {
+    std::vector<std::filesystem::path> dirs;
+    ~Created() {
+      std::error_code ec;
+      for (const auto& p : dirs) std::filesystem::remove_all(p, ec);
+    }
+  } created;
+  created.dirs.push_back(d);
   return d.string();
 }
 

@@ -33,6 +33,38 @@ std::string Write(const std::string& dir, const std::string& name, const std::st
   return dir + "/" + name;
 }
 
+// Layering: `tfjob` and `tfjob-operator` share services/base with the
+// runtime, not the runtime itself, so neither loads gRPC or protobuf.
+TEST(TfjobRunTest, NeitherTfjobNorTheOperatorLinksTheTrainingRuntime) {
+  for (const std::string binary : {"tfjob", "tfjob-operator"}) {
+    auto r = t::Run({"ldd", t::BinDir() + "/" + binary});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("libc.so"));  // ldd did list it
+    EXPECT_THAT(r.out, ::testing::Not(HasSubstr("libgrpc"))) << binary << "\n" << r.out;
+    EXPECT_THAT(r.out, ::testing::Not(HasSubstr("libprotobuf"))) << binary << "\n" << r.out;
+  }
+}
+
+// A newcomer's first two commands: usage on stdout and exit 0, the version.
+TEST(TfjobRunTest, HelpAndVersion) {
+  for (const std::vector<std::string>& help : {std::vector<std::string>{"--help"}, {"run", "--help"}}) {
+    std::vector<std::string> argv{t::BinDir() + "/tfjob"};
+    argv.insert(argv.end(), help.begin(), help.end());
+    auto r = t::Run(argv);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.out, ::testing::StartsWith("usage: tfjob run MANIFEST.yaml [--state-dir DIR]\n"));
+    EXPECT_THAT(r.out, HasSubstr("--state-dir"));
+    EXPECT_EQ(r.err, "");
+  }
+  auto v = t::Run({t::BinDir() + "/tfjob", "--version"});
+  EXPECT_EQ(v.exit_code, 0);
+  EXPECT_THAT(v.out, ::testing::MatchesRegex("tfjob [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+  // Anything else is still an error with the usage.
+  auto bad = t::Run({t::BinDir() + "/tfjob", "walk"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, ::testing::StartsWith("tfjob: error: unknown command \"walk\"\nusage: tfjob run"));
+}
+
 TEST(TfjobRunTest, CounterManifestRunsLocallyToSuccess) {
   const std::string dir = t::MakeTempDir("run-counter");
   auto r = t::Run({t::BinDir() + "/tfjob", "run", t::SourceDir() + "/examples/counter/tfjob.yaml", "--state-dir", dir});
@@ -117,6 +149,58 @@ spec:
   EXPECT_THAT(r.out, HasSubstr("[tfjob] Failed=True (TFJobFailed): TFJob default/ec has failed because 1 Worker replica(s) failed."));
 }
 
+// Every replica serves on a socket the runner bound at its TF_CONFIG port
+// and keeps for the whole run: a restarted replica gets the same socket
+// back, and no other process can take the port meanwhile. A replica's
+// "metrics: serving on :P" line is echoed as its metrics target.
+TEST(TfjobRunTest, ARestartedReplicaGetsTheSameListeningSocket) {
+  const std::string dir = t::MakeTempDir("run-sockets");
+  // Checks fd 3 (TFJOB_LISTEN_FD) listens at the port TF_CONFIG gives this
+  // task, reports a metrics port it bound itself, and fails its first run.
+  const std::string script = Write(dir, "replica.py", R"(import json, os, socket, sys
+cfg = json.loads(os.environ["TF_CONFIG"])
+task = cfg["task"]
+want = int(cfg["cluster"][task["type"]][task["index"]].rsplit(":", 1)[1])
+s = socket.socket(fileno=int(os.environ["TFJOB_LISTEN_FD"]))
+listening = s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+print("tf_config port %d, inherited socket port %d, listening %d" % (want, s.getsockname()[1], listening), flush=True)
+m = socket.socket()
+m.bind(("127.0.0.1", 0))
+m.listen()
+print("metrics: serving on :%d" % m.getsockname()[1], flush=True)
+marker = os.path.join(sys.argv[1], "ran-%d" % task["index"])
+if not os.path.exists(marker):
+    open(marker, "w").close()
+    sys.exit(1)
+)");
+  const std::string m = Write(dir, "sockets.yaml", R"(apiVersion: kubeflow.org/v1
+kind: TFJob
+metadata: {name: rs}
+spec:
+  tfReplicaSpecs:
+    Worker:
+      replicas: 2
+      restartPolicy: OnFailure
+      template: {spec: {containers: [{name: tensorflow, image: x, command: [/usr/bin/python3, )" + script + ", " +
+                                                           dir + R"(]}]}}
+)");
+  auto r = t::Run({t::BinDir() + "/tfjob", "run", m, "--state-dir", dir + "/state"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const std::string pod : {"rs-worker-0", "rs-worker-1"}) {
+    SCOPED_TRACE(pod);
+    std::regex line("\\[" + pod + "\\] tf_config port (\\d+), inherited socket port (\\d+), listening 1\n");
+    std::vector<std::string> ports;
+    for (std::sregex_iterator it(r.out.begin(), r.out.end(), line), end; it != end; ++it) {
+      EXPECT_EQ((*it)[1], (*it)[2]);
+      ports.push_back((*it)[1]);
+    }
+    ASSERT_EQ(ports.size(), 2u) << r.out;  // the first run and the restart
+    EXPECT_EQ(ports[0], ports[1]);
+    EXPECT_THAT(r.out, HasSubstr("[" + pod + "] restarting (restart 1)"));
+    EXPECT_THAT(r.out, ::testing::ContainsRegex("\\[tfjob\\] " + pod + ": metrics on 127\\.0\\.0\\.1:[1-9][0-9]*\n"));
+  }
+}
+
 }  // namespace
 }  // namespace tfjob
 
@@ -131,6 +215,10 @@ TEST(TfjobRunTest, MnistLocalExampleWithEvaluator) {
   // The example's checkpoint directory: a leftover final checkpoint would
   // make the run resume at its end instead of training.
   std::filesystem::remove_all("/tmp/tfjob-mnist-local");
+  // ... and none is left behind for the next run either.
+  struct RemoveCheckpoints {
+    ~RemoveCheckpoints() { std::filesystem::remove_all("/tmp/tfjob-mnist-local"); }
+  } remove_checkpoints;
   auto r = ::tfjob::testing::Run({"bash", "-c",
                                   "cd \"$0\" && exec \"$1\" run examples/mnist/tfjob-local.yaml --state-dir \"$2\"",
                                   ::tfjob::testing::SourceDir(), ::tfjob::testing::BinDir() + "/tfjob", dir});

@@ -19,9 +19,16 @@ std::vector<Entry> Sample() {
 }
 
 std::string Path(const std::string& name) {
-  auto dir = std::filesystem::path(::testing::TempDir()) / ("ckpt-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
+  // One directory per test process, removed when it exits.
+  static const struct Dir {
+    std::filesystem::path path = std::filesystem::path(::testing::TempDir()) / ("ckpt-" + std::to_string(::getpid()));
+    Dir() { std::filesystem::create_directories(path); }
+    ~Dir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  } dir;
+  return (dir.path / name).string();
 }
 
 TEST(CheckpointTest, RoundTrip) {

@@ -24,6 +24,7 @@ class ManagerTest : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
+  void TearDown() override { fs::remove_all(dir_); }
   // A checkpoint at `step` whose one PS file holds `value`.
   void Save(Manager& m, int64_t step, float value, bool final = false) {
     auto d = m.Prepare(step);

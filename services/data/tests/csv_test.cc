@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <string>
+#include <vector>
 
 namespace tfjob::data {
 namespace {
@@ -12,11 +14,23 @@ using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using ::testing::StartsWith;
 
+// Every fixture file made here, removed when the test process exits.
+void RemoveAtExit(const std::string& path) {
+  static struct Files {
+    std::vector<std::string> paths;
+    ~Files() {
+      for (const auto& p : paths) std::remove(p.c_str());
+    }
+  } files;
+  files.paths.push_back(path);
+}
+
 // Writes `text` to a file unique to the running test and returns its path.
 std::string WriteCsv(const std::string& text, const std::string& name = "data.csv") {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string path =
       ::testing::TempDir() + "tfjob_csv_" + info->test_suite_name() + "_" + info->name() + "_" + name;
+  RemoveAtExit(path);
   std::FILE* f = std::fopen(path.c_str(), "wb");
   EXPECT_NE(f, nullptr) << path;
   if (f != nullptr) {

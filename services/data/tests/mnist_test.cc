@@ -5,6 +5,8 @@
 #include <zlib.h>
 
 #include <cstdio>
+#include <string>
+#include <vector>
 #include <cstdlib>
 #include <random>
 #include <regex>
@@ -24,11 +26,24 @@ std::string MnistDir() {
 std::string TestImages() { return MnistDir() + "t10k-images-idx3-ubyte.gz"; }
 std::string TestLabels() { return MnistDir() + "t10k-labels-idx1-ubyte.gz"; }
 
+// Every fixture file made here, removed when the test process exits.
+void RemoveAtExit(const std::string& path) {
+  static struct Files {
+    std::vector<std::string> paths;
+    ~Files() {
+      for (const auto& p : paths) std::remove(p.c_str());
+    }
+  } files;
+  files.paths.push_back(path);
+}
+
 // A fixture path unique to the running test, so parallel ctest runs of
-// different tests never share files.
+// different tests never share files; removed when the test process exits.
 std::string TempPath(const std::string& name) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  return ::testing::TempDir() + "tfjob_data_" + info->test_suite_name() + "_" + info->name() + "_" + name;
+  std::string path = ::testing::TempDir() + "tfjob_data_" + info->test_suite_name() + "_" + info->name() + "_" + name;
+  RemoveAtExit(path);
+  return path;
 }
 
 std::vector<uint8_t> IdxBytes(uint32_t magic, const std::vector<uint32_t>& dims, const std::vector<uint8_t>& payload) {

@@ -14,8 +14,7 @@
 #include "common/files.h"
 #include "operator/api/codec.h"
 #include "operator/kube/rest_client.h"
-#include "services/metrics/http_server.h"
-#include "services/metrics/tests/http_get.h"
+#include "services/base/tests/http_get.h"
 #include "tests/support/apiserver/apiserver_double.h"
 #include "tests/support/process.h"
 #include "tests/support/subprocess.h"
@@ -59,11 +58,13 @@ class Monitoring : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.status();
     apiserver_ = std::move(s).value();
     ASSERT_TRUE(apiserver_->WriteKubeconfig(dir_ + "/kubeconfig").ok());
-    operator_port_ = *PickFreePort();
+    // Its endpoints on ports it binds itself; its first line says which.
     operator_ = std::make_unique<t::Process>(std::vector<std::string>{
         t::BinDir() + "/tfjob-operator", "--kubeconfig", dir_ + "/kubeconfig", "--namespace", "default",
-        "--metrics-bind-address", "127.0.0.1:" + std::to_string(operator_port_), "--health-probe-bind-address",
-        "127.0.0.1:" + std::to_string(*PickFreePort())});
+        "--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0"});
+    const auto ports = operator_->WaitForLine("tfjob-operator: metrics on :");
+    ASSERT_TRUE(ports) << operator_->output();
+    operator_port_ = std::stoi(*ports);
     auto text = ReadFile(t::SourceDir() + "/examples/counter/tfjob.yaml");
     ASSERT_TRUE(text.ok()) << text.status();
     auto doc = op::api::YamlToJson(*text, "counter");
@@ -172,7 +173,6 @@ TEST_F(Monitoring, PromtoolFindsNoProblemInAnyEndpoint) {
 }
 
 TEST_F(Monitoring, PrometheusScrapesTheOperatorAndTheLocalJob) {
-  const int port = *PickFreePort();
   const std::string config = "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
                              "  - job_name: tfjob-operator\n    static_configs:\n      - targets: ['127.0.0.1:" +
                              std::to_string(operator_port_) +
@@ -180,9 +180,13 @@ TEST_F(Monitoring, PrometheusScrapesTheOperatorAndTheLocalJob) {
                              "/state/prometheus-targets.json']\n        refresh_interval: 1s\n";
   ASSERT_TRUE(WriteFileAtomic(dir_ + "/prometheus.yml", config).ok());
   // Everything on loopback and in the temp dir; Prometheus has no phone-home.
+  // It binds port 0 itself and logs the address it got.
   prometheus_ = std::make_unique<t::Process>(std::vector<std::string>{
       "/usr/bin/prometheus", "--config.file=" + dir_ + "/prometheus.yml", "--storage.tsdb.path=" + dir_ + "/tsdb",
-      "--web.listen-address=127.0.0.1:" + std::to_string(port), "--log.level=warn"});
+      "--web.listen-address=127.0.0.1:0", "--log.level=info"});
+  const auto listening = prometheus_->WaitForLine("msg=\"Listening on\" address=127.0.0.1:");
+  ASSERT_TRUE(listening) << prometheus_->output();
+  const int port = std::stoi(*listening);
   auto series = [&](const std::string& query) -> json {
     auto r = t::HttpGet(port, "/api/v1/query?query=" + op::kube::UrlEncode(query));
     if (r.status != 200) return json::array();

@@ -29,6 +29,11 @@ class PsTest : public ::testing::Test {
     server_ = std::move(s).value();
     client_ = std::make_unique<PsClient>("127.0.0.1:" + std::to_string(server_->port()));
   }
+  void TearDown() override {
+    client_.reset();
+    server_.reset();
+    std::filesystem::remove_all(ckpt_dir_);
+  }
   model::OptimizerSpec Sgd(double lr) {
     model::OptimizerSpec o;
     o.learning_rate = lr;

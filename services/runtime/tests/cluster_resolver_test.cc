@@ -52,9 +52,9 @@ TEST(ResolveClusterTest, NoTfConfigIsNotFoundSoTheCallerRunsAlone) {
 }
 
 TEST(ResolveClusterTest, UnknownResolverIsInvalid) {
-  auto r = ResolveCluster(FixedEnv({{"TFJOB_CLUSTER_RESOLVER", "kubernetes"}}));
+  auto r = ResolveCluster(FixedEnv({{"TFJOB_CLUSTER_RESOLVER", "mpi"}}));
   EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
-  EXPECT_EQ(r.status().message(), "TFJOB_CLUSTER_RESOLVER: \"kubernetes\" is not tf_config or slurm");
+  EXPECT_EQ(r.status().message(), "TFJOB_CLUSTER_RESOLVER: \"mpi\" is not tf_config, slurm or kubernetes");
 }
 
 TEST(ResolveClusterTest, SlurmRanksGoToJobsInNameOrder) {

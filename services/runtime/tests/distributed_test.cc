@@ -11,7 +11,6 @@
 
 #include "services/programs/programs.h"
 #include "services/runtime/in_process_cluster.h"
-#include "services/runtime/launcher.h"
 #include "services/runtime/runtime.h"
 #include "tests/support/process.h"
 #include "tests/support/subprocess.h"
@@ -74,7 +73,7 @@ TEST(LocalLauncherTest, CounterOverOnePsAndThreeWorkers) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(ReadJson(summary)["value"].get<double>(), 15.0);
   // Every task ran as its own process and was shut down by the chief, not killed.
-  EXPECT_THAT(r.out, HasSubstr("[ps:0] ps 0: serving on [::]:"));
+  EXPECT_THAT(r.out, HasSubstr("[ps:0] ps 0: serving on 127.0.0.1:"));
   EXPECT_THAT(r.out, HasSubstr("[worker:2] worker 2: shut down"));
   EXPECT_THAT(r.out, HasSubstr("[ps:0] ps 0: shut down"));
   EXPECT_THAT(r.err, ::testing::Not(HasSubstr("still running")));
@@ -92,43 +91,58 @@ TEST(LocalLauncherTest, MnistMlpWithTwoPsAndTwoWorkers) {
   EXPECT_THAT(r.out, HasSubstr("Epoch 5/5\n125/125 - "));
 }
 
-// IPv6 addresses in TF_CONFIG, TensorFlow's bracketed form: every task
-// listens dual-stack and the chief reaches its PS and worker over [::1]; the
-// group of a synchronous job forms over [::1] too.
+// IPv6 addresses in TF_CONFIG, TensorFlow's bracketed form: the launcher
+// listens on [::1] for every task and names them "[::1]:PORT"; the chief
+// reaches its PS and worker over [::1], and the group of a synchronous job
+// forms over [::1] too.
 TEST(Ipv6Test, TasksAtBracketedIpv6AddressesTrain) {
-  std::vector<int> ports;
-  for (int i = 0; i < 3; ++i) ports.push_back(*FreePort());
-  auto addr = [&](int i) { return "\"[::1]:" + std::to_string(ports[static_cast<size_t>(i)]) + "\""; };
-  const std::string cluster = "{\"chief\":[" + addr(0) + "],\"ps\":[" + addr(1) + "],\"worker\":[" + addr(2) + "]}";
-  auto tf_config = [&](const std::string& type) {
-    return "{\"cluster\":" + cluster + ",\"task\":{\"type\":\"" + type + "\",\"index\":0}}";
-  };
-  const std::map<std::string, std::string> token{{"TFJOB_AUTH_TOKEN", "0123456789abcdef0123456789abcdef"}};
-  auto with = [&](const std::string& type) {
-    auto env = token;
-    env["TF_CONFIG"] = tf_config(type);
-    return env;
-  };
-  t::Process ps({Runtime(), "counter"}, with("ps"));
-  t::Process worker({Runtime(), "counter"}, with("worker"));
-  auto r = t::Run({Runtime(), "counter", "--increments", "1,2,3"}, with("chief"));
-  EXPECT_EQ(r.exit_code, 0) << r.out << r.err << ps.output() << worker.output();
+  auto r = t::Run({Runtime(), "local", "--host", "::1", "--ps", "1", "--workers", "1", "--", "counter", "--increments",
+                   "1,2,3"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("counter: value 6 after 3 closures"));
-  EXPECT_THAT(ps.output(), HasSubstr("ps 0: serving on [::]:" + std::to_string(ports[1])));
+  EXPECT_THAT(r.out, HasSubstr("[ps:0] ps 0: serving on [::1]:"));
 
   // Two workers training together over [::1].
-  std::vector<int> wp{*FreePort(), *FreePort()};
-  const std::string workers = "{\"worker\":[\"[::1]:" + std::to_string(wp[0]) + "\",\"[::1]:" + std::to_string(wp[1]) + "\"]}";
-  auto member = [&](int i) {
-    auto env = token;
-    env["TF_CONFIG"] = "{\"cluster\":" + workers + ",\"task\":{\"type\":\"worker\",\"index\":" + std::to_string(i) + "}}";
-    return env;
-  };
   const std::string job = t::SourceDir() + "/tests/support/data/synthetic-small.json";
-  t::Process w1({Runtime(), "fit", "--config", job, "--epochs", "1"}, member(1));
-  auto w0 = t::Run({Runtime(), "fit", "--config", job, "--epochs", "1"}, member(0));
-  EXPECT_EQ(w0.exit_code, 0) << w0.out << w0.err << w1.output();
-  EXPECT_THAT(w0.out, HasSubstr("fit: group generation 1 of 2 members formed"));
+  auto w = t::Run({Runtime(), "local", "--host", "::1", "--workers", "2", "--", "fit", "--config", job, "--epochs", "1"});
+  EXPECT_EQ(w.exit_code, 0) << w.out << w.err;
+  EXPECT_THAT(w.out, HasSubstr("fit: group generation 1 of 2 members formed"));
+  EXPECT_THAT(w.out, ::testing::ContainsRegex("\\[worker:1\\] fit: multi_worker_mirrored, worker:1 is rank 1 of 2"));
+}
+
+// Each task serves on the socket the launcher bound for it: the port in its
+// TF_CONFIG, which no other process could have taken in between.
+TEST(LocalLauncherTest, TasksServeOnTheSocketsTheLauncherBound) {
+  auto r = t::Run({Runtime(), "local", "--ps", "1", "--workers", "1", "--", "counter", "--increments", "4"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("\\[ps:0\\] ps 0: serving on 127\\.0\\.0\\.1:[1-9][0-9]*\n"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("\\[worker:0\\] worker 0: serving on 127\\.0\\.0\\.1:[1-9][0-9]*\n"));
+  // A bad --host is one line and exit 2, before anything starts.
+  auto bad = t::Run({Runtime(), "local", "--host", "localhost", "--workers", "1", "--", "counter"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.out << bad.err;
+  EXPECT_THAT(bad.err, HasSubstr("local: flag --host: listen on localhost:0: \"localhost\" is not an IP address"));
+}
+
+// A task handed a socket that is not at its TF_CONFIG port refuses to
+// start (the others would look for it elsewhere), and so does one whose
+// TFJOB_LISTEN_FD is not a listening socket at all.
+TEST(TfConfigTest, AnInheritedSocketMustBeAListeningSocketAtTheTasksPort) {
+  const std::map<std::string, std::string> env{
+      {"TF_CONFIG", R"({"cluster":{"ps":["127.0.0.1:6"],"worker":["127.0.0.1:7"]},"task":{"type":"ps","index":0}})"}};
+  // Python binds a listening socket on some other port and execs the task with it as fd 3.
+  auto r = t::Run({"/usr/bin/python3", "-c",
+                   "import os, socket, sys\n"
+                   "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+                   "os.dup2(s.fileno(), 3); os.set_inheritable(3, True); os.environ['TFJOB_LISTEN_FD'] = '3'\n"
+                   "os.execv(sys.argv[1], [sys.argv[1], 'counter'])\n",
+                   Runtime()},
+                  env);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, ::testing::ContainsRegex(
+                         "TFJOB_LISTEN_FD: the socket listens on port [0-9]+, but TF_CONFIG puts ps:0 at 127.0.0.1:6\n"));
+  auto not_socket = t::Run({"/bin/sh", "-c", "exec 3</dev/null; TFJOB_LISTEN_FD=3 exec \"$0\" counter", Runtime()}, env);
+  EXPECT_EQ(not_socket.exit_code, 2) << not_socket.out << not_socket.err;
+  EXPECT_THAT(not_socket.err, HasSubstr("TFJOB_LISTEN_FD: descriptor 3 is not an open socket"));
 }
 
 TEST(LocalLauncherTest, BadLauncherInput) {

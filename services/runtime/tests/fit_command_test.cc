@@ -50,6 +50,23 @@ std::string WriteJob(const std::string& dir, const nlohmann::json& job, const st
   return path;
 }
 
+// --help: the usage on stdout, exit 0 (with no arguments it goes to stderr,
+// exit 2); --version names the binary and its version.
+TEST(RuntimeCliTest, HelpAndVersion) {
+  for (const std::string flag : {"--help", "-h", "help"}) {
+    auto r = t::Run({Runtime(), flag});
+    EXPECT_EQ(r.exit_code, 0) << flag << r.err;
+    EXPECT_THAT(r.out, StartsWith("usage: tfjob-runtime PROGRAM [flags]"));
+    EXPECT_THAT(r.out, HasSubstr("TFJOB_CLUSTER_RESOLVER=kubernetes"));
+  }
+  auto none = t::Run({Runtime()});
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_THAT(none.err, StartsWith("usage: tfjob-runtime"));
+  auto v = t::Run({Runtime(), "--version"});
+  EXPECT_EQ(v.exit_code, 0) << v.err;
+  EXPECT_THAT(v.out, ::testing::MatchesRegex("tfjob-runtime [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+}
+
 TEST(FitAcceptanceTest, SoftmaxOnMnist) {
   std::string dir = t::MakeTempDir("softmax");
   auto r = Fit(Example("mnist/softmax.json"), {"--summary-json", dir + "/out.json"});

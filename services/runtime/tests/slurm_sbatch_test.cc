@@ -2,10 +2,6 @@
 // the batch script runs as sbatch would run it (job-level SLURM_* variables,
 // one node "localhost"), and tests/support/slurm/srun, first on PATH, starts
 // the step's tasks here. Also the binary's answer to bad Slurm input.
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -14,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "services/base/ports.h"
 #include "tests/support/subprocess.h"
 
 namespace tfjob::runtime {
@@ -25,31 +22,45 @@ namespace t = ::tfjob::testing;
 
 constexpr int kTasks = 4;  // chief, ps, worker, worker
 
-bool PortFree(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);  // the tasks listen on every interface
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  close(fd);
-  return ok;
-}
+// kTasks consecutive ports below the kernel's ephemeral range, at a random
+// place so concurrent test runs do not collide, bound and kept here: the
+// step's tasks inherit the sockets through the simulated srun
+// (TFJOB_SRUN_LISTEN_FDS), so no other process can take a port before its
+// task serves on it. Empty when no free run of ports was found.
+struct StepPorts {
+  int base = 0;
+  std::vector<base::ListeningSocket> sockets;
+  std::vector<int> fds() const {
+    std::vector<int> out;
+    for (const auto& s : sockets) out.push_back(s.fd());
+    return out;
+  }
+  std::string fd_list() const {
+    std::string out;
+    for (const auto& s : sockets) {
+      if (!out.empty()) out += ',';
+      out += std::to_string(s.fd());
+    }
+    return out;
+  }
+};
 
-// kTasks consecutive free ports below the kernel's ephemeral range, at a
-// random place so concurrent test runs do not pick the same base.
-int FreePortBase() {
+StepPorts BindStepPorts() {
   std::mt19937 rng(std::random_device{}());
   std::uniform_int_distribution<int> pick(20000, 30000);
   for (int attempt = 0; attempt < 100; ++attempt) {
-    const int base = pick(rng);
-    bool all = true;
-    for (int k = 0; k < kTasks && all; ++k) all = PortFree(base + k);
-    if (all) return base;
+    StepPorts p;
+    p.base = pick(rng);
+    for (int k = 0; k < kTasks; ++k) {
+      // Every interface, as the tasks would listen themselves.
+      auto s = base::ListeningSocket::Listen("", p.base + k);
+      if (!s.ok()) break;
+      p.sockets.push_back(std::move(s).value());
+    }
+    if (static_cast<int>(p.sockets.size()) == kTasks) return p;
   }
   ADD_FAILURE() << "no " << kTasks << " consecutive free ports found";
-  return 0;
+  return {};
 }
 
 // The environment sbatch gives a batch script for a one-node allocation of
@@ -73,19 +84,21 @@ std::map<std::string, std::string> Allocation(int port_base) {
 }
 
 // `timeout` signals its whole process group, so a hung step cannot outlive
-// the test.
-t::RunResult RunBatchScript(const std::map<std::string, std::string>& env, const std::vector<std::string>& args,
-                            const std::string& script = "tfjob.sbatch") {
+// the test. `ports`, when given, are handed to the step's tasks.
+t::RunResult RunBatchScript(std::map<std::string, std::string> env, const std::vector<std::string>& args,
+                            const std::string& script = "tfjob.sbatch", const StepPorts* ports = nullptr) {
   std::vector<std::string> argv = {"timeout", "-k", "5", "60", "bash", t::SourceDir() + "/examples/slurm/" + script};
   argv.insert(argv.end(), args.begin(), args.end());
-  return t::Run(argv, env, t::MakeTempDir("slurm-cwd"));
+  if (ports) env["TFJOB_SRUN_LISTEN_FDS"] = ports->fd_list();
+  return t::Run(argv, env, t::MakeTempDir("slurm-cwd"), ports ? ports->fds() : std::vector<int>{});
 }
 
 TEST(SlurmSbatchTest, CounterRunsAcrossTheStepAndEveryTaskExitsZero) {
-  const int base = FreePortBase();
-  ASSERT_NE(base, 0);
+  const StepPorts ports = BindStepPorts();
+  ASSERT_NE(ports.base, 0);
+  const int base = ports.base;
   const std::string summary = t::MakeTempDir("slurm-counter") + "/out.json";
-  auto r = RunBatchScript(Allocation(base), {"--summary-json", summary});
+  auto r = RunBatchScript(Allocation(base), {"--summary-json", summary}, "tfjob.sbatch", &ports);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
 
   // The chief (rank 0) added every increment exactly once.
@@ -109,14 +122,15 @@ TEST(SlurmSbatchTest, CounterRunsAcrossTheStepAndEveryTaskExitsZero) {
 // examples/slurm/mwms.sbatch: every task a worker of one multi-worker
 // mirrored group (the script's 2 nodes x 2 tasks, simulated as 4 tasks here).
 TEST(SlurmSbatchTest, MultiWorkerMirroredOverFourTasks) {
-  const int base = FreePortBase();
-  ASSERT_NE(base, 0);
+  const StepPorts ports = BindStepPorts();
+  ASSERT_NE(ports.base, 0);
+  const int base = ports.base;
   const std::string summary = t::MakeTempDir("slurm-mwms") + "/out.json";
   auto env = Allocation(base);
   env["SLURM_JOB_NAME"] = "tfjob-mwms";
   env["TFJOB_JOB"] = t::SourceDir() + "/examples/mnist/mlp.json";
   env["TFJOB_DATA_DIR"] = t::MnistDir();
-  auto r = RunBatchScript(env, {"--summary-json", summary}, "mwms.sbatch");
+  auto r = RunBatchScript(env, {"--summary-json", summary}, "mwms.sbatch", &ports);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   std::ifstream in(summary);
   ASSERT_TRUE(in) << "no summary at " << summary << "\n" << r.out << r.err;
@@ -133,7 +147,8 @@ TEST(SlurmSbatchTest, MultiWorkerMirroredOverFourTasks) {
 }
 
 TEST(SlurmSbatchTest, LayoutThatDoesNotFitTheStepFailsTheStep) {
-  auto env = Allocation(FreePortBase());
+  // Every task stops at the layout check, before anything listens.
+  auto env = Allocation(20000);
   env["TFJOB_SLURM_JOBS"] = "chief:1,ps:1,worker:3";
   auto r = RunBatchScript(env, {});
   // Every task finds the mismatch and exits 2, unless --kill-on-bad-exit has
@@ -169,7 +184,7 @@ TEST(SlurmRuntimeTest, BadSlurmInputIsOneLineAndExitTwo) {
                         {"TFJOB_SLURM_JOBS", "chief:1,ps:1,worker:1"},
                         {"TFJOB_SLURM_PORT_BASE", "http"}},
                        "TFJOB_SLURM_PORT_BASE: \"http\" is not a non-negative integer");
-  ExpectOneLineExitTwo({{"TFJOB_CLUSTER_RESOLVER", "mpi"}}, "TFJOB_CLUSTER_RESOLVER: \"mpi\" is not tf_config or slurm");
+  ExpectOneLineExitTwo({{"TFJOB_CLUSTER_RESOLVER", "mpi"}}, "TFJOB_CLUSTER_RESOLVER: \"mpi\" is not tf_config, slurm or kubernetes");
 }
 
 // The local launcher gives its children TF_CONFIG; a resolver selected in the

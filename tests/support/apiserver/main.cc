@@ -23,12 +23,17 @@ int main(int argc, char** argv) {
       .Value("kubeconfig", "write a kubeconfig pointing at the server to this path", "")
       .Bool("print-port", "print the port number alone on stdout once listening")
       .Bool("no-tfjob-crd", "do not pre-register the kubeflow.org/v1 TFJob CRD")
-      .Bool("help", "show this help");
+      .Bool("help", "show this help")
+      .Bool("version", "print the version");
   tfjob::Status st = flags.Parse(std::vector<std::string>(argv + 1, argv + argc));
   if (!st.ok() || flags.GetBool("help")) {
-    if (!st.ok()) std::cerr << st << "\n";
-    std::cerr << "usage: tfjob-apiserver-double [flags]\n" << flags.Usage();
+    if (!st.ok()) std::cerr << "tfjob-apiserver-double: error: " << st.message() << "\n";
+    (st.ok() ? std::cout : std::cerr) << "usage: tfjob-apiserver-double [flags]\n" << flags.Usage();
     return st.ok() ? 0 : 2;
+  }
+  if (flags.GetBool("version")) {
+    std::cout << "tfjob-apiserver-double " << TFJOB_VERSION << std::endl;
+    return 0;
   }
   tfjob::testing::ApiServerDouble::Options options;
   auto port = flags.GetInt("port");

@@ -16,6 +16,7 @@
 
 #include "tests/support/apiserver/apiserver_double.h"
 #include "tests/support/apiserver/tests/test_client.h"
+#include "tests/support/subprocess.h"
 
 namespace tfjob::testing {
 namespace {
@@ -974,6 +975,19 @@ TEST(ApiServerDoubleBinary, PrintsPortServesAndStopsOnSigterm) {
     FAIL() << "did not stop on SIGTERM";
   }
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+TEST(ApiServerDoubleBinary, HelpAndVersion) {
+  auto h = tfjob::testing::Run({TFJOB_APISERVER_DOUBLE_BIN, "--help"});
+  EXPECT_EQ(h.exit_code, 0) << h.err;
+  EXPECT_THAT(h.out, ::testing::StartsWith("usage: tfjob-apiserver-double [flags]\n"));
+  EXPECT_THAT(h.out, ::testing::HasSubstr("--print-port"));
+  auto v = tfjob::testing::Run({TFJOB_APISERVER_DOUBLE_BIN, "--version"});
+  EXPECT_EQ(v.exit_code, 0) << v.err;
+  EXPECT_THAT(v.out, ::testing::MatchesRegex("tfjob-apiserver-double [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+  auto bad = tfjob::testing::Run({TFJOB_APISERVER_DOUBLE_BIN, "--nope"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, ::testing::StartsWith("tfjob-apiserver-double: error: "));
 }
 
 }  // namespace

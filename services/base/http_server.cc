@@ -1,9 +1,6 @@
-#include "services/metrics/http_server.h"
+#include "services/base/http_server.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -12,7 +9,7 @@
 
 #include <httplib.h>
 
-namespace tfjob::runtime_metrics {
+namespace tfjob::base {
 namespace {
 
 struct Bind {
@@ -44,31 +41,16 @@ struct HttpServer::Impl {
   std::atomic<bool> loop_returned{false};
 };
 
-StatusOr<int> PickFreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Unavailable(std::string("socket: ") + std::strerror(errno));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const std::string why = std::strerror(errno);
-    close(fd);
-    return Unavailable("bind: " + why);
-  }
-  close(fd);
-  return static_cast<int>(ntohs(addr.sin_port));
-}
-
 StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& bind,
                                                          std::map<std::string, HttpHandler> routes) {
   ASSIGN_OR_RETURN(Bind b, ParseBind(bind));
   std::unique_ptr<HttpServer> s(new HttpServer());
   s->impl_ = std::make_unique<Impl>();
   httplib::Server& server = s->impl_->server;
-  for (auto& [path, handler] : routes) {
-    server.Get(path, [handler](const httplib::Request&, httplib::Response& res) {
+  for (auto& route : routes) {
+    // A named copy: clang 14 cannot capture a structured binding.
+    HttpHandler handler = route.second;
+    server.Get(route.first, [handler](const httplib::Request&, httplib::Response& res) {
       HttpResponse r = handler();
       res.status = r.status;
       res.set_content(r.body, r.content_type.c_str());
@@ -110,4 +92,4 @@ HttpServer::~HttpServer() {
   }
 }
 
-}  // namespace tfjob::runtime_metrics
+}  // namespace tfjob::base

@@ -1,6 +1,6 @@
-// A small HTTP server for /metrics, /healthz and /readyz, shared by the
-// operator and every runtime role. Each route is an exact path answered by a
-// handler for GET; any other path is 404.
+// The HTTP server for /metrics, /healthz and /readyz, shared by the
+// operator and every runtime role. Each route is an exact path answered by
+// a handler for GET; any other path is 404.
 //
 // Built on Debian's cpp-httplib. Without a host it listens on every
 // interface, IPv6 and IPv4 (dual-stack); port 0 binds a port the kernel
@@ -21,7 +21,7 @@
 
 #include "common/status.h"
 
-namespace tfjob::runtime_metrics {
+namespace tfjob::base {
 
 struct HttpResponse {
   int status = 200;
@@ -30,9 +30,6 @@ struct HttpResponse {
 };
 
 using HttpHandler = std::function<HttpResponse()>;
-
-// The Prometheus text exposition content type.
-inline constexpr const char* kExpositionContentType = "text/plain; version=0.0.4; charset=utf-8";
 
 class HttpServer {
  public:
@@ -52,7 +49,4 @@ class HttpServer {
   int port_ = 0;
 };
 
-// A port nobody listens on right now on 127.0.0.1 (bound, then released).
-StatusOr<int> PickFreePort();
-
-}  // namespace tfjob::runtime_metrics
+}  // namespace tfjob::base
