@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <map>
 
 #include "common/json_reader.h"
+#include "services/model/layer_config.h"
 #include "services/model/metrics.h"
 
 namespace tfjob::model {
@@ -29,7 +31,8 @@ Status InRange(const std::string& field, double v, double lo, double hi, bool hi
   return Status::Ok();
 }
 
-StatusOr<LayerSpec> ParseLayer(const nlohmann::json& j, const std::string& path, std::map<std::string, int>& counts) {
+StatusOr<LayerSpec> ParseLayer(const nlohmann::json& j, const std::string& path, const std::string& dir,
+                               std::map<std::string, int>& counts) {
   JsonReader r(j, path);
   LayerSpec s;
   s.path = path;
@@ -67,8 +70,11 @@ StatusOr<LayerSpec> ParseLayer(const nlohmann::json& j, const std::string& path,
     s.type = LayerType::kFlatten;
     base = "flatten";
   } else {
-    return InvalidArgument(r.FieldPath("type") + ": unknown layer type \"" + type +
-                           "\" (known: Dense, Embedding, Activation, Flatten)");
+    ASSIGN_OR_RETURN(bool more, ParseMoreLayers(type, j, r, dir, s, base, activation));
+    if (!more) {
+      return InvalidArgument(r.FieldPath("type") + ": unknown layer type \"" + type + "\" (known: " +
+                             KnownLayerTypes() + ")");
+    }
   }
   auto act = ParseActivation(activation);
   if (!act.ok()) return act.status().WithContext(r.FieldPath("activation"));
@@ -81,7 +87,7 @@ StatusOr<LayerSpec> ParseLayer(const nlohmann::json& j, const std::string& path,
   return s;
 }
 
-StatusOr<ModelSpec> ParseModel(const nlohmann::json& j, const std::string& path) {
+StatusOr<ModelSpec> ParseModel(const nlohmann::json& j, const std::string& path, const std::string& dir) {
   JsonReader r(j, path);
   RETURN_IF_ERROR(r.status());
   ModelSpec m;
@@ -94,7 +100,8 @@ StatusOr<ModelSpec> ParseModel(const nlohmann::json& j, const std::string& path)
   RETURN_IF_ERROR(r.Optional("input_dtype", dtype));
   if (dtype == "float32") m.input_dtype = DType::kFloat32;
   else if (dtype == "int64") m.input_dtype = DType::kInt64;
-  else return InvalidArgument(r.FieldPath("input_dtype") + ": unknown dtype \"" + dtype + "\" (known: float32, int64)");
+  else if (dtype == "string") m.input_dtype = DType::kInt64, m.string_input = true;
+  else return InvalidArgument(r.FieldPath("input_dtype") + ": unknown dtype \"" + dtype + "\" (known: float32, int64, string)");
   const nlohmann::json* layers = r.Child("layers");
   if (!layers) return InvalidArgument(r.FieldPath("layers") + ": required field is missing");
   if (!layers->is_array() || layers->empty()) {
@@ -102,7 +109,7 @@ StatusOr<ModelSpec> ParseModel(const nlohmann::json& j, const std::string& path)
   }
   std::map<std::string, int> counts;
   for (size_t i = 0; i < layers->size(); ++i) {
-    ASSIGN_OR_RETURN(LayerSpec l, ParseLayer((*layers)[i], r.FieldPath("layers") + "[" + std::to_string(i) + "]", counts));
+    ASSIGN_OR_RETURN(LayerSpec l, ParseLayer((*layers)[i], r.FieldPath("layers") + "[" + std::to_string(i) + "]", dir, counts));
     m.layers.push_back(std::move(l));
   }
   RETURN_IF_ERROR(r.Finish());
@@ -290,7 +297,7 @@ StatusOr<JobConfig> Parse(const nlohmann::json& doc, const std::string& source) 
 
   const nlohmann::json* model = r.Child("model");
   if (!model) return InvalidArgument("model: required field is missing");
-  ASSIGN_OR_RETURN(c.model, ParseModel(*model, "model"));
+  ASSIGN_OR_RETURN(c.model, ParseModel(*model, "model", std::filesystem::path(source).parent_path().string()));
 
   const nlohmann::json* loss = r.Child("loss");
   if (!loss) return InvalidArgument("loss: required field is missing");

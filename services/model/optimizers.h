@@ -49,6 +49,7 @@ class Optimizer {
 
   Status ApplyDense(Tensor& var, const Tensor& grad, SlotState& state) const;
   Status ApplySparse(Tensor& var, const Tensor& indices, const Tensor& values, SlotState& state) const;
+  // A delta (non-trainable state) is added as is (AddDelta).
   Status Apply(Tensor& var, const Gradient& grad, SlotState& state) const;
 
  private:
@@ -60,5 +61,8 @@ class Optimizer {
 };
 
 std::string_view OptimizerName(OptimizerType t);
+
+// var += delta: the update of a non-trainable variable (Gradient::delta).
+Status AddDelta(Tensor& var, const Tensor& delta);
 
 }  // namespace tfjob::model

@@ -249,6 +249,10 @@ class Fit final : public Program {
     if (!m.ok()) return ReportError(m.status().WithContext(job.source), err);
     auto data = strategy::LoadJobData(job, p->flags.Get("data-dir"), **m);
     if (!data.ok()) return ReportError(data.status().WithContext(job.source), err);
+    // Adapted state (Normalization) is part of the initial values the PS tasks get.
+    if (Status s = (*m)->Adapt(data->train.features); !s.ok()) {
+      return ReportError(s.WithContext(job.data.train.field).WithContext(job.source), err);
+    }
     const int64_t steps_per_epoch = strategy::StepsPerEpoch(job, data->train.size());
     auto ps = fit::MakePsStrategy(*p, ctx, **m, steps_per_epoch);
     if (!ps.ok()) return ReportError(ps.status().WithContext(job.source), err);

@@ -61,13 +61,15 @@ coordinator::Options CoordinatorOptions(const Parsed& p, const ChiefContext& ctx
 class PsStrategy final : public strategy::Strategy {
  public:
   PsStrategy(const Parsed& p, const ChiefContext& ctx, std::vector<std::shared_ptr<ps::PsClient>> clients,
-             strategy::Placement placement, std::vector<std::string> names, std::vector<Tensor> init)
+             strategy::Placement placement, std::vector<std::string> names, std::vector<bool> trainable,
+             std::vector<Tensor> init)
       : p_(p),
         ctx_(ctx),
         out_(*ctx.out),
         clients_(std::move(clients)),
         store_(std::move(placement), clients_),
         names_(std::move(names)),
+        trainable_(std::move(trainable)),
         init_(std::move(init)),
         coord_(ctx.worker_addresses, CoordinatorOptions(p, ctx)),
         mgr_(p.checkpoints.dir, static_cast<int>(p.checkpoints.keep)),
@@ -178,7 +180,11 @@ class PsStrategy final : public strategy::Strategy {
         out_ << "fit: fenced off the previous chief (incarnation " << std::hex << previous << std::dec << ")" << std::endl;
       }
     }
-    for (size_t i = 0; i < names_.size(); ++i) RETURN_IF_ERROR(store_.Create(names_[i], init_[i], p_.job.optimizer));
+    // Non-trainable state (moving statistics) gets no optimizer: only deltas reach it.
+    for (size_t i = 0; i < names_.size(); ++i) {
+      RETURN_IF_ERROR(store_.Create(names_[i], init_[i],
+                                    trainable_[i] ? std::optional(p_.job.optimizer) : std::nullopt));
+    }
     for (size_t i = 0; i < clients_.size(); ++i) {
       ASSIGN_OR_RETURN(ps::PsStatus s, clients_[i]->GetStatus());
       incarnations_[i] = s.incarnation;
@@ -276,6 +282,7 @@ class PsStrategy final : public strategy::Strategy {
   std::vector<std::shared_ptr<ps::PsClient>> clients_;
   strategy::VariableStore store_;
   const std::vector<std::string> names_;
+  const std::vector<bool> trainable_;
   const std::vector<Tensor> init_;
   coordinator::ClusterCoordinator coord_;
   checkpoint::Manager mgr_;
@@ -303,8 +310,11 @@ StatusOr<std::unique_ptr<strategy::Strategy>> MakePsStrategy(const Parsed& p, co
                                                              const model::Model& m, int64_t) {
   std::vector<std::shared_ptr<ps::PsClient>> clients = ctx.PsClients();
   ASSIGN_OR_RETURN(strategy::Placement placement, PlaceModel(m, static_cast<int64_t>(clients.size()), p.partitioner));
-  return std::unique_ptr<strategy::Strategy>(std::make_unique<PsStrategy>(
-      p, ctx, std::move(clients), std::move(placement), VariableNames(m), m.InitialValues(static_cast<uint64_t>(p.job.seed))));
+  std::vector<bool> trainable;
+  for (const auto& v : m.variables()) trainable.push_back(v.trainable);
+  return std::unique_ptr<strategy::Strategy>(
+      std::make_unique<PsStrategy>(p, ctx, std::move(clients), std::move(placement), VariableNames(m),
+                                   std::move(trainable), m.InitialValues(static_cast<uint64_t>(p.job.seed))));
 }
 
 Status RegisterPsWorker(worker::Registry& r) {

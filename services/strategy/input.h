@@ -53,6 +53,7 @@ data::Dataset EvalPipeline(const Examples& ex, int64_t batch_size);
 class GlobalBatches {
  public:
   GlobalBatches(Examples examples, const model::JobConfig& job);
+  const Examples& examples() const { return examples_; }
   int64_t batches_per_pass() const;
   // The global batch of training step `step` (0-based, across epochs).
   // Sequential calls cost one batch each; any other step rebuilds the pass

@@ -37,15 +37,22 @@ class SyncStrategy final : public Strategy {
       ASSIGN_OR_RETURN(auto m, model::Model::Create(job_.model, job_.loss));
       models_.push_back(std::move(m));
     }
-    for (const auto& v : models_[0]->variables()) names_.push_back(v.name);
+    // Adapted state (Normalization) comes from the whole training set, so
+    // every process starts from the same values.
+    RETURN_IF_ERROR(models_[0]->Adapt(input_.examples().features).WithContext(job_.data.train.field));
+    for (const auto& v : models_[0]->variables()) {
+      names_.push_back(v.name);
+      trainable_.push_back(v.trainable);
+    }
     const int copies = o_.kind == StrategyKind::kMirrored ? local : 1;
     const std::vector<Tensor> init = models_[0]->InitialValues(static_cast<uint64_t>(job_.seed));
     for (int c = 0; c < copies; ++c) {
       std::vector<Tensor> values;
       std::vector<model::SlotState> slots;
-      for (const Tensor& t : init) {
-        values.push_back(t.Clone());
-        slots.push_back(optimizer_.CreateSlots(t));
+      for (size_t v = 0; v < init.size(); ++v) {
+        values.push_back(init[v].Clone());
+        // Non-trainable state has no optimizer slots.
+        slots.push_back(trainable_[v] ? optimizer_.CreateSlots(init[v]) : model::SlotState{});
       }
       copies_.push_back(std::move(values));
       slot_copies_.push_back(std::move(slots));
@@ -219,6 +226,11 @@ class SyncStrategy final : public Strategy {
 
   Status ApplyReduced(std::vector<Tensor>& values, std::vector<model::SlotState>& slots, const std::vector<Reducible>& g) {
     for (size_t v = 0; v < values.size(); ++v) {
+      if (!trainable_[v]) {
+        // The replicas' deltas, weighted by their rows: their mean.
+        RETURN_IF_ERROR(model::AddDelta(values[v], g[v].dense));
+        continue;
+      }
       if (!sparse_[v]) {
         RETURN_IF_ERROR(optimizer_.ApplyDense(values[v], g[v].dense, slots[v]));
         continue;
@@ -418,6 +430,7 @@ class SyncStrategy final : public Strategy {
   std::vector<std::vector<Tensor>> copies_;                  // one, or one per mirrored replica
   std::vector<std::vector<model::SlotState>> slot_copies_;   // parallel to copies_
   std::vector<bool> sparse_;                                  // per variable
+  std::vector<bool> trainable_;                               // per variable
   std::vector<Output> outputs_;                               // per local replica
   std::unique_ptr<ReplicaPool> pool_;
   std::unique_ptr<collective::LocalGroup> local_group_;
