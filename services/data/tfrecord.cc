@@ -93,7 +93,7 @@ StatusOr<std::unique_ptr<TfRecordReader>> TfRecordReader::Open(const std::string
   if (!f) {
     const int err = errno;
     const std::string why = path + ": cannot open file: " + std::strerror(err);
-    return err == EACCES ? PermissionDenied(why) : NotFound(why);
+    return err == EACCES ? Status(Code::kPermissionDenied, why) : NotFound(why);
   }
   std::unique_ptr<TfRecordReader> r(new TfRecordReader(path, compression, f));
   if (compression != Compression::kNone) {

@@ -216,7 +216,7 @@ StatusOr<std::vector<MetricType>> ParseMetrics(const nlohmann::json& j, const st
   return out;
 }
 
-StatusOr<DataSourceSpec> ParseSource(const nlohmann::json& j, const std::string& path) {
+StatusOr<DataSourceSpec> ParseSource(const nlohmann::json& j, const std::string& path, const std::string& dir) {
   JsonReader r(j, path);
   DataSourceSpec s;
   s.field = path;
@@ -232,7 +232,10 @@ StatusOr<DataSourceSpec> ParseSource(const nlohmann::json& j, const std::string&
     RETURN_IF_ERROR(r.Optional("delimiter", s.delimiter));
     if (s.delimiter.size() != 1) return InvalidArgument(r.FieldPath("delimiter") + ": must be one character");
     RETURN_IF_ERROR(r.Optional("header", s.header));
-    RETURN_IF_ERROR(r.Optional("label_column", s.label_column));
+    // A name is ParseSourceExtras' business.
+    if (!(j.contains("label_column") && j["label_column"].is_string())) {
+      RETURN_IF_ERROR(r.Optional("label_column", s.label_column));
+    }
   } else if (source == "synthetic") {
     s.kind = DataSourceKind::kSynthetic;
     RETURN_IF_ERROR(r.Optional("num_examples", s.num_examples));
@@ -259,9 +262,14 @@ StatusOr<DataSourceSpec> ParseSource(const nlohmann::json& j, const std::string&
     if (s.num_classes < 2) return InvalidArgument(r.FieldPath("num_classes") + ": must be >= 2");
     RETURN_IF_ERROR(r.Optional("seed", s.seed));
     RETURN_IF_ERROR(r.Optional("noise", s.noise));
+  } else if (source == "tfrecord") {
+    s.kind = DataSourceKind::kTfRecord;
+    RETURN_IF_ERROR(ParseTfRecordSource(j, r, s));
   } else {
-    return InvalidArgument(r.FieldPath("source") + ": unknown data source \"" + source + "\" (known: mnist, csv, synthetic)");
+    return InvalidArgument(r.FieldPath("source") + ": unknown data source \"" + source +
+                           "\" (known: mnist, csv, synthetic, tfrecord)");
   }
+  RETURN_IF_ERROR(ParseSourceExtras(j, r, dir, s));
   RETURN_IF_ERROR(r.Optional("begin", s.begin));
   RETURN_IF_ERROR(r.Optional("end", s.end));
   if (s.begin < 0) return InvalidArgument(r.FieldPath("begin") + ": must be >= 0");
@@ -270,15 +278,15 @@ StatusOr<DataSourceSpec> ParseSource(const nlohmann::json& j, const std::string&
   return s;
 }
 
-StatusOr<DataSpec> ParseData(const nlohmann::json& j, const std::string& path) {
+StatusOr<DataSpec> ParseData(const nlohmann::json& j, const std::string& path, const std::string& dir) {
   JsonReader r(j, path);
   RETURN_IF_ERROR(r.status());
   DataSpec d;
   const nlohmann::json* train = r.Child("train");
   if (!train) return InvalidArgument(r.FieldPath("train") + ": required field is missing");
-  ASSIGN_OR_RETURN(d.train, ParseSource(*train, r.FieldPath("train")));
+  ASSIGN_OR_RETURN(d.train, ParseSource(*train, r.FieldPath("train"), dir));
   if (const nlohmann::json* ev = r.Child("eval")) {
-    ASSIGN_OR_RETURN(d.eval, ParseSource(*ev, r.FieldPath("eval")));
+    ASSIGN_OR_RETURN(d.eval, ParseSource(*ev, r.FieldPath("eval"), dir));
   }
   RETURN_IF_ERROR(r.Optional("shuffle", d.shuffle));
   RETURN_IF_ERROR(r.Optional("shuffle_buffer", d.shuffle_buffer));
@@ -297,7 +305,9 @@ StatusOr<JobConfig> Parse(const nlohmann::json& doc, const std::string& source) 
 
   const nlohmann::json* model = r.Child("model");
   if (!model) return InvalidArgument("model: required field is missing");
-  ASSIGN_OR_RETURN(c.model, ParseModel(*model, "model", std::filesystem::path(source).parent_path().string()));
+  // Vocabulary files are relative to the job file.
+  const std::string dir = std::filesystem::path(source).parent_path().string();
+  ASSIGN_OR_RETURN(c.model, ParseModel(*model, "model", dir));
 
   const nlohmann::json* loss = r.Child("loss");
   if (!loss) return InvalidArgument("loss: required field is missing");
@@ -315,7 +325,7 @@ StatusOr<JobConfig> Parse(const nlohmann::json& doc, const std::string& source) 
   }
   const nlohmann::json* data = r.Child("data");
   if (!data) return InvalidArgument("data: required field is missing");
-  ASSIGN_OR_RETURN(c.data, ParseData(*data, "data"));
+  ASSIGN_OR_RETURN(c.data, ParseData(*data, "data", dir));
 
   RETURN_IF_ERROR(r.Optional("batch_size", c.batch_size));
   RETURN_IF_ERROR(Positive("batch_size", c.batch_size));

@@ -190,8 +190,132 @@ StatusOr<bool> ParseMoreLayers(const std::string& type, const nlohmann::json& j,
   } else {
     return false;
   }
-  if (!padding.empty()) ASSIGN_OR_RETURN(s.padding, ParsePadding(padding, r.FieldPath("padding")));
+  if (!padding.empty()) {
+    ASSIGN_OR_RETURN(s.padding, ParsePadding(padding, r.FieldPath("padding")));
+  }
   return true;
+}
+
+namespace {
+
+StatusOr<ExampleFeatureSpec> ParseFeature(const nlohmann::json& j, const std::string& path) {
+  JsonReader r(j, path);
+  RETURN_IF_ERROR(r.status());
+  ExampleFeatureSpec f;
+  f.field = path;
+  RETURN_IF_ERROR(r.Required("name", f.name));
+  RETURN_IF_ERROR(r.Required("dtype", f.dtype));
+  if (f.dtype != "float32" && f.dtype != "int64" && f.dtype != "string") {
+    return InvalidArgument(r.FieldPath("dtype") + ": unknown dtype \"" + f.dtype + "\" (known: float32, int64, string)");
+  }
+  RETURN_IF_ERROR(r.Optional("shape", f.shape));
+  for (int64_t d : f.shape) {
+    if (d <= 0) return InvalidArgument(r.FieldPath("shape") + ": dimensions must be > 0, got " + ShapeString(f.shape));
+  }
+  RETURN_IF_ERROR(r.Optional("var_len", f.var_len));
+  RETURN_IF_ERROR(r.Optional("max_length", f.max_length));
+  if (f.var_len && !f.shape.empty()) {
+    return InvalidArgument(r.FieldPath("shape") + ": a var_len feature has no fixed shape (use max_length)");
+  }
+  if (!f.var_len && r.Has("max_length")) {
+    return InvalidArgument(r.FieldPath("max_length") + ": only a var_len feature has a max_length");
+  }
+  if (f.var_len && f.max_length != -1 && f.max_length < 1) {
+    return InvalidArgument(r.FieldPath("max_length") + ": must be >= 1");
+  }
+  if (const nlohmann::json* d = r.Child("default_value")) {
+    f.has_default = true;
+    if (f.dtype == "string" && d->is_string()) {
+      f.default_string = d->get<std::string>();
+    } else if (f.dtype == "int64" && d->is_number_integer()) {
+      f.default_number = static_cast<double>(d->get<int64_t>());
+    } else if (f.dtype == "float32" && d->is_number()) {
+      f.default_number = d->get<double>();
+    } else {
+      return InvalidArgument(r.FieldPath("default_value") + ": expected a " + f.dtype + " value, got " + d->dump());
+    }
+  }
+  RETURN_IF_ERROR(r.Finish());
+  return f;
+}
+
+}  // namespace
+
+Status ParseTfRecordSource(const nlohmann::json& j, JsonReader& r, DataSourceSpec& s) {
+  if (const nlohmann::json* f = r.Child("files"); f && f->is_string()) {
+    s.files = {f->get<std::string>()};
+  } else {
+    RETURN_IF_ERROR(r.Optional("files", s.files));
+  }
+  if (s.files.empty()) return InvalidArgument(r.FieldPath("files") + ": required: one or more TFRecord files");
+  RETURN_IF_ERROR(r.Optional("compression", s.compression));
+  if (s.compression != "" && s.compression != "NONE" && s.compression != "GZIP" && s.compression != "ZLIB") {
+    return InvalidArgument(r.FieldPath("compression") + ": unknown compression \"" + s.compression +
+                           "\" (known: \"\", GZIP, ZLIB)");
+  }
+  const nlohmann::json* features = r.Child("features");
+  if (!features || !features->is_array() || features->empty()) {
+    return InvalidArgument(r.FieldPath("features") + ": required: a list of the features that make up the model's input");
+  }
+  for (size_t i = 0; i < features->size(); ++i) {
+    ASSIGN_OR_RETURN(ExampleFeatureSpec f, ParseFeature((*features)[i], r.FieldPath("features") + "[" + std::to_string(i) + "]"));
+    s.features.push_back(std::move(f));
+  }
+  const nlohmann::json* label = r.Child("label");
+  if (!label) return InvalidArgument(r.FieldPath("label") + ": required field is missing");
+  ASSIGN_OR_RETURN(s.label, ParseFeature(*label, r.FieldPath("label")));
+  if (s.label.var_len) return InvalidArgument(r.FieldPath("label") + ": the label must have a fixed length");
+  RETURN_IF_ERROR(r.Optional("auto_shard_policy", s.auto_shard_policy));
+  if (s.auto_shard_policy != "AUTO" && s.auto_shard_policy != "FILE" && s.auto_shard_policy != "DATA" &&
+      s.auto_shard_policy != "OFF") {
+    return InvalidArgument(r.FieldPath("auto_shard_policy") + ": unknown policy \"" + s.auto_shard_policy +
+                           "\" (known: AUTO, FILE, DATA, OFF)");
+  }
+  (void)j;
+  return Status::Ok();
+}
+
+Status ParseSourceExtras(const nlohmann::json& j, JsonReader& r, const std::string& dir, DataSourceSpec& s) {
+  if (s.kind == DataSourceKind::kCsv) {
+    if (const nlohmann::json* cols = r.Child("feature_columns")) {
+      if (!cols->is_array() || cols->empty()) {
+        return InvalidArgument(r.FieldPath("feature_columns") + ": expected a non-empty list of column names or indices");
+      }
+      for (const auto& c : *cols) {
+        if (c.is_string()) {
+          s.feature_columns.push_back(c.get<std::string>());
+        } else if (c.is_number_integer() && c.get<int64_t>() >= 0) {
+          s.feature_columns.push_back(std::to_string(c.get<int64_t>()));
+        } else {
+          return InvalidArgument(r.FieldPath("feature_columns") + ": expected column names or indices, got " + c.dump());
+        }
+      }
+    }
+    if (j.contains("label_column") && j["label_column"].is_string()) {
+      RETURN_IF_ERROR(r.Optional("label_column", s.label_name));
+      if (s.label_name.empty()) return InvalidArgument(r.FieldPath("label_column") + ": must not be empty");
+    }
+  }
+  if (const nlohmann::json* l = r.Child("label_lookup")) {
+    const std::string path = r.FieldPath("label_lookup");
+    JsonReader lr(*l, path);
+    RETURN_IF_ERROR(lr.status());
+    std::string type, base, activation;
+    RETURN_IF_ERROR(lr.Required("type", type));
+    LayerSpec spec;
+    spec.path = path;
+    spec.name = "label_lookup";
+    if (type != "StringLookup" && type != "IntegerLookup") {
+      return InvalidArgument(lr.FieldPath("type") + ": a label lookup is a StringLookup or an IntegerLookup, got \"" +
+                             type + "\"");
+    }
+    ASSIGN_OR_RETURN(bool known, ParseMoreLayers(type, *l, lr, dir, spec, base, activation));
+    (void)known;
+    if (spec.lookup.invert) return InvalidArgument(lr.FieldPath("invert") + ": a label lookup maps terms to indices");
+    RETURN_IF_ERROR(lr.Finish());
+    s.label_lookup = std::move(spec);
+  }
+  return Status::Ok();
 }
 
 }  // namespace tfjob::model

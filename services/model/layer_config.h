@@ -30,6 +30,7 @@
 
 #include "common/json_reader.h"
 #include "common/status.h"
+#include "services/model/job_config.h"
 #include "services/model/spec.h"
 
 namespace tfjob::model {
@@ -43,6 +44,14 @@ StatusOr<bool> ParseMoreLayers(const std::string& type, const nlohmann::json& j,
 
 // Every layer type a job may name, for messages.
 std::string KnownLayerTypes();
+
+// The tfrecord source's fields (files, compression, features, label,
+// auto_shard_policy), read through `r`.
+Status ParseTfRecordSource(const nlohmann::json& j, JsonReader& r, DataSourceSpec& s);
+// What any source may add: csv's feature_columns and a label_column given
+// by name (`j`'s raw label_column), and label_lookup (a StringLookup or
+// IntegerLookup layer; vocabulary files relative to `dir`).
+Status ParseSourceExtras(const nlohmann::json& j, JsonReader& r, const std::string& dir, DataSourceSpec& s);
 
 // Keras' padding names.
 StatusOr<Padding> ParsePadding(const std::string& name, const std::string& field);

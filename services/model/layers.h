@@ -24,6 +24,10 @@ namespace tfjob::model {
 enum class Initializer { kZeros, kGlorotUniform, kUniform005, kOnes, kValue };
 
 struct VariableSpec {
+  VariableSpec() = default;
+  VariableSpec(std::string name, Shape shape, Initializer init = Initializer::kZeros, bool sparse_grad = false)
+      : name(std::move(name)), shape(std::move(shape)), init(init), sparse_grad(sparse_grad) {}
+
   std::string name;  // "dense/kernel"
   Shape shape;
   Initializer init = Initializer::kZeros;
@@ -41,6 +45,10 @@ struct VariableSpec {
 // variable without the optimizer (replicas' deltas are averaged like their
 // gradients, as MirroredStrategy averages the moving statistics' updates).
 struct Gradient {
+  Gradient() = default;
+  Gradient(bool sparse, Tensor dense, Tensor indices, Tensor values, bool delta = false)
+      : sparse(sparse), dense(std::move(dense)), indices(std::move(indices)), values(std::move(values)), delta(delta) {}
+
   bool sparse = false;
   Tensor dense;
   Tensor indices;  // int64 [k], distinct

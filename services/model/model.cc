@@ -204,7 +204,9 @@ Status Model::Adapt(const Tensor& features) {
     }
     RETURN_IF_ERROR(CheckInput(features));
     Tensor h = features;
-    for (size_t k = 0; k < l; ++k) ASSIGN_OR_RETURN(h, layers_[k]->Forward({}, h, false));
+    for (size_t k = 0; k < l; ++k) {
+      ASSIGN_OR_RETURN(h, layers_[k]->Forward({}, h, false));
+    }
     RETURN_IF_ERROR(a->Adapt(h).WithContext(layers_[l]->spec().path));
     auto vars = a->Variables();
     auto [first, count] = layer_vars_[l];

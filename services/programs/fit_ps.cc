@@ -99,6 +99,7 @@ class PsStrategy final : public strategy::Strategy {
                          {"data_dir", p_.flags.Get("data-dir")},
                          {"partitioner", strategy::PartitionerString(p_.partitioner)},
                          {"num_ps", static_cast<int64_t>(clients_.size())},
+                         {"num_workers", static_cast<int64_t>(ctx_.worker_addresses.size())},
                          {"threads", *p_.flags.GetInt("threads")}};
     return coord_.CreatePerWorkerDataset(kTrainDataset, dargs, kTrainDataset);
   }
@@ -326,8 +327,10 @@ Status RegisterPsWorker(worker::Registry& r) {
     ASSIGN_OR_RETURN(strategy::Partitioner part, strategy::ParsePartitioner(a.at("partitioner").get<std::string>()));
     ASSIGN_OR_RETURN(auto m, model::Model::Create(job.model, job.loss));
     ASSIGN_OR_RETURN(strategy::Placement placement, PlaceModel(*m, a.at("num_ps").get<int64_t>(), part));
+    // Each worker reads its shard of a multi-file source (auto_shard_policy).
+    const strategy::InputShard shard{a.value("num_workers", int64_t{1}), env.worker_index};
     ASSIGN_OR_RETURN(strategy::Examples ex,
-                     strategy::LoadExamples(job.data.train, a.at("data_dir").get<std::string>(), m->input_dtype()));
+                     strategy::LoadExamples(job.data.train, a.at("data_dir").get<std::string>(), *m, shard));
     // Each worker shuffles its own way, as per-worker datasets do in TF.
     job.seed += 7919 * (env.worker_index + 1);
     data::Dataset ds = strategy::TrainingPipeline(ex, job).Repeat();

@@ -22,8 +22,21 @@ struct Examples {
   int64_t size() const { return features.rank() ? features.dim(0) : 0; }
 };
 
-// Loads one source. Features are converted to `feature_dtype` when the source
-// yields the other dtype and every value is integral (CSV ids for embeddings).
+// Which part of a multi-file source a reader takes (tfrecord sources, per
+// their auto_shard_policy); one shard is everything.
+struct InputShard {
+  int64_t num_shards = 1;
+  int64_t index = 0;
+};
+
+// Loads one source for model `m`: string features (CSV cells, bytes_list
+// features) go through the model's input StringLookup, labels through the
+// source's label_lookup; numeric features are converted to the model's
+// input dtype when every value is integral (CSV ids for embeddings); an
+// image source's [h, w] gets a channel axis when the model takes [h, w, 1].
+StatusOr<Examples> LoadExamples(const model::DataSourceSpec& spec, const std::string& data_dir, const model::Model& m,
+                                const InputShard& shard = {});
+// The same for numeric sources without a model: features as `feature_dtype`.
 StatusOr<Examples> LoadExamples(const model::DataSourceSpec& spec, const std::string& data_dir, DType feature_dtype);
 
 // Checks the examples against the model's input and the loss's labels, naming

@@ -375,8 +375,8 @@ TEST(JobConfigErrorTest, UnknownFields) {
 
 TEST(JobConfigErrorTest, UnknownNames) {
   json doc = Base();
-  doc["model"]["layers"][0]["type"] = "Conv2D";
-  ExpectError(doc, "model.layers[0].type", "unknown layer type \"Conv2D\"");
+  doc["model"]["layers"][0]["type"] = "Conv3D";
+  ExpectError(doc, "model.layers[0].type", "unknown layer type \"Conv3D\"");
 
   doc = Base();
   doc["optimizer"] = json::parse(R"({"type": "AdamW"})");
