@@ -295,7 +295,7 @@ StatusOr<DataSpec> ParseData(const nlohmann::json& j, const std::string& path, c
   return d;
 }
 
-StatusOr<JobConfig> Parse(const nlohmann::json& doc, const std::string& source) {
+StatusOr<JobConfig> Parse(const nlohmann::json& doc, const std::string& source, const ModelSpec* keras) {
   JobConfig c;
   c.source = source;
   JsonReader r(doc, "");
@@ -304,10 +304,15 @@ StatusOr<JobConfig> Parse(const nlohmann::json& doc, const std::string& source) 
   RETURN_IF_ERROR(r.Optional("seed", c.seed));
 
   const nlohmann::json* model = r.Child("model");
-  if (!model) return InvalidArgument("model: required field is missing");
   // Vocabulary files are relative to the job file.
   const std::string dir = std::filesystem::path(source).parent_path().string();
-  ASSIGN_OR_RETURN(c.model, ParseModel(*model, "model", dir));
+  if (keras) {
+    if (model) return InvalidArgument("model: the job has a model and --keras-model gives one too; keep one");
+    c.model = *keras;
+  } else {
+    if (!model) return InvalidArgument("model: required field is missing");
+    ASSIGN_OR_RETURN(c.model, ParseModel(*model, "model", dir));
+  }
 
   const nlohmann::json* loss = r.Child("loss");
   if (!loss) return InvalidArgument("loss: required field is missing");
@@ -341,15 +346,15 @@ StatusOr<JobConfig> Parse(const nlohmann::json& doc, const std::string& source) 
 
 }  // namespace
 
-StatusOr<JobConfig> ParseJobConfig(const nlohmann::json& doc, const std::string& source) {
-  auto c = Parse(doc, source);
+StatusOr<JobConfig> ParseJobConfig(const nlohmann::json& doc, const std::string& source, const ModelSpec* model) {
+  auto c = Parse(doc, source, model);
   if (!c.ok()) return c.status().WithContext(source);
   return c;
 }
 
-StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
+StatusOr<JobConfig> LoadJobConfig(const std::string& path, const ModelSpec* model) {
   ASSIGN_OR_RETURN(nlohmann::json doc, ReadJsonFile(path));
-  return ParseJobConfig(doc, path);
+  return ParseJobConfig(doc, path, model);
 }
 
 }  // namespace tfjob::model

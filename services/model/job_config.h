@@ -106,7 +106,10 @@ struct JobConfig {
   int64_t steps_per_epoch = -1;  // -1: one pass over the training data
 };
 
-StatusOr<JobConfig> ParseJobConfig(const nlohmann::json& doc, const std::string& source);
-StatusOr<JobConfig> LoadJobConfig(const std::string& path);
+// With `model` (a Keras model JSON, fit --keras-model), the job gives
+// everything but the model and must not have a "model" field.
+StatusOr<JobConfig> ParseJobConfig(const nlohmann::json& doc, const std::string& source,
+                                   const ModelSpec* model = nullptr);
+StatusOr<JobConfig> LoadJobConfig(const std::string& path, const ModelSpec* model = nullptr);
 
 }  // namespace tfjob::model

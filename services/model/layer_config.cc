@@ -145,9 +145,10 @@ StatusOr<bool> ParseMoreLayers(const std::string& type, const nlohmann::json& j,
   } else if (type == "BatchNormalization") {
     s.type = LayerType::kBatchNormalization;
     base = "batch_normalization";
-    int64_t axis = -1;
-    RETURN_IF_ERROR(r.Optional("axis", axis));
-    if (axis != -1) return InvalidArgument(r.FieldPath("axis") + ": only -1 (the last axis, channels_last) is supported");
+    RETURN_IF_ERROR(r.Optional("axis", s.axis));
+    if (s.axis != -1 && s.axis < 1) {
+      return InvalidArgument(r.FieldPath("axis") + ": must be -1 or the last axis' index (the batch axis is 0)");
+    }
     RETURN_IF_ERROR(r.Optional("momentum", s.momentum));
     if (!(s.momentum >= 0 && s.momentum <= 1)) return InvalidArgument(r.FieldPath("momentum") + ": must be in [0, 1]");
     RETURN_IF_ERROR(r.Optional("epsilon", s.epsilon));

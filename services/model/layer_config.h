@@ -8,7 +8,7 @@
 //   AveragePooling2D
 //   GlobalAveragePooling2D  keepdims (false)
 //   Dropout                 rate, seed (0)
-//   BatchNormalization      axis (-1 only), momentum (0.99), epsilon (0.001),
+//   BatchNormalization      axis (-1, the last), momentum (0.99), epsilon (0.001),
 //                           center, scale (true)
 //   Reshape                 target_shape
 //   Normalization           axis (-1, or null for one scalar mean and

@@ -31,6 +31,10 @@ class BatchNormalization final : public Layer {
   StatusOr<Shape> Build(const Shape& in, DType dtype) override {
     if (dtype != DType::kFloat32) return Error("expects float32 input, got " + std::string(DTypeName(dtype)));
     if (in.empty()) return Error("expects a feature axis (the last one), got a scalar per example");
+    if (spec_.axis != -1 && spec_.axis != static_cast<int64_t>(in.size())) {
+      return Error("axis " + std::to_string(spec_.axis) + " is not the last axis of input " +
+                   ShapeString(WithBatch(-1, in)) + " (only channels_last is supported)");
+    }
     if (!(spec_.momentum >= 0 && spec_.momentum <= 1)) return Error("momentum must be in [0, 1]");
     if (!(spec_.epsilon > 0)) return Error("epsilon must be > 0");
     in_shape_ = in;

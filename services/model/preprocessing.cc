@@ -90,7 +90,10 @@ StatusOr<int64_t> Lookup::Index(std::string_view term) const {
   auto it = by_string_.find(std::string(term));
   if (it != by_string_.end()) return it->second;
   const uint64_t hash = spec_.num_oov_indices > 1 ? util::Fingerprint64(term.data(), term.size()) : 0;
-  return Oov(hash, "\"" + std::string(term) + "\"");
+  // Appended, not concatenated: GCC 12 warns (-Wrestrict) on "\"" + string.
+  std::string shown(1, '"');
+  shown.append(term).push_back('"');
+  return Oov(hash, shown);
 }
 
 StatusOr<int64_t> Lookup::Index(int64_t term) const {

@@ -60,7 +60,9 @@ struct LayerSpec {
   // Dropout: inverted, off at inference; its masks come from `seed`.
   double rate = 0;
   int64_t seed = 0;
-  // BatchNormalization (Keras' defaults; axis is the last one).
+  // BatchNormalization (Keras' defaults). Its axis must be the last one:
+  // -1, or Keras' positive index of it (counting the batch axis).
+  int64_t axis = -1;
   double momentum = 0.99;
   double epsilon = 1e-3;
   bool center = true;

@@ -16,6 +16,7 @@
 
 #include "common/files.h"
 #include "services/collective/nccl.h"
+#include "services/model/keras_model.h"
 #include "services/programs/fit_internal.h"
 #include "services/programs/programs.h"
 #include "services/strategy/fit.h"
@@ -28,6 +29,8 @@ namespace fit {
 Flags FitFlags() {
   Flags f;
   f.Value("config", "job description (JSON)", "", true)
+      .Value("keras-model", "the model as Keras' model.to_json() writes it (the job then has no \"model\")")
+      .Value("export-weights", "after training, write the variables as Keras 3 weights (OUT.weights.h5)")
       .Value("data-dir", "directory that relative data paths resolve against", ".")
       .Value("summary-json", "write the run's summary here")
       // One by default: a small model gains nothing from more, and OpenMP's
@@ -78,7 +81,8 @@ nlohmann::json SummaryJson(const strategy::FitSummary& s, const nlohmann::json& 
 }  // namespace
 
 std::string Usage() {
-  return "fit --config FILE [--data-dir DIR] [--summary-json OUT] [--threads N] [--epochs N]\n"
+  return "fit --config FILE [--keras-model MODEL.json] [--data-dir DIR] [--summary-json OUT] [--threads N] [--epochs N]\n"
+         "      [--export-weights OUT.weights.h5]\n"
          "      [--strategy one_device|mirrored|multi_worker_mirrored|central_storage|parameter_server]\n"
          "      [--replicas N] [--communication ring|nccl|auto] [--collective-timeout-seconds S]\n"
          "      [--rejoin-timeout-seconds S] [--bucket-bytes B]\n"
@@ -141,7 +145,12 @@ StatusOr<Parsed> Parse(const std::vector<std::string>& args) {
   if ((c.every_steps > 0 || c.every_seconds > 0) && !c.enabled()) {
     return InvalidArgument("flag --checkpoint-every-steps/--checkpoint-every-seconds: needs --checkpoint-dir");
   }
-  ASSIGN_OR_RETURN(p.job, model::LoadJobConfig(p.flags.Get("config")));
+  if (p.flags.Has("keras-model")) {
+    ASSIGN_OR_RETURN(model::ModelSpec keras, model::LoadKerasModel(p.flags.Get("keras-model")));
+    ASSIGN_OR_RETURN(p.job, model::LoadJobConfig(p.flags.Get("config"), &keras));
+  } else {
+    ASSIGN_OR_RETURN(p.job, model::LoadJobConfig(p.flags.Get("config")));
+  }
   if (epochs > 0) p.job.epochs = epochs;
   return p;
 }

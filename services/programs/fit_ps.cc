@@ -21,6 +21,7 @@
 #include "common/json_reader.h"
 #include "services/checkpoint/manager.h"
 #include "services/coordinator/coordinator.h"
+#include "services/model/keras_model.h"
 #include "services/programs/fit_internal.h"
 #include "services/strategy/checkpoints.h"
 #include "services/strategy/stats.h"
@@ -95,12 +96,17 @@ class PsStrategy final : public strategy::Strategy {
     // Workers get the job as JSON, so they need no copy of the file.
     ASSIGN_OR_RETURN(nlohmann::json doc, ReadJsonFile(p_.job.source));
     nlohmann::json dargs{{"config", doc},
+                         {"keras_model", nullptr},
                          {"source", p_.job.source},
                          {"data_dir", p_.flags.Get("data-dir")},
                          {"partitioner", strategy::PartitionerString(p_.partitioner)},
                          {"num_ps", static_cast<int64_t>(clients_.size())},
                          {"num_workers", static_cast<int64_t>(ctx_.worker_addresses.size())},
                          {"threads", *p_.flags.GetInt("threads")}};
+    if (p_.flags.Has("keras-model")) {
+      ASSIGN_OR_RETURN(dargs["keras_model"], ReadJsonFile(p_.flags.Get("keras-model")));
+      dargs["keras_model_source"] = p_.flags.Get("keras-model");
+    }
     return coord_.CreatePerWorkerDataset(kTrainDataset, dargs, kTrainDataset);
   }
 
@@ -322,7 +328,13 @@ Status RegisterPsWorker(worker::Registry& r) {
   auto state = std::make_shared<WorkerFitState>();
   RETURN_IF_ERROR(r.AddDataset(kTrainDataset, [state](const worker::WorkerEnv& env,
                                                       const nlohmann::json& a) -> StatusOr<data::Dataset> {
-    ASSIGN_OR_RETURN(model::JobConfig job, model::ParseJobConfig(a.at("config"), a.at("source").get<std::string>()));
+    // The model comes with the job, or as Keras JSON beside it.
+    std::optional<model::ModelSpec> keras;
+    if (a.contains("keras_model") && !a["keras_model"].is_null()) {
+      ASSIGN_OR_RETURN(keras, model::ParseKerasModel(a["keras_model"], a.value("keras_model_source", "keras model")));
+    }
+    ASSIGN_OR_RETURN(model::JobConfig job, model::ParseJobConfig(a.at("config"), a.at("source").get<std::string>(),
+                                                                 keras ? &*keras : nullptr));
     SetComputeThreads(static_cast<int>(a.value("threads", int64_t{1})));
     ASSIGN_OR_RETURN(strategy::Partitioner part, strategy::ParsePartitioner(a.at("partitioner").get<std::string>()));
     ASSIGN_OR_RETURN(auto m, model::Model::Create(job.model, job.loss));
