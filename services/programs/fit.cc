@@ -17,6 +17,7 @@
 #include "common/files.h"
 #include "services/collective/nccl.h"
 #include "services/model/keras_model.h"
+#include "services/model/keras_weights.h"
 #include "services/programs/fit_internal.h"
 #include "services/programs/programs.h"
 #include "services/strategy/fit.h"
@@ -277,6 +278,12 @@ class Fit final : public Program {
     auto summary = strategy::FitAndEvaluate(**ps, job, *data, lo, ctx.out);
     if (Stopped(summary.status(), ctx.signals)) return 0;
     if (!summary.ok()) return ReportError(summary.status(), err);
+    if (p->flags.Has("export-weights")) {
+      auto values = (*ps)->Values();
+      Status s = values.ok() ? model::ExportKerasWeights(**m, *values, p->flags.Get("export-weights")) : values.status();
+      if (!s.ok()) return ReportError(s, err);
+      *ctx.out << "fit: wrote Keras weights to " << p->flags.Get("export-weights") << std::endl;
+    }
     if (Status s = fit::WriteSummary(p->flags, fit::SummaryJson(*summary, (*ps)->SummaryJson(), *p)); !s.ok()) {
       return ReportError(s, err);
     }
@@ -311,6 +318,7 @@ class Fit final : public Program {
     opt.collective = p.collective;
     opt.checkpoints = p.checkpoints;
     opt.metrics = metrics;
+    if (p.flags.Has("export-weights")) opt.export_weights = p.flags.Get("export-weights");
     if (signals) opt.stop = &signals->stop();
     nlohmann::json sj;
     auto summary = strategy::Fit(p.job, opt, &sj);

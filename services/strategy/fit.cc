@@ -3,6 +3,7 @@
 #include <chrono>
 #include <ostream>
 
+#include "services/model/keras_weights.h"
 #include "services/strategy/sync.h"
 
 namespace tfjob::strategy {
@@ -56,6 +57,13 @@ StatusOr<FitSummary> Fit(const model::JobConfig& job, const FitOptions& o, nlohm
   lo.stop = o.stop;
   auto summary = FitAndEvaluate(**strategy, job, *data, lo, o.out);
   if (strategy_json) *strategy_json = (*strategy)->SummaryJson();
+  if (summary.ok() && !o.export_weights.empty() && (*strategy)->is_chief()) {
+    // The adapted count Keras keeps beside Normalization's statistics.
+    RETURN_IF_ERROR((*m)->Adapt(data->train.features));
+    ASSIGN_OR_RETURN(std::vector<Tensor> values, (*strategy)->Values());
+    RETURN_IF_ERROR(model::ExportKerasWeights(**m, values, o.export_weights));
+    if (o.out) *o.out << "fit: wrote Keras weights to " << o.export_weights << std::endl;
+  }
   return summary;
 }
 
