@@ -24,6 +24,10 @@ namespace tfjob::data {
 enum class FeatureType { kFloat32, kInt64, kString };  // float_list, int64_list, bytes_list
 
 struct FeatureSpec {
+  FeatureSpec() = default;
+  FeatureSpec(std::string name, FeatureType type, bool var_len = false, Shape shape = {}, int64_t max_length = -1)
+      : name(std::move(name)), type(type), var_len(var_len), shape(std::move(shape)), max_length(max_length) {}
+
   std::string name;
   FeatureType type = FeatureType::kFloat32;
   // FixedLenFeature: exactly NumElements(shape) values per record ([] is
