@@ -410,8 +410,8 @@ TEST(JobConfigErrorTest, UnknownNames) {
   ExpectError(doc, "model.layers[0].combiner", "unknown combiner \"max\"");
 
   doc = Base();
-  doc["data"]["train"]["source"] = "tfrecord";
-  ExpectError(doc, "data.train.source", "unknown data source \"tfrecord\"");
+  doc["data"]["train"]["source"] = "parquet";
+  ExpectError(doc, "data.train.source", "unknown data source \"parquet\"");
 }
 
 TEST(JobConfigErrorTest, WrongTypes) {
