@@ -331,9 +331,10 @@ Status CheckExamples(const Examples& ex, const std::string& field, const Shape& 
   return Status::Ok();
 }
 
-StatusOr<JobData> LoadJobData(const model::JobConfig& job, const std::string& data_dir, const model::Model& m) {
+StatusOr<JobData> LoadJobData(const model::JobConfig& job, const std::string& data_dir, const model::Model& m,
+                              const InputShard& train_shard) {
   JobData d;
-  ASSIGN_OR_RETURN(d.train, LoadExamples(job.data.train, data_dir, m));
+  ASSIGN_OR_RETURN(d.train, LoadExamples(job.data.train, data_dir, m, train_shard));
   RETURN_IF_ERROR(CheckExamples(d.train, job.data.train.field, m.input_shape(), m.input_dtype()));
   Shape probe = m.output_shape();
   probe.insert(probe.begin(), 1);
@@ -372,18 +373,19 @@ uint64_t PassSeed(int64_t seed, int64_t pass) {
 
 }  // namespace
 
-GlobalBatches::GlobalBatches(Examples examples, const model::JobConfig& job)
-    : examples_(std::move(examples)), job_(job) {}
+GlobalBatches::GlobalBatches(Examples examples, const model::JobConfig& job, int64_t batch_rows, uint64_t seed_salt)
+    : examples_(std::move(examples)), job_(job), batch_rows_(batch_rows > 0 ? batch_rows : job.batch_size),
+      seed_salt_(seed_salt) {}
 
-int64_t GlobalBatches::batches_per_pass() const { return (examples_.size() + job_.batch_size - 1) / job_.batch_size; }
+int64_t GlobalBatches::batches_per_pass() const { return (examples_.size() + batch_rows_ - 1) / batch_rows_; }
 
 data::Dataset GlobalBatches::Pass(int64_t pass) const {
   data::Dataset ds = data::Dataset::FromTensors({examples_.features, examples_.labels});
   if (job_.data.shuffle) {
     const int64_t buffer = job_.data.shuffle_buffer > 0 ? job_.data.shuffle_buffer : examples_.size();
-    ds = ds.Shuffle(buffer, PassSeed(job_.seed, pass), /*reshuffle_each_iteration=*/false);
+    ds = ds.Shuffle(buffer, PassSeed(job_.seed, pass) ^ seed_salt_, /*reshuffle_each_iteration=*/false);
   }
-  return ds.Batch(job_.batch_size).Prefetch(2);
+  return ds.Batch(batch_rows_).Prefetch(2);
 }
 
 StatusOr<data::Element> GlobalBatches::Get(int64_t step) {

@@ -50,7 +50,9 @@ struct JobData {
   Examples train;
   std::optional<Examples> eval;
 };
-StatusOr<JobData> LoadJobData(const model::JobConfig& job, const std::string& data_dir, const model::Model& m);
+// `train_shard` picks this reader's part of a sharded training source.
+StatusOr<JobData> LoadJobData(const model::JobConfig& job, const std::string& data_dir, const model::Model& m,
+                              const InputShard& train_shard = {});
 
 // (features, label) batches: shuffled per epoch with the job seed, batched,
 // prefetched. Keeps the last partial batch, as Keras does.
@@ -63,9 +65,14 @@ data::Dataset EvalPipeline(const Examples& ex, int64_t batch_size);
 // every replica, in any process, gets the same batch for the same step, and
 // a member that joins a running group at step s starts exactly there.
 // Thread-safety: one thread. Failure: pipeline errors from Get.
+//
+// Sharded input (multi_worker_mirrored over a sharded source): each member
+// holds only its shard and takes `batch_rows` rows of it per step (its part
+// of the global batch), shuffled with `seed_salt` mixed into the seed; the
+// global batch of a step is then the members' parts together.
 class GlobalBatches {
  public:
-  GlobalBatches(Examples examples, const model::JobConfig& job);
+  GlobalBatches(Examples examples, const model::JobConfig& job, int64_t batch_rows = 0, uint64_t seed_salt = 0);
   const Examples& examples() const { return examples_; }
   int64_t batches_per_pass() const;
   // The global batch of training step `step` (0-based, across epochs).
@@ -78,6 +85,8 @@ class GlobalBatches {
 
   Examples examples_;
   model::JobConfig job_;
+  int64_t batch_rows_;
+  uint64_t seed_salt_;
   std::unique_ptr<data::Iterator> it_;
   int64_t next_ = -1;  // the step it_ yields next
 };

@@ -17,6 +17,7 @@
 #include "services/checkpoint/checkpoint.h"
 #include "services/checkpoint/manager.h"
 #include "services/data/example.h"
+#include "services/data/mnist.h"
 #include "services/data/tfrecord.h"
 #include "tests/support/subprocess.h"
 
@@ -162,6 +163,47 @@ TEST(BatchNormalizationTest, MovingStatisticsUnderEveryStrategy) {
   ASSERT_EQ(ps.exit_code, 0) << ps.out << ps.err;
   EXPECT_GE(EvalAccuracy(ps.out), 0.90) << ps.out;
   EXPECT_LT(EvalLoss(ps.out), 0.4) << ps.out;
+}
+
+// Multi-worker mirrored over 4 TFRecord files, sharded by file: each worker
+// reads 2 of them and contributes its half of every global batch.
+TEST(CnnTest, MultiWorkerMirroredReadsItsShardOfTheFiles) {
+  const std::string dir = t::MakeTempDir("cnn-shards");
+  auto mnist = data::LoadMnist(t::MnistDir() + "/t10k-images-idx3-ubyte.gz", t::MnistDir() + "/t10k-labels-idx1-ubyte.gz",
+                               0, 8000);
+  ASSERT_TRUE(mnist.ok()) << mnist.status();
+  json files = json::array();
+  for (int f = 0; f < 4; ++f) {
+    std::vector<std::string> records;
+    for (int64_t i = f * 2000; i < (f + 1) * 2000; ++i) {
+      data::Column image, label;
+      image.type = data::FeatureType::kFloat32;
+      image.floats.assign(mnist->images.data<float>() + i * 784, mnist->images.data<float>() + (i + 1) * 784);
+      label.type = data::FeatureType::kInt64;
+      label.ints = {mnist->labels.data<int64_t>()[i]};
+      records.push_back(data::EncodeExample({{"image", image}, {"label", label}}));
+    }
+    files.push_back("part-" + std::to_string(f) + ".tfrecord");
+    ASSERT_TRUE(data::WriteTfRecords(dir + "/" + files.back().get<std::string>(), records).ok());
+  }
+  json job = ReadJson(Source("examples/mnist/cnn.json"));
+  job["data"]["train"] = {{"source", "tfrecord"},
+                          {"files", files},
+                          {"auto_shard_policy", "FILE"},
+                          {"features", {{{"name", "image"}, {"dtype", "float32"}, {"shape", {28, 28}}}}},
+                          {"label", {{"name", "label"}, {"dtype", "int64"}}}};
+  job["data"]["eval"]["images"] = t::MnistDir() + "/t10k-images-idx3-ubyte.gz";
+  job["data"]["eval"]["labels"] = t::MnistDir() + "/t10k-labels-idx1-ubyte.gz";
+  job["steps_per_epoch"] = 250;  // each worker's part has its own length
+  job["epochs"] = 2;
+  auto r = t::Run({Runtime(), "local", "--workers", "2", "--", "fit", "--config", WriteJson(dir + "/job.json", job),
+                   "--data-dir", dir, "--summary-json", dir + "/out.json"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("auto_shard_policy FILE, this worker reads shard 0 of 2 (4000 examples)"));
+  EXPECT_THAT(r.out, HasSubstr("auto_shard_policy FILE, this worker reads shard 1 of 2 (4000 examples)"));
+  const json s = ReadJson(dir + "/out.json");
+  EXPECT_EQ(s["examples"].get<int64_t>(), 2 * 250 * 32);  // whole global batches
+  EXPECT_GE(s["eval_accuracy"].get<double>(), 0.95) << s.dump();
 }
 
 // ------------------------------------------- weights Keras can load, checkpoints
