@@ -9,6 +9,7 @@
 #include <farmhash.h>
 
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -157,6 +158,19 @@ std::vector<std::string> Lookup::InvertToStrings(const Tensor& indices) const {
 }
 
 Status ReadVocabularyFile(const std::string& path, bool strings, LookupSpec& spec) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status)) {
+    return NotFound("vocabulary file " + path + " does not exist or cannot be read");
+  }
+  // Not a device or a directory, and not more than a vocabulary can be.
+  constexpr uintmax_t kMaxBytes = uintmax_t{1} << 30;
+  if (!std::filesystem::is_regular_file(status)) {
+    return InvalidArgument("vocabulary file " + path + " is not a regular file");
+  }
+  if (std::filesystem::file_size(path, ec) > kMaxBytes || ec) {
+    return InvalidArgument("vocabulary file " + path + " is larger than 1 GiB");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound("vocabulary file " + path + " does not exist or cannot be read");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -62,8 +62,8 @@ class Lookup {
 
 // A vocabulary file: one term per line (a final newline ends the last one),
 // as Keras' TextFileInitializer reads it; integers for IntegerLookup.
-// NOT_FOUND when the file is missing, INVALID_ARGUMENT for a bad integer
-// (naming the line).
+// NOT_FOUND when the file is missing; INVALID_ARGUMENT for a bad integer
+// (naming the line), or a path that is no regular file or over 1 GiB.
 Status ReadVocabularyFile(const std::string& path, bool strings, LookupSpec& spec);
 
 }  // namespace tfjob::model
