@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every benchmark in bench/ in turn; each prints its own table.
 #   mlp_vs_torch.sh      single-process MLP training vs PyTorch
+#   cnn_vs_torch.sh      single-process CNN training vs PyTorch
 #   ps_throughput.sh     PS push+pull GB/s vs raw TCP and PyTorch RPC
 #   mlp_ps_vs_single.sh  MLP training, 1 PS + 1 worker vs single-process
 #   closures.sh          no-op closures/s through the coordinator
@@ -9,12 +10,12 @@
 #
 # usage: bench/run_all.sh   (from the project root, after the build)
 # BUILD_DIR (default build) selects the build for the scripts in this
-# directory that honour it; mlp_vs_torch.sh always uses build/bin.
+# directory that honour it; mlp_vs_torch.sh and cnn_vs_torch.sh always use build/bin.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 status=0
-for b in mlp_vs_torch.sh ps_throughput.sh mlp_ps_vs_single.sh closures.sh allreduce.sh gpu_train.sh; do
+for b in mlp_vs_torch.sh cnn_vs_torch.sh ps_throughput.sh mlp_ps_vs_single.sh closures.sh allreduce.sh gpu_train.sh; do
   echo "== bench/$b"
   if ! bash "bench/$b"; then
     echo "bench/$b failed" >&2

@@ -11,7 +11,7 @@ RUN apt-get update \
       build-essential cmake ninja-build pkg-config git \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
       libcpprest-dev libcpp-httplib-dev prometheus-cpp-dev nlohmann-json3-dev libyaml-cpp-dev libeigen3-dev \
-      libgtest-dev libgmock-dev libbenchmark-dev libssl-dev zlib1g-dev \
+      libgtest-dev libgmock-dev libbenchmark-dev libssl-dev zlib1g-dev libhdf5-dev libfarmhash-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . /src

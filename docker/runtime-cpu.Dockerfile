@@ -13,7 +13,7 @@ RUN apt-get update \
       build-essential cmake ninja-build pkg-config git \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
       libcpprest-dev libcpp-httplib-dev prometheus-cpp-dev nlohmann-json3-dev libyaml-cpp-dev libeigen3-dev \
-      libgtest-dev libgmock-dev libbenchmark-dev libssl-dev zlib1g-dev \
+      libgtest-dev libgmock-dev libbenchmark-dev libssl-dev zlib1g-dev libhdf5-dev libfarmhash-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . /src
@@ -22,12 +22,13 @@ RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTFJOB_NATIVE=OFF -
 
 # ---- runtime: only the shared libraries `ldd` names for these binaries
 # (gRPC brings absl, c-ares and re2 as its own dependencies; cpp-httplib brotli;
-# cpprestsdk is the Kubernetes client of TFJOB_CLUSTER_RESOLVER=kubernetes).
+# cpprestsdk is the Kubernetes client of TFJOB_CLUSTER_RESOLVER=kubernetes; HDF5,
+# for Keras .weights.h5, brings its own compression libraries).
 FROM debian:bookworm-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libgrpc++1.51 libprotobuf32 libyaml-cpp0.7 libcpp-httplib0.11 libprometheus-cpp-core1.0 libcpprest2.10 \
-      libbrotli1 libgomp1 libssl3 zlib1g \
+      libbrotli1 libgomp1 libssl3 zlib1g libhdf5-103-1 \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/build/bin/tfjob-runtime /usr/local/bin/tfjob-runtime
 COPY --from=build /src/build/bin/tfjob /usr/local/bin/tfjob

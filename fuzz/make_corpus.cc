@@ -17,6 +17,8 @@
 #include "proto/tensor.pb.h"
 #include "services/checkpoint/checkpoint.h"
 #include "services/cluster/cluster.h"
+#include "services/data/example.h"
+#include "services/data/tfrecord.h"
 #include "services/rpc/rpc.h"
 
 namespace fs = std::filesystem;
@@ -173,6 +175,34 @@ void Checkpoints() {
                           Entry{"", 0, {}}, Entry{"ids", -1, {Ints({3}), Floats({0, 2})}}}));
 }
 
+// tf.Example records in TFRecord framing: a full record, one with a
+// shorter var-length feature, one missing a feature, and an empty file.
+void TfRecords() {
+  auto column = [](data::FeatureType type) {
+    data::Column c;
+    c.type = type;
+    return c;
+  };
+  data::Column image = column(data::FeatureType::kFloat32), words = column(data::FeatureType::kString),
+               label = column(data::FeatureType::kInt64);
+  image.floats = {0.f, 0.25f, 0.5f, 1.f};
+  words.strings = {"avenger", "hulk", "thor"};
+  label.ints = {7};
+  const std::string full = data::EncodeExample({{"image", image}, {"words", words}, {"label", label}});
+  words.strings = {"batman"};
+  const std::string short_words = data::EncodeExample({{"image", image}, {"words", words}, {"label", label}});
+  const std::string no_label = data::EncodeExample({{"image", image}});
+  Put("tfrecord", "two_examples.tfrecord", data::FrameRecord(full) + data::FrameRecord(short_words));
+  Put("tfrecord", "missing_label.tfrecord", data::FrameRecord(full) + data::FrameRecord(no_label));
+  Put("tfrecord", "empty.tfrecord", "");
+}
+
+void KerasModels(const fs::path& root) {
+  for (const fs::path& rel : Inputs(root, {"examples/keras"}, ".json")) {
+    Put("keras_model", FlatName(rel), Must(ReadFile((root / rel).string()), rel.string()));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -187,5 +217,7 @@ int main(int argc, char** argv) {
   TfJobs(root);
   Tensors();
   Checkpoints();
+  TfRecords();
+  KerasModels(root);
   return 0;
 }

@@ -192,4 +192,140 @@ StatusOr<CsvData> LoadCsv(const std::string& path, const CsvOptions& opts) {
   return out;
 }
 
+namespace {
+
+// One line's cells, quotes resolved; an error for a quote left open.
+StatusOr<std::vector<std::string>> SplitQuoted(std::string_view line, char delimiter, const Located& at,
+                                               int64_t line_no) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (true) {
+    // Leading blanks, then either a quoted cell or a plain one.
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t') && line[i] != delimiter) ++i;
+    std::string cell;
+    if (i < line.size() && line[i] == '"') {
+      const size_t open = i++;
+      bool closed = false;
+      while (i < line.size()) {
+        if (line[i] == '"') {
+          if (i + 1 < line.size() && line[i + 1] == '"') {
+            cell.push_back('"');
+            i += 2;
+            continue;
+          }
+          closed = true;
+          ++i;
+          break;
+        }
+        cell.push_back(line[i++]);
+      }
+      if (!closed) {
+        return at.Error(line_no, static_cast<int64_t>(out.size()) + 1,
+                        "the quote opened at character " + std::to_string(open + 1) + " is not closed on this line");
+      }
+      while (i < line.size() && line[i] != delimiter) {
+        if (line[i] != ' ' && line[i] != '\t') {
+          return at.Error(line_no, static_cast<int64_t>(out.size()) + 1, "text after a closing quote in " + Quote(line));
+        }
+        ++i;
+      }
+    } else {
+      const size_t end = std::min(line.find(delimiter, i), line.size());
+      cell = std::string(Trim(line.substr(i, end - i), delimiter));
+      i = end;
+    }
+    out.push_back(std::move(cell));
+    if (i >= line.size()) return out;
+    ++i;  // the delimiter
+  }
+}
+
+}  // namespace
+
+StatusOr<CsvTable> ReadCsvTable(const std::string& path, char delimiter, bool header) {
+  if (delimiter == '\n' || delimiter == '\r' || delimiter == '"') {
+    return InvalidArgument(path + ": delimiter " + Quote(std::string_view(&delimiter, 1)) + " is not allowed");
+  }
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  Located at(path);
+  std::string_view rest = text;
+  if (rest.substr(0, 3) == "\xEF\xBB\xBF") rest.remove_prefix(3);
+  CsvTable t;
+  t.path = path;
+  int64_t line_no = 0;
+  bool first = true;
+  while (!rest.empty()) {
+    size_t nl = rest.find('\n');
+    std::string_view line = rest.substr(0, nl);
+    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (IsBlank(line)) continue;
+    ASSIGN_OR_RETURN(std::vector<std::string> cells, SplitQuoted(line, delimiter, at, line_no));
+    if (first) {
+      first = false;
+      t.num_columns = static_cast<int64_t>(cells.size());
+      if (header) {
+        t.column_names = std::move(cells);
+        continue;
+      }
+    }
+    if (static_cast<int64_t>(cells.size()) != t.num_columns) {
+      int64_t column = std::min<int64_t>(static_cast<int64_t>(cells.size()), t.num_columns) + 1;
+      return at.Error(line_no, column,
+                      "expected " + std::to_string(t.num_columns) + " columns, found " + std::to_string(cells.size()) +
+                          " in " + Quote(line));
+    }
+    t.rows.push_back(std::move(cells));
+    t.lines.push_back(line_no);
+  }
+  if (t.num_columns == 0) return at.Error(1, 1, "empty file");
+  if (t.rows.empty()) return at.Error(line_no + 1, 1, "no data rows after the header");
+  return t;
+}
+
+StatusOr<int64_t> CsvColumn(const CsvTable& t, const std::string& name) {
+  auto it = std::find(t.column_names.begin(), t.column_names.end(), name);
+  if (it != t.column_names.end()) return static_cast<int64_t>(it - t.column_names.begin());
+  std::optional<int64_t> index = name.empty() || name[0] == '+' ? std::nullopt : ParseInt(name);
+  if (index && *index >= 0 && *index < t.num_columns) return *index;
+  std::string known;
+  for (const auto& n : t.column_names) known += (known.empty() ? "" : ", ") + n;
+  return InvalidArgument(t.path + ": no column " + Quote(name) +
+                         (known.empty() ? " (no header: name columns by index, 0.." + std::to_string(t.num_columns - 1) + ")"
+                                        : " (columns: " + known + ")"));
+}
+
+StatusOr<Tensor> CsvNumbers(const CsvTable& t, const std::vector<int64_t>& cols, DType dtype) {
+  Located at(t.path);
+  const int64_t rows = static_cast<int64_t>(t.rows.size()), width = static_cast<int64_t>(cols.size());
+  ASSIGN_OR_RETURN(Tensor out, Tensor::Create(dtype, {rows, width}));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k = 0; k < width; ++k) {
+      const std::string& cell = t.rows[static_cast<size_t>(r)][static_cast<size_t>(cols[static_cast<size_t>(k)])];
+      const int64_t line = t.lines[static_cast<size_t>(r)], column = cols[static_cast<size_t>(k)] + 1;
+      if (cell.empty()) return at.Error(line, column, "empty cell");
+      if (dtype == DType::kInt64) {
+        std::optional<int64_t> v = ParseInt(cell);
+        if (!v) return at.Error(line, column, Quote(cell) + " is not an integer");
+        out.data<int64_t>()[r * width + k] = *v;
+      } else {
+        std::optional<float> v = ParseFloat(cell);
+        if (!v) return at.Error(line, column, Quote(cell) + " is not a finite number");
+        out.data<float>()[r * width + k] = *v;
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> CsvStrings(const CsvTable& t, const std::vector<int64_t>& cols) {
+  std::vector<std::string> out;
+  out.reserve(t.rows.size() * cols.size());
+  for (const auto& row : t.rows) {
+    for (int64_t c : cols) out.push_back(row[static_cast<size_t>(c)]);
+  }
+  return out;
+}
+
 }  // namespace tfjob::data

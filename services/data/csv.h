@@ -42,4 +42,25 @@ struct CsvData {
 // names. A file needs at least two columns and one data row.
 StatusOr<CsvData> LoadCsv(const std::string& path, const CsvOptions& opts = {});
 
+// A CSV file as text cells, for columns chosen by name or index and for
+// string features. Cells may be quoted ("a, b" is one cell; "" inside quotes
+// is a quote), so a cell can hold the delimiter; a quoted cell does not span
+// lines. The same line ends, byte-order mark, blank lines and trimming as
+// LoadCsv; every row must have the header's (or first row's) column count.
+struct CsvTable {
+  std::string path;
+  std::vector<std::string> column_names;       // from the header; empty without one
+  std::vector<std::vector<std::string>> rows;  // cells, quotes removed
+  std::vector<int64_t> lines;                  // each row's line number, for messages
+  int64_t num_columns = 0;
+};
+StatusOr<CsvTable> ReadCsvTable(const std::string& path, char delimiter, bool header);
+
+// A column by header name, or by 0-based index written as digits.
+StatusOr<int64_t> CsvColumn(const CsvTable& t, const std::string& name_or_index);
+// Columns `cols` of every row, in that order, as float32 or int64 [rows,
+// cols.size()] (cells must be numbers as LoadCsv reads them), or as strings.
+StatusOr<Tensor> CsvNumbers(const CsvTable& t, const std::vector<int64_t>& cols, DType dtype);
+std::vector<std::string> CsvStrings(const CsvTable& t, const std::vector<int64_t>& cols);
+
 }  // namespace tfjob::data

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <map>
 
 #include "common/json_reader.h"
+#include "services/model/layer_config.h"
 #include "services/model/metrics.h"
 
 namespace tfjob::model {
@@ -29,7 +31,8 @@ Status InRange(const std::string& field, double v, double lo, double hi, bool hi
   return Status::Ok();
 }
 
-StatusOr<LayerSpec> ParseLayer(const nlohmann::json& j, const std::string& path, std::map<std::string, int>& counts) {
+StatusOr<LayerSpec> ParseLayer(const nlohmann::json& j, const std::string& path, const std::string& dir,
+                               std::map<std::string, int>& counts) {
   JsonReader r(j, path);
   LayerSpec s;
   s.path = path;
@@ -67,8 +70,11 @@ StatusOr<LayerSpec> ParseLayer(const nlohmann::json& j, const std::string& path,
     s.type = LayerType::kFlatten;
     base = "flatten";
   } else {
-    return InvalidArgument(r.FieldPath("type") + ": unknown layer type \"" + type +
-                           "\" (known: Dense, Embedding, Activation, Flatten)");
+    ASSIGN_OR_RETURN(bool more, ParseMoreLayers(type, j, r, dir, s, base, activation));
+    if (!more) {
+      return InvalidArgument(r.FieldPath("type") + ": unknown layer type \"" + type + "\" (known: " +
+                             KnownLayerTypes() + ")");
+    }
   }
   auto act = ParseActivation(activation);
   if (!act.ok()) return act.status().WithContext(r.FieldPath("activation"));
@@ -81,7 +87,7 @@ StatusOr<LayerSpec> ParseLayer(const nlohmann::json& j, const std::string& path,
   return s;
 }
 
-StatusOr<ModelSpec> ParseModel(const nlohmann::json& j, const std::string& path) {
+StatusOr<ModelSpec> ParseModel(const nlohmann::json& j, const std::string& path, const std::string& dir) {
   JsonReader r(j, path);
   RETURN_IF_ERROR(r.status());
   ModelSpec m;
@@ -94,7 +100,8 @@ StatusOr<ModelSpec> ParseModel(const nlohmann::json& j, const std::string& path)
   RETURN_IF_ERROR(r.Optional("input_dtype", dtype));
   if (dtype == "float32") m.input_dtype = DType::kFloat32;
   else if (dtype == "int64") m.input_dtype = DType::kInt64;
-  else return InvalidArgument(r.FieldPath("input_dtype") + ": unknown dtype \"" + dtype + "\" (known: float32, int64)");
+  else if (dtype == "string") m.input_dtype = DType::kInt64, m.string_input = true;
+  else return InvalidArgument(r.FieldPath("input_dtype") + ": unknown dtype \"" + dtype + "\" (known: float32, int64, string)");
   const nlohmann::json* layers = r.Child("layers");
   if (!layers) return InvalidArgument(r.FieldPath("layers") + ": required field is missing");
   if (!layers->is_array() || layers->empty()) {
@@ -102,7 +109,7 @@ StatusOr<ModelSpec> ParseModel(const nlohmann::json& j, const std::string& path)
   }
   std::map<std::string, int> counts;
   for (size_t i = 0; i < layers->size(); ++i) {
-    ASSIGN_OR_RETURN(LayerSpec l, ParseLayer((*layers)[i], r.FieldPath("layers") + "[" + std::to_string(i) + "]", counts));
+    ASSIGN_OR_RETURN(LayerSpec l, ParseLayer((*layers)[i], r.FieldPath("layers") + "[" + std::to_string(i) + "]", dir, counts));
     m.layers.push_back(std::move(l));
   }
   RETURN_IF_ERROR(r.Finish());
@@ -209,7 +216,7 @@ StatusOr<std::vector<MetricType>> ParseMetrics(const nlohmann::json& j, const st
   return out;
 }
 
-StatusOr<DataSourceSpec> ParseSource(const nlohmann::json& j, const std::string& path) {
+StatusOr<DataSourceSpec> ParseSource(const nlohmann::json& j, const std::string& path, const std::string& dir) {
   JsonReader r(j, path);
   DataSourceSpec s;
   s.field = path;
@@ -225,7 +232,10 @@ StatusOr<DataSourceSpec> ParseSource(const nlohmann::json& j, const std::string&
     RETURN_IF_ERROR(r.Optional("delimiter", s.delimiter));
     if (s.delimiter.size() != 1) return InvalidArgument(r.FieldPath("delimiter") + ": must be one character");
     RETURN_IF_ERROR(r.Optional("header", s.header));
-    RETURN_IF_ERROR(r.Optional("label_column", s.label_column));
+    // A name is ParseSourceExtras' business.
+    if (!(j.contains("label_column") && j["label_column"].is_string())) {
+      RETURN_IF_ERROR(r.Optional("label_column", s.label_column));
+    }
   } else if (source == "synthetic") {
     s.kind = DataSourceKind::kSynthetic;
     RETURN_IF_ERROR(r.Optional("num_examples", s.num_examples));
@@ -252,9 +262,14 @@ StatusOr<DataSourceSpec> ParseSource(const nlohmann::json& j, const std::string&
     if (s.num_classes < 2) return InvalidArgument(r.FieldPath("num_classes") + ": must be >= 2");
     RETURN_IF_ERROR(r.Optional("seed", s.seed));
     RETURN_IF_ERROR(r.Optional("noise", s.noise));
+  } else if (source == "tfrecord") {
+    s.kind = DataSourceKind::kTfRecord;
+    RETURN_IF_ERROR(ParseTfRecordSource(j, r, s));
   } else {
-    return InvalidArgument(r.FieldPath("source") + ": unknown data source \"" + source + "\" (known: mnist, csv, synthetic)");
+    return InvalidArgument(r.FieldPath("source") + ": unknown data source \"" + source +
+                           "\" (known: mnist, csv, synthetic, tfrecord)");
   }
+  RETURN_IF_ERROR(ParseSourceExtras(j, r, dir, s));
   RETURN_IF_ERROR(r.Optional("begin", s.begin));
   RETURN_IF_ERROR(r.Optional("end", s.end));
   if (s.begin < 0) return InvalidArgument(r.FieldPath("begin") + ": must be >= 0");
@@ -263,15 +278,15 @@ StatusOr<DataSourceSpec> ParseSource(const nlohmann::json& j, const std::string&
   return s;
 }
 
-StatusOr<DataSpec> ParseData(const nlohmann::json& j, const std::string& path) {
+StatusOr<DataSpec> ParseData(const nlohmann::json& j, const std::string& path, const std::string& dir) {
   JsonReader r(j, path);
   RETURN_IF_ERROR(r.status());
   DataSpec d;
   const nlohmann::json* train = r.Child("train");
   if (!train) return InvalidArgument(r.FieldPath("train") + ": required field is missing");
-  ASSIGN_OR_RETURN(d.train, ParseSource(*train, r.FieldPath("train")));
+  ASSIGN_OR_RETURN(d.train, ParseSource(*train, r.FieldPath("train"), dir));
   if (const nlohmann::json* ev = r.Child("eval")) {
-    ASSIGN_OR_RETURN(d.eval, ParseSource(*ev, r.FieldPath("eval")));
+    ASSIGN_OR_RETURN(d.eval, ParseSource(*ev, r.FieldPath("eval"), dir));
   }
   RETURN_IF_ERROR(r.Optional("shuffle", d.shuffle));
   RETURN_IF_ERROR(r.Optional("shuffle_buffer", d.shuffle_buffer));
@@ -280,7 +295,7 @@ StatusOr<DataSpec> ParseData(const nlohmann::json& j, const std::string& path) {
   return d;
 }
 
-StatusOr<JobConfig> Parse(const nlohmann::json& doc, const std::string& source) {
+StatusOr<JobConfig> Parse(const nlohmann::json& doc, const std::string& source, const ModelSpec* keras) {
   JobConfig c;
   c.source = source;
   JsonReader r(doc, "");
@@ -289,8 +304,15 @@ StatusOr<JobConfig> Parse(const nlohmann::json& doc, const std::string& source) 
   RETURN_IF_ERROR(r.Optional("seed", c.seed));
 
   const nlohmann::json* model = r.Child("model");
-  if (!model) return InvalidArgument("model: required field is missing");
-  ASSIGN_OR_RETURN(c.model, ParseModel(*model, "model"));
+  // Vocabulary files are relative to the job file.
+  const std::string dir = std::filesystem::path(source).parent_path().string();
+  if (keras) {
+    if (model) return InvalidArgument("model: the job has a model and --keras-model gives one too; keep one");
+    c.model = *keras;
+  } else {
+    if (!model) return InvalidArgument("model: required field is missing");
+    ASSIGN_OR_RETURN(c.model, ParseModel(*model, "model", dir));
+  }
 
   const nlohmann::json* loss = r.Child("loss");
   if (!loss) return InvalidArgument("loss: required field is missing");
@@ -308,7 +330,7 @@ StatusOr<JobConfig> Parse(const nlohmann::json& doc, const std::string& source) 
   }
   const nlohmann::json* data = r.Child("data");
   if (!data) return InvalidArgument("data: required field is missing");
-  ASSIGN_OR_RETURN(c.data, ParseData(*data, "data"));
+  ASSIGN_OR_RETURN(c.data, ParseData(*data, "data", dir));
 
   RETURN_IF_ERROR(r.Optional("batch_size", c.batch_size));
   RETURN_IF_ERROR(Positive("batch_size", c.batch_size));
@@ -324,15 +346,15 @@ StatusOr<JobConfig> Parse(const nlohmann::json& doc, const std::string& source) 
 
 }  // namespace
 
-StatusOr<JobConfig> ParseJobConfig(const nlohmann::json& doc, const std::string& source) {
-  auto c = Parse(doc, source);
+StatusOr<JobConfig> ParseJobConfig(const nlohmann::json& doc, const std::string& source, const ModelSpec* model) {
+  auto c = Parse(doc, source, model);
   if (!c.ok()) return c.status().WithContext(source);
   return c;
 }
 
-StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
+StatusOr<JobConfig> LoadJobConfig(const std::string& path, const ModelSpec* model) {
   ASSIGN_OR_RETURN(nlohmann::json doc, ReadJsonFile(path));
-  return ParseJobConfig(doc, path);
+  return ParseJobConfig(doc, path, model);
 }
 
 }  // namespace tfjob::model

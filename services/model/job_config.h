@@ -29,7 +29,22 @@
 
 namespace tfjob::model {
 
-enum class DataSourceKind { kMnist, kCsv, kSynthetic };
+enum class DataSourceKind { kMnist, kCsv, kSynthetic, kTfRecord };
+
+// A tf.Example feature of a tfrecord source: tf.io.FixedLenFeature (shape,
+// default_value) or VarLenFeature (var_len; padded to max_length, or the
+// longest record, with default_value).
+struct ExampleFeatureSpec {
+  std::string field;  // "data.train.features[0]", for messages
+  std::string name;
+  std::string dtype;  // "float32" (float_list), "int64" (int64_list), "string" (bytes_list)
+  Shape shape;        // fixed length: per example; [] is one value
+  bool var_len = false;
+  int64_t max_length = -1;
+  bool has_default = false;
+  double default_number = 0;
+  std::string default_string;
+};
 
 struct DataSourceSpec {
   DataSourceKind kind = DataSourceKind::kSynthetic;
@@ -43,6 +58,22 @@ struct DataSourceSpec {
   std::string delimiter = ",";
   bool header = true;
   int64_t label_column = -1;  // -1: last column
+  // csv: the feature columns by header name or index (default: all but
+  // the label); label_name: the label column by name
+  std::vector<std::string> feature_columns;
+  std::string label_name;
+  // tfrecord: files (relative to --data-dir), their compression ("", GZIP,
+  // ZLIB), the features making up the model's input (several are flattened
+  // and concatenated), the label, and how multi-worker training shards the
+  // files (tf.data's AutoShardPolicy: AUTO, FILE, DATA, OFF)
+  std::vector<std::string> files;
+  std::string compression;
+  std::vector<ExampleFeatureSpec> features;
+  ExampleFeatureSpec label;
+  std::string auto_shard_policy = "AUTO";
+  // Any source: labels go through this lookup first (a StringLookup for
+  // string labels, as the seeds' label_lookup_layer; or an IntegerLookup).
+  std::optional<LayerSpec> label_lookup;
   // synthetic (Gaussian blobs)
   int64_t num_examples = 1000;
   Shape feature_shape{16};
@@ -75,7 +106,10 @@ struct JobConfig {
   int64_t steps_per_epoch = -1;  // -1: one pass over the training data
 };
 
-StatusOr<JobConfig> ParseJobConfig(const nlohmann::json& doc, const std::string& source);
-StatusOr<JobConfig> LoadJobConfig(const std::string& path);
+// With `model` (a Keras model JSON, fit --keras-model), the job gives
+// everything but the model and must not have a "model" field.
+StatusOr<JobConfig> ParseJobConfig(const nlohmann::json& doc, const std::string& source,
+                                   const ModelSpec* model = nullptr);
+StatusOr<JobConfig> LoadJobConfig(const std::string& path, const ModelSpec* model = nullptr);
 
 }  // namespace tfjob::model

@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "services/tensor/backend.h"
+#include "services/model/layers_internal.h"
 #include "services/tensor/eigen.h"
 
 namespace tfjob::model {
@@ -19,11 +20,7 @@ StatusOr<Tensor> DeviceEmpty(DType dtype, Shape shape, Device d) {
   return Tensor::CreateUninitialized(dtype, std::move(shape), d);
 }
 
-Shape WithBatch(int64_t batch, const Shape& per_example) {
-  Shape s{batch};
-  s.insert(s.end(), per_example.begin(), per_example.end());
-  return s;
-}
+using internal::WithBatch;
 
 class Dense final : public Layer {
  public:
@@ -335,6 +332,8 @@ class Flatten final : public Layer {
     return Shape{NumElements(in)};
   }
 
+  DType output_dtype() const override { return dtype_; }
+
   StatusOr<Tensor> Forward(std::span<const Tensor>, const Tensor& x, bool) override {
     if (x.dtype() != dtype_ || x.rank() != static_cast<int>(in_shape_.size()) + 1 ||
         !std::equal(in_shape_.begin(), in_shape_.end(), x.shape().begin() + 1)) {
@@ -363,8 +362,38 @@ StatusOr<std::unique_ptr<Layer>> MakeLayer(const LayerSpec& spec) {
     case LayerType::kEmbedding: return std::unique_ptr<Layer>(new Embedding(spec));
     case LayerType::kActivation: return std::unique_ptr<Layer>(new ActivationLayer(spec));
     case LayerType::kFlatten: return std::unique_ptr<Layer>(new Flatten(spec));
+    case LayerType::kConv2D: return internal::MakeConv2D(spec);
+    case LayerType::kMaxPooling2D:
+    case LayerType::kAveragePooling2D:
+    case LayerType::kGlobalAveragePooling2D: return internal::MakePooling2D(spec);
+    case LayerType::kDropout: return internal::MakeDropout(spec);
+    case LayerType::kBatchNormalization: return internal::MakeBatchNormalization(spec);
+    case LayerType::kReshape: return internal::MakeReshape(spec);
+    case LayerType::kNormalization: return internal::MakeNormalization(spec);
+    case LayerType::kStringLookup:
+    case LayerType::kIntegerLookup: return internal::MakeLookupLayer(spec);
   }
   return InvalidArgument("unknown layer type");
+}
+
+std::string_view LayerTypeName(LayerType t) {
+  switch (t) {
+    case LayerType::kDense: return "Dense";
+    case LayerType::kEmbedding: return "Embedding";
+    case LayerType::kActivation: return "Activation";
+    case LayerType::kFlatten: return "Flatten";
+    case LayerType::kConv2D: return "Conv2D";
+    case LayerType::kMaxPooling2D: return "MaxPooling2D";
+    case LayerType::kAveragePooling2D: return "AveragePooling2D";
+    case LayerType::kGlobalAveragePooling2D: return "GlobalAveragePooling2D";
+    case LayerType::kDropout: return "Dropout";
+    case LayerType::kBatchNormalization: return "BatchNormalization";
+    case LayerType::kReshape: return "Reshape";
+    case LayerType::kStringLookup: return "StringLookup";
+    case LayerType::kIntegerLookup: return "IntegerLookup";
+    case LayerType::kNormalization: return "Normalization";
+  }
+  return "?";
 }
 
 }  // namespace tfjob::model

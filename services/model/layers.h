@@ -18,22 +18,42 @@
 
 namespace tfjob::model {
 
-enum class Initializer { kZeros, kGlorotUniform, kUniform005 };
+// Keras' initializers: zeros, glorot_uniform (fans as Keras computes them,
+// so a conv kernel counts its receptive field), ones, RandomUniform(-0.05,
+// 0.05) for embeddings, and a given value (adapted statistics).
+enum class Initializer { kZeros, kGlorotUniform, kUniform005, kOnes, kValue };
 
 struct VariableSpec {
+  VariableSpec() = default;
+  VariableSpec(std::string name, Shape shape, Initializer init = Initializer::kZeros, bool sparse_grad = false)
+      : name(std::move(name)), shape(std::move(shape)), init(init), sparse_grad(sparse_grad) {}
+
   std::string name;  // "dense/kernel"
   Shape shape;
   Initializer init = Initializer::kZeros;
   // Gradients arrive as rows (indices + values), as for embeddings.
   bool sparse_grad = false;
+  // Non-trainable state (BatchNormalization's moving statistics, adapted
+  // Normalization statistics): no optimizer touches it; its "gradient" is a
+  // delta (Gradient::delta) added as is.
+  bool trainable = true;
+  Tensor value;  // the initial value, for Initializer::kValue
 };
 
-// A gradient for one variable: dense, or a set of distinct rows.
+// A gradient for one variable: dense, or a set of distinct rows. For a
+// non-trainable variable it is a delta: dense, marked `delta`, added to the
+// variable without the optimizer (replicas' deltas are averaged like their
+// gradients, as MirroredStrategy averages the moving statistics' updates).
 struct Gradient {
+  Gradient() = default;
+  Gradient(bool sparse, Tensor dense, Tensor indices, Tensor values, bool delta = false)
+      : sparse(sparse), dense(std::move(dense)), indices(std::move(indices)), values(std::move(values)), delta(delta) {}
+
   bool sparse = false;
   Tensor dense;
   Tensor indices;  // int64 [k], distinct
   Tensor values;   // float32 [k, ...row shape]
+  bool delta = false;
 };
 
 class Layer {
@@ -48,6 +68,8 @@ class Layer {
 
   // Validates the per-example input and returns the per-example output shape.
   virtual StatusOr<Shape> Build(const Shape& input_shape, DType input_dtype) = 0;
+  // The dtype of the output (after Build): float32 but for lookups.
+  virtual DType output_dtype() const { return DType::kFloat32; }
   virtual std::vector<VariableSpec> Variables() const { return {}; }
 
   // `params` has one tensor per Variables() entry, in order.
@@ -64,5 +86,7 @@ class Layer {
 };
 
 StatusOr<std::unique_ptr<Layer>> MakeLayer(const LayerSpec& spec);
+// Keras' class name ("Conv2D").
+std::string_view LayerTypeName(LayerType t);
 
 }  // namespace tfjob::model

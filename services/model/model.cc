@@ -4,8 +4,10 @@
 #include <iomanip>
 #include <set>
 
+#include "services/model/layers_internal.h"
 #include "services/model/random.h"
 #include "services/tensor/backend.h"
+#include "services/tensor/eigen.h"
 
 namespace tfjob::model {
 
@@ -31,17 +33,38 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelSpec& spec, const Loss
     }
   }
 
+  if (spec.string_input) {
+    // Strings are looked up as the data is read (tensors hold no strings);
+    // the StringLookup then passes the int64 ids on.
+    const LayerSpec& first = spec.layers.front();
+    if (first.type != LayerType::kStringLookup || first.lookup.invert) {
+      return InvalidArgument(first.path + ": model.input_dtype \"string\" needs a StringLookup (invert false) as the "
+                             "first layer, got " + std::string(LayerTypeName(first.type)));
+    }
+    m->spec_.input_dtype = DType::kInt64;
+  }
   std::set<std::string> names;
   Shape shape = spec.input_shape;
-  DType dtype = spec.input_dtype;
-  for (const LayerSpec& ls : m->spec_.layers) {
+  DType dtype = m->spec_.input_dtype;
+  bool vars_before = false;
+  for (size_t l = 0; l < m->spec_.layers.size(); ++l) {
+    const LayerSpec& ls = m->spec_.layers[l];
     if (!names.insert(ls.name).second) return InvalidArgument(ls.path + ".name: duplicate layer name \"" + ls.name + "\"");
-    ASSIGN_OR_RETURN(std::unique_ptr<Layer> layer, MakeLayer(ls));
+    if (ls.type == LayerType::kStringLookup && (l > 0 || !spec.string_input)) {
+      return InvalidArgument(ls.path + ": a StringLookup takes strings, which only the model's input holds: make it "
+                             "the first layer and set model.input_dtype to \"string\"");
+    }
+    auto made = MakeLayer(ls);
+    if (!made.ok()) return made.status().WithContext(ls.path);
+    std::unique_ptr<Layer> layer = std::move(made).value();
     auto out = layer->Build(shape, dtype);
     if (!out.ok()) return out.status().WithContext(ls.path);
+    m->input_float_.push_back(dtype == DType::kFloat32);
+    m->vars_before_.push_back(vars_before);
     shape = *out;
-    dtype = DType::kFloat32;
+    dtype = layer->output_dtype();
     auto vars = layer->Variables();
+    vars_before = vars_before || !vars.empty();
     m->layer_vars_.emplace_back(m->variables_.size(), vars.size());
     m->variables_.insert(m->variables_.end(), vars.begin(), vars.end());
     m->layer_output_shapes_.push_back(shape);
@@ -60,9 +83,15 @@ std::vector<Tensor> Model::InitialValues(uint64_t seed) const {
     float* p = t.data<float>();
     switch (v.init) {
       case Initializer::kZeros: break;
+      case Initializer::kOnes: AsArray(t).setOnes(); break;
+      case Initializer::kValue: t = v.value.Clone(); break;
       case Initializer::kGlorotUniform: {
-        const double fan_in = static_cast<double>(v.shape.size() >= 2 ? v.shape[v.shape.size() - 2] : v.shape[0]);
-        const double fan_out = static_cast<double>(v.shape.back());
+        // Keras' fans: a kernel of rank > 2 counts its receptive field.
+        double receptive = 1;
+        for (size_t d = 0; d + 2 < v.shape.size(); ++d) receptive *= static_cast<double>(v.shape[d]);
+        const double fan_in =
+            receptive * static_cast<double>(v.shape.size() >= 2 ? v.shape[v.shape.size() - 2] : v.shape[0]);
+        const double fan_out = receptive * static_cast<double>(v.shape.back());
         const float limit = static_cast<float>(std::sqrt(6.0 / (fan_in + fan_out)));
         for (int64_t k = 0; k < t.size(); ++k) p[k] = rng.Uniform(-limit, limit);
         break;
@@ -148,10 +177,13 @@ Status Model::Backward(std::span<const Tensor> values, Tensor dy, std::vector<Gr
   grads.resize(variables_.size());
   for (size_t l = layers_.size(); l-- > 0;) {
     auto [first, count] = layer_vars_[l];
-    // The first layer's input gradient is never used, and ids have none.
-    const bool need_dx = l > 0;
+    // Below the first layer with variables no gradient is needed (a layer
+    // there has none to write), and ids have none.
+    if (!vars_before_[l] && count == 0) break;
+    const bool need_dx = l > 0 && input_float_[l] && vars_before_[l];
     ASSIGN_OR_RETURN(dy, layers_[l]->Backward(values.subspan(first, count), std::move(dy), need_dx,
                                               std::span<Gradient>(grads).subspan(first, count)));
+    if (!need_dx) break;
   }
   return Status::Ok();
 }
@@ -237,18 +269,55 @@ Status Model::EvaluateOnDevice(std::span<const Tensor> values, const Tensor& x, 
   return DeviceLossAndMetrics(pred, targets, nullptr, metrics, stats);
 }
 
+StatusOr<Tensor> Model::LookupStrings(const std::vector<std::string>& terms, const Shape& shape) const {
+  if (!spec_.string_input) return FailedPrecondition("the model's input is not strings (model.input_dtype)");
+  const Lookup* table = internal::LookupTable(*layers_[0]);
+  if (!table) return Internal("the model's first layer is no StringLookup");
+  auto ids = table->LookupStrings(terms, shape);
+  if (!ids.ok()) return ids.status().WithContext("layer \"" + layers_[0]->name() + "\"");
+  return ids;
+}
+
+Status Model::Adapt(const Tensor& features) {
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    auto* a = dynamic_cast<internal::AdaptableLayer*>(layers_[l].get());
+    if (!a || !a->adaptable()) continue;
+    // What reaches the layer, through layers that need no values.
+    if (vars_before_[l]) {
+      return InvalidArgument(layers_[l]->spec().path + ": layer \"" + layers_[l]->name() +
+                             "\" adapts to the training data, which reaches it only through layers with weights; "
+                             "move it before them or give its mean and variance");
+    }
+    RETURN_IF_ERROR(CheckInput(features));
+    Tensor h = features;
+    for (size_t k = 0; k < l; ++k) {
+      ASSIGN_OR_RETURN(h, layers_[k]->Forward({}, h, false));
+    }
+    RETURN_IF_ERROR(a->Adapt(h).WithContext(layers_[l]->spec().path));
+    auto vars = a->Variables();
+    auto [first, count] = layer_vars_[l];
+    if (vars.size() != count) return Internal("adapting changed a layer's variables");
+    std::copy(vars.begin(), vars.end(), variables_.begin() + static_cast<std::ptrdiff_t>(first));
+  }
+  return Status::Ok();
+}
+
+int64_t Model::adapt_count(size_t l) const {
+  const auto* a = dynamic_cast<const internal::AdaptableLayer*>(layers_[l].get());
+  return a ? a->adapt_count() : 0;
+}
+
 void Model::Summary(std::ostream& os) const {
   os << "Model: sequential\n";
   os << std::left << std::setw(28) << "Layer (type)" << std::setw(22) << "Output Shape" << "Param #\n";
   for (size_t l = 0; l < layers_.size(); ++l) {
-    static const char* kTypes[] = {"Dense", "Embedding", "Activation", "Flatten"};
     int64_t params = 0;
     for (size_t i = 0; i < layer_vars_[l].second; ++i) params += NumElements(variables_[layer_vars_[l].first + i].shape);
     Shape s{-1};
     s.insert(s.end(), layer_output_shapes_[l].begin(), layer_output_shapes_[l].end());
     std::string shape = ShapeString(s);
     shape.replace(1, 2, "None");
-    os << std::setw(28) << (layers_[l]->name() + " (" + kTypes[static_cast<int>(layers_[l]->spec().type)] + ")")
+    os << std::setw(28) << (layers_[l]->name() + " (" + std::string(LayerTypeName(layers_[l]->spec().type)) + ")")
        << std::setw(22) << shape << params << "\n";
   }
   os << "Total params: " << ParameterCount() << "\n";

@@ -44,6 +44,27 @@ class Model {
   // Checks a batch of features against the input spec, naming both shapes.
   Status CheckInput(const Tensor& x) const;
 
+  // model.input_dtype "string": the input StringLookup's ids for `terms`
+  // (row-major, `shape` elements, batch first). FAILED_PRECONDITION for a
+  // model without string input; INVALID_ARGUMENT for an unknown term with
+  // no OOV index.
+  bool string_input() const { return spec_.string_input; }
+  StatusOr<Tensor> LookupStrings(const std::vector<std::string>& terms, const Shape& shape) const;
+
+  // Keras' adapt(): layers whose state comes from the training data
+  // (Normalization without mean and variance) compute it from `features`
+  // (the whole training set, as the model's input), and InitialValues then
+  // returns it. A no-op for a model without such layers.
+  Status Adapt(const Tensor& features);
+
+  // The layers, for exporters: spec (as written; a final activation fused
+  // into the loss is still there), its variables [first, first + count),
+  // and how many examples an adapted layer saw (0 otherwise).
+  size_t num_layers() const { return layers_.size(); }
+  const LayerSpec& layer_spec(size_t l) const { return layers_[l]->spec(); }
+  std::pair<size_t, size_t> layer_variables(size_t l) const { return layer_vars_[l]; }
+  int64_t adapt_count(size_t l) const;
+
   // Probabilities (or raw outputs when the model has no final activation).
   StatusOr<Tensor> Predict(std::span<const Tensor> values, const Tensor& x);
 
@@ -104,6 +125,9 @@ class Model {
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<Shape> layer_output_shapes_;
   std::vector<std::pair<size_t, size_t>> layer_vars_;  // [first, count) into variables_
+  // Per layer: its input is float32 (a gradient can flow into it), and some
+  // earlier layer has variables (so that gradient is worth computing).
+  std::vector<bool> input_float_, vars_before_;
   std::vector<VariableSpec> variables_;
   Shape output_shape_;
 };

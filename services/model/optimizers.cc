@@ -260,7 +260,16 @@ Status Optimizer::ApplySparse(Tensor& var, const Tensor& indices, const Tensor& 
 }
 
 Status Optimizer::Apply(Tensor& var, const Gradient& g, SlotState& st) const {
+  if (g.delta) return AddDelta(var, g.dense);
   return g.sparse ? ApplySparse(var, g.indices, g.values, st) : ApplyDense(var, g.dense, st);
+}
+
+Status AddDelta(Tensor& var, const Tensor& delta) {
+  if (var.dtype() != DType::kFloat32 || delta.dtype() != DType::kFloat32 || var.shape() != delta.shape()) {
+    return InvalidArgument("delta " + delta.DebugString() + " does not match variable " + var.DebugString());
+  }
+  Arr(var.data<float>(), var.size()) += CArr(delta.data<float>(), delta.size());
+  return Status::Ok();
 }
 
 }  // namespace tfjob::model

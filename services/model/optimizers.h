@@ -52,6 +52,7 @@ class Optimizer {
   // the Embedding layer makes them: the device cannot check without waiting).
   Status ApplyDense(Tensor& var, const Tensor& grad, SlotState& state) const;
   Status ApplySparse(Tensor& var, const Tensor& indices, const Tensor& values, SlotState& state) const;
+  // A delta (non-trainable state) is added as is (AddDelta).
   Status Apply(Tensor& var, const Gradient& grad, SlotState& state) const;
   // Device variables only: the rows whose mask (float32 [rows]) is > 0 get
   // the rule with the matching rows of a dense gradient, as ApplySparse
@@ -68,5 +69,8 @@ class Optimizer {
 };
 
 std::string_view OptimizerName(OptimizerType t);
+
+// var += delta: the update of a non-trainable variable (Gradient::delta).
+Status AddDelta(Tensor& var, const Tensor& delta);
 
 }  // namespace tfjob::model

@@ -16,6 +16,8 @@
 
 #include "common/files.h"
 #include "services/collective/nccl.h"
+#include "services/model/keras_model.h"
+#include "services/model/keras_weights.h"
 #include "services/programs/fit_internal.h"
 #include "services/programs/programs.h"
 #include "services/strategy/fit.h"
@@ -29,6 +31,8 @@ namespace fit {
 Flags FitFlags() {
   Flags f;
   f.Value("config", "job description (JSON)", "", true)
+      .Value("keras-model", "the model as Keras' model.to_json() writes it (the job then has no \"model\")")
+      .Value("export-weights", "after training, write the variables as Keras 3 weights (OUT.weights.h5)")
       .Value("data-dir", "directory that relative data paths resolve against", ".")
       .Value("summary-json", "write the run's summary here")
       // One by default: a small model gains nothing from more, and OpenMP's
@@ -80,7 +84,8 @@ nlohmann::json SummaryJson(const strategy::FitSummary& s, const nlohmann::json& 
 }  // namespace
 
 std::string Usage() {
-  return "fit --config FILE [--data-dir DIR] [--summary-json OUT] [--threads N] [--epochs N]\n"
+  return "fit --config FILE [--keras-model MODEL.json] [--data-dir DIR] [--summary-json OUT] [--threads N] [--epochs N]\n"
+         "      [--export-weights OUT.weights.h5]\n"
          "      [--strategy one_device|mirrored|multi_worker_mirrored|central_storage|parameter_server]\n"
          "      [--replicas N] [--device cpu|gpu|auto] [--communication ring|nccl|auto] [--collective-timeout-seconds S]\n"
          "      [--rejoin-timeout-seconds S] [--bucket-bytes B]\n"
@@ -145,7 +150,12 @@ StatusOr<Parsed> Parse(const std::vector<std::string>& args) {
   if ((c.every_steps > 0 || c.every_seconds > 0) && !c.enabled()) {
     return InvalidArgument("flag --checkpoint-every-steps/--checkpoint-every-seconds: needs --checkpoint-dir");
   }
-  ASSIGN_OR_RETURN(p.job, model::LoadJobConfig(p.flags.Get("config")));
+  if (p.flags.Has("keras-model")) {
+    ASSIGN_OR_RETURN(model::ModelSpec keras, model::LoadKerasModel(p.flags.Get("keras-model")));
+    ASSIGN_OR_RETURN(p.job, model::LoadJobConfig(p.flags.Get("config"), &keras));
+  } else {
+    ASSIGN_OR_RETURN(p.job, model::LoadJobConfig(p.flags.Get("config")));
+  }
   if (epochs > 0) p.job.epochs = epochs;
   return p;
 }
@@ -263,6 +273,10 @@ class Fit final : public Program {
     if (!m.ok()) return ReportError(m.status().WithContext(job.source), err);
     auto data = strategy::LoadJobData(job, p->flags.Get("data-dir"), **m);
     if (!data.ok()) return ReportError(data.status().WithContext(job.source), err);
+    // Adapted state (Normalization) is part of the initial values the PS tasks get.
+    if (Status s = (*m)->Adapt(data->train.features); !s.ok()) {
+      return ReportError(s.WithContext(job.data.train.field).WithContext(job.source), err);
+    }
     const int64_t steps_per_epoch = strategy::StepsPerEpoch(job, data->train.size());
     auto ps = fit::MakePsStrategy(*p, ctx, **m, steps_per_epoch);
     if (!ps.ok()) return ReportError(ps.status().WithContext(job.source), err);
@@ -278,6 +292,12 @@ class Fit final : public Program {
     auto summary = strategy::FitAndEvaluate(**ps, job, *data, lo, ctx.out);
     if (Stopped(summary.status(), ctx.signals)) return 0;
     if (!summary.ok()) return ReportError(summary.status(), err);
+    if (p->flags.Has("export-weights")) {
+      auto values = (*ps)->Values();
+      Status s = values.ok() ? model::ExportKerasWeights(**m, *values, p->flags.Get("export-weights")) : values.status();
+      if (!s.ok()) return ReportError(s, err);
+      *ctx.out << "fit: wrote Keras weights to " << p->flags.Get("export-weights") << std::endl;
+    }
     if (Status s = fit::WriteSummary(p->flags, fit::SummaryJson(*summary, (*ps)->SummaryJson(), *p)); !s.ok()) {
       return ReportError(s, err);
     }
@@ -317,6 +337,7 @@ class Fit final : public Program {
     opt.collective = p.collective;
     opt.checkpoints = p.checkpoints;
     opt.metrics = metrics;
+    if (p.flags.Has("export-weights")) opt.export_weights = p.flags.Get("export-weights");
     if (signals) opt.stop = &signals->stop();
     nlohmann::json sj;
     auto summary = strategy::Fit(p.job, opt, &sj);

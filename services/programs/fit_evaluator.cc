@@ -27,7 +27,7 @@ int RunEvaluator(const Parsed& p, const EvaluatorContext& ctx) {
   if (!job.data.eval) return fail(InvalidArgument("data.eval: the evaluator needs an eval dataset"));
   auto m = model::Model::Create(job.model, job.loss);
   if (!m.ok()) return fail(m.status());
-  auto eval = strategy::LoadExamples(*job.data.eval, p.flags.Get("data-dir"), (*m)->input_dtype());
+  auto eval = strategy::LoadExamples(*job.data.eval, p.flags.Get("data-dir"), **m);
   if (!eval.ok()) return fail(eval.status());
   if (Status s = strategy::CheckExamples(*eval, job.data.eval->field, (*m)->input_shape(), (*m)->input_dtype()); !s.ok()) {
     return fail(s);

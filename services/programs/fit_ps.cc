@@ -21,6 +21,7 @@
 #include "common/json_reader.h"
 #include "services/checkpoint/manager.h"
 #include "services/coordinator/coordinator.h"
+#include "services/model/keras_model.h"
 #include "services/programs/fit_internal.h"
 #include "services/strategy/checkpoints.h"
 #include "services/strategy/stats.h"
@@ -61,13 +62,15 @@ coordinator::Options CoordinatorOptions(const Parsed& p, const ChiefContext& ctx
 class PsStrategy final : public strategy::Strategy {
  public:
   PsStrategy(const Parsed& p, const ChiefContext& ctx, std::vector<std::shared_ptr<ps::PsClient>> clients,
-             strategy::Placement placement, std::vector<std::string> names, std::vector<Tensor> init)
+             strategy::Placement placement, std::vector<std::string> names, std::vector<bool> trainable,
+             std::vector<Tensor> init)
       : p_(p),
         ctx_(ctx),
         out_(*ctx.out),
         clients_(std::move(clients)),
         store_(std::move(placement), clients_),
         names_(std::move(names)),
+        trainable_(std::move(trainable)),
         init_(std::move(init)),
         coord_(ctx.worker_addresses, CoordinatorOptions(p, ctx)),
         mgr_(p.checkpoints.dir, static_cast<int>(p.checkpoints.keep)),
@@ -93,11 +96,17 @@ class PsStrategy final : public strategy::Strategy {
     // Workers get the job as JSON, so they need no copy of the file.
     ASSIGN_OR_RETURN(nlohmann::json doc, ReadJsonFile(p_.job.source));
     nlohmann::json dargs{{"config", doc},
+                         {"keras_model", nullptr},
                          {"source", p_.job.source},
                          {"data_dir", p_.flags.Get("data-dir")},
                          {"partitioner", strategy::PartitionerString(p_.partitioner)},
                          {"num_ps", static_cast<int64_t>(clients_.size())},
+                         {"num_workers", static_cast<int64_t>(ctx_.worker_addresses.size())},
                          {"threads", *p_.flags.GetInt("threads")}};
+    if (p_.flags.Has("keras-model")) {
+      ASSIGN_OR_RETURN(dargs["keras_model"], ReadJsonFile(p_.flags.Get("keras-model")));
+      dargs["keras_model_source"] = p_.flags.Get("keras-model");
+    }
     return coord_.CreatePerWorkerDataset(kTrainDataset, dargs, kTrainDataset);
   }
 
@@ -178,7 +187,11 @@ class PsStrategy final : public strategy::Strategy {
         out_ << "fit: fenced off the previous chief (incarnation " << std::hex << previous << std::dec << ")" << std::endl;
       }
     }
-    for (size_t i = 0; i < names_.size(); ++i) RETURN_IF_ERROR(store_.Create(names_[i], init_[i], p_.job.optimizer));
+    // Non-trainable state (moving statistics) gets no optimizer: only deltas reach it.
+    for (size_t i = 0; i < names_.size(); ++i) {
+      RETURN_IF_ERROR(store_.Create(names_[i], init_[i],
+                                    trainable_[i] ? std::optional(p_.job.optimizer) : std::nullopt));
+    }
     for (size_t i = 0; i < clients_.size(); ++i) {
       ASSIGN_OR_RETURN(ps::PsStatus s, clients_[i]->GetStatus());
       incarnations_[i] = s.incarnation;
@@ -276,6 +289,7 @@ class PsStrategy final : public strategy::Strategy {
   std::vector<std::shared_ptr<ps::PsClient>> clients_;
   strategy::VariableStore store_;
   const std::vector<std::string> names_;
+  const std::vector<bool> trainable_;
   const std::vector<Tensor> init_;
   coordinator::ClusterCoordinator coord_;
   checkpoint::Manager mgr_;
@@ -303,21 +317,32 @@ StatusOr<std::unique_ptr<strategy::Strategy>> MakePsStrategy(const Parsed& p, co
                                                              const model::Model& m, int64_t) {
   std::vector<std::shared_ptr<ps::PsClient>> clients = ctx.PsClients();
   ASSIGN_OR_RETURN(strategy::Placement placement, PlaceModel(m, static_cast<int64_t>(clients.size()), p.partitioner));
-  return std::unique_ptr<strategy::Strategy>(std::make_unique<PsStrategy>(
-      p, ctx, std::move(clients), std::move(placement), VariableNames(m), m.InitialValues(static_cast<uint64_t>(p.job.seed))));
+  std::vector<bool> trainable;
+  for (const auto& v : m.variables()) trainable.push_back(v.trainable);
+  return std::unique_ptr<strategy::Strategy>(
+      std::make_unique<PsStrategy>(p, ctx, std::move(clients), std::move(placement), VariableNames(m),
+                                   std::move(trainable), m.InitialValues(static_cast<uint64_t>(p.job.seed))));
 }
 
 Status RegisterPsWorker(worker::Registry& r) {
   auto state = std::make_shared<WorkerFitState>();
   RETURN_IF_ERROR(r.AddDataset(kTrainDataset, [state](const worker::WorkerEnv& env,
                                                       const nlohmann::json& a) -> StatusOr<data::Dataset> {
-    ASSIGN_OR_RETURN(model::JobConfig job, model::ParseJobConfig(a.at("config"), a.at("source").get<std::string>()));
+    // The model comes with the job, or as Keras JSON beside it.
+    std::optional<model::ModelSpec> keras;
+    if (a.contains("keras_model") && !a["keras_model"].is_null()) {
+      ASSIGN_OR_RETURN(keras, model::ParseKerasModel(a["keras_model"], a.value("keras_model_source", "keras model")));
+    }
+    ASSIGN_OR_RETURN(model::JobConfig job, model::ParseJobConfig(a.at("config"), a.at("source").get<std::string>(),
+                                                                 keras ? &*keras : nullptr));
     SetComputeThreads(static_cast<int>(a.value("threads", int64_t{1})));
     ASSIGN_OR_RETURN(strategy::Partitioner part, strategy::ParsePartitioner(a.at("partitioner").get<std::string>()));
     ASSIGN_OR_RETURN(auto m, model::Model::Create(job.model, job.loss));
     ASSIGN_OR_RETURN(strategy::Placement placement, PlaceModel(*m, a.at("num_ps").get<int64_t>(), part));
+    // Each worker reads its shard of a multi-file source (auto_shard_policy).
+    const strategy::InputShard shard{a.value("num_workers", int64_t{1}), env.worker_index};
     ASSIGN_OR_RETURN(strategy::Examples ex,
-                     strategy::LoadExamples(job.data.train, a.at("data_dir").get<std::string>(), m->input_dtype()));
+                     strategy::LoadExamples(job.data.train, a.at("data_dir").get<std::string>(), *m, shard));
     // Each worker shuffles its own way, as per-worker datasets do in TF.
     job.seed += 7919 * (env.worker_index + 1);
     data::Dataset ds = strategy::TrainingPipeline(ex, job).Repeat();

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <ostream>
 
+#include "services/model/keras_weights.h"
 #include "services/strategy/sync.h"
 
 namespace tfjob::strategy {
@@ -33,8 +34,22 @@ StatusOr<FitSummary> Fit(const model::JobConfig& job, const FitOptions& o, nlohm
   auto with_source = [&](Status s) { return s.WithContext(job.source); };
   auto m = model::Model::Create(job.model, job.loss);
   if (!m.ok()) return with_source(m.status());
-  auto data = LoadJobData(job, o.data_dir, **m);
+  // Multi-worker mirrored reads a sharded source's part per worker (tf.data's
+  // auto-sharding) when the job fixes the steps per epoch, since the parts
+  // differ in length; otherwise every worker reads everything and takes its
+  // rows of each global batch.
+  InputShard shard;
+  const model::DataSourceSpec& train = job.data.train;
+  const bool sharded = o.strategy == StrategyKind::kMultiWorkerMirrored && o.group && o.group->size() > 1 &&
+                       train.kind == model::DataSourceKind::kTfRecord && train.auto_shard_policy != "OFF" &&
+                       job.steps_per_epoch > 0;
+  if (sharded) shard = {o.group->size(), o.group->rank()};
+  auto data = LoadJobData(job, o.data_dir, **m, shard);
   if (!data.ok()) return with_source(data.status());
+  if (sharded && o.out) {
+    *o.out << "fit: " << train.field << ": auto_shard_policy " << train.auto_shard_policy << ", this worker reads shard "
+           << shard.index << " of " << shard.num_shards << " (" << data->train.size() << " examples)" << std::endl;
+  }
   SyncOptions so;
   so.kind = o.strategy;
   so.replicas = o.replicas;
@@ -45,6 +60,7 @@ StatusOr<FitSummary> Fit(const model::JobConfig& job, const FitOptions& o, nlohm
   so.checkpoints = o.checkpoints;
   so.log = o.out;
   so.stop = o.stop;
+  so.sharded_input = sharded;
   auto strategy = MakeSyncStrategy(job, data->train, so);
   if (!strategy.ok()) return with_source(strategy.status());
   LoopOptions lo;
@@ -57,6 +73,13 @@ StatusOr<FitSummary> Fit(const model::JobConfig& job, const FitOptions& o, nlohm
   lo.stop = o.stop;
   auto summary = FitAndEvaluate(**strategy, job, *data, lo, o.out);
   if (strategy_json) *strategy_json = (*strategy)->SummaryJson();
+  if (summary.ok() && !o.export_weights.empty() && (*strategy)->is_chief()) {
+    // The adapted count Keras keeps beside Normalization's statistics.
+    RETURN_IF_ERROR((*m)->Adapt(data->train.features));
+    ASSIGN_OR_RETURN(std::vector<Tensor> values, (*strategy)->Values());
+    RETURN_IF_ERROR(model::ExportKerasWeights(**m, values, o.export_weights));
+    if (o.out) *o.out << "fit: wrote Keras weights to " << o.export_weights << std::endl;
+  }
   return summary;
 }
 

@@ -40,6 +40,7 @@ struct FitOptions {
   CheckpointPolicy checkpoints;
   runtime_metrics::RuntimeMetrics* metrics = nullptr;
   const std::atomic<bool>* stop = nullptr;  // see LoopOptions
+  std::string export_weights;  // the chief writes Keras .weights.h5 here after training
 };
 
 // Trains `strategy` on `data` per `loop` and evaluates on the chief. The

@@ -22,8 +22,21 @@ struct Examples {
   int64_t size() const { return features.rank() ? features.dim(0) : 0; }
 };
 
-// Loads one source. Features are converted to `feature_dtype` when the source
-// yields the other dtype and every value is integral (CSV ids for embeddings).
+// Which part of a multi-file source a reader takes (tfrecord sources, per
+// their auto_shard_policy); one shard is everything.
+struct InputShard {
+  int64_t num_shards = 1;
+  int64_t index = 0;
+};
+
+// Loads one source for model `m`: string features (CSV cells, bytes_list
+// features) go through the model's input StringLookup, labels through the
+// source's label_lookup; numeric features are converted to the model's
+// input dtype when every value is integral (CSV ids for embeddings); an
+// image source's [h, w] gets a channel axis when the model takes [h, w, 1].
+StatusOr<Examples> LoadExamples(const model::DataSourceSpec& spec, const std::string& data_dir, const model::Model& m,
+                                const InputShard& shard = {});
+// The same for numeric sources without a model: features as `feature_dtype`.
 StatusOr<Examples> LoadExamples(const model::DataSourceSpec& spec, const std::string& data_dir, DType feature_dtype);
 
 // Checks the examples against the model's input and the loss's labels, naming
@@ -37,7 +50,9 @@ struct JobData {
   Examples train;
   std::optional<Examples> eval;
 };
-StatusOr<JobData> LoadJobData(const model::JobConfig& job, const std::string& data_dir, const model::Model& m);
+// `train_shard` picks this reader's part of a sharded training source.
+StatusOr<JobData> LoadJobData(const model::JobConfig& job, const std::string& data_dir, const model::Model& m,
+                              const InputShard& train_shard = {});
 
 // (features, label) batches: shuffled per epoch with the job seed, batched,
 // prefetched. Keeps the last partial batch, as Keras does.
@@ -50,9 +65,15 @@ data::Dataset EvalPipeline(const Examples& ex, int64_t batch_size);
 // every replica, in any process, gets the same batch for the same step, and
 // a member that joins a running group at step s starts exactly there.
 // Thread-safety: one thread. Failure: pipeline errors from Get.
+//
+// Sharded input (multi_worker_mirrored over a sharded source): each member
+// holds only its shard and takes `batch_rows` rows of it per step (its part
+// of the global batch), shuffled with `seed_salt` mixed into the seed; the
+// global batch of a step is then the members' parts together.
 class GlobalBatches {
  public:
-  GlobalBatches(Examples examples, const model::JobConfig& job);
+  GlobalBatches(Examples examples, const model::JobConfig& job, int64_t batch_rows = 0, uint64_t seed_salt = 0);
+  const Examples& examples() const { return examples_; }
   int64_t batches_per_pass() const;
   // The global batch of training step `step` (0-based, across epochs).
   // Sequential calls cost one batch each; any other step rebuilds the pass
@@ -64,6 +85,8 @@ class GlobalBatches {
 
   Examples examples_;
   model::JobConfig job_;
+  int64_t batch_rows_;
+  uint64_t seed_salt_;
   std::unique_ptr<data::Iterator> it_;
   int64_t next_ = -1;  // the step it_ yields next
 };

@@ -77,7 +77,17 @@ StatusOr<Tensor> Filled(Shape shape, Device d, float value) {
 class SyncStrategy final : public Strategy {
  public:
   SyncStrategy(const model::JobConfig& job, Examples train, SyncOptions o)
-      : job_(job), o_(std::move(o)), input_(std::move(train), job), optimizer_(job.optimizer) {}
+      : job_(job),
+        o_(std::move(o)),
+        input_(std::move(train), job, LocalRows(job, o_), o_.sharded_input && o_.group ? 0x5eed0000u + o_.group->rank() : 0),
+        optimizer_(job.optimizer) {}
+
+  // This member's rows of each global batch when it reads only its shard.
+  static int64_t LocalRows(const model::JobConfig& job, const SyncOptions& o) {
+    if (!o.sharded_input || !o.group) return 0;
+    const int64_t n = o.group->size(), r = o.group->rank();
+    return std::max<int64_t>(job.batch_size * (r + 1) / n - job.batch_size * r / n, 1);
+  }
 
   Status Init() {
     const int local = o_.kind == StrategyKind::kMirrored || o_.kind == StrategyKind::kCentralStorage ? o_.replicas : 1;
@@ -93,15 +103,22 @@ class SyncStrategy final : public Strategy {
       ASSIGN_OR_RETURN(auto m, model::Model::Create(job_.model, job_.loss));
       models_.push_back(std::move(m));
     }
-    for (const auto& v : models_[0]->variables()) names_.push_back(v.name);
+    // Adapted state (Normalization) comes from the whole training set, so
+    // every process starts from the same values.
+    RETURN_IF_ERROR(models_[0]->Adapt(input_.examples().features).WithContext(job_.data.train.field));
+    for (const auto& v : models_[0]->variables()) {
+      names_.push_back(v.name);
+      trainable_.push_back(v.trainable);
+    }
     const int copies = o_.kind == StrategyKind::kMirrored ? local : 1;
     const std::vector<Tensor> init = models_[0]->InitialValues(static_cast<uint64_t>(job_.seed));
     for (int c = 0; c < copies; ++c) {
       std::vector<Tensor> values;
       std::vector<model::SlotState> slots;
-      for (const Tensor& t : init) {
-        values.push_back(t.Clone());
-        slots.push_back(optimizer_.CreateSlots(t));
+      for (size_t v = 0; v < init.size(); ++v) {
+        values.push_back(init[v].Clone());
+        // Non-trainable state has no optimizer slots.
+        slots.push_back(trainable_[v] ? optimizer_.CreateSlots(init[v]) : model::SlotState{});
       }
       copies_.push_back(std::move(values));
       slot_copies_.push_back(std::move(slots));
@@ -452,6 +469,11 @@ class SyncStrategy final : public Strategy {
 
   Status ApplyReduced(std::vector<Tensor>& values, std::vector<model::SlotState>& slots, const std::vector<Reducible>& g) {
     for (size_t v = 0; v < values.size(); ++v) {
+      if (!trainable_[v]) {
+        // The replicas' deltas, weighted by their rows: their mean.
+        RETURN_IF_ERROR(model::AddDelta(values[v], g[v].dense));
+        continue;
+      }
       if (!sparse_[v]) {
         RETURN_IF_ERROR(optimizer_.ApplyDense(values[v], g[v].dense, slots[v]));
         continue;
@@ -485,7 +507,13 @@ class SyncStrategy final : public Strategy {
       return Status::Ok();
     }
     const int64_t g = first_replica_ + i;
-    const int64_t begin = batch * g / replicas, end = batch * (g + 1) / replicas;
+    int64_t begin = batch * g / replicas, end = batch * (g + 1) / replicas;
+    if (o_.sharded_input) {
+      // The batch is this member's part already (one replica per member).
+      begin = 0;
+      end = x.dim(0);
+      batch = job_.batch_size;
+    }
     if (end > begin) {
       ASSIGN_OR_RETURN(Tensor xs, x.Rows(begin, end));
       ASSIGN_OR_RETURN(Tensor ys, y.Rows(begin, end));
@@ -518,6 +546,7 @@ class SyncStrategy final : public Strategy {
     const Tensor& x = (*batch)[0];
     const Tensor& y = (*batch)[1];
     const int64_t b = x.dim(0);
+    int64_t examples = b;
     const int64_t replicas = num_replicas_in_sync();
     pool_->Run([&](int i) {
       Status s = ReplicaStep(i, x, y, b, replicas);
@@ -570,7 +599,8 @@ class SyncStrategy final : public Strategy {
     } else if (o_.group) {
       // The step's loss and metric sums travel with the gradients, so every
       // member records the same progress.
-      std::vector<float> packed{static_cast<float>(stats.loss.total), static_cast<float>(stats.loss.count)};
+      std::vector<float> packed{static_cast<float>(stats.loss.total), static_cast<float>(stats.loss.count),
+                                static_cast<float>(b)};
       for (const auto& m : stats.metrics) {
         packed.push_back(static_cast<float>(m.total));
         packed.push_back(static_cast<float>(m.count));
@@ -583,10 +613,12 @@ class SyncStrategy final : public Strategy {
       RETURN_IF_ERROR(ApplyReduced(ValuesOf(0), SlotsOf(0), outputs_[0].grads));
       const float* f = sums.data<float>();
       stats.loss = {f[0], f[1]};
-      for (size_t k = 0; k < stats.metrics.size(); ++k) stats.metrics[k] = {f[2 + 2 * k], f[3 + 2 * k]};
+      // Every member's rows: the global batch, also when each read its own part.
+      if (o_.sharded_input) examples = static_cast<int64_t>(f[2]);
+      for (size_t k = 0; k < stats.metrics.size(); ++k) stats.metrics[k] = {f[3 + 2 * k], f[4 + 2 * k]};
     }
     lap(time_.apply);
-    st.Record(stats, 1, b);
+    st.Record(stats, 1, examples);
     ++computed_;
     return Status::Ok();
   }
@@ -691,6 +723,7 @@ class SyncStrategy final : public Strategy {
   std::vector<std::vector<Tensor>> copies_;                  // one, or one per mirrored replica
   std::vector<std::vector<model::SlotState>> slot_copies_;   // parallel to copies_
   std::vector<bool> sparse_;                                  // per variable
+  std::vector<bool> trainable_;                               // per variable
   std::vector<Output> outputs_;                               // per local replica
   std::unique_ptr<ReplicaPool> pool_;
   std::unique_ptr<collective::LocalGroup> local_group_;

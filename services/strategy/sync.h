@@ -84,6 +84,11 @@ struct SyncOptions {
   std::ostream* log = nullptr;
   // SIGTERM: Run returns CANCELLED at the next step boundary.
   const std::atomic<bool>* stop = nullptr;
+  // multi_worker_mirrored over a sharded source: `train` is this member's
+  // shard, and each step takes this member's part of the global batch from
+  // it (batch * (rank + 1) / n - batch * rank / n rows) instead of slicing
+  // a global batch every member reads.
+  bool sharded_input = false;
 };
 
 // `train` holds the whole training set; INVALID_ARGUMENT for a kind that is

@@ -104,9 +104,12 @@ StatusOr<int> VariableStore::PushGradients(uint64_t closure_id, uint32_t sequenc
         return InvalidArgument("gradient for \"" + g.name + "\" is " + g.grad.dense.DebugString() + ", variable is " +
                                ShapeString(v->shape));
       }
+      // A delta (non-trainable state) is added as is; the rest goes through
+      // the shard's optimizer.
+      const auto kind = g.grad.delta ? ps::Update::Kind::kAssignAdd : ps::Update::Kind::kApplyGradient;
       for (const auto& s : v->shards) {
         Tensor part = v->sharded() ? *g.grad.dense.Rows(s.row_begin, s.row_end) : g.grad.dense;
-        by_ps[s.ps].push_back({s.name, ps::Update::Kind::kApplyGradient, part, std::nullopt});
+        by_ps[s.ps].push_back({s.name, kind, part, std::nullopt});
       }
       continue;
     }

@@ -45,7 +45,8 @@ class VariableStore {
     std::string name;
     model::Gradient grad;  // dense (full shape) or sparse (global row ids)
   };
-  // Applies gradients with each shard's optimizer: one Push RPC per PS.
+  // Applies gradients with each shard's optimizer (deltas of non-trainable
+  // variables are added, ASSIGN_ADD): one Push RPC per PS.
   // Returns the number of shard updates skipped as duplicates.
   StatusOr<int> PushGradients(uint64_t closure_id, uint32_t sequence, const std::vector<Grad>& grads);
   // Adds `delta` to a variable (ASSIGN_ADD), exactly once per closure id.

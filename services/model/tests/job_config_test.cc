@@ -375,8 +375,8 @@ TEST(JobConfigErrorTest, UnknownFields) {
 
 TEST(JobConfigErrorTest, UnknownNames) {
   json doc = Base();
-  doc["model"]["layers"][0]["type"] = "Conv2D";
-  ExpectError(doc, "model.layers[0].type", "unknown layer type \"Conv2D\"");
+  doc["model"]["layers"][0]["type"] = "Conv3D";
+  ExpectError(doc, "model.layers[0].type", "unknown layer type \"Conv3D\"");
 
   doc = Base();
   doc["optimizer"] = json::parse(R"({"type": "AdamW"})");
@@ -410,8 +410,8 @@ TEST(JobConfigErrorTest, UnknownNames) {
   ExpectError(doc, "model.layers[0].combiner", "unknown combiner \"max\"");
 
   doc = Base();
-  doc["data"]["train"]["source"] = "tfrecord";
-  ExpectError(doc, "data.train.source", "unknown data source \"tfrecord\"");
+  doc["data"]["train"]["source"] = "parquet";
+  ExpectError(doc, "data.train.source", "unknown data source \"parquet\"");
 }
 
 TEST(JobConfigErrorTest, WrongTypes) {

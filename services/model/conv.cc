@@ -1,0 +1,143 @@
+// Conv2D on NHWC tensors (Keras' "channels_last") with an HWIO kernel
+// [kh, kw, in_channels, filters], Keras' own layout, as an im2col followed by
+// one Eigen matrix product: the patches of a batch form a matrix
+// [batch * out_h * out_w, kh * kw * in_channels] whose product with the
+// kernel (viewed as [kh * kw * in_channels, filters]) is the NHWC output.
+// Backward is the same two products transposed plus a col2im scatter.
+#include <cstring>
+
+#include "services/model/layers_internal.h"
+#include "services/tensor/eigen.h"
+
+namespace tfjob::model::internal {
+namespace {
+
+class Conv2D final : public Layer {
+ public:
+  using Layer::Layer;
+
+  StatusOr<Shape> Build(const Shape& in, DType dtype) override {
+    if (dtype != DType::kFloat32) return Error("expects float32 input, got " + std::string(DTypeName(dtype)));
+    if (in.size() != 3) {
+      return Error("expects input [height, width, channels] per example (NHWC), got " + ShapeString(in) +
+                   (in.size() == 2 ? " (add a Reshape to [h, w, 1] for one channel)" : ""));
+    }
+    if (spec_.filters <= 0) return Error("filters must be positive, got " + std::to_string(spec_.filters));
+    for (int a = 0; a < 2; ++a) {
+      if (spec_.kernel_size[a] <= 0) return Error("kernel_size must be positive");
+      if (spec_.strides[a] <= 0) return Error("strides must be positive");
+    }
+    h_ = in[0], w_ = in[1], c_ = in[2];
+    kh_ = spec_.kernel_size[0], kw_ = spec_.kernel_size[1];
+    const AxisGeometry gh = Geometry(h_, kh_, spec_.strides[0], spec_.padding);
+    const AxisGeometry gw = Geometry(w_, kw_, spec_.strides[1], spec_.padding);
+    if (gh.out <= 0 || gw.out <= 0) {
+      return Error("kernel " + std::to_string(kh_) + "x" + std::to_string(kw_) + " does not fit input " +
+                   std::to_string(h_) + "x" + std::to_string(w_) + " with padding \"valid\"");
+    }
+    oh_ = gh.out, ow_ = gw.out, pt_ = gh.pad_before, pl_ = gw.pad_before;
+    in_shape_ = in;
+    return Shape{oh_, ow_, spec_.filters};
+  }
+
+  std::vector<VariableSpec> Variables() const override {
+    std::vector<VariableSpec> v{
+        {spec_.name + "/kernel", {kh_, kw_, c_, spec_.filters}, Initializer::kGlorotUniform, false}};
+    if (spec_.use_bias) v.push_back({spec_.name + "/bias", {spec_.filters}, Initializer::kZeros, false});
+    return v;
+  }
+
+  StatusOr<Tensor> Forward(std::span<const Tensor> params, const Tensor& x, bool) override {
+    if (!Matches(x, DType::kFloat32, in_shape_)) return Error(Expected(DType::kFloat32, in_shape_, x));
+    const int64_t n = x.dim(0), k = kh_ * kw_ * c_, rows = n * oh_ * ow_;
+    // Every element of a "valid" patch matrix is written below.
+    ASSIGN_OR_RETURN(patches_, spec_.padding == Padding::kValid
+                                   ? Tensor::CreateUninitialized(DType::kFloat32, {rows, k})
+                                   : Tensor::Create(DType::kFloat32, {rows, k}));
+    Im2Col(x.data<float>(), n, patches_.data<float>());
+    Tensor y = Tensor::Zeros(DType::kFloat32, {n, oh_, ow_, spec_.filters});
+    Eigen::Map<const RowMatrix> P(patches_.data<float>(), rows, k);
+    Eigen::Map<const RowMatrix> K(params[0].data<float>(), k, spec_.filters);
+    Eigen::Map<RowMatrix> Y(y.data<float>(), rows, spec_.filters);
+    Y.noalias() = P * K;
+    if (spec_.use_bias) Y.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(params[1].data<float>(), spec_.filters);
+    ApplyActivation(spec_.activation, y);
+    y_ = y;
+    batch_ = n;
+    return y;
+  }
+
+  StatusOr<Tensor> Backward(std::span<const Tensor> params, Tensor dy, bool need_input_grad,
+                            std::span<Gradient> grads) override {
+    if (dy.shape() != y_.shape()) {
+      return Error("gradient shape " + ShapeString(dy.shape()) + " does not match output " + ShapeString(y_.shape()));
+    }
+    ActivationBackward(spec_.activation, y_, dy);
+    const int64_t k = kh_ * kw_ * c_, rows = batch_ * oh_ * ow_;
+    Eigen::Map<const RowMatrix> P(patches_.data<float>(), rows, k);
+    Eigen::Map<const RowMatrix> D(dy.data<float>(), rows, spec_.filters);
+    Tensor dk = Tensor::Zeros(DType::kFloat32, {kh_, kw_, c_, spec_.filters});
+    Eigen::Map<RowMatrix>(dk.data<float>(), k, spec_.filters).noalias() = P.transpose() * D;
+    grads[0] = Gradient{false, dk, {}, {}};
+    if (spec_.use_bias) {
+      Tensor db = Tensor::Zeros(DType::kFloat32, {spec_.filters});
+      Eigen::Map<Eigen::RowVectorXf>(db.data<float>(), spec_.filters) = D.colwise().sum();
+      grads[1] = Gradient{false, db, {}, {}};
+    }
+    if (!need_input_grad) return Tensor();
+    // The patches are not needed any more: their buffer takes dL/dpatches.
+    Eigen::Map<const RowMatrix> K(params[0].data<float>(), k, spec_.filters);
+    Eigen::Map<RowMatrix>(patches_.data<float>(), rows, k).noalias() = D * K.transpose();
+    Tensor dx = Tensor::Zeros(DType::kFloat32, WithBatch(batch_, in_shape_));
+    Col2Im(patches_.data<float>(), batch_, dx.data<float>());
+    patches_ = Tensor();
+    return dx;
+  }
+
+ private:
+  // Calls f(patch row, offset in the row, input offset) for every kernel
+  // position of every output pixel that lands inside the input; each call
+  // covers c_ contiguous channels.
+  template <typename F>
+  void ForEachTap(int64_t n, F&& f) const {
+    const int64_t k = kh_ * kw_ * c_;
+    for (int64_t b = 0; b < n; ++b) {
+      for (int64_t oy = 0; oy < oh_; ++oy) {
+        for (int64_t ox = 0; ox < ow_; ++ox) {
+          const int64_t row = ((b * oh_ + oy) * ow_ + ox) * k;
+          for (int64_t ky = 0; ky < kh_; ++ky) {
+            const int64_t iy = oy * spec_.strides[0] - pt_ + ky;
+            if (iy < 0 || iy >= h_) continue;
+            for (int64_t kx = 0; kx < kw_; ++kx) {
+              const int64_t ix = ox * spec_.strides[1] - pl_ + kx;
+              if (ix < 0 || ix >= w_) continue;
+              f(row + (ky * kw_ + kx) * c_, ((b * h_ + iy) * w_ + ix) * c_);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  void Im2Col(const float* x, int64_t n, float* p) const {
+    const size_t bytes = static_cast<size_t>(c_) * sizeof(float);
+    ForEachTap(n, [&](int64_t to, int64_t from) { std::memcpy(p + to, x + from, bytes); });
+  }
+
+  void Col2Im(const float* p, int64_t n, float* dx) const {
+    ForEachTap(n, [&](int64_t from, int64_t to) {
+      for (int64_t ch = 0; ch < c_; ++ch) dx[to + ch] += p[from + ch];
+    });
+  }
+
+  Shape in_shape_;
+  int64_t h_ = 0, w_ = 0, c_ = 0, kh_ = 0, kw_ = 0, oh_ = 0, ow_ = 0, pt_ = 0, pl_ = 0;
+  int64_t batch_ = 0;
+  Tensor patches_, y_;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> MakeConv2D(const LayerSpec& spec) { return std::make_unique<Conv2D>(spec); }
+
+}  // namespace tfjob::model::internal

@@ -1,0 +1,265 @@
+// BatchNormalization and Normalization, as Keras 3 computes them.
+//
+// BatchNormalization normalizes over every axis but the last with the
+// batch's own (biased) statistics while training, and with its moving
+// statistics at inference. The moving statistics are non-trainable
+// variables; a training step reports their Keras update
+// (moving = moving * momentum + batch * (1 - momentum)) as a delta, which
+// every strategy adds outside the optimizer. Replicas of a synchronous
+// strategy each use the statistics of their own slice of the batch, as
+// Keras does unless `synchronized`.
+//
+// Normalization computes (x - mean) / max(sqrt(variance), 1e-7) per feature
+// of the last axis (or with one scalar pair for axis None); `invert` undoes
+// it. Given mean and variance are constants; otherwise they are adapted to
+// the training data (Model::Adapt) and kept as non-trainable variables, so
+// checkpoints, parameter servers and the evaluator all carry them.
+#include <cmath>
+
+#include "services/model/layers_internal.h"
+#include "services/tensor/eigen.h"
+
+namespace tfjob::model::internal {
+namespace {
+
+using Array = Eigen::Array<float, 1, Eigen::Dynamic>;
+
+class BatchNormalization final : public Layer {
+ public:
+  using Layer::Layer;
+
+  StatusOr<Shape> Build(const Shape& in, DType dtype) override {
+    if (dtype != DType::kFloat32) return Error("expects float32 input, got " + std::string(DTypeName(dtype)));
+    if (in.empty()) return Error("expects a feature axis (the last one), got a scalar per example");
+    if (spec_.axis != -1 && spec_.axis != static_cast<int64_t>(in.size())) {
+      return Error("axis " + std::to_string(spec_.axis) + " is not the last axis of input " +
+                   ShapeString(WithBatch(-1, in)) + " (only channels_last is supported)");
+    }
+    if (!(spec_.momentum >= 0 && spec_.momentum <= 1)) return Error("momentum must be in [0, 1]");
+    if (!(spec_.epsilon > 0)) return Error("epsilon must be > 0");
+    in_shape_ = in;
+    c_ = in.back();
+    return in;
+  }
+
+  std::vector<VariableSpec> Variables() const override {
+    std::vector<VariableSpec> v;
+    if (spec_.scale) v.push_back({spec_.name + "/gamma", {c_}, Initializer::kOnes, false});
+    if (spec_.center) v.push_back({spec_.name + "/beta", {c_}, Initializer::kZeros, false});
+    VariableSpec mean{spec_.name + "/moving_mean", {c_}, Initializer::kZeros, false};
+    VariableSpec var{spec_.name + "/moving_variance", {c_}, Initializer::kOnes, false};
+    mean.trainable = var.trainable = false;
+    v.push_back(mean);
+    v.push_back(var);
+    return v;
+  }
+
+  StatusOr<Tensor> Forward(std::span<const Tensor> params, const Tensor& x, bool training) override {
+    if (!Matches(x, DType::kFloat32, in_shape_)) return Error(Expected(DType::kFloat32, in_shape_, x));
+    const Params p = Split(params);
+    const int64_t rows = x.size() / std::max<int64_t>(c_, 1);
+    Eigen::Map<const RowMatrix> X(x.data<float>(), rows, c_);
+    Tensor y = Tensor::Zeros(DType::kFloat32, x.shape());
+    Eigen::Map<RowMatrix> Y(y.data<float>(), rows, c_);
+    const float eps = static_cast<float>(spec_.epsilon);
+    training_ = training;
+    if (!training) {
+      const Array scale = p.gamma * (p.moving_variance + eps).rsqrt();
+      const Array shift = p.beta - p.moving_mean * scale;
+      Y.array() = (X.array().rowwise() * scale).rowwise() + shift;
+      return y;
+    }
+    rows_ = rows;
+    mean_ = rows > 0 ? Array(X.colwise().mean().array()) : Array::Zero(c_);
+    var_ = rows > 0 ? Array((X.array().rowwise() - mean_).square().colwise().mean()) : Array::Zero(c_);
+    inv_ = (var_ + eps).rsqrt();
+    xhat_ = Tensor::Zeros(DType::kFloat32, x.shape());
+    Eigen::Map<RowMatrix> H(xhat_.data<float>(), rows, c_);
+    H.array() = (X.array().rowwise() - mean_).rowwise() * inv_;
+    Y.array() = (H.array().rowwise() * p.gamma).rowwise() + p.beta;
+    return y;
+  }
+
+  StatusOr<Tensor> Backward(std::span<const Tensor> params, Tensor dy, bool need_input_grad,
+                            std::span<Gradient> grads) override {
+    if (!training_) return Error("backward needs a training forward pass (batch statistics)");
+    if (dy.shape() != xhat_.shape()) {
+      return Error("gradient shape " + ShapeString(dy.shape()) + " does not match output " + ShapeString(xhat_.shape()));
+    }
+    const Params p = Split(params);
+    Eigen::Map<const RowMatrix> D(dy.data<float>(), rows_, c_);
+    Eigen::Map<const RowMatrix> H(xhat_.data<float>(), rows_, c_);
+    auto dense = [&](const Array& a) {
+      Tensor t = Tensor::Zeros(DType::kFloat32, {c_});
+      Eigen::Map<Array>(t.data<float>(), c_) = a;
+      return t;
+    };
+    const Array dgamma = (D.array() * H.array()).colwise().sum();
+    const Array dbeta = D.array().colwise().sum();
+    size_t g = 0;
+    if (spec_.scale) grads[g++] = Gradient{false, dense(dgamma), {}, {}};
+    if (spec_.center) grads[g++] = Gradient{false, dense(dbeta), {}, {}};
+    const float keep = 1.f - static_cast<float>(spec_.momentum);
+    grads[g++] = Gradient{false, dense((mean_ - p.moving_mean) * keep), {}, {}, /*delta=*/true};
+    grads[g++] = Gradient{false, dense((var_ - p.moving_variance) * keep), {}, {}, /*delta=*/true};
+    if (!need_input_grad) return Tensor();
+    // dx = inv * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), with
+    // dxhat = dy * gamma.
+    const float m = static_cast<float>(std::max<int64_t>(rows_, 1));
+    const Array mean_dxhat = dbeta * p.gamma / m;
+    const Array mean_dxhat_xhat = dgamma * p.gamma / m;
+    Tensor dx = Tensor::Zeros(DType::kFloat32, dy.shape());
+    Eigen::Map<RowMatrix> DX(dx.data<float>(), rows_, c_);
+    DX.array() = (((D.array().rowwise() * p.gamma).rowwise() - mean_dxhat) -
+                  (H.array().rowwise() * mean_dxhat_xhat))
+                     .rowwise() *
+                 inv_;
+    return dx;
+  }
+
+ private:
+  // The parameters as per-channel rows; a missing gamma is ones, a missing
+  // beta zeros.
+  struct Params {
+    Array gamma, beta, moving_mean, moving_variance;
+  };
+  Params Split(std::span<const Tensor> params) const {
+    size_t i = 0;
+    auto row = [&](size_t k) { return Array(Eigen::Map<const Array>(params[k].data<float>(), c_)); };
+    Params p;
+    p.gamma = spec_.scale ? row(i++) : Array::Ones(c_);
+    p.beta = spec_.center ? row(i++) : Array::Zero(c_);
+    p.moving_mean = row(i++);
+    p.moving_variance = row(i++);
+    return p;
+  }
+
+  Shape in_shape_;
+  int64_t c_ = 0, rows_ = 0;
+  bool training_ = false;
+  Array mean_, var_, inv_;
+  Tensor xhat_;
+};
+
+class Normalization final : public AdaptableLayer {
+ public:
+  using AdaptableLayer::AdaptableLayer;
+
+  StatusOr<Shape> Build(const Shape& in, DType dtype) override {
+    if (dtype != DType::kFloat32) return Error("expects float32 input, got " + std::string(DTypeName(dtype)));
+    if (!spec_.axis_none && in.empty()) {
+      return Error("axis -1 needs a feature axis, got a scalar per example (use \"axis\": null)");
+    }
+    in_shape_ = in;
+    f_ = spec_.axis_none ? 1 : in.back();
+    if (spec_.mean.size() != spec_.variance.size()) return Error("mean and variance must have the same length");
+    if (!spec_.mean.empty()) {
+      const int64_t n = static_cast<int64_t>(spec_.mean.size());
+      if (n != 1 && n != f_) {
+        return Error("mean has " + std::to_string(n) + " values; the input has " + std::to_string(f_) +
+                     " features on its last axis (give 1 or " + std::to_string(f_) + ")");
+      }
+      mean_ = Array(f_), std_ = Array(f_);
+      for (int64_t i = 0; i < f_; ++i) {
+        const double v = spec_.variance[static_cast<size_t>(n == 1 ? 0 : i)];
+        if (!(v >= 0)) return Error("variance must be >= 0");
+        mean_[i] = static_cast<float>(spec_.mean[static_cast<size_t>(n == 1 ? 0 : i)]);
+        std_[i] = std::max(static_cast<float>(std::sqrt(v)), kEpsilon);
+      }
+    }
+    return in;
+  }
+
+  std::vector<VariableSpec> Variables() const override {
+    if (!spec_.mean.empty()) return {};
+    VariableSpec mean{spec_.name + "/mean", {f_}, Initializer::kZeros, false};
+    VariableSpec var{spec_.name + "/variance", {f_}, Initializer::kOnes, false};
+    mean.trainable = var.trainable = false;
+    if (adapted_) {
+      mean.init = var.init = Initializer::kValue;
+      mean.value = adapted_mean_;
+      var.value = adapted_variance_;
+    }
+    return {mean, var};
+  }
+
+  bool adaptable() const override { return spec_.mean.empty(); }
+  int64_t adapt_count() const override { return count_; }
+
+  Status Adapt(const Tensor& x) override {
+    if (!Matches(x, DType::kFloat32, in_shape_)) return Error(Expected(DType::kFloat32, in_shape_, x));
+    const int64_t rows = f_ == 0 ? 0 : x.size() / f_;
+    if (rows == 0) return Error("nothing to adapt to: the training data is empty");
+    Eigen::Map<const RowMatrix> X(x.data<float>(), rows, f_);
+    // In double: a data set's worth of float32 sums loses digits.
+    const Eigen::ArrayXXd xd = X.cast<double>().array();
+    const Eigen::Array<double, 1, Eigen::Dynamic> mean = xd.colwise().mean();
+    const Eigen::Array<double, 1, Eigen::Dynamic> var = (xd.rowwise() - mean).square().colwise().mean();
+    adapted_mean_ = Tensor::Zeros(DType::kFloat32, {f_});
+    adapted_variance_ = Tensor::Zeros(DType::kFloat32, {f_});
+    for (int64_t i = 0; i < f_; ++i) {
+      adapted_mean_.data<float>()[i] = static_cast<float>(mean[i]);
+      adapted_variance_.data<float>()[i] = static_cast<float>(var[i]);
+    }
+    adapted_ = true;
+    count_ = x.dim(0);
+    return Status::Ok();
+  }
+
+  StatusOr<Tensor> Forward(std::span<const Tensor> params, const Tensor& x, bool) override {
+    if (!Matches(x, DType::kFloat32, in_shape_)) return Error(Expected(DType::kFloat32, in_shape_, x));
+    Stats(params);
+    const int64_t rows = f_ == 0 ? 0 : x.size() / f_;
+    Tensor y = Tensor::Zeros(DType::kFloat32, x.shape());
+    Eigen::Map<const RowMatrix> X(x.data<float>(), rows, f_);
+    Eigen::Map<RowMatrix> Y(y.data<float>(), rows, f_);
+    if (spec_.invert) {
+      Y.array() = (X.array().rowwise() * std_).rowwise() + mean_;
+    } else {
+      Y.array() = (X.array().rowwise() - mean_).rowwise() / std_;
+    }
+    return y;
+  }
+
+  StatusOr<Tensor> Backward(std::span<const Tensor> params, Tensor dy, bool need_input_grad,
+                            std::span<Gradient> grads) override {
+    // The statistics are state, not parameters: their update is nothing.
+    for (size_t i = 0; i < grads.size(); ++i) {
+      grads[i] = Gradient{false, Tensor::Zeros(DType::kFloat32, params[i].shape()), {}, {}, /*delta=*/true};
+    }
+    if (!need_input_grad) return Tensor();
+    Stats(params);
+    const int64_t rows = f_ == 0 ? 0 : dy.size() / f_;
+    Eigen::Map<RowMatrix> D(dy.data<float>(), rows, f_);
+    if (spec_.invert) {
+      D.array().rowwise() *= std_;
+    } else {
+      D.array().rowwise() /= std_;
+    }
+    return dy;
+  }
+
+ private:
+  static constexpr float kEpsilon = 1e-7f;  // Keras' backend.epsilon()
+
+  // Adapted statistics come in as variables.
+  void Stats(std::span<const Tensor> params) {
+    if (!spec_.mean.empty()) return;
+    mean_ = Eigen::Map<const Array>(params[0].data<float>(), f_);
+    std_ = Eigen::Map<const Array>(params[1].data<float>(), f_).sqrt().max(kEpsilon);
+  }
+
+  Shape in_shape_;
+  int64_t f_ = 0;
+  Array mean_, std_;
+  bool adapted_ = false;
+  int64_t count_ = 0;
+  Tensor adapted_mean_, adapted_variance_;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> MakeBatchNormalization(const LayerSpec& spec) { return std::make_unique<BatchNormalization>(spec); }
+std::unique_ptr<Layer> MakeNormalization(const LayerSpec& spec) { return std::make_unique<Normalization>(spec); }
+
+}  // namespace tfjob::model::internal

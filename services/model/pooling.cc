@@ -1,0 +1,157 @@
+// MaxPooling2D, AveragePooling2D and GlobalAveragePooling2D on NHWC tensors,
+// as TensorFlow computes them: "same" padding leaves padded positions out of
+// both the maximum and the average (the divisor counts real inputs only).
+#include "services/model/layers_internal.h"
+#include "services/tensor/eigen.h"
+
+namespace tfjob::model::internal {
+namespace {
+
+class Pooling2D final : public Layer {
+ public:
+  using Layer::Layer;
+
+  StatusOr<Shape> Build(const Shape& in, DType dtype) override {
+    if (dtype != DType::kFloat32) return Error("expects float32 input, got " + std::string(DTypeName(dtype)));
+    if (in.size() != 3) return Error("expects input [height, width, channels] per example (NHWC), got " + ShapeString(in));
+    in_shape_ = in;
+    h_ = in[0], w_ = in[1], c_ = in[2];
+    if (spec_.type == LayerType::kGlobalAveragePooling2D) {
+      return spec_.keepdims ? Shape{1, 1, c_} : Shape{c_};
+    }
+    for (int a = 0; a < 2; ++a) {
+      if (spec_.kernel_size[a] <= 0) return Error("pool_size must be positive");
+      if (spec_.strides[a] <= 0) return Error("strides must be positive");
+    }
+    ph_ = spec_.kernel_size[0], pw_ = spec_.kernel_size[1];
+    const AxisGeometry gh = Geometry(h_, ph_, spec_.strides[0], spec_.padding);
+    const AxisGeometry gw = Geometry(w_, pw_, spec_.strides[1], spec_.padding);
+    if (gh.out <= 0 || gw.out <= 0) {
+      return Error("pool " + std::to_string(ph_) + "x" + std::to_string(pw_) + " does not fit input " +
+                   std::to_string(h_) + "x" + std::to_string(w_) + " with padding \"valid\"");
+    }
+    oh_ = gh.out, ow_ = gw.out, pt_ = gh.pad_before, pl_ = gw.pad_before;
+    return Shape{oh_, ow_, c_};
+  }
+
+  StatusOr<Tensor> Forward(std::span<const Tensor>, const Tensor& x, bool) override {
+    if (!Matches(x, DType::kFloat32, in_shape_)) return Error(Expected(DType::kFloat32, in_shape_, x));
+    batch_ = x.dim(0);
+    const float* in = x.data<float>();
+    if (spec_.type == LayerType::kGlobalAveragePooling2D) {
+      Tensor y = Tensor::Zeros(DType::kFloat32, spec_.keepdims ? Shape{batch_, 1, 1, c_} : Shape{batch_, c_});
+      Eigen::Map<const RowMatrix> X(in, batch_ * h_ * w_, c_);
+      for (int64_t b = 0; b < batch_; ++b) {
+        Eigen::Map<Eigen::RowVectorXf>(y.data<float>() + b * c_, c_) =
+            X.middleRows(b * h_ * w_, h_ * w_).colwise().mean();
+      }
+      return y;
+    }
+    Tensor y = Tensor::Zeros(DType::kFloat32, {batch_, oh_, ow_, c_});
+    float* out = y.data<float>();
+    const bool max = spec_.type == LayerType::kMaxPooling2D;
+    if (max) {
+      ASSIGN_OR_RETURN(argmax_, Tensor::CreateUninitialized(DType::kInt64, {batch_, oh_, ow_, c_}));
+    }
+    int64_t* arg = max ? argmax_.data<int64_t>() : nullptr;
+    for (int64_t b = 0; b < batch_; ++b) {
+      for (int64_t oy = 0; oy < oh_; ++oy) {
+        for (int64_t ox = 0; ox < ow_; ++ox) {
+          const Window win = WindowAt(oy, ox);
+          float* o = out + ((b * oh_ + oy) * ow_ + ox) * c_;
+          if (max) {
+            int64_t* a = arg + ((b * oh_ + oy) * ow_ + ox) * c_;
+            bool first = true;
+            for (int64_t iy = win.y0; iy < win.y1; ++iy) {
+              for (int64_t ix = win.x0; ix < win.x1; ++ix) {
+                const int64_t base = ((b * h_ + iy) * w_ + ix) * c_;
+                for (int64_t ch = 0; ch < c_; ++ch) {
+                  // Strictly greater: the first maximum wins, as in TF.
+                  if (first || in[base + ch] > o[ch]) {
+                    o[ch] = in[base + ch];
+                    a[ch] = base + ch;
+                  }
+                }
+                first = false;
+              }
+            }
+          } else {
+            for (int64_t iy = win.y0; iy < win.y1; ++iy) {
+              for (int64_t ix = win.x0; ix < win.x1; ++ix) {
+                const float* p = in + ((b * h_ + iy) * w_ + ix) * c_;
+                for (int64_t ch = 0; ch < c_; ++ch) o[ch] += p[ch];
+              }
+            }
+            const float inv = 1.f / static_cast<float>(win.count());
+            for (int64_t ch = 0; ch < c_; ++ch) o[ch] *= inv;
+          }
+        }
+      }
+    }
+    return y;
+  }
+
+  StatusOr<Tensor> Backward(std::span<const Tensor>, Tensor dy, bool need_input_grad, std::span<Gradient>) override {
+    if (!need_input_grad) return Tensor();
+    Tensor dx = Tensor::Zeros(DType::kFloat32, WithBatch(batch_, in_shape_));
+    float* d = dx.data<float>();
+    const float* g = dy.data<float>();
+    if (spec_.type == LayerType::kGlobalAveragePooling2D) {
+      if (dy.size() != batch_ * c_) return Error("gradient shape " + ShapeString(dy.shape()) + " does not match output");
+      const float inv = 1.f / static_cast<float>(h_ * w_);
+      for (int64_t b = 0; b < batch_; ++b) {
+        for (int64_t p = 0; p < h_ * w_; ++p) {
+          for (int64_t ch = 0; ch < c_; ++ch) d[(b * h_ * w_ + p) * c_ + ch] = g[b * c_ + ch] * inv;
+        }
+      }
+      return dx;
+    }
+    if (dy.size() != batch_ * oh_ * ow_ * c_) {
+      return Error("gradient shape " + ShapeString(dy.shape()) + " does not match output");
+    }
+    if (spec_.type == LayerType::kMaxPooling2D) {
+      const int64_t* a = argmax_.data<int64_t>();
+      for (int64_t i = 0; i < dy.size(); ++i) d[a[i]] += g[i];
+      return dx;
+    }
+    for (int64_t b = 0; b < batch_; ++b) {
+      for (int64_t oy = 0; oy < oh_; ++oy) {
+        for (int64_t ox = 0; ox < ow_; ++ox) {
+          const Window win = WindowAt(oy, ox);
+          const float inv = 1.f / static_cast<float>(win.count());
+          const float* go = g + ((b * oh_ + oy) * ow_ + ox) * c_;
+          for (int64_t iy = win.y0; iy < win.y1; ++iy) {
+            for (int64_t ix = win.x0; ix < win.x1; ++ix) {
+              float* p = d + ((b * h_ + iy) * w_ + ix) * c_;
+              for (int64_t ch = 0; ch < c_; ++ch) p[ch] += go[ch] * inv;
+            }
+          }
+        }
+      }
+    }
+    return dx;
+  }
+
+ private:
+  // The input rows [y0, y1) and columns [x0, x1) under one output pixel,
+  // padding excluded.
+  struct Window {
+    int64_t y0, y1, x0, x1;
+    int64_t count() const { return (y1 - y0) * (x1 - x0); }
+  };
+  Window WindowAt(int64_t oy, int64_t ox) const {
+    const int64_t y = oy * spec_.strides[0] - pt_, x = ox * spec_.strides[1] - pl_;
+    return {std::max<int64_t>(y, 0), std::min(y + ph_, h_), std::max<int64_t>(x, 0), std::min(x + pw_, w_)};
+  }
+
+  Shape in_shape_;
+  int64_t h_ = 0, w_ = 0, c_ = 0, ph_ = 0, pw_ = 0, oh_ = 0, ow_ = 0, pt_ = 0, pl_ = 0;
+  int64_t batch_ = 0;
+  Tensor argmax_;  // max pooling: the input offset each output took
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> MakePooling2D(const LayerSpec& spec) { return std::make_unique<Pooling2D>(spec); }
+
+}  // namespace tfjob::model::internal
