@@ -26,7 +26,10 @@ Status ListeningSocket::Describe() {
     const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
     inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
     port_ = ntohs(a->sin6_port);
-    address_ = "[" + std::string(host) + "]:" + std::to_string(port_);
+    address_ = '[';
+    address_ += host;
+    address_ += "]:";
+    address_ += std::to_string(port_);
   } else if (ss.ss_family == AF_INET) {
     const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
     inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);

@@ -56,7 +56,9 @@ TEST(ListeningSocket, EveryInterfaceAndIpv6) {
   ASSERT_TRUE(any.ok()) << any.status();
   EXPECT_GT(any->port(), 0);
   auto v6 = ListeningSocket::Listen("::1", 0);
-  if (v6.ok()) EXPECT_GT(v6->port(), 0);  // hosts without IPv6 loopback skip this half
+  if (v6.ok()) {
+    EXPECT_GT(v6->port(), 0);  // hosts without IPv6 loopback skip this half
+  }
   EXPECT_EQ(ListeningSocket::Listen("localhost", 0).status().code(), Code::kInvalidArgument);
   EXPECT_EQ(ListeningSocket::Listen("127.0.0.1", 70000).status().code(), Code::kInvalidArgument);
 }
