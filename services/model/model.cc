@@ -188,6 +188,23 @@ Status Model::Backward(std::span<const Tensor> values, Tensor dy, std::vector<Gr
   return Status::Ok();
 }
 
+Status Model::CheckDeviceSupport() const {
+  for (const auto& layer : layers_) {
+    switch (layer->spec().type) {
+      case LayerType::kDense:
+      case LayerType::kEmbedding:
+      case LayerType::kActivation:
+      case LayerType::kFlatten:
+      case LayerType::kReshape:
+        continue;
+      default:
+        return FailedPrecondition("layer \"" + layer->name() + "\" (" + layer->spec().path +
+                                  ") has no GPU kernels yet; Dense, Embedding, Activation, Flatten and Reshape do");
+    }
+  }
+  return Status::Ok();
+}
+
 StatusOr<Tensor> Model::Targets(const Tensor& labels) const {
   if (!labels.on_cpu()) return InvalidArgument("labels must be on the host to be checked, got " + labels.DebugString());
   if (labels.rank() < 1) return InvalidArgument("labels " + labels.DebugString() + " have no batch axis");

@@ -322,7 +322,10 @@ class Fit final : public Program {
   static int Train(const Parsed& p, strategy::StrategyKind kind, collective::Group* group,
                    runtime_metrics::RuntimeMetrics* metrics, SignalWatcher* signals, std::ostream& out,
                    std::ostream& err) {
-    auto plan = strategy::PlanDevices(p.device, kind, p.replicas, p.replicas_given, group ? group->rank() : 0);
+    auto model = model::Model::Create(p.job.model, p.job.loss);
+    if (!model.ok()) return ReportError(model.status().WithContext(p.job.source), err);
+    auto plan = strategy::PlanDevices(p.device, kind, p.replicas, p.replicas_given, group ? group->rank() : 0,
+                                      (*model)->CheckDeviceSupport());
     if (!plan.ok()) return ReportError(plan.status(), err);
     if (!plan->note.empty()) out << plan->note << std::endl;
     for (const Device& d : plan->devices) out << "fit: replica on " << DeviceLine(d) << std::endl;

@@ -25,13 +25,19 @@ std::string WhyNoGpu() {
   return "";
 }
 
-StatusOr<DevicePlan> PlanDevices(DeviceChoice choice, StrategyKind kind, int replicas, bool replicas_given, int rank) {
+StatusOr<DevicePlan> PlanDevices(DeviceChoice choice, StrategyKind kind, int replicas, bool replicas_given, int rank,
+                                 const Status& model_support) {
   DevicePlan plan;
   plan.replicas = replicas;
   if (choice == DeviceChoice::kCpu) return plan;
   const int visible = VisibleGpus();
   if (visible == 0) {
     if (choice == DeviceChoice::kGpu) return InvalidArgument("flag --device gpu: " + WhyNoGpu());
+    return plan;
+  }
+  if (!model_support.ok()) {
+    if (choice == DeviceChoice::kGpu) return InvalidArgument("flag --device gpu: " + model_support.message());
+    plan.note = "fit: --device auto: training on the CPU: " + model_support.message();
     return plan;
   }
   switch (kind) {

@@ -41,8 +41,11 @@ struct DevicePlan {
 };
 
 // `replicas_given`: --replicas was on the command line. `rank`: this
-// process's rank in its group, or its worker index.
-StatusOr<DevicePlan> PlanDevices(DeviceChoice choice, StrategyKind kind, int replicas, bool replicas_given, int rank);
+// process's rank in its group, or its worker index. `model_support`: why the
+// model cannot compute on a GPU (Model::CheckDeviceSupport), which makes
+// --device gpu an error and --device auto stay on the host.
+StatusOr<DevicePlan> PlanDevices(DeviceChoice choice, StrategyKind kind, int replicas, bool replicas_given, int rank,
+                                 const Status& model_support = Status::Ok());
 
 // Why no GPU can serve ("" when one can): no CUDA in this build, or no
 // visible device.

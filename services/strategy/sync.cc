@@ -137,6 +137,7 @@ class SyncStrategy final : public Strategy {
       for (const auto& g : out.grads) sparse_.push_back(g.sparse);
     }
     if (on_device_) {
+      RETURN_IF_ERROR(models_[0]->CheckDeviceSupport());
       for (size_t c = 0; c < copies_.size(); ++c) {
         const Device d = CopyDevice(c);
         for (Tensor& t : copies_[c]) {
