@@ -219,9 +219,10 @@ TEST_F(CoordinatorTest, FailedWorkersClosuresRunElsewhereAndItsDatasetIsRebuilt)
   EXPECT_GE(c.stats().worker_failures, 1);
   // The worker comes back as a new process: the coordinator reconnects and
   // rebuilds its dataset before giving it work.
-  ASSERT_EQ(probe_.datasets_built[1].load(), 1);
+  const int built = probe_.datasets_built[1];
+  ASSERT_GE(built, 1);
   RestartWorker(1);
-  ASSERT_TRUE(t::WaitUntil([&] { return probe_.datasets_built[1] >= 2; })) << "worker 1's dataset was not rebuilt";
+  ASSERT_TRUE(t::WaitUntil([&] { return probe_.datasets_built[1] > built; })) << "worker 1's dataset was not rebuilt";
   std::set<int64_t> from;
   for (int round = 0; round < 100 && from.size() < 2; ++round) {
     std::vector<RemoteValue> n;
@@ -259,7 +260,7 @@ TEST_F(CoordinatorTest, ReRunClosureIsAppliedExactlyOnceOnThePs) {
   ASSERT_TRUE(requeued) << "the killed worker's closure was not put back on the queue";
   ASSERT_TRUE(c.Join().ok());
   EXPECT_FLOAT_EQ((*pc.Pull({"c"}))[0].data<float>()[0], 11.f);  // not 12 or 21
-  EXPECT_GE(c.stats().retried, 1);
+  EXPECT_EQ(c.stats().retried, 1) << "one closure lost its worker, once";
   int duplicates = a.Fetch()->json["duplicate"].get<int>() + b.Fetch()->json["duplicate"].get<int>();
   EXPECT_EQ(duplicates, 1);  // the re-run's push was recognised and skipped
 }
