@@ -53,9 +53,13 @@ import math
 import os
 import sys
 
-import numpy as np
-import torch
-import torch.nn.functional as F
+try:
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+except ImportError as e:
+    sys.exit("make_goldens: %s; run it with /usr/bin/python3 and Debian's python3-torch "
+             "(scripts/setup.sh installs it)" % e)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT_DIR = os.path.join(ROOT, "services", "model", "tests", "data")
