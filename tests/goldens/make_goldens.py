@@ -435,6 +435,13 @@ def mlp_step_goldens():
         h = torch.relu(x @ w1 + b1)
         return h @ w2 + b2
 
+    # float32 computes the hidden pre-activations to about 1e-6; none may sit
+    # so close to zero that float32 could take the other side of the relu.
+    with torch.no_grad():
+        margin = float((x @ w1 + b1).abs().min())
+    if margin < 1e-5:
+        raise ValueError("a hidden pre-activation is %g from zero; choose other weight recipes" % margin)
+
     logits = forward()
     loss = F.cross_entropy(logits, y)
     loss.backward()
