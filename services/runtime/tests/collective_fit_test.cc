@@ -73,8 +73,14 @@ TEST(MultiWorkerMirroredTest, MnistOverThreeWorkerProcesses) {
   EXPECT_EQ(s["steps"], 5 * 125);
   EXPECT_GE(s["eval_accuracy"].get<double>(), 0.92) << s.dump();
   // Every worker trained and finished with the group; only worker 0 printed
-  // progress and wrote the summary.
-  EXPECT_THAT(r.out, HasSubstr("Epoch 5/5\n125/125 - "));
+  // progress and wrote the summary. The launcher prefixes the other workers'
+  // lines, which interleave with worker 0's (unprefixed) ones.
+  std::string worker0;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("[worker:", 0) != 0) worker0 += line + "\n";
+  }
+  EXPECT_THAT(worker0, HasSubstr("Epoch 5/5\n125/125 - ")) << r.out;
   EXPECT_THAT(r.out, HasSubstr("[worker:2] fit: worker:2 done at step 625"));
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("[worker:1] Epoch")));
 }
