@@ -3,10 +3,26 @@
 # (scripts/setup.sh), builds everything (incrementally) and runs every test.
 # Tests that need MNIST read it from ../shared/data/mnist; GPU tests skip
 # when there is no device.
+#   --repeat N  runs every test up to N times, stopping a test at its first
+#               failure (ctest --repeat until-fail:N): a hunt for flaky tests.
+#               CI does not use it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+repeat=()
+if [[ "${1:-}" == "--repeat" ]]; then
+  if [[ ! "${2:-}" =~ ^[1-9][0-9]{0,3}$ ]]; then
+    echo "test.sh: --repeat needs a count from 1 to 9999, got '${2:-}'" >&2
+    exit 2
+  fi
+  repeat=(--repeat "until-fail:$2")
+  shift 2
+fi
+if [[ $# -gt 0 ]]; then
+  echo "test.sh: unknown argument '$1' (usage: scripts/test.sh [--repeat N])" >&2
+  exit 2
+fi
 bash scripts/setup.sh
 [[ -f build/build.ninja ]] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build build
 cd build
-ctest --output-on-failure --timeout 600 -j "$(nproc)"
+ctest --output-on-failure --timeout 600 -j "$(nproc)" "${repeat[@]}"

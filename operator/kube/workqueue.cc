@@ -33,7 +33,7 @@ void WorkQueue::AddAfter(const std::string& key, std::chrono::milliseconds delay
   timer_cv_.notify_one();
 }
 
-void WorkQueue::AddRateLimited(const std::string& key) {
+std::chrono::milliseconds WorkQueue::AddRateLimited(const std::string& key) {
   std::chrono::milliseconds delay;
   {
     std::lock_guard g(mu_);
@@ -42,6 +42,7 @@ void WorkQueue::AddRateLimited(const std::string& key) {
     delay = std::min(max_, std::chrono::milliseconds(static_cast<int64_t>(ms)));
   }
   AddAfter(key, delay);
+  return delay;
 }
 
 void WorkQueue::Forget(const std::string& key) {

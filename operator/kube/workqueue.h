@@ -26,7 +26,9 @@ class WorkQueue {
 
   void Add(const std::string& key);
   void AddAfter(const std::string& key, std::chrono::milliseconds delay);
-  void AddRateLimited(const std::string& key);
+  // Re-adds `key` after its backoff: base * 2^(failures so far), at most
+  // max. Returns that delay.
+  std::chrono::milliseconds AddRateLimited(const std::string& key);
   void Forget(const std::string& key);
   int Retries(const std::string& key) const;
 

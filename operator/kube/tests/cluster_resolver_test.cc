@@ -7,6 +7,7 @@
 
 #include "operator/kube/rest_client.h"
 #include "tests/support/apiserver/apiserver_double.h"
+#include "tests/support/wait.h"
 
 namespace tfjob::op::kube {
 namespace {
@@ -66,10 +67,17 @@ TEST_F(ResolverTest, WaitsForRunningAndNamesWhatIsNotReady) {
   auto late = ResolveCluster(*client_, o);
   EXPECT_EQ(late.status().code(), Code::kDeadlineExceeded);
   EXPECT_THAT(late.status().message(), HasSubstr("j-worker-1"));
-  // The pod starts while the resolver waits.
+  // The pod starts while the resolver waits: once it has listed the pods and
+  // found this one pending.
   o.wait_timeout = 20s;
+  server_->ClearRequests();
   std::thread kubelet([&] {
-    std::this_thread::sleep_for(100ms);
+    (void)testing::WaitUntil([&] {
+      for (const auto& r : server_->Requests()) {
+        if (r.method == "GET" && r.path.find("/pods") != std::string::npos && r.code == 200) return true;
+      }
+      return false;
+    });
     (void)server_->Put("pods", "default", Pod("j", "worker", 1, "10.0.0.2", "Running"));
   });
   auto spec = ResolveCluster(*client_, o);

@@ -212,15 +212,27 @@ namespace {
 // ends on the final checkpoint with the chief's own evaluation.
 TEST(TfjobRunTest, MnistLocalExampleWithEvaluator) {
   const std::string dir = ::tfjob::testing::MakeTempDir("run-mnist");
-  // The example's checkpoint directory: a leftover final checkpoint would
-  // make the run resume at its end instead of training.
-  std::filesystem::remove_all("/tmp/tfjob-mnist-local");
-  // ... and none is left behind for the next run either.
-  struct RemoveCheckpoints {
-    ~RemoveCheckpoints() { std::filesystem::remove_all("/tmp/tfjob-mnist-local"); }
-  } remove_checkpoints;
+  // The example's manifest, with its checkpoint directory (a fixed path under
+  // /tmp) moved into this test's own directory: runs of this test from other
+  // checkouts on the machine, or repeated runs, would otherwise share it,
+  // delete it under each other and resume from each other's checkpoints.
+  std::ifstream in(::tfjob::testing::SourceDir() + "/examples/mnist/tfjob-local.yaml");
+  std::stringstream manifest;
+  manifest << in.rdbuf();
+  const std::string fixed = "/tmp/tfjob-mnist-local";
+  std::string text = manifest.str();
+  int moved = 0;
+  for (size_t at; (at = text.find("\"" + fixed + "\"")) != std::string::npos; ++moved) {
+    text.replace(at + 1, fixed.size(), dir + "/ckpt");
+  }
+  ASSERT_EQ(moved, 3) << "the chief, PS and evaluator checkpoint directories in the example changed";
+  std::ofstream(dir + "/tfjob-local.yaml") << text;
+  // `timeout` stops a hung run with SIGTERM, which `tfjob run` passes on to
+  // every replica, so a hang fails with the job's output instead of at
+  // ctest's limit with none.
   auto r = ::tfjob::testing::Run({"bash", "-c",
-                                  "cd \"$0\" && exec \"$1\" run examples/mnist/tfjob-local.yaml --state-dir \"$2\"",
+                                  "cd \"$0\" && exec timeout --kill-after=30 300 \"$1\" run \"$2/tfjob-local.yaml\" "
+                                  "--state-dir \"$2/state\"",
                                   ::tfjob::testing::SourceDir(), ::tfjob::testing::BinDir() + "/tfjob", dir});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   // Each replica's own lines, in order (replicas' output interleaves).

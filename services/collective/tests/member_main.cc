@@ -97,6 +97,8 @@ int main(int argc, char** argv) {
     for (int64_t i = 0; i < size; ++i) value.data<float>()[i] += add.data<float>()[i];
     ++step;
     std::cout << "step " << step << std::endl;
+    // Paces the steps so that a kill lands between two of them: the test's
+    // subject, not a wait.
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   if (!s.ok()) {

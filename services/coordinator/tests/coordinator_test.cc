@@ -2,7 +2,10 @@
 // loopback ports, in this process.
 #include "services/coordinator/coordinator.h"
 
+#include <array>
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include <gmock/gmock.h>
@@ -11,6 +14,7 @@
 #include "services/ps/ps_client.h"
 #include "services/ps/ps_service.h"
 #include "services/worker/worker.h"
+#include "tests/support/wait.h"
 
 namespace tfjob::coordinator {
 namespace {
@@ -18,11 +22,32 @@ namespace {
 using ::testing::HasSubstr;
 using worker::ClosureContext;
 using worker::ClosureResult;
+namespace t = ::tfjob::testing;
 
 struct Probe {
   std::atomic<int> running{0};
   std::atomic<int> max_running{0};
   std::atomic<int> slow_started{0};
+  // Per-worker datasets built, by worker index.
+  std::array<std::atomic<int>, 4> datasets_built{};
+
+  // Closures asked to "hold" wait here until the test releases them.
+  void WaitForRelease() {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return released; });
+  }
+  void Release() {
+    {
+      std::lock_guard g(mu);
+      released = true;
+    }
+    cv.notify_all();
+  }
+
+ private:
+  std::mutex mu;
+  std::condition_variable cv;
+  bool released = false;
 };
 
 worker::Registry MakeRegistry(Probe& probe) {
@@ -39,19 +64,22 @@ worker::Registry MakeRegistry(Probe& probe) {
     while (now > seen && !probe.max_running.compare_exchange_weak(seen, now)) {
     }
     ++probe.slow_started;
+    // Taking time is what this closure is for: the sleep is the work.
     std::this_thread::sleep_for(std::chrono::milliseconds(a.value("ms", 50)));
     --probe.running;
     return ClosureResult{ctx.worker_index(), {}};
   });
-  // Adds its argument to PS variable "c", then lingers, so a test can kill the
-  // worker after the update landed but before the reply.
-  (void)r.AddClosure("add_to_ps", [](ClosureContext& ctx, const nlohmann::json& a, const std::vector<Tensor>&) -> StatusOr<ClosureResult> {
+  // Adds its argument to PS variable "c", then holds until the test releases
+  // it, so a test can kill the worker after the update landed but before the
+  // reply.
+  (void)r.AddClosure("add_to_ps", [&probe](ClosureContext& ctx, const nlohmann::json& a, const std::vector<Tensor>&) -> StatusOr<ClosureResult> {
     Tensor v = *Tensor::FromVector({}, std::vector<float>{a["x"].get<float>()});
     ASSIGN_OR_RETURN(int dup, ctx.ps()[0]->Push(ctx.closure_id(), 0, {{"c", ps::Update::Kind::kAssignAdd, v, {}}}));
-    std::this_thread::sleep_for(std::chrono::milliseconds(a.value("linger_ms", 0)));
+    if (a.value("hold", false)) probe.WaitForRelease();
     return ClosureResult{{{"worker", ctx.worker_index()}, {"duplicate", dup}}, {}};
   });
-  (void)r.AddDataset("range", [](const worker::WorkerEnv& env, const nlohmann::json& a) -> StatusOr<data::Dataset> {
+  (void)r.AddDataset("range", [&probe](const worker::WorkerEnv& env, const nlohmann::json& a) -> StatusOr<data::Dataset> {
+    ++probe.datasets_built.at(static_cast<size_t>(env.worker_index));
     std::vector<int64_t> v;
     for (int64_t i = 0; i < a["n"].get<int64_t>(); ++i) v.push_back(env.worker_index * 1000 + i);
     return data::Dataset::FromTensors({*Tensor::FromVector({static_cast<int64_t>(v.size())}, v)});
@@ -66,6 +94,8 @@ worker::Registry MakeRegistry(Probe& probe) {
 
 class CoordinatorTest : public ::testing::Test {
  protected:
+  // Held closures must finish before their workers can stop.
+  void TearDown() override { probe_.Release(); }
   void StartWorkers(int n, std::vector<std::string> ps = {}) {
     registry_ = MakeRegistry(probe_);
     ps_ = ps;
@@ -182,17 +212,19 @@ TEST_F(CoordinatorTest, FailedWorkersClosuresRunElsewhereAndItsDatasetIsRebuilt)
   ASSERT_TRUE(c.CreatePerWorkerDataset("range", {{"n", 1000}}, "ds").ok());
   std::vector<RemoteValue> v;
   for (int i = 0; i < 40; ++i) v.push_back(c.Schedule("slow", {{"ms", 30}}));
-  while (probe_.slow_started < 6) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(t::WaitUntil([&] { return probe_.slow_started >= 6; })) << "closures did not start";
   workers_[1]->Stop(std::chrono::milliseconds(0));  // a crash: in-flight closures fail over
   ASSERT_TRUE(c.Join().ok());
   for (auto& r : v) EXPECT_TRUE(r.Wait().ok());
   EXPECT_GE(c.stats().worker_failures, 1);
   // The worker comes back as a new process: the coordinator reconnects and
   // rebuilds its dataset before giving it work.
+  const int built = probe_.datasets_built[1];
+  ASSERT_GE(built, 1);
   RestartWorker(1);
+  ASSERT_TRUE(t::WaitUntil([&] { return probe_.datasets_built[1] > built; })) << "worker 1's dataset was not rebuilt";
   std::set<int64_t> from;
-  for (int round = 0; round < 500 && from.size() < 2; ++round) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let the reconnect probe find it
+  for (int round = 0; round < 100 && from.size() < 2; ++round) {
     std::vector<RemoteValue> n;
     for (int i = 0; i < 8; ++i) n.push_back(c.Schedule("next"));
     ASSERT_TRUE(c.Join().ok());
@@ -213,14 +245,22 @@ TEST_F(CoordinatorTest, ReRunClosureIsAppliedExactlyOnceOnThePs) {
   ClusterCoordinator c(addresses_, o);
   // Both workers take one closure each; worker 1's update lands, then the
   // worker dies before replying, so the closure re-runs on worker 0.
-  RemoteValue a = c.Schedule("add_to_ps", {{"x", 1.0}, {"linger_ms", 400}});
-  RemoteValue b = c.Schedule("add_to_ps", {{"x", 10.0}, {"linger_ms", 400}});
-  while ((*pc.GetStatus()).applied_updates < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  RemoteValue a = c.Schedule("add_to_ps", {{"x", 1.0}, {"hold", true}});
+  RemoteValue b = c.Schedule("add_to_ps", {{"x", 10.0}, {"hold", true}});
+  const bool landed = t::WaitUntil([&] {
+    auto s = pc.GetStatus();
+    return s.ok() && s->applied_updates >= 2;
+  });
+  // Stop returns once the held closure does, after the release below.
   std::thread killer([&] { workers_[1]->Stop(std::chrono::milliseconds(0)); });
-  ASSERT_TRUE(c.Join().ok());
+  const bool requeued = landed && t::WaitUntil([&] { return c.stats().retried >= 1; });
+  probe_.Release();
   killer.join();
+  ASSERT_TRUE(landed) << "both closures' updates should land before the kill";
+  ASSERT_TRUE(requeued) << "the killed worker's closure was not put back on the queue";
+  ASSERT_TRUE(c.Join().ok());
   EXPECT_FLOAT_EQ((*pc.Pull({"c"}))[0].data<float>()[0], 11.f);  // not 12 or 21
-  EXPECT_GE(c.stats().retried, 1);
+  EXPECT_EQ(c.stats().retried, 1) << "one closure lost its worker, once";
   int duplicates = a.Fetch()->json["duplicate"].get<int>() + b.Fetch()->json["duplicate"].get<int>();
   EXPECT_EQ(duplicates, 1);  // the re-run's push was recognised and skipped
 }

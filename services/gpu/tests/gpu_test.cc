@@ -1,5 +1,12 @@
 #include "services/gpu/gpu.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 namespace tfjob::gpu {
@@ -17,10 +24,74 @@ class GpuTest : public ::testing::Test {
   std::vector<DeviceInfo> devices_;
 };
 
-TEST(GpuProbeTest, ListingDevicesNeverFails) {
+// The GPUs the NVIDIA kernel driver reports in /proc/driver/nvidia/gpus: one
+// directory per GPU whose "information" file names its model. Empty without
+// the driver. Independent of the CUDA runtime that ListDevices asks.
+std::vector<std::string> DriverGpuModels() {
+  std::vector<std::string> models;
+  std::error_code ec;
+  for (const auto& gpu : std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
+    std::ifstream in(gpu.path() / "information");
+    std::string line, model = "?";
+    while (std::getline(in, line)) {
+      if (line.rfind("Model:", 0) != 0) continue;
+      const size_t b = line.find_first_not_of(" \t", 6);
+      model = b == std::string::npos ? "" : line.substr(b);
+      break;
+    }
+    models.push_back(model);
+  }
+  std::sort(models.begin(), models.end());
+  return models;
+}
+
+// Device nodes /dev/nvidiaN: one per GPU given to this container or machine,
+// for when /proc/driver/nvidia is not visible.
+size_t GpuDeviceNodes() {
+  size_t n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/dev", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() > 6 && name.rfind("nvidia", 0) == 0 &&
+        name.find_first_not_of("0123456789", 6) == std::string::npos) {
+      ++n;
+    }
+  }
+  return n;
+}
+
+// Without a GPU (CI): an empty list, not an error. With one: the driver's GPUs
+// (all of them unless CUDA_VISIBLE_DEVICES narrows the view), by model name
+// (or by count where only /dev/nvidiaN shows them), with indices in order and
+// plausible properties.
+TEST(GpuProbeTest, ListedDevicesAreTheDriversGpus) {
   auto d = ListDevices();
   ASSERT_TRUE(d.ok()) << d.status();
-  for (const auto& info : *d) EXPECT_GT(info.memory_bytes, 0u);
+  const std::vector<std::string> driver = DriverGpuModels();
+  const size_t nodes = GpuDeviceNodes();
+  if (driver.empty() && nodes == 0) {
+    EXPECT_TRUE(d->empty()) << d->size() << " devices listed where the driver reports none";
+    return;
+  }
+  const bool narrowed = std::getenv("CUDA_VISIBLE_DEVICES") != nullptr;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < d->size(); ++i) {
+    const DeviceInfo& info = (*d)[i];
+    EXPECT_EQ(info.index, static_cast<int>(i));
+    EXPECT_GT(info.memory_bytes, size_t{1} << 30) << info.name;
+    EXPECT_GE(info.compute_major, 3) << info.name;  // filled in, not a zeroed struct
+    names.push_back(info.name);
+  }
+  std::sort(names.begin(), names.end());
+  if (driver.empty()) {  // device nodes only: no model names to compare
+    if (narrowed) EXPECT_LE(names.size(), nodes);
+    else EXPECT_EQ(names.size(), nodes);
+  } else if (!narrowed) {
+    EXPECT_EQ(names, driver);
+  } else {
+    EXPECT_LE(names.size(), driver.size());
+    for (const std::string& n : names) EXPECT_NE(std::find(driver.begin(), driver.end(), n), driver.end()) << n;
+  }
 }
 
 TEST_F(GpuTest, AxpyMatchesHost) {

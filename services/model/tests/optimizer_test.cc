@@ -1,5 +1,7 @@
 // Optimizer updates against a double-precision reference written from the
-// Keras 3 formulas quoted in optimizers.h.
+// Keras 3 formulas quoted in optimizers.h: sparse rows, duplicate indices,
+// slot bookkeeping and errors. That the formulas are Keras's is checked
+// independently, against PyTorch, in golden_test.cc.
 #include "services/model/optimizers.h"
 
 #include <gmock/gmock.h>

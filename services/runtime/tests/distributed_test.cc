@@ -88,7 +88,14 @@ TEST(LocalLauncherTest, MnistMlpWithTwoPsAndTwoWorkers) {
   EXPECT_GE(s["eval_accuracy"].get<double>(), 0.92) << s.dump();
   EXPECT_EQ(s["num_ps"].get<int>(), 2);
   EXPECT_EQ(s["steps"].get<int>(), 5 * 125);
-  EXPECT_THAT(r.out, HasSubstr("Epoch 5/5\n125/125 - "));
+  // The chief's own lines: the launcher prefixes the other tasks' lines
+  // ("[ps:0] ..."), which may interleave with them.
+  std::string chief;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("[ps:", 0) != 0 && line.rfind("[worker:", 0) != 0) chief += line + "\n";
+  }
+  EXPECT_THAT(chief, HasSubstr("Epoch 5/5\n125/125 - ")) << r.out;
 }
 
 // IPv6 addresses in TF_CONFIG, TensorFlow's bracketed form: the launcher

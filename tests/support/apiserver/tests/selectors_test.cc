@@ -61,9 +61,20 @@ TEST(LabelSelectorTest, RandomInputNeverCrashes) {
   for (int i = 0; i < 5000; ++i) {
     std::string s;
     for (size_t k = rng() % 24; k > 0; --k) s += alphabet[rng() % alphabet.size()];
+    // Garbage is a clear INVALID_ARGUMENT (what the API server answers 400
+    // with), never a crash or another code.
     auto sel = LabelSelector::Parse(s);
-    if (sel.ok()) (void)sel->Matches({{"a", "b"}});
-    (void)FieldSelector::Parse(s, {"metadata.name", "a"});
+    if (sel.ok()) {
+      (void)sel->Matches({{"a", "b"}});
+    } else {
+      EXPECT_EQ(sel.status().code(), Code::kInvalidArgument) << s;
+      EXPECT_FALSE(sel.status().message().empty()) << s;
+    }
+    auto field = FieldSelector::Parse(s, {"metadata.name", "a"});
+    if (!field.ok()) {
+      EXPECT_EQ(field.status().code(), Code::kInvalidArgument) << s;
+      EXPECT_FALSE(field.status().message().empty()) << s;
+    }
   }
 }
 

@@ -10,6 +10,7 @@
 #include "tests/support/apiserver/resources.h"
 #include "tests/support/apiserver/store.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/wait.h"
 
 namespace tfjob::testing {
 namespace {
@@ -211,8 +212,10 @@ TEST_F(DirectTest, PutCreatesOrReplacesIncludingStatus) {
 }
 
 TEST_F(DirectTest, WaitForWakesOnWrites) {
+  const pid_t waiter = gettid();
   std::thread writer([&] {
-    std::this_thread::sleep_for(50ms);
+    // Writes once the test thread sleeps inside WaitFor: the write wakes it.
+    (void)WaitUntilBlocked(waiter);
     (void)server_->Create("configmaps", "default", Obj("v1", "ConfigMap", "late"));
   });
   EXPECT_TRUE(server_->WaitFor([&] { return server_->Get("configmaps", "default", "late").ok(); }, 10s));
@@ -258,8 +261,10 @@ TEST(StoreTest, WaitReturnsOnDropAndShutdown) {
   std::vector<apiserver::WatchEvent> events;
   EXPECT_EQ(store.Wait(&cursor, std::chrono::steady_clock::now() + 10ms, &events),
             apiserver::Store::WaitOutcome::kTimeout);
+  const pid_t waiter = gettid();
   std::thread t([&] {
-    std::this_thread::sleep_for(20ms);
+    // Drops once the test thread sleeps inside Wait: the drop wakes it.
+    (void)WaitUntilBlocked(waiter);
     store.DropWatches();
   });
   EXPECT_EQ(store.Wait(&cursor, std::chrono::steady_clock::now() + 10s, &events),
