@@ -1,3 +1,8 @@
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <climits>
 #include <csignal>
 #include <iostream>
 #include <thread>
@@ -34,9 +39,34 @@ std::vector<std::string> Addresses(const cluster::ClusterSpec& c, const std::str
   return out;
 }
 
+// TFJOB_LISTEN_FD: a listening socket this task inherited from whoever
+// started it (a launcher or benchmark that bound it, so that no port is
+// picked, released and then raced for). The PS serves on it instead of
+// binding its TF_CONFIG port.
+StatusOr<std::optional<collective::net::Listener>> InheritedListener(const cluster::Env& env) {
+  auto v = env("TFJOB_LISTEN_FD");
+  if (!v) return std::optional<collective::net::Listener>();
+  char* end = nullptr;
+  const long fd = std::strtol(v->c_str(), &end, 10);
+  if (v->empty() || *end != '\0' || fd < 0 || fd > INT_MAX) {
+    return InvalidArgument("TFJOB_LISTEN_FD: \"" + *v + "\" is not a file descriptor");
+  }
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
+    return InvalidArgument("TFJOB_LISTEN_FD: descriptor " + *v + " is not a socket");
+  }
+  fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);  // not handed on further
+  collective::net::Listener l;
+  l.fd = collective::net::Fd(static_cast<int>(fd));
+  l.port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                          : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  return std::optional<collective::net::Listener>(std::move(l));
+}
+
 int ServePs(const cluster::ClusterConfig& cfg, const programs::Program& program, const std::vector<std::string>& args,
             const rpc::Credentials& credentials, runtime_metrics::RuntimeMetrics* metrics, SignalWatcher& signals,
-            std::ostream& out, std::ostream& err) {
+            std::optional<collective::net::Listener> inherited, std::ostream& out, std::ostream& err) {
   auto self = cfg.cluster.Address(cfg.task->type, cfg.task->index);
   if (!self.ok()) return ReportError(self.status(), err);
   auto listen = ListenAddress(*self);
@@ -49,11 +79,13 @@ int ServePs(const cluster::ClusterConfig& cfg, const programs::Program& program,
   options.checkpoint_dir = *checkpoint_dir;
   options.checkpoint_file = "ps-" + std::to_string(cfg.task->index) + ".ckpt";
   options.credentials = credentials;
-  auto server = ps::PsServer::Start(*listen, options);
+  auto server = inherited ? ps::PsServer::Start(std::move(*inherited), options) : ps::PsServer::Start(*listen, options);
   if (!server.ok()) return ReportError(server.status(), err);
   // SIGTERM / SIGINT end a serving role cleanly (exit 0), as a pod deletion does.
   signals.OnStop([&service = (*server)->service()] { service.RequestShutdown(); });
-  out << "ps " << cfg.task->index << ": serving on " << *listen << std::endl;
+  // The port it got (port 0 in TF_CONFIG picks one): "[::]:PORT".
+  out << "ps " << cfg.task->index << ": serving on " << listen->substr(0, listen->rfind(':') + 1) << (*server)->port()
+      << std::endl;
   (*server)->Wait();
   out << "ps " << cfg.task->index << ": shut down" << std::endl;
   return 0;
@@ -150,7 +182,11 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
   auto exporter = runtime_metrics::Exporter::Start(*metrics_config, out);
   if (!exporter.ok()) return ReportError(exporter.status(), err);
   runtime_metrics::RuntimeMetrics* metrics = (*exporter)->metrics();
-  if (type == cluster::kPs) return ServePs(*cfg, program, args, *credentials, metrics, signals, out, err);
+  if (type == cluster::kPs) {
+    auto inherited = InheritedListener(env);
+    if (!inherited.ok()) return ReportError(inherited.status(), err);
+    return ServePs(*cfg, program, args, *credentials, metrics, signals, std::move(inherited).value(), out, err);
+  }
   // Without parameter servers, the chief and the workers train together
   // (TensorFlow's MultiWorkerMirroredStrategy): every one runs the program.
   if ((type == cluster::kWorker || cluster::IsChief(type)) && !training.HasJob(cluster::kPs)) {
