@@ -256,32 +256,43 @@ Status ParameterServerService::HandlePull(Call& c) {
 
   if (req.rows_size() > 0) {
     // Picked rows: gathered under the read lock into this connection's
-    // reused buffer, then sent from there.
+    // reused buffer, then sent from there with the lock released.
     Shard& s = *shards[0];
-    std::shared_lock g(s.mu);
-    const Tensor& v = s.value;
-    if (v.rank() < 1) return Refuse(c, InvalidArgument("Pull \"" + req.names(0) + "\": a scalar has no rows"));
-    const int64_t row = v.dim(0) ? v.size() / v.dim(0) : 0;
-    for (int64_t r : req.rows()) {
-      if (r < 0 || r >= v.dim(0)) {
-        return Refuse(c, InvalidArgument("Pull \"" + req.names(0) + "\": row " + std::to_string(r) + " outside [0, " +
-                                         std::to_string(v.dim(0)) + ")"));
+    Status refused;
+    {
+      std::shared_lock g(s.mu);
+      const Tensor& v = s.value;
+      if (v.rank() < 1) {
+        refused = InvalidArgument("Pull \"" + req.names(0) + "\": a scalar has no rows");
+      } else {
+        for (int64_t r : req.rows()) {
+          if (r < 0 || r >= v.dim(0)) {
+            refused = InvalidArgument("Pull \"" + req.names(0) + "\": row " + std::to_string(r) + " outside [0, " +
+                                      std::to_string(v.dim(0)) + ")");
+            break;
+          }
+        }
+      }
+      if (refused.ok()) {
+        const int64_t row = v.dim(0) ? v.size() / v.dim(0) : 0;
+        const int64_t k = req.rows_size();
+        ASSIGN_OR_RETURN(c.staging.gathered, Reserve(std::move(c.staging.gathered), v.dtype(), k * row, 0));
+        const size_t rb = static_cast<size_t>(row) * DTypeSize(v.dtype());
+        std::byte* out = c.staging.gathered.raw();
+        for (int64_t i = 0; i < k; ++i) std::memcpy(out + i * rb, v.raw() + req.rows(static_cast<int>(i)) * rb, rb);
+        Shape shape = v.shape();
+        shape[0] = k;
+        proto::Tensor* h = resp.add_values();
+        h->set_dtype(v.dtype() == DType::kInt64 ? proto::DTYPE_INT64 : proto::DTYPE_FLOAT32);
+        for (int64_t d : shape) h->add_shape(d);
+        f.payload_bytes = static_cast<uint64_t>(k) * rb;
       }
     }
-    const int64_t k = req.rows_size();
-    ASSIGN_OR_RETURN(c.staging.gathered, Reserve(std::move(c.staging.gathered), v.dtype(), k * row, 0));
-    const size_t rb = static_cast<size_t>(row) * DTypeSize(v.dtype());
-    std::byte* out = c.staging.gathered.raw();
-    for (int64_t i = 0; i < k; ++i) std::memcpy(out + i * rb, v.raw() + req.rows(static_cast<int>(i)) * rb, rb);
-    Shape shape = v.shape();
-    shape[0] = k;
-    proto::Tensor* h = resp.add_values();
-    h->set_dtype(v.dtype() == DType::kInt64 ? proto::DTYPE_INT64 : proto::DTYPE_FLOAT32);
-    for (int64_t d : shape) h->add_shape(d);
+    if (!refused.ok()) return Refuse(c, refused);
     meta = resp.SerializeAsString();
     f.meta_bytes = static_cast<uint32_t>(meta.size());
-    f.payload_bytes = static_cast<uint64_t>(k) * rb;
-    iovec iov[3] = {{&f, sizeof f}, {meta.data(), meta.size()}, {out, static_cast<size_t>(f.payload_bytes)}};
+    iovec iov[3] = {{&f, sizeof f}, {meta.data(), meta.size()},
+                    {c.staging.gathered.raw(), static_cast<size_t>(f.payload_bytes)}};
     c.sent += sizeof f + meta.size() + f.payload_bytes;
     return wire::SendAll(c.fd, iov, c.deadline, c.peer);
   }
@@ -352,19 +363,22 @@ Status ParameterServerService::HandlePush(Call& c) {
       p.rows = Tensor::Zeros(DType::kInt64, {u.rows_size()});
       std::copy(u.rows().begin(), u.rows().end(), p.rows.data<int64_t>());
     }
-    std::shared_lock g(shard->mu);
-    if (u.rows_size() > 0) {
-      const std::vector<int64_t> rows(u.rows().begin(), u.rows().end());
-      Status s = CheckRows(shard->value, rows, p.d.dtype, p.d.shape, u.name());
-      if (!s.ok()) return Refuse(c, s.WithContext("Push"));
-    } else if (p.d.dtype != shard->value.dtype() || p.d.shape != shard->value.shape()) {
-      return Refuse(c, InvalidArgument("Push \"" + u.name() + "\": update " + std::string(DTypeName(p.d.dtype)) +
-                                       ShapeString(p.d.shape) + " does not match variable " +
-                                       shard->value.DebugString()));
+    Status bad;
+    {
+      std::shared_lock g(shard->mu);
+      if (u.rows_size() > 0) {
+        const std::vector<int64_t> rows(u.rows().begin(), u.rows().end());
+        bad = CheckRows(shard->value, rows, p.d.dtype, p.d.shape, u.name()).WithContext("Push");
+      } else if (p.d.dtype != shard->value.dtype() || p.d.shape != shard->value.shape()) {
+        bad = InvalidArgument("Push \"" + u.name() + "\": update " + std::string(DTypeName(p.d.dtype)) +
+                              ShapeString(p.d.shape) + " does not match variable " + shard->value.DebugString());
+      }
+      if (bad.ok() && u.kind() == proto::Update::APPLY_GRADIENT && !shard->optimizer) {
+        bad = FailedPrecondition("Push \"" + u.name() + "\": variable has no optimizer to apply gradients with");
+      }
     }
-    if (u.kind() == proto::Update::APPLY_GRADIENT && !shard->optimizer) {
-      return Refuse(c, FailedPrecondition("Push \"" + u.name() + "\": variable has no optimizer to apply gradients with"));
-    }
+    // Answered with no lock held: the answer goes over the network.
+    if (!bad.ok()) return Refuse(c, bad);
     if (u.kind() != proto::Update::APPLY_GRADIENT && u.kind() != proto::Update::ASSIGN_ADD &&
         u.kind() != proto::Update::ASSIGN) {
       return Refuse(c, InvalidArgument("Push \"" + u.name() + "\": unknown update kind " + std::to_string(u.kind())));
