@@ -19,7 +19,7 @@ if [[ ${1:-} == --configure-only ]]; then
 fi
 SECONDS_EACH=${1:-20}
 BUILD=build-asan
-HARNESSES=(tf_config_fuzz job_config_fuzz tfjob_json_fuzz tfjob_yaml_fuzz tensor_fuzz checkpoint_fuzz)
+HARNESSES=(tf_config_fuzz job_config_fuzz tfjob_json_fuzz tfjob_yaml_fuzz tensor_fuzz checkpoint_fuzz ps_data_fuzz)
 
 configure_asan
 cmake --build "$BUILD" --target fuzzers

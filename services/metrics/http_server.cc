@@ -68,7 +68,8 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& bind,
   s->impl_ = std::make_unique<Impl>();
   httplib::Server& server = s->impl_->server;
   for (auto& [path, handler] : routes) {
-    server.Get(path, [handler](const httplib::Request&, httplib::Response& res) {
+    // An init-capture: clang 14 cannot capture a structured binding by name.
+    server.Get(path, [handler = handler](const httplib::Request&, httplib::Response& res) {
       HttpResponse r = handler();
       res.status = r.status;
       res.set_content(r.body, r.content_type.c_str());
