@@ -32,6 +32,8 @@ constexpr uint64_t kGrowChunkBytes = 4u << 20;
 // A push whose updates together carry at least this much is applied on
 // several threads, one shard each; below it, handing off costs more.
 constexpr uint64_t kParallelApplyBytes = 256u << 10;
+// The smallest piece of one dense update worth a thread of its own.
+constexpr int64_t kMinPieceElems = 256 << 10;
 constexpr auto kHelloTimeout = std::chrono::seconds(10);
 
 // Rows of `value` for a sparse update, validated against the shard.
@@ -324,6 +326,64 @@ Status ParameterServerService::HandlePull(Call& c) {
   return Status::Ok();
 }
 
+Status ParameterServerService::ApplyDense(Shard& s, int kind, const Tensor& value, bool split) {
+  const int64_t n = s.value.size();
+  const int64_t pieces = split ? std::min<int64_t>(apply_pool_.threads() + 1, n / kMinPieceElems) : 1;
+  if (pieces <= 1) {
+    switch (kind) {
+      case proto::Update::APPLY_GRADIENT: return s.optimizer->ApplyDense(s.value, value, s.slots);
+      case proto::Update::ASSIGN_ADD:
+        if (s.value.dtype() == DType::kFloat32) {
+          AsArray(s.value) += AsArray(value);
+        } else {
+          int64_t* v = s.value.data<int64_t>();
+          const int64_t* d = value.data<int64_t>();
+          for (int64_t j = 0; j < n; ++j) v[j] += d[j];
+        }
+        return Status::Ok();
+      default: std::memcpy(s.value.raw(), value.raw(), s.value.bytes()); return Status::Ok();
+    }
+  }
+  // Flat views of the variable, the update and the slots; piece k is
+  // elements [n*k/pieces, n*(k+1)/pieces) of each. The caller holds the
+  // shard's write lock for all of them.
+  ASSIGN_OR_RETURN(const Tensor var, s.value.Reshape({-1}));
+  ASSIGN_OR_RETURN(const Tensor upd, value.Reshape({-1}));
+  std::vector<Tensor> slots;
+  for (const Tensor& t : s.slots.slots) {
+    ASSIGN_OR_RETURN(Tensor flat, t.Reshape({-1}));
+    slots.push_back(std::move(flat));
+  }
+  std::vector<Status> results(static_cast<size_t>(pieces));
+  apply_pool_.Run(static_cast<size_t>(pieces), [&](size_t k) {
+    const int64_t a = n * static_cast<int64_t>(k) / pieces, b = n * static_cast<int64_t>(k + 1) / pieces;
+    Tensor v = *var.Rows(a, b);
+    const Tensor u = *upd.Rows(a, b);
+    switch (kind) {
+      case proto::Update::APPLY_GRADIENT: {
+        model::SlotState part;
+        part.iterations = s.slots.iterations;
+        for (const Tensor& t : slots) part.slots.push_back(*t.Rows(a, b));
+        results[k] = s.optimizer->ApplyDense(v, u, part);
+        break;
+      }
+      case proto::Update::ASSIGN_ADD:
+        if (v.dtype() == DType::kFloat32) {
+          AsArray(v) += AsArray(u);
+        } else {
+          int64_t* x = v.data<int64_t>();
+          const int64_t* d = u.data<int64_t>();
+          for (int64_t j = 0; j < v.size(); ++j) x[j] += d[j];
+        }
+        break;
+      default: std::memcpy(v.raw(), u.raw(), v.bytes());
+    }
+  });
+  for (const Status& st : results) RETURN_IF_ERROR(st);
+  if (kind == proto::Update::APPLY_GRADIENT) s.slots.iterations += 1;  // once, as one pass would
+  return Status::Ok();
+}
+
 Status ParameterServerService::HandlePush(Call& c) {
   proto::PushRequest req;
   if (!req.ParseFromString(c.meta)) return Refuse(c, InvalidArgument("Push: malformed request"));
@@ -401,6 +461,11 @@ Status ParameterServerService::HandlePush(Call& c) {
   const uint64_t key = DedupKey(req.closure_id(), req.sequence());
   std::atomic<int> duplicates{0};
   std::vector<Status> results(prepared.size());
+  // A push of one big dense update is applied in pieces on the pool: every
+  // update kind is element-wise (an optimizer's step depends on its
+  // iteration count, which every piece shares), so the pieces give exactly
+  // what one pass gives. A push of several updates runs them side by side.
+  const bool split = prepared.size() == 1 && total >= kParallelApplyBytes;
   auto apply = [&](size_t i) {
     Prepared& p = prepared[i];
     Shard& s = *p.shard;
@@ -410,33 +475,19 @@ Status ParameterServerService::HandlePush(Call& c) {
       return;
     }
     Status st;
-    const bool sparse = p.update->rows_size() > 0;
-    switch (p.update->kind()) {
-      case proto::Update::APPLY_GRADIENT:
-        st = sparse ? s.optimizer->ApplySparse(s.value, p.rows, p.value, s.slots)
-                    : s.optimizer->ApplyDense(s.value, p.value, s.slots);
-        break;
-      case proto::Update::ASSIGN_ADD:
-        if (sparse) {
-          st = ops::ScatterAdd(s.value, p.rows, p.value);
-        } else if (s.value.dtype() == DType::kFloat32) {
-          AsArray(s.value) += AsArray(p.value);
-        } else {
-          int64_t* v = s.value.data<int64_t>();
-          const int64_t* d = p.value.data<int64_t>();
-          for (int64_t j = 0; j < s.value.size(); ++j) v[j] += d[j];
-        }
-        break;
-      default: {  // ASSIGN
-        if (sparse) {
+    if (p.update->rows_size() > 0) {
+      switch (p.update->kind()) {
+        case proto::Update::APPLY_GRADIENT: st = s.optimizer->ApplySparse(s.value, p.rows, p.value, s.slots); break;
+        case proto::Update::ASSIGN_ADD: st = ops::ScatterAdd(s.value, p.rows, p.value); break;
+        default: {  // ASSIGN
           const int64_t row = s.value.dim(0) ? s.value.size() / s.value.dim(0) : 0;
           const size_t rb = static_cast<size_t>(row) * DTypeSize(s.value.dtype());
           const int64_t* r = p.rows.data<int64_t>();
           for (int64_t j = 0; j < p.rows.size(); ++j) std::memcpy(s.value.raw() + r[j] * rb, p.value.raw() + j * rb, rb);
-        } else {
-          std::memcpy(s.value.raw(), p.value.raw(), s.value.bytes());
         }
       }
+    } else {
+      st = ApplyDense(s, p.update->kind(), p.value, split);
     }
     results[i] = st;
     if (st.ok()) applied_.fetch_add(1, std::memory_order_relaxed);

@@ -132,6 +132,9 @@ class ParameterServerService final : public proto::ParameterServer::Service {
   // Refuses the request in `c` with `why`, skipping its payload when it is
   // small enough to read past, so the connection stays usable.
   Status Refuse(Call& c, const Status& why);
+  // Applies a dense update (an Update::Kind) to `s`, whose write lock the
+  // caller holds; with `split`, a big one in pieces on the apply pool.
+  Status ApplyDense(Shard& s, int kind, const Tensor& value, bool split);
   // Receives `bytes` of payload into staging tensor `into` at element
   // `offset`, growing it as bytes arrive; returns the view [offset, +n).
   StatusOr<Tensor> ReceiveInto(Call& c, Tensor& into, DType dtype, int64_t offset, const Shape& shape);

@@ -64,9 +64,23 @@ StatusOr<std::optional<collective::net::Listener>> InheritedListener(const clust
   return std::optional<collective::net::Listener>(std::move(l));
 }
 
+// TFJOB_PS_MAX_TENSOR_BYTES: the most one tensor (and one data-plane
+// request) may carry to this PS; unset: PsOptions' default (16 GiB).
+StatusOr<std::optional<uint64_t>> MaxTensorBytes(const cluster::Env& env) {
+  auto v = env("TFJOB_PS_MAX_TENSOR_BYTES");
+  if (!v) return std::optional<uint64_t>();
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v->c_str(), &end, 10);
+  if (v->empty() || *end != '\0' || n == 0 || (*v)[0] == '-') {
+    return InvalidArgument("TFJOB_PS_MAX_TENSOR_BYTES: \"" + *v + "\" is not a positive number of bytes");
+  }
+  return std::optional<uint64_t>(n);
+}
+
 int ServePs(const cluster::ClusterConfig& cfg, const programs::Program& program, const std::vector<std::string>& args,
             const rpc::Credentials& credentials, runtime_metrics::RuntimeMetrics* metrics, SignalWatcher& signals,
-            std::optional<collective::net::Listener> inherited, std::ostream& out, std::ostream& err) {
+            std::optional<collective::net::Listener> inherited, std::optional<uint64_t> max_tensor_bytes,
+            std::ostream& out, std::ostream& err) {
   auto self = cfg.cluster.Address(cfg.task->type, cfg.task->index);
   if (!self.ok()) return ReportError(self.status(), err);
   auto listen = ListenAddress(*self);
@@ -79,6 +93,7 @@ int ServePs(const cluster::ClusterConfig& cfg, const programs::Program& program,
   options.checkpoint_dir = *checkpoint_dir;
   options.checkpoint_file = "ps-" + std::to_string(cfg.task->index) + ".ckpt";
   options.credentials = credentials;
+  if (max_tensor_bytes) options.max_tensor_bytes = options.max_request_bytes = *max_tensor_bytes;
   auto server = inherited ? ps::PsServer::Start(std::move(*inherited), options) : ps::PsServer::Start(*listen, options);
   if (!server.ok()) return ReportError(server.status(), err);
   // SIGTERM / SIGINT end a serving role cleanly (exit 0), as a pod deletion does.
@@ -185,7 +200,10 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
   if (type == cluster::kPs) {
     auto inherited = InheritedListener(env);
     if (!inherited.ok()) return ReportError(inherited.status(), err);
-    return ServePs(*cfg, program, args, *credentials, metrics, signals, std::move(inherited).value(), out, err);
+    auto max_bytes = MaxTensorBytes(env);
+    if (!max_bytes.ok()) return ReportError(max_bytes.status(), err);
+    return ServePs(*cfg, program, args, *credentials, metrics, signals, std::move(inherited).value(), *max_bytes, out,
+                   err);
   }
   // Without parameter servers, the chief and the workers train together
   // (TensorFlow's MultiWorkerMirroredStrategy): every one runs the program.

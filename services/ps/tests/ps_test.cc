@@ -15,6 +15,7 @@
 #include "services/ps/ps_client.h"
 #include "services/ps/ps_service.h"
 #include "services/ps/wire.h"
+#include "services/tensor/eigen.h"
 
 // The largest aligned array allocation (what tensors use) since the last
 // reset: lets a test see that a claimed size was never allocated.
@@ -402,6 +403,39 @@ TEST_F(PsTest, APushToManyShardsAppliesEachOnce) {
     EXPECT_EQ(v.data<float>()[0], static_cast<float>(i));
     EXPECT_EQ(v.data<float>()[(1 << 16) - 1], static_cast<float>(i));
   }
+}
+
+// A big dense update is applied in pieces on several threads; the result is
+// exactly one pass of the optimizer (Adam: its step count advances once).
+TEST_F(PsTest, ABigDenseUpdateAppliedInPiecesIsExactlyOnePass) {
+  server_.reset();
+  PsOptions o;
+  o.apply_threads = 4;
+  server_ = *PsServer::Start("127.0.0.1:0", o);
+  client_ = std::make_unique<PsClient>("127.0.0.1:" + std::to_string(server_->port()));
+  model::OptimizerSpec adam;
+  adam.type = model::OptimizerType::kAdam;
+  adam.learning_rate = 0.01;
+  const int64_t n = (1 << 20) + 3;  // 4 MiB and a bit: pieces of unequal size
+  Tensor w = Tensor::Zeros(DType::kFloat32, {n});
+  Tensor g = Tensor::Zeros(DType::kFloat32, {n});
+  for (int64_t i = 0; i < n; ++i) {
+    w.data<float>()[i] = static_cast<float>(i % 97) * 0.01f;
+    g.data<float>()[i] = static_cast<float>(i % 13) - 6.f;
+  }
+  ASSERT_TRUE(client_->CreateVariable("w", w, adam).ok());
+  model::Optimizer local(adam);
+  Tensor expect = w.Clone();
+  model::SlotState slots = local.CreateSlots(expect);
+  for (uint64_t step = 1; step <= 3; ++step) {
+    ASSERT_TRUE(client_->Push(step, 0, {{"w", Update::Kind::kApplyGradient, g, {}}}).ok());
+    ASSERT_TRUE(local.ApplyDense(expect, g, slots).ok());
+  }
+  EXPECT_TRUE(Equal((*client_->Pull({"w"}))[0], expect));
+  // The same for an add, which the benchmark pushes.
+  ASSERT_TRUE(client_->Push(0, 0, {{"w", Update::Kind::kAssignAdd, g, {}}}).ok());
+  AsArray(expect) += AsArray(g);
+  EXPECT_TRUE(Equal((*client_->Pull({"w"}))[0], expect));
 }
 
 // Pooled connections to a PS that restarted are noticed and replaced; gRPC

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -32,14 +33,13 @@ namespace t = ::tfjob::testing;
 
 // The runtime as task ps:0, serving on `listener` (inherited, so no port is
 // picked and raced for).
-std::unique_ptr<t::Process> StartPs(collective::net::Listener& listener) {
+std::unique_ptr<t::Process> StartPs(collective::net::Listener& listener, std::map<std::string, std::string> env = {}) {
   const std::string address = "127.0.0.1:" + std::to_string(listener.port);
   const nlohmann::json tf_config{{"cluster", {{"ps", {address}}}}, {"task", {{"type", "ps"}, {"index", 0}}}};
   fcntl(listener.fd.get(), F_SETFD, 0);
-  auto p = std::make_unique<t::Process>(
-      std::vector<std::string>{t::BinDir() + "/tfjob-runtime", "counter"},
-      std::map<std::string, std::string>{{"TF_CONFIG", tf_config.dump()},
-                                         {"TFJOB_LISTEN_FD", std::to_string(listener.fd.get())}});
+  env["TF_CONFIG"] = tf_config.dump();
+  env["TFJOB_LISTEN_FD"] = std::to_string(listener.fd.get());
+  auto p = std::make_unique<t::Process>(std::vector<std::string>{t::BinDir() + "/tfjob-runtime", "counter"}, env);
   listener.fd.Reset();
   return p;
 }
@@ -70,6 +70,29 @@ TEST(PsRestartTest, TheSameClientReachesARestartedPsOverBothPlanes) {
     ASSERT_TRUE(client.CreateVariable("w", *Tensor::FromVector({2}, std::vector<float>{3, 4}), std::nullopt).ok());
     EXPECT_TRUE(AllClose((*client.Pull({"w"}))[0], *Tensor::FromVector({2}, std::vector<float>{3, 4})));
   }
+}
+
+// TFJOB_PS_MAX_TENSOR_BYTES sets a PS task's limit: a tensor above it is
+// INVALID_ARGUMENT and the PS serves on; a value that is not a byte count
+// stops the task with one line (exit code 2).
+TEST(PsRestartTest, TheTensorLimitComesFromTheEnvironment) {
+  auto listener = collective::net::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  const int port = listener->port;
+  auto ps = StartPs(*listener, {{"TFJOB_PS_MAX_TENSOR_BYTES", "1024"}});
+  ps::PsClient client("127.0.0.1:" + std::to_string(port));
+  auto big = client.CreateVariable("big", Tensor::Zeros(DType::kFloat32, {257}), std::nullopt);
+  EXPECT_EQ(big.status().code(), Code::kInvalidArgument) << big.status() << "\n" << ps->output();
+  EXPECT_THAT(big.status().message(), ::testing::HasSubstr("more than the limit of 1024"));
+  EXPECT_TRUE(client.CreateVariable("small", Tensor::Zeros(DType::kFloat32, {256}), std::nullopt).ok());
+  ps->Stop(SIGKILL);
+
+  auto again = collective::net::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(again.ok());
+  auto bad = StartPs(*again, {{"TFJOB_PS_MAX_TENSOR_BYTES", "lots"}});
+  for (int i = 0; i < 500 && bad->running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(bad->Stop(SIGKILL), 2) << bad->output();
+  EXPECT_THAT(bad->output(), ::testing::HasSubstr("TFJOB_PS_MAX_TENSOR_BYTES: \"lots\" is not a positive number of bytes"));
 }
 
 nlohmann::json ReadJson(const std::string& path) {
