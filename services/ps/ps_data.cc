@@ -354,9 +354,21 @@ Status ParameterServerService::ApplyDense(Shard& s, int kind, const Tensor& valu
     ASSIGN_OR_RETURN(Tensor flat, t.Reshape({-1}));
     slots.push_back(std::move(flat));
   }
+  // Piece boundaries fall on 64-byte addresses of the variable, so Eigen's
+  // vectorised loops split each piece exactly where one pass over the whole
+  // would (scalar and vector code may round differently): bit-identical.
+  const uintptr_t elem = DTypeSize(s.value.dtype()), per_line = 64 / elem;
+  const uintptr_t base = reinterpret_cast<uintptr_t>(s.value.raw()) / elem;
+  std::vector<int64_t> bounds{0};
+  for (int64_t k = 1; k < pieces; ++k) {
+    const uintptr_t at = base + static_cast<uintptr_t>(n * k / pieces);
+    bounds.push_back(
+        std::clamp<int64_t>(static_cast<int64_t>((at + per_line - 1) / per_line * per_line - base), bounds.back(), n));
+  }
+  bounds.push_back(n);
   std::vector<Status> results(static_cast<size_t>(pieces));
   apply_pool_.Run(static_cast<size_t>(pieces), [&](size_t k) {
-    const int64_t a = n * static_cast<int64_t>(k) / pieces, b = n * static_cast<int64_t>(k + 1) / pieces;
+    const int64_t a = bounds[k], b = bounds[k + 1];
     Tensor v = *var.Rows(a, b);
     const Tensor u = *upd.Rows(a, b);
     switch (kind) {
