@@ -3,13 +3,13 @@
 //   Memcpy            the floor: one copy of the tensor's bytes
 //   TensorToProto     client Push / server Pull: tensor -> proto bytes field
 //   TensorFromProto   server Push / client Pull: proto bytes -> new tensor
-//   ProtoWire         SerializeToString + ParseFromString of a PushRequest,
-//                     roughly what gRPC's protobuf codec does per message
-//   PushHandler       ParameterServerService::Push called directly (no
-//                     transport): validation, TensorFromProto, the add
-//   PullHandler       ParameterServerService::Pull called directly
+//   ProtoWire         SerializeToString + ParseFromString of a PushRequest
+//                     with the tensor in a bytes field: what carrying tensors
+//                     in protobuf over gRPC would cost per message (the PS
+//                     data plane does not; the worker's closure tensors do)
 //   PushPullLoopback  PsClient Push(ASSIGN_ADD) + Pull against a PsServer in
-//                     this process on 127.0.0.1 (full gRPC path, one process)
+//                     this process on 127.0.0.1 (the data plane, one process)
+//   PushPullIntoLoopback  the same, pulling into a reused tensor (PullInto)
 // Bytes/s are per tensor moved (PushPullLoopback counts 2 per iteration).
 // Sizes 4 KiB, 256 KiB and 4 MiB keep the whole run to a few seconds; each
 // benchmark's loop is bounded by Google Benchmark's --benchmark_min_time
@@ -91,48 +91,6 @@ void BM_ProtoWire(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * state.range(0));
 }
 
-// A service with variable "v" of the benchmark's size.
-std::unique_ptr<ps::ParameterServerService> ServiceWith(int64_t bytes) {
-  auto svc = std::make_unique<ps::ParameterServerService>();
-  proto::CreateVariableRequest req;
-  req.set_name("v");
-  rpc::TensorToProto(Tensor::Zeros(DType::kFloat32, {bytes / 4}), req.mutable_initial_value());
-  proto::CreateVariableResponse resp;
-  (void)svc->CreateVariable(nullptr, &req, &resp);
-  return svc;
-}
-
-void BM_PushHandler(benchmark::State& state) {
-  auto svc = ServiceWith(state.range(0));
-  const proto::PushRequest req = MakePush("v", Ones(state.range(0)));
-  for (auto _ : state) {
-    proto::PushResponse resp;
-    grpc::Status s = svc->Push(nullptr, &req, &resp);
-    if (!s.ok()) {
-      state.SkipWithError(s.error_message().c_str());
-      break;
-    }
-  }
-  state.SetBytesProcessed(state.iterations() * state.range(0));
-}
-
-void BM_PullHandler(benchmark::State& state) {
-  auto svc = ServiceWith(state.range(0));
-  proto::PullRequest req;
-  // add_names(const char*) trips GCC 12's false -Wrestrict (GCC bug 105329).
-  req.mutable_names()->Add(std::string(1, 'v'));
-  for (auto _ : state) {
-    proto::PullResponse resp;
-    grpc::Status s = svc->Pull(nullptr, &req, &resp);
-    if (!s.ok()) {
-      state.SkipWithError(s.error_message().c_str());
-      break;
-    }
-    benchmark::DoNotOptimize(resp.values(0).data().data());
-  }
-  state.SetBytesProcessed(state.iterations() * state.range(0));
-}
-
 void BM_PushPullLoopback(benchmark::State& state) {
   auto server = ps::PsServer::Start("127.0.0.1:0");
   if (!server.ok()) {
@@ -157,14 +115,39 @@ void BM_PushPullLoopback(benchmark::State& state) {
   state.SetBytesProcessed(2 * state.iterations() * state.range(0));
 }
 
+void BM_PushPullIntoLoopback(benchmark::State& state) {
+  auto server = ps::PsServer::Start("127.0.0.1:0");
+  if (!server.ok()) {
+    state.SkipWithError(server.status().ToString().c_str());
+    return;
+  }
+  ps::PsClient client("127.0.0.1:" + std::to_string((*server)->port()));
+  const Tensor delta = Ones(state.range(0));
+  if (auto c = client.CreateVariable("v", Tensor::Zeros(DType::kFloat32, delta.shape()), std::nullopt); !c.ok()) {
+    state.SkipWithError(c.status().ToString().c_str());
+    return;
+  }
+  const std::vector<ps::Update> updates{{"v", ps::Update::Kind::kAssignAdd, delta, std::nullopt}};
+  std::vector<Tensor> into{Tensor::Zeros(DType::kFloat32, delta.shape())};
+  const std::vector<std::string> names{std::string(1, 'v')};
+  for (auto _ : state) {
+    auto pushed = client.Push(0, 0, updates);
+    Status pulled = client.PullInto(names, into);
+    if (!pushed.ok() || !pulled.ok()) {
+      state.SkipWithError("push or pull failed");
+      break;
+    }
+  }
+  state.SetBytesProcessed(2 * state.iterations() * state.range(0));
+}
+
 #define SIZES Arg(4 << 10)->Arg(256 << 10)->Arg(4 << 20)->MinTime(0.2)
 BENCHMARK(BM_Memcpy)->SIZES;
 BENCHMARK(BM_TensorToProto)->SIZES;
 BENCHMARK(BM_TensorFromProto)->SIZES;
 BENCHMARK(BM_ProtoWire)->SIZES;
-BENCHMARK(BM_PushHandler)->SIZES;
-BENCHMARK(BM_PullHandler)->SIZES;
 BENCHMARK(BM_PushPullLoopback)->SIZES->UseRealTime();
+BENCHMARK(BM_PushPullIntoLoopback)->SIZES->UseRealTime();
 
 }  // namespace
 }  // namespace tfjob::bench

@@ -4,13 +4,15 @@
 //
 // Why this way:
 //  - The PS is the real deployed binary in its own process: `tfjob-runtime
-//    counter` started with a TF_CONFIG that makes it task ps:0 on a free
-//    port (services/runtime/roles.cc, ServePs). The client is this process,
-//    using the public PsClient API: Push(ASSIGN_ADD of the whole tensor,
-//    closure id 0 = no dedup) and then Pull of the same variable. Each
-//    iteration moves the tensor twice over the wire, so
-//    GB/s = 2 * bytes * iterations / seconds. Client-side conversion (tensor
-//    to proto and back) is included, because a worker pays it too.
+//    counter` started with a TF_CONFIG that makes it task ps:0, serving on
+//    a listening socket this process bound on 127.0.0.1:0 and hands down
+//    (TFJOB_LISTEN_FD; services/runtime/roles.cc, ServePs).
+//    The client is this process, using the public PsClient API over the
+//    PS's data plane: Push(ASSIGN_ADD of the whole tensor, closure id 0 = no
+//    dedup) and then PullInto of the same variable into a tensor kept across
+//    iterations (as a worker's prefetch buffers are). Each iteration moves
+//    the tensor twice over the wire, so GB/s = 2 * bytes * iterations /
+//    seconds. Everything a worker pays on its side is included.
 //  - The raw-TCP peer is this same binary re-executed with the hidden flag
 //    --raw-server: one process that reads an 8-byte length N, reads N bytes
 //    and writes N bytes back. The client sends N, then reads N, so the bytes
@@ -52,31 +54,13 @@
 
 #include "bench/child.h"
 #include "common/flags.h"
+#include "services/collective/net.h"
 #include "services/ps/ps_client.h"
 
 namespace tfjob::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-
-
-
-StatusOr<int> FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Unavailable(Errno("socket"));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    close(fd);
-    return Unavailable(Errno("bind"));
-  }
-  close(fd);
-  return static_cast<int>(ntohs(addr.sin_port));
-}
 
 Status WriteAll(int fd, const char* p, size_t n) {
   while (n > 0) {
@@ -249,10 +233,16 @@ Status Run(const Flags& flags) {
   std::unique_ptr<Child> ps_proc;
   std::unique_ptr<ps::PsClient> ps;
   if (want_ours) {
-    ASSIGN_OR_RETURN(int port, FreePort());
-    const std::string address = "127.0.0.1:" + std::to_string(port);
+    // The PS serves on a socket bound here and inherited (TFJOB_LISTEN_FD),
+    // so no port is picked, released and raced for.
+    ASSIGN_OR_RETURN(collective::net::Listener listener, collective::net::Listen("127.0.0.1", 0));
+    const std::string address = "127.0.0.1:" + std::to_string(listener.port);
     const nlohmann::json tf_config{{"cluster", {{"ps", {address}}}}, {"task", {{"type", "ps"}, {"index", 0}}}};
-    ASSIGN_OR_RETURN(ps_proc, Child::Spawn({flags.Get("runtime"), "counter"}, {"TF_CONFIG=" + tf_config.dump()}));
+    fcntl(listener.fd.get(), F_SETFD, 0);
+    auto spawned = Child::Spawn({flags.Get("runtime"), "counter"},
+                                {"TF_CONFIG=" + tf_config.dump(), "TFJOB_LISTEN_FD=" + std::to_string(listener.fd.get())});
+    listener.fd.Reset();  // the PS has its own copy
+    ASSIGN_OR_RETURN(ps_proc, std::move(spawned));
     ASSIGN_OR_RETURN(std::string line, ps_proc->ReadLine(std::chrono::milliseconds(15000)));
     if (line.find("serving on") == std::string::npos) return Internal("ps process printed \"" + line + "\"");
     ps = std::make_unique<ps::PsClient>(address);
@@ -284,11 +274,12 @@ Status Run(const Flags& flags) {
       const std::string name = "bench/v" + std::to_string(sizes[i]);
       if (ps) {
         const std::vector<ps::Update> updates{{name, ps::Update::Kind::kAssignAdd, d, std::nullopt}};
+        // Pulled into one tensor kept across iterations, as a worker does.
+        const std::vector<std::string> names{name};
+        std::vector<Tensor> got{Tensor::Zeros(DType::kFloat32, d.shape())};
         auto m = TimeLoop(lim, [&]() -> Status {
           RETURN_IF_ERROR(ps->Push(0, 0, updates).status());
-          ASSIGN_OR_RETURN(std::vector<Tensor> got, ps->Pull({name}));
-          if (got.size() != 1 || got[0].bytes() != d.bytes()) return Internal("Pull returned the wrong tensor");
-          return Status::Ok();
+          return ps->PullInto(names, got);
         });
         if (!m.ok()) {
           result = m.status();

@@ -4,6 +4,7 @@
 #   cnn_vs_torch.sh      single-process CNN training vs PyTorch
 #   ps_throughput.sh     PS push+pull GB/s vs raw TCP and PyTorch RPC
 #   mlp_ps_vs_single.sh  MLP training, 1 PS + 1 worker vs single-process
+#   embedding_ps.sh      embedding model over 2 PS: rows a batch uses vs whole tables
 #   closures.sh          no-op closures/s through the coordinator
 #   allreduce.sh         all-reduce bus bandwidth, our ring vs gloo and OpenMPI
 #   gpu_train.sh         MLP training on a GPU vs PyTorch on it and vs our CPU ("no GPU" without one)
@@ -15,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 status=0
-for b in mlp_vs_torch.sh cnn_vs_torch.sh ps_throughput.sh mlp_ps_vs_single.sh closures.sh allreduce.sh gpu_train.sh; do
+for b in mlp_vs_torch.sh cnn_vs_torch.sh ps_throughput.sh mlp_ps_vs_single.sh embedding_ps.sh closures.sh allreduce.sh gpu_train.sh; do
   echo "== bench/$b"
   if ! bash "bench/$b"; then
     echo "bench/$b failed" >&2

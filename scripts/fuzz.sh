@@ -20,7 +20,7 @@ fi
 SECONDS_EACH=${1:-20}
 BUILD=build-asan
 HARNESSES=(tf_config_fuzz job_config_fuzz tfjob_json_fuzz tfjob_yaml_fuzz tensor_fuzz checkpoint_fuzz tfrecord_fuzz
-           keras_model_fuzz)
+           keras_model_fuzz ps_data_fuzz)
 
 configure_asan
 cmake --build "$BUILD" --target fuzzers

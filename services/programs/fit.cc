@@ -52,6 +52,10 @@ Flags FitFlags() {
       .Value("closure-timeout-seconds", "deadline of one closure on a worker (parameter-server mode)", "300")
       .Value("closure-max-attempts", "a closure that failed this many times fails the job (parameter-server mode)", "5")
       .Value("partitioner", "none, fixed:N, min:BYTES[:MAX] or max:BYTES[:MAX] (parameter-server mode)", "none")
+      .Value("ps-prefetch", "true: workers pull the next step's variables while a step computes and push without "
+             "waiting (staleness of one step); false: pull, compute, push in turn (parameter-server mode)", "true")
+      .Value("ps-pull", "rows: with a first-layer Embedding, workers pull only the rows a batch uses; "
+             "full: whole tables every step (parameter-server mode)", "rows")
       .Value("checkpoint-dir", "keep checkpoints here (shared by the writer and the evaluator)")
       .Value("checkpoint-every-steps", "checkpoint after this many training steps (0: only per --checkpoint-every-seconds)", "0")
       .Value("checkpoint-every-seconds", "checkpoint when this much time has passed since the last one (0: off)", "0")
@@ -90,6 +94,7 @@ std::string Usage() {
          "      [--replicas N] [--device cpu|gpu|auto] [--communication ring|nccl|auto] [--collective-timeout-seconds S]\n"
          "      [--rejoin-timeout-seconds S] [--bucket-bytes B]\n"
          "      [--steps-per-execution K] [--partitioner SPEC] [--closure-timeout-seconds S] [--closure-max-attempts K]\n"
+         "      [--ps-prefetch true|false] [--ps-pull rows|full]\n"
          "      [--checkpoint-dir DIR [--checkpoint-every-steps N] [--checkpoint-every-seconds S] [--checkpoint-keep K]]\n"
          "      evaluator role: [--eval-poll-seconds S] [--eval-timeout-seconds S]\n"
          "      [--shutdown-grace-seconds S]";
@@ -107,6 +112,13 @@ StatusOr<Parsed> Parse(const std::vector<std::string>& args) {
   ASSIGN_OR_RETURN(p.steps_per_execution, p.flags.GetInt("steps-per-execution"));
   if (p.steps_per_execution < 1) return InvalidArgument("flag --steps-per-execution: must be >= 1");
   ASSIGN_OR_RETURN(p.partitioner, strategy::ParsePartitioner(p.flags.Get("partitioner")));
+  const std::string prefetch = p.flags.Get("ps-prefetch"), pull = p.flags.Get("ps-pull");
+  if (prefetch != "true" && prefetch != "false") {
+    return InvalidArgument("flag --ps-prefetch: \"" + prefetch + "\" is not true or false");
+  }
+  if (pull != "rows" && pull != "full") return InvalidArgument("flag --ps-pull: \"" + pull + "\" is not rows or full");
+  p.ps_prefetch = prefetch == "true";
+  p.ps_pull_rows = pull == "rows";
   ASSIGN_OR_RETURN(p.closure_timeout, Seconds(p.flags, "closure-timeout-seconds"));
   ASSIGN_OR_RETURN(int64_t attempts, p.flags.GetInt("closure-max-attempts"));
   if (attempts < 1 || attempts > 1000) return InvalidArgument("flag --closure-max-attempts: must be in 1..1000");

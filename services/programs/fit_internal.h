@@ -35,6 +35,12 @@ struct Parsed {
   std::chrono::milliseconds closure_timeout{300000};
   int closure_max_attempts = 5;
   strategy::Partitioner partitioner;
+  // Parameter-server workers: pull the next step's variables while this
+  // step computes and push without waiting (bounded staleness of one).
+  bool ps_prefetch = true;
+  // Parameter-server workers: with a first-layer Embedding, pull only the
+  // rows each batch uses (false: the whole table every step).
+  bool ps_pull_rows = true;
   strategy::CheckpointPolicy checkpoints;
   std::optional<strategy::StrategyKind> strategy;  // --strategy, when given
   collective::Implementation communication = collective::Implementation::kAuto;

@@ -14,9 +14,15 @@
 // The loop's chunks end at checkpoint boundaries and each is joined before a
 // checkpoint, so a checkpoint is a consistent cut at a known step and at
 // most one checkpoint interval of progress is ever lost.
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
 #include <mutex>
 #include <ostream>
+#include <thread>
 
 #include "common/json_reader.h"
 #include "services/checkpoint/manager.h"
@@ -102,7 +108,9 @@ class PsStrategy final : public strategy::Strategy {
                          {"partitioner", strategy::PartitionerString(p_.partitioner)},
                          {"num_ps", static_cast<int64_t>(clients_.size())},
                          {"num_workers", static_cast<int64_t>(ctx_.worker_addresses.size())},
-                         {"threads", *p_.flags.GetInt("threads")}};
+                         {"threads", *p_.flags.GetInt("threads")},
+                         {"prefetch", p_.ps_prefetch},
+                         {"pull_rows", p_.ps_pull_rows}};
     if (p_.flags.Has("keras-model")) {
       ASSIGN_OR_RETURN(dargs["keras_model"], ReadJsonFile(p_.flags.Get("keras-model")));
       dargs["keras_model_source"] = p_.flags.Get("keras-model");
@@ -126,6 +134,7 @@ class PsStrategy final : public strategy::Strategy {
       if (s.ok()) stats.Merge(*s);
       steps += r->json["steps"].get<int64_t>();
       examples += r->json["examples"].get<int64_t>();
+      pulled_bytes_ += r->json.value("pulled_bytes", int64_t{0});
     }
     if (!joined.ok()) {
       reached_ = st.step + steps;
@@ -164,6 +173,10 @@ class PsStrategy final : public strategy::Strategy {
             {"num_workers", ctx_.worker_addresses.size()},
             {"steps_per_execution", p_.steps_per_execution},
             {"partitioner", strategy::PartitionerString(p_.partitioner)},
+            {"ps_prefetch", p_.ps_prefetch},
+            {"ps_pull", p_.ps_pull_rows ? "rows" : "full"},
+            {"ps_applied_updates", AppliedUpdates()},
+            {"ps_pulled_bytes", pulled_bytes_},
             {"closures",
              {{"scheduled", s.scheduled}, {"completed", s.completed}, {"retried", s.retried}, {"worker_failures", s.worker_failures}}},
             {"recovery", {{"ps_restarts", ps_restarts_}, {"restored_steps", restored_}, {"checkpoints_written", checkpoints_}}}};
@@ -171,6 +184,18 @@ class PsStrategy final : public strategy::Strategy {
 
  private:
   static constexpr int kMaxRecoveries = 10;  // in a row, without a checkpoint in between
+
+  // Updates the PS tasks applied, summed (-1 when one cannot say): with no
+  // PS restarted, exactly steps x shards when every step landed once.
+  int64_t AppliedUpdates() const {
+    int64_t n = 0;
+    for (const auto& c : clients_) {
+      auto s = c->GetStatus();
+      if (!s.ok()) return -1;
+      n += s->applied_updates;
+    }
+    return n;
+  }
 
   int64_t ParameterCount() const {
     int64_t n = 0;
@@ -299,17 +324,185 @@ class PsStrategy final : public strategy::Strategy {
   int64_t reached_ = 0;
   int64_t ps_restarts_ = 0;
   int64_t checkpoints_ = 0;
+  int64_t pulled_bytes_ = 0;  // by the workers, for the closures that completed
   std::vector<int64_t> restored_;
 };
 
+// The worker's network thread: pulls and pushes run on it one after another,
+// in the order they were asked for, while the closure computes. The order is
+// what bounds staleness: the pull for step s+1 is queued after the push of
+// step s-1, so step s+1 sees every update of this worker but the last one.
+class IoQueue {
+ public:
+  IoQueue() : thread_([this] { Loop(); }) {}
+  // Runs what is still queued, then stops.
+  ~IoQueue() {
+    {
+      std::lock_guard g(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  std::future<Status> Run(std::function<Status()> fn) {
+    std::packaged_task<Status()> task(std::move(fn));
+    std::future<Status> f = task.get_future();
+    {
+      std::lock_guard g(mu_);
+      tasks_.push_back(std::move(task));
+    }
+    cv_.notify_all();
+    return f;
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;
+      std::packaged_task<Status()> task = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      task();
+      lock.lock();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::packaged_task<Status()>> tasks_;
+  bool stop_ = false;
+  std::thread thread_;  // last: started once the rest exists
+};
+
+// Row pulls for a model whose first layer is an Embedding: each step pulls
+// only the rows its batch uses. The worker computes with a copy of the model
+// whose table has `capacity` rows (the most one batch can use): the batch's
+// distinct ids, ascending, become rows 0..u-1, the ids are renumbered to
+// match, and the gradient's rows are renumbered back before the push.
+struct RowPlan {
+  size_t var = 0;         // the table's index among the model's variables
+  std::string name;       // the table variable
+  std::string layer;      // the Embedding layer
+  int64_t input_dim = 0;  // rows of the real table
+  int64_t capacity = 0;   // rows of the worker's compact table
+};
+
+// The plan for `job` when row pulls are on and pay: nullopt for models
+// without a first-layer Embedding, or whose table is no bigger than a batch.
+std::optional<RowPlan> PlanRows(const model::JobConfig& job, const model::Model& m, bool pull_rows) {
+  if (!pull_rows || job.model.layers.empty() || job.model.layers[0].type != model::LayerType::kEmbedding) return std::nullopt;
+  const model::LayerSpec& e = job.model.layers[0];
+  const int64_t bag = job.model.input_shape.empty() ? 1 : NumElements(job.model.input_shape);
+  const int64_t capacity = job.batch_size * bag;
+  if (capacity <= 0 || capacity >= e.input_dim || m.variables().empty()) return std::nullopt;
+  return RowPlan{0, m.variables()[0].name, e.name, e.input_dim, capacity};
+}
+
+// One training step's inputs: its batch, and the variable values pulled for
+// it (with a row plan, the table holds only the batch's rows).
+struct Step {
+  data::Element batch;
+  Tensor x;                                 // features as the model sees them
+  std::vector<int64_t> rows;                // the table rows the batch uses, ascending
+  int64_t pulled_bytes = 0;                 // what the pull moves
+  std::shared_ptr<std::vector<Tensor>> values;
+  std::future<Status> pulled;
+};
+
 // What a worker keeps between closures: the job and its placement (set by
-// the dataset function), and idle models to reuse.
+// the dataset function), idle models and value buffers to reuse, the network
+// thread, and the next step's batch and values when prefetching.
 struct WorkerFitState {
   std::mutex mu;
   std::optional<model::JobConfig> job;
+  std::vector<std::string> names;  // the model's variables, in order
   std::optional<strategy::Placement> placement;
+  std::shared_ptr<strategy::VariableStore> store;
+  std::optional<RowPlan> plan;
+  bool prefetch = true;
+  uint64_t generation = 0;  // bumped each time the dataset is (re)built
   std::vector<std::unique_ptr<model::Model>> idle;
+  std::vector<std::shared_ptr<std::vector<Tensor>>> free_values;
+  std::optional<Step> prefetched;
+  uint64_t prefetched_generation = 0;
+  std::unique_ptr<IoQueue> io;  // last: destroyed first, finishing what uses the rest
 };
+
+// Takes the next batch, renumbers its ids for a row plan, and pulls (now,
+// or on the network thread when `io` is given) the values it needs.
+StatusOr<Step> PrepareStep(worker::ClosureContext& ctx, WorkerFitState& state, const std::optional<RowPlan>& plan,
+                           const std::vector<std::string>& names, const std::shared_ptr<strategy::VariableStore>& store,
+                           IoQueue* io) {
+  ASSIGN_OR_RETURN(std::optional<data::Element> e, ctx.Next(kTrainDataset));
+  if (!e) return OutOfRange("fit: training dataset ended");
+  Step step;
+  step.batch = std::move(*e);
+  step.x = step.batch[0];
+  if (plan) {
+    const Tensor& ids = step.batch[0];
+    if (ids.dtype() != DType::kInt64) return InvalidArgument("layer \"" + plan->layer + "\": expects int64 ids");
+    const int64_t* id = ids.data<int64_t>();
+    for (int64_t i = 0; i < ids.size(); ++i) {
+      if (id[i] < 0 || id[i] >= plan->input_dim) {
+        return InvalidArgument("layer \"" + plan->layer + "\": id " + std::to_string(id[i]) + " at position " +
+                               std::to_string(i) + " is outside [0, " + std::to_string(plan->input_dim) + ")");
+      }
+    }
+    step.rows.assign(id, id + ids.size());
+    std::sort(step.rows.begin(), step.rows.end());
+    step.rows.erase(std::unique(step.rows.begin(), step.rows.end()), step.rows.end());
+    if (static_cast<int64_t>(step.rows.size()) > plan->capacity) {
+      return Internal("fit: a batch uses " + std::to_string(step.rows.size()) + " rows, more than " +
+                      std::to_string(plan->capacity));
+    }
+    ASSIGN_OR_RETURN(step.x, Tensor::CreateUninitialized(DType::kInt64, ids.shape()));
+    int64_t* out = step.x.data<int64_t>();
+    for (int64_t i = 0; i < ids.size(); ++i) {
+      out[i] = std::lower_bound(step.rows.begin(), step.rows.end(), id[i]) - step.rows.begin();
+    }
+  }
+  {
+    std::lock_guard g(state.mu);
+    if (!state.free_values.empty()) {
+      step.values = std::move(state.free_values.back());
+      state.free_values.pop_back();
+    }
+  }
+  if (!step.values) step.values = std::make_shared<std::vector<Tensor>>(names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    ASSIGN_OR_RETURN(const strategy::PlacedVariable* v, store->placement().Find(names[i]));
+    const int64_t elems = plan && i == plan->var ? static_cast<int64_t>(step.rows.size()) * v->shape[1] : NumElements(v->shape);
+    step.pulled_bytes += elems * static_cast<int64_t>(DTypeSize(v->dtype));
+  }
+  auto pull = [store, names, plan, values = step.values, rows = step.rows]() -> Status {
+    std::vector<strategy::VariableStore::Item> items;
+    Tensor table_rows;
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (plan && i == plan->var) {
+        // The batch's rows land in the top of the compact table.
+        Tensor& table = (*values)[i];
+        if (table.rank() != 2 || table.dim(0) != plan->capacity) {
+          ASSIGN_OR_RETURN(const strategy::PlacedVariable* v, store->placement().Find(names[i]));
+          ASSIGN_OR_RETURN(table, Tensor::CreateUninitialized(v->dtype, {plan->capacity, v->shape[1]}));
+        }
+        table_rows = *table.Rows(0, static_cast<int64_t>(rows.size()));
+        items.push_back({names[i], rows, &table_rows});
+      } else {
+        items.push_back({names[i], std::nullopt, &(*values)[i]});
+      }
+    }
+    return store->Fetch(items);
+  };
+  if (io) {
+    step.pulled = io->Run(std::move(pull));
+  } else {
+    std::promise<Status> done;
+    done.set_value(pull());
+    step.pulled = done.get_future();
+  }
+  return step;
+}
 
 }  // namespace
 
@@ -343,55 +536,154 @@ Status RegisterPsWorker(worker::Registry& r) {
     const strategy::InputShard shard{a.value("num_workers", int64_t{1}), env.worker_index};
     ASSIGN_OR_RETURN(strategy::Examples ex,
                      strategy::LoadExamples(job.data.train, a.at("data_dir").get<std::string>(), *m, shard));
+    std::optional<RowPlan> plan = PlanRows(job, *m, a.value("pull_rows", true));
     // Each worker shuffles its own way, as per-worker datasets do in TF.
     job.seed += 7919 * (env.worker_index + 1);
     data::Dataset ds = strategy::TrainingPipeline(ex, job).Repeat();
     std::lock_guard g(state->mu);
     state->job = job;
+    state->names = VariableNames(*m);
     state->placement = std::move(placement);
+    state->store.reset();  // made by the next closure, which has the PS clients
+    state->plan = plan;
+    state->prefetch = a.value("prefetch", true);
+    ++state->generation;
     state->idle.clear();
+    state->free_values.clear();
+    state->prefetched.reset();
+    if (!state->io) state->io = std::make_unique<IoQueue>();
     return ds;
   }));
   return r.AddClosure(kTrainClosure, [state](worker::ClosureContext& ctx, const nlohmann::json& a,
                                              const std::vector<Tensor>&) -> StatusOr<worker::ClosureResult> {
     std::unique_ptr<model::Model> m;
     model::JobConfig job;
-    std::optional<strategy::Placement> placement;
+    std::vector<std::string> names;
+    std::optional<RowPlan> plan;
+    std::shared_ptr<strategy::VariableStore> store;
+    std::optional<Step> cur;
+    bool prefetch;
+    uint64_t generation;
+    IoQueue* io;
     {
       std::lock_guard g(state->mu);
       if (!state->job) return FailedPrecondition("fit: this worker has no training dataset yet");
       job = *state->job;
-      placement = state->placement;
+      names = state->names;
+      plan = state->plan;
+      if (!state->store) state->store = std::make_shared<strategy::VariableStore>(*state->placement, ctx.ps());
+      store = state->store;
+      prefetch = state->prefetch;
+      generation = state->generation;
+      io = prefetch ? state->io.get() : nullptr;
       if (!state->idle.empty()) {
         m = std::move(state->idle.back());
         state->idle.pop_back();
       }
+      // The step another closure pulled ahead, if it is of this dataset.
+      if (state->prefetched && state->prefetched_generation == generation) cur = std::move(state->prefetched);
+      state->prefetched.reset();
     }
     if (!m) {
-      ASSIGN_OR_RETURN(m, model::Model::Create(job.model, job.loss));
+      // With a row plan the worker's model has the compact table.
+      model::ModelSpec spec = job.model;
+      if (plan) spec.layers[0].input_dim = plan->capacity;
+      ASSIGN_OR_RETURN(m, model::Model::Create(spec, job.loss));
     }
-    strategy::VariableStore store(*placement, ctx.ps());
-    const std::vector<std::string> names = VariableNames(*m);
     strategy::BatchStats stats;
     stats.metrics.resize(job.metrics.size());
     const int64_t steps = a.value("steps", int64_t{1});
-    int64_t examples = 0;
-    for (int64_t s = 0; s < steps; ++s) {
-      ASSIGN_OR_RETURN(std::optional<data::Element> e, ctx.Next(kTrainDataset));
-      if (!e) return OutOfRange("fit: training dataset ended");
-      ASSIGN_OR_RETURN(std::vector<Tensor> values, store.Pull(names));
-      ASSIGN_OR_RETURN(model::Model::Output out, m->ComputeGradients(values, (*e)[0], (*e)[1]));
+    int64_t examples = 0, pulled_bytes = 0;
+    // Pushes in flight; every one must have landed before the closure says
+    // it is done, so a worker killed at any point loses no update (the
+    // re-run closure re-sends them, and the PS applies each once).
+    std::vector<std::future<Status>> pushes;
+    auto finish = [&](Status s) -> Status {
+      for (auto& f : pushes) {
+        Status p = f.get();
+        if (s.ok()) s = p;
+      }
+      return s;
+    };
+    auto recycle = [&](Step& step) {
+      if (!step.values) return;
+      std::lock_guard g(state->mu);
+      if (state->generation == generation) state->free_values.push_back(std::move(step.values));
+    };
+    Status failed;
+    for (int64_t s = 0; s < steps && failed.ok(); ++s) {
+      if (!cur) {
+        auto prepared = PrepareStep(ctx, *state, plan, names, store, io);
+        if (!prepared.ok()) {
+          failed = prepared.status();
+          break;
+        }
+        cur = std::move(prepared).value();
+      }
+      if (Status pulled = cur->pulled.get(); !pulled.ok()) {
+        failed = pulled;
+        break;
+      }
+      // Prefetch: the next step's batch and values (the next closure's, after
+      // the last step) come in while this one computes.
+      std::optional<Step> next;
+      Status next_status;
+      if (prefetch) {
+        auto prepared = PrepareStep(ctx, *state, plan, names, store, io);
+        if (prepared.ok()) {
+          next = std::move(prepared).value();
+        } else {
+          next_status = prepared.status();
+        }
+      }
+      auto out = m->ComputeGradients(*cur->values, cur->x, cur->batch[1]);
+      if (!out.ok()) {
+        failed = out.status();
+        recycle(*cur);
+        cur = std::move(next);
+        break;
+      }
       std::vector<strategy::VariableStore::Grad> grads;
-      for (size_t i = 0; i < names.size(); ++i) grads.push_back({names[i], std::move(out.grads[i])});
-      RETURN_IF_ERROR(store.PushGradients(ctx.closure_id(), static_cast<uint32_t>(s), grads).status());
-      RETURN_IF_ERROR(strategy::RecordBatch(out, (*e)[1], job.metrics, stats));
-      examples += (*e)[0].dim(0);
+      for (size_t i = 0; i < names.size(); ++i) grads.push_back({names[i], std::move(out->grads[i])});
+      if (plan && grads[plan->var].grad.sparse) {
+        // Back from the compact table's rows to the real table's.
+        model::Gradient& g = grads[plan->var].grad;
+        Tensor global = Tensor::Zeros(DType::kInt64, g.indices.shape());
+        const int64_t* local = g.indices.data<int64_t>();
+        for (int64_t i = 0; i < g.indices.size(); ++i) global.data<int64_t>()[i] = cur->rows[static_cast<size_t>(local[i])];
+        g.indices = global;
+      }
+      const uint32_t sequence = static_cast<uint32_t>(s);
+      if (io) {
+        pushes.push_back(io->Run([store, id = ctx.closure_id(), sequence, grads = std::move(grads)]() -> Status {
+          return store->PushGradients(id, sequence, grads).status();
+        }));
+      } else {
+        failed = store->PushGradients(ctx.closure_id(), sequence, grads).status();
+      }
+      if (failed.ok()) failed = strategy::RecordBatch(*out, cur->batch[1], job.metrics, stats);
+      examples += cur->batch[0].dim(0);
+      pulled_bytes += cur->pulled_bytes;
+      recycle(*cur);
+      cur = std::move(next);
+      if (failed.ok()) failed = next_status;
     }
+    failed = finish(failed);
     {
       std::lock_guard g(state->mu);
-      state->idle.push_back(std::move(m));
+      // A model (and what was pulled ahead) of an older dataset is dropped:
+      // its table may have another shape.
+      if (state->generation == generation) state->idle.push_back(std::move(m));
+      // What was pulled ahead is the next closure's first step.
+      if (cur && failed.ok() && state->generation == generation) {
+        state->prefetched = std::move(cur);
+        state->prefetched_generation = generation;
+      }
     }
-    return worker::ClosureResult{StatsToJson(stats, steps, examples), {}};
+    RETURN_IF_ERROR(failed);
+    nlohmann::json result = StatsToJson(stats, steps, examples);
+    result["pulled_bytes"] = pulled_bytes;
+    return worker::ClosureResult{result, {}};
   });
 }
 

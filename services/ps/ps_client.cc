@@ -1,11 +1,76 @@
 #include "services/ps/ps_client.h"
 
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "services/collective/net.h"
 #include "services/ps/ps_service.h"
 
 namespace tfjob::ps {
 
+namespace net = collective::net;
+using wire::Clock;
+
+class PsClient::Connection {
+ public:
+  net::Fd fd;
+  Clock::time_point deadline;  // of the call using it
+};
+
+namespace {
+
+// A refused request is answered before its payload is read; when the PS
+// closes instead of reading on, this is how long to look for its answer.
+constexpr auto kAnswerAfterBrokenSend = std::chrono::seconds(1);
+
+// One connection attempt to every address `address` resolves to, blocking,
+// bounded by `deadline`. UNAVAILABLE when none answers (retryable).
+StatusOr<net::Fd> ConnectOnce(const std::string& address, Clock::time_point deadline) {
+  ASSIGN_OR_RETURN(net::HostPort hp, net::SplitAddress(address));
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const int rc = getaddrinfo(hp.host.c_str(), std::to_string(hp.port).c_str(), &hints, &res);
+  // DNS names of pods appear only once the pod exists: retryable, like a refusal.
+  if (rc != 0) return Unavailable("resolving " + address + ": " + gai_strerror(rc));
+  std::string last = "no address";
+  for (addrinfo* a = res; a; a = a->ai_next) {
+    net::Fd fd(socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
+    if (!fd.valid()) {
+      last = std::strerror(errno);
+      continue;
+    }
+    // A blocking connect gives up after SO_SNDTIMEO.
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now()).count();
+    timeval tv{static_cast<time_t>(std::max<int64_t>(left, 1000) / 1000000),
+               static_cast<suseconds_t>(std::max<int64_t>(left, 1000) % 1000000)};
+    setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0) {
+      const int one = 1;
+      setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      freeaddrinfo(res);
+      return fd;
+    }
+    last = errno == EINPROGRESS ? "timed out" : std::strerror(errno);
+  }
+  freeaddrinfo(res);
+  return Unavailable("connecting to " + address + ": " + last);
+}
+
+}  // namespace
+
 PsClient::PsClient(std::string address, ClientOptions options)
     : address_(std::move(address)), options_(options), stub_(proto::ParameterServer::NewStub(rpc::MakeChannel(address_))) {}
+
+PsClient::~PsClient() = default;
 
 template <typename Req, typename Resp, typename Fn>
 Status PsClient::Call(const char* what, const Req& req, Resp* resp, Fn fn) {
@@ -16,60 +81,238 @@ Status PsClient::Call(const char* what, const Req& req, Resp* resp, Fn fn) {
   });
 }
 
+StatusOr<std::unique_ptr<PsClient::Connection>> PsClient::TakeConnection(Clock::time_point deadline) {
+  {
+    std::lock_guard g(mu_);
+    while (!idle_.empty()) {
+      std::unique_ptr<Connection> c = std::move(idle_.back());
+      idle_.pop_back();
+      // The PS never speaks first: anything readable on an idle connection
+      // is its end (a restarted or stopped PS).
+      if (!net::Readable(c->fd.get())) {
+        c->deadline = deadline;
+        return c;
+      }
+    }
+  }
+  auto c = std::make_unique<Connection>();
+  c->deadline = deadline;
+  ASSIGN_OR_RETURN(c->fd, ConnectOnce(address_, deadline));
+  const std::string& token = options_.credentials.token;
+  wire::Frame hello{wire::kHelloMagic, wire::kVersion, static_cast<uint32_t>(token.size()), 0, 0};
+  iovec iov[2] = {{&hello, sizeof hello}, {const_cast<char*>(token.data()), token.size()}};
+  RETURN_IF_ERROR(wire::SendAll(c->fd.get(), iov, deadline, address_));
+  wire::Frame answer;
+  RETURN_IF_ERROR(wire::RecvFrame(c->fd.get(), &answer, deadline, address_));
+  if (answer.magic != wire::kResponseMagic || answer.meta_bytes > wire::kMaxMetaBytes || answer.payload_bytes != 0) {
+    return Internal(address_ + " does not speak the parameter server's data plane");
+  }
+  if (answer.kind != 0) {
+    std::string why(answer.meta_bytes, '\0');
+    RETURN_IF_ERROR(wire::RecvAll(c->fd.get(), why.data(), why.size(), deadline, address_));
+    return Status(static_cast<Code>(answer.kind), why);
+  }
+  return c;
+}
+
+void PsClient::GiveBack(std::unique_ptr<Connection> c) {
+  std::lock_guard g(mu_);
+  idle_.push_back(std::move(c));
+}
+
+Status PsClient::DataCall(const char* what, uint32_t op, const google::protobuf::MessageLite& meta,
+                          std::span<const Tensor> payload, const OnResponse& on_response) {
+  const std::string context = std::string(what) + " on parameter server " + address_;
+  const std::string meta_bytes = meta.SerializeAsString();
+  if (meta_bytes.size() > wire::kMaxMetaBytes) {
+    return InvalidArgument(context + ": request meta of " + std::to_string(meta_bytes.size()) + " bytes is too large");
+  }
+  uint64_t payload_bytes = 0;
+  for (const Tensor& t : payload) payload_bytes += t.bytes();
+  return rpc::CallWithRetry(address_, options_.retry, [&]() -> Status {
+    auto taken = TakeConnection(Clock::now() + options_.timeout);
+    if (!taken.ok()) return Status(taken.status().code(), context + ": " + taken.status().message());
+    std::unique_ptr<Connection> c = std::move(taken).value();
+    const int fd = c->fd.get();
+    wire::Frame f{wire::kRequestMagic, op, static_cast<uint32_t>(meta_bytes.size()), 0, payload_bytes};
+    std::vector<iovec> iov;
+    iov.reserve(2 + payload.size());
+    iov.push_back({&f, sizeof f});
+    iov.push_back({const_cast<char*>(meta_bytes.data()), meta_bytes.size()});
+    for (const Tensor& t : payload) iov.push_back({const_cast<std::byte*>(t.raw()), t.bytes()});
+    const Status sent = wire::SendAll(fd, iov, c->deadline, address_);
+    // Even when sending failed the PS may have answered: it refuses a bad
+    // request before reading its payload, and may then close.
+    wire::Frame r;
+    const Status got =
+        wire::RecvFrame(fd, &r, sent.ok() ? c->deadline : std::min(c->deadline, Clock::now() + kAnswerAfterBrokenSend), address_);
+    if (!got.ok()) {
+      const Status& why = sent.ok() ? got : sent;
+      return Status(why.code(), context + ": " + why.message());
+    }
+    if (r.magic != wire::kResponseMagic || r.meta_bytes > wire::kMaxMetaBytes) {
+      return Internal(context + ": malformed response");
+    }
+    std::string rmeta(r.meta_bytes, '\0');
+    if (Status s = wire::RecvAll(fd, rmeta.data(), rmeta.size(), c->deadline, address_); !s.ok()) {
+      return Status(s.code(), context + ": " + s.message());
+    }
+    if (r.kind != 0) {
+      if (sent.ok() && r.payload_bytes == 0) GiveBack(std::move(c));
+      return Status(static_cast<Code>(r.kind), context + ": " + rmeta);
+    }
+    if (!sent.ok()) return Status(sent.code(), context + ": " + sent.message());
+    Status s = on_response(*c, rmeta, r.payload_bytes);
+    if (!s.ok()) return Status(s.code(), context + ": " + s.message());
+    GiveBack(std::move(c));
+    return Status::Ok();
+  });
+}
+
+Status PsClient::ReceiveTensor(Connection& c, const proto::Tensor& header, Tensor* out, Tensor* allocated) {
+  ASSIGN_OR_RETURN(wire::Described d, wire::Describe(header, UINT64_MAX));
+  Tensor* into = out;
+  if (!into) {
+    ASSIGN_OR_RETURN(*allocated, Tensor::CreateUninitialized(d.dtype, d.shape));
+    into = allocated;
+  } else if (into->dtype() != d.dtype || into->shape() != d.shape) {
+    return InvalidArgument("the parameter server sent " + std::string(DTypeName(d.dtype)) + ShapeString(d.shape) +
+                           ", the destination is " + into->DebugString());
+  }
+  return wire::RecvAll(c.fd.get(), into->raw(), static_cast<size_t>(d.bytes), c.deadline, address_);
+}
+
+namespace {
+
+// The bytes a response's tensors need, checked against what it carries
+// before anything is allocated for them.
+Status CheckPayload(const google::protobuf::RepeatedPtrField<proto::Tensor>& values, uint64_t payload_bytes) {
+  uint64_t need = 0;
+  for (const proto::Tensor& h : values) {
+    ASSIGN_OR_RETURN(wire::Described d, wire::Describe(h, UINT64_MAX));
+    need += d.bytes;
+  }
+  if (need != payload_bytes) {
+    return Internal("response tensors need " + std::to_string(need) + " bytes, it carries " + std::to_string(payload_bytes));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 StatusOr<bool> PsClient::CreateVariable(const std::string& name, const Tensor& initial,
                                         const std::optional<model::OptimizerSpec>& optimizer) {
   proto::CreateVariableRequest req;
   req.set_name(name);
-  rpc::TensorToProto(initial, req.mutable_initial_value());
+  wire::HeaderOf(initial, req.mutable_initial_value());
   if (optimizer) *req.mutable_optimizer() = OptimizerToProto(*optimizer);
-  proto::CreateVariableResponse resp;
-  RETURN_IF_ERROR(Call("CreateVariable", req, &resp, &proto::ParameterServer::Stub::CreateVariable));
-  return resp.created();
+  bool created = false;
+  RETURN_IF_ERROR(DataCall("CreateVariable", static_cast<uint32_t>(wire::Op::kCreateVariable), req, {&initial, 1},
+                           [&](Connection&, const std::string& meta, uint64_t) -> Status {
+                             proto::CreateVariableResponse resp;
+                             if (!resp.ParseFromString(meta)) return Internal("malformed response");
+                             created = resp.created();
+                             return Status::Ok();
+                           }));
+  return created;
+}
+
+Status PsClient::PullInto(const std::vector<std::string>& names, std::span<Tensor> out) {
+  if (out.size() != names.size()) {
+    return InvalidArgument("Pull: " + std::to_string(names.size()) + " names, " + std::to_string(out.size()) + " destinations");
+  }
+  proto::PullRequest req;
+  for (const auto& n : names) req.add_names(n);
+  return DataCall("Pull", static_cast<uint32_t>(wire::Op::kPull), req, {},
+                  [&](Connection& c, const std::string& meta, uint64_t payload_bytes) -> Status {
+                    proto::PullResponse resp;
+                    if (!resp.ParseFromString(meta)) return Internal("malformed response");
+                    if (resp.values_size() != static_cast<int>(names.size())) return Internal("wrong number of values");
+                    RETURN_IF_ERROR(CheckPayload(resp.values(), payload_bytes));
+                    for (int i = 0; i < resp.values_size(); ++i) {
+                      RETURN_IF_ERROR(ReceiveTensor(c, resp.values(i), &out[static_cast<size_t>(i)], nullptr));
+                    }
+                    return Status::Ok();
+                  });
 }
 
 StatusOr<std::vector<Tensor>> PsClient::Pull(const std::vector<std::string>& names) {
   proto::PullRequest req;
   for (const auto& n : names) req.add_names(n);
-  proto::PullResponse resp;
-  RETURN_IF_ERROR(Call("Pull", req, &resp, &proto::ParameterServer::Stub::Pull));
-  if (resp.values_size() != static_cast<int>(names.size())) return Internal("Pull: wrong number of values from " + address_);
   std::vector<Tensor> out;
-  for (const auto& v : resp.values()) {
-    ASSIGN_OR_RETURN(Tensor t, rpc::TensorFromProto(v));
-    out.push_back(std::move(t));
-  }
+  RETURN_IF_ERROR(DataCall("Pull", static_cast<uint32_t>(wire::Op::kPull), req, {},
+                           [&](Connection& c, const std::string& meta, uint64_t payload_bytes) -> Status {
+                             proto::PullResponse resp;
+                             if (!resp.ParseFromString(meta)) return Internal("malformed response");
+                             if (resp.values_size() != static_cast<int>(names.size())) {
+                               return Internal("wrong number of values");
+                             }
+                             RETURN_IF_ERROR(CheckPayload(resp.values(), payload_bytes));
+                             out.assign(names.size(), Tensor());
+                             for (int i = 0; i < resp.values_size(); ++i) {
+                               RETURN_IF_ERROR(ReceiveTensor(c, resp.values(i), nullptr, &out[static_cast<size_t>(i)]));
+                             }
+                             return Status::Ok();
+                           }));
   return out;
+}
+
+Status PsClient::PullRowsInto(const std::string& name, const std::vector<int64_t>& rows, Tensor& out) {
+  proto::PullRequest req;
+  req.add_names(name);
+  for (int64_t r : rows) req.add_rows(r);
+  return DataCall("Pull", static_cast<uint32_t>(wire::Op::kPull), req, {},
+                  [&](Connection& c, const std::string& meta, uint64_t payload_bytes) -> Status {
+                    proto::PullResponse resp;
+                    if (!resp.ParseFromString(meta) || resp.values_size() != 1) return Internal("malformed response");
+                    RETURN_IF_ERROR(CheckPayload(resp.values(), payload_bytes));
+                    return ReceiveTensor(c, resp.values(0), &out, nullptr);
+                  });
 }
 
 StatusOr<Tensor> PsClient::PullRows(const std::string& name, const std::vector<int64_t>& rows) {
   proto::PullRequest req;
   req.add_names(name);
   for (int64_t r : rows) req.add_rows(r);
-  proto::PullResponse resp;
-  RETURN_IF_ERROR(Call("Pull", req, &resp, &proto::ParameterServer::Stub::Pull));
-  if (resp.values_size() != 1) return Internal("Pull: wrong number of values from " + address_);
-  return rpc::TensorFromProto(resp.values(0));
+  Tensor out;
+  RETURN_IF_ERROR(DataCall("Pull", static_cast<uint32_t>(wire::Op::kPull), req, {},
+                           [&](Connection& c, const std::string& meta, uint64_t payload_bytes) -> Status {
+                             proto::PullResponse resp;
+                             if (!resp.ParseFromString(meta) || resp.values_size() != 1) return Internal("malformed response");
+                             RETURN_IF_ERROR(CheckPayload(resp.values(), payload_bytes));
+                             return ReceiveTensor(c, resp.values(0), nullptr, &out);
+                           }));
+  return out;
 }
 
 StatusOr<int> PsClient::Push(uint64_t closure_id, uint32_t sequence, const std::vector<Update>& updates) {
   proto::PushRequest req;
   req.set_closure_id(closure_id);
   req.set_sequence(sequence);
+  std::vector<Tensor> payload;
+  payload.reserve(updates.size());
   for (const Update& u : updates) {
     proto::Update* p = req.add_updates();
     p->set_name(u.name);
     p->set_kind(u.kind == Update::Kind::kApplyGradient ? proto::Update::APPLY_GRADIENT
                 : u.kind == Update::Kind::kAssignAdd  ? proto::Update::ASSIGN_ADD
                                                       : proto::Update::ASSIGN);
-    rpc::TensorToProto(u.value, p->mutable_value());
+    wire::HeaderOf(u.value, p->mutable_value());
     if (u.rows) {
       if (u.rows->dtype() != DType::kInt64) return InvalidArgument("Push \"" + u.name + "\": rows must be int64");
       for (int64_t r : u.rows->flat<int64_t>()) p->add_rows(r);
     }
+    payload.push_back(u.value);
   }
-  proto::PushResponse resp;
-  RETURN_IF_ERROR(Call("Push", req, &resp, &proto::ParameterServer::Stub::Push));
-  return resp.duplicates();
+  int duplicates = 0;
+  RETURN_IF_ERROR(DataCall("Push", static_cast<uint32_t>(wire::Op::kPush), req, payload,
+                           [&](Connection&, const std::string& meta, uint64_t payload_bytes) -> Status {
+                             proto::PushResponse resp;
+                             if (!resp.ParseFromString(meta) || payload_bytes != 0) return Internal("malformed response");
+                             duplicates = resp.duplicates();
+                             return Status::Ok();
+                           }));
+  return duplicates;
 }
 
 StatusOr<int64_t> PsClient::Save(int64_t step) {

@@ -1,18 +1,33 @@
 // A client for one parameter server. Every call has a deadline; UNAVAILABLE
-// (the PS is not up yet, or restarting) is retried with exponential backoff,
-// and the final error names the address. Other codes return at once.
-// Thread-safety: a PsClient may be shared by threads (gRPC stubs are).
+// (the PS is not up yet, or restarting, or a connection broke) is retried
+// with exponential backoff, and the final error names the address. Other
+// codes return at once.
+//
+// CreateVariable, Pull and Push use the PS's data plane (wire.h): the
+// tensors' own memory goes to the socket, and pulled bytes are read from the
+// socket straight into the destination tensor (PullInto / PullRowsInto take
+// a caller's tensor, or a view into a bigger one, so nothing is allocated).
+// Data-plane connections are pooled: each call takes an idle one or opens
+// one (one hello with the job's token), and puts it back when the exchange
+// completed. The other calls go over gRPC.
+//
+// Thread-safety: a PsClient may be shared by threads; concurrent calls use
+// separate connections. Ownership: owns its pooled connections.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
 #include "proto/ps.grpc.pb.h"
 #include "services/model/spec.h"
+#include "services/ps/wire.h"
 #include "services/rpc/rpc.h"
 #include "services/tensor/tensor.h"
 
@@ -41,6 +56,9 @@ struct PsStatus {
 class PsClient {
  public:
   explicit PsClient(std::string address, ClientOptions options = {});
+  ~PsClient();
+  PsClient(const PsClient&) = delete;
+  PsClient& operator=(const PsClient&) = delete;
 
   const std::string& address() const { return address_; }
 
@@ -48,7 +66,13 @@ class PsClient {
   StatusOr<bool> CreateVariable(const std::string& name, const Tensor& initial,
                                 const std::optional<model::OptimizerSpec>& optimizer);
   StatusOr<std::vector<Tensor>> Pull(const std::vector<std::string>& names);
+  // Pulls names[i] into out[i], which must already have the variable's
+  // dtype and shape (INVALID_ARGUMENT otherwise, and `out` may then hold part
+  // of the values). Views (Tensor::Rows) write into the tensor they view.
+  Status PullInto(const std::vector<std::string>& names, std::span<Tensor> out);
   StatusOr<Tensor> PullRows(const std::string& name, const std::vector<int64_t>& rows);
+  // Rows `rows` of a variable into `out` ([rows.size(), ...row shape]).
+  Status PullRowsInto(const std::string& name, const std::vector<int64_t>& rows, Tensor& out);
   // Returns how many updates were skipped as already applied.
   StatusOr<int> Push(uint64_t closure_id, uint32_t sequence, const std::vector<Update>& updates);
   // Checkpoints at `step` in the PS's own checkpoint directory; returns the
@@ -62,12 +86,28 @@ class PsClient {
   Status Shutdown();
 
  private:
+  class Connection;
+  // What a data-plane call does with an OK response: parse the meta, read
+  // the payload. A non-OK return drops the connection.
+  using OnResponse = std::function<Status(Connection&, const std::string& meta, uint64_t payload_bytes)>;
+
   template <typename Req, typename Resp, typename Fn>
   Status Call(const char* what, const Req& req, Resp* resp, Fn fn);
+  // One data-plane exchange, retried like an RPC: `meta` then the bytes of
+  // `payload` in order.
+  Status DataCall(const char* what, uint32_t op, const google::protobuf::MessageLite& meta,
+                  std::span<const Tensor> payload, const OnResponse& on_response);
+  StatusOr<std::unique_ptr<Connection>> TakeConnection(std::chrono::steady_clock::time_point deadline);
+  void GiveBack(std::unique_ptr<Connection> c);
+  // Reads a pulled tensor described by `header` into `out`, allocating it
+  // when `out` is null.
+  Status ReceiveTensor(Connection& c, const proto::Tensor& header, Tensor* out, Tensor* allocated);
 
   std::string address_;
   ClientOptions options_;
   std::unique_ptr<proto::ParameterServer::Stub> stub_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Connection>> idle_;
 };
 
 }  // namespace tfjob::ps

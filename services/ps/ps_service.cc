@@ -10,36 +10,7 @@
 namespace tfjob::ps {
 namespace {
 
-uint64_t DedupKey(uint64_t closure_id, uint32_t sequence) {
-  // splitmix-style mix: distinct (id, sequence) pairs collide with negligible probability.
-  uint64_t z = closure_id * 0x9e3779b97f4a7c15ULL + sequence + 1;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 grpc::Status Err(const Status& s) { return rpc::ToGrpc(s); }
-
-// Closure ids carry the coordinator's incarnation in their high half.
-constexpr uint64_t kCoordinatorMask = 0xffffffff00000000ULL;
-
-// Rows of `value` for a sparse update, validated against the shard.
-Status CheckRows(const Tensor& var, const std::vector<int64_t>& rows, const Tensor& value, const std::string& name) {
-  if (var.rank() < 1) return InvalidArgument("\"" + name + "\": sparse update on a scalar");
-  Shape want = var.shape();
-  want[0] = static_cast<int64_t>(rows.size());
-  if (value.dtype() != var.dtype() || value.shape() != want) {
-    return InvalidArgument("\"" + name + "\": sparse update " + value.DebugString() + " should be " +
-                           std::string(DTypeName(var.dtype())) + ShapeString(want));
-  }
-  for (size_t i = 0; i < rows.size(); ++i) {
-    if (rows[i] < 0 || rows[i] >= var.dim(0)) {
-      return InvalidArgument("\"" + name + "\": row " + std::to_string(rows[i]) + " outside [0, " +
-                             std::to_string(var.dim(0)) + ")");
-    }
-  }
-  return Status::Ok();
-}
 
 }  // namespace
 
@@ -75,8 +46,18 @@ model::OptimizerSpec OptimizerFromProto(const proto::Optimizer& p) {
   return s;
 }
 
+namespace {
+
+int ApplyThreads(int asked) {
+  if (asked > 0) return asked - 1;  // the calling thread is one of them
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::min(4, cores) - 1;
+}
+
+}  // namespace
+
 ParameterServerService::ParameterServerService(PsOptions options)
-    : options_(options), incarnation_(rpc::NewIncarnation()) {}
+    : options_(options), incarnation_(rpc::NewIncarnation()), apply_pool_(ApplyThreads(options.apply_threads)) {}
 
 std::shared_ptr<ParameterServerService::Shard> ParameterServerService::Find(const std::string& name) {
   std::shared_lock lock(table_mu_);
@@ -92,148 +73,6 @@ bool ParameterServerService::Remember(Shard& s, uint64_t key) {
     s.seen_order.pop_front();
   }
   return true;
-}
-
-grpc::Status ParameterServerService::CreateVariable(grpc::ServerContext* call, const proto::CreateVariableRequest* req,
-                                                    proto::CreateVariableResponse* resp) {
-  if (auto a = rpc::Authenticate(*call, options_.credentials); !a.ok()) return a;
-  runtime_metrics::ScopedRpc rpc_metrics(options_.metrics, "CreateVariable", req, resp);
-  if (req->name().empty()) return Err(InvalidArgument("CreateVariable: empty name"));
-  auto value = rpc::TensorFromProto(req->initial_value());
-  if (!value.ok()) return Err(value.status().WithContext("CreateVariable \"" + req->name() + "\""));
-  std::unique_lock lock(table_mu_);
-  auto it = shards_.find(req->name());
-  if (it != shards_.end()) {
-    std::lock_guard g(it->second->mu);
-    if (it->second->value.shape() != value->shape() || it->second->value.dtype() != value->dtype()) {
-      return Err(AlreadyExists("variable \"" + req->name() + "\" exists as " + it->second->value.DebugString() +
-                               ", not " + value->DebugString()));
-    }
-    resp->set_created(false);
-    return grpc::Status::OK;
-  }
-  auto shard = std::make_shared<Shard>();
-  shard->value = std::move(value).value();
-  if (req->has_optimizer() && shard->value.dtype() == DType::kFloat32) {
-    shard->optimizer.emplace(OptimizerFromProto(req->optimizer()));
-    shard->slots = shard->optimizer->CreateSlots(shard->value);
-  }
-  shards_.emplace(req->name(), std::move(shard));
-  resp->set_created(true);
-  return grpc::Status::OK;
-}
-
-grpc::Status ParameterServerService::Pull(grpc::ServerContext* call, const proto::PullRequest* req, proto::PullResponse* resp) {
-  if (auto a = rpc::Authenticate(*call, options_.credentials); !a.ok()) return a;
-  runtime_metrics::ScopedRpc rpc_metrics(options_.metrics, "Pull", req, resp);
-  if (req->rows_size() > 0 && req->names_size() != 1) {
-    return Err(InvalidArgument("Pull: rows need exactly one variable, got " + std::to_string(req->names_size())));
-  }
-  for (const std::string& name : req->names()) {
-    auto shard = Find(name);
-    if (!shard) return Err(NotFound("Pull: no variable \"" + name + "\" on this parameter server"));
-    std::lock_guard g(shard->mu);
-    if (req->rows_size() == 0) {
-      rpc::TensorToProto(shard->value, resp->add_values());
-      continue;
-    }
-    std::vector<int64_t> rows(req->rows().begin(), req->rows().end());
-    auto idx = Tensor::FromVector({static_cast<int64_t>(rows.size())}, rows);
-    auto picked = ops::Gather(shard->value, *idx);
-    if (!picked.ok()) return Err(InvalidArgument("Pull \"" + name + "\": " + picked.status().message()));
-    rpc::TensorToProto(*picked, resp->add_values());
-  }
-  return grpc::Status::OK;
-}
-
-grpc::Status ParameterServerService::Push(grpc::ServerContext* call, const proto::PushRequest* req, proto::PushResponse* resp) {
-  if (auto a = rpc::Authenticate(*call, options_.credentials); !a.ok()) return a;
-  runtime_metrics::ScopedRpc rpc_metrics(options_.metrics, "Push", req, resp);
-  if (const uint64_t fence = fence_.load(); fence != 0) {
-    const uint64_t from = req->coordinator_incarnation() != 0 ? req->coordinator_incarnation()
-                                                              : req->closure_id() & kCoordinatorMask;
-    if ((from & kCoordinatorMask) != (fence & kCoordinatorMask)) {
-      return Err(FailedPrecondition("Push: closure " + std::to_string(req->closure_id()) +
-                                    " comes from a coordinator that has been fenced off (a newer chief took over)"));
-    }
-  }
-  // Validate everything first so a bad request changes nothing.
-  struct Prepared {
-    std::shared_ptr<Shard> shard;
-    const proto::Update* update;
-    Tensor value;
-    std::vector<int64_t> rows;
-  };
-  std::vector<Prepared> prepared;
-  prepared.reserve(static_cast<size_t>(req->updates_size()));
-  for (const proto::Update& u : req->updates()) {
-    auto shard = Find(u.name());
-    if (!shard) return Err(NotFound("Push: no variable \"" + u.name() + "\" on this parameter server"));
-    auto value = rpc::TensorFromProto(u.value());
-    if (!value.ok()) return Err(value.status().WithContext("Push \"" + u.name() + "\""));
-    Prepared p{shard, &u, std::move(value).value(), std::vector<int64_t>(u.rows().begin(), u.rows().end())};
-    std::lock_guard g(shard->mu);
-    if (!p.rows.empty()) {
-      Status s = CheckRows(shard->value, p.rows, p.value, u.name());
-      if (!s.ok()) return Err(s.WithContext("Push"));
-    } else if (p.value.dtype() != shard->value.dtype() || p.value.shape() != shard->value.shape()) {
-      return Err(InvalidArgument("Push \"" + u.name() + "\": update " + p.value.DebugString() +
-                                 " does not match variable " + shard->value.DebugString()));
-    }
-    if (u.kind() == proto::Update::APPLY_GRADIENT && !shard->optimizer) {
-      return Err(FailedPrecondition("Push \"" + u.name() + "\": variable has no optimizer to apply gradients with"));
-    }
-    prepared.push_back(std::move(p));
-  }
-  const bool dedup = req->closure_id() != 0;
-  const uint64_t key = DedupKey(req->closure_id(), req->sequence());
-  int duplicates = 0;
-  for (Prepared& p : prepared) {
-    Shard& s = *p.shard;
-    std::lock_guard g(s.mu);
-    if (dedup && !Remember(s, key)) {
-      ++duplicates;
-      continue;
-    }
-    Status st;
-    const bool sparse = !p.rows.empty();
-    Tensor rows_t;
-    if (sparse) rows_t = *Tensor::FromVector({static_cast<int64_t>(p.rows.size())}, p.rows);
-    switch (p.update->kind()) {
-      case proto::Update::APPLY_GRADIENT:
-        st = sparse ? s.optimizer->ApplySparse(s.value, rows_t, p.value, s.slots)
-                    : s.optimizer->ApplyDense(s.value, p.value, s.slots);
-        break;
-      case proto::Update::ASSIGN_ADD:
-        if (sparse) {
-          st = ops::ScatterAdd(s.value, rows_t, p.value);
-        } else if (s.value.dtype() == DType::kFloat32) {
-          AsArray(s.value) += AsArray(p.value);
-        } else {
-          int64_t* v = s.value.data<int64_t>();
-          const int64_t* d = p.value.data<int64_t>();
-          for (int64_t i = 0; i < s.value.size(); ++i) v[i] += d[i];
-        }
-        break;
-      case proto::Update::ASSIGN:
-        if (sparse) {
-          const int64_t row = s.value.dim(0) ? s.value.size() / s.value.dim(0) : 0;
-          const size_t rb = static_cast<size_t>(row) * DTypeSize(s.value.dtype());
-          for (size_t i = 0; i < p.rows.size(); ++i) {
-            std::memcpy(s.value.raw() + p.rows[i] * rb, p.value.raw() + i * rb, rb);
-          }
-        } else {
-          std::memcpy(s.value.raw(), p.value.raw(), s.value.bytes());
-        }
-        break;
-      default:
-        st = InvalidArgument("Push \"" + p.update->name() + "\": unknown update kind");
-    }
-    if (!st.ok()) return Err(st);
-    applied_.fetch_add(1, std::memory_order_relaxed);
-  }
-  resp->set_duplicates(duplicates);
-  return grpc::Status::OK;
 }
 
 StatusOr<std::string> ParameterServerService::CheckpointPath(int64_t step) const {
@@ -262,7 +101,7 @@ grpc::Status ParameterServerService::Save(grpc::ServerContext* call, const proto
   for (const auto& [name, shard] : shards) {
     checkpoint::Entry e;
     {
-      std::lock_guard g(shard->mu);
+      std::shared_lock g(shard->mu);
       e = checkpoint::Entry{name, shard->slots.iterations, {shard->value.Clone()}};
       for (const Tensor& t : shard->slots.slots) e.tensors.push_back(t.Clone());
     }
@@ -286,7 +125,7 @@ grpc::Status ParameterServerService::Restore(grpc::ServerContext* call, const pr
   for (const auto& e : check->entries) {
     auto shard = Find(e.name);
     if (!shard) return Err(NotFound("Restore: checkpoint has \"" + e.name + "\", which is not created here"));
-    std::lock_guard g(shard->mu);
+    std::shared_lock g(shard->mu);
     bool ok = e.tensors.size() == 1 + shard->slots.slots.size() && e.tensors[0].first == shard->value.dtype() &&
               e.tensors[0].second == shard->value.shape();
     for (size_t k = 0; ok && k < shard->slots.slots.size(); ++k) ok = e.tensors[k + 1].second == shard->slots.slots[k].shape();
@@ -298,7 +137,7 @@ grpc::Status ParameterServerService::Restore(grpc::ServerContext* call, const pr
   auto install = [&]() {
     if (pending.name.empty()) return;
     auto shard = Find(pending.name);
-    std::lock_guard g(shard->mu);
+    std::unique_lock g(shard->mu);
     shard->value = pending.tensors[0];
     for (size_t i = 0; i < shard->slots.slots.size(); ++i) shard->slots.slots[i] = pending.tensors[i + 1];
     shard->slots.iterations = pending.iterations;
@@ -358,27 +197,5 @@ void ParameterServerService::WaitForShutdown() {
   shutdown_cv_.wait(lock, [&] { return shutdown_; });
 }
 
-StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const std::string& address, PsOptions options) {
-  std::unique_ptr<PsServer> s(new PsServer());
-  s->service_ = std::make_unique<ParameterServerService>(options);
-  ASSIGN_OR_RETURN(s->server_, rpc::StartServer(address, {s->service_.get()}, &s->port_));
-  return s;
-}
-
-PsServer::~PsServer() { Stop(); }
-
-void PsServer::Wait() {
-  service_->WaitForShutdown();
-  Stop();
-}
-
-void PsServer::Stop(std::chrono::milliseconds grace) {
-  if (server_) {
-    // A short deadline lets the Shutdown RPC that triggered this complete.
-    server_->Shutdown(std::chrono::system_clock::now() + grace);
-    server_->Wait();
-    server_.reset();
-  }
-}
 
 }  // namespace tfjob::ps

@@ -1,38 +1,56 @@
 // The parameter server: holds variable shards with their optimizer slots and
 // applies pushed updates. Asynchronous (each push applies on arrival), safe
-// under many concurrent workers (a mutex per shard, a shared lock on the
-// shard table), and exactly-once per (closure id, sequence, shard): a closure
-// re-run after a worker failure carries the same id, and the shard skips
-// what it already applied. The memory of applied ids is a bounded window per
-// shard (oldest forgotten first), far larger than any in-flight window.
+// under many concurrent workers (a reader-writer lock per shard, a shared
+// lock on the shard table), and exactly-once per (closure id, sequence,
+// shard): a closure re-run after a worker failure carries the same id, and
+// the shard skips what it already applied. The memory of applied ids is a
+// bounded window per shard (oldest forgotten first), far larger than any
+// in-flight window.
+//
+// Two planes on one port (the task's TF_CONFIG address): tensors move on the
+// data plane (wire.h: CreateVariable, Pull, Push; sent from the variable's
+// memory, received into a reused staging buffer per connection), control
+// calls on gRPC (Save, Restore, GetStatus, Fence, Shutdown). A push is
+// received whole before any of it is applied, so a connection that breaks
+// mid-push changes nothing; the updates of one push to different shards are
+// applied in parallel.
 //
 // Fencing: after Fence(c), pushes that come from any coordinator other than
 // c (known by the push's coordinator_incarnation, else the high half of its
 // closure id) are FAILED_PRECONDITION, so a dead chief's closures still
 // running on workers cannot change variables a new chief has restored.
 //
-// Ownership: PsServer owns the gRPC server and the service. Thread-safety:
-// all RPC handlers may run concurrently. Failure: bad requests (unknown
-// variable, wrong dtype or shape, bad rows) are INVALID_ARGUMENT / NOT_FOUND
-// and change nothing; the server keeps serving.
+// Ownership: PsServer owns the listening socket, the gRPC server, the
+// service and one thread per connection. Thread-safety: all handlers may run
+// concurrently. Failure: bad requests (unknown variable, wrong dtype or
+// shape, bad rows, a tensor claiming more bytes than the request carries or
+// than max_tensor_bytes allows) are INVALID_ARGUMENT / NOT_FOUND, are refused
+// before anything of the claimed size is allocated, and change nothing; the
+// server keeps serving.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
 #include <string>
+#include <thread>
 #include <unordered_set>
 
 #include "proto/ps.grpc.pb.h"
+#include "services/collective/net.h"
 #include "services/metrics/runtime_metrics.h"
 #include "services/rpc/auth.h"
-#include "services/rpc/rpc.h"
 #include "services/model/optimizers.h"
+#include "services/ps/apply_pool.h"
+#include "services/ps/rw_lock.h"
+#include "services/ps/wire.h"
+#include "services/rpc/auth.h"
 #include "services/tensor/tensor.h"
 
 namespace tfjob::ps {
@@ -43,10 +61,20 @@ struct PsOptions {
   // Empty: this PS cannot checkpoint (FAILED_PRECONDITION).
   std::string checkpoint_dir;
   std::string checkpoint_file = "ps-0.ckpt";
-  // Every RPC must carry this token (rpc/auth.h); none when empty.
+  // Every RPC and every data-plane connection must carry this token
+  // (rpc/auth.h); none when empty.
   rpc::Credentials credentials;
-  // Bytes and latency per RPC go here when set (borrowed; must outlive the service).
+  // Bytes and latency per call go here when set (borrowed; must outlive the service).
   runtime_metrics::RuntimeMetrics* metrics = nullptr;
+  // The most one tensor, and one data-plane request, may carry. A request
+  // claiming more is INVALID_ARGUMENT before anything is read or allocated.
+  uint64_t max_tensor_bytes = uint64_t{16} << 30;
+  uint64_t max_request_bytes = uint64_t{16} << 30;
+  // How long a data-plane request's meta and payload may take to arrive.
+  std::chrono::milliseconds request_timeout{300000};
+  // Threads applying one push's updates to different shards (0: up to 4,
+  // no more than the machine's cores).
+  int apply_threads = 0;
 };
 
 class ParameterServerService final : public proto::ParameterServer::Service {
@@ -54,29 +82,41 @@ class ParameterServerService final : public proto::ParameterServer::Service {
   explicit ParameterServerService(PsOptions options = {});
 
   uint64_t incarnation() const { return incarnation_; }
+  const PsOptions& options() const { return options_; }
   // Blocks until a Shutdown RPC arrives (or RequestShutdown is called).
   void WaitForShutdown();
   void RequestShutdown();
 
-  grpc::Status CreateVariable(grpc::ServerContext*, const proto::CreateVariableRequest*,
-                              proto::CreateVariableResponse*) override;
-  grpc::Status Pull(grpc::ServerContext*, const proto::PullRequest*, proto::PullResponse*) override;
-  grpc::Status Push(grpc::ServerContext*, const proto::PushRequest*, proto::PushResponse*) override;
   grpc::Status Save(grpc::ServerContext*, const proto::SaveRequest*, proto::SaveResponse*) override;
   grpc::Status Restore(grpc::ServerContext*, const proto::RestoreRequest*, proto::RestoreResponse*) override;
   grpc::Status GetStatus(grpc::ServerContext*, const proto::StatusRequest*, proto::StatusResponse*) override;
   grpc::Status Fence(grpc::ServerContext*, const proto::FenceRequest*, proto::FenceResponse*) override;
   grpc::Status Shutdown(grpc::ServerContext*, const proto::ShutdownRequest*, proto::ShutdownResponse*) override;
 
+  // Serves one data-plane connection (its hello not yet read) until the
+  // peer closes it, it fails, or `stopping` is set between requests. Does
+  // not close `fd`.
+  void ServeData(int fd, const std::string& peer, const std::atomic<bool>& stopping,
+                 std::atomic<bool>& busy);
+
  private:
   struct Shard {
-    std::mutex mu;
+    RwLock mu;  // readers: pulls and saves; writers: updates and restores
     Tensor value;
     std::optional<model::Optimizer> optimizer;
     model::SlotState slots;
     std::unordered_set<uint64_t> seen;  // hashed (closure id, sequence)
     std::deque<uint64_t> seen_order;
   };
+  // Per data-plane connection: where pushed tensors are received, kept
+  // between requests so big buffers are not allocated and page-faulted on
+  // every call. Grown only as bytes arrive.
+  struct Staging {
+    Tensor f32;
+    Tensor i64;
+    Tensor gathered;  // rows picked for a row pull
+  };
+  struct Call;  // one data-plane request being served (ps_data.cc)
 
   std::shared_ptr<Shard> Find(const std::string& name);
   // <checkpoint_dir>/ckpt-<step>/<checkpoint_file>, or why there is none.
@@ -84,8 +124,25 @@ class ParameterServerService final : public proto::ParameterServer::Service {
   // Returns false when this id was already applied (and records it otherwise).
   bool Remember(Shard& s, uint64_t key);
 
+  // Data plane (ps_data.cc). Each answers the request; a non-OK return
+  // means the connection cannot go on (I/O failed, or a refused request's
+  // payload is too large to skip).
+  Status HandleCreate(Call& c);
+  Status HandlePull(Call& c);
+  Status HandlePush(Call& c);
+  // Refuses the request in `c` with `why`, skipping its payload when it is
+  // small enough to read past, so the connection stays usable.
+  Status Refuse(Call& c, const Status& why);
+  // Applies a dense update (an Update::Kind) to `s`, whose write lock the
+  // caller holds; with `split`, a big one in pieces on the apply pool.
+  Status ApplyDense(Shard& s, int kind, const Tensor& value, bool split);
+  // Receives `bytes` of payload into staging tensor `into` at element
+  // `offset`, growing it as bytes arrive; returns the view [offset, +n).
+  StatusOr<Tensor> ReceiveInto(Call& c, Tensor& into, DType dtype, int64_t offset, const Shape& shape);
+
   const PsOptions options_;
   const uint64_t incarnation_;
+  ApplyPool apply_pool_;
   std::shared_mutex table_mu_;
   std::map<std::string, std::shared_ptr<Shard>> shards_;
   std::atomic<int64_t> applied_{0};
@@ -96,10 +153,17 @@ class ParameterServerService final : public proto::ParameterServer::Service {
   bool shutdown_ = false;
 };
 
-// A running PS: gRPC server + service.
+// A running PS: one listening socket whose connections go to gRPC (HTTP/2)
+// or to the data plane (wire::kHelloMagic) by their first bytes.
 class PsServer {
  public:
+  // `address` is host:port; host "", "*", "::", "[::]" or "0.0.0.0" listens
+  // on every interface (dual-stack where the host has IPv6). Port 0 picks a
+  // free port (port() tells which).
   static StatusOr<std::unique_ptr<PsServer>> Start(const std::string& address, PsOptions options = {});
+  // Serves on a socket that already listens (one a launcher bound and
+  // handed down, so no port is picked and then raced for). Takes it over.
+  static StatusOr<std::unique_ptr<PsServer>> Start(collective::net::Listener listener, PsOptions options = {});
   ~PsServer();
   int port() const { return port_; }
   ParameterServerService& service() { return *service_; }
@@ -110,9 +174,30 @@ class PsServer {
   void Stop(std::chrono::milliseconds grace = std::chrono::milliseconds(500));
 
  private:
+  struct Connection {
+    int fd = -1;
+    std::thread thread;
+    std::atomic<bool> done{false};
+    std::atomic<bool> busy{false};
+    bool to_grpc = false;  // handed to gRPC, which owns the descriptor now
+  };
+  PsServer() = default;
+  void AcceptLoop();
+  void Serve(Connection* c, std::string peer);
+  // Joins and closes finished connections (under mu_).
+  void Reap();
+
   std::unique_ptr<ParameterServerService> service_;
-  std::unique_ptr<rpc::Server> server_;
+  std::unique_ptr<grpc::Server> server_;
+  collective::net::Fd listener_;
+  collective::net::Fd wake_;  // eventfd: wakes the acceptor to stop
   int port_ = 0;
+  std::thread acceptor_;
+  std::atomic<bool> stopping_{false};
+  std::mutex mu_;  // guards connections_, grpc_open_
+  std::list<Connection> connections_;
+  bool grpc_open_ = true;
+  bool stopped_ = false;
 };
 
 proto::Optimizer OptimizerToProto(const model::OptimizerSpec& spec);

@@ -59,9 +59,13 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
-  // Reconnect quickly after a peer restarts instead of gRPC's long default backoff.
+  // Reconnect quickly after a peer restarts instead of gRPC's long default
+  // backoff. GRPC_ARG_MIN_RECONNECT_BACKOFF_MS is not a backoff but the time
+  // one connection attempt (TCP and the HTTP/2 settings exchange) may take:
+  // it stays at gRPC's 20 s, or a loaded machine whose peer answers in more
+  // than a few hundred milliseconds never gets a connection at all.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 20000);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }

@@ -1,4 +1,5 @@
 #include <cerrno>
+#include <climits>
 #include <csignal>
 #include <iostream>
 #include <thread>
@@ -53,14 +54,27 @@ std::vector<std::string> Addresses(const cluster::ClusterSpec& c, const std::str
   return out;
 }
 
+// TFJOB_PS_MAX_TENSOR_BYTES: the most one tensor (and one data-plane
+// request) may carry to this PS; unset: PsOptions' default (16 GiB).
+StatusOr<std::optional<uint64_t>> MaxTensorBytes(const cluster::Env& env) {
+  auto v = env("TFJOB_PS_MAX_TENSOR_BYTES");
+  if (!v) return std::optional<uint64_t>();
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v->c_str(), &end, 10);
+  if (v->empty() || *end != '\0' || n == 0 || (*v)[0] == '-') {
+    return InvalidArgument("TFJOB_PS_MAX_TENSOR_BYTES: \"" + *v + "\" is not a positive number of bytes");
+  }
+  return std::optional<uint64_t>(n);
+}
+
 int ServePs(const cluster::ClusterConfig& cfg, const programs::Program& program, const std::vector<std::string>& args,
             const rpc::Credentials& credentials, runtime_metrics::RuntimeMetrics* metrics,
-            std::optional<base::ListeningSocket>& listener, SignalWatcher& signals, std::ostream& out,
-            std::ostream& err) {
+            std::optional<base::ListeningSocket>& listener, std::optional<uint64_t> max_tensor_bytes,
+            SignalWatcher& signals, std::ostream& out, std::ostream& err) {
   auto self = cfg.cluster.Address(cfg.task->type, cfg.task->index);
   if (!self.ok()) return ReportError(self.status(), err);
-  auto listen = ListenFor(*self, listener);
-  if (!listen.ok()) return ReportError(listen.status(), err);
+  auto any = ListenAddress(*self);
+  if (!any.ok()) return ReportError(any.status(), err);
   auto checkpoint_dir = program.CheckpointDir(args);
   if (!checkpoint_dir.ok()) return ReportError(checkpoint_dir.status(), err);
   ps::PsOptions options;
@@ -69,11 +83,26 @@ int ServePs(const cluster::ClusterConfig& cfg, const programs::Program& program,
   options.checkpoint_dir = *checkpoint_dir;
   options.checkpoint_file = "ps-" + std::to_string(cfg.task->index) + ".ckpt";
   options.credentials = credentials;
-  auto server = ps::PsServer::Start(listen->server_address, options);
+  if (max_tensor_bytes) options.max_tensor_bytes = options.max_request_bytes = *max_tensor_bytes;
+  // The PS's one port carries gRPC and its data plane: it takes the socket
+  // over itself (services/ps/ps_service.h).
+  StatusOr<std::unique_ptr<ps::PsServer>> server = Internal("not started");
+  std::string shown;
+  if (listener) {
+    shown = listener->address();
+    collective::net::Listener l;
+    l.port = listener->port();
+    l.fd = collective::net::Fd(listener->Release());
+    server = ps::PsServer::Start(std::move(l), options);
+  } else {
+    server = ps::PsServer::Start(*any, options);
+  }
   if (!server.ok()) return ReportError(server.status(), err);
+  // The port it got (port 0 in TF_CONFIG picks one): "[::]:PORT".
+  if (!listener) shown = any->substr(0, any->rfind(':') + 1) + std::to_string((*server)->port());
   // SIGTERM / SIGINT end a serving role cleanly (exit 0), as a pod deletion does.
   signals.OnStop([&service = (*server)->service()] { service.RequestShutdown(); });
-  out << "ps " << cfg.task->index << ": serving on " << listen->shown << std::endl;
+  out << "ps " << cfg.task->index << ": serving on " << shown << std::endl;
   (*server)->Wait();
   out << "ps " << cfg.task->index << ": shut down" << std::endl;
   return 0;
@@ -187,7 +216,11 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
                          err);
     }
   }
-  if (type == cluster::kPs) return ServePs(*cfg, program, args, *credentials, metrics, *listener, signals, out, err);
+  if (type == cluster::kPs) {
+    auto max_bytes = MaxTensorBytes(env);
+    if (!max_bytes.ok()) return ReportError(max_bytes.status(), err);
+    return ServePs(*cfg, program, args, *credentials, metrics, *listener, *max_bytes, signals, out, err);
+  }
   // Without parameter servers, the chief and the workers train together
   // (TensorFlow's MultiWorkerMirroredStrategy): every one runs the program.
   if ((type == cluster::kWorker || cluster::IsChief(type)) && !training.HasJob(cluster::kPs)) {

@@ -1,6 +1,8 @@
 #include "services/strategy/variable_store.h"
 
+#include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "services/tensor/ops.h"
 
@@ -13,10 +15,28 @@ int64_t RowElems(const Shape& s) {
   return n;
 }
 
+// `t` when it already is dtype[shape], else a new tensor of that shape (its
+// contents are about to be overwritten by a pull).
+StatusOr<Tensor> Reuse(const Tensor& t, DType dtype, const Shape& shape) {
+  if (t.dtype() == dtype && t.shape() == shape) return t;
+  return Tensor::CreateUninitialized(dtype, shape);
+}
+
 }  // namespace
 
 VariableStore::VariableStore(Placement placement, std::vector<std::shared_ptr<ps::PsClient>> ps)
     : placement_(std::move(placement)), ps_(std::move(ps)) {}
+
+Status VariableStore::ForEachPs(const std::vector<int64_t>& which, const std::function<Status(int64_t)>& fn) {
+  if (which.size() == 1) return fn(which[0]);
+  std::vector<Status> results(which.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < which.size(); ++i) threads.emplace_back([&, i] { results[i] = fn(which[i]); });
+  if (!which.empty()) results[0] = fn(which[0]);
+  for (auto& t : threads) t.join();
+  for (const Status& s : results) RETURN_IF_ERROR(s);
+  return Status::Ok();
+}
 
 Status VariableStore::Create(const std::string& name, const Tensor& initial,
                              const std::optional<model::OptimizerSpec>& optimizer) {
@@ -27,70 +47,105 @@ Status VariableStore::Create(const std::string& name, const Tensor& initial,
   }
   for (const ShardInfo& s : v->shards) {
     if (s.ps >= static_cast<int64_t>(ps_.size())) return FailedPrecondition("no client for ps " + std::to_string(s.ps));
+    // A view of the rows: the data plane sends them from here.
     Tensor part = v->shape.empty() ? initial : *initial.Rows(s.row_begin, s.row_end);
-    RETURN_IF_ERROR(ps_[s.ps]->CreateVariable(s.name, part.Clone(), optimizer).status());
+    RETURN_IF_ERROR(ps_[s.ps]->CreateVariable(s.name, part, optimizer).status());
   }
   return Status::Ok();
 }
 
 StatusOr<std::vector<Tensor>> VariableStore::Pull(const std::vector<std::string>& names) {
-  // Group shard names by PS so each PS gets one RPC.
-  std::map<int64_t, std::vector<std::string>> by_ps;
-  std::vector<const PlacedVariable*> vars;
-  for (const auto& n : names) {
-    ASSIGN_OR_RETURN(const PlacedVariable* v, placement_.Find(n));
-    vars.push_back(v);
-    for (const auto& s : v->shards) by_ps[s.ps].push_back(s.name);
-  }
-  std::map<std::string, Tensor> got;
-  for (auto& [ps, shard_names] : by_ps) {
-    ASSIGN_OR_RETURN(std::vector<Tensor> values, ps_[ps]->Pull(shard_names));
-    for (size_t i = 0; i < shard_names.size(); ++i) got[shard_names[i]] = std::move(values[i]);
-  }
-  std::vector<Tensor> out;
-  for (const PlacedVariable* v : vars) {
-    if (!v->sharded()) {
-      out.push_back(got[v->shards[0].name]);
+  std::vector<Tensor> out(names.size());
+  std::vector<Item> items;
+  for (size_t i = 0; i < names.size(); ++i) items.push_back({names[i], std::nullopt, &out[i]});
+  RETURN_IF_ERROR(Fetch(items));
+  return out;
+}
+
+Status VariableStore::Fetch(std::vector<Item>& items) {
+  // Per PS: the whole shards to pull in one request (into views of the
+  // destinations), and the row pulls.
+  struct RowPull {
+    std::string shard;
+    std::vector<int64_t> local;
+    Tensor into;
+  };
+  struct PerPs {
+    std::vector<std::string> names;
+    std::vector<Tensor> into;
+    std::vector<RowPull> rows;
+  };
+  std::map<int64_t, PerPs> by_ps;
+  for (Item& item : items) {
+    ASSIGN_OR_RETURN(const PlacedVariable* v, placement_.Find(item.name));
+    for (const auto& s : v->shards) {
+      if (s.ps >= static_cast<int64_t>(ps_.size())) return FailedPrecondition("no client for ps " + std::to_string(s.ps));
+    }
+    if (!item.rows) {
+      ASSIGN_OR_RETURN(*item.out, Reuse(*item.out, v->dtype, v->shape));
+      for (const auto& s : v->shards) {
+        PerPs& p = by_ps[s.ps];
+        p.names.push_back(s.name);
+        p.into.push_back(v->sharded() ? *item.out->Rows(s.row_begin, s.row_end) : *item.out);
+      }
       continue;
     }
-    std::vector<Tensor> parts;
-    for (const auto& s : v->shards) parts.push_back(got[s.name]);
-    ASSIGN_OR_RETURN(Tensor full, ops::Concat(parts));
-    out.push_back(std::move(full));
+    if (v->shape.empty()) return InvalidArgument("Fetch \"" + item.name + "\": a scalar has no rows");
+    const std::vector<int64_t>& ids = *item.rows;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] < 0 || ids[i] >= v->shape[0] || (i > 0 && ids[i] <= ids[i - 1])) {
+        return InvalidArgument("Fetch \"" + item.name + "\": row ids must be ascending, distinct and in [0, " +
+                               std::to_string(v->shape[0]) + "); got " + std::to_string(ids[i]) + " at " +
+                               std::to_string(i));
+      }
+    }
+    Shape shape = v->shape;
+    shape[0] = static_cast<int64_t>(ids.size());
+    ASSIGN_OR_RETURN(*item.out, Reuse(*item.out, v->dtype, shape));
+    // Sorted ids: each shard's rows are one contiguous block of the output.
+    size_t at = 0;
+    for (const auto& s : v->shards) {
+      const size_t begin = at;
+      while (at < ids.size() && ids[at] < s.row_end) ++at;
+      if (at == begin) continue;
+      RowPull r{s.name, {}, *item.out->Rows(static_cast<int64_t>(begin), static_cast<int64_t>(at))};
+      for (size_t i = begin; i < at; ++i) r.local.push_back(ids[i] - s.row_begin);
+      by_ps[s.ps].rows.push_back(std::move(r));
+    }
   }
-  return out;
+  std::vector<int64_t> which;
+  for (const auto& [ps, _] : by_ps) which.push_back(ps);
+  return ForEachPs(which, [&](int64_t ps) -> Status {
+    PerPs& p = by_ps.at(ps);
+    if (!p.names.empty()) RETURN_IF_ERROR(ps_[ps]->PullInto(p.names, p.into));
+    for (RowPull& r : p.rows) RETURN_IF_ERROR(ps_[ps]->PullRowsInto(r.shard, r.local, r.into));
+    return Status::Ok();
+  });
 }
 
 StatusOr<Tensor> VariableStore::Lookup(const std::string& name, const std::vector<int64_t>& ids) {
   ASSIGN_OR_RETURN(const PlacedVariable* v, placement_.Find(name));
   if (v->shape.empty()) return InvalidArgument("Lookup \"" + name + "\": a scalar has no rows");
-  const int64_t rows = v->shape[0];
-  // Per shard: which output positions it serves and the local row ids.
-  std::vector<std::vector<size_t>> positions(v->shards.size());
-  std::vector<std::vector<int64_t>> local(v->shards.size());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] >= rows) {
-      return InvalidArgument("Lookup \"" + name + "\": id " + std::to_string(ids[i]) + " outside [0, " +
-                             std::to_string(rows) + ")");
-    }
-    for (size_t s = 0; s < v->shards.size(); ++s) {
-      if (ids[i] < v->shards[s].row_end) {
-        positions[s].push_back(i);
-        local[s].push_back(ids[i] - v->shards[s].row_begin);
-        break;
-      }
+  for (int64_t id : ids) {
+    if (id < 0 || id >= v->shape[0]) {
+      return InvalidArgument("Lookup \"" + name + "\": id " + std::to_string(id) + " outside [0, " +
+                             std::to_string(v->shape[0]) + ")");
     }
   }
+  // Each distinct row once, then spread to the positions that asked for it.
+  std::vector<int64_t> uniq = ids;
+  std::sort(uniq.begin(), uniq.end());
+  uniq.erase(std::unique(uniq.begin(), uniq.end()), uniq.end());
+  Tensor rows;
+  std::vector<Item> items{{name, uniq, &rows}};
+  RETURN_IF_ERROR(Fetch(items));
   Shape out_shape = v->shape;
   out_shape[0] = static_cast<int64_t>(ids.size());
-  ASSIGN_OR_RETURN(Tensor out, Tensor::Create(v->dtype, out_shape));
+  ASSIGN_OR_RETURN(Tensor out, Tensor::CreateUninitialized(v->dtype, out_shape));
   const size_t row_bytes = static_cast<size_t>(RowElems(v->shape)) * DTypeSize(v->dtype);
-  for (size_t s = 0; s < v->shards.size(); ++s) {
-    if (local[s].empty()) continue;
-    ASSIGN_OR_RETURN(Tensor part, ps_[v->shards[s].ps]->PullRows(v->shards[s].name, local[s]));
-    for (size_t k = 0; k < positions[s].size(); ++k) {
-      std::memcpy(out.raw() + positions[s][k] * row_bytes, part.raw() + k * row_bytes, row_bytes);
-    }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const size_t k = static_cast<size_t>(std::lower_bound(uniq.begin(), uniq.end(), ids[i]) - uniq.begin());
+    std::memcpy(out.raw() + i * row_bytes, rows.raw() + k * row_bytes, row_bytes);
   }
   return out;
 }
@@ -99,6 +154,9 @@ StatusOr<int> VariableStore::PushGradients(uint64_t closure_id, uint32_t sequenc
   std::map<int64_t, std::vector<ps::Update>> by_ps;
   for (const Grad& g : grads) {
     ASSIGN_OR_RETURN(const PlacedVariable* v, placement_.Find(g.name));
+    for (const auto& s : v->shards) {
+      if (s.ps >= static_cast<int64_t>(ps_.size())) return FailedPrecondition("no client for ps " + std::to_string(s.ps));
+    }
     if (!g.grad.sparse) {
       if (g.grad.dense.shape() != v->shape) {
         return InvalidArgument("gradient for \"" + g.name + "\" is " + g.grad.dense.DebugString() + ", variable is " +
@@ -129,20 +187,31 @@ StatusOr<int> VariableStore::PushGradients(uint64_t closure_id, uint32_t sequenc
       if (local.empty()) continue;
       Shape vs = v->shape;
       vs[0] = static_cast<int64_t>(local.size());
-      Tensor values = Tensor::Zeros(DType::kFloat32, vs);
-      for (size_t j = 0; j < src.size(); ++j) {
-        std::memcpy(values.data<float>() + j * row, g.grad.values.data<float>() + src[j] * row, row * sizeof(float));
+      Tensor values;
+      // Rows that are already contiguous in the gradient (ascending ids, as
+      // the Embedding layer produces) are sent from there, not copied.
+      if (src.back() - src.front() + 1 == static_cast<int64_t>(src.size())) {
+        values = *g.grad.values.Rows(src.front(), src.back() + 1);
+      } else {
+        values = Tensor::Zeros(DType::kFloat32, vs);
+        for (size_t j = 0; j < src.size(); ++j) {
+          std::memcpy(values.data<float>() + j * row, g.grad.values.data<float>() + src[j] * row, row * sizeof(float));
+        }
       }
       by_ps[s.ps].push_back({s.name, ps::Update::Kind::kApplyGradient, values,
                              *Tensor::FromVector({static_cast<int64_t>(local.size())}, local)});
     }
   }
-  int duplicates = 0;
-  for (auto& [ps, updates] : by_ps) {
-    ASSIGN_OR_RETURN(int d, ps_[ps]->Push(closure_id, sequence, updates));
-    duplicates += d;
-  }
-  return duplicates;
+  std::vector<int64_t> which;
+  for (const auto& [ps, _] : by_ps) which.push_back(ps);
+  std::vector<int> duplicates(ps_.size(), 0);
+  RETURN_IF_ERROR(ForEachPs(which, [&](int64_t ps) -> Status {
+    ASSIGN_OR_RETURN(duplicates[static_cast<size_t>(ps)], ps_[ps]->Push(closure_id, sequence, by_ps.at(ps)));
+    return Status::Ok();
+  }));
+  int total = 0;
+  for (int d : duplicates) total += d;
+  return total;
 }
 
 StatusOr<int> VariableStore::AssignAdd(uint64_t closure_id, uint32_t sequence, const std::string& name, const Tensor& delta) {

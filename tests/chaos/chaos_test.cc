@@ -301,6 +301,47 @@ TEST(ChaosTest, MnistMlpSurvivesWorkerPsChiefAndMidCheckpointKills) {
   EXPECT_THAT(out, ::testing::Not(HasSubstr("DATA_LOSS")));
 }
 
+// Prefetching workers (fit's default: the next step's variables are pulled
+// while a step computes, pushes do not block the next step) SIGKILLed three
+// times while their closures run, four steps each: every step's update still
+// lands exactly once on every shard. No PS or chief is killed, so the PS's
+// count of applied updates must be steps x variables exactly: a push lost by
+// a worker that returned before it landed, or applied twice by a re-run,
+// would change it.
+TEST(ChaosTest, PrefetchingWorkersKilledMidStepLoseNoUpdate) {
+  const std::string dir = t::MakeTempDir("chaos-prefetch");
+  const std::string summary = dir + "/chief.json";
+  const std::string fit = "[\"" + Runtime() + "\", fit, --config, \"" + t::SourceDir() +
+                          "/examples/mnist/mlp.json\", --epochs, \"20\", --data-dir, \"" + t::MnistDir() +
+                          "\", --steps-per-execution, \"4\", --summary-json, \"" + summary + "\"]";
+  auto replica = [&](const std::string& type, int n) {
+    return "    " + type + ":\n      replicas: " + std::to_string(n) +
+           "\n      restartPolicy: OnFailure\n      template: {spec: {containers: [{name: tensorflow, "
+           "image: tfjob/runtime-cpu:0.1.0,\n        command: " + fit + "}]}}\n";
+  };
+  std::ofstream(dir + "/prefetch.yaml") << "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata: {name: prefetch}\nspec:\n"
+                                        << "  runPolicy: {backoffLimit: 10}\n  tfReplicaSpecs:\n"
+                                        << replica("Chief", 1) << replica("PS", 1) << replica("Worker", 2);
+  LocalJob job(dir + "/prefetch.yaml", dir);
+  std::mt19937 rng(14);
+  size_t at = 0;
+  for (int epoch : {3, 8, 13}) {
+    at = job.WaitForOutput(std::regex(R"(\[prefetch-chief-0\] Epoch )" + std::to_string(epoch) + "/20"), at);
+    ASSERT_NE(at, std::string::npos) << job.output();
+    const std::string pod = "prefetch-worker-" + std::to_string(rng() % 2);
+    ASSERT_GT(job.KillAndAwaitRestart(pod), 0) << pod << "\n" << job.output();
+  }
+  ASSERT_EQ(job.Wait(), 0) << job.output();
+  auto s = ReadJson(summary);
+  ASSERT_TRUE(s.is_object()) << job.output();
+  EXPECT_EQ(s["ps_prefetch"], true);
+  EXPECT_EQ(s["steps"], 20 * 125);
+  // 4 variables (two kernels, two biases) on the one PS.
+  EXPECT_EQ(s["ps_applied_updates"], 20 * 125 * 4) << s.dump();
+  EXPECT_GE(s["closures"]["worker_failures"].get<int>(), 1) << s.dump();
+  EXPECT_GE(s["eval_accuracy"].get<double>(), 0.9) << s.dump();
+}
+
 // examples/mnist/tfjob-mwms.yaml (three workers, multi-worker mirrored, no
 // PS) made longer, run as shipped and then again while a worker is SIGKILLed
 // twice. The survivors keep their state, the restarted worker rejoins and

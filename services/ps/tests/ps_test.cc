@@ -1,13 +1,37 @@
+#include <atomic>
+#include <cstdlib>
 #include <filesystem>
+#include <new>
 #include <fstream>
 #include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+
 #include "common/files.h"
+#include "services/collective/net.h"
 #include "services/ps/ps_client.h"
 #include "services/ps/ps_service.h"
+#include "services/ps/wire.h"
+#include "services/tensor/eigen.h"
+
+// The largest aligned array allocation (what tensors use) since the last
+// reset: lets a test see that a claimed size was never allocated.
+std::atomic<size_t> g_largest_tensor_allocation{0};
+
+void* operator new[](size_t n, std::align_val_t a) {
+  size_t seen = g_largest_tensor_allocation.load();
+  while (n > seen && !g_largest_tensor_allocation.compare_exchange_weak(seen, n)) {
+  }
+  const size_t align = static_cast<size_t>(a);
+  void* p = std::aligned_alloc(align, (n + align - 1) / align * align);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, size_t, std::align_val_t) noexcept { std::free(p); }
 
 namespace tfjob::ps {
 namespace {
@@ -180,21 +204,261 @@ TEST_F(PsTest, SaveAndRestoreIncludingOptimizerSlots) {
   EXPECT_TRUE(Equal((*client_->Pull({"w"}))[0], after_second));
 }
 
-// A tensor whose header claims far more than arrives is refused before the
-// claimed size is allocated (32 GiB here), and the server keeps serving.
-TEST_F(PsTest, TensorClaimingMoreBytesThanSentIsRefusedWithoutAllocating) {
-  auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel("127.0.0.1:" + std::to_string(server_->port())));
-  proto::CreateVariableRequest req;
-  req.set_name("huge");
-  req.mutable_initial_value()->set_dtype(proto::DTYPE_FLOAT32);
-  req.mutable_initial_value()->add_shape(int64_t{1} << 33);
-  req.mutable_initial_value()->set_data(std::string(4, '\0'));
-  proto::CreateVariableResponse resp;
-  auto ctx = rpc::Context(std::chrono::milliseconds(5000), {});
-  const grpc::Status st = stub->CreateVariable(ctx.get(), req, &resp);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
-  EXPECT_THAT(st.error_message(), HasSubstr("does not match its 4 bytes of data"));
-  ASSERT_TRUE(client_->CreateVariable("w", F({2}, {1, 2}), Sgd(0.1)).ok());
+// A hand-made data-plane client: the frames exactly as the wire carries
+// them, so tests can send what PsClient never would.
+class RawDataClient {
+ public:
+  explicit RawDataClient(int port, const std::string& token = "") {
+    auto fd = collective::net::Connect("127.0.0.1:" + std::to_string(port), wire::Clock::now() + std::chrono::seconds(5), "ps");
+    EXPECT_TRUE(fd.ok()) << fd.status();
+    fd_ = std::move(fd).value();
+    // Blocking from here on, as the wire helpers expect.
+    fcntl(fd_.get(), F_SETFL, fcntl(fd_.get(), F_GETFL, 0) & ~O_NONBLOCK);
+    wire::Frame hello{wire::kHelloMagic, wire::kVersion, static_cast<uint32_t>(token.size()), 0, 0};
+    Send(&hello, sizeof hello);
+    Send(token.data(), token.size());
+  }
+  void Send(const void* p, size_t n) {
+    iovec iov{const_cast<void*>(p), n};
+    EXPECT_TRUE(wire::SendAll(fd_.get(), {&iov, 1}, Deadline(), "ps").ok());
+  }
+  void SendRequest(wire::Op op, const google::protobuf::MessageLite& meta, uint64_t claimed_payload) {
+    const std::string m = meta.SerializeAsString();
+    wire::Frame f{wire::kRequestMagic, static_cast<uint32_t>(op), static_cast<uint32_t>(m.size()), 0, claimed_payload};
+    Send(&f, sizeof f);
+    Send(m.data(), m.size());
+  }
+  // The next response: its code and meta (the message, for errors).
+  std::pair<Code, std::string> Answer() {
+    wire::Frame f;
+    Status s = wire::RecvFrame(fd_.get(), &f, Deadline(), "ps");
+    if (!s.ok()) return {s.code(), s.message()};
+    EXPECT_EQ(f.magic, wire::kResponseMagic);
+    std::string meta(f.meta_bytes, '\0');
+    EXPECT_TRUE(wire::RecvAll(fd_.get(), meta.data(), meta.size(), Deadline(), "ps").ok());
+    std::string payload(f.payload_bytes, '\0');
+    EXPECT_TRUE(wire::RecvAll(fd_.get(), payload.data(), payload.size(), Deadline(), "ps").ok());
+    return {static_cast<Code>(f.kind), meta};
+  }
+  void Close() { fd_.Reset(); }
+
+ private:
+  static wire::Clock::time_point Deadline() { return wire::Clock::now() + std::chrono::seconds(10); }
+  collective::net::Fd fd_;
+};
+
+proto::PushRequest AddRequest(const std::string& name, Shape claimed_shape) {
+  proto::PushRequest req;
+  req.set_closure_id(0);
+  proto::Update* u = req.add_updates();
+  u->set_name(name);
+  u->set_kind(proto::Update::ASSIGN_ADD);
+  u->mutable_value()->set_dtype(proto::DTYPE_FLOAT32);
+  for (int64_t d : claimed_shape) u->mutable_value()->add_shape(d);
+  return req;
+}
+
+// A tensor whose header claims more bytes than the request carries is
+// refused before anything of the claimed size is allocated; the bytes that
+// did come are skipped, so the same connection keeps working.
+TEST_F(PsTest, TensorClaimingMoreBytesThanTheRequestCarriesIsRefused) {
+  ASSERT_TRUE(client_->CreateVariable("w", F({2}, {1, 2}), std::nullopt).ok());
+  RawDataClient raw(server_->port());
+  EXPECT_EQ(raw.Answer().first, Code::kOk);  // hello
+  // 32 GiB claimed, 4 bytes sent: too large for the default limit as well.
+  raw.SendRequest(wire::Op::kPush, AddRequest("w", {int64_t{1} << 33}), 4);
+  raw.Send("\0\0\0\0", 4);
+  auto [code, message] = raw.Answer();
+  EXPECT_EQ(code, Code::kInvalidArgument) << message;
+  EXPECT_THAT(message, HasSubstr("claims 34359738368 bytes"));
+  // Within the limit, but more than the request carries.
+  raw.SendRequest(wire::Op::kPush, AddRequest("w", {2}), 4);
+  raw.Send("\0\0\0\0", 4);
+  std::tie(code, message) = raw.Answer();
+  EXPECT_EQ(code, Code::kInvalidArgument) << message;
+  EXPECT_THAT(message, HasSubstr("need 8 bytes, the request carries 4"));
+  // A variable's creation is checked the same way.
+  proto::CreateVariableRequest create;
+  create.set_name("huge");
+  create.mutable_initial_value()->set_dtype(proto::DTYPE_FLOAT32);
+  create.mutable_initial_value()->add_shape(int64_t{1} << 20);
+  raw.SendRequest(wire::Op::kCreateVariable, create, 4);
+  raw.Send("\0\0\0\0", 4);
+  std::tie(code, message) = raw.Answer();
+  EXPECT_EQ(code, Code::kInvalidArgument) << message;
+  EXPECT_THAT(message, HasSubstr("needs 4194304 bytes, the request carries 4"));
+  // The same connection still serves, and nothing changed.
+  proto::PullRequest pull;
+  pull.add_names("w");
+  raw.SendRequest(wire::Op::kPull, pull, 0);
+  EXPECT_EQ(raw.Answer().first, Code::kOk);
+  EXPECT_TRUE(AllClose((*client_->Pull({"w"}))[0], F({2}, {1, 2})));
+  EXPECT_EQ(client_->GetStatus()->applied_updates, 0);
+  EXPECT_EQ(client_->GetStatus()->variables, std::vector<std::string>{"w"});
+}
+
+// The configured maximum: a tensor (or a request) above it is refused
+// whole, before its payload is read.
+TEST_F(PsTest, TensorAboveTheConfiguredMaximumIsRefused) {
+  server_.reset();
+  PsOptions o;
+  o.max_tensor_bytes = 1 << 20;
+  server_ = *PsServer::Start("127.0.0.1:0", o);
+  client_ = std::make_unique<PsClient>("127.0.0.1:" + std::to_string(server_->port()));
+  Tensor big = Tensor::Zeros(DType::kFloat32, {(1 << 18) + 1});  // 4 bytes over
+  auto created = client_->CreateVariable("big", big, std::nullopt);
+  EXPECT_EQ(created.status().code(), Code::kInvalidArgument);
+  EXPECT_THAT(created.status().message(), HasSubstr("more than the limit of 1048576"));
+  ASSERT_TRUE(client_->CreateVariable("w", F({2}, {1, 2}), std::nullopt).ok());
+  // A raw client claiming 1 GiB, sending a few bytes and hanging up.
+  RawDataClient raw(server_->port());
+  EXPECT_EQ(raw.Answer().first, Code::kOk);
+  raw.SendRequest(wire::Op::kPush, AddRequest("w", {int64_t{1} << 28}), uint64_t{1} << 30);
+  raw.Send("\0\0\0\0", 4);
+  auto [code, message] = raw.Answer();
+  EXPECT_EQ(code, Code::kInvalidArgument) << message;
+  raw.Close();
+  // Still serving, unchanged.
+  ASSERT_TRUE(client_->Push(1, 0, {{"w", Update::Kind::kAssignAdd, F({2}, {1, 1}), {}}}).ok());
+  EXPECT_TRUE(AllClose((*client_->Pull({"w"}))[0], F({2}, {2, 3})));
+}
+
+// A push whose payload stops half-way changes nothing (it is received
+// whole before it is applied), and the staging buffer grows with what
+// arrives, not with what the header claims.
+TEST_F(PsTest, APushCutOffMidwayChangesNothing) {
+  ASSERT_TRUE(client_->CreateVariable("v", Tensor::Zeros(DType::kFloat32, {1 << 22}), std::nullopt).ok());  // 16 MiB
+  {
+    RawDataClient raw(server_->port());
+    EXPECT_EQ(raw.Answer().first, Code::kOk);
+    raw.SendRequest(wire::Op::kPush, AddRequest("v", {1 << 22}), uint64_t{1} << 24);
+    std::vector<float> ones(1 << 20, 1.f);  // a quarter of it
+    raw.Send(ones.data(), ones.size() * sizeof(float));
+    raw.Close();
+  }
+  // The PS noticed the hang-up and applied nothing.
+  auto v = client_->Pull({"v"});
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ((*v)[0].data<float>()[0], 0.f);
+  EXPECT_EQ((*v)[0].data<float>()[(1 << 20) - 1], 0.f);
+  EXPECT_EQ(client_->GetStatus()->applied_updates, 0);
+}
+
+// A creation claiming 1 GiB whose bytes stop after 1 MiB: the PS allocates
+// as the bytes arrive (a few MiB at most), never the claimed size, and when
+// the rest does not come in time it answers INVALID_ARGUMENT.
+TEST_F(PsTest, AClaimedSizeIsNeverAllocatedBeforeItsBytesArrive) {
+  server_.reset();
+  PsOptions o;
+  o.request_timeout = std::chrono::milliseconds(300);
+  server_ = *PsServer::Start("127.0.0.1:0", o);
+  client_ = std::make_unique<PsClient>("127.0.0.1:" + std::to_string(server_->port()));
+  RawDataClient raw(server_->port());
+  EXPECT_EQ(raw.Answer().first, Code::kOk);
+  proto::CreateVariableRequest create;
+  create.set_name("big");
+  create.mutable_initial_value()->set_dtype(proto::DTYPE_FLOAT32);
+  create.mutable_initial_value()->add_shape(int64_t{1} << 28);
+  g_largest_tensor_allocation = 0;
+  raw.SendRequest(wire::Op::kCreateVariable, create, uint64_t{1} << 30);
+  std::vector<char> some(1 << 20);
+  raw.Send(some.data(), some.size());
+  auto [code, message] = raw.Answer();
+  EXPECT_EQ(code, Code::kInvalidArgument) << message;
+  EXPECT_THAT(message, HasSubstr("claims 1073741824 bytes of tensors; only 1048576 arrived"));
+  EXPECT_LT(g_largest_tensor_allocation.load(), size_t{16} << 20);
+  // Nothing was created, and the PS serves on.
+  EXPECT_TRUE(client_->GetStatus()->variables.empty());
+  ASSERT_TRUE(client_->CreateVariable("w", F({2}, {1, 2}), std::nullopt).ok());
+}
+
+// Pulls land in the caller's tensors, views included: a variable's shards
+// can be pulled straight into the rows of one full tensor.
+TEST_F(PsTest, PullIntoWritesTheCallersTensors) {
+  ASSERT_TRUE(client_->CreateVariable("a", F({2, 2}, {1, 2, 3, 4}), std::nullopt).ok());
+  ASSERT_TRUE(client_->CreateVariable("b", F({1, 2}, {5, 6}), std::nullopt).ok());
+  Tensor full = Tensor::Zeros(DType::kFloat32, {3, 2});
+  std::vector<Tensor> parts = {*full.Rows(0, 2), *full.Rows(2, 3)};
+  ASSERT_TRUE(client_->PullInto({"a", "b"}, parts).ok());
+  EXPECT_TRUE(AllClose(full, F({3, 2}, {1, 2, 3, 4, 5, 6})));
+  Tensor rows = Tensor::Zeros(DType::kFloat32, {2, 2});
+  ASSERT_TRUE(client_->PullRowsInto("a", {1, 1}, rows).ok());
+  EXPECT_TRUE(AllClose(rows, F({2, 2}, {3, 4, 3, 4})));
+  // A destination of the wrong shape is refused, and the client goes on.
+  std::vector<Tensor> wrong = {Tensor::Zeros(DType::kFloat32, {3})};
+  EXPECT_EQ(client_->PullInto({"b"}, wrong).code(), Code::kInvalidArgument);
+  EXPECT_TRUE(AllClose((*client_->Pull({"b"}))[0], F({1, 2}, {5, 6})));
+}
+
+// One push to several big shards applies every update (they run on the
+// apply pool in parallel), exactly once per shard.
+TEST_F(PsTest, APushToManyShardsAppliesEachOnce) {
+  std::vector<Update> updates;
+  for (int i = 0; i < 6; ++i) {
+    const std::string name = std::string("s").append(std::to_string(i));
+    ASSERT_TRUE(client_->CreateVariable(name, Tensor::Zeros(DType::kFloat32, {1 << 16}), Sgd(1.0)).ok());
+    Tensor g = Tensor::Zeros(DType::kFloat32, {1 << 16});
+    for (float& x : g.flat<float>()) x = static_cast<float>(-i);
+    updates.push_back({name, Update::Kind::kApplyGradient, g, {}});
+  }
+  EXPECT_EQ(*client_->Push(9, 0, updates), 0);
+  EXPECT_EQ(*client_->Push(9, 0, updates), 6);
+  for (int i = 0; i < 6; ++i) {
+    Tensor v = (*client_->Pull({std::string("s").append(std::to_string(i))}))[0];
+    EXPECT_EQ(v.data<float>()[0], static_cast<float>(i));
+    EXPECT_EQ(v.data<float>()[(1 << 16) - 1], static_cast<float>(i));
+  }
+}
+
+// A big dense update is applied in pieces on several threads; the result is
+// exactly one pass of the optimizer (Adam: its step count advances once).
+TEST_F(PsTest, ABigDenseUpdateAppliedInPiecesIsExactlyOnePass) {
+  server_.reset();
+  PsOptions o;
+  o.apply_threads = 4;
+  server_ = *PsServer::Start("127.0.0.1:0", o);
+  client_ = std::make_unique<PsClient>("127.0.0.1:" + std::to_string(server_->port()));
+  model::OptimizerSpec adam;
+  adam.type = model::OptimizerType::kAdam;
+  adam.learning_rate = 0.01;
+  const int64_t n = (1 << 20) + 3;  // 4 MiB and a bit: pieces of unequal size
+  Tensor w = Tensor::Zeros(DType::kFloat32, {n});
+  Tensor g = Tensor::Zeros(DType::kFloat32, {n});
+  for (int64_t i = 0; i < n; ++i) {
+    w.data<float>()[i] = static_cast<float>(i % 97) * 0.01f;
+    g.data<float>()[i] = static_cast<float>(i % 13) - 6.f;
+  }
+  ASSERT_TRUE(client_->CreateVariable("w", w, adam).ok());
+  model::Optimizer local(adam);
+  Tensor expect = w.Clone();
+  model::SlotState slots = local.CreateSlots(expect);
+  for (uint64_t step = 1; step <= 3; ++step) {
+    ASSERT_TRUE(client_->Push(step, 0, {{"w", Update::Kind::kApplyGradient, g, {}}}).ok());
+    ASSERT_TRUE(local.ApplyDense(expect, g, slots).ok());
+  }
+  EXPECT_TRUE(Equal((*client_->Pull({"w"}))[0], expect));
+  // The same for an add, which the benchmark pushes.
+  ASSERT_TRUE(client_->Push(0, 0, {{"w", Update::Kind::kAssignAdd, g, {}}}).ok());
+  AsArray(expect) += AsArray(g);
+  EXPECT_TRUE(Equal((*client_->Pull({"w"}))[0], expect));
+}
+
+// Pooled connections to a PS that restarted are noticed and replaced; gRPC
+// and the data plane share the port, before and after.
+TEST_F(PsTest, ARestartedServerIsReachedAgainOnTheSamePort) {
+  ASSERT_TRUE(client_->CreateVariable("w", F({2}, {1, 2}), std::nullopt).ok());
+  ASSERT_TRUE(client_->Pull({"w"}).ok());
+  const int port = server_->port();
+  const uint64_t before = client_->GetStatus()->incarnation;
+  server_->Stop(std::chrono::milliseconds(0));
+  server_.reset();
+  auto again = PsServer::Start("127.0.0.1:" + std::to_string(port));
+  ASSERT_TRUE(again.ok()) << again.status();
+  server_ = std::move(again).value();
+  EXPECT_EQ(client_->Pull({"w"}).status().code(), Code::kNotFound);  // a new, empty PS
+  ASSERT_TRUE(client_->CreateVariable("w", F({2}, {3, 4}), std::nullopt).ok());
+  EXPECT_TRUE(AllClose((*client_->Pull({"w"}))[0], F({2}, {3, 4})));
+  EXPECT_NE(client_->GetStatus()->incarnation, before);
 }
 
 TEST_F(PsTest, CheckpointsStayInTheCheckpointDirectory) {

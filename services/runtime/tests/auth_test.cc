@@ -57,17 +57,6 @@ TEST(AuthTest, EveryParameterServerRpcNeedsTheToken) {
   ASSERT_TRUE(before.ok());
 
   auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(address));
-  proto::CreateVariableRequest create;
-  create.set_name("x");
-  rpc::TensorToProto(*Tensor::FromVector({1}, std::vector<float>{5}), create.mutable_initial_value());
-  proto::PullRequest pull;
-  pull.add_names("w");
-  proto::PushRequest push;
-  push.set_closure_id(0x2222222200000001ULL);
-  auto* u = push.add_updates();
-  u->set_name("w");
-  u->set_kind(proto::Update::ASSIGN);
-  rpc::TensorToProto(*Tensor::FromVector({2}, std::vector<float>{9, 9}), u->mutable_value());
   proto::SaveRequest save;
   save.set_step(1);
   proto::RestoreRequest restore;
@@ -77,12 +66,27 @@ TEST(AuthTest, EveryParameterServerRpcNeedsTheToken) {
   using S = proto::ParameterServer::Stub;
   for (const rpc::Credentials& who : Intruders()) {
     std::vector<grpc::Status> got = {
-        Call(*stub, &S::CreateVariable, create, who), Call(*stub, &S::Pull, pull, who),
-        Call(*stub, &S::Push, push, who),             Call(*stub, &S::Save, save, who),
-        Call(*stub, &S::Restore, restore, who),       Call(*stub, &S::GetStatus, proto::StatusRequest(), who),
-        Call(*stub, &S::Fence, fence, who),           Call(*stub, &S::Shutdown, proto::ShutdownRequest(), who)};
+        Call(*stub, &S::Save, save, who), Call(*stub, &S::Restore, restore, who),
+        Call(*stub, &S::GetStatus, proto::StatusRequest(), who), Call(*stub, &S::Fence, fence, who),
+        Call(*stub, &S::Shutdown, proto::ShutdownRequest(), who)};
     for (size_t i = 0; i < got.size(); ++i) {
       EXPECT_EQ(got[i].error_code(), grpc::StatusCode::UNAUTHENTICATED) << "RPC " << i << ": " << got[i].error_message();
+    }
+    // The data plane (CreateVariable, Pull, Push) refuses the connection's
+    // hello before any request is read.
+    ps::ClientOptions o;
+    o.credentials = who;
+    ps::PsClient intruder(address, o);
+    std::vector<Status> data = {
+        intruder.CreateVariable("x", *Tensor::FromVector({1}, std::vector<float>{5}), std::nullopt).status(),
+        intruder.Pull({"w"}).status(),
+        intruder.PullRows("w", {0}).status(),
+        intruder.Push(0x1111111100000001ULL, 0,
+                      {{"w", ps::Update::Kind::kAssign, *Tensor::FromVector({2}, std::vector<float>{9, 9}), {}}})
+            .status()};
+    for (size_t i = 0; i < data.size(); ++i) {
+      EXPECT_EQ(data[i].code(), Code::kUnauthenticated) << "data-plane call " << i << ": " << data[i];
+      EXPECT_THAT(data[i].message(), HasSubstr("missing or wrong task token"));
     }
   }
   // Nothing changed: no variable created or overwritten, no checkpoint

@@ -1,0 +1,65 @@
+#include "services/ps/apply_pool.h"
+
+namespace tfjob::ps {
+
+struct ApplyPool::Job {
+  const std::function<void(size_t)>* fn = nullptr;
+  size_t n = 0;
+  size_t next = 0;      // the next piece to hand out (under mu_)
+  size_t finished = 0;  // pieces done (under mu_)
+  std::condition_variable done;
+};
+
+ApplyPool::ApplyPool(int threads) {
+  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
+}
+
+ApplyPool::~ApplyPool() {
+  {
+    std::lock_guard g(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void ApplyPool::Run(size_t n, const std::function<void(size_t)>& fn) {
+  if (n == 0) return;
+  if (n == 1 || threads_.empty()) {
+    for (size_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  Job job;
+  job.fn = &fn;
+  job.n = n;
+  std::unique_lock lock(mu_);
+  jobs_.push_back(&job);
+  cv_.notify_all();
+  // The caller takes pieces too, then waits for the ones the pool took.
+  while (job.next < job.n) {
+    const size_t i = job.next++;
+    if (job.next == job.n) std::erase(jobs_, &job);
+    lock.unlock();
+    fn(i);
+    lock.lock();
+    ++job.finished;
+  }
+  job.done.wait(lock, [&] { return job.finished == job.n; });
+}
+
+void ApplyPool::Loop() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+    if (stop_) return;
+    Job* job = jobs_.front();
+    const size_t i = job->next++;
+    if (job->next == job->n) jobs_.pop_front();
+    lock.unlock();
+    (*job->fn)(i);
+    lock.lock();
+    if (++job->finished == job->n) job->done.notify_all();
+  }
+}
+
+}  // namespace tfjob::ps

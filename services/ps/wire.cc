@@ -1,0 +1,147 @@
+#include "services/ps/wire.h"
+
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+namespace tfjob::ps::wire {
+namespace {
+
+// Sets the socket's timeout for blocking sends or receives to the time left
+// before `deadline` (0: no timeout). False when the deadline has passed.
+bool ArmTimeout(int fd, int option, Clock::time_point deadline) {
+  timeval tv{};
+  if (deadline != kNoDeadline) {
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return false;
+    tv.tv_sec = static_cast<time_t>(left / 1000000);
+    tv.tv_usec = static_cast<suseconds_t>(left % 1000000);
+  }
+  setsockopt(fd, SOL_SOCKET, option, &tv, sizeof tv);
+  return true;
+}
+
+Status Broken(const std::string& peer, int err) {
+  return Unavailable("connection to " + peer + " failed: " + std::strerror(err));
+}
+
+}  // namespace
+
+Status SendAll(int fd, std::span<iovec> iov, Clock::time_point deadline, const std::string& peer) {
+  size_t first = 0;
+  while (first < iov.size() && iov[first].iov_len == 0) ++first;
+  if (first == iov.size()) return Status::Ok();
+  if (!ArmTimeout(fd, SO_SNDTIMEO, deadline)) return DeadlineExceeded(peer + " did not take the data in time");
+  while (first < iov.size()) {
+    msghdr msg{};
+    msg.msg_iov = iov.data() + first;
+    msg.msg_iovlen = std::min<size_t>(iov.size() - first, IOV_MAX);
+    const ssize_t w = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (!ArmTimeout(fd, SO_SNDTIMEO, deadline)) return DeadlineExceeded(peer + " did not take the data in time");
+        continue;
+      }
+      return Broken(peer, errno);
+    }
+    size_t done = static_cast<size_t>(w);
+    while (first < iov.size() && done >= iov[first].iov_len) {
+      done -= iov[first].iov_len;
+      iov[first].iov_len = 0;
+      ++first;
+    }
+    if (done > 0) {
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + done;
+      iov[first].iov_len -= done;
+    }
+    while (first < iov.size() && iov[first].iov_len == 0) ++first;
+  }
+  return Status::Ok();
+}
+
+Status RecvAll(int fd, void* data, size_t n, Clock::time_point deadline, const std::string& peer, size_t* received) {
+  size_t ignored = 0;
+  size_t& count = received ? *received : ignored;
+  count = 0;
+  if (n == 0) return Status::Ok();
+  if (!ArmTimeout(fd, SO_RCVTIMEO, deadline)) return DeadlineExceeded("nothing from " + peer + " in time");
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t r = recv(fd, p, n, MSG_WAITALL);
+    if (r > 0) {
+      p += r;
+      n -= static_cast<size_t>(r);
+      count += static_cast<size_t>(r);
+      continue;
+    }
+    if (r == 0) return Unavailable(peer + " closed the connection");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (!ArmTimeout(fd, SO_RCVTIMEO, deadline)) return DeadlineExceeded("nothing from " + peer + " in time");
+      continue;
+    }
+    return Broken(peer, errno);
+  }
+  return Status::Ok();
+}
+
+Status Discard(int fd, uint64_t n, Clock::time_point deadline, const std::string& peer) {
+  char buf[64 << 10];
+  while (n > 0) {
+    const size_t k = static_cast<size_t>(std::min<uint64_t>(n, sizeof buf));
+    RETURN_IF_ERROR(RecvAll(fd, buf, k, deadline, peer));
+    n -= k;
+  }
+  return Status::Ok();
+}
+
+Status RecvFrame(int fd, Frame* f, Clock::time_point deadline, const std::string& peer) {
+  return RecvAll(fd, f, sizeof *f, deadline, peer);
+}
+
+Status SendError(int fd, const Status& s, Clock::time_point deadline, const std::string& peer) {
+  std::string text = s.message();
+  if (text.size() > kMaxMetaBytes) text.resize(kMaxMetaBytes);
+  Frame f{kResponseMagic, static_cast<uint32_t>(s.code()), static_cast<uint32_t>(text.size()), 0, 0};
+  iovec iov[2] = {{&f, sizeof f}, {text.data(), text.size()}};
+  return SendAll(fd, iov, deadline, peer);
+}
+
+void HeaderOf(const Tensor& t, proto::Tensor* out) {
+  out->set_dtype(t.dtype() == DType::kInt64 ? proto::DTYPE_INT64 : proto::DTYPE_FLOAT32);
+  out->clear_shape();
+  for (int64_t d : t.shape()) out->add_shape(d);
+  out->clear_data();
+}
+
+StatusOr<Described> Describe(const proto::Tensor& header, uint64_t max_bytes) {
+  Described d;
+  switch (header.dtype()) {
+    case proto::DTYPE_FLOAT32: d.dtype = DType::kFloat32; break;
+    case proto::DTYPE_INT64: d.dtype = DType::kInt64; break;
+    default: return InvalidArgument("tensor has invalid dtype " + std::to_string(header.dtype()));
+  }
+  d.shape.assign(header.shape().begin(), header.shape().end());
+  if (!header.data().empty()) {
+    return InvalidArgument("tensor " + std::string(DTypeName(d.dtype)) + ShapeString(d.shape) +
+                           " carries its data in the header; the data plane sends it after the meta");
+  }
+  const int64_t n = NumElements(d.shape);
+  const uint64_t elem = DTypeSize(d.dtype);
+  if (n < 0 || static_cast<uint64_t>(n) > UINT64_MAX / elem) {
+    return InvalidArgument("tensor has invalid shape " + ShapeString(d.shape));
+  }
+  d.bytes = static_cast<uint64_t>(n) * elem;
+  if (d.bytes > max_bytes) {
+    return InvalidArgument("tensor " + std::string(DTypeName(d.dtype)) + ShapeString(d.shape) + " claims " +
+                           std::to_string(d.bytes) + " bytes, more than the limit of " + std::to_string(max_bytes));
+  }
+  return d;
+}
+
+}  // namespace tfjob::ps::wire

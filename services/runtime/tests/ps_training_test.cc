@@ -1,0 +1,204 @@
+// Parameter-server training over the data plane:
+//  - a PS task (the real binary) SIGKILLed and started again on the same
+//    port is reached by the same PsClient over both planes, gRPC (control)
+//    and the data plane, without being told anything (the chief and the
+//    workers rely on this after every PS restart);
+//  - fit with an Embedding pulls only the rows each batch uses, and trains
+//    exactly as pulling whole tables does;
+//  - with prefetching workers every step's update lands exactly once.
+#include <fcntl.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "services/collective/net.h"
+#include "services/programs/programs.h"
+#include "services/ps/ps_client.h"
+#include "services/runtime/in_process_cluster.h"
+#include "tests/support/process.h"
+#include "tests/support/subprocess.h"
+
+namespace tfjob::runtime {
+namespace {
+
+namespace t = ::tfjob::testing;
+
+// The runtime as task ps:0, serving on `listener` (inherited, so no port is
+// picked and raced for).
+std::unique_ptr<t::Process> StartPs(collective::net::Listener& listener, std::map<std::string, std::string> env = {}) {
+  const std::string address = "127.0.0.1:" + std::to_string(listener.port);
+  const nlohmann::json tf_config{{"cluster", {{"ps", {address}}}}, {"task", {{"type", "ps"}, {"index", 0}}}};
+  fcntl(listener.fd.get(), F_SETFD, 0);
+  env["TF_CONFIG"] = tf_config.dump();
+  env["TFJOB_LISTEN_FD"] = std::to_string(listener.fd.get());
+  auto p = std::make_unique<t::Process>(std::vector<std::string>{t::BinDir() + "/tfjob-runtime", "counter"}, env);
+  listener.fd.Reset();
+  return p;
+}
+
+TEST(PsRestartTest, TheSameClientReachesARestartedPsOverBothPlanes) {
+  auto listener = collective::net::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  const int port = listener->port;
+  auto ps = StartPs(*listener);
+  ps::ClientOptions o;
+  o.retry.total_timeout = std::chrono::milliseconds(20000);
+  ps::PsClient client("127.0.0.1:" + std::to_string(port), o);
+  auto first = client.GetStatus();
+  ASSERT_TRUE(first.ok()) << first.status() << "\n" << ps->output();
+  ASSERT_TRUE(client.CreateVariable("w", *Tensor::FromVector({2}, std::vector<float>{1, 2}), std::nullopt).ok());
+  ASSERT_TRUE(client.Pull({"w"}).ok());
+
+  for (int round = 0; round < 3; ++round) {
+    ps->Stop(SIGKILL);
+    auto again = collective::net::Listen("127.0.0.1", port);
+    ASSERT_TRUE(again.ok()) << again.status();
+    ps = StartPs(*again);
+    auto status = client.GetStatus();
+    ASSERT_TRUE(status.ok()) << "round " << round << ": " << status.status() << "\n" << ps->output();
+    EXPECT_NE(status->incarnation, first->incarnation);
+    EXPECT_TRUE(status->variables.empty());
+    EXPECT_EQ(client.Pull({"w"}).status().code(), Code::kNotFound);
+    ASSERT_TRUE(client.CreateVariable("w", *Tensor::FromVector({2}, std::vector<float>{3, 4}), std::nullopt).ok());
+    EXPECT_TRUE(AllClose((*client.Pull({"w"}))[0], *Tensor::FromVector({2}, std::vector<float>{3, 4})));
+  }
+}
+
+// TFJOB_PS_MAX_TENSOR_BYTES sets a PS task's limit: a tensor above it is
+// INVALID_ARGUMENT and the PS serves on; a value that is not a byte count
+// stops the task with one line (exit code 2).
+TEST(PsRestartTest, TheTensorLimitComesFromTheEnvironment) {
+  auto listener = collective::net::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  const int port = listener->port;
+  auto ps = StartPs(*listener, {{"TFJOB_PS_MAX_TENSOR_BYTES", "1024"}});
+  ps::PsClient client("127.0.0.1:" + std::to_string(port));
+  auto big = client.CreateVariable("big", Tensor::Zeros(DType::kFloat32, {257}), std::nullopt);
+  EXPECT_EQ(big.status().code(), Code::kInvalidArgument) << big.status() << "\n" << ps->output();
+  EXPECT_THAT(big.status().message(), ::testing::HasSubstr("more than the limit of 1024"));
+  EXPECT_TRUE(client.CreateVariable("small", Tensor::Zeros(DType::kFloat32, {256}), std::nullopt).ok());
+  ps->Stop(SIGKILL);
+
+  auto again = collective::net::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(again.ok());
+  auto bad = StartPs(*again, {{"TFJOB_PS_MAX_TENSOR_BYTES", "lots"}});
+  for (int i = 0; i < 500 && bad->running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(bad->Stop(SIGKILL), 2) << bad->output();
+  EXPECT_THAT(bad->output(), ::testing::HasSubstr("TFJOB_PS_MAX_TENSOR_BYTES: \"lots\" is not a positive number of bytes"));
+}
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+// A bag of 3 ids from a 5000-row table per example; the label is a fixed
+// function of the ids, so the model can learn it.
+std::string WriteEmbeddingJob(const std::string& dir) {
+  std::mt19937 rng(3);
+  for (const auto& [name, n] : std::vector<std::pair<std::string, int>>{{"train.csv", 1600}, {"eval.csv", 320}}) {
+    std::ofstream out(dir + "/" + name);
+    out << "a,b,c,label\n";
+    for (int i = 0; i < n; ++i) {
+      int64_t ids[3], odd = 0;
+      for (int64_t& id : ids) {
+        id = static_cast<int64_t>(rng() % 5000);
+        odd += id % 2;
+      }
+      out << ids[0] << "," << ids[1] << "," << ids[2] << "," << (odd >= 2 ? 1 : 0) << "\n";
+    }
+  }
+  const std::string job = dir + "/job.json";
+  std::ofstream(job) << R"({
+    "name": "embedding", "seed": 5,
+    "model": {"input_shape": [3], "input_dtype": "int64", "layers": [
+      {"type": "Embedding", "input_dim": 5000, "output_dim": 8, "combiner": "mean"},
+      {"type": "Dense", "units": 2, "activation": "softmax"}]},
+    "loss": "sparse_categorical_crossentropy",
+    "optimizer": {"type": "Adagrad", "learning_rate": 0.5},
+    "metrics": ["accuracy"],
+    "data": {"train": {"source": "csv", "path": "train.csv"}, "eval": {"source": "csv", "path": "eval.csv"}},
+    "batch_size": 16, "epochs": 2})";
+  return job;
+}
+
+// One worker, one closure at a time, no prefetch: training is deterministic,
+// so pulling only the batch's rows must give exactly what whole tables give.
+nlohmann::json TrainEmbedding(const std::string& dir, const std::string& pull) {
+  auto programs = programs::BuiltinPrograms();
+  auto cluster = InProcessCluster::Start(2, 1, programs);
+  EXPECT_TRUE(cluster.ok()) << cluster.status();
+  if (!cluster.ok()) return {};
+  std::ostringstream out, err;
+  programs::ChiefContext ctx{(*cluster)->ps_addresses(), (*cluster)->worker_addresses(), {}, &out, &err};
+  ctx.coordinator_options.inflight_per_worker = 1;
+  const std::string summary = dir + "/" + pull + ".json";
+  EXPECT_EQ(programs::MakeFit()->RunChief({"--config", dir + "/job.json", "--data-dir", dir, "--partitioner", "fixed:2",
+                                           "--ps-prefetch", "false", "--ps-pull", pull, "--summary-json", summary},
+                                          ctx),
+            0)
+      << err.str();
+  return ReadJson(summary);
+}
+
+TEST(EmbeddingPullTest, RowPullsTrainExactlyAsWholeTablesAndMoveFarLess) {
+  const std::string dir = t::MakeTempDir("embedding-pull");
+  WriteEmbeddingJob(dir);
+  const nlohmann::json rows = TrainEmbedding(dir, "rows");
+  const nlohmann::json full = TrainEmbedding(dir, "full");
+  ASSERT_TRUE(rows.is_object() && full.is_object());
+  EXPECT_EQ(rows["ps_pull"], "rows");
+  EXPECT_EQ(full["ps_pull"], "full");
+  EXPECT_EQ(rows["steps"], 200);
+  // Same updates in the same order: the same model, bit for bit.
+  EXPECT_EQ(rows["eval_loss"], full["eval_loss"]);
+  ASSERT_EQ(rows["history"].size(), 2u);
+  for (size_t e = 0; e < 2; ++e) {
+    EXPECT_EQ(rows["history"][e]["loss"], full["history"][e]["loss"]) << "epoch " << e + 1;
+    EXPECT_EQ(rows["history"][e]["accuracy"], full["history"][e]["accuracy"]) << "epoch " << e + 1;
+  }
+  EXPECT_GT(rows["eval_accuracy"].get<double>(), 0.6);
+  // Whole tables: 5000 x 8 floats every step; rows: at most 48 rows.
+  const int64_t dense = (8 * 2 + 2) * 4;
+  EXPECT_EQ(full["ps_pulled_bytes"].get<int64_t>(), 200 * (5000 * 8 * 4 + dense));
+  EXPECT_LE(rows["ps_pulled_bytes"].get<int64_t>(), 200 * (48 * 8 * 4 + dense));
+  EXPECT_GT(rows["ps_pulled_bytes"].get<int64_t>(), 200 * dense);
+  // Every step's update landed once on every shard (fixed:2 splits all three
+  // variables: table, kernel and bias, two shards each).
+  EXPECT_EQ(rows["ps_applied_updates"], 200 * 6);
+  EXPECT_EQ(full["ps_applied_updates"], 200 * 6);
+}
+
+// Prefetching workers (the default), several closures in flight, two
+// workers: every step is applied exactly once on every shard.
+TEST(EmbeddingPullTest, PrefetchingWorkersApplyEveryStepOnce) {
+  const std::string dir = t::MakeTempDir("embedding-prefetch");
+  WriteEmbeddingJob(dir);
+  auto programs = programs::BuiltinPrograms();
+  auto cluster = InProcessCluster::Start(2, 2, programs);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::ostringstream out, err;
+  programs::ChiefContext ctx{(*cluster)->ps_addresses(), (*cluster)->worker_addresses(), {}, &out, &err};
+  const std::string summary = dir + "/out.json";
+  ASSERT_EQ(programs::MakeFit()->RunChief({"--config", dir + "/job.json", "--data-dir", dir, "--partitioner", "fixed:2",
+                                           "--steps-per-execution", "3", "--summary-json", summary},
+                                          ctx),
+            0)
+      << err.str();
+  const nlohmann::json s = ReadJson(summary);
+  EXPECT_EQ(s["ps_prefetch"], true);
+  EXPECT_EQ(s["steps"], 200);
+  EXPECT_EQ(s["ps_applied_updates"], 200 * 6);
+  EXPECT_GT(s["eval_accuracy"].get<double>(), 0.6);
+}
+
+}  // namespace
+}  // namespace tfjob::runtime
