@@ -14,6 +14,7 @@
 // The loop's chunks end at checkpoint boundaries and each is joined before a
 // checkpoint, so a checkpoint is a consistent cut at a known step and at
 // most one checkpoint interval of progress is ever lost.
+#include <cmath>
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -29,6 +30,7 @@
 #include "services/coordinator/coordinator.h"
 #include "services/model/keras_model.h"
 #include "services/programs/fit_internal.h"
+#include "services/strategy/devices.h"
 #include "services/strategy/checkpoints.h"
 #include "services/strategy/stats.h"
 #include "services/tensor/threads.h"
@@ -110,7 +112,8 @@ class PsStrategy final : public strategy::Strategy {
                          {"num_workers", static_cast<int64_t>(ctx_.worker_addresses.size())},
                          {"threads", *p_.flags.GetInt("threads")},
                          {"prefetch", p_.ps_prefetch},
-                         {"pull_rows", p_.ps_pull_rows}};
+                         {"pull_rows", p_.ps_pull_rows},
+                         {"device", p_.flags.Get("device")}};
     if (p_.flags.Has("keras-model")) {
       ASSIGN_OR_RETURN(dargs["keras_model"], ReadJsonFile(p_.flags.Get("keras-model")));
       dargs["keras_model_source"] = p_.flags.Get("keras-model");
@@ -421,6 +424,9 @@ struct WorkerFitState {
   std::shared_ptr<strategy::VariableStore> store;
   std::optional<RowPlan> plan;
   bool prefetch = true;
+  // Where this worker computes (--device: devices.h); the variables are
+  // pulled to and the gradients pushed from the host either way.
+  Device device;
   uint64_t generation = 0;  // bumped each time the dataset is (re)built
   std::vector<std::unique_ptr<model::Model>> idle;
   std::vector<std::shared_ptr<std::vector<Tensor>>> free_values;
@@ -517,6 +523,34 @@ StatusOr<std::unique_ptr<strategy::Strategy>> MakePsStrategy(const Parsed& p, co
                                    std::move(trainable), m.InitialValues(static_cast<uint64_t>(p.job.seed))));
 }
 
+// One step's gradients computed on `device`: the pulled values and the
+// batch go up, the loss and metric sums stay in `stats` there, and the
+// gradients come back to the host to be pushed.
+StatusOr<model::Model::Output> ComputeOnDevice(model::Model& m, const model::JobConfig& job, Device device,
+                                               const std::vector<Tensor>& values, const Tensor& x, const Tensor& y,
+                                               Tensor& stats) {
+  std::vector<Tensor> on;
+  for (const Tensor& v : values) {
+    ASSIGN_OR_RETURN(Tensor d, v.ToDevice(device));
+    on.push_back(std::move(d));
+  }
+  ASSIGN_OR_RETURN(Tensor xd, m.PlaceFeatures(x, device));
+  ASSIGN_OR_RETURN(Tensor targets, m.Targets(y));
+  ASSIGN_OR_RETURN(Tensor td, targets.ToDevice(device));
+  ASSIGN_OR_RETURN(std::vector<model::Gradient> grads, m.ComputeGradientsOnDevice(on, xd, td, job.metrics, stats));
+  model::Model::Output out;
+  for (model::Gradient& g : grads) {
+    if (g.sparse) {
+      ASSIGN_OR_RETURN(g.indices, g.indices.ToDevice(Device::Cpu()));
+      ASSIGN_OR_RETURN(g.values, g.values.ToDevice(Device::Cpu()));
+    } else {
+      ASSIGN_OR_RETURN(g.dense, g.dense.ToDevice(Device::Cpu()));
+    }
+  }
+  out.grads = std::move(grads);
+  return out;
+}
+
 Status RegisterPsWorker(worker::Registry& r) {
   auto state = std::make_shared<WorkerFitState>();
   RETURN_IF_ERROR(r.AddDataset(kTrainDataset, [state](const worker::WorkerEnv& env,
@@ -537,6 +571,10 @@ Status RegisterPsWorker(worker::Registry& r) {
     ASSIGN_OR_RETURN(strategy::Examples ex,
                      strategy::LoadExamples(job.data.train, a.at("data_dir").get<std::string>(), *m, shard));
     std::optional<RowPlan> plan = PlanRows(job, *m, a.value("pull_rows", true));
+    ASSIGN_OR_RETURN(strategy::DeviceChoice choice, strategy::ParseDeviceChoice(a.value("device", std::string("auto"))));
+    ASSIGN_OR_RETURN(strategy::DevicePlan devices,
+                     strategy::PlanDevices(choice, strategy::StrategyKind::kParameterServer, 1, false,
+                                           static_cast<int>(env.worker_index), m->CheckDeviceSupport()));
     // Each worker shuffles its own way, as per-worker datasets do in TF.
     job.seed += 7919 * (env.worker_index + 1);
     data::Dataset ds = strategy::TrainingPipeline(ex, job).Repeat();
@@ -547,6 +585,7 @@ Status RegisterPsWorker(worker::Registry& r) {
     state->store.reset();  // made by the next closure, which has the PS clients
     state->plan = plan;
     state->prefetch = a.value("prefetch", true);
+    state->device = devices.devices.empty() ? Device::Cpu() : devices.devices[0];
     ++state->generation;
     state->idle.clear();
     state->free_values.clear();
@@ -563,6 +602,7 @@ Status RegisterPsWorker(worker::Registry& r) {
     std::shared_ptr<strategy::VariableStore> store;
     std::optional<Step> cur;
     bool prefetch;
+    Device device;
     uint64_t generation;
     IoQueue* io;
     {
@@ -574,6 +614,7 @@ Status RegisterPsWorker(worker::Registry& r) {
       if (!state->store) state->store = std::make_shared<strategy::VariableStore>(*state->placement, ctx.ps());
       store = state->store;
       prefetch = state->prefetch;
+      device = state->device;
       generation = state->generation;
       io = prefetch ? state->io.get() : nullptr;
       if (!state->idle.empty()) {
@@ -592,6 +633,12 @@ Status RegisterPsWorker(worker::Registry& r) {
     }
     strategy::BatchStats stats;
     stats.metrics.resize(job.metrics.size());
+    // On a GPU the closure's loss and metric sums accumulate there.
+    Tensor device_stats;
+    if (!device.is_cpu()) {
+      ASSIGN_OR_RETURN(device_stats,
+                       Tensor::Create(DType::kFloat32, {model::Model::StatsSize(job.metrics.size())}, device));
+    }
     const int64_t steps = a.value("steps", int64_t{1});
     int64_t examples = 0, pulled_bytes = 0;
     // Pushes in flight; every one must have landed before the closure says
@@ -636,7 +683,8 @@ Status RegisterPsWorker(worker::Registry& r) {
           next_status = prepared.status();
         }
       }
-      auto out = m->ComputeGradients(*cur->values, cur->x, cur->batch[1]);
+      auto out = device.is_cpu() ? m->ComputeGradients(*cur->values, cur->x, cur->batch[1])
+                                 : ComputeOnDevice(*m, job, device, *cur->values, cur->x, cur->batch[1], device_stats);
       if (!out.ok()) {
         failed = out.status();
         recycle(*cur);
@@ -661,7 +709,7 @@ Status RegisterPsWorker(worker::Registry& r) {
       } else {
         failed = store->PushGradients(ctx.closure_id(), sequence, grads).status();
       }
-      if (failed.ok()) failed = strategy::RecordBatch(*out, cur->batch[1], job.metrics, stats);
+      if (failed.ok() && device.is_cpu()) failed = strategy::RecordBatch(*out, cur->batch[1], job.metrics, stats);
       examples += cur->batch[0].dim(0);
       pulled_bytes += cur->pulled_bytes;
       recycle(*cur);
@@ -669,6 +717,17 @@ Status RegisterPsWorker(worker::Registry& r) {
       if (failed.ok()) failed = next_status;
     }
     failed = finish(failed);
+    if (failed.ok() && !device.is_cpu()) {
+      auto sums = device_stats.ToDevice(Device::Cpu());
+      if (sums.ok()) {
+        const float* f = sums->data<float>();
+        stats.loss = {f[0], f[1]};
+        for (size_t k = 0; k < stats.metrics.size(); ++k) stats.metrics[k] = {f[2 + 2 * k], f[3 + 2 * k]};
+        if (!std::isfinite(f[0])) failed = InvalidArgument("loss is " + std::to_string(f[0]) + " (diverged)");
+      } else {
+        failed = sums.status();
+      }
+    }
     {
       std::lock_guard g(state->mu);
       // A model (and what was pulled ahead) of an older dataset is dropped:

@@ -101,6 +101,16 @@ TEST_F(GpuFitTest, TwoWorkerProcessesSharingAGpuWithTheRing) {
   EXPECT_GE(s["eval_accuracy"].get<double>(), 0.925) << s.dump();
 }
 
+TEST_F(GpuFitTest, ParameterServerWorkersComputeOnTheGpu) {
+  const std::string dir = t::MakeTempDir("gpu-ps");
+  auto r = t::Run({Runtime(), "local", "--ps", "1", "--workers", "2", "--", "fit", "--config", Mlp(), "--data-dir",
+                   t::MnistDir(), "--device", "gpu", "--summary-json", dir + "/out.json"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto s = ReadJson(dir + "/out.json");
+  EXPECT_EQ(s["strategy"], "parameter_server");
+  EXPECT_GE(s["eval_accuracy"].get<double>(), 0.92) << s.dump();
+}
+
 // Everywhere: with no GPU visible (none on the machine, or
 // CUDA_VISIBLE_DEVICES hiding them), --device gpu is one line and exit 2,
 // and --device auto trains on the CPU.
@@ -117,6 +127,13 @@ TEST(NoGpuFitTest, DeviceGpuWithoutAVisibleGpuIsOneLineAndExitTwo) {
                   hide);
   ASSERT_EQ(a.exit_code, 0) << a.err;
   EXPECT_EQ(ReadJson(dir + "/out.json")["devices"], nlohmann::json::array({"cpu"}));
+  // Parameter-server workers plan their device too: the job fails with
+  // their reason, exit 2.
+  auto ps = t::Run({Runtime(), "local", "--ps", "1", "--workers", "1", "--", "fit", "--config", Mlp(), "--data-dir",
+                    t::MnistDir(), "--device", "gpu"},
+                   hide);
+  EXPECT_EQ(ps.exit_code, 2) << ps.out << ps.err;
+  EXPECT_THAT(ps.err, ::testing::ContainsRegex("flag --device gpu: (this build has no CUDA support|no CUDA device is visible)"));
   auto bad = t::Run({Runtime(), "fit", "--config", Mlp(), "--device", "tpu"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("flag --device: expected cpu, gpu or auto, got \"tpu\""));
