@@ -51,11 +51,24 @@ int main(int argc, char** argv) {
       .Value("workers", "concurrent reconciles", "2")
       .Value("qps", "API requests per second", "50")
       .Value("burst", "API request burst", "100")
-      .Value("cluster-domain", "DNS suffix for TF_CONFIG addresses (default: {pod}.{ns}.svc)")
+      .Value("cluster-domain", "DNS suffix for TF_CONFIG addresses (default: $CUSTOM_CLUSTER_DOMAIN, else none: {pod}.{ns}.svc)")
       .Value("task-auth", "true: a Secret per TFJob holds a task token every task-to-task call must carry", "true")
       .Value("network-policy", "true: a NetworkPolicy per TFJob lets only the job's pods reach its tfjob-port", "false");
+  const std::string usage = "usage: tfjob-operator [flags]\n" + flags.Usage();
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") break;
+    if (a == "--help" || a == "-h") {
+      std::cout << usage;
+      return 0;
+    }
+    if (a == "--version") {
+      std::cout << "tfjob-operator " << TFJOB_VERSION << std::endl;
+      return 0;
+    }
+  }
   if (Status s = flags.Parse({argv + 1, argv + argc}); !s.ok()) {
-    std::cerr << "usage: tfjob-operator [flags]\n" << flags.Usage();
+    std::cerr << usage;
     return Fail(s);
   }
   auto workers = flags.GetInt("workers");
@@ -81,7 +94,9 @@ int main(int argc, char** argv) {
   op::controller::ControllerOptions co;
   co.ns = flags.Get("namespace");
   co.workers = static_cast<int>(*workers);
+  // Kubeflow's training-operator reads CUSTOM_CLUSTER_DOMAIN; the flag wins.
   co.planner.cluster_domain = flags.Get("cluster-domain");
+  if (co.planner.cluster_domain.empty()) co.planner.cluster_domain = Getenv("CUSTOM_CLUSTER_DOMAIN").value_or("");
   auto boolean = [&](const std::string& name) -> StatusOr<bool> {
     const std::string v = flags.Get(name);
     if (v == "true") return true;

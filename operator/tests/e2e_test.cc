@@ -48,7 +48,7 @@ class OperatorE2E : public ::testing::Test {
                                   "default", "--metrics-bind-address", "127.0.0.1:" + std::to_string(metrics_port_),
                                   "--health-probe-bind-address", "127.0.0.1:" + std::to_string(health_port_)};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    return std::make_unique<t::Process>(argv);
+    return std::make_unique<t::Process>(argv, op_env_);
   }
   void StartOperator() { op_ = Operator(); }
   json Manifest(const std::string& example) {
@@ -105,6 +105,7 @@ class OperatorE2E : public ::testing::Test {
   std::unique_ptr<t::Process> op_;
   std::string dir_;
   int metrics_port_ = 0, health_port_ = 0;
+  std::map<std::string, std::string> op_env_;  // the operator's extra environment
 };
 
 std::string Env(const json& pod, const std::string& name) {
@@ -309,15 +310,46 @@ TEST_F(OperatorE2E, ExamplePsWorkersSucceedsOnWorkerZero) {
             "master");
 }
 
+// Kubeflow's TF_CONFIG: the evaluator is not in "cluster", yet gets its own
+// TF_CONFIG with "task" set.
 TEST_F(OperatorE2E, ExampleChiefPsWorkersEvaluator) {
   Submit(Manifest("examples/operator/chief-ps-workers-evaluator.yaml"));
   ASSERT_TRUE(Eventually([&] { return Pods("full").size() == 5 && Services("full").size() == 5; })) << op_->output();
+  const std::string cluster =
+      R"({"cluster":{"chief":["full-chief-0.default.svc:2222"],"ps":["full-ps-0.default.svc:2222"],)"
+      R"("worker":["full-worker-0.default.svc:2222","full-worker-1.default.svc:2222"]},)";
   EXPECT_EQ(Env(server_->Get("pods", "default", "full-evaluator-0").value(), "TF_CONFIG"),
-            R"({"cluster":{"chief":["full-chief-0.default.svc:2222"],"ps":["full-ps-0.default.svc:2222"],)"
-            R"("worker":["full-worker-0.default.svc:2222","full-worker-1.default.svc:2222"],)"
-            R"("evaluator":["full-evaluator-0.default.svc:2222"]},"task":{"type":"evaluator","index":0},"environment":"cloud"})");
+            cluster + R"("task":{"type":"evaluator","index":0},"environment":"cloud"})");
+  EXPECT_EQ(Env(server_->Get("pods", "default", "full-chief-0").value(), "TF_CONFIG"),
+            cluster + R"("task":{"type":"chief","index":0},"environment":"cloud"})");
+  EXPECT_EQ(Env(server_->Get("pods", "default", "full-worker-1").value(), "TF_CONFIG"),
+            cluster + R"("task":{"type":"worker","index":1},"environment":"cloud"})");
   SetPhase("full-chief-0", "Succeeded", 0);
   ASSERT_TRUE(Eventually([&] { return HasCondition("full", "Succeeded"); })) << op_->output();
+}
+
+// CUSTOM_CLUSTER_DOMAIN in the operator's environment, as Kubeflow reads it,
+// and enableDynamicWorker's sparse form.
+TEST_F(OperatorE2E, CustomClusterDomainAndDynamicWorkers) {
+  op_->Stop(SIGTERM);  // it may not have set up its signal handling yet
+  op_env_ = {{"CUSTOM_CLUSTER_DOMAIN", "cluster.local"}};
+  op_ = Operator();
+  json job = Manifest("examples/operator/chief-ps-workers-evaluator.yaml");
+  Submit(job);
+  job["metadata"]["name"] = "sparse";
+  job["spec"]["enableDynamicWorker"] = true;
+  Submit(job);
+  ASSERT_TRUE(Eventually([&] { return Pods("full").size() == 5 && Pods("sparse").size() == 5; })) << op_->output();
+  EXPECT_EQ(Env(server_->Get("pods", "default", "full-evaluator-0").value(), "TF_CONFIG"),
+            R"({"cluster":{"chief":["full-chief-0.default.svc.cluster.local:2222"],)"
+            R"("ps":["full-ps-0.default.svc.cluster.local:2222"],)"
+            R"("worker":["full-worker-0.default.svc.cluster.local:2222","full-worker-1.default.svc.cluster.local:2222"]},)"
+            R"("task":{"type":"evaluator","index":0},"environment":"cloud"})");
+  EXPECT_EQ(Env(server_->Get("pods", "default", "sparse-worker-1").value(), "TF_CONFIG"),
+            R"({"sparseCluster":{"worker":{"1":"sparse-worker-1.default.svc.cluster.local:2222"},)"
+            R"("ps":["sparse-ps-0.default.svc.cluster.local:2222"]},"task":{"type":"worker","index":1}})");
+  EXPECT_EQ(Env(server_->Get("pods", "default", "sparse-evaluator-0").value(), "TF_CONFIG"),
+            R"({"sparseCluster":{"worker":{},"ps":[]},"task":{"type":"evaluator","index":0}})");
 }
 
 TEST_F(OperatorE2E, ExampleExitCodeCountsRestartsAgainstBackoffLimit) {

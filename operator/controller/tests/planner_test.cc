@@ -142,6 +142,66 @@ TEST(PlannerTest, ChiefIsTheMasterAndSingleReplicaGetsNoTfConfig) {
   EXPECT_FALSE(Find(q, "j-worker-0", Action::Kind::kCreatePod)->object["spec"]["containers"][0].contains("env"));
 }
 
+std::string TfConfigOf(const Plan& p, const std::string& pod) {
+  const Action* a = Find(p, pod, Action::Kind::kCreatePod);
+  if (!a) return "<no pod " + pod + ">";
+  for (const auto& e : a->object["spec"]["containers"][0].value("env", json::array())) {
+    if (e.value("name", "") == "TF_CONFIG") return e.value("value", "");
+  }
+  return "<no TF_CONFIG>";
+}
+
+// TF_CONFIG in the pods the planner creates, byte for byte as Kubeflow's
+// training-operator writes it: the evaluator never in "cluster" (but with
+// its own "task"), the sparse form with enableDynamicWorker, and the
+// cluster domain (CUSTOM_CLUSTER_DOMAIN) on every address.
+TEST(PlannerTest, TfConfigIsKubeflowsByteForByte) {
+  const json with_eval{{"Chief", Replica(1)}, {"PS", Replica(1)}, {"Worker", Replica(2)}, {"Evaluator", Replica(1)}};
+  const std::string cluster =
+      R"({"cluster":{"chief":["j-chief-0.ns.svc:2222"],"ps":["j-ps-0.ns.svc:2222"],)"
+      R"("worker":["j-worker-0.ns.svc:2222","j-worker-1.ns.svc:2222"]},)";
+  const std::string domain_cluster =
+      R"({"cluster":{"chief":["j-chief-0.ns.svc.corp.example:2222"],"ps":["j-ps-0.ns.svc.corp.example:2222"],)"
+      R"("worker":["j-worker-0.ns.svc.corp.example:2222","j-worker-1.ns.svc.corp.example:2222"]},)";
+  struct Case {
+    std::string name;
+    json specs;
+    json extra_spec;
+    std::string domain;
+    std::string pod;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {"evaluator", with_eval, json::object(), "", "j-evaluator-0",
+       cluster + R"("task":{"type":"evaluator","index":0},"environment":"cloud"})"},
+      {"chief beside an evaluator", with_eval, json::object(), "", "j-chief-0",
+       cluster + R"("task":{"type":"chief","index":0},"environment":"cloud"})"},
+      {"worker beside an evaluator", with_eval, json::object(), "", "j-worker-1",
+       cluster + R"("task":{"type":"worker","index":1},"environment":"cloud"})"},
+      {"no evaluator", {{"Chief", Replica(1)}, {"PS", Replica(1)}, {"Worker", Replica(2)}}, json::object(), "",
+       "j-ps-0", cluster + R"("task":{"type":"ps","index":0},"environment":"cloud"})"},
+      {"cluster domain", with_eval, json::object(), "corp.example", "j-evaluator-0",
+       domain_cluster + R"("task":{"type":"evaluator","index":0},"environment":"cloud"})"},
+      {"dynamic worker", with_eval, {{"enableDynamicWorker", true}}, "", "j-worker-1",
+       R"({"sparseCluster":{"worker":{"1":"j-worker-1.ns.svc:2222"},"ps":["j-ps-0.ns.svc:2222"]},)"
+       R"("task":{"type":"worker","index":1}})"},
+      {"dynamic ps", with_eval, {{"enableDynamicWorker", true}}, "", "j-ps-0",
+       R"({"sparseCluster":{"worker":{},"ps":["j-ps-0.ns.svc:2222"]},"task":{"type":"ps","index":0}})"},
+      {"dynamic evaluator", with_eval, {{"enableDynamicWorker", true}}, "", "j-evaluator-0",
+       R"({"sparseCluster":{"worker":{},"ps":[]},"task":{"type":"evaluator","index":0}})"},
+      {"dynamic worker, cluster domain", with_eval, {{"enableDynamicWorker", true}}, "corp.example", "j-worker-0",
+       R"({"sparseCluster":{"worker":{"0":"j-worker-0.ns.svc.corp.example:2222"},)"
+       R"("ps":["j-ps-0.ns.svc.corp.example:2222"]},"task":{"type":"worker","index":0}})"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    PlannerOptions o;
+    o.cluster_domain = c.domain;
+    Plan p = PlanJob(Job(c.specs, json::object(), c.extra_spec), {}, {}, kNow, o);
+    EXPECT_EQ(TfConfigOf(p, c.pod), c.want);
+  }
+}
+
 // The job's Secret comes before its first pod, owned by the job, with no
 // token in it (the reconciler makes one); the NetworkPolicy only on request.
 TEST(PlannerTest, TaskTokenSecretAndNetworkPolicyComeFirst) {
