@@ -48,7 +48,7 @@ namespace {
 // A file path in a kubeconfig is relative to the kubeconfig's directory.
 std::string Resolve(const std::string& kubeconfig, const std::string& p) {
   if (p.empty() || std::filesystem::path(p).is_absolute()) return p;
-  return (std::filesystem::path(kubeconfig).parent_path() / p).string();
+  return (std::filesystem::path(kubeconfig).parent_path() / p).lexically_normal().string();
 }
 
 YAML::Node Named(const YAML::Node& list, const std::string& name) {

@@ -99,7 +99,14 @@ Status CheckTls(const std::string& ca, const std::string& ca_origin, const AuthS
     ctx.use_certificate_chain(boost::asio::buffer(auth.client_cert_pem), ec);
     if (ec) return InvalidArgument("TLS: client certificate " + auth.client_cert_origin + ": " + TlsReason(ec));
     ctx.use_private_key(boost::asio::buffer(auth.client_key_pem), boost::asio::ssl::context::pem, ec);
-    if (ec) return InvalidArgument("TLS: client key " + auth.client_key_origin + ": " + TlsReason(ec));
+    if (ec) {
+      const std::string reason = TlsReason(ec);
+      if (reason.find("mismatch") != std::string::npos) {
+        return InvalidArgument("TLS: client key " + auth.client_key_origin + " does not match client certificate " +
+                               auth.client_cert_origin + ": " + reason);
+      }
+      return InvalidArgument("TLS: client key " + auth.client_key_origin + ": " + reason);
+    }
     if (SSL_CTX_check_private_key(ctx.native_handle()) != 1) {
       boost::system::error_code none;
       return InvalidArgument("TLS: client key " + auth.client_key_origin + " does not match client certificate " +
