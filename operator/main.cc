@@ -45,7 +45,9 @@ int main(int argc, char** argv) {
       .Value("namespace", "watch only this namespace (default: all)")
       .Bool("leader-elect", "run only while holding the coordination.k8s.io/v1 Lease")
       .Value("leader-election-namespace", "namespace of the Lease", "default")
-      .Value("leader-election-lease-duration", "seconds a leader's Lease is valid without renewal", "15")
+      .Value("leader-election-lease-duration", "seconds a standby waits, after it last saw the Lease change, before taking it over", "15")
+      .Value("leader-election-renew-deadline", "seconds the leader retries a renewal before giving leadership up (default: 2/3 of the lease duration)")
+      .Value("leader-election-retry-period", "seconds between attempts to acquire or renew (default: 2/15 of the lease duration)")
       .Value("metrics-bind-address", "address for /metrics", ":8080")
       .Value("health-probe-bind-address", "address for /healthz and /readyz", ":8081")
       .Value("workers", "concurrent reconciles", "2")
@@ -127,13 +129,27 @@ int main(int argc, char** argv) {
     op::LeaderOptions lo;
     lo.ns = flags.Get("leader-election-namespace");
     lo.identity = std::string(host) + "_" + std::to_string(getpid());
-    auto lease = flags.GetInt("leader-election-lease-duration");
+    // Seconds (fractions allowed) to milliseconds; renew deadline and retry
+    // period default to client-go's 10 s and 2 s of 15 s, scaled to the lease.
+    auto seconds = [&](const std::string& name, double fallback) -> StatusOr<std::chrono::milliseconds> {
+      double v = fallback;
+      if (!flags.Get(name).empty()) {
+        ASSIGN_OR_RETURN(v, flags.GetDouble(name));
+      }
+      if (!(v > 0) || v > 1e6) return InvalidArgument("flag --" + name + ": must be a positive number of seconds");
+      return std::chrono::milliseconds(static_cast<int64_t>(v * 1000));
+    };
+    auto lease = seconds("leader-election-lease-duration", 15);
     if (!lease.ok()) return Fail(lease.status());
-    if (*lease < 1) return Fail(InvalidArgument("flag --leader-election-lease-duration: must be >= 1"));
-    lo.lease_duration = std::chrono::seconds(*lease);
-    // Renew several times per lease, as client-go does (2 s of 15 s).
-    lo.retry_period = std::chrono::duration_cast<std::chrono::seconds>(lo.lease_duration * 2 / 15);
-    if (lo.retry_period.count() < 1) lo.retry_period = std::chrono::seconds(1);
+    const double lease_s = static_cast<double>(lease->count()) / 1000;
+    auto renew = seconds("leader-election-renew-deadline", lease_s * 2 / 3);
+    if (!renew.ok()) return Fail(renew.status());
+    auto retry = seconds("leader-election-retry-period", lease_s * 2 / 15);
+    if (!retry.ok()) return Fail(retry.status());
+    lo.lease_duration = *lease;
+    lo.renew_deadline = *renew;
+    lo.retry_period = *retry;
+    if (Status s = ValidateLeaderOptions(lo); !s.ok()) return Fail(s);
     elector.emplace(**client, lo);
   }
   using runtime_metrics::HttpResponse;
