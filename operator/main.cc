@@ -55,7 +55,10 @@ int main(int argc, char** argv) {
       .Value("burst", "API request burst", "100")
       .Value("cluster-domain", "DNS suffix for TF_CONFIG addresses (default: $CUSTOM_CLUSTER_DOMAIN, else none: {pod}.{ns}.svc)")
       .Value("task-auth", "true: a Secret per TFJob holds a task token every task-to-task call must carry", "true")
-      .Value("network-policy", "true: a NetworkPolicy per TFJob lets only the job's pods reach its tfjob-port", "false");
+      .Value("network-policy", "true: a NetworkPolicy per TFJob lets only the job's pods reach its tfjob-port", "false")
+      .Value("gang-scheduler-name", "gang scheduling, as Kubeflow's: volcano (scheduling.volcano.sh/v1beta1 PodGroups), "
+                                    "or the scheduler-plugins scheduler's name, e.g. scheduler-plugins "
+                                    "(scheduling.x-k8s.io/v1alpha1 PodGroups); empty: off");
   const std::string usage = "usage: tfjob-operator [flags]\n" + flags.Usage();
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -110,6 +113,19 @@ int main(int argc, char** argv) {
   auto network_policy = boolean("network-policy");
   if (!network_policy.ok()) return Fail(network_policy.status());
   co.planner.task_auth = *task_auth;
+  co.planner.gang_scheduler = flags.Get("gang-scheduler-name");
+  if (!co.planner.gang_scheduler.empty()) {
+    // Said at start-up rather than as an informer that never syncs: the
+    // scheduler's PodGroup CRD must be installed.
+    const auto r = op::controller::PodGroupResourceFor(co.planner.gang_scheduler);
+    op::kube::ListOptions one;
+    one.limit = 1;
+    Status served = (*client)->List({r.group, r.version, "podgroups"}, co.ns, one).status();
+    if (served.code() == Code::kNotFound) {
+      return Fail(InvalidArgument("flag --gang-scheduler-name " + co.planner.gang_scheduler + ": the API server does not serve " +
+                                  r.group + "/" + r.version + " podgroups; install the scheduler's CRDs"));
+    }
+  }
   co.planner.network_policy = *network_policy;
   op::controller::Controller controller(**client, co, registry);
 

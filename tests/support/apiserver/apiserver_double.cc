@@ -713,6 +713,12 @@ StatusOr<std::unique_ptr<ApiServerDouble>> ApiServerDouble::Start(Options option
     auto r = impl->store->Create(*impl->store->Resolve("customresourcedefinitions"), "", TfJobCrd(), false);
     if (!r.ok()) return ToStatus(r.error());
   }
+  if (options.register_podgroup_crds) {
+    for (const json& crd : {VolcanoPodGroupCrd(), SchedulerPluginsPodGroupCrd()}) {
+      auto r = impl->store->Create(*impl->store->Resolve("customresourcedefinitions"), "", crd, false);
+      if (!r.ok()) return ToStatus(r.error());
+    }
+  }
   if (!options.bearer_token.empty()) impl->bearer_tokens.insert(options.bearer_token);
   HttpServer::Options ho;
   ho.tls_cert_pem = options.tls_cert_pem;

@@ -6,7 +6,9 @@
 // coordination.k8s.io/v1 leases; events.k8s.io/v1 events;
 // apiextensions.k8s.io/v1 customresourcedefinitions, and whatever the CRDs
 // created through it define (kubeflow.org/v1 tfjobs is pre-registered by
-// default, mirroring crds/kubeflow.org_tfjobs.yaml; a test checks they agree).
+// default, mirroring crds/kubeflow.org_tfjobs.yaml; a test checks they agree;
+// the gang schedulers' PodGroups, scheduling.volcano.sh/v1beta1 and
+// scheduling.x-k8s.io/v1alpha1, on request).
 //
 //   auto server = ApiServerDouble::Start().value();
 //   server->WriteKubeconfig(dir + "/kubeconfig");       // for the operator / kubectl
@@ -135,6 +137,8 @@ class ApiServerDouble {
     std::string tls_cert_pem, tls_key_pem, tls_ca_pem;
     std::string client_ca_pem;         // client certificates it signed authenticate as their CN
     bool register_tfjob_crd = true;    // create the TFJob CRD at start-up
+    // Create Volcano's and scheduler-plugins' PodGroup CRDs at start-up.
+    bool register_podgroup_crds = false;
     std::string server_version = "v1.30.0";  // /version's gitVersion
     // Clock for creationTimestamp/deletionTimestamp and Table ages.
     std::function<std::chrono::system_clock::time_point()> clock;
