@@ -13,6 +13,7 @@
 #include "operator/api/codec.h"
 #include "services/runtime/launcher.h"
 #include "tests/support/apiserver/apiserver_double.h"
+#include "tests/support/apiserver/resources.h"
 #include "tests/support/process.h"
 #include "tests/support/subprocess.h"
 
@@ -350,6 +351,76 @@ TEST_F(OperatorE2E, CustomClusterDomainAndDynamicWorkers) {
             R"("ps":["sparse-ps-0.default.svc.cluster.local:2222"]},"task":{"type":"worker","index":1}})");
   EXPECT_EQ(Env(server_->Get("pods", "default", "sparse-evaluator-0").value(), "TF_CONFIG"),
             R"({"sparseCluster":{"worker":{},"ps":[]},"task":{"type":"evaluator","index":0}})");
+}
+
+// Gang scheduling with Volcano: the PodGroup comes first, owned by the job;
+// pods wait until Volcano admits the gang (phase Inqueue); an edited
+// PodGroup is put back; a finished job's PodGroup is deleted.
+TEST_F(OperatorE2E, GangSchedulingWithVolcano) {
+  op_->Stop(SIGTERM);  // it may not have set up its signal handling yet
+  for (const json& crd : {t::apiserver::VolcanoPodGroupCrd(), t::apiserver::SchedulerPluginsPodGroupCrd()}) {
+    ASSERT_TRUE(server_->Create("customresourcedefinitions", "", crd).ok());
+  }
+  op_ = Operator({"--gang-scheduler-name", "volcano"});
+  const json job = Submit(Manifest("examples/operator/gang-scheduled.yaml"));
+  ASSERT_TRUE(Eventually([&] { return server_->Get("podgroups.scheduling.volcano.sh", "default", "gang").ok(); }))
+      << op_->output();
+  json pg = server_->Get("podgroups.scheduling.volcano.sh", "default", "gang").value();
+  EXPECT_EQ(pg["spec"], json({{"minMember", 4}, {"queue", "research"}}));
+  EXPECT_EQ(pg["metadata"]["ownerReferences"][0]["uid"], job["metadata"]["uid"]);
+  EXPECT_EQ(pg["metadata"]["ownerReferences"][0]["controller"], true);
+  EXPECT_TRUE(Pods("gang").empty());
+  // Volcano says Pending, then admits the gang.
+  pg["status"] = {{"phase", "Pending"}};
+  ASSERT_TRUE(server_->UpdateStatus("podgroups.scheduling.volcano.sh", "default", pg).ok());
+  EXPECT_TRUE(Pods("gang").empty());
+  pg = server_->Get("podgroups.scheduling.volcano.sh", "default", "gang").value();
+  pg["status"] = {{"phase", "Inqueue"}};
+  ASSERT_TRUE(server_->UpdateStatus("podgroups.scheduling.volcano.sh", "default", pg).ok());
+  ASSERT_TRUE(Eventually([&] { return Pods("gang").size() == 4; })) << op_->output();
+  const json pod = server_->Get("pods", "default", "gang-worker-1").value();
+  EXPECT_EQ(pod["spec"]["schedulerName"], "volcano");
+  EXPECT_EQ(pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"], "gang");
+  EXPECT_EQ(pod["metadata"]["annotations"]["volcano.sh/task-spec"], "worker");
+  // Someone edits the PodGroup: the operator restores the job's spec.
+  ASSERT_TRUE(server_->MergePatch("podgroups.scheduling.volcano.sh", "default", "gang", {{"spec", {{"minMember", 1}}}}).ok());
+  ASSERT_TRUE(Eventually([&] {
+    return server_->Get("podgroups.scheduling.volcano.sh", "default", "gang").value()["spec"]["minMember"] == 4;
+  })) << op_->output();
+  for (const auto& p : Pods("gang")) SetPhase(p["metadata"]["name"], "Running");
+  SetPhase("gang-worker-0", "Succeeded", 0);
+  ASSERT_TRUE(Eventually([&] { return HasCondition("gang", "Succeeded"); })) << op_->output();
+  ASSERT_TRUE(Eventually([&] { return !server_->Get("podgroups.scheduling.volcano.sh", "default", "gang").ok(); }))
+      << op_->output();
+}
+
+// scheduler-plugins: its PodGroup kind, and pods at once with the pod-group label.
+TEST_F(OperatorE2E, GangSchedulingWithSchedulerPlugins) {
+  op_->Stop(SIGTERM);
+  ASSERT_TRUE(server_->Create("customresourcedefinitions", "", t::apiserver::SchedulerPluginsPodGroupCrd()).ok());
+  op_ = Operator({"--gang-scheduler-name", "scheduler-plugins"});
+  const json job = Submit(Manifest("examples/operator/gang-scheduled.yaml"));
+  ASSERT_TRUE(Eventually([&] {
+    return server_->Get("podgroups.scheduling.x-k8s.io", "default", "gang").ok() && Pods("gang").size() == 4;
+  })) << op_->output();
+  const json pg = server_->Get("podgroups.scheduling.x-k8s.io", "default", "gang").value();
+  EXPECT_EQ(pg["spec"], json({{"minMember", 4}, {"scheduleTimeoutSeconds", 300}}));
+  EXPECT_EQ(pg["metadata"]["ownerReferences"][0]["uid"], job["metadata"]["uid"]);
+  const json pod = server_->Get("pods", "default", "gang-ps-0").value();
+  EXPECT_EQ(pod["spec"]["schedulerName"], "scheduler-plugins");
+  EXPECT_EQ(pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"], "gang");
+  // Deleting the job takes its PodGroup with it (ownerReference).
+  ASSERT_TRUE(server_->Delete("tfjobs", "default", "gang").ok());
+  EXPECT_FALSE(server_->Get("podgroups.scheduling.x-k8s.io", "default", "gang").ok());
+}
+
+// Asked for a gang scheduler whose CRD is not installed: one line, exit 2.
+TEST_F(OperatorE2E, GangSchedulerWithoutItsCrdIsAClearError) {
+  auto r = t::Run({t::BinDir() + "/tfjob-operator", "--kubeconfig", dir_ + "/kubeconfig", "--gang-scheduler-name",
+                   "volcano", "--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("flag --gang-scheduler-name volcano: the API server does not serve "
+                               "scheduling.volcano.sh/v1beta1 podgroups; install the scheduler's CRDs"));
 }
 
 TEST_F(OperatorE2E, ExampleExitCodeCountsRestartsAgainstBackoffLimit) {
