@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include <openssl/evp.h>
 #include <yaml-cpp/yaml.h>
 
 #include "common/files.h"
@@ -27,19 +28,10 @@ std::string Base64Decode(const std::string& in) {
 }
 
 std::string Base64Encode(const std::string& in) {
-  static const char* chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  int val = 0, bits = -6;
-  for (unsigned char c : in) {
-    val = (val << 8) + c;
-    bits += 8;
-    while (bits >= 0) {
-      out.push_back(chars[(val >> bits) & 0x3f]);
-      bits -= 6;
-    }
-  }
-  if (bits > -6) out.push_back(chars[((val << 8) >> (bits + 8)) & 0x3f]);
-  while (out.size() % 4) out.push_back('=');
+  std::string out(4 * ((in.size() + 2) / 3) + 1, '\0');
+  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(in.data()), static_cast<int>(in.size()));
+  out.resize(static_cast<size_t>(n));
   return out;
 }
 

@@ -10,6 +10,8 @@
 #include <regex>
 #include <set>
 
+#include <openssl/evp.h>
+
 #include "tests/support/apiserver/http_server.h"
 #include "tests/support/apiserver/resources.h"
 #include "tests/support/apiserver/selectors.h"
@@ -78,21 +80,10 @@ json ParseBody(const std::string& text) {
 }
 
 std::string Base64(const std::string& in) {
-  static const char* chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
-    for (int k = 18; k >= 0; k -= 6) out.push_back(chars[(v >> k) & 63]);
-  }
-  if (i < in.size()) {
-    uint32_t v = uint8_t(in[i]) << 16;
-    if (i + 1 < in.size()) v |= uint8_t(in[i + 1]) << 8;
-    out.push_back(chars[(v >> 18) & 63]);
-    out.push_back(chars[(v >> 12) & 63]);
-    out.push_back(i + 1 < in.size() ? chars[(v >> 6) & 63] : '=');
-    out.push_back('=');
-  }
+  std::string out(4 * ((in.size() + 2) / 3) + 1, '\0');
+  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(in.data()), static_cast<int>(in.size()));
+  out.resize(static_cast<size_t>(n));
   return out;
 }
 
