@@ -414,6 +414,24 @@ TEST_F(OperatorE2E, GangSchedulingWithSchedulerPlugins) {
   EXPECT_FALSE(server_->Get("podgroups.scheduling.x-k8s.io", "default", "gang").ok());
 }
 
+TEST(OperatorCli, HelpAndVersionExitZero) {
+  for (const char* flag : {"--help", "-h"}) {
+    auto r = t::Run({t::BinDir() + "/tfjob-operator", flag});
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_THAT(r.out, HasSubstr("usage: tfjob-operator [flags]"));
+    EXPECT_THAT(r.out, HasSubstr("--gang-scheduler-name"));
+    EXPECT_THAT(r.out, HasSubstr("--leader-election-renew-deadline"));
+    EXPECT_EQ(r.err, "");
+  }
+  auto v = t::Run({t::BinDir() + "/tfjob-operator", "--version"});
+  EXPECT_EQ(v.exit_code, 0) << v.err;
+  EXPECT_THAT(v.out, ::testing::MatchesRegex("tfjob-operator [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+  // A bad flag is still an error: usage on stderr, exit 2.
+  auto bad = t::Run({t::BinDir() + "/tfjob-operator", "--no-such-flag"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("usage: tfjob-operator"));
+}
+
 // Asked for a gang scheduler whose CRD is not installed: one line, exit 2.
 TEST_F(OperatorE2E, GangSchedulerWithoutItsCrdIsAClearError) {
   auto r = t::Run({t::BinDir() + "/tfjob-operator", "--kubeconfig", dir_ + "/kubeconfig", "--gang-scheduler-name",

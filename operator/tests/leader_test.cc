@@ -211,7 +211,10 @@ class LeaderElectionTest : public ::testing::TestWithParam<int> {
     vt_ = std::make_unique<VirtualTime>(static_cast<int>(skews.size()) + 1);  // + the test thread
     ledger_ = std::make_unique<Ledger>(*vt_);
     int i = 0;
-    for (const auto& [name, skew] : skews) {
+    for (const auto& entry : skews) {
+      // Not a structured binding: clang 14 cannot capture those in lambdas.
+      const std::string name = entry.first;
+      const std::chrono::seconds skew = entry.second;
       auto c = std::make_unique<Candidate>();
       c->name = name;
       kube::ClusterConfig cc;
