@@ -162,7 +162,8 @@ std::string ExecInfo(const ClusterConfig& c) {
     if (c.insecure_skip_tls_verify) cluster["insecure-skip-tls-verify"] = true;
     spec["cluster"] = std::move(cluster);
   }
-  return nlohmann::json{{"kind", "ExecCredential"}, {"apiVersion", c.exec->api_version}, {"spec", spec}}.dump();
+  return nlohmann::json{{"kind", "ExecCredential"}, {"apiVersion", c.exec->api_version}, {"spec", spec}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace
@@ -261,7 +262,11 @@ Status Credentials::RunExec(SysTime now) {
   }
   auto doc = nlohmann::json::parse(r.out, nullptr, false);
   if (!doc.is_object()) return InvalidArgument(what + ": output is not a JSON ExecCredential: " + FirstLine(r.out));
-  const std::string kind = doc.value("kind", ""), version = doc.value("apiVersion", "");
+  auto top = [&](const char* key) {
+    auto it = doc.find(key);
+    return it != doc.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  const std::string kind = top("kind"), version = top("apiVersion");
   if (kind != "ExecCredential") return InvalidArgument(what + ": output has kind \"" + kind + "\", not ExecCredential");
   if (version != x.api_version) {
     return InvalidArgument(what + ": configured for " + x.api_version + " but returned apiVersion \"" + version + "\"");
