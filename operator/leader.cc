@@ -1,89 +1,202 @@
 #include "operator/leader.h"
 
+#include <cmath>
+#include <cstdio>
+#include <ctime>
 #include <thread>
-
-#include "operator/controller/planner.h"
 
 namespace tfjob::op {
 namespace {
 
+class RealClock final : public LeaderClock {
+ public:
+  std::chrono::system_clock::time_point Wall() override { return std::chrono::system_clock::now(); }
+  std::chrono::steady_clock::time_point Now() override { return std::chrono::steady_clock::now(); }
+  void SleepFor(std::chrono::nanoseconds d, const std::atomic<bool>& stop) override {
+    // In slices, so a stop request is noticed within 50 ms.
+    const auto end = std::chrono::steady_clock::now() + d;
+    while (!stop) {
+      const auto left = end - std::chrono::steady_clock::now();
+      if (left <= std::chrono::nanoseconds(0)) return;
+      std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(left, std::chrono::milliseconds(50)));
+    }
+  }
+};
+
+// metav1.MicroTime: RFC 3339 with microseconds, UTC.
 std::string MicroTime(std::chrono::system_clock::time_point t) {
-  std::string s = controller::FormatTime(t);
-  s.insert(s.size() - 1, ".000000");
-  return s;
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+  const std::time_t secs = static_cast<std::time_t>(us / 1000000 - (us % 1000000 < 0 ? 1 : 0));
+  const long micros = static_cast<long>(((us % 1000000) + 1000000) % 1000000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, micros);
+  return buf;
+}
+
+int64_t Seconds(std::chrono::milliseconds d) {
+  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(static_cast<double>(d.count()) / 1000.0)));
+}
+
+// The parts of a Lease's spec that make up client-go's LeaderElectionRecord.
+nlohmann::json Record(const nlohmann::json& spec) {
+  nlohmann::json r = nlohmann::json::object();
+  if (!spec.is_object()) return r;
+  for (const char* k : {"holderIdentity", "leaseDurationSeconds", "acquireTime", "renewTime", "leaseTransitions"}) {
+    if (spec.contains(k)) r[k] = spec[k];
+  }
+  return r;
+}
+
+int64_t IntOr(const nlohmann::json& j, const char* key, int64_t fallback) {
+  if (!j.is_object() || !j.contains(key) || !j[key].is_number_integer()) return fallback;
+  return j[key].get<int64_t>();
+}
+
+std::string StrOr(const nlohmann::json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key) || !j[key].is_string()) return "";
+  return j[key].get<std::string>();
 }
 
 }  // namespace
 
+std::shared_ptr<LeaderClock> RealLeaderClock() { return std::make_shared<RealClock>(); }
+
+Status ValidateLeaderOptions(const LeaderOptions& o) {
+  if (o.identity.empty()) return InvalidArgument("leader election: identity is empty");
+  if (o.retry_period.count() <= 0) return InvalidArgument("leader election: retry period must be positive");
+  if (o.lease_duration <= o.renew_deadline) {
+    return InvalidArgument("leader election: lease duration (" + std::to_string(o.lease_duration.count()) +
+                           " ms) must be greater than the renew deadline (" + std::to_string(o.renew_deadline.count()) +
+                           " ms)");
+  }
+  // client-go's JitterFactor: a renewal must fit more than one retry.
+  if (static_cast<double>(o.renew_deadline.count()) <= 1.2 * static_cast<double>(o.retry_period.count())) {
+    return InvalidArgument("leader election: renew deadline (" + std::to_string(o.renew_deadline.count()) +
+                           " ms) must be greater than 1.2 x the retry period (" +
+                           std::to_string(o.retry_period.count()) + " ms)");
+  }
+  return Status::Ok();
+}
+
+namespace {
+LeaderOptions WithClock(LeaderOptions o) {
+  if (!o.clock) o.clock = RealLeaderClock();
+  return o;
+}
+}  // namespace
+
+LeaderElector::LeaderElector(kube::Client& client, LeaderOptions options)
+    : client_(client), options_(WithClock(std::move(options))) {}
+
+void LeaderElector::SetLeader(bool leader) {
+  if (leader_.exchange(leader) == leader) return;
+  const auto& cb = leader ? options_.on_started_leading : options_.on_stopped_leading;
+  if (cb) cb();
+}
+
 Status LeaderElector::TryAcquireOrRenew() {
-  const auto now = std::chrono::system_clock::now();
-  const std::string stamp = MicroTime(now);
+  LeaderClock& clock = *options_.clock;
+  const std::string stamp = MicroTime(clock.Wall());
   auto lease = client_.Get(kube::kLeases, options_.ns, options_.name);
   if (lease.status().code() == Code::kNotFound) {
+    nlohmann::json spec{{"holderIdentity", options_.identity},
+                        {"leaseDurationSeconds", Seconds(options_.lease_duration)},
+                        {"acquireTime", stamp},
+                        {"renewTime", stamp},
+                        {"leaseTransitions", 0}};
     nlohmann::json obj{{"apiVersion", "coordination.k8s.io/v1"},
                        {"kind", "Lease"},
                        {"metadata", {{"name", options_.name}, {"namespace", options_.ns}}},
-                       {"spec",
-                        {{"holderIdentity", options_.identity},
-                         {"leaseDurationSeconds", options_.lease_duration.count()},
-                         {"acquireTime", stamp},
-                         {"renewTime", stamp},
-                         {"leaseTransitions", 0}}}};
-    return client_.Create(kube::kLeases, options_.ns, obj).status();
+                       {"spec", spec}};
+    RETURN_IF_ERROR(client_.Create(kube::kLeases, options_.ns, obj).status());
+    observed_ = Record(spec);
+    observed_at_ = clock.Now();
+    return Status::Ok();
   }
   if (!lease.ok()) return lease.status();
+  if (!lease->is_object()) return Internal("lease " + options_.ns + "/" + options_.name + " is not an object");
   nlohmann::json& spec = (*lease)["spec"];
   if (!spec.is_object()) spec = nlohmann::json::object();
-  const std::string holder = spec.value("holderIdentity", "");
-  const auto renewed = controller::ParseTime(spec.value("renewTime", ""));
-  const int64_t duration = spec.value("leaseDurationSeconds", options_.lease_duration.count());
-  const bool expired = !renewed || now > *renewed + std::chrono::seconds(duration);
-  if (holder != options_.identity && !holder.empty() && !expired) {
-    return FailedPrecondition("lease held by " + holder);
+  // The record changed since we last looked: restart our view of its lease
+  // from now, by our clock.
+  const nlohmann::json record = Record(spec);
+  if (record != observed_) {
+    observed_ = record;
+    observed_at_ = clock.Now();
   }
-  if (holder != options_.identity) {
+  const std::string holder = StrOr(observed_, "holderIdentity");
+  const bool we_hold = holder == options_.identity;
+  const auto lease_for = std::chrono::seconds(IntOr(observed_, "leaseDurationSeconds", 0));
+  const bool valid = observed_at_ + lease_for > clock.Now();
+  if (!holder.empty() && !we_hold && valid) return FailedPrecondition("lease held by " + holder);
+
+  // Renewing keeps acquireTime and the transition count; taking over
+  // counts a transition.
+  if (!we_hold) {
     spec["acquireTime"] = stamp;
-    spec["leaseTransitions"] = spec.value("leaseTransitions", 0) + 1;
+    spec["leaseTransitions"] = IntOr(spec, "leaseTransitions", 0) + 1;
   }
   spec["holderIdentity"] = options_.identity;
-  spec["leaseDurationSeconds"] = options_.lease_duration.count();
+  spec["leaseDurationSeconds"] = Seconds(options_.lease_duration);
   spec["renewTime"] = stamp;
   // The resourceVersion in the object makes a racing candidate's write fail with 409.
-  return client_.Update(kube::kLeases, options_.ns, *lease).status();
+  RETURN_IF_ERROR(client_.Update(kube::kLeases, options_.ns, *lease).status());
+  observed_ = Record(spec);
+  observed_at_ = clock.Now();
+  return Status::Ok();
 }
 
 bool LeaderElector::Acquire(const std::atomic<bool>& stop) {
   while (!stop) {
     if (TryAcquireOrRenew().ok()) {
-      leader_ = true;
+      SetLeader(true);
       return true;
     }
-    std::this_thread::sleep_for(options_.retry_period);
+    options_.clock->SleepFor(options_.retry_period, stop);
   }
   return false;
 }
 
 bool LeaderElector::Hold(const std::atomic<bool>& stop) {
-  auto last_ok = std::chrono::steady_clock::now();
+  LeaderClock& clock = *options_.clock;
   while (!stop) {
-    std::this_thread::sleep_for(options_.retry_period);
+    clock.SleepFor(options_.retry_period, stop);
     if (stop) break;
-    if (TryAcquireOrRenew().ok()) {
-      last_ok = std::chrono::steady_clock::now();
-    } else if (std::chrono::steady_clock::now() - last_ok > options_.lease_duration) {
-      leader_ = false;
-      return false;
+    // client-go's renew: retry until one renewal succeeds or the deadline
+    // passes. A success that comes back after the deadline is not trusted:
+    // by then a candidate may be close to taking over.
+    const auto deadline = clock.Now() + options_.renew_deadline;
+    for (;;) {
+      const bool renewed = TryAcquireOrRenew().ok();
+      if (renewed && clock.Now() < deadline) break;
+      if (clock.Now() >= deadline) {
+        SetLeader(false);
+        return false;
+      }
+      clock.SleepFor(options_.retry_period, stop);
+      if (stop) return true;
     }
   }
   return true;
 }
 
 void LeaderElector::Release() {
-  if (!leader_.exchange(false)) return;
+  if (!leader_.load()) return;
   auto lease = client_.Get(kube::kLeases, options_.ns, options_.name);
-  if (!lease.ok() || (*lease)["spec"].value("holderIdentity", "") != options_.identity) return;
-  (*lease)["spec"]["holderIdentity"] = "";
-  (void)client_.Update(kube::kLeases, options_.ns, *lease);
+  if (lease.ok() && lease->is_object() && StrOr((*lease)["spec"], "holderIdentity") == options_.identity) {
+    // client-go's release: no holder, a one-second lease, the transitions kept.
+    const std::string stamp = MicroTime(options_.clock->Wall());
+    nlohmann::json& spec = (*lease)["spec"];
+    spec["holderIdentity"] = "";
+    spec["leaseDurationSeconds"] = 1;
+    spec["acquireTime"] = stamp;
+    spec["renewTime"] = stamp;
+    (void)client_.Update(kube::kLeases, options_.ns, *lease);
+  }
+  SetLeader(false);
 }
 
 }  // namespace tfjob::op

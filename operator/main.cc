@@ -48,17 +48,35 @@ int main(int argc, char** argv) {
       .Value("namespace", "watch only this namespace (default: all)")
       .Bool("leader-elect", "run only while holding the coordination.k8s.io/v1 Lease")
       .Value("leader-election-namespace", "namespace of the Lease", "default")
-      .Value("leader-election-lease-duration", "seconds a leader's Lease is valid without renewal", "15")
+      .Value("leader-election-lease-duration", "seconds a standby waits, after it last saw the Lease change, before taking it over", "15")
+      .Value("leader-election-renew-deadline", "seconds the leader retries a renewal before giving leadership up (default: 2/3 of the lease duration)")
+      .Value("leader-election-retry-period", "seconds between attempts to acquire or renew (default: 2/15 of the lease duration)")
       .Value("metrics-bind-address", "address for /metrics", ":8080")
       .Value("health-probe-bind-address", "address for /healthz and /readyz", ":8081")
       .Value("workers", "concurrent reconciles", "2")
       .Value("qps", "API requests per second", "50")
       .Value("burst", "API request burst", "100")
-      .Value("cluster-domain", "DNS suffix for TF_CONFIG addresses (default: {pod}.{ns}.svc)")
+      .Value("cluster-domain", "DNS suffix for TF_CONFIG addresses (default: $CUSTOM_CLUSTER_DOMAIN, else none: {pod}.{ns}.svc)")
       .Value("task-auth", "true: a Secret per TFJob holds a task token every task-to-task call must carry", "true")
-      .Value("network-policy", "true: a NetworkPolicy per TFJob lets only the job's pods reach its tfjob-port", "false");
+      .Value("network-policy", "true: a NetworkPolicy per TFJob lets only the job's pods reach its tfjob-port", "false")
+      .Value("gang-scheduler-name", "gang scheduling, as Kubeflow's: volcano (scheduling.volcano.sh/v1beta1 PodGroups), "
+                                    "or the scheduler-plugins scheduler's name, e.g. scheduler-plugins "
+                                    "(scheduling.x-k8s.io/v1alpha1 PodGroups); empty: off");
+  const std::string usage = "usage: tfjob-operator [flags]\n" + flags.Usage();
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") break;
+    if (a == "--help" || a == "-h") {
+      std::cout << usage;
+      return 0;
+    }
+    if (a == "--version") {
+      std::cout << "tfjob-operator " << TFJOB_VERSION << std::endl;
+      return 0;
+    }
+  }
   if (Status s = flags.Parse({argv + 1, argv + argc}); !s.ok()) {
-    std::cerr << "usage: tfjob-operator [flags]\n" << flags.Usage();
+    std::cerr << usage;
     return Fail(s);
   }
   auto workers = flags.GetInt("workers");
@@ -89,7 +107,9 @@ int main(int argc, char** argv) {
   op::controller::ControllerOptions co;
   co.ns = flags.Get("namespace");
   co.workers = static_cast<int>(*workers);
+  // Kubeflow's training-operator reads CUSTOM_CLUSTER_DOMAIN; the flag wins.
   co.planner.cluster_domain = flags.Get("cluster-domain");
+  if (co.planner.cluster_domain.empty()) co.planner.cluster_domain = Getenv("CUSTOM_CLUSTER_DOMAIN").value_or("");
   auto boolean = [&](const std::string& name) -> StatusOr<bool> {
     const std::string v = flags.Get(name);
     if (v == "true") return true;
@@ -101,6 +121,19 @@ int main(int argc, char** argv) {
   auto network_policy = boolean("network-policy");
   if (!network_policy.ok()) return Fail(network_policy.status());
   co.planner.task_auth = *task_auth;
+  co.planner.gang_scheduler = flags.Get("gang-scheduler-name");
+  if (!co.planner.gang_scheduler.empty()) {
+    // Said at start-up rather than as an informer that never syncs: the
+    // scheduler's PodGroup CRD must be installed.
+    const auto r = op::controller::PodGroupResourceFor(co.planner.gang_scheduler);
+    op::kube::ListOptions one;
+    one.limit = 1;
+    Status served = (*client)->List({r.group, r.version, "podgroups"}, co.ns, one).status();
+    if (served.code() == Code::kNotFound) {
+      return Fail(InvalidArgument("flag --gang-scheduler-name " + co.planner.gang_scheduler + ": the API server does not serve " +
+                                  r.group + "/" + r.version + " podgroups; install the scheduler's CRDs"));
+    }
+  }
   co.planner.network_policy = *network_policy;
   op::controller::Controller controller(**client, co, registry);
 
@@ -120,13 +153,27 @@ int main(int argc, char** argv) {
     op::LeaderOptions lo;
     lo.ns = flags.Get("leader-election-namespace");
     lo.identity = std::string(host) + "_" + std::to_string(getpid());
-    auto lease = flags.GetInt("leader-election-lease-duration");
+    // Seconds (fractions allowed) to milliseconds; renew deadline and retry
+    // period default to client-go's 10 s and 2 s of 15 s, scaled to the lease.
+    auto seconds = [&](const std::string& name, double fallback) -> StatusOr<std::chrono::milliseconds> {
+      double v = fallback;
+      if (!flags.Get(name).empty()) {
+        ASSIGN_OR_RETURN(v, flags.GetDouble(name));
+      }
+      if (!(v > 0) || v > 1e6) return InvalidArgument("flag --" + name + ": must be a positive number of seconds");
+      return std::chrono::milliseconds(static_cast<int64_t>(v * 1000));
+    };
+    auto lease = seconds("leader-election-lease-duration", 15);
     if (!lease.ok()) return Fail(lease.status());
-    if (*lease < 1) return Fail(InvalidArgument("flag --leader-election-lease-duration: must be >= 1"));
-    lo.lease_duration = std::chrono::seconds(*lease);
-    // Renew several times per lease, as client-go does (2 s of 15 s).
-    lo.retry_period = std::chrono::duration_cast<std::chrono::seconds>(lo.lease_duration * 2 / 15);
-    if (lo.retry_period.count() < 1) lo.retry_period = std::chrono::seconds(1);
+    const double lease_s = static_cast<double>(lease->count()) / 1000;
+    auto renew = seconds("leader-election-renew-deadline", lease_s * 2 / 3);
+    if (!renew.ok()) return Fail(renew.status());
+    auto retry = seconds("leader-election-retry-period", lease_s * 2 / 15);
+    if (!retry.ok()) return Fail(retry.status());
+    lo.lease_duration = *lease;
+    lo.renew_deadline = *renew;
+    lo.retry_period = *retry;
+    if (Status s = ValidateLeaderOptions(lo); !s.ok()) return Fail(s);
     elector.emplace(**client, lo);
   }
   using base::HttpResponse;

@@ -149,7 +149,8 @@ const std::vector<std::string> kAllOn = {
     "leaderElection.enabled=true", "replicaCount=2", "serviceAccount.annotations.team=ml",
     "operator.clusterDomain=cluster.local", "nodeSelector.pool=cpu", "podAnnotations.note=x",
     "serviceMonitor.labels.release=prometheus", "grafanaDashboard.labels.team=ml", "taskAuth.enabled=true",
-    "networkPolicy.enabled=true"};
+    "networkPolicy.enabled=true", "gangScheduler.name=volcano", "leaderElection.renewDeadlineSeconds=8",
+    "leaderElection.retryPeriodSeconds=1.5"};
 const std::vector<std::string> kAllOff = {"serviceMonitor.enabled=false", "grafanaDashboard.enabled=false",
                                           "metrics.service.enabled=false", "leaderElection.enabled=false",
                                           "taskAuth.enabled=false", "networkPolicy.enabled=false"};
@@ -228,9 +229,40 @@ TEST(Chart, EveryToggleOffLeavesOnlyTheCore) {
         EXPECT_THAT(d->obj["rules"].dump(), ::testing::Not(HasSubstr("leases"))) << d->source;
         EXPECT_THAT(d->obj["rules"].dump(), ::testing::Not(HasSubstr("secrets"))) << d->source;
         EXPECT_THAT(d->obj["rules"].dump(), ::testing::Not(HasSubstr("networkpolicies"))) << d->source;
+        EXPECT_THAT(d->obj["rules"].dump(), ::testing::Not(HasSubstr("podgroups"))) << d->source;
       }
     }
     EXPECT_THAT(Args(r.One("Deployment")), ::testing::Contains("--task-auth=false"));
+  }
+}
+
+// Gang scheduling adds one rule, on the scheduler's podgroups, and the flag;
+// nothing else in the RBAC changes.
+TEST(Chart, GangSchedulingAddsExactlyThePodGroupRule) {
+  for (const std::string ns : {"", "team-a"}) {
+    SCOPED_TRACE("watchNamespace=" + ns);
+    const std::string kind = ns.empty() ? "ClusterRole" : "Role";
+    auto rules = [&](const Rendered& r) {
+      for (const auto* d : r.Kind(kind)) {
+        if (d->obj["metadata"]["name"] == "tfjob-tfjob-operator") return d->obj["rules"];
+      }
+      return json();
+    };
+    const Rendered off = Render({"watchNamespace=" + ns});
+    for (const auto& [name, group] : std::vector<std::pair<std::string, std::string>>{
+             {"volcano", "scheduling.volcano.sh"}, {"scheduler-plugins", "scheduling.x-k8s.io"}, {"coscheduler", "scheduling.x-k8s.io"}}) {
+      SCOPED_TRACE(name);
+      const Rendered on = Render({"watchNamespace=" + ns, "gangScheduler.name=" + name});
+      json expected = rules(off);
+      ASSERT_TRUE(expected.is_array());
+      expected.push_back({{"apiGroups", {group}},
+                          {"resources", {"podgroups"}},
+                          {"verbs", {"list", "watch", "create", "update", "delete"}}});
+      EXPECT_EQ(rules(on), expected);
+      EXPECT_THAT(Args(on.One("Deployment")), ::testing::Contains("--gang-scheduler-name=" + name));
+      EXPECT_THAT(Args(off.One("Deployment")), ::testing::Not(::testing::Contains(::testing::HasSubstr("gang"))));
+      EXPECT_EQ(Kinds(on), Kinds(off));
+    }
   }
 }
 
@@ -492,7 +524,16 @@ json Job(const std::string& name, const std::string& ns, const std::string& clea
   return job;
 }
 
-class ChartRbac : public ::testing::TestWithParam<std::string> {};
+struct RbacCase {
+  std::string watch_ns;  // "" = all namespaces
+  std::string gang;      // gangScheduler.name; "" = off
+};
+
+void PrintTo(const RbacCase& c, std::ostream* os) {
+  *os << "watchNamespace=\"" << c.watch_ns << "\" gangScheduler.name=\"" << c.gang << "\"";
+}
+
+class ChartRbac : public ::testing::TestWithParam<RbacCase> {};
 
 // One run of the operator, started with the rendered Deployment's args,
 // through a job lifecycle that exercises everything it does: leader election
@@ -501,18 +542,24 @@ class ChartRbac : public ::testing::TestWithParam<std::string> {};
 // failure, cleanPodPolicy All), TFJob status written (and patched for a job
 // it cannot decode), events recorded, and a finished job deleted by its TTL.
 TEST_P(ChartRbac, GrantsExactlyWhatTheOperatorUses) {
-  const std::string watch_ns = GetParam();
+  const std::string watch_ns = GetParam().watch_ns;
+  const std::string gang = GetParam().gang;
   const std::string job_ns = watch_ns.empty() ? "team-b" : watch_ns;
   Rendered r = Render({"watchNamespace=" + watch_ns, "leaderElection.enabled=true",
-                       "leaderElection.leaseDurationSeconds=2"});
+                       "leaderElection.leaseDurationSeconds=2", "gangScheduler.name=" + gang});
   ASSERT_FALSE(r.docs.empty());
   const std::vector<Grant> grants = Grants(r);
   ASSERT_FALSE(grants.empty());
 
-  auto server = t::ApiServerDouble::Start();
+  t::ApiServerDouble::Options server_options;
+  server_options.register_podgroup_crds = true;
+  auto server = t::ApiServerDouble::Start(server_options);
   ASSERT_TRUE(server.ok()) << server.status();
   auto& api = **server;
-  const std::string dir = t::MakeTempDir("chart-rbac-" + (watch_ns.empty() ? std::string("cluster") : watch_ns));
+  const std::string dir = t::MakeTempDir("chart-rbac-" + (watch_ns.empty() ? std::string("cluster") : watch_ns) +
+                                         (gang.empty() ? "" : "-" + gang));
+  const std::string podgroups = gang.empty() ? "" : gang == "volcano" ? "podgroups.scheduling.volcano.sh"
+                                                                      : "podgroups.scheduling.x-k8s.io";
   ASSERT_TRUE(api.WriteKubeconfig(dir + "/kubeconfig").ok());
   // The rendered args, with the two listen addresses moved to local ports
   // the operator binds itself (the pod's :8080/:8081 may be taken on this
@@ -570,6 +617,19 @@ TEST_P(ChartRbac, GrantsExactlyWhatTheOperatorUses) {
       << op->output();
   ASSERT_TRUE(api.Create("tfjobs", job_ns, Job("clean", job_ns, "All", -1)).ok());
   ASSERT_TRUE(api.Create("tfjobs", job_ns, Job("ttl", job_ns, "None", 1)).ok());
+  if (!podgroups.empty()) {
+    // The PodGroups come first; Volcano's gate the pods until it admits them.
+    for (const std::string job : {"clean", "ttl"}) {
+      ASSERT_TRUE(eventually([&] { return api.Get(podgroups, job_ns, job).ok(); })) << op->output();
+      json pg = api.Get(podgroups, job_ns, job).value();
+      pg["status"] = {{"phase", "Inqueue"}};
+      ASSERT_TRUE(api.UpdateStatus(podgroups, job_ns, pg).ok());
+    }
+    // An edited PodGroup is put back (update).
+    ASSERT_TRUE(api.MergePatch(podgroups, job_ns, "clean", {{"spec", {{"minMember", 1}}}}).ok());
+    ASSERT_TRUE(eventually([&] { return api.Get(podgroups, job_ns, "clean").value()["spec"]["minMember"] == 2; }))
+        << op->output();
+  }
   ASSERT_TRUE(eventually([&] { return pods("clean").size() == 2 && pods("ttl").size() == 2; })) << op->output();
   ASSERT_TRUE(eventually([&] { return condition("bad", "Failed"); })) << op->output();
   // A retryable failure: the pod is deleted and created again.
@@ -591,6 +651,10 @@ TEST_P(ChartRbac, GrantsExactlyWhatTheOperatorUses) {
            api.List("services", job_ns, "training.kubeflow.org/job-name=clean")->empty();
   })) << op->output();
   ASSERT_TRUE(eventually([&] { return !api.Get("tfjobs", job_ns, "ttl").ok(); })) << op->output();
+  if (!podgroups.empty()) {
+    // A finished job's PodGroup is deleted by the operator (delete).
+    ASSERT_TRUE(eventually([&] { return !api.Get(podgroups, job_ns, "clean").ok(); })) << op->output();
+  }
   ASSERT_TRUE(eventually([&] { return !api.List("events", job_ns).value().empty(); })) << op->output();
   // Renewals happen every lease*2/15 s; wait for one past the acquisition.
   const std::string renew0 =
@@ -642,8 +706,15 @@ TEST_P(ChartRbac, GrantsExactlyWhatTheOperatorUses) {
   if (HasFailure()) std::cerr << "permissions used:\n" << all;
 }
 
-INSTANTIATE_TEST_SUITE_P(WatchNamespace, ChartRbac, ::testing::Values("", "team-a"),
-                         [](const auto& info) { return info.param.empty() ? "AllNamespaces" : "OneNamespace"; });
+INSTANTIATE_TEST_SUITE_P(WatchNamespace, ChartRbac,
+                         ::testing::Values(RbacCase{"", ""}, RbacCase{"team-a", ""}, RbacCase{"", "volcano"},
+                                           RbacCase{"team-a", "scheduler-plugins"}),
+                         [](const auto& info) {
+                           std::string name = info.param.watch_ns.empty() ? "AllNamespaces" : "OneNamespace";
+                           if (info.param.gang == "volcano") name += "Volcano";
+                           if (info.param.gang == "scheduler-plugins") name += "SchedulerPlugins";
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace tfjob::charts

@@ -1,5 +1,6 @@
 #include "operator/api/names.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <string>
@@ -118,11 +119,12 @@ StatusOr<std::string> TfConfig(const TFJob& job, std::string_view ns, ReplicaTyp
                            " out of range [0, " + std::to_string(ReplicasOrDefault(*self)) + ")");
   }
 
-  // Which types make up "cluster", in order; the evaluator only on request.
+  // Which types make up "cluster": all but the evaluator, in the order Go's
+  // encoding/json writes map keys (sorted by name).
   std::vector<ClusterEntry> cluster;
   size_t estimated_bytes = 0;
   for (ReplicaType t : kReplicaTypes) {
-    if (t == ReplicaType::kEvaluator && !options.include_evaluator) continue;
+    if (t == ReplicaType::kEvaluator) continue;
     const ReplicaSpec* s = job.Find(t);
     if (!s) continue;
     // Rough size check before building anything: each entry is the host plus
@@ -135,6 +137,8 @@ StatusOr<std::string> TfConfig(const TFJob& job, std::string_view ns, ReplicaTyp
     }
     cluster.push_back({s, TypeLabel(*s), {}});
   }
+  std::sort(cluster.begin(), cluster.end(),
+            [](const ClusterEntry& a, const ClusterEntry& b) { return a.label < b.label; });
   for (ClusterEntry& e : cluster) {
     for (int i = 0; i < ReplicasOrDefault(*e.spec); ++i) e.addresses.push_back(Address(job, ns, *e.spec, i, options));
   }

@@ -74,22 +74,20 @@ struct TfConfigOptions {
   // Appended to hosts as "{pod}.{ns}.svc.{cluster_domain}" when not empty
   // (Kubeflow reads it from $CUSTOM_CLUSTER_DOMAIN; read it once at startup).
   std::string cluster_domain;
-  // DESIGN.md's contract lists the evaluator in "cluster" after worker (the
-  // runtime's coordinator leaves it out of the training cluster itself);
-  // false gives Kubeflow's form, without it.
-  bool include_evaluator = true;
   // Overrides "{host}:{port}" for every task, e.g. "127.0.0.1:{port}" in the
   // local runner. Called with the spec and the task index.
   std::function<std::string(const ReplicaSpec& spec, int index)> address;
 };
 
 // TF_CONFIG for task (type, index) of a defaulted job, byte for byte as
-// Kubeflow builds it (Go's json also escapes <, > and &, which valid names
-// never contain):
+// Kubeflow's training-operator builds it (genTFConfigJSONStr; Go's json also
+// escapes <, > and &, which valid names never contain):
 //   {"cluster":{"chief":["j-chief-0.ns.svc:2222"],"ps":[...],"worker":[...]},
 //    "task":{"type":"worker","index":1},"environment":"cloud"}
-// Cluster keys in the order chief/master, ps, worker, evaluator (unless
-// include_evaluator is false); each type lists all its replicas, ports from TfPort.
+// "cluster" holds every replica type but the evaluator, which is not part of
+// the training cluster (TensorFlow's RunConfig); the evaluator task itself
+// still gets a TF_CONFIG, with its own "task". Keys are sorted, as Go
+// marshals a map; each type lists all its replicas, ports from TfPort.
 // With spec.enableDynamicWorker, Kubeflow's sparse form instead:
 //   {"sparseCluster":{"worker":{"1":"j-worker-1.ns.svc:2222"},"ps":[...]},
 //    "task":{"type":"worker","index":1}}

@@ -1,5 +1,6 @@
 #include "operator/api/validation.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <set>
 #include <string>
@@ -184,6 +185,33 @@ std::vector<FieldError> Validate(const TFJob& job) {
   CheckNonNegative(errors, rp.ttl_seconds_after_finished, "spec.runPolicy.ttlSecondsAfterFinished");
   CheckNonNegative(errors, rp.active_deadline_seconds, "spec.runPolicy.activeDeadlineSeconds");
   CheckNonNegative(errors, rp.backoff_limit, "spec.runPolicy.backoffLimit");
+  // The CRD's schema types schedulingPolicy; a server without it (or an
+  // older CRD) could pass anything, and the PodGroup must not guess.
+  if (rp.scheduling_policy.is_object()) {
+    const json& sp = rp.scheduling_policy;
+    // Mutated input may hold invalid UTF-8: render it, never throw.
+    auto render = [](const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); };
+    const std::string base = "spec.runPolicy.schedulingPolicy.";
+    for (const char* key : {"minAvailable", "scheduleTimeoutSeconds"}) {
+      const json* v = Member(sp, key);
+      if (v && !v->is_null() &&
+          (!v->is_number_integer() || v->get<int64_t>() < INT32_MIN || v->get<int64_t>() > INT32_MAX)) {
+        errors.push_back(Invalid(base + key, render(*v), "must be a 32-bit integer"));
+      }
+    }
+    for (const char* key : {"queue", "priorityClass"}) {
+      const json* v = Member(sp, key);
+      if (v && !v->is_null() && !v->is_string()) errors.push_back(Invalid(base + key, render(*v), "must be a string"));
+    }
+    const json* mr = Member(sp, "minResources");
+    if (mr && !mr->is_null() && !mr->is_object()) {
+      errors.push_back(Invalid(base + "minResources", render(*mr), "must be a map of resource names to quantities"));
+    }
+  } else if (!rp.scheduling_policy.is_null()) {
+    errors.push_back(Invalid("spec.runPolicy.schedulingPolicy",
+                             rp.scheduling_policy.dump(-1, ' ', false, json::error_handler_t::replace),
+                             "must be an object"));
+  }
   if (rp.managed_by && *rp.managed_by != kManagedByKubeflow && *rp.managed_by != kManagedByMultiKueue) {
     errors.push_back(NotSupported("spec.runPolicy.managedBy", *rp.managed_by,
                                   {kManagedByKubeflow, kManagedByMultiKueue}));

@@ -23,7 +23,9 @@
 // ("Launcher"; "worker" next to "Worker"); negative replicas; more than one
 // Chief/Master replica (TensorFlow allows one chief); restartPolicy,
 // cleanPodPolicy, successPolicy outside their enums; negative
-// ttlSecondsAfterFinished / activeDeadlineSeconds / backoffLimit.
+// ttlSecondsAfterFinished / activeDeadlineSeconds / backoffLimit;
+// schedulingPolicy fields of the wrong type (the CRD's schema types them;
+// this holds where no schema ran).
 //
 // Pure; reentrant; never fails (an invalid job yields errors, not a Status).
 #pragma once

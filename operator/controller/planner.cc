@@ -114,6 +114,22 @@ ServiceView ViewService(const nlohmann::json& svc) {
   return v;
 }
 
+PodGroupView ViewPodGroup(const nlohmann::json& pg) {
+  PodGroupView v;
+  const auto& meta = Field(pg, "metadata");
+  v.controller_uid = ControllerUid(meta);
+  v.deleting = !Str(meta, "deletionTimestamp").empty();
+  v.phase = Str(Field(pg, "status"), "phase");
+  v.object = pg.is_object() ? pg : nlohmann::json::object();
+  return v;
+}
+
+PodGroupResource PodGroupResourceFor(const std::string& gang_scheduler) {
+  if (gang_scheduler.empty()) return {};
+  if (gang_scheduler == kGangSchedulerVolcano) return {"scheduling.volcano.sh", "v1beta1", "PodGroup"};
+  return {"scheduling.x-k8s.io", "v1alpha1", "PodGroup"};
+}
+
 namespace {
 
 const JobCondition* FindCondition(const JobStatus& s, std::string_view type) {
@@ -251,6 +267,52 @@ nlohmann::json BuildNetworkPolicy(const TFJob& job) {
             {"ingress", ingress}}}};
 }
 
+bool IsVolcano(const PlannerOptions& o) { return o.gang_scheduler == kGangSchedulerVolcano; }
+
+// Kubeflow's ReconcileJobs: minMember is the sum of replicas unless
+// schedulingPolicy.minAvailable is set; Volcano's queue defaults to
+// "default" and an existing PodGroup's queue is kept; scheduler-plugins
+// takes scheduleTimeoutSeconds instead of a queue and a priority class.
+// minResources is passed through when given (Kubeflow also computes it from
+// the pods' requests otherwise; this operator leaves it unset). Validation
+// has checked the types.
+nlohmann::json DesiredPodGroup(const TFJob& job, const PlannerOptions& opt, const std::optional<PodGroupView>& existing) {
+  int64_t min_member = 0;
+  for (const ReplicaSpec& s : job.spec.replica_specs) {
+    if (s.type) min_member += api::ReplicasOrDefault(s);
+  }
+  const nlohmann::json& sp = job.spec.run_policy.scheduling_policy;
+  auto field = [&](const char* key) -> const nlohmann::json& { return Field(sp, key); };
+  if (field("minAvailable").is_number_integer()) min_member = field("minAvailable").get<int64_t>();
+  nlohmann::json spec = nlohmann::json::object();
+  // Go's omitempty: a zero minMember is left out.
+  if (min_member != 0) spec["minMember"] = min_member;
+  if (IsVolcano(opt)) {
+    std::string queue = "default";
+    if (field("queue").is_string() && !field("queue").get<std::string>().empty()) queue = field("queue").get<std::string>();
+    if (existing) {
+      const std::string kept = Str(Field(existing->object, "spec"), "queue");
+      if (!kept.empty()) queue = kept;
+    }
+    spec["queue"] = queue;
+    if (field("priorityClass").is_string() && !field("priorityClass").get<std::string>().empty()) {
+      spec["priorityClassName"] = field("priorityClass");
+    }
+  } else if (field("scheduleTimeoutSeconds").is_number_integer()) {
+    spec["scheduleTimeoutSeconds"] = field("scheduleTimeoutSeconds");
+  }
+  if (field("minResources").is_object() && !field("minResources").empty()) spec["minResources"] = field("minResources");
+
+  const PodGroupResource r = PodGroupResourceFor(opt.gang_scheduler);
+  nlohmann::json meta{{"name", job.metadata.name},
+                      {"namespace", job.metadata.namespace_},
+                      {"labels", LabelsJson(api::JobLabels(job.metadata.name))},
+                      {"ownerReferences", nlohmann::json::array({OwnerRef(job)})}};
+  // Kubeflow copies the job's annotations onto its PodGroup.
+  if (!job.metadata.annotations.empty()) meta["annotations"] = LabelsJson(job.metadata.annotations);
+  return {{"apiVersion", r.group + "/" + r.version}, {"kind", r.kind}, {"metadata", meta}, {"spec", spec}};
+}
+
 StatusOr<nlohmann::json> BuildPod(const TFJob& job, const ReplicaSpec& spec, int index, const PlannerOptions& opt) {
   const std::string type = api::TypeLabel(spec);
   nlohmann::json tmpl = spec.template_json.is_object() ? spec.template_json : nlohmann::json::object();
@@ -285,6 +347,20 @@ StatusOr<nlohmann::json> BuildPod(const TFJob& job, const ReplicaSpec& spec, int
                       {"valueFrom",
                        {{"secretKeyRef",
                          {{"name", api::AuthSecretName(job.metadata.name)}, {"key", std::string(api::kAuthSecretKey)}}}}}});
+  }
+  // Kubeflow's DecoratePodTemplateSpec: the gang scheduler unless the
+  // template names another, and what ties the pod to its PodGroup.
+  if (!opt.gang_scheduler.empty()) {
+    if (Str(pod_spec, "schedulerName").empty()) pod_spec["schedulerName"] = opt.gang_scheduler;
+    if (IsVolcano(opt)) {
+      nlohmann::json annotations = meta.value("annotations", nlohmann::json::object());
+      if (!annotations.is_object()) annotations = nlohmann::json::object();
+      annotations["scheduling.k8s.io/group-name"] = job.metadata.name;
+      annotations["volcano.sh/task-spec"] = type;
+      meta["annotations"] = annotations;
+    } else {
+      meta["labels"]["scheduling.x-k8s.io/pod-group"] = job.metadata.name;
+    }
   }
   return nlohmann::json{{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", pod_spec}};
 }
@@ -377,7 +453,7 @@ void ApplyTtl(Builder& b, const TFJob& job, Time now) {
 }  // namespace
 
 Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const std::vector<ServiceView>& all_services,
-             Time now_tp, const PlannerOptions& options) {
+             Time now_tp, const PlannerOptions& options, const std::optional<PodGroupView>& observed_pod_group) {
   Plan skipped;
   skipped.status = original.status;
   skipped.skipped = true;
@@ -402,6 +478,10 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
   for (const auto& s : all_services) {
     if (job.metadata.uid.empty() || s.controller_uid == job.metadata.uid) services.push_back(s);
   }
+  std::optional<PodGroupView> pod_group;
+  if (observed_pod_group && (job.metadata.uid.empty() || observed_pod_group->controller_uid == job.metadata.uid)) {
+    pod_group = observed_pod_group;
+  }
   Builder b{job, pods, services, {}, {}};
   b.plan.status = job.status;
   JobStatus& st = b.plan.status;
@@ -422,6 +502,34 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
       }
       b.plan.actions.insert(b.plan.actions.begin(), first.begin(), first.end());
     }
+    if (!options.gang_scheduler.empty()) {
+      const bool done = IsTrue(b.plan.status, api::kConditionSucceeded) || IsTrue(b.plan.status, api::kConditionFailed) ||
+                        job.spec.run_policy.suspend.value_or(false);
+      std::vector<Action> group;
+      if (done) {
+        // Kubeflow deletes the PodGroup of a finished or suspended job.
+        if (pod_group && !pod_group->deleting) group.push_back({Action::Kind::kDeletePodGroup, name, nullptr});
+      } else {
+        nlohmann::json desired = DesiredPodGroup(job, options, pod_group);
+        if (!pod_group) {
+          group.push_back({Action::Kind::kCreatePodGroup, name, desired});
+        } else if (!pod_group->deleting && Field(pod_group->object, "spec") != desired["spec"]) {
+          nlohmann::json updated = pod_group->object;
+          updated["spec"] = desired["spec"];
+          group.push_back({Action::Kind::kUpdatePodGroup, name, std::move(updated)});
+        }
+        // Volcano admits a gang as a whole: until it has (phase past
+        // Pending), creating pods would only park them.
+        const bool admitted = pod_group && !pod_group->deleting && !pod_group->phase.empty() && pod_group->phase != "Pending";
+        if (IsVolcano(options) && !admitted) {
+          std::erase_if(b.plan.actions, [](const Action& a) {
+            return a.kind == Action::Kind::kCreatePod || a.kind == Action::Kind::kCreateService ||
+                   a.kind == Action::Kind::kCreateSecret || a.kind == Action::Kind::kCreateNetworkPolicy;
+          });
+        }
+      }
+      b.plan.actions.insert(b.plan.actions.begin(), group.begin(), group.end());
+    }
     b.plan.status_changed = !SameIgnoringReconcileTime(b.plan.status, original.status);
     if (b.plan.status_changed) b.plan.status.last_reconcile_time = now;
     return std::move(b.plan);
@@ -430,6 +538,13 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
   if (!FindCondition(st, api::kConditionCreated)) {
     SetCondition(st, api::kConditionCreated, api::kConditionTrue, api::kReasonCreated, "TFJob " + name + " is created.", now);
     b.Event("Normal", api::kReasonCreated, "TFJob " + name + " is created.");
+    // Said once, when the job is first seen: without a gang scheduler the
+    // policy has nothing to act on (Kubeflow ignores it silently).
+    if (options.gang_scheduler.empty() && job.spec.run_policy.scheduling_policy.is_object()) {
+      b.Event("Warning", "SchedulingPolicyIgnored",
+              "TFJob " + name + " has runPolicy.schedulingPolicy, but the operator runs without "
+              "--gang-scheduler-name: no PodGroup is created");
+    }
   }
 
   // What the CRD schema cannot express, checked here: the job fails, naming the field.
@@ -503,6 +618,7 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
   bool has_chief = false;
   for (const auto& spec : job.spec.replica_specs) has_chief |= spec.type == ReplicaType::kChief;
   std::vector<std::string> failed_msgs, restarting_msgs;
+  bool warned_scheduler = false;
   bool running = false, succeeded = false;
   std::map<std::string, api::ReplicaStatus> statuses;
 
@@ -553,6 +669,13 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
                        "TFJob " + qualified + " cannot build pod " + api::PodName(name, type, i) + ": " + pod.status().message(), now);
           st.completion_time = now;
           return finish();
+        }
+        // Kubeflow's warning for a template that names its own scheduler (once a pass).
+        const std::string scheduler = Str((*pod)["spec"], "schedulerName");
+        if (!options.gang_scheduler.empty() && scheduler != options.gang_scheduler && !warned_scheduler) {
+          warned_scheduler = true;
+          b.Event("Warning", "SettedPodTemplateSchedulerName",
+                  "Another scheduler is specified when gang-scheduling is enabled and it will not be overwritten");
         }
         b.plan.actions.push_back({Action::Kind::kCreatePod, api::PodName(name, type, i), std::move(pod).value()});
         continue;

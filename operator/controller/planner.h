@@ -24,6 +24,18 @@
 //   - managedBy other than Kubeflow's controller: hands off entirely.
 //   - never a duplicate pod: an index with any pod (even one being deleted)
 //     gets no new pod until that pod is gone.
+//   - gang scheduling (PlannerOptions::gang_scheduler, Kubeflow's
+//     --gang-scheduler-name): a PodGroup named after the job, owned by it,
+//     kept at Kubeflow's spec (minMember: the sum of replicas unless
+//     schedulingPolicy.minAvailable says otherwise; Volcano: queue, default
+//     "default" and never changed once set, and priorityClassName;
+//     scheduler-plugins: scheduleTimeoutSeconds; both: minResources when
+//     schedulingPolicy gives it), deleted when the job finishes or is
+//     suspended. Pods get the scheduler's schedulerName unless their template
+//     names one (a Warning event says it is kept), and Volcano's group-name
+//     and task-spec annotations or scheduler-plugins' pod-group label. With
+//     Volcano no pod or service is created until the PodGroup's phase is
+//     past Pending (Volcano has admitted the whole gang).
 // Thread-safety: pure; reentrant.
 #pragma once
 
@@ -32,6 +44,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -66,11 +79,42 @@ struct ServiceView {
 PodView ViewPod(const nlohmann::json& pod);
 ServiceView ViewService(const nlohmann::json& service);
 
+// The job's PodGroup as observed (named after the job).
+struct PodGroupView {
+  std::string controller_uid;
+  bool deleting = false;
+  std::string phase;      // status.phase: "" until the scheduler sees it, Pending, Inqueue, Running, ...
+  nlohmann::json object;  // the whole object (an update starts from it)
+};
+PodGroupView ViewPodGroup(const nlohmann::json& pod_group);
+
+// Kubeflow's gang schedulers: "volcano", or any other scheduler name for
+// the scheduler-plugins' coscheduling (e.g. "scheduler-plugins").
+inline constexpr std::string_view kGangSchedulerVolcano = "volcano";
+// The PodGroup resource for a --gang-scheduler-name ("" for none).
+struct PodGroupResource {
+  std::string group, version, kind;
+};
+PodGroupResource PodGroupResourceFor(const std::string& gang_scheduler);
+
 struct Action {
   // kCreateSecret: the job's task-token Secret; the executor fills in a
   // random token (the planner has no randomness), and one that exists
   // already is kept. kCreateNetworkPolicy: the job's NetworkPolicy.
-  enum class Kind { kCreatePod, kCreateService, kDeletePod, kDeleteService, kDeleteJob, kCreateSecret, kCreateNetworkPolicy };
+  // kCreatePodGroup / kUpdatePodGroup / kDeletePodGroup: the job's PodGroup
+  // (the update carries the observed resourceVersion: a 409 requeues).
+  enum class Kind {
+    kCreatePod,
+    kCreateService,
+    kDeletePod,
+    kDeleteService,
+    kDeleteJob,
+    kCreateSecret,
+    kCreateNetworkPolicy,
+    kCreatePodGroup,
+    kUpdatePodGroup,
+    kDeletePodGroup
+  };
   Kind kind;
   std::string name;         // object to create or delete
   nlohmann::json object;    // for creates: the full object
@@ -96,6 +140,8 @@ struct PlannerOptions {
   // job's own pods, and from anywhere only on their other declared ports
   // (metrics), never on tfjob-port.
   bool network_policy = false;
+  // Gang scheduling: "" off, "volcano", or a scheduler-plugins scheduler name.
+  std::string gang_scheduler;
 };
 
 struct Plan {
@@ -107,8 +153,9 @@ struct Plan {
   bool skipped = false;       // managed by another controller, or being deleted
 };
 
+// `pod_group`: the job's PodGroup when gang scheduling is on and it exists.
 Plan PlanJob(const api::TFJob& job, const std::vector<PodView>& pods, const std::vector<ServiceView>& services,
-             Time now, const PlannerOptions& options = {});
+             Time now, const PlannerOptions& options = {}, const std::optional<PodGroupView>& pod_group = std::nullopt);
 
 // RFC 3339 with seconds, UTC ("2026-11-21T19:03:00Z"), as Kubernetes writes times.
 std::string FormatTime(Time t);

@@ -94,6 +94,15 @@ Controller::Controller(kube::Client& client, ControllerOptions options, promethe
     queue_.Add(key);
   });
   auto owner = [this](const std::string&, const nlohmann::json& obj) { EnqueueOwner(obj); };
+  if (!options_.planner.gang_scheduler.empty()) {
+    const PodGroupResource r = PodGroupResourceFor(options_.planner.gang_scheduler);
+    pod_group_resource_ = kube::Resource{r.group, r.version, "podgroups"};
+    // A PodGroup's phase (Volcano admitting the gang) or an edit of its spec
+    // brings its job back.
+    pod_groups_ = std::make_unique<kube::Informer>(client, pod_group_resource_, options_.ns,
+                                                   std::string(api::kJobNameLabel));
+    pod_groups_->AddHandler(owner);
+  }
   pods_.AddHandler([this](const std::string& type, const nlohmann::json& obj) {
     if (type == "DELETED") {
       std::lock_guard g(expect_mu_);
@@ -120,6 +129,7 @@ void Controller::Start() {
   jobs_.Start();
   pods_.Start();
   services_.Start();
+  if (pod_groups_) pod_groups_->Start();
   for (int i = 0; i < std::max(1, options_.workers); ++i) workers_.emplace_back([this] { Work(); });
 }
 
@@ -131,9 +141,12 @@ void Controller::Stop() {
   jobs_.Stop();
   pods_.Stop();
   services_.Stop();
+  if (pod_groups_) pod_groups_->Stop();
 }
 
-bool Controller::Ready() const { return jobs_.HasSynced() && pods_.HasSynced() && services_.HasSynced(); }
+bool Controller::Ready() const {
+  return jobs_.HasSynced() && pods_.HasSynced() && services_.HasSynced() && (!pod_groups_ || pod_groups_->HasSynced());
+}
 
 void Controller::Work() {
   while (auto key = queue_.Get()) {
@@ -223,6 +236,22 @@ void Controller::Execute(const api::TFJob& job, const Plan& plan, Status& first_
         if (!r.ok() && r.status().code() != Code::kAlreadyExists) note(r.status());
         break;
       }
+      case Action::Kind::kCreatePodGroup: {
+        auto r = client_.Create(pod_group_resource_, ns, a.object);
+        if (!r.ok() && r.status().code() != Code::kAlreadyExists) note(r.status());
+        break;
+      }
+      case Action::Kind::kUpdatePodGroup: {
+        // A 409 (the scheduler wrote in between) requeues; the next plan
+        // starts from the newer object.
+        note(client_.Update(pod_group_resource_, ns, a.object).status());
+        break;
+      }
+      case Action::Kind::kDeletePodGroup: {
+        Status s = client_.Delete(pod_group_resource_, ns, a.name);
+        if (!s.ok() && s.code() != Code::kNotFound) note(s);
+        break;
+      }
     }
   }
 }
@@ -268,12 +297,17 @@ Status Controller::Reconcile(const std::string& key) {
   std::vector<ServiceView> services;
   for (const auto& s : services_.List(ns, selector)) services.push_back(ViewService(s));
 
-  Plan plan = PlanJob(job, pods, services, std::chrono::system_clock::now(), options_.planner);
+  std::optional<PodGroupView> pod_group;
+  if (pod_groups_) {
+    if (auto pg = pod_groups_->Get(ns, name)) pod_group = ViewPodGroup(*pg);
+  }
+  Plan plan = PlanJob(job, pods, services, std::chrono::system_clock::now(), options_.planner, pod_group);
   if (plan.skipped) return Status::Ok();
   // The cache may still hold a job that was just deleted; creating pods for
   // it would leave orphans. One live read settles it before anything is made.
   const bool creates = std::any_of(plan.actions.begin(), plan.actions.end(), [](const Action& a) {
-    return a.kind == Action::Kind::kCreatePod || a.kind == Action::Kind::kCreateService;
+    return a.kind == Action::Kind::kCreatePod || a.kind == Action::Kind::kCreateService ||
+           a.kind == Action::Kind::kCreatePodGroup;
   });
   if (creates) {
     auto live = client_.Get(kube::kTFJobs, ns, name);

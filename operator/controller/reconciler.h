@@ -1,6 +1,7 @@
 // The TFJob controller: informers on TFJobs and on the pods and services that
 // carry the job-name label, a rate-limited work queue, and workers that
-// reconcile one job key at a time: observe (from the caches) -> plan
+// reconcile one job key at a time (with gang scheduling, also the jobs'
+// PodGroups, selected by the job-name label): observe (from the caches) -> plan
 // (planner.h, pure) -> act (through the Client). Creates that find the
 // object present and deletes that find it gone count as success, so acting on
 // a stale cache is harmless; a 409 on the status write requeues.
@@ -67,6 +68,9 @@ class Controller {
   std::mutex expect_mu_;
   std::set<std::string> deleted_uids_;
   kube::Informer jobs_, pods_, services_;
+  // The jobs' PodGroups, when gang scheduling is on.
+  std::unique_ptr<kube::Informer> pod_groups_;
+  kube::Resource pod_group_resource_;
   kube::WorkQueue queue_;
   std::vector<std::thread> workers_;
   std::atomic<bool> running_{false};

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -41,6 +42,10 @@ struct ListOptions {
   std::string label_selector;
   std::string field_selector;
   std::string resource_version;
+  // Pagination (the API's limit/continue): at most `limit` items (0: all);
+  // the list's metadata.continue, when set, asks for the next page.
+  int64_t limit = 0;
+  std::string continue_token;
 };
 
 struct WatchEvent {

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include <openssl/evp.h>
 #include <yaml-cpp/yaml.h>
 
 #include "common/files.h"
@@ -26,12 +27,20 @@ std::string Base64Decode(const std::string& in) {
   return out;
 }
 
+std::string Base64Encode(const std::string& in) {
+  std::string out(4 * ((in.size() + 2) / 3) + 1, '\0');
+  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(in.data()), static_cast<int>(in.size()));
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
 namespace {
 
 // A file path in a kubeconfig is relative to the kubeconfig's directory.
 std::string Resolve(const std::string& kubeconfig, const std::string& p) {
   if (p.empty() || std::filesystem::path(p).is_absolute()) return p;
-  return (std::filesystem::path(kubeconfig).parent_path() / p).string();
+  return (std::filesystem::path(kubeconfig).parent_path() / p).lexically_normal().string();
 }
 
 YAML::Node Named(const YAML::Node& list, const std::string& name) {
@@ -42,20 +51,67 @@ YAML::Node Named(const YAML::Node& list, const std::string& name) {
   return YAML::Node();
 }
 
-// Either the inline base64 data or the file the key names.
+// Either the inline base64 data or the file the key names (inline data wins,
+// as in client-go); `origin` says which, for later TLS errors.
 StatusOr<std::string> DataOrFile(const YAML::Node& n, const std::string& data_key, const std::string& file_key,
-                                 const std::string& kubeconfig, const std::string& field) {
+                                 const std::string& kubeconfig, const std::string& field, std::string* origin) {
   if (n[data_key]) {
     std::string d = Base64Decode(n[data_key].as<std::string>(""));
     if (d.empty()) return InvalidArgument(kubeconfig + ": " + field + "." + data_key + ": not base64");
+    *origin = kubeconfig + ": " + field + "." + data_key;
     return d;
   }
   if (n[file_key]) {
-    auto text = ReadFile(Resolve(kubeconfig, n[file_key].as<std::string>("")));
+    const std::string path = Resolve(kubeconfig, n[file_key].as<std::string>(""));
+    auto text = ReadFile(path);
     if (!text.ok()) return text.status().WithContext(kubeconfig + ": " + field + "." + file_key);
+    *origin = path;
     return text;
   }
   return std::string();
+}
+
+void TrimRight(std::string& s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+}
+
+StatusOr<ExecConfig> ParseExec(const YAML::Node& e, const std::string& kubeconfig, const std::string& field) {
+  ExecConfig x;
+  x.where = kubeconfig + ": " + field;
+  if (!e.IsMap()) return InvalidArgument(x.where + ": expected a mapping");
+  x.api_version = e["apiVersion"].as<std::string>("");
+  if (x.api_version.empty()) return InvalidArgument(x.where + ".apiVersion: missing");
+  if (x.api_version != "client.authentication.k8s.io/v1" && x.api_version != "client.authentication.k8s.io/v1beta1") {
+    return InvalidArgument(x.where + ".apiVersion: \"" + x.api_version +
+                           "\" is not client.authentication.k8s.io/v1 or v1beta1");
+  }
+  x.command = e["command"].as<std::string>("");
+  if (x.command.empty()) return InvalidArgument(x.where + ".command: missing");
+  // client-go resolves a command with a path separator against the
+  // kubeconfig's directory and leaves bare names to PATH.
+  if (x.command.find('/') != std::string::npos) x.command = Resolve(kubeconfig, x.command);
+  if (e["args"]) {
+    if (!e["args"].IsSequence()) return InvalidArgument(x.where + ".args: expected a list");
+    for (const auto& a : e["args"]) x.args.push_back(a.as<std::string>(""));
+  }
+  if (e["env"] && !e["env"].IsNull()) {
+    if (!e["env"].IsSequence()) return InvalidArgument(x.where + ".env: expected a list of {name, value}");
+    for (const auto& v : e["env"]) {
+      const std::string name = v["name"].as<std::string>("");
+      if (name.empty()) return InvalidArgument(x.where + ".env: an entry has no name");
+      x.env.emplace_back(name, v["value"].as<std::string>(""));
+    }
+  }
+  x.install_hint = e["installHint"].as<std::string>("");
+  x.provide_cluster_info = e["provideClusterInfo"].as<bool>(false);
+  const std::string mode = e["interactiveMode"].as<std::string>("");
+  if (mode == "Always") {
+    return InvalidArgument(x.where + ".interactiveMode: Always needs a terminal, which the operator does not have");
+  }
+  if (!mode.empty() && mode != "Never" && mode != "IfAvailable") {
+    return InvalidArgument(x.where + ".interactiveMode: \"" + mode + "\" is not Never, IfAvailable or Always");
+  }
+  return x;
 }
 
 }  // namespace
@@ -83,22 +139,46 @@ StatusOr<ClusterConfig> LoadKubeconfig(const std::string& path, const std::strin
     if (c.server.empty()) return InvalidArgument(path + ": clusters[" + cluster_name + "].cluster.server: missing");
     c.insecure_skip_tls_verify = cl["insecure-skip-tls-verify"].as<bool>(false);
     ASSIGN_OR_RETURN(c.ca_pem, DataOrFile(cl, "certificate-authority-data", "certificate-authority", path,
-                                          "clusters[" + cluster_name + "].cluster"));
+                                          "clusters[" + cluster_name + "].cluster", &c.ca_origin));
     if (ctx["context"]["namespace"]) c.default_namespace = ctx["context"]["namespace"].as<std::string>("default");
     YAML::Node user = Named(doc["users"], user_name);
     if (user && user["user"]) {
       const YAML::Node u = user["user"];
       const std::string field = "users[" + user_name + "].user";
-      ASSIGN_OR_RETURN(c.client_cert_pem, DataOrFile(u, "client-certificate-data", "client-certificate", path, field));
-      ASSIGN_OR_RETURN(c.client_key_pem, DataOrFile(u, "client-key-data", "client-key", path, field));
+      ASSIGN_OR_RETURN(c.client_cert_pem, DataOrFile(u, "client-certificate-data", "client-certificate", path, field,
+                                                     &c.client_cert_origin));
+      ASSIGN_OR_RETURN(c.client_key_pem,
+                       DataOrFile(u, "client-key-data", "client-key", path, field, &c.client_key_origin));
+      if (c.client_cert_pem.empty() != c.client_key_pem.empty()) {
+        return InvalidArgument(path + ": " + field + ": a client certificate needs both a certificate and a key");
+      }
+      if (u["auth-provider"]) {
+        return InvalidArgument(path + ": " + field + ".auth-provider (" +
+                               u["auth-provider"]["name"].as<std::string>("?") +
+                               ") is not supported; use an exec credential plugin (users[].user.exec), "
+                               "e.g. gke-gcloud-auth-plugin or kubelogin");
+      }
+      if (u["username"] || u["password"]) {
+        return InvalidArgument(path + ": " + field + ": basic authentication (username/password) is not supported");
+      }
       c.token = u["token"].as<std::string>("");
       if (c.token.empty() && u["tokenFile"]) {
-        auto t = ReadFile(Resolve(path, u["tokenFile"].as<std::string>("")));
+        // Read now, so a missing file is reported at start-up; re-read later
+        // as it changes.
+        c.token_file = Resolve(path, u["tokenFile"].as<std::string>(""));
+        auto t = ReadFile(c.token_file);
         if (!t.ok()) return t.status().WithContext(path + ": " + field + ".tokenFile");
         c.token = *t;
       }
+      if (u["exec"] && !u["exec"].IsNull()) {
+        if (!c.token.empty()) {
+          return InvalidArgument(path + ": " + field + ": exec and token (or tokenFile) are mutually exclusive");
+        }
+        ASSIGN_OR_RETURN(ExecConfig x, ParseExec(u["exec"], path, field + ".exec"));
+        c.exec = std::move(x);
+      }
     }
-    while (!c.token.empty() && std::isspace(static_cast<unsigned char>(c.token.back()))) c.token.pop_back();
+    TrimRight(c.token);
     return c;
   } catch (const YAML::Exception& e) {
     return InvalidArgument(path + ": unexpected structure at line " + std::to_string(e.mark.line + 1) + ": " + e.msg);
@@ -114,9 +194,13 @@ StatusOr<ClusterConfig> InClusterConfig(const Env& env, const std::string& sa_di
   ClusterConfig c;
   const bool v6 = host->find(':') != std::string::npos;
   c.server = "https://" + (v6 ? "[" + *host + "]" : *host) + ":" + *port;
-  ASSIGN_OR_RETURN(c.token, ReadFile(sa_dir + "/token"));
-  while (!c.token.empty() && std::isspace(static_cast<unsigned char>(c.token.back()))) c.token.pop_back();
-  ASSIGN_OR_RETURN(c.ca_pem, ReadFile(sa_dir + "/ca.crt"));
+  // Projected service-account tokens expire and are rewritten by the
+  // kubelet: the file is the credential, re-read as it changes.
+  c.token_file = sa_dir + "/token";
+  ASSIGN_OR_RETURN(c.token, ReadFile(c.token_file));
+  TrimRight(c.token);
+  c.ca_origin = sa_dir + "/ca.crt";
+  ASSIGN_OR_RETURN(c.ca_pem, ReadFile(c.ca_origin));
   if (auto ns = ReadFile(sa_dir + "/namespace"); ns.ok() && !ns->empty()) c.default_namespace = *ns;
   return c;
 }

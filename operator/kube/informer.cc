@@ -88,15 +88,37 @@ void Informer::Apply(const std::string& type, const nlohmann::json& raw) {
 Status Informer::Relist() {
   ListOptions o;
   o.label_selector = selector_;
-  ASSIGN_OR_RETURN(nlohmann::json list, client_.List(resource_, ns_, o));
+  o.limit = page_size_;
   std::map<std::string, nlohmann::json> fresh;
-  if (list.contains("items") && list["items"].is_array()) {
-    for (auto& item : list["items"]) {
-      // The key first: json's operator= takes its argument by value, and the
-      // right operand is evaluated (moved from) before the left.
-      std::string key = ObjectKey(item);
-      fresh[std::move(key)] = std::move(item);
+  std::string rv;
+  for (;;) {
+    auto page = client_.List(resource_, ns_, o);
+    if (!page.ok()) {
+      // client-go's pager: a continue token the server has compacted away
+      // (410) means starting over with one full list.
+      if (page.status().code() == Code::kFailedPrecondition && !o.continue_token.empty()) {
+        o.continue_token.clear();
+        o.limit = 0;
+        fresh.clear();
+        continue;
+      }
+      return page.status();
     }
+    nlohmann::json& list = *page;
+    if (!list.is_object()) return Internal("list " + resource_.plural + ": the response is not an object");
+    if (list.contains("items") && list["items"].is_array()) {
+      for (auto& item : list["items"]) {
+        // The key first: json's operator= takes its argument by value, and the
+        // right operand is evaluated (moved from) before the left.
+        std::string key = ObjectKey(item);
+        fresh[std::move(key)] = std::move(item);
+      }
+    }
+    const nlohmann::json meta = list.value("metadata", nlohmann::json::object());
+    rv = meta.is_object() ? meta.value("resourceVersion", "") : "";
+    const std::string next = meta.is_object() ? meta.value("continue", "") : "";
+    if (next.empty()) break;
+    o.continue_token = next;
   }
   std::map<std::string, nlohmann::json> old;
   {
@@ -113,7 +135,7 @@ Status Informer::Relist() {
     else if (ResourceVersionOf(it->second) != ResourceVersionOf(obj)) Apply("MODIFIED", obj);
   }
   std::lock_guard g(mu_);
-  rv_ = list.contains("metadata") && list["metadata"].is_object() ? list["metadata"].value("resourceVersion", "") : "";
+  rv_ = rv;
   relists_.fetch_add(1);
   return Status::Ok();
 }

@@ -1,6 +1,7 @@
 // A list+watch cache of one resource (optionally one namespace and a label
-// selector), as client-go's informer: list, then watch from the list's
-// resourceVersion; bookmarks advance the version; a 410 Gone or a broken
+// selector), as client-go's informer: list (in pages of limit/continue, 500
+// objects by default, as client-go's pager; an expired continue token
+// restarts the list unpaginated), then watch from the list's resourceVersion; bookmarks advance the version; a 410 Gone or a broken
 // watch leads to a relist (with backoff), and the relist's differences are
 // delivered as events, so nothing is missed.
 //
@@ -36,6 +37,8 @@ class Informer {
   ~Informer();
 
   void AddHandler(Handler h);  // before Start
+  // Objects per list page (0: one unpaginated list); before Start.
+  void SetPageSize(int64_t n) { page_size_ = n; }
   void Start();
   void Stop();
   bool HasSynced() const { return synced_.load(); }
@@ -56,6 +59,7 @@ class Informer {
   const Resource resource_;
   const std::string ns_, selector_;
   const Transform transform_;
+  int64_t page_size_ = 500;
   std::vector<Handler> handlers_;
   mutable std::mutex mu_;
   std::map<std::string, nlohmann::json> store_;  // "ns/name"

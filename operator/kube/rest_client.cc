@@ -7,6 +7,8 @@
 
 #include <cpprest/containerstream.h>
 #include <cpprest/http_client.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 namespace tfjob::op::kube {
 
@@ -58,64 +60,190 @@ std::string UrlEncode(const std::string& s) {
   return out;
 }
 
-TokenBucket::TokenBucket(double qps, int burst)
-    : qps_(qps), tokens_(burst), burst_(burst), last_(std::chrono::steady_clock::now()) {}
+namespace {
+
+class SteadyRateClock final : public RateClock {
+ public:
+  std::chrono::steady_clock::time_point Now() override { return std::chrono::steady_clock::now(); }
+  void SleepFor(std::chrono::nanoseconds d) override { std::this_thread::sleep_for(d); }
+};
+
+// OpenSSL's reason for the most recent failure, or asio's message.
+std::string TlsReason(const boost::system::error_code& ec) {
+  std::string reason = ec.message();
+  if (const unsigned long e = ERR_peek_last_error(); e != 0) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof buf);
+    const char* r = ERR_reason_error_string(e);
+    reason = r ? r : buf;
+  }
+  ERR_clear_error();
+  return reason;
+}
+
+// Loads the CA, certificate and key into a scratch context: what the
+// per-connection callback will do, done once up front so a bad file is an
+// error at start-up that names it, not a failed handshake later.
+Status CheckTls(const std::string& ca, const std::string& ca_origin, const AuthState& auth) {
+  boost::asio::ssl::context ctx(boost::asio::ssl::context::tls_client);
+  boost::system::error_code ec;
+  ERR_clear_error();
+  if (!ca.empty()) {
+    if (ca.find("-----BEGIN") == std::string::npos) {
+      return InvalidArgument("TLS: certificate authority " + ca_origin + ": no PEM certificate in it");
+    }
+    ctx.add_certificate_authority(boost::asio::buffer(ca), ec);
+    if (ec) return InvalidArgument("TLS: certificate authority " + ca_origin + ": " + TlsReason(ec));
+  }
+  if (!auth.client_cert_pem.empty()) {
+    ctx.use_certificate_chain(boost::asio::buffer(auth.client_cert_pem), ec);
+    if (ec) return InvalidArgument("TLS: client certificate " + auth.client_cert_origin + ": " + TlsReason(ec));
+    ctx.use_private_key(boost::asio::buffer(auth.client_key_pem), boost::asio::ssl::context::pem, ec);
+    if (ec) {
+      const std::string reason = TlsReason(ec);
+      if (reason.find("mismatch") != std::string::npos) {
+        return InvalidArgument("TLS: client key " + auth.client_key_origin + " does not match client certificate " +
+                               auth.client_cert_origin + ": " + reason);
+      }
+      return InvalidArgument("TLS: client key " + auth.client_key_origin + ": " + reason);
+    }
+    if (SSL_CTX_check_private_key(ctx.native_handle()) != 1) {
+      boost::system::error_code none;
+      return InvalidArgument("TLS: client key " + auth.client_key_origin + " does not match client certificate " +
+                             auth.client_cert_origin + ": " + TlsReason(none));
+    }
+  }
+  return Status::Ok();
+}
+
+bool IsHttps(const std::string& server) { return server.rfind("https://", 0) == 0; }
+
+}  // namespace
+
+std::shared_ptr<RateClock> RealRateClock() { return std::make_shared<SteadyRateClock>(); }
+
+TokenBucket::TokenBucket(double qps, int burst, std::shared_ptr<RateClock> clock)
+    : clock_(clock ? std::move(clock) : RealRateClock()),
+      qps_(qps),
+      burst_(std::max(1, burst)),
+      tokens_(std::max(1, burst)),
+      last_(clock_->Now()) {}
 
 void TokenBucket::Take() {
   std::unique_lock lock(mu_);
   while (true) {
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = clock_->Now();
     tokens_ = std::min(burst_, tokens_ + std::chrono::duration<double>(now - last_).count() * qps_);
     last_ = now;
-    if (tokens_ >= 1) {
-      tokens_ -= 1;
+    // The tolerance absorbs rounding in (1 - tokens) / qps, so one wait of
+    // exactly that long always yields the token.
+    if (tokens_ >= 1 - 1e-9) {
+      tokens_ = std::max(0.0, tokens_ - 1);
       return;
     }
-    const double wait = (1 - tokens_) / qps_;
-    lock.unlock();
-    std::this_thread::sleep_for(std::chrono::duration<double>(wait));
-    lock.lock();
+    const auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>((1 - tokens_) / qps_));
+    // Others wait behind this one: the lock is held, as client-go's limiter
+    // serves waiters in order.
+    clock_->SleepFor(std::max(wait, std::chrono::nanoseconds(1)));
   }
 }
 
 struct RestClient::Impl {
   ClusterConfig config;
   RestOptions options;
-  std::unique_ptr<http::client::http_client> client;
+  std::shared_ptr<Credentials> creds;
   std::unique_ptr<TokenBucket> limiter;
+  std::mutex mu;  // guards the three below
+  std::shared_ptr<http::client::http_client> client;
+  uint64_t client_generation = 0;
+  uint64_t checked_generation = 0;  // client certificates up to this one passed CheckTls
 
-  http::client::http_client_config ClientConfig(std::chrono::seconds timeout) const {
+  // A certificate from an exec plugin is checked like a static one, once.
+  Status CheckCertLocked(const AuthState& auth) {
+    if (!IsHttps(config.server) || auth.cert_generation == checked_generation) return Status::Ok();
+    if (!auth.client_cert_pem.empty()) RETURN_IF_ERROR(CheckTls("", "", auth));
+    checked_generation = auth.cert_generation;
+    return Status::Ok();
+  }
+
+  http::client::http_client_config ClientConfig(std::chrono::seconds timeout, const AuthState& auth) const {
     http::client::http_client_config cc;
     cc.set_timeout(timeout);
     cc.set_validate_certificates(!config.insecure_skip_tls_verify);
-    const ClusterConfig cfg = config;
-    cc.set_ssl_context_callback([cfg](boost::asio::ssl::context& ctx) {
+    // Checked by CheckTls before any client is made with them, so the
+    // errors this callback would meet have been reported already.
+    cc.set_ssl_context_callback([ca = config.ca_pem, cert = auth.client_cert_pem,
+                                 key = auth.client_key_pem](boost::asio::ssl::context& ctx) {
       boost::system::error_code ec;
-      if (!cfg.ca_pem.empty()) ctx.add_certificate_authority(boost::asio::buffer(cfg.ca_pem), ec);
-      if (!cfg.client_cert_pem.empty()) ctx.use_certificate_chain(boost::asio::buffer(cfg.client_cert_pem), ec);
-      if (!cfg.client_key_pem.empty()) {
-        ctx.use_private_key(boost::asio::buffer(cfg.client_key_pem), boost::asio::ssl::context::pem, ec);
-      }
+      if (!ca.empty()) ctx.add_certificate_authority(boost::asio::buffer(ca), ec);
+      if (!cert.empty()) ctx.use_certificate_chain(boost::asio::buffer(cert), ec);
+      if (!key.empty()) ctx.use_private_key(boost::asio::buffer(key), boost::asio::ssl::context::pem, ec);
     });
     return cc;
   }
 
-  void Authorize(http::http_request& req) const {
-    if (!config.token.empty()) req.headers().add("Authorization", "Bearer " + config.token);
+  // The credentials for the next request and a client whose connections
+  // carry the current client certificate (a new one when it changed).
+  StatusOr<std::pair<std::shared_ptr<http::client::http_client>, AuthState>> Prepare() {
+    ASSIGN_OR_RETURN(AuthState auth, creds->Current());
+    std::lock_guard g(mu);
+    RETURN_IF_ERROR(CheckCertLocked(auth));
+    if (!client || client_generation != auth.cert_generation) {
+      try {
+        client = std::make_shared<http::client::http_client>(config.server, ClientConfig(options.timeout, auth));
+      } catch (const std::exception& e) {
+        return InvalidArgument("kubernetes client: bad server \"" + config.server + "\": " + e.what());
+      }
+      client_generation = auth.cert_generation;
+    }
+    return std::make_pair(client, std::move(auth));
+  }
+
+  void Authorize(http::http_request& req, const AuthState& auth) const {
+    if (!auth.bearer_token.empty()) req.headers().add("Authorization", "Bearer " + auth.bearer_token);
     req.headers().add("Accept", "application/json");
     req.headers().add("User-Agent", "tfjob-operator/0.1");
+  }
+
+  // cpprestsdk's messages for TLS failures are terse; say where.
+  std::string Describe(const std::exception& e) const {
+    std::string m = e.what();
+    if (IsHttps(config.server) && (m.find("SSL") != std::string::npos || m.find("handshake") != std::string::npos ||
+                                   m.find("certificate") != std::string::npos)) {
+      m = "TLS with " + config.server + " failed (check the certificate authority" +
+          (config.ca_origin.empty() ? std::string() : " " + config.ca_origin) + " and the client certificate): " + m;
+    }
+    return m;
   }
 };
 
 StatusOr<std::unique_ptr<RestClient>> RestClient::Create(const ClusterConfig& config, RestOptions options) {
   if (config.server.empty()) return InvalidArgument("kubernetes client: no server address");
+  if (!IsHttps(config.server) && config.server.rfind("http://", 0) != 0) {
+    return InvalidArgument("kubernetes client: server \"" + config.server + "\" is not an http:// or https:// URL");
+  }
+  if (IsHttps(config.server)) {
+    if (config.insecure_skip_tls_verify && !config.ca_pem.empty()) {
+      return InvalidArgument("kubernetes client: a certificate authority (" + config.ca_origin +
+                             ") together with insecure-skip-tls-verify is not allowed");
+    }
+    AuthState static_certs;
+    static_certs.client_cert_pem = config.client_cert_pem;
+    static_certs.client_key_pem = config.client_key_pem;
+    static_certs.client_cert_origin = config.client_cert_origin;
+    static_certs.client_key_origin = config.client_key_origin;
+    RETURN_IF_ERROR(CheckTls(config.ca_pem, config.ca_origin, static_certs).WithContext("kubernetes client"));
+  }
   std::unique_ptr<RestClient> c(new RestClient());
   c->impl_ = std::make_unique<Impl>();
   c->impl_->config = config;
   c->impl_->options = options;
-  c->impl_->limiter = std::make_unique<TokenBucket>(options.qps, options.burst);
+  c->impl_->creds = std::make_shared<Credentials>(config, options.credentials);
+  c->impl_->limiter = std::make_unique<TokenBucket>(options.qps, options.burst, options.rate_clock);
+  c->impl_->checked_generation = config.client_cert_pem.empty() ? 0 : 1;  // checked above
   try {
-    c->impl_->client = std::make_unique<http::client::http_client>(config.server, c->impl_->ClientConfig(options.timeout));
+    // Validates the URL now; the first request makes the real client.
+    http::client::http_client probe(config.server);
   } catch (const std::exception& e) {
     return InvalidArgument("kubernetes client: bad server \"" + config.server + "\": " + e.what());
   }
@@ -124,31 +252,43 @@ StatusOr<std::unique_ptr<RestClient>> RestClient::Create(const ClusterConfig& co
 
 RestClient::~RestClient() = default;
 
+Credentials& RestClient::credentials() { return *impl_->creds; }
+
 StatusOr<nlohmann::json> RestClient::Send(const std::string& method, const std::string& path, const nlohmann::json* body,
                                           const std::string& content_type, const std::string& what) {
-  impl_->limiter->Take();
-  requests_.fetch_add(1, std::memory_order_relaxed);
-  try {
-    http::http_request req(method);
-    req.set_request_uri(path);
-    impl_->Authorize(req);
-    if (body) {
-      // cpprest's string overloads of set_body read a std::string buffer
-      // through a byte-stream pointer to an unrelated type (undefined
-      // behaviour UBSan reports); a byte vector is the stream's own type.
-      const std::string text = body->dump();
-      req.headers().set_content_type(content_type);
-      req.set_body(std::vector<unsigned char>(text.begin(), text.end()));
+  for (int attempt = 0;; ++attempt) {
+    impl_->limiter->Take();
+    requests_.fetch_add(1, std::memory_order_relaxed);
+    auto prepared = impl_->Prepare();
+    if (!prepared.ok()) return prepared.status().WithContext(what);
+    auto& [client, auth] = *prepared;
+    try {
+      http::http_request req(method);
+      req.set_request_uri(path);
+      impl_->Authorize(req, auth);
+      if (body) {
+        // cpprest's string overloads of set_body read a std::string buffer
+        // through a byte-stream pointer to an unrelated type (undefined
+        // behaviour UBSan reports); a byte vector is the stream's own type.
+        const std::string text = body->dump();
+        req.headers().set_content_type(content_type);
+        req.set_body(std::vector<unsigned char>(text.begin(), text.end()));
+      }
+      http::http_response resp = client->request(req).get();
+      const std::string text = resp.extract_utf8string(true).get();
+      // Rotated token or expired exec credential: refresh once and retry.
+      if (resp.status_code() == 401 && attempt == 0 && impl_->creds->Refreshable()) {
+        impl_->creds->Invalidate();
+        continue;
+      }
+      if (resp.status_code() >= 300) return FromHttp(resp.status_code(), text, what);
+      if (text.empty()) return nlohmann::json::object();
+      auto j = nlohmann::json::parse(text, nullptr, false);
+      if (j.is_discarded()) return Internal(what + ": response is not JSON");
+      return j;
+    } catch (const std::exception& e) {
+      return Unavailable(what + ": " + impl_->Describe(e));
     }
-    http::http_response resp = impl_->client->request(req).get();
-    const std::string text = resp.extract_utf8string(true).get();
-    if (resp.status_code() >= 300) return FromHttp(resp.status_code(), text, what);
-    if (text.empty()) return nlohmann::json::object();
-    auto j = nlohmann::json::parse(text, nullptr, false);
-    if (j.is_discarded()) return Internal(what + ": response is not JSON");
-    return j;
-  } catch (const std::exception& e) {
-    return Unavailable(what + ": " + e.what());
   }
 }
 
@@ -163,6 +303,8 @@ std::string Query(const ListOptions& o) {
   add("labelSelector", o.label_selector);
   add("fieldSelector", o.field_selector);
   add("resourceVersion", o.resource_version);
+  if (o.limit > 0) add("limit", std::to_string(o.limit));
+  add("continue", o.continue_token);
   return q;
 }
 
@@ -213,6 +355,18 @@ Status RestClient::Delete(const Resource& r, const std::string& ns, const std::s
 
 Status RestClient::Watch(const Resource& r, const std::string& ns, const WatchOptions& o,
                          const std::function<bool(const WatchEvent&)>& on_event, const std::atomic<bool>& stop) {
+  bool unauthorized = false;
+  Status s = WatchOnce(r, ns, o, on_event, stop, &unauthorized);
+  if (unauthorized && impl_->creds->Refreshable() && !stop) {
+    impl_->creds->Invalidate();
+    s = WatchOnce(r, ns, o, on_event, stop, &unauthorized);
+  }
+  return s;
+}
+
+Status RestClient::WatchOnce(const Resource& r, const std::string& ns, const WatchOptions& o,
+                             const std::function<bool(const WatchEvent&)>& on_event, const std::atomic<bool>& stop,
+                             bool* unauthorized) {
   impl_->limiter->Take();
   requests_.fetch_add(1, std::memory_order_relaxed);
   std::string q = "?watch=1&timeoutSeconds=" + std::to_string(o.timeout_seconds);
@@ -220,6 +374,12 @@ Status RestClient::Watch(const Resource& r, const std::string& ns, const WatchOp
   if (!o.resource_version.empty()) q += "&resourceVersion=" + UrlEncode(o.resource_version);
   if (!o.label_selector.empty()) q += "&labelSelector=" + UrlEncode(o.label_selector);
   const std::string what = "watch " + r.plural;
+  auto auth = impl_->creds->Current();
+  if (!auth.ok()) return auth.status().WithContext(what);
+  {
+    std::lock_guard g(impl_->mu);
+    RETURN_IF_ERROR(impl_->CheckCertLocked(*auth).WithContext(what));
+  }
   pplx::cancellation_token_source cts;
   std::atomic<bool> done{false};
   // cpprestsdk blocks in reads; a side thread turns `stop` into a cancel.
@@ -237,12 +397,13 @@ Status RestClient::Watch(const Resource& r, const std::string& ns, const WatchOp
   } join{done, canceller};
   try {
     http::client::http_client client(impl_->config.server,
-                                      impl_->ClientConfig(std::chrono::seconds(o.timeout_seconds + 30)));
+                                      impl_->ClientConfig(std::chrono::seconds(o.timeout_seconds + 30), *auth));
     http::http_request req("GET");
     req.set_request_uri(r.Path(ns) + q);
-    impl_->Authorize(req);
+    impl_->Authorize(req, *auth);
     http::http_response resp = client.request(req, cts.get_token()).get();
     if (resp.status_code() != 200) {
+      *unauthorized = resp.status_code() == 401;
       return FromHttp(resp.status_code(), resp.extract_utf8string(true).get(), what);
     }
     auto body = resp.body();
@@ -270,7 +431,7 @@ Status RestClient::Watch(const Resource& r, const std::string& ns, const WatchOp
     return Status::Ok();
   } catch (const std::exception& e) {
     if (stop) return Status::Ok();
-    return Unavailable(what + ": " + e.what());
+    return Unavailable(what + ": " + impl_->Describe(e));
   }
 }
 

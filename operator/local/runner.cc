@@ -435,7 +435,10 @@ int RunJob(const std::string& manifest, const RunOptions& o) {
           break;
         case Action::Kind::kDeleteJob: deleted = true; break;
         case Action::Kind::kCreateSecret:
-        case Action::Kind::kCreateNetworkPolicy: break;
+        case Action::Kind::kCreateNetworkPolicy:
+        case Action::Kind::kCreatePodGroup:  // no gang scheduler on one machine
+        case Action::Kind::kUpdatePodGroup:
+        case Action::Kind::kDeletePodGroup: break;
       }
     }
     backend.WritePidFiles(dir);

@@ -13,6 +13,7 @@
 #include "common/files.h"
 #include "operator/api/codec.h"
 #include "tests/support/apiserver/apiserver_double.h"
+#include "tests/support/apiserver/resources.h"
 #include "tests/support/process.h"
 #include "tests/support/subprocess.h"
 
@@ -48,7 +49,7 @@ class OperatorE2E : public ::testing::Test {
                                   "default", "--metrics-bind-address", "127.0.0.1:0",
                                   "--health-probe-bind-address", "127.0.0.1:0"};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    return std::make_unique<t::Process>(argv);
+    return std::make_unique<t::Process>(argv, op_env_);
   }
   void StartOperator() {
     op_ = Operator();
@@ -111,6 +112,7 @@ class OperatorE2E : public ::testing::Test {
   std::unique_ptr<t::Process> op_;
   std::string dir_;
   int metrics_port_ = 0, health_port_ = 0;
+  std::map<std::string, std::string> op_env_;  // the operator's extra environment
 };
 
 std::string Env(const json& pod, const std::string& name) {
@@ -315,15 +317,134 @@ TEST_F(OperatorE2E, ExamplePsWorkersSucceedsOnWorkerZero) {
             "master");
 }
 
+// Kubeflow's TF_CONFIG: the evaluator is not in "cluster", yet gets its own
+// TF_CONFIG with "task" set.
 TEST_F(OperatorE2E, ExampleChiefPsWorkersEvaluator) {
   Submit(Manifest("examples/operator/chief-ps-workers-evaluator.yaml"));
   ASSERT_TRUE(Eventually([&] { return Pods("full").size() == 5 && Services("full").size() == 5; })) << op_->output();
+  const std::string cluster =
+      R"({"cluster":{"chief":["full-chief-0.default.svc:2222"],"ps":["full-ps-0.default.svc:2222"],)"
+      R"("worker":["full-worker-0.default.svc:2222","full-worker-1.default.svc:2222"]},)";
   EXPECT_EQ(Env(server_->Get("pods", "default", "full-evaluator-0").value(), "TF_CONFIG"),
-            R"({"cluster":{"chief":["full-chief-0.default.svc:2222"],"ps":["full-ps-0.default.svc:2222"],)"
-            R"("worker":["full-worker-0.default.svc:2222","full-worker-1.default.svc:2222"],)"
-            R"("evaluator":["full-evaluator-0.default.svc:2222"]},"task":{"type":"evaluator","index":0},"environment":"cloud"})");
+            cluster + R"("task":{"type":"evaluator","index":0},"environment":"cloud"})");
+  EXPECT_EQ(Env(server_->Get("pods", "default", "full-chief-0").value(), "TF_CONFIG"),
+            cluster + R"("task":{"type":"chief","index":0},"environment":"cloud"})");
+  EXPECT_EQ(Env(server_->Get("pods", "default", "full-worker-1").value(), "TF_CONFIG"),
+            cluster + R"("task":{"type":"worker","index":1},"environment":"cloud"})");
   SetPhase("full-chief-0", "Succeeded", 0);
   ASSERT_TRUE(Eventually([&] { return HasCondition("full", "Succeeded"); })) << op_->output();
+}
+
+// CUSTOM_CLUSTER_DOMAIN in the operator's environment, as Kubeflow reads it,
+// and enableDynamicWorker's sparse form.
+TEST_F(OperatorE2E, CustomClusterDomainAndDynamicWorkers) {
+  op_->Stop(SIGTERM);  // it may not have set up its signal handling yet
+  op_env_ = {{"CUSTOM_CLUSTER_DOMAIN", "cluster.local"}};
+  op_ = Operator();
+  json job = Manifest("examples/operator/chief-ps-workers-evaluator.yaml");
+  Submit(job);
+  job["metadata"]["name"] = "sparse";
+  job["spec"]["enableDynamicWorker"] = true;
+  Submit(job);
+  ASSERT_TRUE(Eventually([&] { return Pods("full").size() == 5 && Pods("sparse").size() == 5; })) << op_->output();
+  EXPECT_EQ(Env(server_->Get("pods", "default", "full-evaluator-0").value(), "TF_CONFIG"),
+            R"({"cluster":{"chief":["full-chief-0.default.svc.cluster.local:2222"],)"
+            R"("ps":["full-ps-0.default.svc.cluster.local:2222"],)"
+            R"("worker":["full-worker-0.default.svc.cluster.local:2222","full-worker-1.default.svc.cluster.local:2222"]},)"
+            R"("task":{"type":"evaluator","index":0},"environment":"cloud"})");
+  EXPECT_EQ(Env(server_->Get("pods", "default", "sparse-worker-1").value(), "TF_CONFIG"),
+            R"({"sparseCluster":{"worker":{"1":"sparse-worker-1.default.svc.cluster.local:2222"},)"
+            R"("ps":["sparse-ps-0.default.svc.cluster.local:2222"]},"task":{"type":"worker","index":1}})");
+  EXPECT_EQ(Env(server_->Get("pods", "default", "sparse-evaluator-0").value(), "TF_CONFIG"),
+            R"({"sparseCluster":{"worker":{},"ps":[]},"task":{"type":"evaluator","index":0}})");
+}
+
+// Gang scheduling with Volcano: the PodGroup comes first, owned by the job;
+// pods wait until Volcano admits the gang (phase Inqueue); an edited
+// PodGroup is put back; a finished job's PodGroup is deleted.
+TEST_F(OperatorE2E, GangSchedulingWithVolcano) {
+  op_->Stop(SIGTERM);  // it may not have set up its signal handling yet
+  for (const json& crd : {t::apiserver::VolcanoPodGroupCrd(), t::apiserver::SchedulerPluginsPodGroupCrd()}) {
+    ASSERT_TRUE(server_->Create("customresourcedefinitions", "", crd).ok());
+  }
+  op_ = Operator({"--gang-scheduler-name", "volcano"});
+  const json job = Submit(Manifest("examples/operator/gang-scheduled.yaml"));
+  ASSERT_TRUE(Eventually([&] { return server_->Get("podgroups.scheduling.volcano.sh", "default", "gang").ok(); }))
+      << op_->output();
+  json pg = server_->Get("podgroups.scheduling.volcano.sh", "default", "gang").value();
+  EXPECT_EQ(pg["spec"], json({{"minMember", 4}, {"queue", "research"}}));
+  EXPECT_EQ(pg["metadata"]["ownerReferences"][0]["uid"], job["metadata"]["uid"]);
+  EXPECT_EQ(pg["metadata"]["ownerReferences"][0]["controller"], true);
+  EXPECT_TRUE(Pods("gang").empty());
+  // Volcano says Pending, then admits the gang.
+  pg["status"] = {{"phase", "Pending"}};
+  ASSERT_TRUE(server_->UpdateStatus("podgroups.scheduling.volcano.sh", "default", pg).ok());
+  EXPECT_TRUE(Pods("gang").empty());
+  pg = server_->Get("podgroups.scheduling.volcano.sh", "default", "gang").value();
+  pg["status"] = {{"phase", "Inqueue"}};
+  ASSERT_TRUE(server_->UpdateStatus("podgroups.scheduling.volcano.sh", "default", pg).ok());
+  ASSERT_TRUE(Eventually([&] { return Pods("gang").size() == 4; })) << op_->output();
+  const json pod = server_->Get("pods", "default", "gang-worker-1").value();
+  EXPECT_EQ(pod["spec"]["schedulerName"], "volcano");
+  EXPECT_EQ(pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"], "gang");
+  EXPECT_EQ(pod["metadata"]["annotations"]["volcano.sh/task-spec"], "worker");
+  // Someone edits the PodGroup: the operator restores the job's spec.
+  ASSERT_TRUE(server_->MergePatch("podgroups.scheduling.volcano.sh", "default", "gang", {{"spec", {{"minMember", 1}}}}).ok());
+  ASSERT_TRUE(Eventually([&] {
+    return server_->Get("podgroups.scheduling.volcano.sh", "default", "gang").value()["spec"]["minMember"] == 4;
+  })) << op_->output();
+  for (const auto& p : Pods("gang")) SetPhase(p["metadata"]["name"], "Running");
+  SetPhase("gang-worker-0", "Succeeded", 0);
+  ASSERT_TRUE(Eventually([&] { return HasCondition("gang", "Succeeded"); })) << op_->output();
+  ASSERT_TRUE(Eventually([&] { return !server_->Get("podgroups.scheduling.volcano.sh", "default", "gang").ok(); }))
+      << op_->output();
+}
+
+// scheduler-plugins: its PodGroup kind, and pods at once with the pod-group label.
+TEST_F(OperatorE2E, GangSchedulingWithSchedulerPlugins) {
+  op_->Stop(SIGTERM);
+  ASSERT_TRUE(server_->Create("customresourcedefinitions", "", t::apiserver::SchedulerPluginsPodGroupCrd()).ok());
+  op_ = Operator({"--gang-scheduler-name", "scheduler-plugins"});
+  const json job = Submit(Manifest("examples/operator/gang-scheduled.yaml"));
+  ASSERT_TRUE(Eventually([&] {
+    return server_->Get("podgroups.scheduling.x-k8s.io", "default", "gang").ok() && Pods("gang").size() == 4;
+  })) << op_->output();
+  const json pg = server_->Get("podgroups.scheduling.x-k8s.io", "default", "gang").value();
+  EXPECT_EQ(pg["spec"], json({{"minMember", 4}, {"scheduleTimeoutSeconds", 300}}));
+  EXPECT_EQ(pg["metadata"]["ownerReferences"][0]["uid"], job["metadata"]["uid"]);
+  const json pod = server_->Get("pods", "default", "gang-ps-0").value();
+  EXPECT_EQ(pod["spec"]["schedulerName"], "scheduler-plugins");
+  EXPECT_EQ(pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"], "gang");
+  // Deleting the job takes its PodGroup with it (ownerReference).
+  ASSERT_TRUE(server_->Delete("tfjobs", "default", "gang").ok());
+  EXPECT_FALSE(server_->Get("podgroups.scheduling.x-k8s.io", "default", "gang").ok());
+}
+
+TEST(OperatorCli, HelpAndVersionExitZero) {
+  for (const char* flag : {"--help", "-h"}) {
+    auto r = t::Run({t::BinDir() + "/tfjob-operator", flag});
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_THAT(r.out, HasSubstr("usage: tfjob-operator [flags]"));
+    EXPECT_THAT(r.out, HasSubstr("--gang-scheduler-name"));
+    EXPECT_THAT(r.out, HasSubstr("--leader-election-renew-deadline"));
+    EXPECT_EQ(r.err, "");
+  }
+  auto v = t::Run({t::BinDir() + "/tfjob-operator", "--version"});
+  EXPECT_EQ(v.exit_code, 0) << v.err;
+  EXPECT_THAT(v.out, ::testing::MatchesRegex("tfjob-operator [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+  // A bad flag is still an error: usage on stderr, exit 2.
+  auto bad = t::Run({t::BinDir() + "/tfjob-operator", "--no-such-flag"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("usage: tfjob-operator"));
+}
+
+// Asked for a gang scheduler whose CRD is not installed: one line, exit 2.
+TEST_F(OperatorE2E, GangSchedulerWithoutItsCrdIsAClearError) {
+  auto r = t::Run({t::BinDir() + "/tfjob-operator", "--kubeconfig", dir_ + "/kubeconfig", "--gang-scheduler-name",
+                   "volcano", "--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("flag --gang-scheduler-name volcano: the API server does not serve "
+                               "scheduling.volcano.sh/v1beta1 podgroups; install the scheduler's CRDs"));
 }
 
 TEST_F(OperatorE2E, ExampleExitCodeCountsRestartsAgainstBackoffLimit) {

@@ -123,27 +123,37 @@ TEST(NamesTest, TfPortFromTheTensorflowContainer) {
   EXPECT_EQ(TfPort(ReplicaSpec{}), 2222);
 }
 
-TEST(TfConfigTest, DesignExample) {
+// Kubeflow's genClusterSpec leaves the evaluator out of "cluster" ("evaluator
+// is not part of training cluster"); every task, the evaluator included,
+// still gets its own "task".
+TEST(TfConfigTest, DesignExampleInKubeflowsForm) {
   const TFJob job = DesignExample();
-  // DESIGN.md's contract: the evaluator is listed after worker.
+  const std::string cluster =
+      R"({"cluster":{"chief":["j-chief-0.ns.svc:2222"],"ps":["j-ps-0.ns.svc:2222","j-ps-1.ns.svc:2222"],)"
+      R"("worker":["j-worker-0.ns.svc:2222","j-worker-1.ns.svc:2222"]},)";
   EXPECT_EQ(Config(job, "ns", ReplicaType::kWorker, 1),
-            R"({"cluster":{"chief":["j-chief-0.ns.svc:2222"],"ps":["j-ps-0.ns.svc:2222","j-ps-1.ns.svc:2222"],)"
-            R"("worker":["j-worker-0.ns.svc:2222","j-worker-1.ns.svc:2222"],"evaluator":["j-evaluator-0.ns.svc:2222"]},)"
-            R"("task":{"type":"worker","index":1},"environment":"cloud"})");
+            cluster + R"("task":{"type":"worker","index":1},"environment":"cloud"})");
   EXPECT_EQ(Config(job, "ns", ReplicaType::kChief, 0),
-            R"({"cluster":{"chief":["j-chief-0.ns.svc:2222"],"ps":["j-ps-0.ns.svc:2222","j-ps-1.ns.svc:2222"],)"
-            R"("worker":["j-worker-0.ns.svc:2222","j-worker-1.ns.svc:2222"],"evaluator":["j-evaluator-0.ns.svc:2222"]},)"
-            R"("task":{"type":"chief","index":0},"environment":"cloud"})");
+            cluster + R"("task":{"type":"chief","index":0},"environment":"cloud"})");
+  EXPECT_EQ(Config(job, "ns", ReplicaType::kPS, 1),
+            cluster + R"("task":{"type":"ps","index":1},"environment":"cloud"})");
   EXPECT_EQ(Config(job, "ns", ReplicaType::kEvaluator, 0),
-            R"({"cluster":{"chief":["j-chief-0.ns.svc:2222"],"ps":["j-ps-0.ns.svc:2222","j-ps-1.ns.svc:2222"],)"
-            R"("worker":["j-worker-0.ns.svc:2222","j-worker-1.ns.svc:2222"],"evaluator":["j-evaluator-0.ns.svc:2222"]},)"
-            R"("task":{"type":"evaluator","index":0},"environment":"cloud"})");
-  // Kubeflow's form leaves the evaluator out.
-  TfConfigOptions kubeflow;
-  kubeflow.include_evaluator = false;
-  EXPECT_EQ(Config(job, "ns", ReplicaType::kPS, 1, kubeflow),
-            R"({"cluster":{"chief":["j-chief-0.ns.svc:2222"],"ps":["j-ps-0.ns.svc:2222","j-ps-1.ns.svc:2222"],)"
-            R"("worker":["j-worker-0.ns.svc:2222","j-worker-1.ns.svc:2222"]},"task":{"type":"ps","index":1},"environment":"cloud"})");
+            cluster + R"("task":{"type":"evaluator","index":0},"environment":"cloud"})");
+}
+
+TEST(TfConfigTest, EvaluatorWithOneWorker) {
+  // Two replicas in all, so TF_CONFIG is injected, though "cluster" then
+  // names one task only.
+  TFJob job = DesignExample();
+  std::erase_if(job.spec.replica_specs, [](const ReplicaSpec& s) {
+    return s.type == ReplicaType::kChief || s.type == ReplicaType::kPS;
+  });
+  job.Find(ReplicaType::kWorker)->replicas = 1;
+  ASSERT_TRUE(NeedsTfConfig(job));
+  EXPECT_EQ(Config(job, "ns", ReplicaType::kWorker, 0),
+            R"({"cluster":{"worker":["j-worker-0.ns.svc:2222"]},"task":{"type":"worker","index":0},"environment":"cloud"})");
+  EXPECT_EQ(Config(job, "ns", ReplicaType::kEvaluator, 0),
+            R"({"cluster":{"worker":["j-worker-0.ns.svc:2222"]},"task":{"type":"evaluator","index":0},"environment":"cloud"})");
 }
 
 TEST(TfConfigTest, PortsPerReplicaTypeAndNamespaceArgument) {
@@ -152,7 +162,7 @@ TEST(TfConfigTest, PortsPerReplicaTypeAndNamespaceArgument) {
             R"({"cluster":{"chief":["ctr-model-chief-0.ml.svc:2222"],)"
             R"("ps":["ctr-model-ps-0.ml.svc:2223","ctr-model-ps-1.ml.svc:2223"],)"
             R"("worker":["ctr-model-worker-0.ml.svc:2222","ctr-model-worker-1.ml.svc:2222",)"
-            R"("ctr-model-worker-2.ml.svc:2222"],"evaluator":["ctr-model-evaluator-0.ml.svc:2222"]},)"
+            R"("ctr-model-worker-2.ml.svc:2222"]},)"
             R"("task":{"type":"worker","index":2},"environment":"cloud"})");
 }
 
@@ -172,6 +182,13 @@ TEST(TfConfigTest, ClusterDomainAndAddressOverride) {
             R"({"cluster":{"worker":["exit-code-job-worker-0.default.svc.cluster.local:2222",)"
             R"("exit-code-job-worker-1.default.svc.cluster.local:2222"]},)"
             R"("task":{"type":"worker","index":0},"environment":"cloud"})");
+
+  // With an evaluator: the domain on every address, the evaluator still out.
+  EXPECT_EQ(Config(DesignExample(), "ns", ReplicaType::kEvaluator, 0, domain),
+            R"({"cluster":{"chief":["j-chief-0.ns.svc.cluster.local:2222"],)"
+            R"("ps":["j-ps-0.ns.svc.cluster.local:2222","j-ps-1.ns.svc.cluster.local:2222"],)"
+            R"("worker":["j-worker-0.ns.svc.cluster.local:2222","j-worker-1.ns.svc.cluster.local:2222"]},)"
+            R"("task":{"type":"evaluator","index":0},"environment":"cloud"})");
 
   TfConfigOptions local;
   local.address = [](const ReplicaSpec& spec, int index) {
@@ -200,6 +217,11 @@ TEST(TfConfigTest, SparseClusterWithDynamicWorkers) {
   with_chief.spec.enable_dynamic_worker = true;
   EXPECT_EQ(Config(with_chief, "ns", ReplicaType::kChief, 0),
             R"({"sparseCluster":{"worker":{},"ps":[]},"task":{"type":"chief","index":0}})");
+  EXPECT_EQ(Config(with_chief, "ns", ReplicaType::kEvaluator, 0),
+            R"({"sparseCluster":{"worker":{},"ps":[]},"task":{"type":"evaluator","index":0}})");
+  EXPECT_EQ(Config(with_chief, "ns", ReplicaType::kWorker, 0),
+            R"({"sparseCluster":{"worker":{"0":"j-worker-0.ns.svc:2222"},)"
+            R"("ps":["j-ps-0.ns.svc:2222","j-ps-1.ns.svc:2222"]},"task":{"type":"worker","index":0}})");
 }
 
 TEST(TfConfigTest, Errors) {

@@ -142,6 +142,66 @@ TEST(PlannerTest, ChiefIsTheMasterAndSingleReplicaGetsNoTfConfig) {
   EXPECT_FALSE(Find(q, "j-worker-0", Action::Kind::kCreatePod)->object["spec"]["containers"][0].contains("env"));
 }
 
+std::string TfConfigOf(const Plan& p, const std::string& pod) {
+  const Action* a = Find(p, pod, Action::Kind::kCreatePod);
+  if (!a) return "<no pod " + pod + ">";
+  for (const auto& e : a->object["spec"]["containers"][0].value("env", json::array())) {
+    if (e.value("name", "") == "TF_CONFIG") return e.value("value", "");
+  }
+  return "<no TF_CONFIG>";
+}
+
+// TF_CONFIG in the pods the planner creates, byte for byte as Kubeflow's
+// training-operator writes it: the evaluator never in "cluster" (but with
+// its own "task"), the sparse form with enableDynamicWorker, and the
+// cluster domain (CUSTOM_CLUSTER_DOMAIN) on every address.
+TEST(PlannerTest, TfConfigIsKubeflowsByteForByte) {
+  const json with_eval{{"Chief", Replica(1)}, {"PS", Replica(1)}, {"Worker", Replica(2)}, {"Evaluator", Replica(1)}};
+  const std::string cluster =
+      R"({"cluster":{"chief":["j-chief-0.ns.svc:2222"],"ps":["j-ps-0.ns.svc:2222"],)"
+      R"("worker":["j-worker-0.ns.svc:2222","j-worker-1.ns.svc:2222"]},)";
+  const std::string domain_cluster =
+      R"({"cluster":{"chief":["j-chief-0.ns.svc.corp.example:2222"],"ps":["j-ps-0.ns.svc.corp.example:2222"],)"
+      R"("worker":["j-worker-0.ns.svc.corp.example:2222","j-worker-1.ns.svc.corp.example:2222"]},)";
+  struct Case {
+    std::string name;
+    json specs;
+    json extra_spec;
+    std::string domain;
+    std::string pod;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {"evaluator", with_eval, json::object(), "", "j-evaluator-0",
+       cluster + R"("task":{"type":"evaluator","index":0},"environment":"cloud"})"},
+      {"chief beside an evaluator", with_eval, json::object(), "", "j-chief-0",
+       cluster + R"("task":{"type":"chief","index":0},"environment":"cloud"})"},
+      {"worker beside an evaluator", with_eval, json::object(), "", "j-worker-1",
+       cluster + R"("task":{"type":"worker","index":1},"environment":"cloud"})"},
+      {"no evaluator", {{"Chief", Replica(1)}, {"PS", Replica(1)}, {"Worker", Replica(2)}}, json::object(), "",
+       "j-ps-0", cluster + R"("task":{"type":"ps","index":0},"environment":"cloud"})"},
+      {"cluster domain", with_eval, json::object(), "corp.example", "j-evaluator-0",
+       domain_cluster + R"("task":{"type":"evaluator","index":0},"environment":"cloud"})"},
+      {"dynamic worker", with_eval, {{"enableDynamicWorker", true}}, "", "j-worker-1",
+       R"({"sparseCluster":{"worker":{"1":"j-worker-1.ns.svc:2222"},"ps":["j-ps-0.ns.svc:2222"]},)"
+       R"("task":{"type":"worker","index":1}})"},
+      {"dynamic ps", with_eval, {{"enableDynamicWorker", true}}, "", "j-ps-0",
+       R"({"sparseCluster":{"worker":{},"ps":["j-ps-0.ns.svc:2222"]},"task":{"type":"ps","index":0}})"},
+      {"dynamic evaluator", with_eval, {{"enableDynamicWorker", true}}, "", "j-evaluator-0",
+       R"({"sparseCluster":{"worker":{},"ps":[]},"task":{"type":"evaluator","index":0}})"},
+      {"dynamic worker, cluster domain", with_eval, {{"enableDynamicWorker", true}}, "corp.example", "j-worker-0",
+       R"({"sparseCluster":{"worker":{"0":"j-worker-0.ns.svc.corp.example:2222"},)"
+       R"("ps":["j-ps-0.ns.svc.corp.example:2222"]},"task":{"type":"worker","index":0}})"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    PlannerOptions o;
+    o.cluster_domain = c.domain;
+    Plan p = PlanJob(Job(c.specs, json::object(), c.extra_spec), {}, {}, kNow, o);
+    EXPECT_EQ(TfConfigOf(p, c.pod), c.want);
+  }
+}
+
 // The job's Secret comes before its first pod, owned by the job, with no
 // token in it (the reconciler makes one); the NetworkPolicy only on request.
 TEST(PlannerTest, TaskTokenSecretAndNetworkPolicyComeFirst) {
@@ -455,6 +515,194 @@ TEST(PodViewTest, ReadsPhaseExitCodeAndRestarts) {
     PodView g = ViewPod(json::parse(text));
     EXPECT_EQ(g.name, "");
   }
+}
+
+}  // namespace
+}  // namespace tfjob::op::controller
+
+namespace tfjob::op::controller {
+namespace {
+
+// ---- Gang scheduling ----------------------------------------------------------
+
+PlannerOptions Gang(const std::string& scheduler) {
+  PlannerOptions o;
+  o.gang_scheduler = scheduler;
+  return o;
+}
+
+PodGroupView Group(json spec, const std::string& phase, const std::string& owner = "uid-1") {
+  json obj{{"apiVersion", "scheduling.volcano.sh/v1beta1"},
+           {"kind", "PodGroup"},
+           {"metadata",
+            {{"name", "j"},
+             {"namespace", "ns"},
+             {"resourceVersion", "42"},
+             {"ownerReferences", json::array({{{"kind", "TFJob"}, {"uid", owner}, {"controller", true}}})}}},
+           {"spec", std::move(spec)}};
+  if (!phase.empty()) obj["status"] = {{"phase", phase}};
+  return ViewPodGroup(obj);
+}
+
+std::vector<Action::Kind> Kinds(const Plan& p) {
+  std::vector<Action::Kind> out;
+  for (const auto& a : p.actions) out.push_back(a.kind);
+  return out;
+}
+
+const json kOwner = {{"apiVersion", "kubeflow.org/v1"}, {"kind", "TFJob"}, {"name", "j"}, {"uid", "uid-1"},
+                     {"controller", true}, {"blockOwnerDeletion", true}};
+
+// Volcano: a PodGroup per job (minMember the sum of replicas, the evaluator
+// included; queue "default"), and no pod or service until Volcano has
+// admitted the gang.
+TEST(GangPlannerTest, VolcanoPodGroupFirstAndPodsOnlyOnceAdmitted) {
+  auto job = Job({{"Chief", Replica(1)}, {"PS", Replica(1)}, {"Worker", Replica(3)}, {"Evaluator", Replica(1)}});
+  Plan p = PlanJob(job, {}, {}, kNow, Gang("volcano"));
+  ASSERT_EQ(Kinds(p), std::vector<Action::Kind>{Action::Kind::kCreatePodGroup});
+  EXPECT_EQ(p.actions[0].object,
+            json({{"apiVersion", "scheduling.volcano.sh/v1beta1"},
+                  {"kind", "PodGroup"},
+                  {"metadata",
+                   {{"name", "j"},
+                    {"namespace", "ns"},
+                    {"labels", {{"training.kubeflow.org/job-name", "j"}, {"training.kubeflow.org/operator-name", "tfjob-controller"}}},
+                    {"ownerReferences", json::array({kOwner})}}},
+                  {"spec", {{"minMember", 6}, {"queue", "default"}}}}));
+  EXPECT_TRUE(True(p.status, "Created"));
+
+  const json spec{{"minMember", 6}, {"queue", "default"}};
+  for (const std::string phase : {"", "Pending"}) {
+    SCOPED_TRACE("phase " + phase);
+    Plan waiting = PlanJob(After(job, p), {}, {}, kNow, Gang("volcano"), Group(spec, phase));
+    EXPECT_TRUE(waiting.actions.empty()) << ::testing::PrintToString(Kinds(waiting));
+  }
+  Plan admitted = PlanJob(After(job, p), {}, {}, kNow, Gang("volcano"), Group(spec, "Inqueue"));
+  EXPECT_EQ(Names(admitted, Action::Kind::kCreatePod).size(), 6u);
+  EXPECT_EQ(Names(admitted, Action::Kind::kCreateService).size(), 6u);
+  EXPECT_TRUE(Find(admitted, "j-tfjob-auth", Action::Kind::kCreateSecret));
+  EXPECT_EQ(Names(admitted, Action::Kind::kCreatePodGroup).size(), 0u);
+  EXPECT_EQ(Names(admitted, Action::Kind::kUpdatePodGroup).size(), 0u);
+  const json& pod = Find(admitted, "j-worker-2", Action::Kind::kCreatePod)->object;
+  EXPECT_EQ(pod["spec"]["schedulerName"], "volcano");
+  EXPECT_EQ(pod["metadata"]["annotations"],
+            json({{"scheduling.k8s.io/group-name", "j"}, {"volcano.sh/task-spec", "worker"}}));
+  EXPECT_EQ(Find(admitted, "j-evaluator-0", Action::Kind::kCreatePod)->object["metadata"]["annotations"]["volcano.sh/task-spec"],
+            "evaluator");
+}
+
+// schedulingPolicy sets minAvailable, queue, priorityClass and minResources
+// for Volcano; scheduler-plugins takes minAvailable, scheduleTimeoutSeconds
+// and minResources, and its pods are created at once (its coscheduling
+// plugin holds them at Permit).
+TEST(GangPlannerTest, SchedulingPolicyPerScheduler) {
+  const json policy{{"schedulingPolicy",
+                     {{"minAvailable", 3},
+                      {"queue", "research"},
+                      {"priorityClass", "high-priority"},
+                      {"scheduleTimeoutSeconds", 120},
+                      {"minResources", {{"cpu", "8"}, {"memory", "16Gi"}}}}}};
+  auto job = Job({{"PS", Replica(1)}, {"Worker", Replica(4)}}, policy);
+  job.metadata.annotations = {{"team", "ml"}};
+  Plan v = PlanJob(job, {}, {}, kNow, Gang("volcano"));
+  ASSERT_EQ(Kinds(v), std::vector<Action::Kind>{Action::Kind::kCreatePodGroup});
+  EXPECT_EQ(v.actions[0].object["spec"], json({{"minMember", 3},
+                                                {"queue", "research"},
+                                                {"priorityClassName", "high-priority"},
+                                                {"minResources", {{"cpu", "8"}, {"memory", "16Gi"}}}}));
+  EXPECT_EQ(v.actions[0].object["metadata"]["annotations"], json({{"team", "ml"}}));
+
+  Plan s = PlanJob(job, {}, {}, kNow, Gang("scheduler-plugins"));
+  ASSERT_FALSE(s.actions.empty());
+  EXPECT_EQ(s.actions[0].kind, Action::Kind::kCreatePodGroup);  // before any pod
+  EXPECT_EQ(s.actions[0].object["apiVersion"], "scheduling.x-k8s.io/v1alpha1");
+  EXPECT_EQ(s.actions[0].object["spec"], json({{"minMember", 3},
+                                               {"scheduleTimeoutSeconds", 120},
+                                               {"minResources", {{"cpu", "8"}, {"memory", "16Gi"}}}}));
+  EXPECT_EQ(Names(s, Action::Kind::kCreatePod).size(), 5u);
+  const json& pod = Find(s, "j-ps-0", Action::Kind::kCreatePod)->object;
+  EXPECT_EQ(pod["spec"]["schedulerName"], "scheduler-plugins");
+  EXPECT_EQ(pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"], "j");
+  EXPECT_FALSE(pod["metadata"].contains("annotations"));
+
+  // Any other name is a scheduler-plugins scheduler, as in Kubeflow.
+  Plan named = PlanJob(job, {}, {}, kNow, Gang("coscheduler"));
+  EXPECT_EQ(named.actions[0].object["apiVersion"], "scheduling.x-k8s.io/v1alpha1");
+  EXPECT_EQ(Find(named, "j-ps-0", Action::Kind::kCreatePod)->object["spec"]["schedulerName"], "coscheduler");
+}
+
+// The PodGroup is kept at the job's spec: a change (scaled replicas, an edit)
+// is written back over the observed object, keeping Volcano's queue once set.
+TEST(GangPlannerTest, PodGroupIsKeptAtTheSpec) {
+  auto job = Job({{"Worker", Replica(4)}});
+  Plan same = PlanJob(job, {}, {}, kNow, Gang("volcano"), Group({{"minMember", 4}, {"queue", "default"}}, "Inqueue"));
+  EXPECT_TRUE(Names(same, Action::Kind::kUpdatePodGroup).empty());
+  Plan p = PlanJob(job, {}, {}, kNow, Gang("volcano"), Group({{"minMember", 2}, {"queue", "team-q"}, {"minTaskMember", {{"w", 1}}}}, "Inqueue"));
+  ASSERT_EQ(Kinds(p)[0], Action::Kind::kUpdatePodGroup);
+  const json& updated = p.actions[0].object;
+  EXPECT_EQ(updated["spec"], json({{"minMember", 4}, {"queue", "team-q"}}));
+  EXPECT_EQ(updated["metadata"]["resourceVersion"], "42");  // optimistic concurrency
+  EXPECT_EQ(updated["status"]["phase"], "Inqueue");
+}
+
+TEST(GangPlannerTest, FinishedOrSuspendedJobsLoseTheirPodGroup) {
+  auto job = Job({{"Worker", Replica(2)}});
+  const PodGroupView group = Group({{"minMember", 2}, {"queue", "default"}}, "Running");
+  Plan running = PlanJob(job, {Pod("worker", 0, "Running"), Pod("worker", 1, "Running")},
+                         {Svc("worker", 0), Svc("worker", 1)}, kNow, Gang("volcano"), group);
+  EXPECT_TRUE(running.actions.empty());
+  Plan done = PlanJob(After(job, running), {Pod("worker", 0, "Succeeded", 0), Pod("worker", 1, "Running")},
+                      {Svc("worker", 0), Svc("worker", 1)}, kNow, Gang("volcano"), group);
+  ASSERT_TRUE(True(done.status, "Succeeded"));
+  EXPECT_EQ(Kinds(done), std::vector<Action::Kind>{Action::Kind::kDeletePodGroup});
+  Plan again = PlanJob(After(job, done), {}, {}, kNow, Gang("volcano"), group);  // still there on the next pass
+  EXPECT_EQ(Kinds(again), std::vector<Action::Kind>{Action::Kind::kDeletePodGroup});
+  Plan gone = PlanJob(After(job, done), {}, {}, kNow, Gang("volcano"));
+  EXPECT_TRUE(gone.actions.empty());
+
+  auto suspended = Job({{"Worker", Replica(2)}}, {{"suspend", true}});
+  Plan s = PlanJob(suspended, {}, {}, kNow, Gang("scheduler-plugins"), group);
+  EXPECT_EQ(Kinds(s), std::vector<Action::Kind>{Action::Kind::kDeletePodGroup});
+}
+
+TEST(GangPlannerTest, TemplatesNamingTheirSchedulerAreKeptWithAWarning) {
+  auto job = Job({{"Worker", Replica(2)}});
+  json tmpl = job.spec.replica_specs[0].template_json;
+  tmpl["spec"]["schedulerName"] = "my-scheduler";
+  job.spec.replica_specs[0].template_json = tmpl;
+  Plan p = PlanJob(job, {}, {}, kNow, Gang("scheduler-plugins"));
+  EXPECT_EQ(Find(p, "j-worker-1", Action::Kind::kCreatePod)->object["spec"]["schedulerName"], "my-scheduler");
+  int warnings = 0;
+  for (const auto& e : p.events) warnings += e.reason == "SettedPodTemplateSchedulerName";
+  EXPECT_EQ(warnings, 1);
+}
+
+// Without a gang scheduler nothing is made; a job asking for one is told so
+// once, when it is first seen. A PodGroup owned by another job is not ours.
+TEST(GangPlannerTest, WithoutAGangSchedulerThePolicyIsReportedOnce) {
+  auto job = Job({{"Worker", Replica(2)}}, {{"schedulingPolicy", {{"minAvailable", 2}}}});
+  Plan p = PlanJob(job, {}, {}, kNow);
+  EXPECT_TRUE(Names(p, Action::Kind::kCreatePodGroup).empty());
+  EXPECT_EQ(Find(p, "j-worker-0", Action::Kind::kCreatePod)->object["spec"].count("schedulerName"), 0u);
+  ASSERT_EQ(p.events.size(), 2u);
+  EXPECT_EQ(p.events[1].type, "Warning");
+  EXPECT_EQ(p.events[1].reason, "SchedulingPolicyIgnored");
+  Plan next = PlanJob(After(job, p), {}, {}, kNow);
+  for (const auto& e : next.events) EXPECT_NE(e.reason, "SchedulingPolicyIgnored");
+
+  Plan foreign = PlanJob(Job({{"Worker", Replica(2)}}), {}, {}, kNow, Gang("volcano"),
+                         Group({{"minMember", 2}, {"queue", "default"}}, "Inqueue", "someone-else"));
+  EXPECT_EQ(Kinds(foreign), std::vector<Action::Kind>{Action::Kind::kCreatePodGroup});
+}
+
+TEST(GangPlannerTest, MistypedSchedulingPolicyFailsValidation) {
+  auto job = Job({{"Worker", Replica(2)}}, {{"schedulingPolicy", {{"minAvailable", "two"}, {"queue", 7}}}});
+  Plan p = PlanJob(job, {}, {}, kNow, Gang("volcano"));
+  ASSERT_TRUE(True(p.status, "Failed"));
+  EXPECT_THAT(Cond(p.status, "Failed")->message,
+              HasSubstr("spec.runPolicy.schedulingPolicy.minAvailable: Invalid value: \"two\": must be a 32-bit integer"));
+  EXPECT_THAT(Cond(p.status, "Failed")->message, HasSubstr("spec.runPolicy.schedulingPolicy.queue: Invalid value: 7"));
+  EXPECT_TRUE(Names(p, Action::Kind::kCreatePodGroup).empty());
 }
 
 }  // namespace

@@ -99,6 +99,87 @@ TEST(KubeconfigTest, ErrorsNameTheFileAndField) {
   EXPECT_THAT(LoadKubeconfig(d + "/nofile").status().message(), HasSubstr("certificate-authority"));
 }
 
+TEST(KubeconfigTest, ExecPluginsAndWhereCredentialsComeFrom) {
+  const std::string d = Dir("exec");
+  Write(d + "/ca.pem", "CA");
+  Write(d + "/token", "tok\n");
+  const std::string head = "current-context: x\nclusters: [{name: c, cluster: {server: 'https://h:1', certificate-authority: ca.pem}}]\n"
+                           "contexts: [{name: x, context: {cluster: c, user: u}}]\n";
+  Write(d + "/config", head + R"(users:
+- name: u
+  user:
+    exec:
+      apiVersion: client.authentication.k8s.io/v1
+      command: bin/../plugins/get-token
+      args: [--region, eu]
+      env: [{name: A, value: "1"}, {name: B, value: two}]
+      installHint: install get-token
+      provideClusterInfo: true
+      interactiveMode: IfAvailable
+)");
+  auto c = LoadKubeconfig(d + "/config");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->ca_origin, d + "/ca.pem");
+  ASSERT_TRUE(c->exec.has_value());
+  EXPECT_EQ(c->exec->api_version, "client.authentication.k8s.io/v1");
+  EXPECT_EQ(c->exec->command, d + "/plugins/get-token");  // relative to the kubeconfig
+  EXPECT_EQ(c->exec->args, (std::vector<std::string>{"--region", "eu"}));
+  EXPECT_EQ(c->exec->env, (std::vector<std::pair<std::string, std::string>>{{"A", "1"}, {"B", "two"}}));
+  EXPECT_EQ(c->exec->install_hint, "install get-token");
+  EXPECT_TRUE(c->exec->provide_cluster_info);
+  EXPECT_EQ(c->exec->where, d + "/config: users[u].user.exec");
+  EXPECT_TRUE(c->token.empty());
+
+  // A bare command name is left to PATH; v1beta1 is accepted.
+  Write(d + "/bare", head + "users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1beta1, "
+                            "command: aws, args: [eks, get-token]}}}]\n");
+  c = LoadKubeconfig(d + "/bare");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->exec->command, "aws");
+
+  // A token file is kept as the source, for re-reads.
+  Write(d + "/tokenfile", head + "users: [{name: u, user: {tokenFile: token, client-certificate-data: Q0VSVA==, "
+                                 "client-key-data: S0VZ}}]\n");
+  c = LoadKubeconfig(d + "/tokenfile");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->token_file, d + "/token");
+  EXPECT_EQ(c->token, "tok");
+  EXPECT_EQ(c->client_cert_pem, "CERT");
+  EXPECT_EQ(c->client_cert_origin, d + "/tokenfile: users[u].user.client-certificate-data");
+  EXPECT_EQ(c->client_key_origin, d + "/tokenfile: users[u].user.client-key-data");
+}
+
+TEST(KubeconfigTest, UnusableUsersAreErrorsNamingTheField) {
+  const std::string d = Dir("badexec");
+  const std::string head = "current-context: x\nclusters: [{name: c, cluster: {server: 'https://h:1'}}]\n"
+                           "contexts: [{name: x, context: {cluster: c, user: u}}]\n";
+  auto error = [&](const std::string& user) {
+    Write(d + "/config", head + "users: [{name: u, user: " + user + "}]\n");
+    return LoadKubeconfig(d + "/config").status();
+  };
+  EXPECT_THAT(error("{exec: {command: x}}").message(), HasSubstr("users[u].user.exec.apiVersion: missing"));
+  EXPECT_THAT(error("{exec: {apiVersion: client.authentication.k8s.io/v1alpha1, command: x}}").message(),
+              HasSubstr("is not client.authentication.k8s.io/v1 or v1beta1"));
+  EXPECT_THAT(error("{exec: {apiVersion: client.authentication.k8s.io/v1}}").message(),
+              HasSubstr("users[u].user.exec.command: missing"));
+  EXPECT_THAT(error("{exec: {apiVersion: client.authentication.k8s.io/v1, command: x, interactiveMode: Always}}").message(),
+              HasSubstr("interactiveMode: Always needs a terminal"));
+  EXPECT_THAT(error("{token: t, exec: {apiVersion: client.authentication.k8s.io/v1, command: x}}").message(),
+              HasSubstr("exec and token (or tokenFile) are mutually exclusive"));
+  EXPECT_THAT(error("{auth-provider: {name: gcp}}").message(),
+              HasSubstr("users[u].user.auth-provider (gcp) is not supported; use an exec credential plugin"));
+  EXPECT_THAT(error("{client-certificate-data: Q0VSVA==}").message(),
+              HasSubstr("a client certificate needs both a certificate and a key"));
+  EXPECT_THAT(error("{tokenFile: /no/such/token}").message(), HasSubstr("users[u].user.tokenFile"));
+}
+
+TEST(Base64Test, RoundTrip) {
+  for (const std::string s : {"", "a", "ab", "abc", "abcd", "-----BEGIN CERTIFICATE-----\n"}) {
+    EXPECT_EQ(Base64Decode(Base64Encode(s)), s) << s;
+  }
+  EXPECT_EQ(Base64Encode("ab"), "YWI=");
+}
+
 TEST(InClusterTest, ServiceAccountFilesAndEnvironment) {
   const std::string d = Dir("sa");
   Write(d + "/token", "sa-token\n");
@@ -114,6 +195,8 @@ TEST(InClusterTest, ServiceAccountFilesAndEnvironment) {
   EXPECT_EQ(c->server, "https://10.96.0.1:443");
   EXPECT_EQ(c->token, "sa-token");
   EXPECT_EQ(c->ca_pem, "CA");
+  EXPECT_EQ(c->ca_origin, d + "/ca.crt");
+  EXPECT_EQ(c->token_file, d + "/token");
   EXPECT_EQ(c->default_namespace, "kubeflow");
   auto none = InClusterConfig([](const std::string&) { return std::optional<std::string>(); }, d);
   EXPECT_EQ(none.status().code(), Code::kNotFound);

@@ -12,6 +12,7 @@ namespace tfjob::op::kube {
 namespace {
 
 using json = nlohmann::json;
+using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
 json Pod(const std::string& name, const std::string& job) {
@@ -104,11 +105,145 @@ TEST_F(InformerTest, NonAsciiTextSurvivesRequestBodiesAndWatchLines) {
   inf.Stop();
 }
 
+// Paginated lists: the informer reads in pages of limit/continue and ends up
+// with every object.
+TEST_F(InformerTest, ListsInPages) {
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(server_->Create("pods", "default", Pod(std::string("p").append(std::to_string(i)), "j")).ok());
+  server_->ClearRequests();
+  Informer inf(*client_, kPods, "default", "training.kubeflow.org/job-name");
+  inf.SetPageSize(3);
+  inf.Start();
+  ASSERT_TRUE(server_->WaitFor([&] { return inf.HasSynced(); }, 10s));
+  EXPECT_EQ(inf.List("default").size(), 7u);
+  std::vector<std::string> lists;
+  for (const auto& r : server_->Requests()) {
+    if (r.method == "GET" && !r.watch && r.path == "/api/v1/namespaces/default/pods") lists.push_back(r.query);
+  }
+  ASSERT_EQ(lists.size(), 3u) << ::testing::PrintToString(lists);  // 3 + 3 + 1
+  EXPECT_THAT(lists[0], HasSubstr("limit=3"));
+  EXPECT_THAT(lists[0], ::testing::Not(HasSubstr("continue=")));
+  EXPECT_THAT(lists[1], HasSubstr("continue="));
+  EXPECT_THAT(lists[2], HasSubstr("continue="));
+  // The watch starts from the list's version: a pod created now arrives.
+  ASSERT_TRUE(server_->Create("pods", "default", Pod("late", "j")).ok());
+  ASSERT_TRUE(server_->WaitFor([&] { return inf.Get("default", "late").has_value(); }, 10s));
+  inf.Stop();
+}
+
+// Wraps a client so a test can act between the pages of a list.
+class BetweenPages : public Client {
+ public:
+  BetweenPages(Client& c, std::function<void()> after_first_page) : c_(c), after_(std::move(after_first_page)) {}
+  StatusOr<json> Get(const Resource& r, const std::string& ns, const std::string& n) override { return c_.Get(r, ns, n); }
+  StatusOr<json> List(const Resource& r, const std::string& ns, const ListOptions& o) override {
+    lists.push_back(o);
+    auto out = c_.List(r, ns, o);
+    if (lists.size() == 1 && after_) after_();
+    return out;
+  }
+  StatusOr<json> Create(const Resource& r, const std::string& ns, const json& o) override { return c_.Create(r, ns, o); }
+  StatusOr<json> Update(const Resource& r, const std::string& ns, const json& o) override { return c_.Update(r, ns, o); }
+  StatusOr<json> UpdateStatus(const Resource& r, const std::string& ns, const json& o) override {
+    return c_.UpdateStatus(r, ns, o);
+  }
+  StatusOr<json> MergePatch(const Resource& r, const std::string& ns, const std::string& n, const json& p,
+                            bool status) override {
+    return c_.MergePatch(r, ns, n, p, status);
+  }
+  Status Delete(const Resource& r, const std::string& ns, const std::string& n, const std::string& p) override {
+    return c_.Delete(r, ns, n, p);
+  }
+  Status Watch(const Resource& r, const std::string& ns, const WatchOptions& o,
+               const std::function<bool(const WatchEvent&)>& f, const std::atomic<bool>& stop) override {
+    return c_.Watch(r, ns, o, f, stop);
+  }
+  std::vector<ListOptions> lists;
+
+ private:
+  Client& c_;
+  std::function<void()> after_;
+};
+
+// A continue token compacted away between pages (410) restarts the list
+// without pages, as client-go's pager does; nothing is lost or duplicated.
+TEST_F(InformerTest, ExpiredContinueTokenFallsBackToAFullList) {
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(server_->Create("pods", "default", Pod(std::string("p").append(std::to_string(i)), "j")).ok());
+  BetweenPages client(*client_, [&] {
+    ASSERT_TRUE(server_->Delete("pods", "default", "p4").ok());
+    for (int i = 0; i < 6; ++i) ASSERT_TRUE(server_->Create("pods", "default", Pod(std::string("q").append(std::to_string(i)), "j")).ok());
+    server_->CompactNow();
+  });
+  Informer inf(client, kPods, "default", "training.kubeflow.org/job-name");
+  inf.SetPageSize(2);
+  inf.Start();
+  ASSERT_TRUE(server_->WaitFor([&] { return inf.HasSynced(); }, 10s));
+  inf.Stop();
+  ASSERT_GE(client.lists.size(), 3u);
+  EXPECT_EQ(client.lists[0].limit, 2);
+  EXPECT_FALSE(client.lists[1].continue_token.empty());
+  EXPECT_EQ(client.lists[2].limit, 0);  // the fallback: one full list
+  EXPECT_TRUE(client.lists[2].continue_token.empty());
+  EXPECT_EQ(inf.List("default").size(), 10u);  // p0..p3 and q0..q5
+  EXPECT_FALSE(inf.Get("default", "p4").has_value());
+}
+
+// A clock that only moves when the limiter sleeps (or the test says so), so
+// the limiter's waits are exact.
+class FakeRateClock : public RateClock {
+ public:
+  std::chrono::steady_clock::time_point Now() override { return now_; }
+  void SleepFor(std::chrono::nanoseconds d) override {
+    slept_ += d;
+    now_ += d;
+  }
+  void Advance(std::chrono::nanoseconds d) { now_ += d; }
+  std::chrono::nanoseconds slept() const { return slept_; }
+
+ private:
+  std::chrono::steady_clock::time_point now_{};
+  std::chrono::nanoseconds slept_{0};
+};
+
+// Nanoseconds a call to Take() waited.
+int64_t WaitOf(TokenBucket& b, FakeRateClock& clock) {
+  const auto before = clock.slept();
+  b.Take();
+  return (clock.slept() - before).count();
+}
+
+// client-go's token bucket: `burst` requests at once, then one every 1/qps s;
+// an idle bucket refills to `burst`, never more. Ignoring either number (a
+// bucket of another size, or another rate) fails these counts and waits.
 TEST(TokenBucketTest, BurstThenRate) {
-  TokenBucket b(1000, 5);
-  for (int i = 0; i < 5; ++i) b.Take();  // the burst is available at once
-  b.Take();                              // then tokens refill at the rate (no deadlock)
-  SUCCEED();
+  auto clock = std::make_shared<FakeRateClock>();
+  TokenBucket b(10, 5, clock);  // 10 qps: a token every 100 ms
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(WaitOf(b, *clock), 0) << "request " << i << " is within the burst";
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(WaitOf(b, *clock), 100'000'000, 1'000) << "request " << 5 + i;
+  // Idle for 10 s: the bucket is full again, at 5 tokens, not 100.
+  clock->Advance(std::chrono::seconds(10));
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(WaitOf(b, *clock), 0);
+  EXPECT_NEAR(WaitOf(b, *clock), 100'000'000, 1'000);
+  // Half a period idle: the next token is half a period away.
+  clock->Advance(std::chrono::milliseconds(50));
+  EXPECT_NEAR(WaitOf(b, *clock), 50'000'000, 1'000);
+}
+
+// The client's requests go through the bucket with the options' qps and burst.
+TEST_F(InformerTest, RestClientAppliesQpsAndBurst) {
+  auto clock = std::make_shared<FakeRateClock>();
+  RestOptions o;
+  o.qps = 4;  // a token every 250 ms
+  o.burst = 3;
+  o.rate_clock = clock;
+  ClusterConfig c;
+  c.server = server_->url();
+  auto limited = RestClient::Create(c, o);
+  ASSERT_TRUE(limited.ok()) << limited.status();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE((*limited)->Get(kPods, "default", "none").status().code() == Code::kNotFound);
+  EXPECT_EQ(clock->slept().count(), 0);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE((*limited)->Get(kPods, "default", "none").status().code() == Code::kNotFound);
+  EXPECT_NEAR(static_cast<double>(clock->slept().count()), 500e6, 1e4);
+  EXPECT_EQ((*limited)->requests(), 5);
 }
 
 }  // namespace

@@ -80,13 +80,27 @@ TEST(ParseTfConfig, AiPlatformExtrasAreIgnoredAndMasterIsKept) {
   EXPECT_EQ(c.environment, "cloud");
 }
 
-TEST(ParseTfConfig, DesignLiteral) {
-  ClusterConfig c = MustParse(
-      R"({"cluster":{"chief":["j-chief-0.ns.svc:2222"],"ps":["j-ps-0.ns.svc:2222"],"worker":["j-worker-0.ns.svc:2222","j-worker-1.ns.svc:2222"],"evaluator":["j-evaluator-0.ns.svc:2222"]},"task":{"type":"worker","index":1},"environment":"cloud"})");
-  EXPECT_THAT(c.cluster.JobNames(), ElementsAre("chief", "ps", "worker", "evaluator"));
+// What the operator writes, as Kubeflow does: the evaluator is never in
+// "cluster", and the evaluator task still has its own "task".
+TEST(ParseTfConfig, OperatorLiterals) {
+  const std::string cluster =
+      R"({"cluster":{"chief":["j-chief-0.ns.svc:2222"],"ps":["j-ps-0.ns.svc:2222"],"worker":["j-worker-0.ns.svc:2222","j-worker-1.ns.svc:2222"]},)";
+  ClusterConfig c = MustParse(cluster + R"("task":{"type":"worker","index":1},"environment":"cloud"})");
+  EXPECT_THAT(c.cluster.JobNames(), ElementsAre("chief", "ps", "worker"));
   EXPECT_EQ(c.cluster.Address("worker", 1).value(), "j-worker-1.ns.svc:2222");
   EXPECT_EQ(c.task, (TaskId{"worker", 1}));
   EXPECT_EQ(c.environment, "cloud");
+  ClusterConfig e = MustParse(cluster + R"("task":{"type":"evaluator","index":0},"environment":"cloud"})");
+  EXPECT_EQ(e.cluster, c.cluster);
+  EXPECT_EQ(e.task, (TaskId{"evaluator", 0}));
+}
+
+// TensorFlow's own form with the evaluator listed is accepted too.
+TEST(ParseTfConfig, EvaluatorListedInTheCluster) {
+  ClusterConfig c = MustParse(
+      R"({"cluster":{"chief":["j-chief-0.ns.svc:2222"],"ps":["j-ps-0.ns.svc:2222"],"worker":["j-worker-0.ns.svc:2222","j-worker-1.ns.svc:2222"],"evaluator":["j-evaluator-0.ns.svc:2222"]},"task":{"type":"worker","index":1},"environment":"cloud"})");
+  EXPECT_THAT(c.cluster.JobNames(), ElementsAre("chief", "ps", "worker", "evaluator"));
+  EXPECT_EQ(c.task, (TaskId{"worker", 1}));
 }
 
 TEST(ParseTfConfig, IndexFormsTfAccepts) {

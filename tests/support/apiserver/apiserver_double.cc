@@ -8,6 +8,9 @@
 #include <mutex>
 #include <optional>
 #include <regex>
+#include <set>
+
+#include <openssl/evp.h>
 
 #include "tests/support/apiserver/http_server.h"
 #include "tests/support/apiserver/resources.h"
@@ -74,6 +77,14 @@ json ParseBody(const std::string& text) {
   constexpr size_t kMaxDepth = 1000;
   if (JsonDepth(text) > kMaxDepth) return json(json::value_t::discarded);
   return json::parse(text, nullptr, false);
+}
+
+std::string Base64(const std::string& in) {
+  std::string out(4 * ((in.size() + 2) / 3) + 1, '\0');
+  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(in.data()), static_cast<int>(in.size()));
+  out.resize(static_cast<size_t>(n));
+  return out;
 }
 
 bool Truthy(const std::string& v) { return v == "1" || v == "true" || v == "True"; }
@@ -203,6 +214,7 @@ class ApiServerDouble::Impl {
   };
   std::vector<Rule> faults;
   std::deque<RequestRecord> requests;
+  std::set<std::string> bearer_tokens;  // accepted tokens
 
  private:
   void Dispatch(const HttpRequest& req, RecordingWriter& w, bool is_watch);
@@ -221,7 +233,9 @@ class ApiServerDouble::Impl {
 void ApiServerDouble::Impl::Record(const HttpRequest& req, int code, bool watch) {
   std::lock_guard<std::mutex> lock(mu);
   if (options.request_log_limit == 0) return;
-  requests.push_back({req.method, req.path, req.raw_query, code, watch});
+  std::string token;
+  if (const std::string& h = req.Header("authorization"); h.rfind("Bearer ", 0) == 0) token = h.substr(7);
+  requests.push_back({req.method, req.path, req.raw_query, code, watch, token, req.client_cn});
   while (requests.size() > options.request_log_limit) requests.pop_front();
 }
 
@@ -284,10 +298,18 @@ void ApiServerDouble::Impl::Dispatch(const HttpRequest& req, RecordingWriter& w,
     return;
   }
   bool public_path = segs.size() == 1 && segs[0] == "version";
-  if (!options.bearer_token.empty() && !public_path &&
-      req.Header("authorization") != "Bearer " + options.bearer_token) {
-    SendError(w, MakeError(401, "Unauthorized", "Unauthorized"));
-    return;
+  if (!public_path) {
+    bool required, accepted;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      required = !bearer_tokens.empty() || !options.client_ca_pem.empty();
+      const std::string& h = req.Header("authorization");
+      accepted = !req.client_cn.empty() || (h.rfind("Bearer ", 0) == 0 && bearer_tokens.count(h.substr(7)));
+    }
+    if (required && !accepted) {
+      SendError(w, MakeError(401, "Unauthorized", "Unauthorized"));
+      return;
+    }
   }
   if (ApplyFault(req, w, is_watch)) return;
 
@@ -682,7 +704,17 @@ StatusOr<std::unique_ptr<ApiServerDouble>> ApiServerDouble::Start(Options option
     auto r = impl->store->Create(*impl->store->Resolve("customresourcedefinitions"), "", TfJobCrd(), false);
     if (!r.ok()) return ToStatus(r.error());
   }
+  if (options.register_podgroup_crds) {
+    for (const json& crd : {VolcanoPodGroupCrd(), SchedulerPluginsPodGroupCrd()}) {
+      auto r = impl->store->Create(*impl->store->Resolve("customresourcedefinitions"), "", crd, false);
+      if (!r.ok()) return ToStatus(r.error());
+    }
+  }
+  if (!options.bearer_token.empty()) impl->bearer_tokens.insert(options.bearer_token);
   HttpServer::Options ho;
+  ho.tls_cert_pem = options.tls_cert_pem;
+  ho.tls_key_pem = options.tls_key_pem;
+  ho.client_ca_pem = options.client_ca_pem;
   ho.bind_address = options.bind_address;
   ho.port = options.port;
   ho.max_body_bytes = 3 * 1024 * 1024;  // kube-apiserver's MaxRequestBodyBytes
@@ -697,11 +729,15 @@ StatusOr<std::unique_ptr<ApiServerDouble>> ApiServerDouble::Start(Options option
 int ApiServerDouble::port() const { return impl_->http->port(); }
 
 std::string ApiServerDouble::url() const {
-  return "http://" + impl_->options.bind_address + ":" + std::to_string(port());
+  const bool tls = !impl_->options.tls_cert_pem.empty();
+  return (tls ? "https://" : "http://") + impl_->options.bind_address + ":" + std::to_string(port());
 }
 
 std::string ApiServerDouble::Kubeconfig(const std::string& ns) const {
   std::string y = "apiVersion: v1\nkind: Config\nclusters:\n- name: double\n  cluster:\n    server: " + url() +
+                  (impl_->options.tls_ca_pem.empty()
+                       ? std::string()
+                       : "\n    certificate-authority-data: " + Base64(impl_->options.tls_ca_pem)) +
                   "\ncontexts:\n- name: double\n  context:\n    cluster: double\n    user: double\n    namespace: " + ns +
                   "\ncurrent-context: double\nusers:\n- name: double\n  user:\n";
   if (impl_->options.bearer_token.empty()) {
@@ -820,6 +856,11 @@ Status ApiServerDouble::InjectFault(const Fault& fault) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->faults.push_back(std::move(rule));
   return Status::Ok();
+}
+
+void ApiServerDouble::SetBearerTokens(std::vector<std::string> tokens) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->bearer_tokens = std::set<std::string>(tokens.begin(), tokens.end());
 }
 
 void ApiServerDouble::ClearFaults() {

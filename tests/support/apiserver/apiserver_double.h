@@ -6,7 +6,9 @@
 // coordination.k8s.io/v1 leases; events.k8s.io/v1 events;
 // apiextensions.k8s.io/v1 customresourcedefinitions, and whatever the CRDs
 // created through it define (kubeflow.org/v1 tfjobs is pre-registered by
-// default, mirroring crds/kubeflow.org_tfjobs.yaml; a test checks they agree).
+// default, mirroring crds/kubeflow.org_tfjobs.yaml; a test checks they agree;
+// the gang schedulers' PodGroups, scheduling.volcano.sh/v1beta1 and
+// scheduling.x-k8s.io/v1alpha1, on request).
 //
 //   auto server = ApiServerDouble::Start().value();
 //   server->WriteKubeconfig(dir + "/kubeconfig");       // for the operator / kubectl
@@ -71,13 +73,18 @@
 //   - Errors are v1 Status objects with k8s reasons and codes: 400 BadRequest
 //     (malformed JSON, kind/apiVersion mismatch, bad selectors), 422 Invalid
 //     with causes (missing/invalid name, labels, annotations, ownerReferences),
-//     404, 405, 406, 409, 410, 415, 500, 504.
+//     404, 405, 406, 409, 410, 415, 500, 504; 401 Unauthorized when
+//     authentication is on and the request has no accepted credential.
+//   - TLS (optional): https with a given certificate; client certificates
+//     signed by a given CA authenticate as their CN.
 //
 // Simplified or absent (know these when an e2e test passes here but would
 // not on a cluster)
 //   - No OpenAPI schema validation, pruning, defaulting or CEL rules for custom
 //     resources (fieldValidation=Strict is accepted and ignored), and no
 //     defaulting of built-in types. No admission, RBAC, quotas.
+//   - Authentication is a set of bearer tokens and/or a client CA (with TLS);
+//     no token review, OIDC or impersonation.
 //   - No kubelet, scheduler or controllers: pods stay Pending until a test
 //     writes their status (Put/UpdateStatus). Pods are deleted at once
 //     (gracePeriodSeconds ignored); GC and namespace deletion are synchronous.
@@ -85,7 +92,7 @@
 //     latest state (resourceVersion/resourceVersionMatch ignored); continue
 //     pages read live data but report the first page's version.
 //   - No server-side apply (application/apply-patch+yaml -> 415), no
-//     managedFields, no protobuf/YAML bodies, no HTTP/2 or TLS, no aggregated
+//     managedFields, no protobuf/YAML bodies, no HTTP/2, no aggregated
 //     discovery (clients fall back to the legacy documents), no /openapi/v2,
 //     no conversion between CRD versions, core/v1 and events.k8s.io/v1 events
 //     are stored separately.
@@ -120,8 +127,18 @@ class ApiServerDouble {
     int port = 0;                      // 0: an ephemeral port
     size_t compaction_window = 10000;  // watch events kept for replay; older versions get 410 Gone
     std::chrono::milliseconds bookmark_interval{1000};  // for watches with allowWatchBookmarks=true
-    std::string bearer_token;          // non-empty: "Authorization: Bearer <token>" required (401 otherwise)
+    // Authentication. With a bearer token or a client CA set, every request
+    // (but /version and the health paths) must carry an accepted token or a
+    // client certificate the CA signed; others get 401. SetBearerTokens()
+    // changes the accepted tokens while the server runs (token rotation).
+    std::string bearer_token;          // non-empty: "Authorization: Bearer <token>" accepted
+    // TLS: serve https with this PEM certificate (chain) and key; the CA
+    // that signed it goes into Kubeconfig() as certificate-authority-data.
+    std::string tls_cert_pem, tls_key_pem, tls_ca_pem;
+    std::string client_ca_pem;         // client certificates it signed authenticate as their CN
     bool register_tfjob_crd = true;    // create the TFJob CRD at start-up
+    // Create Volcano's and scheduler-plugins' PodGroup CRDs at start-up.
+    bool register_podgroup_crds = false;
     std::string server_version = "v1.30.0";  // /version's gitVersion
     // Clock for creationTimestamp/deletionTimestamp and Table ages.
     std::function<std::chrono::system_clock::time_point()> clock;
@@ -146,6 +163,8 @@ class ApiServerDouble {
     std::string query;  // raw, undecoded
     int code = 0;       // 200 for a watch that started streaming
     bool watch = false;
+    std::string bearer_token;  // from the Authorization header; "" when none
+    std::string client_cn;     // CN of the verified client certificate; "" when none
   };
 
   static StatusOr<std::unique_ptr<ApiServerDouble>> Start(Options options);
@@ -155,7 +174,7 @@ class ApiServerDouble {
   ApiServerDouble& operator=(const ApiServerDouble&) = delete;
 
   int port() const;
-  std::string url() const;  // "http://127.0.0.1:<port>"
+  std::string url() const;  // "http://127.0.0.1:<port>" ("https://" with TLS)
   // A kubeconfig (YAML) whose current context points here, with `ns` as the
   // default namespace and the bearer token when one is set.
   std::string Kubeconfig(const std::string& ns = "default") const;
@@ -190,6 +209,10 @@ class ApiServerDouble {
   void DropWatches();
   // Open watch streams, for one resource ("pods", "tfjobs") or all ("").
   int ActiveWatches(const std::string& resource = "") const;
+
+  // Replaces the accepted bearer tokens (empty, with no client CA: no
+  // authentication at all).
+  void SetBearerTokens(std::vector<std::string> tokens);
 
   Status InjectFault(const Fault& fault);  // INVALID_ARGUMENT for a bad regex
   void ClearFaults();

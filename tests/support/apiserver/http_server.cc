@@ -5,11 +5,19 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
+
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 namespace tfjob::testing::apiserver {
 
@@ -45,18 +53,58 @@ const char* ReasonPhrase(int code) {
   }
 }
 
-// Writes everything or fails; MSG_NOSIGNAL so a closed peer is an error, not SIGPIPE.
-bool SendAll(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
+// One connection's byte stream: the socket, or a TLS session over it. Used
+// by the connection's own thread only.
+class Io {
+ public:
+  Io(int fd, SSL* ssl) : fd_(fd), ssl_(ssl) {}
+  int fd() const { return fd_; }
+
+  // Like recv(2): > 0 bytes read, 0 at end of stream, < 0 on error.
+  ssize_t Recv(char* buf, size_t n) {
+    for (;;) {
+      if (ssl_) {
+        const int r = SSL_read(ssl_, buf, static_cast<int>(std::min<size_t>(n, 1 << 30)));
+        if (r > 0) return r;
+        const int e = SSL_get_error(ssl_, r);
+        if (e == SSL_ERROR_ZERO_RETURN) return 0;
+        if (e == SSL_ERROR_SYSCALL && errno == EINTR) continue;
+        return -1;
+      }
+      ssize_t r = ::recv(fd_, buf, n, 0);
+      if (r < 0 && errno == EINTR) continue;
+      return r;
     }
-    data.remove_prefix(static_cast<size_t>(n));
   }
-  return true;
-}
+
+  // Writes everything or fails; MSG_NOSIGNAL so a closed peer is an error, not SIGPIPE.
+  bool SendAll(std::string_view data) {
+    while (!data.empty()) {
+      if (ssl_) {
+        // SIGPIPE is avoided by the server ignoring it while TLS is on
+        // (OpenSSL writes with send(2) flags of its own).
+        const int r = SSL_write(ssl_, data.data(), static_cast<int>(std::min<size_t>(data.size(), 1 << 30)));
+        if (r <= 0) {
+          if (SSL_get_error(ssl_, r) == SSL_ERROR_SYSCALL && errno == EINTR) continue;
+          return false;
+        }
+        data.remove_prefix(static_cast<size_t>(r));
+        continue;
+      }
+      ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return false;
+      }
+      data.remove_prefix(static_cast<size_t>(n));
+    }
+    return true;
+  }
+
+ private:
+  int fd_;
+  SSL* ssl_;
+};
 
 std::string Lower(std::string_view s) {
   std::string out(s);
@@ -80,21 +128,16 @@ int HexValue(char c) {
 // Buffered reads from one connection, bounded by the server's limits.
 class Reader {
  public:
-  explicit Reader(int fd) : fd_(fd) {}
+  explicit Reader(Io& io) : io_(io) {}
   std::string& buf() { return buf_; }
 
   // Reads at least one more byte; false on EOF, error or idle timeout.
   bool More() {
     char tmp[16384];
-    for (;;) {
-      ssize_t n = ::recv(fd_, tmp, sizeof tmp, 0);
-      if (n > 0) {
-        buf_.append(tmp, static_cast<size_t>(n));
-        return true;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      return false;
-    }
+    ssize_t n = io_.Recv(tmp, sizeof tmp);
+    if (n <= 0) return false;
+    buf_.append(tmp, static_cast<size_t>(n));
+    return true;
   }
   bool Fill(size_t need) {
     while (buf_.size() < need) {
@@ -116,13 +159,13 @@ class Reader {
   }
 
  private:
-  int fd_;
+  Io& io_;
   std::string buf_;
 };
 
 class ConnWriter : public ResponseWriter {
  public:
-  ConnWriter(int fd, bool keep_alive) : fd_(fd), keep_alive_(keep_alive) {}
+  ConnWriter(Io& io, bool keep_alive) : io_(io), fd_(io.fd()), keep_alive_(keep_alive) {}
 
   void Send(int code, std::string_view content_type, std::string_view body,
             const std::vector<std::pair<std::string, std::string>>& extra_headers) override {
@@ -134,7 +177,7 @@ class ConnWriter : public ResponseWriter {
     head += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
     // One buffer so small responses leave in one segment.
     head.append(body);
-    if (!SendAll(fd_, head)) broken_ = true;
+    if (!io_.SendAll(head)) broken_ = true;
   }
 
   bool StartStream(int code, std::string_view content_type) override {
@@ -142,7 +185,7 @@ class ConnWriter : public ResponseWriter {
     state_ = kStreaming;
     std::string head = StatusLine(code);
     head += "Content-Type: " + std::string(content_type) + "\r\nTransfer-Encoding: chunked\r\n\r\n";
-    if (!SendAll(fd_, head)) broken_ = true;
+    if (!io_.SendAll(head)) broken_ = true;
     return !broken_;
   }
 
@@ -154,14 +197,14 @@ class ConnWriter : public ResponseWriter {
     std::string chunk(size, static_cast<size_t>(n));
     chunk.append(data);
     chunk += "\r\n";
-    if (!SendAll(fd_, chunk)) broken_ = true;
+    if (!io_.SendAll(chunk)) broken_ = true;
     return !broken_;
   }
 
   void EndStream() override {
     if (state_ != kStreaming) return;
     state_ = kDone;
-    if (!broken_ && !SendAll(fd_, "0\r\n\r\n")) broken_ = true;
+    if (!broken_ && !io_.SendAll("0\r\n\r\n")) broken_ = true;
   }
 
   void Abort() override {
@@ -198,18 +241,19 @@ class ConnWriter : public ResponseWriter {
     return s;
   }
 
+  Io& io_;
   int fd_;
   bool keep_alive_;
   bool broken_ = false;
   State state_ = kNone;
 };
 
-void SendSimple(int fd, int code, std::string_view body) {
+void SendSimple(Io& io, int code, std::string_view body) {
   std::string r = "HTTP/1.1 " + std::to_string(code) + " " + ReasonPhrase(code) +
                   "\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: " +
                   std::to_string(body.size()) + "\r\n\r\n";
   r.append(body);
-  SendAll(fd, r);
+  io.SendAll(r);
 }
 
 bool ValidToken(std::string_view s) {
@@ -278,8 +322,55 @@ std::string PercentEncode(std::string_view s) {
   return out;
 }
 
+Status HttpServer::SetUpTls() {
+  if (options_.tls_cert_pem.empty() && options_.tls_key_pem.empty()) return Status::Ok();
+  std::shared_ptr<SSL_CTX> ctx(SSL_CTX_new(TLS_server_method()), SSL_CTX_free);
+  auto fail = [](const std::string& what) {
+    char buf[256] = "unknown error";
+    if (unsigned long e = ERR_get_error()) ERR_error_string_n(e, buf, sizeof buf);
+    ERR_clear_error();
+    return InvalidArgument("TLS: " + what + ": " + buf);
+  };
+  if (!ctx) return fail("SSL_CTX_new");
+  auto load_certs = [&](const std::string& pem, bool chain) -> Status {
+    std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())), BIO_free);
+    bool first = true;
+    while (X509* cert = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
+      int ok = chain ? (first ? SSL_CTX_use_certificate(ctx.get(), cert) : SSL_CTX_add1_chain_cert(ctx.get(), cert))
+                     : X509_STORE_add_cert(SSL_CTX_get_cert_store(ctx.get()), cert);
+      if (!chain && ok == 1) SSL_CTX_add_client_CA(ctx.get(), cert);
+      X509_free(cert);
+      if (ok != 1) return fail(chain ? "server certificate" : "client CA");
+      first = false;
+    }
+    ERR_clear_error();  // the end of the PEM stream reads as an error
+    if (first) return InvalidArgument(std::string("TLS: ") + (chain ? "server certificate" : "client CA") + ": no PEM certificate");
+    return Status::Ok();
+  };
+  RETURN_IF_ERROR(load_certs(options_.tls_cert_pem, true));
+  {
+    std::unique_ptr<BIO, decltype(&BIO_free)> bio(
+        BIO_new_mem_buf(options_.tls_key_pem.data(), static_cast<int>(options_.tls_key_pem.size())), BIO_free);
+    EVP_PKEY* key = PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr);
+    if (!key) return fail("server key");
+    const int ok = SSL_CTX_use_PrivateKey(ctx.get(), key);
+    EVP_PKEY_free(key);
+    if (ok != 1 || SSL_CTX_check_private_key(ctx.get()) != 1) return fail("server key");
+  }
+  if (!options_.client_ca_pem.empty()) {
+    RETURN_IF_ERROR(load_certs(options_.client_ca_pem, false));
+    // Asked for, not required: bearer-token clients present none.
+    SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
+  }
+  // Writes to a peer that has gone raise SIGPIPE inside OpenSSL.
+  ::signal(SIGPIPE, SIG_IGN);
+  tls_ = ctx;
+  return Status::Ok();
+}
+
 StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& options, HttpHandler handler) {
   std::unique_ptr<HttpServer> s(new HttpServer(options, std::move(handler)));
+  RETURN_IF_ERROR(s->SetUpTls());
   s->listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (s->listen_fd_ < 0) return Unavailable(std::string("socket: ") + std::strerror(errno));
   int one = 1;
@@ -360,7 +451,8 @@ void HttpServer::AcceptLoop() {
     ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &snd, sizeof snd);
     std::lock_guard<std::mutex> lock(mu_);
     if (conns_.size() >= options_.max_connections) {
-      SendSimple(fd, 503, "too many connections\n");
+      Io plain(fd, nullptr);
+      if (!tls_) SendSimple(plain, 503, "too many connections\n");
       ::close(fd);
       continue;
     }
@@ -374,13 +466,38 @@ void HttpServer::AcceptLoop() {
 
 void HttpServer::Serve(Connection* conn) {
   const int fd = conn->fd;
-  Reader in(fd);
+  std::unique_ptr<SSL, decltype(&SSL_free)> ssl(nullptr, SSL_free);
+  std::string client_cn;
+  if (tls_) {
+    ssl.reset(SSL_new(static_cast<SSL_CTX*>(tls_.get())));
+    if (!ssl || SSL_set_fd(ssl.get(), fd) != 1 || SSL_accept(ssl.get()) != 1) {
+      ERR_clear_error();
+      ssl.reset();
+      std::lock_guard<std::mutex> lock(mu_);
+      ::close(conn->fd);
+      conn->fd = -1;
+      conn->done.store(true);
+      return;
+    }
+    // A certificate that failed verification has failed the handshake
+    // already; one that is here verified.
+    if (X509* peer = SSL_get_peer_certificate(ssl.get())) {
+      char cn[256] = {};
+      if (SSL_get_verify_result(ssl.get()) == X509_V_OK &&
+          X509_NAME_get_text_by_NID(X509_get_subject_name(peer), NID_commonName, cn, sizeof cn) > 0) {
+        client_cn = cn;
+      }
+      X509_free(peer);
+    }
+  }
+  Io io(fd, ssl.get());
+  Reader in(io);
   while (!stopping_.load()) {
     std::string line;
     // Tolerate blank lines between requests (RFC 9112 section 2.2).
     do {
       if (!in.Line(&line, options_.max_header_bytes)) {
-        if (in.buf().size() > options_.max_header_bytes) SendSimple(fd, 431, "request line too long\n");
+        if (in.buf().size() > options_.max_header_bytes) SendSimple(io, 431, "request line too long\n");
         goto done;
       }
     } while (line.empty());
@@ -390,7 +507,7 @@ void HttpServer::Serve(Connection* conn) {
       size_t sp1 = line.find(' ');
       size_t sp2 = sp1 == std::string::npos ? std::string::npos : line.find(' ', sp1 + 1);
       if (sp2 == std::string::npos) {
-        SendSimple(fd, 400, "malformed request line\n");
+        SendSimple(io, 400, "malformed request line\n");
         goto done;
       }
       req.method = line.substr(0, sp1);
@@ -398,7 +515,7 @@ void HttpServer::Serve(Connection* conn) {
       std::string version = line.substr(sp2 + 1);
       if (!ValidToken(req.method) || req.target.empty() || version.rfind("HTTP/1.", 0) != 0 ||
           version.size() != 8) {
-        SendSimple(fd, 400, "malformed request line\n");
+        SendSimple(io, 400, "malformed request line\n");
         goto done;
       }
       // Absolute form ("http://host/path") as a proxy would send it.
@@ -407,7 +524,7 @@ void HttpServer::Serve(Connection* conn) {
         req.target = slash == std::string::npos ? "/" : req.target.substr(slash);
       }
       if (req.target[0] != '/') {
-        SendSimple(fd, 400, "request target must be a path\n");
+        SendSimple(io, 400, "request target must be a path\n");
         goto done;
       }
       size_t q = req.target.find('?');
@@ -419,18 +536,18 @@ void HttpServer::Serve(Connection* conn) {
       size_t header_bytes = line.size();
       for (;;) {
         if (!in.Line(&line, options_.max_header_bytes)) {
-          if (in.buf().size() > options_.max_header_bytes) SendSimple(fd, 431, "headers too large\n");
+          if (in.buf().size() > options_.max_header_bytes) SendSimple(io, 431, "headers too large\n");
           goto done;
         }
         if (line.empty()) break;
         header_bytes += line.size();
         if (header_bytes > options_.max_header_bytes || req.headers.size() > 256) {
-          SendSimple(fd, 431, "headers too large\n");
+          SendSimple(io, 431, "headers too large\n");
           goto done;
         }
         size_t colon = line.find(':');
         if (colon == std::string::npos || !ValidToken(std::string_view(line).substr(0, colon))) {
-          SendSimple(fd, 400, "malformed header\n");
+          SendSimple(io, 400, "malformed header\n");
           goto done;
         }
         std::string name = Lower(std::string_view(line).substr(0, colon));
@@ -448,34 +565,34 @@ void HttpServer::Serve(Connection* conn) {
       size_t length = 0;
       if (!chunked && !cl.empty()) {
         if (cl.size() > 12 || cl.find_first_not_of("0123456789") != std::string::npos) {
-          SendSimple(fd, 400, "bad Content-Length\n");
+          SendSimple(io, 400, "bad Content-Length\n");
           goto done;
         }
         length = std::stoull(cl);
         if (length > options_.max_body_bytes) {
-          SendSimple(fd, 413, "body too large\n");
+          SendSimple(io, 413, "body too large\n");
           goto done;
         }
       }
       if ((chunked || length > 0) && Lower(req.Header("expect")) == "100-continue" && in.buf().empty()) {
-        if (!SendAll(fd, "HTTP/1.1 100 Continue\r\n\r\n")) goto done;
+        if (!io.SendAll("HTTP/1.1 100 Continue\r\n\r\n")) goto done;
       }
       if (chunked) {
         for (;;) {
           if (!in.Line(&line, 1024)) {
-            SendSimple(fd, 400, "malformed chunk\n");
+            SendSimple(io, 400, "malformed chunk\n");
             goto done;
           }
           std::string_view size_part = Trim(std::string_view(line).substr(0, line.find(';')));
           if (size_part.empty() || size_part.size() > 8) {
-            SendSimple(fd, 400, "malformed chunk size\n");
+            SendSimple(io, 400, "malformed chunk size\n");
             goto done;
           }
           size_t size = 0;
           for (char c : size_part) {
             int h = HexValue(c);
             if (h < 0) {
-              SendSimple(fd, 400, "malformed chunk size\n");
+              SendSimple(io, 400, "malformed chunk size\n");
               goto done;
             }
             size = size * 16 + static_cast<size_t>(h);
@@ -488,7 +605,7 @@ void HttpServer::Serve(Connection* conn) {
             break;
           }
           if (req.body.size() + size > options_.max_body_bytes) {
-            SendSimple(fd, 413, "body too large\n");
+            SendSimple(io, 413, "body too large\n");
             goto done;
           }
           if (!in.Fill(size + 2)) goto done;
@@ -501,7 +618,8 @@ void HttpServer::Serve(Connection* conn) {
         in.buf().erase(0, length);
       }
 
-      ConnWriter writer(fd, keep_alive);
+      req.client_cn = client_cn;
+      ConnWriter writer(io, keep_alive);
       handler_(req, writer);
       if (!writer.responded()) {
         writer.Send(500, "text/plain", "handler wrote no response\n", {});
@@ -511,11 +629,17 @@ void HttpServer::Serve(Connection* conn) {
       if (!writer.reusable()) goto done;
     }
   }
-done : {
-  std::lock_guard<std::mutex> lock(mu_);
-  ::close(conn->fd);
-  conn->fd = -1;
-}
+done:
+  if (ssl) {
+    SSL_shutdown(ssl.get());  // close_notify, without waiting for the peer's
+    ssl.reset();
+    ERR_clear_error();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ::close(conn->fd);
+    conn->fd = -1;
+  }
   conn->done.store(true);
 }
 

@@ -10,6 +10,10 @@
 // Content-Length or chunked transfer encoding are accepted; "Expect:
 // 100-continue" is answered.
 //
+// With a certificate and key in Options it speaks TLS (OpenSSL) instead, and
+// with a client CA it asks for client certificates: a request whose
+// certificate verified carries the subject's CN in HttpRequest::client_cn.
+//
 // Thread-safety: Start/Stop/port may be called from any thread; the handler
 // runs on connection threads, concurrently for different connections.
 // Failure: malformed requests get a 400 and the connection is closed; the
@@ -39,6 +43,7 @@ struct HttpRequest {
   std::map<std::string, std::string> query;    // decoded; a repeated key keeps its last value
   std::map<std::string, std::string> headers;  // lower-case names
   std::string body;
+  std::string client_cn;  // CN of the verified TLS client certificate; "" when none
 
   // The header's value, or "" when absent.
   const std::string& Header(const std::string& lower_name) const;
@@ -84,6 +89,11 @@ class HttpServer {
     size_t max_body_bytes = 32 * 1024 * 1024;
     int idle_timeout_seconds = 300;  // a silent keep-alive connection is closed after this
     int send_timeout_seconds = 30;   // a peer that stops reading is dropped after this
+    // TLS: PEM certificate (chain) and key; both empty: plain HTTP.
+    std::string tls_cert_pem, tls_key_pem;
+    // PEM CA bundle: client certificates signed by it are accepted (and
+    // named in client_cn); clients without one are still served.
+    std::string client_ca_pem;
   };
 
   static StatusOr<std::unique_ptr<HttpServer>> Start(const Options& options, HttpHandler handler);
@@ -104,12 +114,14 @@ class HttpServer {
   };
 
   HttpServer(const Options& options, HttpHandler handler) : options_(options), handler_(std::move(handler)) {}
+  Status SetUpTls();
   void AcceptLoop();
   void Serve(Connection* conn);
   void ReapFinished();
 
   Options options_;
   HttpHandler handler_;
+  std::shared_ptr<void> tls_;  // the SSL_CTX, when serving TLS
   int listen_fd_ = -1;
   int wake_fds_[2] = {-1, -1};
   int port_ = 0;

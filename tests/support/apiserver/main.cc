@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
       .Value("kubeconfig", "write a kubeconfig pointing at the server to this path", "")
       .Bool("print-port", "print the port number alone on stdout once listening")
       .Bool("no-tfjob-crd", "do not pre-register the kubeflow.org/v1 TFJob CRD")
+      .Bool("podgroup-crds", "pre-register Volcano's and scheduler-plugins' PodGroup CRDs")
       .Bool("help", "show this help")
       .Bool("version", "print the version");
   tfjob::Status st = flags.Parse(std::vector<std::string>(argv + 1, argv + argc));
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
   options.bookmark_interval = std::chrono::milliseconds(*bookmark);
   options.bearer_token = flags.Get("token");
   options.register_tfjob_crd = !flags.GetBool("no-tfjob-crd");
+  options.register_podgroup_crds = flags.GetBool("podgroup-crds");
 
   // Block the signals before any thread starts so only sigwait sees them.
   sigset_t set;

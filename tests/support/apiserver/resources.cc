@@ -244,6 +244,42 @@ json TfJobCrd() {
   })");
 }
 
+namespace {
+
+json PodGroupCrd(const std::string& group, const std::string& version, bool namespaced_status_columns) {
+  json columns = json::array();
+  if (namespaced_status_columns) {
+    columns = json::array({{{"name", "Status"}, {"type", "string"}, {"jsonPath", ".status.phase"}},
+                           {{"name", "MinMember"}, {"type", "integer"}, {"jsonPath", ".spec.minMember"}},
+                           {{"name", "Queue"}, {"type", "string"}, {"jsonPath", ".spec.queue"}},
+                           {{"name", "Age"}, {"type", "date"}, {"jsonPath", ".metadata.creationTimestamp"}}});
+  } else {
+    columns = json::array({{{"name", "Phase"}, {"type", "string"}, {"jsonPath", ".status.phase"}},
+                           {{"name", "MinMember"}, {"type", "integer"}, {"jsonPath", ".spec.minMember"}},
+                           {{"name", "Age"}, {"type", "date"}, {"jsonPath", ".metadata.creationTimestamp"}}});
+  }
+  return {{"apiVersion", "apiextensions.k8s.io/v1"},
+          {"kind", "CustomResourceDefinition"},
+          {"metadata", {{"name", "podgroups." + group}}},
+          {"spec",
+           {{"group", group},
+            {"names", {{"kind", "PodGroup"}, {"listKind", "PodGroupList"}, {"plural", "podgroups"}, {"singular", "podgroup"}}},
+            {"scope", "Namespaced"},
+            {"versions",
+             json::array({{{"name", version},
+                           {"served", true},
+                           {"storage", true},
+                           {"subresources", {{"status", json::object()}}},
+                           {"additionalPrinterColumns", columns},
+                           {"schema",
+                            {{"openAPIV3Schema", {{"type", "object"}, {"x-kubernetes-preserve-unknown-fields", true}}}}}}})}}}};
+}
+
+}  // namespace
+
+json VolcanoPodGroupCrd() { return PodGroupCrd("scheduling.volcano.sh", "v1beta1", true); }
+json SchedulerPluginsPodGroupCrd() { return PodGroupCrd("scheduling.x-k8s.io", "v1alpha1", false); }
+
 json ApiVersionsDoc(const std::string& server_address) {
   return {{"kind", "APIVersions"},
           {"versions", {"v1"}},

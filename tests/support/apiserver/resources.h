@@ -60,6 +60,11 @@ StatusOr<std::vector<ResourceInfo>> ResourcesFromCrd(const nlohmann::json& crd);
 // kubeflow.org/v1 TFJob's CRD as crds/kubeflow.org_tfjobs.yaml defines it,
 // without the OpenAPI schema (the double does not validate against schemas).
 nlohmann::json TfJobCrd();
+// The gang schedulers' PodGroup CRDs (Volcano's scheduling.volcano.sh/v1beta1,
+// scheduler-plugins' scheduling.x-k8s.io/v1alpha1), schema-less, with a
+// status subresource.
+nlohmann::json VolcanoPodGroupCrd();
+nlohmann::json SchedulerPluginsPodGroupCrd();
 
 // Discovery documents.
 nlohmann::json ApiVersionsDoc(const std::string& server_address);
