@@ -5,6 +5,8 @@
 #include <ctime>
 #include <thread>
 
+#include "common/time.h"
+
 namespace tfjob::op {
 namespace {
 
@@ -22,19 +24,6 @@ class RealClock final : public LeaderClock {
     }
   }
 };
-
-// metav1.MicroTime: RFC 3339 with microseconds, UTC.
-std::string MicroTime(std::chrono::system_clock::time_point t) {
-  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
-  const std::time_t secs = static_cast<std::time_t>(us / 1000000 - (us % 1000000 < 0 ? 1 : 0));
-  const long micros = static_cast<long>(((us % 1000000) + 1000000) % 1000000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                tm.tm_hour, tm.tm_min, tm.tm_sec, micros);
-  return buf;
-}
 
 int64_t Seconds(std::chrono::milliseconds d) {
   return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(static_cast<double>(d.count()) / 1000.0)));
@@ -99,7 +88,7 @@ void LeaderElector::SetLeader(bool leader) {
 
 Status LeaderElector::TryAcquireOrRenew() {
   LeaderClock& clock = *options_.clock;
-  const std::string stamp = MicroTime(clock.Wall());
+  const std::string stamp = FormatRfc3339Micro(clock.Wall());
   auto lease = client_.Get(kube::kLeases, options_.ns, options_.name);
   if (lease.status().code() == Code::kNotFound) {
     nlohmann::json spec{{"holderIdentity", options_.identity},
@@ -188,7 +177,7 @@ void LeaderElector::Release() {
   auto lease = client_.Get(kube::kLeases, options_.ns, options_.name);
   if (lease.ok() && lease->is_object() && StrOr((*lease)["spec"], "holderIdentity") == options_.identity) {
     // client-go's release: no holder, a one-second lease, the transitions kept.
-    const std::string stamp = MicroTime(options_.clock->Wall());
+    const std::string stamp = FormatRfc3339Micro(options_.clock->Wall());
     nlohmann::json& spec = (*lease)["spec"];
     spec["holderIdentity"] = "";
     spec["leaseDurationSeconds"] = 1;

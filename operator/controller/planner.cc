@@ -5,6 +5,7 @@
 #include <ctime>
 #include <set>
 
+#include "common/time.h"
 #include "operator/api/defaults.h"
 #include "operator/api/names.h"
 #include "operator/api/validation.h"
@@ -16,28 +17,6 @@ using api::JobStatus;
 using api::ReplicaSpec;
 using api::ReplicaType;
 using api::TFJob;
-
-std::string FormatTime(Time t) {
-  const std::time_t tt = std::chrono::system_clock::to_time_t(t);
-  std::tm tm{};
-  gmtime_r(&tt, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-std::optional<Time> ParseTime(const std::string& s) {
-  std::tm tm{};
-  int y, mo, d, h, mi, sec;
-  if (std::sscanf(s.c_str(), "%d-%d-%dT%d:%d:%d", &y, &mo, &d, &h, &mi, &sec) != 6) return std::nullopt;
-  tm.tm_year = y - 1900;
-  tm.tm_mon = mo - 1;
-  tm.tm_mday = d;
-  tm.tm_hour = h;
-  tm.tm_min = mi;
-  tm.tm_sec = sec;
-  return std::chrono::system_clock::from_time_t(timegm(&tm));
-}
 
 namespace {
 
@@ -440,7 +419,7 @@ api::CleanPodPolicy CleanPolicy(const TFJob& job) {
 void ApplyTtl(Builder& b, const TFJob& job, Time now) {
   const auto& ttl = job.spec.run_policy.ttl_seconds_after_finished;
   if (!ttl) return;
-  auto done = ParseTime(b.plan.status.completion_time);
+  auto done = ParseRfc3339(b.plan.status.completion_time);
   if (!done) return;
   const Time expire = *done + std::chrono::seconds(*ttl);
   if (now >= expire) {
@@ -465,7 +444,7 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
 
   TFJob job = original;
   api::SetDefaults(job);
-  const std::string now = FormatTime(now_tp);
+  const std::string now = FormatRfc3339(now_tp);
   const std::string& name = job.metadata.name;
   const std::string qualified = job.metadata.namespace_.empty() ? name : job.metadata.namespace_ + "/" + name;
 
@@ -598,7 +577,7 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
   const auto& limit = job.spec.run_policy.backoff_limit;
   const bool past_backoff = limit && (*limit == 0 ? restarts > 0 : restarts >= *limit);
   const auto& deadline = job.spec.run_policy.active_deadline_seconds;
-  std::optional<Time> start = ParseTime(st.start_time);
+  std::optional<Time> start = ParseRfc3339(st.start_time);
   const bool past_deadline = deadline && start && now_tp - *start >= std::chrono::seconds(*deadline);
   if (past_backoff || past_deadline) {
     const std::string msg = past_backoff

@@ -157,8 +157,4 @@ struct Plan {
 Plan PlanJob(const api::TFJob& job, const std::vector<PodView>& pods, const std::vector<ServiceView>& services,
              Time now, const PlannerOptions& options = {}, const std::optional<PodGroupView>& pod_group = std::nullopt);
 
-// RFC 3339 with seconds, UTC ("2026-11-21T19:03:00Z"), as Kubernetes writes times.
-std::string FormatTime(Time t);
-std::optional<Time> ParseTime(const std::string& s);
-
 }  // namespace tfjob::op::controller

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <iostream>
 
+#include "common/time.h"
 #include "common/token.h"
 #include "operator/api/codec.h"
 #include "operator/api/names.h"
@@ -169,7 +170,7 @@ void Controller::Work() {
 }
 
 void Controller::RecordEvent(const api::TFJob& job, const Event& e) {
-  const std::string now = FormatTime(std::chrono::system_clock::now());
+  const std::string now = FormatRfc3339(std::chrono::system_clock::now());
   nlohmann::json ev{{"apiVersion", "v1"},
                     {"kind", "Event"},
                     {"metadata", {{"generateName", job.metadata.name + "."}, {"namespace", job.metadata.namespace_}}},
@@ -275,7 +276,7 @@ Status Controller::Reconcile(const std::string& key) {
     for (const auto& c : conds) {
       if (c.is_object() && c.value("type", "") == "Failed" && c.value("message", "") == msg) return Status::Ok();
     }
-    const std::string now = FormatTime(std::chrono::system_clock::now());
+    const std::string now = FormatRfc3339(std::chrono::system_clock::now());
     nlohmann::json patch{{"status",
                           {{"conditions", nlohmann::json::array({{{"type", "Failed"}, {"status", "True"},
                                                                    {"reason", std::string(api::kReasonFailedValidation)},

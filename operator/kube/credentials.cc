@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
+#include "common/time.h"
 
 extern char** environ;
 
@@ -167,43 +168,6 @@ std::string ExecInfo(const ClusterConfig& c) {
 }
 
 }  // namespace
-
-std::optional<SysTime> ParseRfc3339(const std::string& s) {
-  int y, mo, d, h, mi, sec, used = 0;
-  if (std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &used) != 6 || used != 19) {
-    return std::nullopt;
-  }
-  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60) return std::nullopt;
-  std::tm tm{};
-  tm.tm_year = y - 1900;
-  tm.tm_mon = mo - 1;
-  tm.tm_mday = d;
-  tm.tm_hour = h;
-  tm.tm_min = mi;
-  tm.tm_sec = sec;
-  SysTime t = std::chrono::system_clock::from_time_t(timegm(&tm));
-  std::string rest = s.substr(19);
-  if (!rest.empty() && rest[0] == '.') {
-    size_t i = 1;
-    int64_t nanos = 0, scale = 100000000;
-    while (i < rest.size() && std::isdigit(static_cast<unsigned char>(rest[i]))) {
-      nanos += (rest[i] - '0') * scale;
-      scale /= 10;
-      ++i;
-    }
-    if (i == 1) return std::nullopt;
-    t += std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::nanoseconds(nanos));
-    rest = rest.substr(i);
-  }
-  if (rest == "Z" || rest == "z") return t;
-  int oh, om;
-  if (rest.size() == 6 && (rest[0] == '+' || rest[0] == '-') && rest[3] == ':' &&
-      std::sscanf(rest.c_str() + 1, "%2d:%2d", &oh, &om) == 2) {
-    const auto offset = std::chrono::hours(oh) + std::chrono::minutes(om);
-    return rest[0] == '+' ? t - offset : t + offset;
-  }
-  return std::nullopt;
-}
 
 Credentials::Credentials(ClusterConfig config, Options options)
     : config_(std::move(config)), options_(std::move(options)) {

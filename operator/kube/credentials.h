@@ -96,7 +96,4 @@ class Credentials {
   int64_t exec_runs_ = 0;
 };
 
-// An RFC 3339 time ("2024-05-01T12:00:00Z", "...00.5+02:00"); nullopt when malformed.
-std::optional<std::chrono::system_clock::time_point> ParseRfc3339(const std::string& s);
-
 }  // namespace tfjob::op::kube

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/time.h"
 #include "operator/api/codec.h"
 
 namespace tfjob::op::controller {
@@ -15,7 +16,7 @@ namespace {
 using ::testing::HasSubstr;
 using json = nlohmann::json;
 
-const Time kNow = *ParseTime("2026-11-21T12:00:00Z");
+const Time kNow = *ParseRfc3339("2026-11-21T12:00:00Z");
 
 json Container() {
   return {{"name", "tensorflow"}, {"image", "tfjob/runtime-cpu:0.1.0"}, {"command", {"tfjob-runtime", "counter"}}};

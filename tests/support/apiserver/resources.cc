@@ -5,6 +5,7 @@
 #include <ctime>
 #include <map>
 
+#include "common/time.h"
 #include "tests/support/apiserver/selectors.h"
 
 namespace tfjob::testing::apiserver {
@@ -543,43 +544,6 @@ std::string HumanDuration(std::chrono::seconds d) {
   return buf;
 }
 
-std::string FormatTime(std::chrono::system_clock::time_point t) {
-  std::time_t tt = std::chrono::system_clock::to_time_t(t);
-  std::tm tm{};
-  gmtime_r(&tt, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-bool ParseTime(const std::string& s, std::chrono::system_clock::time_point* out) {
-  std::tm tm{};
-  int consumed = 0;
-  if (std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
-                  &tm.tm_min, &tm.tm_sec, &consumed) != 6) {
-    return false;
-  }
-  tm.tm_year -= 1900;
-  tm.tm_mon -= 1;
-  std::time_t tt = timegm(&tm);
-  // Fractional seconds are dropped; a numeric offset is applied.
-  std::string rest = s.substr(static_cast<size_t>(consumed));
-  size_t k = 0;
-  if (k < rest.size() && rest[k] == '.') {
-    ++k;
-    while (k < rest.size() && std::isdigit(static_cast<unsigned char>(rest[k]))) ++k;
-  }
-  if (k < rest.size() && (rest[k] == '+' || rest[k] == '-')) {
-    int hh = 0, mm = 0;
-    if (std::sscanf(rest.c_str() + k + 1, "%2d:%2d", &hh, &mm) == 2) {
-      long off = hh * 3600L + mm * 60L;
-      tt -= rest[k] == '+' ? off : -off;
-    }
-  }
-  *out = std::chrono::system_clock::from_time_t(tt);
-  return true;
-}
-
 json ToTable(const ResourceInfo& r, const std::vector<const json*>& objects, const std::string& resource_version,
              const std::string& continue_token, const std::string& table_api_version,
              std::chrono::system_clock::time_point now, bool include_column_definitions) {
@@ -608,9 +572,9 @@ json ToTable(const ResourceInfo& r, const std::vector<const json*>& objects, con
         continue;
       }
       const json& v = vals[0];
-      std::chrono::system_clock::time_point t;
-      if (c.type == "date" && v.is_string() && ParseTime(v.get<std::string>(), &t)) {
-        cells.push_back(HumanDuration(std::chrono::duration_cast<std::chrono::seconds>(now - t)));
+      const auto t = c.type == "date" && v.is_string() ? ParseRfc3339(v.get<std::string>()) : std::nullopt;
+      if (t) {
+        cells.push_back(HumanDuration(std::chrono::duration_cast<std::chrono::seconds>(now - *t)));
       } else if (c.type == "string" && !v.is_string()) {
         cells.push_back(v.dump());
       } else {

@@ -87,9 +87,6 @@ std::vector<nlohmann::json> JsonPath(const nlohmann::json& object, const std::st
 
 // k8s's HumanDuration: "45s", "5m3s", "3h", "12d", ...
 std::string HumanDuration(std::chrono::seconds d);
-// RFC 3339 in UTC, seconds precision ("2024-05-01T12:00:00Z"), and back.
-std::string FormatTime(std::chrono::system_clock::time_point t);
-bool ParseTime(const std::string& s, std::chrono::system_clock::time_point* out);
 
 // A meta.k8s.io Table (api_version "meta.k8s.io/v1" or "/v1beta1") with a row
 // per object; rows carry PartialObjectMetadata.

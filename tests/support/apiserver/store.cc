@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/time.h"
+
 namespace tfjob::testing::apiserver {
 
 using nlohmann::json;
@@ -202,7 +204,7 @@ Store::Store(Options options) : options_(std::move(options)), rng_(std::random_d
 
 Store::~Store() { Shutdown(); }
 
-std::string Store::Now() const { return FormatTime(options_.clock()); }
+std::string Store::Now() const { return FormatRfc3339(options_.clock()); }
 
 std::string Store::NewUidLocked() {
   uint64_t a = rng_(), b = rng_();
