@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses (fuzz/) with ASan + UBSan and runs each for
-# SECONDS (default 20) on a copy of its committed seed corpus
+# SECONDS (default 10) on a copy of its committed seed corpus
 # (fuzz/corpus/<harness without _fuzz>/), so a run never
 # changes the tree. Exits non-zero if any harness crashes, leaks, trips a
 # sanitizer, times out or breaks an invariant, printing the input that did it.
@@ -17,7 +17,7 @@ if [[ ${1:-} == --configure-only ]]; then
   configure_asan
   exit 0
 fi
-SECONDS_EACH=${1:-20}
+SECONDS_EACH=${1:-10}
 BUILD=build-asan
 HARNESSES=(tf_config_fuzz job_config_fuzz tfjob_json_fuzz tfjob_yaml_fuzz tensor_fuzz checkpoint_fuzz tfrecord_fuzz
            keras_model_fuzz ps_data_fuzz)
