@@ -15,8 +15,10 @@ Transport settings, chosen to make this a loopback *network* comparison:
     _channels=["basic"] (tensor bytes go over that same TCP connection; the
     "cma" cross-memory-attach channel, which would copy between processes
     with process_vm_readv, and "mpt_uv" are left out).
-  - TP_SOCKET_IFNAME=lo and the init_method on tcp://127.0.0.1, so nothing
-    leaves the machine.
+  - TP_SOCKET_IFNAME=lo, so nothing leaves the machine. The two processes
+    rendezvous through a file:// init_method in a fresh temporary directory:
+    this script chooses no port (TensorPipe binds its own listening socket
+    to port 0 and publishes the address through that store).
   - pull returns the PS tensor itself (no clone): with one worker nothing
     mutates it during the send, and it is the cheapest choice for the peer.
   - num_worker_threads=4 (one request is in flight at a time).
@@ -29,9 +31,9 @@ Run with Debian's interpreter (/usr/bin/python3), which sees python3-torch.
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -57,20 +59,14 @@ def pull(name):
         return _PARAMS[name]
 
 
-def options(port):
+def options(init):
     return rpc.TensorPipeRpcBackendOptions(
         num_worker_threads=4,
         rpc_timeout=60,
-        init_method=f"tcp://127.0.0.1:{port}",
+        init_method=init,
         _transports=["uv"],
         _channels=["basic"],
     )
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def time_loop(warmup, max_iters, seconds, one):
@@ -89,12 +85,13 @@ def time_loop(warmup, max_iters, seconds, one):
 
 
 def run_worker(args):
-    port = free_port()
+    rendezvous = tempfile.TemporaryDirectory(prefix="tfjob-torch-rpc-")
+    init = "file://" + os.path.join(rendezvous.name, "store")
     env = dict(os.environ, TP_SOCKET_IFNAME="lo")
     os.environ["TP_SOCKET_IFNAME"] = "lo"
-    ps = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--role", "ps", "--port", str(port)], env=env)
+    ps = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--role", "ps", "--init", init], env=env)
     try:
-        rpc.init_rpc("worker", rank=1, world_size=2, rpc_backend_options=options(port))
+        rpc.init_rpc("worker", rank=1, world_size=2, rpc_backend_options=options(init))
         sizes = [int(s) for s in args.sizes_mib.split(",")]
         deltas = {}
         for mib in sizes:
@@ -131,18 +128,19 @@ def run_worker(args):
         except subprocess.TimeoutExpired:
             ps.kill()
             ps.wait()
+        rendezvous.cleanup()
 
 
 def run_ps(args):
     os.environ["TP_SOCKET_IFNAME"] = "lo"
-    rpc.init_rpc("ps", rank=0, world_size=2, rpc_backend_options=options(args.port))
+    rpc.init_rpc("ps", rank=0, world_size=2, rpc_backend_options=options(args.init))
     rpc.shutdown()  # waits until the worker shuts down too
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--role", choices=["worker", "ps"], default="worker")
-    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--init", default="", help="the worker's file:// rendezvous (set for the ps role)")
     ap.add_argument("--sizes-mib", default="4,64")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=1.0)
