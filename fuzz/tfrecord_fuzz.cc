@@ -52,6 +52,10 @@ bool RepairCrcs(std::string& b) {
 }
 
 void ReadOne(const std::string& bytes) {
+  // The file lives only while its input is read, so a run leaves nothing in /tmp.
+  struct Remove {
+    ~Remove() { std::remove(Path().c_str()); }
+  } remove;
   if (std::FILE* f = std::fopen(Path().c_str(), "wb")) {
     std::fwrite(bytes.data(), 1, bytes.size(), f);
     std::fclose(f);

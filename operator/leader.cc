@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <random>
 #include <thread>
 
 #include "common/time.h"
@@ -71,14 +72,19 @@ Status ValidateLeaderOptions(const LeaderOptions& o) {
 }
 
 namespace {
-LeaderOptions WithClock(LeaderOptions o) {
+LeaderOptions WithDefaults(LeaderOptions o) {
   if (!o.clock) o.clock = RealLeaderClock();
+  if (!o.uniform) {
+    // Called only from the thread that runs Acquire.
+    auto gen = std::make_shared<std::mt19937_64>(std::random_device{}());
+    o.uniform = [gen] { return std::uniform_real_distribution<double>(0.0, 1.0)(*gen); };
+  }
   return o;
 }
 }  // namespace
 
 LeaderElector::LeaderElector(kube::Client& client, LeaderOptions options)
-    : client_(client), options_(WithClock(std::move(options))) {}
+    : client_(client), options_(WithDefaults(std::move(options))) {}
 
 void LeaderElector::SetLeader(bool leader) {
   if (leader_.exchange(leader) == leader) return;
@@ -144,7 +150,8 @@ bool LeaderElector::Acquire(const std::atomic<bool>& stop) {
       SetLeader(true);
       return true;
     }
-    options_.clock->SleepFor(options_.retry_period, stop);
+    const double factor = 1.0 + std::max(0.0, options_.jitter_factor) * options_.uniform();
+    options_.clock->SleepFor(std::chrono::duration_cast<std::chrono::nanoseconds>(options_.retry_period * factor), stop);
   }
   return false;
 }

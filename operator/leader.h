@@ -53,6 +53,13 @@ struct LeaderOptions {
   std::chrono::milliseconds renew_deadline{10000};
   std::chrono::milliseconds retry_period{2000};
   std::shared_ptr<LeaderClock> clock;  // default: RealLeaderClock()
+  // Between two attempts to acquire, a candidate waits retry_period x
+  // (1 + jitter_factor x U[0,1)), client-go's wait.JitterUntil with its
+  // JitterFactor, so candidates that start together do not keep colliding.
+  // Renewals are not jittered (nor are they in client-go).
+  double jitter_factor = 1.2;
+  // U[0,1) for that jitter; default: a generator seeded from std::random_device.
+  std::function<double()> uniform;
   // Called on the electing thread when leadership is won and when it ends
   // (lost or released).
   std::function<void()> on_started_leading, on_stopped_leading;

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -346,6 +347,62 @@ TEST(LeaderStepTest, TakeoverComesAFullLeaseAfterTheLastObservedChange) {
   EXPECT_EQ(spec["renewTime"], "2030-01-01T01:00:39.000000Z");
   // a, still renewing by its own view, is refused: the record changed.
   EXPECT_EQ(a.TryAcquireOrRenew().code(), Code::kFailedPrecondition);
+}
+
+// A clock that records how long its owner asks to sleep.
+class RecordingClock : public CandidateClock {
+ public:
+  using CandidateClock::CandidateClock;
+  void SleepFor(std::chrono::nanoseconds d, const std::atomic<bool>& stop) override {
+    sleeps.push_back(d);
+    CandidateClock::SleepFor(d, stop);
+  }
+  std::vector<std::chrono::nanoseconds> sleeps;
+};
+
+// While another holds the lease, a candidate retries after retry_period x
+// (1 + 1.2 x U[0,1)), as client-go's JitterUntil, and takes over a full
+// lease after it last saw the record change.
+TEST(LeaderStepTest, AcquireRetriesAreJitteredAsClientGos) {
+  auto server = std::move(t::ApiServerDouble::Start()).value();
+  kube::ClusterConfig cc;
+  cc.server = server->url();
+  auto rest = std::move(kube::RestClient::Create(cc)).value();
+  VirtualTime vt(1);
+  std::atomic<bool> never{false};
+  LeaderOptions o;
+  o.identity = "a";
+  o.clock = std::make_shared<CandidateClock>(vt, 0s, std::chrono::hours(0));
+  LeaderElector a(*rest, o);
+  ASSERT_TRUE(a.TryAcquireOrRenew().ok());  // and never renews
+
+  auto clock = std::make_shared<RecordingClock>(vt, 0s, std::chrono::hours(0));
+  o.identity = "b";
+  o.clock = clock;
+  o.lease_duration = 60s;
+  o.renew_deadline = 40s;
+  LeaderElector b(*rest, o);
+  const double start = vt.Seconds();
+  ASSERT_TRUE(b.Acquire(never));
+  EXPECT_GE(vt.Seconds() - start, 15.0);  // a's lease, from b's first sight of it
+  ASSERT_GE(clock->sleeps.size(), 4u);  // waits under 4.4 s that add up to 15 s
+  std::set<int64_t> distinct;
+  for (auto d : clock->sleeps) {
+    EXPECT_GE(d, 2s);
+    EXPECT_LT(d, 4400ms);
+    distinct.insert(d.count());
+  }
+  EXPECT_GT(distinct.size(), 1u) << "every retry waited the same time: no jitter";
+
+  // With a fixed draw the wait is exact: 2 s x (1 + 1.2 x 0.5) = 3.2 s.
+  auto fixed = std::make_shared<RecordingClock>(vt, 0s, std::chrono::hours(0));
+  o.identity = "c";
+  o.clock = fixed;
+  o.uniform = [] { return 0.5; };
+  LeaderElector c(*rest, o);
+  ASSERT_TRUE(c.Acquire(never));  // b never renews either
+  ASSERT_FALSE(fixed->sleeps.empty());
+  for (auto d : fixed->sleeps) EXPECT_EQ(d, 3200ms);
 }
 
 TEST(LeaderStepTest, OptionsFollowClientGosRules) {

@@ -10,18 +10,15 @@
 #include "services/data/csv.h"
 #include "services/data/example.h"
 #include "services/data/tfrecord.h"
+#include "tests/support/subprocess.h"
 
 namespace tfjob::data {
 namespace {
 
 using ::testing::HasSubstr;
 
-std::string TempDir(const std::string& name) {
-  auto d = std::filesystem::temp_directory_path() / ("tfrecord-" + name + "-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d.string();
-}
+// Removed when the test process exits (tests/support).
+std::string TempDir(const std::string& name) { return ::tfjob::testing::MakeTempDir("tfrecord-" + name); }
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

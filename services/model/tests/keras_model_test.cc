@@ -10,6 +10,7 @@
 #include "services/model/job_config.h"
 #include "services/model/keras_model.h"
 #include "services/model/model.h"
+#include "tests/support/subprocess.h"
 
 namespace tfjob::model {
 namespace {
@@ -75,8 +76,7 @@ TEST(LayerConfigTest, ParsesEveryNewLayer) {
 }
 
 TEST(LayerConfigTest, LookupsWithVocabularyFilesBesideTheJob) {
-  const auto dir = std::filesystem::temp_directory_path() / ("layer-config-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const std::filesystem::path dir = ::tfjob::testing::MakeTempDir("layer-config");
   std::ofstream(dir / "words.txt") << "avenger\nironman\n";
   json job = Job(json::parse(R"([{"type": "StringLookup", "vocabulary": "words.txt", "mask_token": ""},
                                  {"type": "Embedding", "input_dim": 4, "output_dim": 2}])"),
@@ -101,7 +101,6 @@ TEST(LayerConfigTest, LookupsWithVocabularyFilesBesideTheJob) {
   // A repeated term, where the job says it.
   job["model"]["layers"][0]["vocabulary"] = {"a", "b", "a"};
   EXPECT_THAT(ParseError(job).message(), HasSubstr("model.layers[0].vocabulary: the vocabulary repeats the term \"a\""));
-  std::filesystem::remove_all(dir);
 }
 
 TEST(LayerConfigTest, TfRecordSources) {

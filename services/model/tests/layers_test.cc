@@ -20,6 +20,7 @@
 #include "services/model/optimizers.h"
 #include "services/model/preprocessing.h"
 #include "services/tensor/eigen.h"
+#include "tests/support/subprocess.h"
 
 namespace tfjob::model {
 namespace {
@@ -585,8 +586,7 @@ TEST(LookupTest, IntegerLookupFloormodAndInvert) {
 }
 
 TEST(LookupTest, VocabularyFiles) {
-  const auto dir = std::filesystem::temp_directory_path() / ("lookup-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const std::filesystem::path dir = ::tfjob::testing::MakeTempDir("lookup");
   std::ofstream(dir / "words.txt") << "avenger\nironman\nbatman\n";
   LookupSpec l;
   ASSERT_TRUE(ReadVocabularyFile((dir / "words.txt").string(), true, l).ok());
@@ -599,7 +599,6 @@ TEST(LookupTest, VocabularyFiles) {
   Status bad = ReadVocabularyFile((dir / "ints.txt").string(), false, l);
   EXPECT_EQ(bad.code(), Code::kInvalidArgument);
   EXPECT_THAT(bad.message(), HasSubstr("ints.txt:3: \"seven\" is not an integer"));
-  std::filesystem::remove_all(dir);
 }
 
 // ------------------------------------------------------------- Models
