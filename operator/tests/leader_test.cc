@@ -315,16 +315,26 @@ INSTANTIATE_TEST_SUITE_P(Skew, LeaderElectionTest, ::testing::Values(90, -90, 36
                            return (info.param < 0 ? "Behind" : "Ahead") + std::to_string(std::abs(info.param)) + "s";
                          });
 
+// The API-server double, a client of it, and virtual time that moves only
+// when the test thread sleeps: for driving electors step by step.
+struct OneThreadOnTheDouble {
+  static std::unique_ptr<kube::RestClient> Connect(const t::ApiServerDouble& server) {
+    kube::ClusterConfig cc;
+    cc.server = server.url();
+    return std::move(kube::RestClient::Create(cc)).value();
+  }
+  std::unique_ptr<t::ApiServerDouble> server = std::move(t::ApiServerDouble::Start()).value();
+  std::unique_ptr<kube::RestClient> rest = Connect(*server);
+  VirtualTime vt{1};
+  std::atomic<bool> never{false};
+};
+
 // One attempt at a time, by hand: a candidate whose wall clock is an hour
 // ahead may take over exactly when a full lease has passed, by its own
 // clock, since it saw the record change; the holder's renewTime plays no part.
 TEST(LeaderStepTest, TakeoverComesAFullLeaseAfterTheLastObservedChange) {
-  auto server = std::move(t::ApiServerDouble::Start()).value();
-  kube::ClusterConfig cc;
-  cc.server = server->url();
-  auto rest = std::move(kube::RestClient::Create(cc)).value();
-  VirtualTime vt(1);
-  std::atomic<bool> never{false};
+  OneThreadOnTheDouble d;
+  auto& [server, rest, vt, never] = d;
   LeaderOptions o;
   o.identity = "a";
   o.clock = std::make_shared<CandidateClock>(vt, 0s, std::chrono::hours(0));
@@ -367,12 +377,8 @@ class RecordingClock : public CandidateClock {
 // (1 + 1.2 x U[0,1)), as client-go's JitterUntil, and takes over a full
 // lease after it last saw the record change.
 TEST(LeaderStepTest, AcquireRetriesAreJitteredAsClientGos) {
-  auto server = std::move(t::ApiServerDouble::Start()).value();
-  kube::ClusterConfig cc;
-  cc.server = server->url();
-  auto rest = std::move(kube::RestClient::Create(cc)).value();
-  VirtualTime vt(1);
-  std::atomic<bool> never{false};
+  OneThreadOnTheDouble d;
+  auto& [server, rest, vt, never] = d;
   LeaderOptions o;
   o.identity = "a";
   o.clock = std::make_shared<CandidateClock>(vt, 0s, std::chrono::hours(0));
