@@ -1,0 +1,48 @@
+// Per-job PKI for mutual TLS between a job's tasks: a fresh CA that exists
+// for one job and one certificate, signed by it, that every task of that job
+// presents both as server and as client. A task trusts only its own job's CA,
+// so holding that certificate is what makes a peer a member of the job; the
+// CA's private key is discarded once the certificate is signed, so nothing
+// can issue a second one. The operator keeps the three PEM texts in the job's
+// Secret; `tfjob run` and `tfjob-runtime local` make them per run.
+//
+// Thread-safety: reentrant. Failure: INTERNAL naming the OpenSSL step;
+// UNAVAILABLE for files that cannot be written.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace tfjob::pki {
+
+// The name in every task certificate (DNS subjectAltName) and the name a
+// client checks: the certificate says "a task of the job whose CA signed
+// me", not which host, since a task's address changes with restarts.
+inline constexpr const char* kTaskServerName = "tfjob-task";
+
+// Where a task finds its TLS files: a directory (the job's Secret mounted
+// as a volume) holding these three names, the Secret's keys.
+inline constexpr const char* kTlsDirEnv = "TFJOB_TLS_DIR";
+inline constexpr const char* kCaFile = "ca.crt";
+inline constexpr const char* kCertFile = "tls.crt";
+inline constexpr const char* kKeyFile = "tls.key";
+
+struct JobPki {
+  std::string ca_pem;    // the job's CA certificate (what peers are checked against)
+  std::string cert_pem;  // the tasks' certificate, signed by that CA
+  std::string key_pem;   // its private key (PKCS#8 PEM)
+};
+
+// A new CA with subject CN "tfjob CA <job>" and a certificate with CN
+// "<job>" and DNS:tfjob-task, usable for serverAuth and clientAuth. EC P-256
+// keys, SHA-256 signatures, valid from an hour ago (clock skew) for ten
+// years: the CA lives as long as the job, and a certificate that expired
+// under a long job would stop it.
+StatusOr<JobPki> NewJobPki(std::string_view job);
+
+// Writes ca.crt, tls.crt and tls.key (mode 0600) into `dir`, which must exist.
+Status WriteTlsDir(const std::string& dir, const JobPki& pki);
+
+}  // namespace tfjob::pki
