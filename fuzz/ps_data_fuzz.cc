@@ -66,11 +66,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     while ((n = read(sv[1], buf, sizeof buf)) > 0) answers.append(buf, static_cast<size_t>(n));
   });
   std::atomic<bool> stopping{false}, busy{false};
-  service.ServeData(sv[0], "fuzz", stopping, busy);
+  collective::net::Fd served(sv[0]);
+  service.ServeData(served, "fuzz", stopping, busy);
   shutdown(sv[0], SHUT_RDWR);
   writer.join();
   reader.join();
-  close(sv[0]);
+  served.Reset();
   close(sv[1]);
 
   size_t at = 0;

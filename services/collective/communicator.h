@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -36,6 +37,7 @@
 
 #include "common/status.h"
 #include "services/tensor/tensor.h"
+#include "services/tls/tls.h"
 
 namespace tfjob::collective {
 
@@ -62,6 +64,9 @@ struct Options {
   // The job's task token: every connection to a member must carry it
   // (UNAUTHENTICATED otherwise). Empty: no check.
   std::string token;
+  // The job's TLS (tls/tls.h): every link and join is then mutual TLS with
+  // the job's certificate. Null: plain TCP.
+  std::shared_ptr<const tls::Config> tls;
 };
 
 class Communicator {

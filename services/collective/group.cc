@@ -121,8 +121,12 @@ void Group::AcceptLoop() {
 }
 
 void Group::HandleConnection(net::Fd fd) {
+  if (options_.tls &&
+      !net::StartTls(fd, *options_.tls, tls::Role::kServer, Clock::now() + kHelloTimeout, "a connecting member").ok()) {
+    return;
+  }
   proto::CollectiveHello hello;
-  if (!net::RecvMessage(fd.get(), hello, Clock::now() + kHelloTimeout, "a connecting member").ok()) return;
+  if (!net::RecvMessage(fd, hello, Clock::now() + kHelloTimeout, "a connecting member").ok()) return;
   const bool same_group = hello.group_size() == members_.size() && hello.fingerprint() == fingerprint_ &&
                           hello.rank() < members_.size();
   // Checked first, and the refusal says nothing else about this group.
@@ -143,7 +147,7 @@ void Group::HandleConnection(net::Fd fd) {
       proto::LeaderMessage m;
       m.set_error(refusal);
       m.set_error_code(static_cast<uint32_t>(code));
-      (void)net::SendMessage(fd.get(), m, Clock::now() + kHelloTimeout, "");
+      (void)net::SendMessage(fd, m, Clock::now() + kHelloTimeout, "");
       return;
     }
     std::lock_guard g(mu_);
@@ -191,7 +195,7 @@ StatusOr<Group::Formation> Group::Lead(int64_t step, Clock::time_point deadline)
   while (true) {
     // A member that hung up after joining died again: wait for its next join.
     for (auto it = joins_.begin(); it != joins_.end();) {
-      if (it->second.fd.valid() && net::Readable(it->second.fd.get())) {
+      if (it->second.fd.valid() && net::Readable(it->second.fd)) {
         it = joins_.erase(it);
       } else {
         ++it;
@@ -210,7 +214,7 @@ StatusOr<Group::Formation> Group::Lead(int64_t step, Clock::time_point deadline)
       m.set_error(why);
       m.set_error_code(static_cast<uint32_t>(Code::kDeadlineExceeded));
       for (auto& [r, j] : joins_) {
-        if (j.fd.valid()) (void)net::SendMessage(j.fd.get(), m, now + kHelloTimeout, "");
+        if (j.fd.valid()) (void)net::SendMessage(j.fd, m, now + kHelloTimeout, "");
       }
       joins_.clear();
       return DeadlineExceeded(why);
@@ -222,7 +226,7 @@ StatusOr<Group::Formation> Group::Lead(int64_t step, Clock::time_point deadline)
       proto::LeaderMessage m;
       m.set_waiting("waiting for " + Names(missing));
       for (auto& [r, j] : joins_) {
-        if (j.fd.valid()) (void)net::SendMessage(j.fd.get(), m, now + std::chrono::milliseconds(200), "");
+        if (j.fd.valid()) (void)net::SendMessage(j.fd, m, now + std::chrono::milliseconds(200), "");
       }
       last_waiting = now;
     }
@@ -248,7 +252,7 @@ StatusOr<Group::Formation> Group::Lead(int64_t step, Clock::time_point deadline)
   // A member that cannot be told fails its neighbours' links, and the group
   // forms again.
   for (auto& [r, j] : joins_) {
-    if (j.fd.valid()) (void)net::SendMessage(j.fd.get(), m, Clock::now() + options_.timeout, members_[r].Describe());
+    if (j.fd.valid()) (void)net::SendMessage(j.fd, m, Clock::now() + options_.timeout, members_[r].Describe());
   }
   joins_.clear();
   return f;
@@ -273,12 +277,15 @@ StatusOr<Group::Formation> Group::Follow(int64_t step, Clock::time_point deadlin
       last = fd.status();
       break;
     }
-    if (!(last = net::SendMessage(fd->get(), hello, deadline, leader.Describe())).ok()) continue;
+    if (options_.tls && !(last = net::StartTls(*fd, *options_.tls, tls::Role::kClient, deadline, leader.Describe())).ok()) {
+      continue;
+    }
+    if (!(last = net::SendMessage(*fd, hello, deadline, leader.Describe())).ok()) continue;
     while (true) {
       proto::LeaderMessage m;
       // The leader gives up at the same deadline and then says why: wait a
       // little longer for that.
-      last = net::RecvMessage(fd->get(), m, deadline + kHelloTimeout, leader.Describe());
+      last = net::RecvMessage(*fd, m, deadline + kHelloTimeout, leader.Describe());
       if (!last.ok()) break;  // the leader went away: join again
       if (m.has_formed()) {
         Formation f;
@@ -322,6 +329,9 @@ StatusOr<std::unique_ptr<RingCommunicator>> Group::Connect(int64_t generation, C
   // come within the liveness timeout means a member died again.
   deadline = std::min(deadline, Clock::now() + options_.timeout);
   ASSIGN_OR_RETURN(net::Fd to_next, net::Connect(next.address, deadline, "collective: " + next.name + " at"));
+  if (options_.tls) {
+    RETURN_IF_ERROR(net::StartTls(to_next, *options_.tls, tls::Role::kClient, deadline, "collective: " + next.Describe()));
+  }
   proto::CollectiveHello hello;
   hello.set_kind(proto::CollectiveHello::LINK);
   hello.set_rank(static_cast<uint32_t>(rank_));
@@ -329,7 +339,7 @@ StatusOr<std::unique_ptr<RingCommunicator>> Group::Connect(int64_t generation, C
   hello.set_fingerprint(fingerprint_);
   hello.set_generation(generation);
   hello.set_token(options_.token);
-  RETURN_IF_ERROR(net::SendMessage(to_next.get(), hello, deadline, next.Describe()));
+  RETURN_IF_ERROR(net::SendMessage(to_next, hello, deadline, next.Describe()));
   net::Fd from_prev;
   {
     std::unique_lock lk(mu_);

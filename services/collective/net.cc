@@ -35,7 +35,41 @@ Status SetNonBlocking(int fd) {
 
 }  // namespace
 
+int Fd::Release() {
+  tls_.reset();
+  return std::exchange(fd_, -1);
+}
+
+Status StartTls(Fd& fd, const tls::Config& config, tls::Role role, std::chrono::steady_clock::time_point deadline,
+                const std::string& peer) {
+  ASSIGN_OR_RETURN(fd.tls_, tls::Session::Handshake(config, fd.get(), role, deadline, peer));
+  return Status::Ok();
+}
+
+ssize_t Send(const Fd& fd, const void* data, size_t n, int flags) {
+  if (fd.tls()) return fd.tls()->Write(data, n);
+  return ::send(fd.get(), data, n, flags | MSG_NOSIGNAL);
+}
+
+ssize_t Sendv(const Fd& fd, const iovec* iov, int iovcnt, int flags) {
+  if (fd.tls()) return fd.tls()->Writev(iov, iovcnt);
+  msghdr mh{};
+  mh.msg_iov = const_cast<iovec*>(iov);
+  mh.msg_iovlen = static_cast<size_t>(iovcnt);
+  return ::sendmsg(fd.get(), &mh, flags | MSG_NOSIGNAL);
+}
+
+ssize_t Recv(const Fd& fd, void* data, size_t n, int flags) {
+  if (fd.tls()) return fd.tls()->Read(data, n);
+  return ::recv(fd.get(), data, n, flags);
+}
+
+bool Buffered(const Fd& fd) { return fd.tls() && fd.tls()->Buffered(); }
+bool Unsent(const Fd& fd) { return fd.tls() && fd.tls()->Unsent(); }
+int Flush(const Fd& fd) { return fd.tls() ? fd.tls()->Flush() : 0; }
+
 void Fd::Reset() {
+  tls_.reset();
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
 }
@@ -158,18 +192,19 @@ StatusOr<Fd> Connect(const std::string& address, Clock::time_point deadline, con
   return Unavailable(what + " " + address + " unreachable: " + last);
 }
 
-Status SendAll(int fd, const void* data, size_t n, Clock::time_point deadline, const std::string& peer) {
+Status SendAll(const Fd& fd, const void* data, size_t n, Clock::time_point deadline, const std::string& peer) {
   const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+  while (n > 0 || Unsent(fd)) {
+    const ssize_t w = n > 0 ? Send(fd, p, n, MSG_DONTWAIT) : (Flush(fd) == 0 ? 0 : -1);
     if (w > 0) {
       p += w;
       n -= static_cast<size_t>(w);
       continue;
     }
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return Unavailable("connection to " + peer + " failed: " + Errno(errno));
-    pollfd pf{fd, POLLOUT, 0};
+    if (w == 0) continue;
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return Unavailable("connection to " + peer + " failed: " + Errno(errno));
+    pollfd pf{fd.get(), POLLOUT, 0};
     const int left = MillisUntil(deadline);
     if (left == 0) return DeadlineExceeded(peer + " did not accept data in time");
     poll(&pf, 1, left);
@@ -177,10 +212,10 @@ Status SendAll(int fd, const void* data, size_t n, Clock::time_point deadline, c
   return Status::Ok();
 }
 
-Status RecvAll(int fd, void* data, size_t n, Clock::time_point deadline, const std::string& peer) {
+Status RecvAll(const Fd& fd, void* data, size_t n, Clock::time_point deadline, const std::string& peer) {
   char* p = static_cast<char*>(data);
   while (n > 0) {
-    const ssize_t r = recv(fd, p, n, MSG_DONTWAIT);
+    const ssize_t r = Recv(fd, p, n, MSG_DONTWAIT);
     if (r > 0) {
       p += r;
       n -= static_cast<size_t>(r);
@@ -189,7 +224,8 @@ Status RecvAll(int fd, void* data, size_t n, Clock::time_point deadline, const s
     if (r == 0) return Unavailable(peer + " closed the connection");
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return Unavailable("connection to " + peer + " failed: " + Errno(errno));
-    pollfd pf{fd, POLLIN, 0};
+    if (Buffered(fd)) continue;
+    pollfd pf{fd.get(), POLLIN, 0};
     const int left = MillisUntil(deadline);
     if (left == 0) return DeadlineExceeded("nothing from " + peer + " in time");
     poll(&pf, 1, left);
@@ -197,7 +233,7 @@ Status RecvAll(int fd, void* data, size_t n, Clock::time_point deadline, const s
   return Status::Ok();
 }
 
-Status SendMessage(int fd, const google::protobuf::MessageLite& m, Clock::time_point deadline, const std::string& peer) {
+Status SendMessage(const Fd& fd, const google::protobuf::MessageLite& m, Clock::time_point deadline, const std::string& peer) {
   std::string body;
   if (!m.SerializeToString(&body)) return Internal("collective: cannot serialise a control message");
   std::string frame(8, '\0');
@@ -208,7 +244,7 @@ Status SendMessage(int fd, const google::protobuf::MessageLite& m, Clock::time_p
   return SendAll(fd, frame.data(), frame.size(), deadline, peer);
 }
 
-Status RecvMessage(int fd, google::protobuf::MessageLite& m, Clock::time_point deadline, const std::string& peer) {
+Status RecvMessage(const Fd& fd, google::protobuf::MessageLite& m, Clock::time_point deadline, const std::string& peer) {
   uint32_t head[2];
   RETURN_IF_ERROR(RecvAll(fd, head, sizeof head, deadline, peer));
   if (head[0] != kMessageMagic) return InvalidArgument("collective: " + peer + " sent something that is not a control message");
@@ -221,8 +257,9 @@ Status RecvMessage(int fd, google::protobuf::MessageLite& m, Clock::time_point d
   return Status::Ok();
 }
 
-bool Readable(int fd) {
-  pollfd p{fd, POLLIN, 0};
+bool Readable(const Fd& fd) {
+  if (Buffered(fd)) return true;
+  pollfd p{fd.get(), POLLIN, 0};
   return poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
 }
 

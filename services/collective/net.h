@@ -2,21 +2,30 @@
 // (dual-stack where the host has IPv6), connecting with a deadline, and
 // whole-buffer reads and writes on non-blocking sockets that give up at a
 // deadline. Addresses are "host:port" as TF_CONFIG writes them; IPv6
-// literals are bracketed ("[::1]:2222").
+// literals are bracketed ("[::1]:2222"). A connection can run TLS
+// (tls/tls.h): after StartTls every byte written or read through Send,
+// Sendv, Recv and the *All functions goes through the session, so the code
+// above is the same with and without it.
 //
-// Ownership: Fd owns one descriptor and closes it. Thread-safety: Fd is not
-// synchronised; the free functions are reentrant. Failure: Status values
-// naming the address or peer; SIGPIPE is never raised (MSG_NOSIGNAL).
+// Ownership: Fd owns one descriptor (and its TLS session) and closes it.
+// Thread-safety: Fd is not synchronised, but the I/O functions may be called
+// from two threads at once on one Fd (a TLS session serialises its own
+// calls); the free functions are reentrant. Failure: Status values naming
+// the address or peer; SIGPIPE is never raised (MSG_NOSIGNAL).
 #pragma once
 
 #include <chrono>
+#include <sys/uio.h>
+
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <utility>
 
 #include <google/protobuf/message_lite.h>
 
 #include "common/status.h"
+#include "services/tls/tls.h"
 
 namespace tfjob::collective::net {
 
@@ -26,11 +35,12 @@ class Fd {
  public:
   Fd() = default;
   explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)), tls_(std::move(o.tls_)) {}
   Fd& operator=(Fd&& o) noexcept {
     if (this != &o) {
       Reset();
       fd_ = std::exchange(o.fd_, -1);
+      tls_ = std::move(o.tls_);
     }
     return *this;
   }
@@ -41,10 +51,35 @@ class Fd {
   int get() const { return fd_; }
   bool valid() const { return fd_ >= 0; }
   void Reset();
+  // Gives up the descriptor without closing it (its TLS session is freed).
+  int Release();
+  // Null unless StartTls succeeded on this connection.
+  tls::Session* tls() const { return tls_.get(); }
 
  private:
+  friend Status StartTls(Fd&, const tls::Config&, tls::Role, std::chrono::steady_clock::time_point, const std::string&);
   int fd_ = -1;
+  std::unique_ptr<tls::Session> tls_;
 };
+
+// Runs the TLS handshake (tls::Session::Handshake's errors) and, when it
+// succeeds, routes all of `fd`'s I/O through the session.
+Status StartTls(Fd& fd, const tls::Config& config, tls::Role role, std::chrono::steady_clock::time_point deadline,
+                const std::string& peer);
+
+// send(2), sendmsg(2) and recv(2) on `fd`, through its TLS session when it
+// has one (which ignores `flags`: the socket's own mode decides whether a
+// call waits). Same results: a count, 0 at the end of the stream, -1 and
+// errno. MSG_NOSIGNAL is always added.
+ssize_t Send(const Fd& fd, const void* data, size_t n, int flags);
+ssize_t Sendv(const Fd& fd, const iovec* iov, int iovcnt, int flags);
+ssize_t Recv(const Fd& fd, void* data, size_t n, int flags);
+// TLS only (false without): decrypted bytes waiting that poll() cannot see,
+// and bytes accepted by Send that are not yet in the kernel (Flush sends
+// them: 0 when none are left, -1 and errno EAGAIN while some are).
+bool Buffered(const Fd& fd);
+bool Unsent(const Fd& fd);
+int Flush(const Fd& fd);
 
 struct HostPort {
   std::string host;  // brackets removed
@@ -74,14 +109,15 @@ Status Configure(int fd);
 // Whole-buffer I/O on a non-blocking socket, waiting with poll() until
 // `deadline`. Errors name `peer`: UNAVAILABLE when the connection closed or
 // failed, DEADLINE_EXCEEDED when time ran out.
-Status SendAll(int fd, const void* data, size_t n, Clock::time_point deadline, const std::string& peer);
-Status RecvAll(int fd, void* data, size_t n, Clock::time_point deadline, const std::string& peer);
+// SendAll returns once every byte is in the kernel (TLS: flushed).
+Status SendAll(const Fd& fd, const void* data, size_t n, Clock::time_point deadline, const std::string& peer);
+Status RecvAll(const Fd& fd, void* data, size_t n, Clock::time_point deadline, const std::string& peer);
 
 // Control messages: u32 magic "TFJG" | u32 length | message (at most 1 MiB).
-Status SendMessage(int fd, const google::protobuf::MessageLite& m, Clock::time_point deadline, const std::string& peer);
-Status RecvMessage(int fd, google::protobuf::MessageLite& m, Clock::time_point deadline, const std::string& peer);
+Status SendMessage(const Fd& fd, const google::protobuf::MessageLite& m, Clock::time_point deadline, const std::string& peer);
+Status RecvMessage(const Fd& fd, google::protobuf::MessageLite& m, Clock::time_point deadline, const std::string& peer);
 
 // True when `fd` has data or a hang-up waiting (without consuming it).
-bool Readable(int fd);
+bool Readable(const Fd& fd);
 
 }  // namespace tfjob::collective::net

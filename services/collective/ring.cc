@@ -98,8 +98,8 @@ RingCommunicator::~RingCommunicator() {
     while (Clock::now() < deadline) {
       pollfd p{fd->get(), POLLIN, 0};
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (poll(&p, 1, static_cast<int>(std::max<int64_t>(left, 0))) <= 0) break;
-      const ssize_t n = recv(fd->get(), scratch, sizeof scratch, MSG_DONTWAIT);
+      if (!net::Buffered(*fd) && poll(&p, 1, static_cast<int>(std::max<int64_t>(left, 0))) <= 0) break;
+      const ssize_t n = net::Recv(*fd, scratch, sizeof scratch, MSG_DONTWAIT);
       if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) break;
     }
   }
@@ -135,22 +135,22 @@ Status RingCommunicator::Fail(const Status& s) {
         size_t left = open_frame_left_;
         while (ok && left > 0) {
           const size_t n = std::min(left, zeros.size());
-          ok = net::SendAll(to_next_.get(), zeros.data(), n, deadline, next().Describe()).ok();
+          ok = net::SendAll(to_next_, zeros.data(), n, deadline, next().Describe()).ok();
           left -= n;
         }
       }
-      if (ok && !pending_.empty()) ok = net::SendAll(to_next_.get(), pending_.data(), pending_.size(), deadline, "").ok();
+      if (ok && !pending_.empty()) ok = net::SendAll(to_next_, pending_.data(), pending_.size(), deadline, "").ok();
       frame_open_ = false;
       pending_.clear();
       if (ok) {
-        ok = net::SendAll(to_next_.get(), &h, sizeof h, deadline, "").ok() &&
-             net::SendAll(to_next_.get(), msg.data(), msg.size(), deadline, "").ok();
+        ok = net::SendAll(to_next_, &h, sizeof h, deadline, "").ok() &&
+             net::SendAll(to_next_, msg.data(), msg.size(), deadline, "").ok();
       }
       shutdown(to_next_.get(), SHUT_WR);
     }
     // Only ABORT ever travels backwards, so this is always a frame boundary.
-    if (net::SendAll(from_prev_.get(), &h, sizeof h, deadline, "").ok()) {
-      (void)net::SendAll(from_prev_.get(), msg.data(), msg.size(), deadline, "");
+    if (net::SendAll(from_prev_, &h, sizeof h, deadline, "").ok()) {
+      (void)net::SendAll(from_prev_, msg.data(), msg.size(), deadline, "");
     }
     shutdown(from_prev_.get(), SHUT_WR);
   }
@@ -173,14 +173,19 @@ void RingCommunicator::KeepaliveLoop() {
     if (failed_) return;
     const auto now = Clock::now();
     if (frame_open_) continue;
+    // TLS: what the last keepalive left in the session goes first.
+    if (net::Unsent(to_next_)) {
+      (void)net::Flush(to_next_);
+      continue;
+    }
     if (!pending_.empty()) {
-      const ssize_t n = send(to_next_.get(), pending_.data(), pending_.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      const ssize_t n = net::Send(to_next_, pending_.data(), pending_.size(), MSG_DONTWAIT);
       if (n > 0) pending_.erase(0, static_cast<size_t>(n));
       continue;
     }
     if (now - last_send_ < interval) continue;
     const Header h = MakeHeader(kKeepalive, 0, 0);
-    const ssize_t n = send(to_next_.get(), &h, sizeof h, MSG_DONTWAIT | MSG_NOSIGNAL);
+    const ssize_t n = net::Send(to_next_, &h, sizeof h, MSG_DONTWAIT);
     if (n > 0) {
       last_send_ = now;
       if (static_cast<size_t>(n) < sizeof h) {
@@ -195,7 +200,7 @@ Status RingCommunicator::ReadReverse() {
   // Only ABORT frames (or the end of the connection) come back from next.
   Header h{};
   const auto deadline = Clock::now() + options_.timeout;
-  Status s = net::RecvAll(to_next_.get(), &h, sizeof h, deadline, next().Describe());
+  Status s = net::RecvAll(to_next_, &h, sizeof h, deadline, next().Describe());
   if (!s.ok()) {
     return Unavailable("collective: " + next().Describe() + " closed the connection (its process exited or was killed)");
   }
@@ -203,7 +208,7 @@ Status RingCommunicator::ReadReverse() {
     return DataLoss("collective: unexpected frame from " + next().Describe() + " on the backward link");
   }
   std::string msg(h.length, '\0');
-  if (!net::RecvAll(to_next_.get(), msg.data(), msg.size(), deadline, next().Describe()).ok()) {
+  if (!net::RecvAll(to_next_, msg.data(), msg.size(), deadline, next().Describe()).ok()) {
     return Unavailable("collective: " + next().Describe() + " closed the connection (its process exited or was killed)");
   }
   return Status(CodeFromWire(h.aux), msg);
@@ -282,8 +287,11 @@ Status RingCommunicator::ExecuteLocked(const std::string& descriptor, const std:
 
   auto do_send = [&]() -> Status {
     std::lock_guard g(send_mu_);
+    if (net::Unsent(to_next_) && net::Flush(to_next_) < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      return Unavailable("collective: connection to " + next().Describe() + " failed: " + std::strerror(errno));
+    }
     if (!pending_.empty()) {
-      const ssize_t n = send(next_fd, pending_.data(), pending_.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      const ssize_t n = net::Send(to_next_, pending_.data(), pending_.size(), MSG_DONTWAIT);
       if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
         return Unavailable("collective: connection to " + next().Describe() + " failed: " + std::strerror(errno));
       }
@@ -309,10 +317,7 @@ Status RingCommunicator::ExecuteLocked(const std::string& descriptor, const std:
         iov[iovcnt++] = {&more[b], sizeof(Header)};
         if (plan.sends[k].bytes > 0) iov[iovcnt++] = {plan.sends[k].data, plan.sends[k].bytes};
       }
-      msghdr mh{};
-      mh.msg_iov = iov;
-      mh.msg_iovlen = iovcnt;
-      const ssize_t n = sendmsg(next_fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+      const ssize_t n = net::Sendv(to_next_, iov, static_cast<int>(iovcnt), MSG_DONTWAIT);
       if (n < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -357,7 +362,7 @@ Status RingCommunicator::ExecuteLocked(const std::string& descriptor, const std:
   auto do_recv = [&]() -> Status {
     while (!(op_received && ri == plan.recvs.size())) {
       if (!r_in_payload) {
-        const ssize_t n = recv(prev_fd, reinterpret_cast<char*>(&r_hdr) + r_hdr_got, sizeof(Header) - r_hdr_got, MSG_DONTWAIT);
+        const ssize_t n = net::Recv(from_prev_, reinterpret_cast<char*>(&r_hdr) + r_hdr_got, sizeof(Header) - r_hdr_got, MSG_DONTWAIT);
         if (n == 0) return closed();
         if (n < 0) {
           if (errno == EINTR) continue;
@@ -404,7 +409,7 @@ Status RingCommunicator::ExecuteLocked(const std::string& descriptor, const std:
         r_in_payload = true;
       }
       if (r_left > 0) {
-        const ssize_t n = recv(prev_fd, r_dest, r_left, MSG_DONTWAIT);
+        const ssize_t n = net::Recv(from_prev_, r_dest, r_left, MSG_DONTWAIT);
         if (n == 0) return closed();
         if (n < 0) {
           if (errno == EINTR) continue;
@@ -448,9 +453,14 @@ Status RingCommunicator::ExecuteLocked(const std::string& descriptor, const std:
   while (true) {
     if (failed_) return error();
     const bool recv_done = op_received && ri == plan.recvs.size();
-    const bool send_done = op_sent && si == plan.sends.size() && !s_open;
+    // TLS: bytes a send accepted may still wait in the session; the
+    // operation has not sent them until they are in the kernel.
+    const bool unsent = net::Unsent(to_next_);
+    const bool send_done = op_sent && si == plan.sends.size() && !s_open && !unsent;
     if (recv_done && send_done) return Status::Ok();
-    const bool want_send = s_open || !op_sent || ready(si);
+    const bool want_send = s_open || !op_sent || ready(si) || unsent;
+    // TLS: decrypted bytes already read from the socket, which poll() cannot see.
+    const bool buffered = !recv_done && net::Buffered(from_prev_);
     // Once everything is sent, next may finish the operation and leave: its
     // hang-up is no longer this member's business.
     pollfd fds[2] = {{prev_fd, static_cast<short>(recv_done ? 0 : POLLIN), 0},
@@ -459,7 +469,7 @@ Status RingCommunicator::ExecuteLocked(const std::string& descriptor, const std:
     // look again without sleeping (yielding the CPU to whoever else can
     // run) for kSpin, rather than pay a sleep and a wake-up each time.
     const bool spin = Clock::now() - last_progress < kSpin;
-    const int n = poll(fds, 2, spin ? 0 : 100);
+    const int n = poll(fds, 2, spin || buffered ? 0 : 100);
     if (n == 0 && spin) sched_yield();
     if (n < 0 && errno != EINTR) return Internal(std::string("collective: poll: ") + std::strerror(errno));
     if (n > 0) {
@@ -473,6 +483,7 @@ Status RingCommunicator::ExecuteLocked(const std::string& descriptor, const std:
       if (fds[0].revents & (POLLIN | POLLERR | POLLHUP)) RETURN_IF_ERROR(do_recv());
       if (fds[1].revents & POLLOUT) RETURN_IF_ERROR(do_send());
     }
+    if (buffered) RETURN_IF_ERROR(do_recv());
     // Sending may have become possible because a chunk arrived.
     if (!send_done) RETURN_IF_ERROR(do_send());
     const auto now = Clock::now();

@@ -38,7 +38,7 @@ ClusterCoordinator::ClusterCoordinator(std::vector<std::string> addresses, Optio
     auto w = std::make_unique<Worker>();
     w->index = static_cast<int>(i);
     w->address = addresses[i];
-    w->stub = proto::Worker::NewStub(rpc::MakeChannel(addresses[i]));
+    w->stub = proto::Worker::NewStub(rpc::MakeChannel(addresses[i], options_.credentials));
     workers_.push_back(std::move(w));
   }
   for (auto& w : workers_) {

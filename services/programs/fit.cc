@@ -244,6 +244,7 @@ class Fit final : public Program {
     if (Status s = fit::CheckCommunication(p->communication, kind); !s.ok()) return ReportError(s, *ctx.err);
     if (!p->rejoin_timeout_given) p->collective.rendezvous_timeout = ctx.connect_timeout;
     p->collective.token = ctx.credentials.token;
+    p->collective.tls = ctx.credentials.tls;
     auto group = [&]() -> StatusOr<std::unique_ptr<collective::Group>> {
       if (!ctx.listener || !ctx.listener->valid()) return collective::Group::Create(ctx.members, ctx.rank, p->collective);
       const int port = ctx.listener->port();

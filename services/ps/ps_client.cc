@@ -68,7 +68,7 @@ StatusOr<net::Fd> ConnectOnce(const std::string& address, Clock::time_point dead
 }  // namespace
 
 PsClient::PsClient(std::string address, ClientOptions options)
-    : address_(std::move(address)), options_(options), stub_(proto::ParameterServer::NewStub(rpc::MakeChannel(address_))) {}
+    : address_(std::move(address)), options_(options), stub_(proto::ParameterServer::NewStub(rpc::MakeChannel(address_, options_.credentials))) {}
 
 PsClient::~PsClient() = default;
 
@@ -89,7 +89,7 @@ StatusOr<std::unique_ptr<PsClient::Connection>> PsClient::TakeConnection(Clock::
       idle_.pop_back();
       // The PS never speaks first: anything readable on an idle connection
       // is its end (a restarted or stopped PS).
-      if (!net::Readable(c->fd.get())) {
+      if (!net::Readable(c->fd)) {
         c->deadline = deadline;
         return c;
       }
@@ -98,18 +98,24 @@ StatusOr<std::unique_ptr<PsClient::Connection>> PsClient::TakeConnection(Clock::
   auto c = std::make_unique<Connection>();
   c->deadline = deadline;
   ASSIGN_OR_RETURN(c->fd, ConnectOnce(address_, deadline));
+  if (const auto& tls = options_.credentials.tls) {
+    uint32_t magic = wire::kTlsMagic;
+    iovec preface{&magic, sizeof magic};
+    RETURN_IF_ERROR(wire::SendAll(c->fd, {&preface, 1}, deadline, address_));
+    RETURN_IF_ERROR(net::StartTls(c->fd, *tls, tls::Role::kClient, deadline, "parameter server " + address_));
+  }
   const std::string& token = options_.credentials.token;
   wire::Frame hello{wire::kHelloMagic, wire::kVersion, static_cast<uint32_t>(token.size()), 0, 0};
   iovec iov[2] = {{&hello, sizeof hello}, {const_cast<char*>(token.data()), token.size()}};
-  RETURN_IF_ERROR(wire::SendAll(c->fd.get(), iov, deadline, address_));
+  RETURN_IF_ERROR(wire::SendAll(c->fd, iov, deadline, address_));
   wire::Frame answer;
-  RETURN_IF_ERROR(wire::RecvFrame(c->fd.get(), &answer, deadline, address_));
+  RETURN_IF_ERROR(wire::RecvFrame(c->fd, &answer, deadline, address_));
   if (answer.magic != wire::kResponseMagic || answer.meta_bytes > wire::kMaxMetaBytes || answer.payload_bytes != 0) {
     return Internal(address_ + " does not speak the parameter server's data plane");
   }
   if (answer.kind != 0) {
     std::string why(answer.meta_bytes, '\0');
-    RETURN_IF_ERROR(wire::RecvAll(c->fd.get(), why.data(), why.size(), deadline, address_));
+    RETURN_IF_ERROR(wire::RecvAll(c->fd, why.data(), why.size(), deadline, address_));
     return Status(static_cast<Code>(answer.kind), why);
   }
   return c;
@@ -133,7 +139,7 @@ Status PsClient::DataCall(const char* what, uint32_t op, const google::protobuf:
     auto taken = TakeConnection(Clock::now() + options_.timeout);
     if (!taken.ok()) return Status(taken.status().code(), context + ": " + taken.status().message());
     std::unique_ptr<Connection> c = std::move(taken).value();
-    const int fd = c->fd.get();
+    const net::Fd& fd = c->fd;
     wire::Frame f{wire::kRequestMagic, op, static_cast<uint32_t>(meta_bytes.size()), 0, payload_bytes};
     std::vector<iovec> iov;
     iov.reserve(2 + payload.size());
@@ -179,7 +185,7 @@ Status PsClient::ReceiveTensor(Connection& c, const proto::Tensor& header, Tenso
     return InvalidArgument("the parameter server sent " + std::string(DTypeName(d.dtype)) + ShapeString(d.shape) +
                            ", the destination is " + into->DebugString());
   }
-  return wire::RecvAll(c.fd.get(), into->raw(), static_cast<size_t>(d.bytes), c.deadline, address_);
+  return wire::RecvAll(c.fd, into->raw(), static_cast<size_t>(d.bytes), c.deadline, address_);
 }
 
 namespace {

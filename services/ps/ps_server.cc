@@ -83,15 +83,21 @@ StatusOr<std::unique_ptr<PsServer>> PsServer::Start(net::Listener listener, PsOp
   }
   std::unique_ptr<PsServer> s(new PsServer());
   s->listener_ = std::move(listener.fd);
+  s->listener_fd_ = s->listener_.get();
   s->port_ = listener.port;
   s->wake_ = net::Fd(eventfd(0, EFD_CLOEXEC));
   if (!s->wake_.valid()) return Internal(std::string("eventfd: ") + std::strerror(errno));
+  s->tls_ = options.credentials.tls;
   s->service_ = std::make_unique<ParameterServerService>(options);
   // gRPC listens on nothing itself: the acceptor hands it its connections.
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(rpc::kMaxMessageBytes);
   builder.SetMaxSendMessageSize(rpc::kMaxMessageBytes);
   builder.RegisterService(s->service_.get());
+  if (s->tls_) {
+    s->grpc_tls_ = builder.experimental().AddExternalConnectionAcceptor(
+        grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, rpc::ServerCredentials(options.credentials));
+  }
   s->server_ = builder.BuildAndStart();
   if (!s->server_) return Internal("cannot start the parameter server's gRPC server");
   s->acceptor_ = std::thread([p = s.get()] { p->AcceptLoop(); });
@@ -137,14 +143,39 @@ void PsServer::Serve(Connection* c, std::string peer) {
   if (PeekFirstBytes(c->fd, first)) {
     uint32_t magic;
     std::memcpy(&magic, first, 4);
-    if (magic == wire::kHelloMagic) {
-      service_->ServeData(c->fd, peer, stopping_, c->busy);
-    } else if (std::memcmp(first, kHttp2Preface, 4) == 0) {
+    if (magic == wire::kHelloMagic || magic == wire::kTlsMagic) {
+      net::Fd conn(c->fd);  // borrowed: Reap closes the descriptor
+      bool ok = true;
+      if (magic == wire::kTlsMagic) {
+        char preface[4];
+        ok = tls_ && recv(c->fd, preface, sizeof preface, MSG_WAITALL) == sizeof preface &&
+             net::StartTls(conn, *tls_, tls::Role::kServer, std::chrono::steady_clock::now() + kFirstBytesTimeout,
+                           "data-plane client " + peer)
+                 .ok();
+      } else if (tls_) {
+        // Said in clear, so a task started without the job's TLS learns why.
+        (void)wire::SendError(conn,
+                              Status(Code::kUnauthenticated,
+                                     "this parameter server accepts only TLS connections with the job's certificate"),
+                              std::chrono::steady_clock::now() + kFirstBytesTimeout, peer);
+        ok = false;
+      }
+      if (ok) service_->ServeData(conn, peer, stopping_, c->busy);
+      conn.Release();
+    } else if (tls_ || std::memcmp(first, kHttp2Preface, 4) == 0) {
+      // With TLS, gRPC checks the handshake itself and drops what is not TLS.
       std::lock_guard g(mu_);
       if (grpc_open_) {
         // gRPC's event engine expects a non-blocking socket.
         fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL, 0) | O_NONBLOCK);
-        grpc::AddInsecureChannelFromFd(server_.get(), c->fd);
+        if (grpc_tls_) {
+          grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters params;
+          params.listener_fd = listener_fd_;
+          params.fd = c->fd;
+          grpc_tls_->HandleNewConnection(&params);
+        } else {
+          grpc::AddInsecureChannelFromFd(server_.get(), c->fd);
+        }
         c->to_grpc = true;
       }
     }

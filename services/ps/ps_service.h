@@ -96,7 +96,7 @@ class ParameterServerService final : public proto::ParameterServer::Service {
   // Serves one data-plane connection (its hello not yet read) until the
   // peer closes it, it fails, or `stopping` is set between requests. Does
   // not close `fd`.
-  void ServeData(int fd, const std::string& peer, const std::atomic<bool>& stopping,
+  void ServeData(const collective::net::Fd& fd, const std::string& peer, const std::atomic<bool>& stopping,
                  std::atomic<bool>& busy);
 
  private:
@@ -189,6 +189,10 @@ class PsServer {
 
   std::unique_ptr<ParameterServerService> service_;
   std::unique_ptr<grpc::Server> server_;
+  // With TLS, gRPC's connections go through this (gRPC runs their TLS).
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> grpc_tls_;
+  std::shared_ptr<const tls::Config> tls_;  // null: plain TCP
+  int listener_fd_ = -1;                     // its number, for gRPC's acceptor
   collective::net::Fd listener_;
   collective::net::Fd wake_;  // eventfd: wakes the acceptor to stop
   int port_ = 0;

@@ -11,6 +11,8 @@
 namespace tfjob::ps::wire {
 namespace {
 
+namespace net = collective::net;
+
 // Sets the socket's timeout for blocking sends or receives to the time left
 // before `deadline` (0: no timeout). False when the deadline has passed.
 bool ArmTimeout(int fd, int option, Clock::time_point deadline) {
@@ -31,20 +33,18 @@ Status Broken(const std::string& peer, int err) {
 
 }  // namespace
 
-Status SendAll(int fd, std::span<iovec> iov, Clock::time_point deadline, const std::string& peer) {
+Status SendAll(const net::Fd& fd, std::span<iovec> iov, Clock::time_point deadline, const std::string& peer) {
   size_t first = 0;
   while (first < iov.size() && iov[first].iov_len == 0) ++first;
   if (first == iov.size()) return Status::Ok();
-  if (!ArmTimeout(fd, SO_SNDTIMEO, deadline)) return DeadlineExceeded(peer + " did not take the data in time");
+  if (!ArmTimeout(fd.get(), SO_SNDTIMEO, deadline)) return DeadlineExceeded(peer + " did not take the data in time");
   while (first < iov.size()) {
-    msghdr msg{};
-    msg.msg_iov = iov.data() + first;
-    msg.msg_iovlen = std::min<size_t>(iov.size() - first, IOV_MAX);
-    const ssize_t w = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    const ssize_t w =
+        net::Sendv(fd, iov.data() + first, static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX)), 0);
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        if (!ArmTimeout(fd, SO_SNDTIMEO, deadline)) return DeadlineExceeded(peer + " did not take the data in time");
+        if (!ArmTimeout(fd.get(), SO_SNDTIMEO, deadline)) return DeadlineExceeded(peer + " did not take the data in time");
         continue;
       }
       return Broken(peer, errno);
@@ -61,18 +61,25 @@ Status SendAll(int fd, std::span<iovec> iov, Clock::time_point deadline, const s
     }
     while (first < iov.size() && iov[first].iov_len == 0) ++first;
   }
+  // TLS: the session may hold the last bytes it accepted.
+  while (net::Flush(fd) != 0) {
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return Broken(peer, errno);
+    if (!ArmTimeout(fd.get(), SO_SNDTIMEO, deadline)) return DeadlineExceeded(peer + " did not take the data in time");
+  }
   return Status::Ok();
 }
 
-Status RecvAll(int fd, void* data, size_t n, Clock::time_point deadline, const std::string& peer, size_t* received) {
+Status RecvAll(const net::Fd& fd, void* data, size_t n, Clock::time_point deadline, const std::string& peer,
+               size_t* received) {
   size_t ignored = 0;
   size_t& count = received ? *received : ignored;
   count = 0;
   if (n == 0) return Status::Ok();
-  if (!ArmTimeout(fd, SO_RCVTIMEO, deadline)) return DeadlineExceeded("nothing from " + peer + " in time");
+  if (!ArmTimeout(fd.get(), SO_RCVTIMEO, deadline)) return DeadlineExceeded("nothing from " + peer + " in time");
   char* p = static_cast<char*>(data);
   while (n > 0) {
-    const ssize_t r = recv(fd, p, n, MSG_WAITALL);
+    const ssize_t r = net::Recv(fd, p, n, MSG_WAITALL);
     if (r > 0) {
       p += r;
       n -= static_cast<size_t>(r);
@@ -82,7 +89,7 @@ Status RecvAll(int fd, void* data, size_t n, Clock::time_point deadline, const s
     if (r == 0) return Unavailable(peer + " closed the connection");
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (!ArmTimeout(fd, SO_RCVTIMEO, deadline)) return DeadlineExceeded("nothing from " + peer + " in time");
+      if (!ArmTimeout(fd.get(), SO_RCVTIMEO, deadline)) return DeadlineExceeded("nothing from " + peer + " in time");
       continue;
     }
     return Broken(peer, errno);
@@ -90,26 +97,26 @@ Status RecvAll(int fd, void* data, size_t n, Clock::time_point deadline, const s
   return Status::Ok();
 }
 
-Status Discard(int fd, uint64_t n, Clock::time_point deadline, const std::string& peer) {
+Status Discard(const net::Fd& fd, uint64_t n, Clock::time_point deadline, const std::string& peer) {
   char buf[64 << 10];
   while (n > 0) {
     const size_t k = static_cast<size_t>(std::min<uint64_t>(n, sizeof buf));
-    RETURN_IF_ERROR(RecvAll(fd, buf, k, deadline, peer));
+    RETURN_IF_ERROR(wire::RecvAll(fd, buf, k, deadline, peer));
     n -= k;
   }
   return Status::Ok();
 }
 
-Status RecvFrame(int fd, Frame* f, Clock::time_point deadline, const std::string& peer) {
-  return RecvAll(fd, f, sizeof *f, deadline, peer);
+Status RecvFrame(const net::Fd& fd, Frame* f, Clock::time_point deadline, const std::string& peer) {
+  return wire::RecvAll(fd, f, sizeof *f, deadline, peer);
 }
 
-Status SendError(int fd, const Status& s, Clock::time_point deadline, const std::string& peer) {
+Status SendError(const net::Fd& fd, const Status& s, Clock::time_point deadline, const std::string& peer) {
   std::string text = s.message();
   if (text.size() > kMaxMetaBytes) text.resize(kMaxMetaBytes);
   Frame f{kResponseMagic, static_cast<uint32_t>(s.code()), static_cast<uint32_t>(text.size()), 0, 0};
   iovec iov[2] = {{&f, sizeof f}, {text.data(), text.size()}};
-  return SendAll(fd, iov, deadline, peer);
+  return wire::SendAll(fd, iov, deadline, peer);
 }
 
 void HeaderOf(const Tensor& t, proto::Tensor* out) {

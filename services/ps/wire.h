@@ -41,6 +41,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "services/collective/net.h"
 #include "proto/tensor.pb.h"
 #include "services/tensor/tensor.h"
 
@@ -52,6 +53,10 @@ using Clock = std::chrono::steady_clock;
 inline constexpr Clock::time_point kNoDeadline = Clock::time_point::max();
 
 inline constexpr uint32_t kHelloMagic = 0x444A4654;     // "TFJD"
+// A job with TLS (tls/tls.h): the client sends these four bytes in clear,
+// then the TLS handshake, then the hello inside TLS. The PS tells it from
+// gRPC (whose TLS begins with a handshake record) by them.
+inline constexpr uint32_t kTlsMagic = 0x544A4654;       // "TFJT"
 inline constexpr uint32_t kRequestMagic = 0x514A4654;   // "TFJQ"
 inline constexpr uint32_t kResponseMagic = 0x534A4654;  // "TFJS"
 inline constexpr uint32_t kVersion = 1;
@@ -74,21 +79,22 @@ struct Frame {
 };
 static_assert(sizeof(Frame) == 24);
 
-// Blocking-socket I/O that gives up at `deadline` (kNoDeadline: never).
+// Blocking-socket I/O that gives up at `deadline` (kNoDeadline: never),
+// through the connection's TLS session when it has one.
 // SendAll consumes `iov` (its entries are advanced as bytes go out).
-Status SendAll(int fd, std::span<iovec> iov, Clock::time_point deadline, const std::string& peer);
+Status SendAll(const collective::net::Fd& fd, std::span<iovec> iov, Clock::time_point deadline, const std::string& peer);
 // `*received` (when given) counts the bytes that did arrive, also on failure.
-Status RecvAll(int fd, void* data, size_t n, Clock::time_point deadline, const std::string& peer,
+Status RecvAll(const collective::net::Fd& fd, void* data, size_t n, Clock::time_point deadline, const std::string& peer,
                size_t* received = nullptr);
 // Reads and drops `n` bytes through a small buffer (a refused request's
 // payload, so the connection stays usable).
-Status Discard(int fd, uint64_t n, Clock::time_point deadline, const std::string& peer);
+Status Discard(const collective::net::Fd& fd, uint64_t n, Clock::time_point deadline, const std::string& peer);
 // UNAVAILABLE with "<peer> closed the connection" on a clean end of stream
 // before the first byte, so a server can tell an idle close from a failure.
-Status RecvFrame(int fd, Frame* f, Clock::time_point deadline, const std::string& peer);
+Status RecvFrame(const collective::net::Fd& fd, Frame* f, Clock::time_point deadline, const std::string& peer);
 
 // An error response: its code and message, no payload.
-Status SendError(int fd, const Status& s, Clock::time_point deadline, const std::string& peer);
+Status SendError(const collective::net::Fd& fd, const Status& s, Clock::time_point deadline, const std::string& peer);
 
 // dtype and shape of `t`, no data.
 void HeaderOf(const Tensor& t, proto::Tensor* out);

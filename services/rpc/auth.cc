@@ -24,6 +24,7 @@ StatusOr<Credentials> CredentialsFromEnv(const EnvLookup& env) {
     return InvalidArgument("the task token (" + std::string(kTokenEnv) + " or " + kTokenFileEnv +
                            ") is shorter than 16 characters");
   }
+  ASSIGN_OR_RETURN(c.tls, tls::Config::FromEnv(env));
   return c;
 }
 

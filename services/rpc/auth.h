@@ -13,6 +13,10 @@
 // accept any caller (what a single process with an in-process cluster, or a
 // cluster started by hand without one, gets).
 //
+//   TFJOB_TLS_DIR           the job's CA and certificate (tls/tls.h): every
+//                           connection, gRPC included, is then mutual TLS
+//                           and only the job's tasks get through at all
+//
 // Thread-safety: plain values and reentrant functions. Failure: a token file
 // that cannot be read, or a token that is too short, is INVALID_ARGUMENT.
 #pragma once
@@ -26,6 +30,7 @@
 
 #include "common/status.h"
 #include "common/token.h"
+#include "services/tls/tls.h"
 
 namespace tfjob::rpc {
 
@@ -35,12 +40,15 @@ inline constexpr const char* kTokenMetadata = "x-tfjob-token";
 
 struct Credentials {
   std::string token;  // "" -> no authentication
+  std::shared_ptr<const tls::Config> tls;  // null -> plain TCP
   bool enabled() const { return !token.empty(); }
 };
 
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 // Reads TFJOB_AUTH_TOKEN, else TFJOB_AUTH_TOKEN_FILE (trailing whitespace
-// trimmed). A token shorter than 16 characters is refused: it could be guessed.
+// trimmed), and TFJOB_TLS_DIR. A token shorter than 16 characters is
+// refused: it could be guessed. TLS files that are missing or do not belong
+// together are INVALID_ARGUMENT naming the file.
 StatusOr<Credentials> CredentialsFromEnv(const EnvLookup& env);
 
 // NewToken and TokenMatches are in common/token.h.

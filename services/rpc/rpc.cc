@@ -55,7 +55,15 @@ Status FromGrpc(const grpc::Status& s, const std::string& context) {
   return Status(static_cast<Code>(static_cast<int>(s.error_code())), context + ": " + s.error_message());
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const Credentials& credentials) {
+  if (!credentials.tls) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions o(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  o.pem_root_certs = credentials.tls->pem().ca_pem;
+  o.pem_key_cert_pairs.push_back({credentials.tls->pem().key_pem, credentials.tls->pem().cert_pem});
+  return grpc::SslServerCredentials(o);
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const Credentials& credentials) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -67,7 +75,15 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 20000);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  if (!credentials.tls) return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = credentials.tls->pem().ca_pem;
+  o.pem_private_key = credentials.tls->pem().key_pem;
+  o.pem_cert_chain = credentials.tls->pem().cert_pem;
+  // A task's certificate names no host (its address changes with every
+  // restart) but the job's task name, which only the job's CA signs.
+  args.SetSslTargetNameOverride(pki::kTaskServerName);
+  return grpc::CreateCustomChannel(address, grpc::SslCredentials(o), args);
 }
 
 std::unique_ptr<grpc::ClientContext> Context(std::chrono::milliseconds timeout, const Credentials& credentials) {
@@ -97,7 +113,7 @@ Status CallWithRetry(const std::string& address, const RetryPolicy& policy, cons
 }
 
 StatusOr<std::unique_ptr<Server>> StartServer(const std::string& address, const std::vector<grpc::Service*>& services,
-                                              int* bound_port) {
+                                              int* bound_port, const Credentials& credentials) {
   std::unique_ptr<Server> s(new Server());
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
@@ -119,9 +135,9 @@ StatusOr<std::unique_ptr<Server>> StartServer(const std::string& address, const 
     port = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
                                     : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
     s->acceptor_ = builder.experimental().AddExternalConnectionAcceptor(
-        grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, grpc::InsecureServerCredentials());
+        grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, ServerCredentials(credentials));
   } else {
-    builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+    builder.AddListeningPort(address, ServerCredentials(credentials), &port);
   }
   for (grpc::Service* svc : services) builder.RegisterService(svc);
   s->server_ = builder.BuildAndStart();

@@ -32,7 +32,12 @@ StatusOr<Tensor> TensorFromProto(const proto::Tensor& p);
 grpc::Status ToGrpc(const Status& s);
 Status FromGrpc(const grpc::Status& s, const std::string& context);
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+// With credentials.tls, the channel is mutual TLS with the job's
+// certificate, and the server must present one from the job's CA.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const Credentials& credentials = {});
+// Insecure without credentials.tls; with it, TLS that requires and checks a
+// client certificate from the job's CA.
+std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const Credentials& credentials);
 // A ClientContext with a deadline `timeout` from now, carrying the task
 // token of `credentials` (auth.h).
 std::unique_ptr<grpc::ClientContext> Context(std::chrono::milliseconds timeout, const Credentials& credentials);
@@ -69,7 +74,8 @@ class Server {
   void Wait() { server_->Wait(); }
 
  private:
-  friend StatusOr<std::unique_ptr<Server>> StartServer(const std::string&, const std::vector<grpc::Service*>&, int*);
+  friend StatusOr<std::unique_ptr<Server>> StartServer(const std::string&, const std::vector<grpc::Service*>&, int*,
+                                                       const Credentials&);
   Server() = default;
   void AcceptLoop();
   void StopAccepting();
@@ -84,9 +90,10 @@ class Server {
 // Starts a server on `address`: "HOST:PORT" binds it ("127.0.0.1:0" picks a
 // free port), "fd:N" serves on the listening socket N (taking ownership of
 // it). Returns the server and sets *bound_port. UNAVAILABLE when it cannot
-// listen; INVALID_ARGUMENT when N is not a listening socket.
+// listen; INVALID_ARGUMENT when N is not a listening socket. With
+// credentials.tls every connection must be mutual TLS (ServerCredentials).
 StatusOr<std::unique_ptr<Server>> StartServer(const std::string& address, const std::vector<grpc::Service*>& services,
-                                              int* bound_port);
+                                              int* bound_port, const Credentials& credentials = {});
 
 // Random, non-zero: a process's incarnation id.
 uint64_t NewIncarnation();

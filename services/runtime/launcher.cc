@@ -8,12 +8,15 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <mutex>
 #include <thread>
 
 #include "common/flags.h"
+#include "common/pki.h"
 #include "services/base/ports.h"
 #include "services/cluster/cluster.h"
 #include "services/rpc/auth.h"
@@ -44,7 +47,7 @@ std::string SelfExe() {
 // socket as its own (services/base/ports.h); its stdout+stderr go through a
 // pipe.
 StatusOr<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& argv, const std::string& tf_config,
-                                      const std::string& token, int listen_fd) {
+                                      const std::string& token, const std::string& tls_dir, int listen_fd) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return Internal(std::string("pipe: ") + std::strerror(errno));
   pid_t pid = fork();
@@ -56,6 +59,12 @@ StatusOr<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& argv, cons
     // The run's task token (services/rpc/auth.h), whatever the shell had.
     setenv(rpc::kTokenEnv, token.c_str(), 1);
     unsetenv(rpc::kTokenFileEnv);
+    // The run's TLS material with --tls, else none (whatever the shell had).
+    if (tls_dir.empty()) {
+      unsetenv(pki::kTlsDirEnv);
+    } else {
+      setenv(pki::kTlsDirEnv, tls_dir.c_str(), 1);
+    }
     // The children's roles come from this TF_CONFIG even when the launcher
     // itself was started with another resolver selected.
     unsetenv("TFJOB_CLUSTER_RESOLVER");
@@ -91,7 +100,8 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
   Flags flags;
   flags.Value("ps", "parameter servers (0: the workers train together, multi-worker mirrored)", "0")
       .Value("workers", "workers", "2")
-      .Value("host", "the address every task listens on and TF_CONFIG names (IPv4 or IPv6)", "127.0.0.1");
+      .Value("host", "the address every task listens on and TF_CONFIG names (IPv4 or IPv6)", "127.0.0.1")
+      .Bool("tls", "mutual TLS between the tasks, with a CA and certificate made for this run");
   if (Status s = flags.Parse(mine); !s.ok()) return ReportError(s, err);
   auto nps = flags.GetInt("ps");
   auto nworkers = flags.GetInt("workers");
@@ -129,6 +139,28 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
 
   // One task token per run: the tasks accept only each other.
   const std::string token = rpc::NewToken();
+  // With --tls, a CA and certificate for this run only, in a private
+  // directory removed when the run ends.
+  struct TlsDir {
+    std::string path;
+    ~TlsDir() {
+      std::error_code ec;
+      if (!path.empty()) std::filesystem::remove_all(path, ec);
+    }
+  } tls_dir;
+  if (flags.GetBool("tls")) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/tfjob-local-tls.XXXXXX";
+    if (!mkdtemp(tmpl.data())) {
+      return ReportError(Unavailable("local --tls: cannot make a directory for the run's certificate: " +
+                                     std::string(std::strerror(errno))),
+                         err);
+    }
+    tls_dir.path = tmpl;
+    auto pki = pki::NewJobPki("tfjob-runtime-local");
+    if (!pki.ok()) return ReportError(pki.status(), err);
+    if (Status s = pki::WriteTlsDir(tls_dir.path, *pki); !s.ok()) return ReportError(s, err);
+  }
   std::vector<std::string> argv{SelfExe()};
   argv.insert(argv.end(), rest.begin(), rest.end());
   std::mutex out_mu;
@@ -137,7 +169,7 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
     cluster::ClusterConfig cfg{*spec, cluster::TaskId{job, index}, "cloud", ""};
     // The child has its own copy from here on; the launcher's goes.
     base::ListeningSocket socket = std::move(sockets[job + ":" + std::to_string(index)]);
-    ASSIGN_OR_RETURN(auto spawned, Spawn(argv, cluster::ToTfConfigJson(cfg), token, socket.fd()));
+    ASSIGN_OR_RETURN(auto spawned, Spawn(argv, cluster::ToTfConfigJson(cfg), token, tls_dir.path, socket.fd()));
     auto c = std::make_unique<Child>();
     c->name = job + ":" + std::to_string(index);
     c->pid = spawned.first;

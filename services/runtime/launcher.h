@@ -10,6 +10,9 @@
 // worker:0) exit code; the others finish with it or are shut down, and any
 // still running after a grace period are terminated, so nothing is left
 // behind.
+// Every task gets the run's task token; with --tls also a CA and
+// certificate made for the run (TFJOB_TLS_DIR, removed when the run ends),
+// so every connection between the tasks is mutual TLS.
 // Failure: bad flags exit 2; a chief killed by a signal returns 128 + signal.
 #pragma once
 

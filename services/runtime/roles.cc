@@ -137,7 +137,7 @@ int ServeWorker(const cluster::ClusterConfig& cfg, const cluster::ClusterSpec& t
 void ShutdownCluster(const std::vector<std::string>& ps, const std::vector<std::string>& workers,
                      const rpc::Credentials& credentials) {
   for (const auto& a : workers) {
-    auto stub = proto::Worker::NewStub(rpc::MakeChannel(a));
+    auto stub = proto::Worker::NewStub(rpc::MakeChannel(a, credentials));
     proto::WorkerShutdownRequest req;
     proto::WorkerShutdownResponse resp;
     auto ctx = rpc::Context(std::chrono::milliseconds(2000), credentials);
@@ -186,6 +186,10 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
   // every task-to-task call carries and every service requires.
   auto credentials = rpc::CredentialsFromEnv(env);
   if (!credentials.ok()) return ReportError(credentials.status(), err);
+  if (credentials->tls) {
+    out << cfg->task->type << " " << cfg->task->index << ": task-to-task connections are mutual TLS with the job's certificate"
+        << std::endl;
+  }
   // The evaluator is a side-car, never part of the training cluster.
   const cluster::ClusterSpec training = cfg->cluster.WithoutJob(cluster::kEvaluator);
   const std::string& type = cfg->task->type;

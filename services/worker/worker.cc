@@ -146,8 +146,9 @@ void WorkerService::WaitForShutdown() {
 StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const std::string& address, const Registry& registry,
                                                             WorkerEnv env) {
   std::unique_ptr<WorkerServer> s(new WorkerServer());
+  const rpc::Credentials credentials = env.ps_options.credentials;
   s->service_ = std::make_unique<WorkerService>(registry, std::move(env));
-  ASSIGN_OR_RETURN(s->server_, rpc::StartServer(address, {s->service_.get()}, &s->port_));
+  ASSIGN_OR_RETURN(s->server_, rpc::StartServer(address, {s->service_.get()}, &s->port_, credentials));
   return s;
 }
 

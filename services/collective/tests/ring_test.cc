@@ -74,13 +74,27 @@ Tensor Input(int r, int64_t count, uint32_t seed = 1) {
   return *Tensor::FromVector({count}, v);
 }
 
-class RingAllReduceTest : public ::testing::TestWithParam<std::tuple<int, int64_t>> {};
+// A job's TLS material (common/pki.h), made once: key generation is the slow part.
+std::shared_ptr<const tls::Config> JobTls() {
+  static const std::shared_ptr<const tls::Config> config = [] {
+    auto pem = pki::NewJobPki("ring-test");
+    EXPECT_TRUE(pem.ok()) << pem.status();
+    auto c = tls::Config::FromPem(*pem);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return *c;
+  }();
+  return config;
+}
+
+// (members, elements, mutual TLS on every link)
+class RingAllReduceTest : public ::testing::TestWithParam<std::tuple<int, int64_t, bool>> {};
 
 TEST_P(RingAllReduceTest, SumsMatchAndEveryMemberHasTheSameBits) {
   // Plain variables: clang 14 cannot capture structured bindings in lambdas.
   const int n = std::get<0>(GetParam());
   const int64_t count = std::get<1>(GetParam());
   Options o = Fast();
+  if (std::get<2>(GetParam())) o.tls = JobTls();
   o.chunk_bytes = 4096;  // many chunks per segment, so the pipeline is exercised
   Cluster c = MakeCluster(n, o);
   std::vector<Tensor> results(static_cast<size_t>(n));
@@ -107,7 +121,74 @@ TEST_P(RingAllReduceTest, SumsMatchAndEveryMemberHasTheSameBits) {
 // spans many chunks.
 INSTANTIATE_TEST_SUITE_P(Sizes, RingAllReduceTest,
                          ::testing::Combine(::testing::Values(2, 3, 4),
-                                            ::testing::Values(int64_t{1}, int64_t{3}, int64_t{1001}, int64_t{70001})));
+                                            ::testing::Values(int64_t{1}, int64_t{3}, int64_t{1001}, int64_t{70001}),
+                                            ::testing::Values(false)));
+INSTANTIATE_TEST_SUITE_P(Tls, RingAllReduceTest,
+                         ::testing::Combine(::testing::Values(2, 3), ::testing::Values(int64_t{3}, int64_t{70001}),
+                                            ::testing::Values(true)));
+
+// Large enough that sends outrun the socket buffers and TLS has to hold
+// back ciphertext, with a keepalive interval short enough to interleave.
+TEST(RingTest, OverMutualTlsLargeTensorsAndEveryOperationAgree) {
+  const int n = 3;
+  Options o = Fast();
+  o.tls = JobTls();
+  o.timeout = std::chrono::milliseconds(400);
+  Cluster c = MakeCluster(n, o);
+  std::vector<Tensor> reduced(n), broadcast(n);
+  auto st = OnEveryMember(c, [&](int r) -> Status {
+    Group& g = *c.groups[static_cast<size_t>(r)];
+    RETURN_IF_ERROR(g.Form(0).status());
+    Tensor t = Input(r, 3'000'001);
+    RETURN_IF_ERROR(g.comm()->AllReduce(t, ReduceOp::kSum));
+    reduced[static_cast<size_t>(r)] = t;
+    // Idle for longer than the keepalive interval: links stay up.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    Tensor b = r == 1 ? Input(1, 500'000, 3) : *Tensor::Create(DType::kFloat32, {500'000});
+    Tensor* bp[] = {&b};
+    RETURN_IF_ERROR(g.comm()->Broadcast(bp, 1));
+    broadcast[static_cast<size_t>(r)] = b;
+    return g.comm()->Barrier();
+  });
+  for (const Status& s : st) ASSERT_TRUE(s.ok()) << s;
+  std::vector<Tensor> inputs;
+  for (int r = 0; r < n; ++r) inputs.push_back(Input(r, 3'000'001));
+  for (int64_t i = 0; i < 3'000'001; i += 997) {
+    double want = 0;
+    for (int r = 0; r < n; ++r) want += inputs[static_cast<size_t>(r)].data<float>()[i];
+    ASSERT_NEAR(reduced[0].data<float>()[i], want, 1e-5) << "element " << i;
+  }
+  for (int r = 1; r < n; ++r) EXPECT_TRUE(Equal(reduced[static_cast<size_t>(r)], reduced[0]));
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(Equal(broadcast[static_cast<size_t>(r)], Input(1, 500'000, 3)));
+}
+
+TEST(RingTest, AMemberWithAnotherJobsCertificateNeverJoins) {
+  Options o = Fast();
+  o.tls = JobTls();
+  o.rendezvous_timeout = std::chrono::milliseconds(2000);
+  Options other = o;
+  auto pem = pki::NewJobPki("ring-test");  // same name, another CA
+  ASSERT_TRUE(pem.ok());
+  other.tls = *tls::Config::FromPem(*pem);
+  std::vector<Peer> members;
+  std::vector<net::Listener> listeners;
+  for (int r = 0; r < 2; ++r) {
+    auto l = net::Listen("127.0.0.1", 0);
+    ASSERT_TRUE(l.ok());
+    members.push_back({"worker:" + std::to_string(r), "127.0.0.1:" + std::to_string(l->port)});
+    listeners.push_back(std::move(l).value());
+  }
+  auto leader = Group::Create(members, 0, o, std::move(listeners[0]));
+  auto intruder = Group::Create(members, 1, other, std::move(listeners[1]));
+  ASSERT_TRUE(leader.ok() && intruder.ok());
+  Status s1;
+  std::thread t([&] { s1 = (*intruder)->Form(0).status(); });
+  Status s0 = (*leader)->Form(0).status();
+  t.join();
+  EXPECT_FALSE(s1.ok());
+  EXPECT_THAT(s1.message(), HasSubstr("worker:0")) << s1;
+  EXPECT_EQ(s0.code(), Code::kDeadlineExceeded) << s0;  // the leader never saw a member join
+}
 
 TEST(RingTest, MeanBucketsGatherBroadcastAndBarrier) {
   const int n = 3;

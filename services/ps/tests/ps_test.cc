@@ -220,7 +220,7 @@ class RawDataClient {
   }
   void Send(const void* p, size_t n) {
     iovec iov{const_cast<void*>(p), n};
-    EXPECT_TRUE(wire::SendAll(fd_.get(), {&iov, 1}, Deadline(), "ps").ok());
+    EXPECT_TRUE(wire::SendAll(fd_, {&iov, 1}, Deadline(), "ps").ok());
   }
   void SendRequest(wire::Op op, const google::protobuf::MessageLite& meta, uint64_t claimed_payload) {
     const std::string m = meta.SerializeAsString();
@@ -231,13 +231,13 @@ class RawDataClient {
   // The next response: its code and meta (the message, for errors).
   std::pair<Code, std::string> Answer() {
     wire::Frame f;
-    Status s = wire::RecvFrame(fd_.get(), &f, Deadline(), "ps");
+    Status s = wire::RecvFrame(fd_, &f, Deadline(), "ps");
     if (!s.ok()) return {s.code(), s.message()};
     EXPECT_EQ(f.magic, wire::kResponseMagic);
     std::string meta(f.meta_bytes, '\0');
-    EXPECT_TRUE(wire::RecvAll(fd_.get(), meta.data(), meta.size(), Deadline(), "ps").ok());
+    EXPECT_TRUE(wire::RecvAll(fd_, meta.data(), meta.size(), Deadline(), "ps").ok());
     std::string payload(f.payload_bytes, '\0');
-    EXPECT_TRUE(wire::RecvAll(fd_.get(), payload.data(), payload.size(), Deadline(), "ps").ok());
+    EXPECT_TRUE(wire::RecvAll(fd_, payload.data(), payload.size(), Deadline(), "ps").ok());
     return {static_cast<Code>(f.kind), meta};
   }
   void Close() { fd_.Reset(); }
