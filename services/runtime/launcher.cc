@@ -94,7 +94,9 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
     }
     if (args[i].rfind("--", 0) != 0) break;
     mine.push_back(args[i]);
-    if (args[i].find('=') == std::string::npos && i + 1 < args.size()) mine.push_back(args[++i]);
+    // Every launcher flag but the boolean --tls takes a value.
+    const bool takes_value = args[i] != "--tls";
+    if (takes_value && args[i].find('=') == std::string::npos && i + 1 < args.size()) mine.push_back(args[++i]);
   }
   rest.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
   Flags flags;
