@@ -58,6 +58,8 @@ int main(int argc, char** argv) {
       .Value("burst", "API request burst", "100")
       .Value("cluster-domain", "DNS suffix for TF_CONFIG addresses (default: $CUSTOM_CLUSTER_DOMAIN, else none: {pod}.{ns}.svc)")
       .Value("task-auth", "true: a Secret per TFJob holds a task token every task-to-task call must carry", "true")
+      .Value("task-tls", "true: a per-job CA and certificate, kept in the job's task-auth Secret, for mutual TLS "
+                         "between a job's tasks (needs --task-auth)", "false")
       .Value("network-policy", "true: a NetworkPolicy per TFJob lets only the job's pods reach its tfjob-port", "false")
       .Value("gang-scheduler-name", "gang scheduling, as Kubeflow's: volcano (scheduling.volcano.sh/v1beta1 PodGroups), "
                                     "or the scheduler-plugins scheduler's name, e.g. scheduler-plugins "
@@ -85,6 +87,24 @@ int main(int argc, char** argv) {
   if (!workers.ok()) return Fail(workers.status());
   if (!qps.ok()) return Fail(qps.status());
   if (!burst.ok()) return Fail(burst.status());
+  auto boolean = [&](const std::string& name) -> StatusOr<bool> {
+    const std::string v = flags.Get(name);
+    if (v == "true") return true;
+    if (v == "false") return false;
+    return InvalidArgument("flag --" + name + ": \"" + v + "\" is not true or false");
+  };
+  auto task_auth = boolean("task-auth");
+  if (!task_auth.ok()) return Fail(task_auth.status());
+  auto network_policy = boolean("network-policy");
+  if (!network_policy.ok()) return Fail(network_policy.status());
+  auto task_tls = boolean("task-tls");
+  if (!task_tls.ok()) return Fail(task_tls.status());
+  // The TLS material lives in the task-auth Secret, and a job whose tasks
+  // check certificates but not tokens is not a configuration to offer.
+  if (*task_tls && !*task_auth) {
+    return Fail(InvalidArgument("flag --task-tls=true needs --task-auth=true (the job's TLS material is kept in its "
+                                "task-auth Secret)"));
+  }
 
   std::string kubeconfig = flags.Get("kubeconfig");
   if (kubeconfig.empty()) kubeconfig = Getenv("KUBECONFIG").value_or("");
@@ -110,17 +130,8 @@ int main(int argc, char** argv) {
   // Kubeflow's training-operator reads CUSTOM_CLUSTER_DOMAIN; the flag wins.
   co.planner.cluster_domain = flags.Get("cluster-domain");
   if (co.planner.cluster_domain.empty()) co.planner.cluster_domain = Getenv("CUSTOM_CLUSTER_DOMAIN").value_or("");
-  auto boolean = [&](const std::string& name) -> StatusOr<bool> {
-    const std::string v = flags.Get(name);
-    if (v == "true") return true;
-    if (v == "false") return false;
-    return InvalidArgument("flag --" + name + ": \"" + v + "\" is not true or false");
-  };
-  auto task_auth = boolean("task-auth");
-  if (!task_auth.ok()) return Fail(task_auth.status());
-  auto network_policy = boolean("network-policy");
-  if (!network_policy.ok()) return Fail(network_policy.status());
   co.planner.task_auth = *task_auth;
+  co.planner.task_tls = *task_tls;
   co.planner.gang_scheduler = flags.Get("gang-scheduler-name");
   if (!co.planner.gang_scheduler.empty()) {
     // Said at start-up rather than as an informer that never syncs: the

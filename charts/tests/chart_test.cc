@@ -149,11 +149,12 @@ const std::vector<std::string> kAllOn = {
     "leaderElection.enabled=true", "replicaCount=2", "serviceAccount.annotations.team=ml",
     "operator.clusterDomain=cluster.local", "nodeSelector.pool=cpu", "podAnnotations.note=x",
     "serviceMonitor.labels.release=prometheus", "grafanaDashboard.labels.team=ml", "taskAuth.enabled=true",
-    "networkPolicy.enabled=true", "gangScheduler.name=volcano", "leaderElection.renewDeadlineSeconds=8",
+    "taskAuth.tls=true", "networkPolicy.enabled=true", "gangScheduler.name=volcano", "leaderElection.renewDeadlineSeconds=8",
     "leaderElection.retryPeriodSeconds=1.5"};
 const std::vector<std::string> kAllOff = {"serviceMonitor.enabled=false", "grafanaDashboard.enabled=false",
                                           "metrics.service.enabled=false", "leaderElection.enabled=false",
-                                          "taskAuth.enabled=false", "networkPolicy.enabled=false"};
+                                          "taskAuth.enabled=false", "taskAuth.tls=false",
+                                          "networkPolicy.enabled=false"};
 
 std::vector<std::string> With(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -233,6 +234,39 @@ TEST(Chart, EveryToggleOffLeavesOnlyTheCore) {
       }
     }
     EXPECT_THAT(Args(r.One("Deployment")), ::testing::Contains("--task-auth=false"));
+    EXPECT_THAT(Args(r.One("Deployment")), ::testing::Not(::testing::Contains(HasSubstr("--task-tls"))));
+  }
+}
+
+// taskAuth.tls adds the flag and get/update on secrets (an existing Secret
+// without the TLS keys is read and completed); nothing else changes.
+TEST(Chart, TaskAuthTlsAddsTheFlagAndGetUpdateOnSecrets) {
+  for (const std::string ns : {"", "team-a"}) {
+    SCOPED_TRACE("watchNamespace=" + ns);
+    const std::string kind = ns.empty() ? "ClusterRole" : "Role";
+    auto rules = [&](const Rendered& r) {
+      for (const auto* d : r.Kind(kind)) {
+        if (d->obj["metadata"]["name"] == "tfjob-tfjob-operator") return d->obj["rules"];
+      }
+      return json();
+    };
+    const Rendered off = Render({"watchNamespace=" + ns});
+    const Rendered on = Render({"watchNamespace=" + ns, "taskAuth.tls=true"});
+    json expected = rules(off);
+    ASSERT_TRUE(expected.is_array());
+    bool found = false;
+    for (auto& rule : expected) {
+      if (rule["resources"] == json::array({"secrets"})) {
+        EXPECT_EQ(rule["verbs"], json::array({"create"}));
+        rule["verbs"] = json::array({"create", "get", "update"});
+        found = true;
+      }
+    }
+    EXPECT_TRUE(found);
+    EXPECT_EQ(rules(on), expected);
+    EXPECT_THAT(Args(on.One("Deployment")), ::testing::Contains("--task-tls=true"));
+    EXPECT_THAT(Args(off.One("Deployment")), ::testing::Not(::testing::Contains(HasSubstr("--task-tls"))));
+    EXPECT_EQ(Kinds(on), Kinds(off));
   }
 }
 
@@ -276,6 +310,9 @@ TEST(Chart, InconsistentValuesFailWithAMessage) {
   r = RunRender({"serviceAccount.create=false"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.err, HasSubstr("serviceAccount.name is required"));
+  r = RunRender({"taskAuth.enabled=false", "taskAuth.tls=true"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("taskAuth.tls needs taskAuth.enabled"));
 }
 
 TEST(Chart, NotesRender) {
@@ -527,10 +564,11 @@ json Job(const std::string& name, const std::string& ns, const std::string& clea
 struct RbacCase {
   std::string watch_ns;  // "" = all namespaces
   std::string gang;      // gangScheduler.name; "" = off
+  bool tls = false;      // taskAuth.tls
 };
 
 void PrintTo(const RbacCase& c, std::ostream* os) {
-  *os << "watchNamespace=\"" << c.watch_ns << "\" gangScheduler.name=\"" << c.gang << "\"";
+  *os << "watchNamespace=\"" << c.watch_ns << "\" gangScheduler.name=\"" << c.gang << "\" taskAuth.tls=" << c.tls;
 }
 
 class ChartRbac : public ::testing::TestWithParam<RbacCase> {};
@@ -541,12 +579,16 @@ class ChartRbac : public ::testing::TestWithParam<RbacCase> {};
 // pods, services), pods and services created and deleted (a restart after a
 // failure, cleanPodPolicy All), TFJob status written (and patched for a job
 // it cannot decode), events recorded, and a finished job deleted by its TTL.
+// With taskAuth.tls, one job's Secret exists already without the TLS keys
+// (made before the option was on), so it is read and completed.
 TEST_P(ChartRbac, GrantsExactlyWhatTheOperatorUses) {
   const std::string watch_ns = GetParam().watch_ns;
   const std::string gang = GetParam().gang;
+  const bool tls = GetParam().tls;
   const std::string job_ns = watch_ns.empty() ? "team-b" : watch_ns;
   Rendered r = Render({"watchNamespace=" + watch_ns, "leaderElection.enabled=true",
-                       "leaderElection.leaseDurationSeconds=2", "gangScheduler.name=" + gang});
+                       "leaderElection.leaseDurationSeconds=2", "gangScheduler.name=" + gang,
+                       std::string("taskAuth.tls=") + (tls ? "true" : "false")});
   ASSERT_FALSE(r.docs.empty());
   const std::vector<Grant> grants = Grants(r);
   ASSERT_FALSE(grants.empty());
@@ -557,7 +599,7 @@ TEST_P(ChartRbac, GrantsExactlyWhatTheOperatorUses) {
   ASSERT_TRUE(server.ok()) << server.status();
   auto& api = **server;
   const std::string dir = t::MakeTempDir("chart-rbac-" + (watch_ns.empty() ? std::string("cluster") : watch_ns) +
-                                         (gang.empty() ? "" : "-" + gang));
+                                         (gang.empty() ? "" : "-" + gang) + (tls ? "-tls" : ""));
   const std::string podgroups = gang.empty() ? "" : gang == "volcano" ? "podgroups.scheduling.volcano.sh"
                                                                       : "podgroups.scheduling.x-k8s.io";
   ASSERT_TRUE(api.WriteKubeconfig(dir + "/kubeconfig").ok());
@@ -586,6 +628,14 @@ TEST_P(ChartRbac, GrantsExactlyWhatTheOperatorUses) {
     json with_status = *created;
     with_status["status"] = {{"conditions", json::array()}};
     ASSERT_TRUE(api.UpdateStatus("tfjobs", job_ns, with_status).ok());
+  }
+  if (tls) {
+    ASSERT_TRUE(api.Create("secrets", job_ns,
+                           {{"apiVersion", "v1"},
+                            {"kind", "Secret"},
+                            {"metadata", {{"name", "clean-tfjob-auth"}, {"namespace", job_ns}}},
+                            {"stringData", {{"token", std::string(64, 'a')}}}})
+                    .ok());
   }
   auto op = std::make_unique<t::Process>(argv);
   auto eventually = [&](const std::function<bool()>& pred) { return api.WaitFor(pred, 30s); };
@@ -631,6 +681,13 @@ TEST_P(ChartRbac, GrantsExactlyWhatTheOperatorUses) {
         << op->output();
   }
   ASSERT_TRUE(eventually([&] { return pods("clean").size() == 2 && pods("ttl").size() == 2; })) << op->output();
+  if (tls) {
+    for (const std::string job : {"clean", "ttl"}) {
+      auto secret = api.Get("secrets", job_ns, job + "-tfjob-auth");
+      ASSERT_TRUE(secret.ok()) << secret.status();
+      EXPECT_TRUE((*secret)["stringData"].contains("tls.key")) << job;
+    }
+  }
   ASSERT_TRUE(eventually([&] { return condition("bad", "Failed"); })) << op->output();
   // A retryable failure: the pod is deleted and created again.
   const std::string uid = api.Get("pods", job_ns, "clean-worker-1").value()["metadata"]["uid"];
@@ -708,11 +765,12 @@ TEST_P(ChartRbac, GrantsExactlyWhatTheOperatorUses) {
 
 INSTANTIATE_TEST_SUITE_P(WatchNamespace, ChartRbac,
                          ::testing::Values(RbacCase{"", ""}, RbacCase{"team-a", ""}, RbacCase{"", "volcano"},
-                                           RbacCase{"team-a", "scheduler-plugins"}),
+                                           RbacCase{"team-a", "scheduler-plugins"}, RbacCase{"team-a", "", true}),
                          [](const auto& info) {
                            std::string name = info.param.watch_ns.empty() ? "AllNamespaces" : "OneNamespace";
                            if (info.param.gang == "volcano") name += "Volcano";
                            if (info.param.gang == "scheduler-plugins") name += "SchedulerPlugins";
+                           if (info.param.tls) name += "TaskTls";
                            return name;
                          });
 

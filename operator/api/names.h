@@ -46,6 +46,11 @@ std::string AuthSecretName(std::string_view job);
 std::string NetworkPolicyName(std::string_view job);
 // The key of the token in that Secret.
 inline constexpr std::string_view kAuthSecretKey = "token";
+// With --task-tls the same Secret also holds the job's TLS material (keys
+// pki::kCaFile, kCertFile, kKeyFile), mounted into every tensorflow
+// container as this volume at this path (what TFJOB_TLS_DIR names).
+inline constexpr std::string_view kTlsVolumeName = "tfjob-tls";
+inline constexpr std::string_view kTlsMountPath = "/etc/tfjob/tls";
 std::string ServiceName(std::string_view job, std::string_view type_label, int index);
 
 // job-name and operator-name: what selects every pod and service of a job.

@@ -5,6 +5,7 @@
 #include <ctime>
 #include <set>
 
+#include "common/pki.h"
 #include "common/time.h"
 #include "operator/api/defaults.h"
 #include "operator/api/names.h"
@@ -199,6 +200,43 @@ void SetEnv(nlohmann::json& pod_spec, const nlohmann::json& var) {
   }
 }
 
+// Adds `item` to the array obj[list], replacing entries with the same name
+// or, when `same_key` is given, the same value of that key (two mounts at
+// one path would make the pod invalid).
+void SetNamed(nlohmann::json& obj, const char* list, const nlohmann::json& item, const char* same_key = nullptr) {
+  nlohmann::json items = obj.value(list, nlohmann::json::array());
+  if (!items.is_array()) items = nlohmann::json::array();
+  nlohmann::json kept = nlohmann::json::array();
+  for (const auto& e : items) {
+    // Compared as JSON values: the template's may be of any type.
+    auto same = [&](const char* key) { return e.contains(key) && e[key] == item[key]; };
+    const bool replaced = e.is_object() && (same("name") || (same_key && same(same_key)));
+    if (!replaced) kept.push_back(e);
+  }
+  kept.push_back(item);
+  obj[list] = kept;
+}
+
+// The job's TLS material from its Secret: a read-only volume on the
+// tensorflow container and TFJOB_TLS_DIR naming it. Mode 0444, not 0400:
+// Secret files belong to root unless the pod sets fsGroup, and the runtime
+// image runs as a non-root user (65532), which could not read a 0400 key;
+// the volume is visible only to the containers that mount it.
+void AddTlsVolume(const TFJob& job, nlohmann::json& pod_spec) {
+  nlohmann::json items = nlohmann::json::array();
+  for (const char* key : {pki::kCaFile, pki::kCertFile, pki::kKeyFile}) items.push_back({{"key", key}, {"path", key}});
+  SetNamed(pod_spec, "volumes",
+           {{"name", std::string(api::kTlsVolumeName)},
+            {"secret", {{"secretName", api::AuthSecretName(job.metadata.name)}, {"items", items}, {"defaultMode", 0444}}}});
+  for (auto& c : pod_spec["containers"]) {
+    if (!c.is_object() || c.value("name", "") != api::kDefaultContainerName) continue;
+    SetNamed(c, "volumeMounts",
+             {{"name", std::string(api::kTlsVolumeName)}, {"mountPath", std::string(api::kTlsMountPath)}, {"readOnly", true}},
+             "mountPath");
+  }
+  SetEnv(pod_spec, {{"name", pki::kTlsDirEnv}, {"value", std::string(api::kTlsMountPath)}});
+}
+
 nlohmann::json BuildAuthSecret(const TFJob& job) {
   return {{"apiVersion", "v1"},
           {"kind", "Secret"},
@@ -326,6 +364,7 @@ StatusOr<nlohmann::json> BuildPod(const TFJob& job, const ReplicaSpec& spec, int
                       {"valueFrom",
                        {{"secretKeyRef",
                          {{"name", api::AuthSecretName(job.metadata.name)}, {"key", std::string(api::kAuthSecretKey)}}}}}});
+    if (opt.task_tls) AddTlsVolume(job, pod_spec);
   }
   // Kubeflow's DecoratePodTemplateSpec: the gang scheduler unless the
   // template names another, and what ties the pod to its PodGroup.

@@ -100,7 +100,10 @@ PodGroupResource PodGroupResourceFor(const std::string& gang_scheduler);
 struct Action {
   // kCreateSecret: the job's task-token Secret; the executor fills in a
   // random token (the planner has no randomness), and one that exists
-  // already is kept. kCreateNetworkPolicy: the job's NetworkPolicy.
+  // already is kept; with PlannerOptions::task_tls also the job's TLS
+  // material, added to an existing Secret that lacks it. The executor
+  // creates none of the plan's pods when this action fails.
+  // kCreateNetworkPolicy: the job's NetworkPolicy.
   // kCreatePodGroup / kUpdatePodGroup / kDeletePodGroup: the job's PodGroup
   // (the update carries the observed resourceVersion: a 409 requeues).
   enum class Kind {
@@ -136,6 +139,15 @@ struct PlannerOptions {
   // token, and every tensorflow container gets TFJOB_AUTH_TOKEN from it
   // (jobs of more than one replica: one alone has no peers).
   bool task_auth = true;
+  // Mutual TLS between the job's tasks, on top of the token (needs
+  // task_auth: the material lives in the same Secret, so it is off without
+  // it). The executor puts the job's CA certificate, task certificate and
+  // key (common/pki.h) into the Secret as ca.crt, tls.crt and tls.key; every
+  // tensorflow container mounts them read-only from a Secret volume
+  // "tfjob-tls" at /etc/tfjob/tls and gets TFJOB_TLS_DIR=/etc/tfjob/tls
+  // (a template's volume or mount of that name or path is replaced).
+  // Same jobs as the token; TF_CONFIG is unchanged.
+  bool task_tls = false;
   // A NetworkPolicy owned by the job: its pods accept connections from the
   // job's own pods, and from anywhere only on their other declared ports
   // (metrics), never on tfjob-port.

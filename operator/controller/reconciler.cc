@@ -4,6 +4,7 @@
 #include <chrono>
 #include <iostream>
 
+#include "common/pki.h"
 #include "common/time.h"
 #include "common/token.h"
 #include "operator/api/codec.h"
@@ -57,6 +58,18 @@ nlohmann::json Slim(nlohmann::json obj, bool keep_status) {
     out["status"] = std::move(st);
   }
   return out;
+}
+
+// Whether a Secret read back holds `key`: the API server keeps it in
+// `data` (stringData is write-only); the test double keeps what was written.
+bool SecretHas(const nlohmann::json& secret, std::string_view key) {
+  for (const char* field : {"data", "stringData"}) {
+    const auto f = secret.find(field);
+    if (f == secret.end() || !f->is_object()) continue;
+    const auto v = f->find(std::string(key));
+    if (v != f->end() && v->is_string() && !v->get<std::string>().empty()) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -204,10 +217,15 @@ void Controller::Execute(const api::TFJob& job, const Plan& plan, Status& first_
   auto note = [&](Status s) {
     if (!s.ok() && first_error.ok()) first_error = s;
   };
+  bool secret_failed = false;  // the planner puts the Secret before the pods
   for (const Action& a : plan.actions) {
     switch (a.kind) {
       case Action::Kind::kCreatePod:
       case Action::Kind::kCreateService: {
+        // A pod whose Secret is missing or lacks a key it mounts would sit
+        // in ContainerCreating; the requeue (the error noted below) brings
+        // the Secret and then the pods.
+        if (a.kind == Action::Kind::kCreatePod && secret_failed) break;
         auto r = client_.Create(a.kind == Action::Kind::kCreatePod ? kube::kPods : kube::kServices, ns, a.object);
         if (!r.ok() && r.status().code() != Code::kAlreadyExists) note(r.status());
         break;
@@ -224,12 +242,11 @@ void Controller::Execute(const api::TFJob& job, const Plan& plan, Status& first_
         break;
       }
       case Action::Kind::kCreateSecret: {
-        // The token is made here, once: a Secret that exists keeps its
-        // token, so running pods and new ones agree.
-        nlohmann::json secret = a.object;
-        secret["stringData"] = {{std::string(api::kAuthSecretKey), NewToken()}};
-        auto r = client_.Create(kube::kSecrets, ns, secret);
-        if (!r.ok() && r.status().code() != Code::kAlreadyExists) note(r.status());
+        Status s = EnsureSecret(job, a);
+        if (!s.ok()) {
+          note(s);
+          secret_failed = true;
+        }
         break;
       }
       case Action::Kind::kCreateNetworkPolicy: {
@@ -255,6 +272,49 @@ void Controller::Execute(const api::TFJob& job, const Plan& plan, Status& first_
       }
     }
   }
+}
+
+Status Controller::EnsureSecret(const api::TFJob& job, const Action& create) {
+  const std::string& ns = job.metadata.namespace_;
+  const bool tls = options_.planner.task_tls;
+  // The token and the PKI are made here, once: a Secret that exists keeps
+  // them, so running pods and new ones agree. The CA's key never leaves
+  // NewJobPki; the Secret holds only what the tasks present and check.
+  nlohmann::json secret = create.object;
+  secret["stringData"] = {{std::string(api::kAuthSecretKey), NewToken()}};
+  if (tls) {
+    auto made = pki::NewJobPki(job.metadata.name);
+    if (!made.ok()) return made.status().WithContext("TLS material for Secret " + ns + "/" + create.name);
+    secret["stringData"][pki::kCaFile] = made->ca_pem;
+    secret["stringData"][pki::kCertFile] = made->cert_pem;
+    secret["stringData"][pki::kKeyFile] = made->key_pem;
+  }
+  auto r = client_.Create(kube::kSecrets, ns, secret);
+  if (r.ok()) return Status::Ok();
+  if (r.status().code() != Code::kAlreadyExists) return r.status();
+  if (!tls) return Status::Ok();
+  // A Secret made before --task-tls was turned on (or edited since) would
+  // leave the pods' volume waiting forever for keys it lacks: add them,
+  // keeping the token. The three TLS keys only make sense together, so a
+  // partial set is replaced whole. The update carries the resourceVersion
+  // read here: a concurrent writer makes it a 409, and the requeue reads
+  // again.
+  auto existing = client_.Get(kube::kSecrets, ns, create.name);
+  if (!existing.ok()) return existing.status().WithContext("Secret " + ns + "/" + create.name);
+  const bool has_tls =
+      SecretHas(*existing, pki::kCaFile) && SecretHas(*existing, pki::kCertFile) && SecretHas(*existing, pki::kKeyFile);
+  const bool has_token = SecretHas(*existing, api::kAuthSecretKey);
+  if (has_tls && has_token) return Status::Ok();
+  nlohmann::json updated = *existing;
+  nlohmann::json& add = updated["stringData"];
+  if (!add.is_object()) add = nlohmann::json::object();
+  const std::string token_key(api::kAuthSecretKey);
+  if (!has_token) add[token_key] = secret["stringData"][token_key];
+  if (!has_tls) {
+    for (const char* key : {pki::kCaFile, pki::kCertFile, pki::kKeyFile}) add[key] = secret["stringData"][key];
+  }
+  auto u = client_.Update(kube::kSecrets, ns, updated);
+  return u.ok() ? Status::Ok() : u.status().WithContext("adding TLS keys to Secret " + ns + "/" + create.name);
 }
 
 Status Controller::Reconcile(const std::string& key) {

@@ -57,6 +57,9 @@ class Controller {
   void Work();
   void EnqueueOwner(const nlohmann::json& obj);
   void Execute(const api::TFJob& job, const Plan& plan, Status& first_error);
+  // The job's task-auth Secret with a token and, with task_tls, the job's
+  // TLS material; an existing one keeps what it has and gets what it lacks.
+  Status EnsureSecret(const api::TFJob& job, const Action& create);
   void RecordEvent(const api::TFJob& job, const Event& e);
   void CountTransitions(const api::TFJob& job, const api::JobStatus& before, const api::JobStatus& after);
 

@@ -21,8 +21,10 @@ void OnSignal(int) { g_stop = true; }
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   tfjob::Flags flags;
-  flags.Value("state-dir", "where status.json and <pod>.pid files go (default: a new /tmp directory)");
-  const std::string usage = "usage: tfjob run MANIFEST.yaml [--state-dir DIR]\n"
+  flags.Value("state-dir", "where status.json and <pod>.pid files go (default: a new /tmp directory)")
+      .Bool("task-tls", "mutual TLS between the replicas: a CA and certificate for this run in <state-dir>/tls, "
+                        "named by TFJOB_TLS_DIR in every replica's environment");
+  const std::string usage = "usage: tfjob run MANIFEST.yaml [--state-dir DIR] [--task-tls]\n"
                             "       tfjob --help | --version\n"
                             "Runs a TFJob manifest on this machine under the operator's rules: one process per\n"
                             "replica, TF_CONFIG on 127.0.0.1. Exits 0 when the job Succeeded, 1 when it Failed,\n"
@@ -56,6 +58,7 @@ int main(int argc, char** argv) {
   tfjob::op::local::RunOptions o;
   if (n > 0) o.bin_dir = std::filesystem::path(std::string(self, static_cast<size_t>(n))).parent_path().string();
   o.state_dir = flags.Get("state-dir");
+  o.task_tls = flags.GetBool("task-tls");
   o.out = &std::cout;
   o.err = &std::cerr;
   // SIGTERM / SIGINT stop the replicas (their own process groups would

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/files.h"
+#include "common/pki.h"
 #include "operator/api/codec.h"
 #include "operator/api/defaults.h"
 #include "operator/api/names.h"
@@ -310,22 +311,25 @@ class Backend {
 // /metrics on a port it binds itself and reports), the job name
 // (services/metrics reads both) and the run's task token
 // (services/rpc/auth.h: on Kubernetes it comes from the job's Secret; here
-// one is made per run). The runner's values win over the manifest's: on
-// Kubernetes every pod has its own IP, here they share one.
-json WithRunnerEnv(json pod, const std::string& job_name, const std::string& token) {
+// one is made per run), and with --task-tls the run's TLS directory. The
+// runner's values win over the manifest's: on Kubernetes every pod has its
+// own IP, here they share one. Without --task-tls a manifest's own
+// TFJOB_TLS_DIR is kept, as the operator keeps it.
+json WithRunnerEnv(json pod, const std::string& job_name, const std::string& token, const std::string& tls_dir) {
   for (auto& c : pod["spec"]["containers"]) {
     if (c.value("name", "") != api::kDefaultContainerName) continue;
     json env = json::array();
     for (const auto& e : c.value("env", json::array())) {
       const std::string name = e.value("name", "");
       if (name != "TFJOB_METRICS_PORT" && name != "TFJOB_JOB_NAME" && name != kTokenEnv && name != kTokenFileEnv &&
-          name != base::kListenFdEnv) {
+          name != base::kListenFdEnv && !(name == pki::kTlsDirEnv && !tls_dir.empty())) {
         env.push_back(e);
       }
     }
     env.push_back({{"name", "TFJOB_METRICS_PORT"}, {"value", "0"}});
     env.push_back({{"name", "TFJOB_JOB_NAME"}, {"value", job_name}});
     env.push_back({{"name", kTokenEnv}, {"value", token}});
+    if (!tls_dir.empty()) env.push_back({{"name", pki::kTlsDirEnv}, {"value", tls_dir}});
     c["env"] = env;
   }
   return pod;
@@ -386,9 +390,31 @@ int RunJob(const std::string& manifest, const RunOptions& o) {
   }
   // One task token for the run: every replica gets it, nobody else has it.
   const std::string token = NewToken();
+  // Likewise one PKI: a CA that signs the one certificate every replica
+  // presents and then is gone. The directory is the run's own (0700), so
+  // only this user reads the key; an absolute path, so a replica that
+  // changes directory still finds it.
+  std::string tls_dir;
+  if (o.task_tls) {
+    tls_dir = std::filesystem::absolute(dir + "/tls", ec).lexically_normal().string();
+    if (!ec) std::filesystem::create_directories(tls_dir, ec);
+    if (!ec) std::filesystem::permissions(tls_dir, std::filesystem::perms::owner_all, ec);
+    if (ec) {
+      err << "tfjob: error: cannot create TLS directory " << tls_dir << ": " << ec.message() << std::endl;
+      return 1;
+    }
+    auto pki = pki::NewJobPki(job.metadata.name);
+    Status written = pki.ok() ? pki::WriteTlsDir(tls_dir, *pki) : pki.status();
+    if (!written.ok()) {
+      err << "tfjob: error: TLS material for the run: " << written.message() << std::endl;
+      return 1;
+    }
+  }
   controller::PlannerOptions popts;
-  // The run makes its own token (above) and has no network to police.
+  // The run makes its own token and TLS material (above) and has no network
+  // to police.
   popts.task_auth = false;
+  popts.task_tls = false;
   popts.network_policy = false;
   popts.address = [&](const api::ReplicaSpec& spec, int index) {
     return "127.0.0.1:" + std::to_string(sockets[api::PodName(job.metadata.name, api::TypeLabel(spec), index)].port());
@@ -425,7 +451,7 @@ int RunJob(const std::string& manifest, const RunOptions& o) {
     for (const Action& a : plan.actions) {
       switch (a.kind) {
         case Action::Kind::kCreatePod: {
-          backend.Create(WithRunnerEnv(a.object, job.metadata.name, token));
+          backend.Create(WithRunnerEnv(a.object, job.metadata.name, token, tls_dir));
           break;
         }
         case Action::Kind::kDeletePod: backend.Delete(a.name); break;

@@ -38,6 +38,11 @@ struct RunOptions {
   std::ostream* err = nullptr;
   std::chrono::milliseconds tick{100};
   std::chrono::seconds finish_grace{10};  // for processes still running when the job ends
+  // Mutual TLS between the replicas: a PKI for this run (common/pki.h),
+  // written to <state_dir>/tls (mode 0700; the key 0600), named by
+  // TFJOB_TLS_DIR in every replica's environment, as the operator's
+  // --task-tls mounts the job's Secret.
+  bool task_tls = false;
   // Set (e.g. by a SIGTERM handler) to stop every replica and return 1.
   const std::atomic<bool>* stop = nullptr;
 };

@@ -51,8 +51,8 @@ class OperatorE2E : public ::testing::Test {
     argv.insert(argv.end(), extra.begin(), extra.end());
     return std::make_unique<t::Process>(argv, op_env_);
   }
-  void StartOperator() {
-    op_ = Operator();
+  void StartOperator(const std::vector<std::string>& extra = {}) {
+    op_ = Operator(extra);
     // "tfjob-operator: metrics on :P, health probes on :Q"
     const auto ports = op_->WaitForLine("tfjob-operator: metrics on :");
     ASSERT_TRUE(ports) << op_->output();
@@ -195,6 +195,138 @@ json SmallJob(const std::string& name, const std::string& policy, int workers = 
                {{"replicas", workers},
                 {"restartPolicy", policy},
                 {"template", {{"spec", {{"containers", json::array({container})}}}}}}}}}}}};
+}
+
+// ---- --task-tls ---------------------------------------------------------------
+
+const char* const kTlsKeys[] = {"ca.crt", "tls.crt", "tls.key"};
+
+// The Secret's text for `key`: stringData as written (the double keeps it;
+// the API server would turn it into data).
+std::string SecretText(const json& secret, const std::string& key) {
+  const json& sd = secret.value("stringData", json::object());
+  return sd.contains(key) && sd[key].is_string() ? sd[key].get<std::string>() : "";
+}
+
+void ExpectPkiIn(const json& secret) {
+  EXPECT_THAT(SecretText(secret, "ca.crt"), ::testing::StartsWith("-----BEGIN CERTIFICATE-----"));
+  EXPECT_THAT(SecretText(secret, "tls.crt"), ::testing::StartsWith("-----BEGIN CERTIFICATE-----"));
+  EXPECT_THAT(SecretText(secret, "tls.key"), ::testing::StartsWith("-----BEGIN PRIVATE KEY-----"));
+  EXPECT_NE(SecretText(secret, "ca.crt"), SecretText(secret, "tls.crt"));
+}
+
+// With --task-tls the job's Secret holds the token and the job's CA
+// certificate, task certificate and key (never the CA's key: exactly those
+// four entries), and every pod mounts the three TLS files and is told where.
+TEST_F(OperatorE2E, TaskTlsPutsTheJobsPkiInItsSecretAndMountsIt) {
+  op_->Stop(SIGTERM);
+  StartOperator({"--task-tls=true"});
+  json created = Submit(SmallJob("tls", "Never", 2));
+  ASSERT_TRUE(Eventually([&] { return Pods("tls").size() == 2; })) << op_->output();
+  auto secret = server_->Get("secrets", "default", "tls-tfjob-auth");
+  ASSERT_TRUE(secret.ok()) << secret.status();
+  EXPECT_EQ((*secret)["metadata"]["ownerReferences"][0]["uid"], created["metadata"]["uid"]);
+  std::set<std::string> keys;
+  for (const auto& [k, v] : (*secret)["stringData"].items()) keys.insert(k);
+  EXPECT_EQ(keys, (std::set<std::string>{"token", "ca.crt", "tls.crt", "tls.key"}));
+  EXPECT_EQ(SecretText(*secret, "token").size(), 64u);
+  ExpectPkiIn(*secret);
+  for (const auto& pod : Pods("tls")) {
+    SCOPED_TRACE(pod["metadata"]["name"].get<std::string>());
+    EXPECT_EQ(Env(pod, "TFJOB_TLS_DIR"), "/etc/tfjob/tls");
+    EXPECT_EQ(pod["spec"]["volumes"][0]["secret"]["secretName"], "tls-tfjob-auth");
+    EXPECT_EQ(pod["spec"]["containers"][0]["volumeMounts"][0],
+              json({{"name", "tfjob-tls"}, {"mountPath", "/etc/tfjob/tls"}, {"readOnly", true}}));
+  }
+  // A second job gets a CA of its own.
+  Submit(SmallJob("tls2", "Never", 2));
+  ASSERT_TRUE(Eventually([&] { return Pods("tls2").size() == 2; })) << op_->output();
+  auto other = server_->Get("secrets", "default", "tls2-tfjob-auth");
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_NE(SecretText(*other, "ca.crt"), SecretText(*secret, "ca.crt"));
+}
+
+// A Secret made before --task-tls was turned on has a token and no TLS
+// keys; pods mounting it would wait forever. The operator adds the keys
+// (after a conflicting write, on the retry) and keeps the token the
+// running pods already hold.
+TEST_F(OperatorE2E, TaskTlsAddsTheKeysToASecretMadeWithoutThem) {
+  op_->Stop(SIGTERM);
+  const std::string token(64, 'a');
+  ASSERT_TRUE(server_->Create("secrets", "default",
+                              {{"apiVersion", "v1"},
+                               {"kind", "Secret"},
+                               {"type", "Opaque"},
+                               {"metadata", {{"name", "old-tfjob-auth"}, {"namespace", "default"}}},
+                               {"stringData", {{"token", token}}}})
+                  .ok());
+  ASSERT_TRUE(server_->InjectFault({"PUT", ".*/secrets/old-tfjob-auth", 409, 1}).ok());
+  StartOperator({"--task-tls=true"});
+  Submit(SmallJob("old", "ExitCode", 2));
+  ASSERT_TRUE(Eventually([&] { return Pods("old").size() == 2; })) << op_->output();
+  auto secret = server_->Get("secrets", "default", "old-tfjob-auth");
+  ASSERT_TRUE(secret.ok()) << secret.status();
+  EXPECT_EQ(SecretText(*secret, "token"), token);
+  ExpectPkiIn(*secret);
+  // No pod was created before the keys were there: the first pod comes
+  // after the successful update.
+  std::optional<size_t> updated, first_pod;
+  const auto requests = server_->Requests();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const auto& r = requests[i];
+    if (!updated && r.method == "PUT" && r.path.find("/secrets/old-tfjob-auth") != std::string::npos && r.code == 200) {
+      updated = i;
+    }
+    if (!first_pod && r.method == "POST" && r.path.ends_with("/pods")) first_pod = i;
+  }
+  ASSERT_TRUE(updated && first_pod);
+  EXPECT_LT(*updated, *first_pod);
+  // Keys already there are left alone on later passes: a retryable
+  // failure recreates a pod, which asks for the Secret again.
+  const std::string ca = SecretText(*secret, "ca.crt");
+  const std::string uid = server_->Get("pods", "default", "old-worker-1").value()["metadata"]["uid"];
+  SetPhase("old-worker-1", "Failed", 137);
+  ASSERT_TRUE(Eventually([&] {
+    auto p = server_->Get("pods", "default", "old-worker-1");
+    return p.ok() && (*p)["metadata"]["uid"] != uid;
+  })) << op_->output();
+  EXPECT_EQ(SecretText(server_->Get("secrets", "default", "old-tfjob-auth").value(), "ca.crt"), ca);
+  int puts = 0;
+  for (const auto& r : server_->Requests()) {
+    puts += r.method == "PUT" && r.path.find("/secrets/") != std::string::npos && r.code == 200;
+  }
+  EXPECT_EQ(puts, 1);
+}
+
+// The Secret cannot be written: the error is reported (and retried) and
+// no pod is created until it is.
+TEST_F(OperatorE2E, TaskTlsNoPodBeforeItsSecret) {
+  op_->Stop(SIGTERM);
+  ASSERT_TRUE(server_->InjectFault({"POST", ".*/secrets", 500, 2}).ok());
+  StartOperator({"--task-tls=true"});
+  Submit(SmallJob("late", "Never", 2));
+  ASSERT_TRUE(Eventually([&] { return Pods("late").size() == 2; })) << op_->output();
+  EXPECT_THAT(op_->output(), HasSubstr("reconcile default/late: "));
+  std::optional<size_t> created, first_pod;
+  const auto requests = server_->Requests();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const auto& r = requests[i];
+    if (!created && r.method == "POST" && r.path.ends_with("/secrets") && r.code == 201) created = i;
+    if (!first_pod && r.method == "POST" && r.path.ends_with("/pods")) first_pod = i;
+  }
+  ASSERT_TRUE(created && first_pod);
+  EXPECT_LT(*created, *first_pod);
+  ExpectPkiIn(server_->Get("secrets", "default", "late-tfjob-auth").value());
+}
+
+// TLS material without a token is not offered: one line, exit 2.
+TEST_F(OperatorE2E, TaskTlsWithoutTaskAuthIsAClearError) {
+  auto r = t::Run({t::BinDir() + "/tfjob-operator", "--kubeconfig", dir_ + "/kubeconfig", "--task-tls=true",
+                   "--task-auth=false", "--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address",
+                   "127.0.0.1:0"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_EQ(r.err, "tfjob-operator: error: flag --task-tls=true needs --task-auth=true (the job's TLS material is kept "
+                   "in its task-auth Secret)\n");
 }
 
 TEST_F(OperatorE2E, ExitCodePolicyRecreatesOnSignalsAndFailsOnErrors) {

@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <random>
+#include <tuple>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -239,6 +240,100 @@ TEST(PlannerTest, TaskTokenSecretAndNetworkPolicyComeFirst) {
   EXPECT_EQ(Find(PlanJob(job, pods, services, kNow), "j-tfjob-auth", Action::Kind::kCreateSecret), nullptr);
 }
 
+// --task-tls: the tensorflow container mounts the job's TLS material from
+// its Secret and TFJOB_TLS_DIR names the mount; TF_CONFIG, the token and
+// the Secret action are as without it. Literal JSON: this is what the
+// runtime (TFJOB_TLS_DIR, common/pki.h file names) and the kubelet see.
+TEST(PlannerTest, TaskTlsMountsTheJobsSecretAndNamesItInTheEnvironment) {
+  auto job = Job({{"PS", Replica(1)}, {"Worker", Replica(2)}});
+  PlannerOptions o;
+  o.task_tls = true;
+  Plan p = PlanJob(job, {}, {}, kNow, o);
+  ASSERT_FALSE(p.actions.empty());
+  EXPECT_EQ(p.actions[0].kind, Action::Kind::kCreateSecret);
+  EXPECT_EQ(p.actions[0].object, PlanJob(job, {}, {}, kNow).actions[0].object);  // the reconciler adds the keys
+  const json& pod = Find(p, "j-worker-1", Action::Kind::kCreatePod)->object;
+  EXPECT_EQ(pod["spec"]["volumes"], json::parse(R"([{"name":"tfjob-tls","secret":{"secretName":"j-tfjob-auth",
+      "items":[{"key":"ca.crt","path":"ca.crt"},{"key":"tls.crt","path":"tls.crt"},{"key":"tls.key","path":"tls.key"}],
+      "defaultMode":292}}])"));
+  const json& c = pod["spec"]["containers"][0];
+  EXPECT_EQ(c["volumeMounts"], json::parse(R"([{"name":"tfjob-tls","mountPath":"/etc/tfjob/tls","readOnly":true}])"));
+  EXPECT_EQ(c["env"], json::parse(R"([
+      {"name":"TF_CONFIG","value":"{\"cluster\":{\"ps\":[\"j-ps-0.ns.svc:2222\"],\"worker\":[\"j-worker-0.ns.svc:2222\",\"j-worker-1.ns.svc:2222\"]},\"task\":{\"type\":\"worker\",\"index\":1},\"environment\":\"cloud\"}"},
+      {"name":"TFJOB_AUTH_TOKEN","valueFrom":{"secretKeyRef":{"name":"j-tfjob-auth","key":"token"}}},
+      {"name":"TFJOB_TLS_DIR","value":"/etc/tfjob/tls"}])"));
+  // Apart from the volume, mount and variable, the pod is the one without TLS.
+  json plain = Find(PlanJob(job, {}, {}, kNow), "j-worker-1", Action::Kind::kCreatePod)->object;
+  json stripped = pod;
+  stripped["spec"].erase("volumes");
+  stripped["spec"]["containers"][0].erase("volumeMounts");
+  stripped["spec"]["containers"][0]["env"].erase(2);
+  EXPECT_EQ(stripped, plain);
+  // Every replica type gets it, the PS included.
+  EXPECT_EQ(Find(p, "j-ps-0", Action::Kind::kCreatePod)->object["spec"]["volumes"], pod["spec"]["volumes"]);
+}
+
+// Where the token is not given, neither is TLS: without task_auth (the
+// operator refuses that combination; the planner stays safe) and for a job
+// of one replica.
+TEST(PlannerTest, TaskTlsFollowsTheToken) {
+  PlannerOptions o;
+  o.task_tls = true;
+  for (const auto& [name, job, opt_auth] :
+       std::vector<std::tuple<std::string, api::TFJob, bool>>{{"no task_auth", Job({{"Worker", Replica(2)}}), false},
+                                                              {"one replica", Job({{"Worker", Replica(1)}}), true}}) {
+    SCOPED_TRACE(name);
+    o.task_auth = opt_auth;
+    Plan p = PlanJob(job, {}, {}, kNow, o);
+    const json& pod = Find(p, "j-worker-0", Action::Kind::kCreatePod)->object;
+    EXPECT_FALSE(pod["spec"].contains("volumes"));
+    EXPECT_FALSE(pod["spec"]["containers"][0].contains("volumeMounts"));
+    EXPECT_THAT(pod.dump(), ::testing::Not(HasSubstr("TFJOB_TLS_DIR")));
+  }
+}
+
+// The template's own volume, mount or variable of that name (or a mount at
+// that path) is replaced, the user's others are kept, and planning the
+// resulting pod's template again gives the same pod.
+TEST(PlannerTest, TaskTlsReplacesTheTemplatesVolumeOfThatNameIdempotently) {
+  json tmpl = Replica(2);
+  json& spec = tmpl["template"]["spec"];
+  spec["volumes"] = json::parse(R"([{"name":"data","emptyDir":{}},{"name":"tfjob-tls","emptyDir":{}},
+                                     {"name":"old-certs","secret":{"secretName":"mine"}}])");
+  spec["containers"][0]["volumeMounts"] = json::parse(R"([{"name":"data","mountPath":"/data"},
+      {"name":"tfjob-tls","mountPath":"/somewhere"},{"name":"old-certs","mountPath":"/etc/tfjob/tls"}])");
+  spec["containers"][0]["env"] = json::parse(R"([{"name":"TFJOB_TLS_DIR","value":"/somewhere"},{"name":"A","value":"1"}])");
+  spec["containers"].push_back({{"name", "sidecar"}, {"image", "x"}});
+  PlannerOptions o;
+  o.task_tls = true;
+  auto job = Job({{"Worker", tmpl}});
+  const json pod = Find(PlanJob(job, {}, {}, kNow, o), "j-worker-0", Action::Kind::kCreatePod)->object;
+  const json ours = json::parse(R"({"name":"tfjob-tls","secret":{"secretName":"j-tfjob-auth",
+      "items":[{"key":"ca.crt","path":"ca.crt"},{"key":"tls.crt","path":"tls.crt"},{"key":"tls.key","path":"tls.key"}],
+      "defaultMode":292}})");
+  EXPECT_EQ(pod["spec"]["volumes"], json::array({json::parse(R"({"name":"data","emptyDir":{}})"),
+                                                 json::parse(R"({"name":"old-certs","secret":{"secretName":"mine"}})"),
+                                                 ours}));
+  const json& c = pod["spec"]["containers"][0];
+  EXPECT_EQ(c["volumeMounts"], json::parse(R"([{"name":"data","mountPath":"/data"},
+      {"name":"tfjob-tls","mountPath":"/etc/tfjob/tls","readOnly":true}])"));
+  int tls_dirs = 0;
+  for (const auto& e : c["env"]) {
+    if (e["name"] == "TFJOB_TLS_DIR") {
+      ++tls_dirs;
+      EXPECT_EQ(e["value"], "/etc/tfjob/tls");
+    }
+  }
+  EXPECT_EQ(tls_dirs, 1);
+  EXPECT_EQ(pod["spec"]["containers"][1], json({{"name", "sidecar"}, {"image", "x"}}));  // only the tensorflow container
+  // Planning from the planned pod's spec changes nothing.
+  json again_tmpl = Replica(2);
+  again_tmpl["template"]["spec"] = pod["spec"];
+  const json again =
+      Find(PlanJob(Job({{"Worker", again_tmpl}}), {}, {}, kNow, o), "j-worker-0", Action::Kind::kCreatePod)->object;
+  EXPECT_EQ(again["spec"], pod["spec"]);
+}
+
 TEST(PlannerTest, IdempotentOnceEverythingExists) {
   auto job = Job({{"PS", Replica(1)}, {"Worker", Replica(2)}});
   Plan first = PlanJob(job, {}, {}, kNow);
@@ -457,6 +552,10 @@ TEST(PlannerTest, MutatedObjectsNeverCrashThePlanner) {
   const json base = [] {
     json r = Replica(2, "ExitCode");
     r["template"]["spec"]["containers"][0]["ports"] = json::array({{{"name", "tfjob-port"}, {"containerPort", 2300}}});
+    // What --task-tls merges into (mutated too).
+    r["template"]["spec"]["volumes"] = json::array({{{"name", "tfjob-tls"}, {"emptyDir", json::object()}}});
+    r["template"]["spec"]["containers"][0]["volumeMounts"] =
+        json::array({{{"name", "data"}, {"mountPath", "/etc/tfjob/tls"}}});
     return json{{"apiVersion", "kubeflow.org/v1"}, {"kind", "TFJob"},
                 {"metadata", {{"name", "j"}, {"namespace", "ns"}, {"uid", "uid-1"}}},
                 {"spec", {{"tfReplicaSpecs", {{"Chief", Replica(1)}, {"PS", Replica(1)}, {"Worker", r}}},
@@ -493,7 +592,9 @@ TEST(PlannerTest, MutatedObjectsNeverCrashThePlanner) {
       if (rng() % 5 == 0) p.labels["training.kubeflow.org/replica-index"] = "not-a-number";
       pods.push_back(p);
     }
-    Plan plan = PlanJob(*job, pods, {Svc("worker", 0)}, kNow + std::chrono::seconds(rng() % 10));
+    PlannerOptions o;
+    o.task_tls = iter % 2 == 0;
+    Plan plan = PlanJob(*job, pods, {Svc("worker", 0)}, kNow + std::chrono::seconds(rng() % 10), o);
     (void)api::Encode([&] { api::TFJob j = *job; j.status = plan.status; return j; }());
     ++planned;
   }
