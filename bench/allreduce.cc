@@ -25,9 +25,11 @@
 //    printed as "error: ..." and the run exits 1.
 //
 // usage: bench_allreduce [--procs 2,4] [--sizes-mib 1,4,16,64] [--seconds 1.0]
-//          [--max-iters 100000] [--chunk-kib K] [--bucket-mib M]
+//          [--max-iters 100000] [--chunk-kib K] [--bucket-mib M] [--tls]
 //        (--chunk-kib / --bucket-mib override Options::chunk_bytes and
-//         bucket_bytes; by default the library's defaults are used)
+//         bucket_bytes; by default the library's defaults are used. --tls:
+//         every link is mutual TLS with a CA and certificate made for the
+//         run, and the lines say "tfjob-ring-tls")
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -42,6 +44,7 @@
 #include <vector>
 
 #include "bench/child.h"
+#include "bench/tls_dir.h"
 #include "common/flags.h"
 #include "services/collective/group.h"
 #include "services/collective/net.h"
@@ -108,6 +111,10 @@ Status RunMember(const Flags& f) {
     ASSIGN_OR_RETURN(int64_t mib, f.GetInt("bucket-mib"));
     o.bucket_bytes = static_cast<size_t>(mib) << 20;
   }
+  if (f.Has("tls-dir")) {
+    ASSIGN_OR_RETURN(o.tls, tls::Config::FromDir(f.Get("tls-dir")));
+  }
+  const char* impl = o.tls ? "tfjob-ring-tls" : "tfjob-ring";
   net::Listener listener;
   listener.fd = net::Fd(static_cast<int>(fd));
   ASSIGN_OR_RETURN(std::unique_ptr<Group> group, Group::Create(members, static_cast<int>(rank), o, std::move(listener)));
@@ -159,9 +166,9 @@ Status RunMember(const Flags& f) {
       const double busbw = algbw * 2.0 * (n - 1) / n;
       char line[512];
       std::snprintf(line, sizeof line,
-                    "{\"impl\":\"tfjob-ring\",\"n\":%d,\"bytes\":%zu,\"iters\":%lld,\"seconds_per_op\":%.9g,"
+                    "{\"impl\":\"%s\",\"n\":%d,\"bytes\":%zu,\"iters\":%lld,\"seconds_per_op\":%.9g,"
                     "\"algbw_gbps\":%.6g,\"busbw_gbps\":%.6g}",
-                    n, bytes, static_cast<long long>(iters), per_op, algbw, busbw);
+                    impl, n, bytes, static_cast<long long>(iters), per_op, algbw, busbw);
       std::cout << line << std::endl;
     }
   }
@@ -171,7 +178,7 @@ Status RunMember(const Flags& f) {
 }
 
 // Runs one group of n members and relays rank 0's lines.
-Status RunGroup(int n, const Flags& f) {
+Status RunGroup(int n, const Flags& f, const std::string& tls_dir) {
   std::vector<net::Listener> listeners;
   std::string list;
   for (int r = 0; r < n; ++r) {
@@ -193,6 +200,10 @@ Status RunGroup(int n, const Flags& f) {
         argv.push_back("--" + opt);
         argv.push_back(f.Get(opt));
       }
+    }
+    if (!tls_dir.empty()) {
+      argv.push_back("--tls-dir");
+      argv.push_back(tls_dir);
     }
     // Only this member inherits its own listening socket.
     fcntl(fd, F_SETFD, 0);
@@ -229,7 +240,9 @@ int Main(int argc, char** argv) {
       .Value("seconds", "about how long each size runs", "1.0")
       .Value("max-iters", "at most this many timed operations per size", "100000")
       .Value("chunk-kib", "Options::chunk_bytes in KiB (default: the library's)")
-      .Value("bucket-mib", "Options::bucket_bytes in MiB (default: the library's)");
+      .Value("bucket-mib", "Options::bucket_bytes in MiB (default: the library's)")
+      .Bool("tls", "mutual TLS on every link, with a CA and certificate made for the run")
+      .Value("tls-dir", "internal: the run's TLS material");
   if (Status s = f.Parse(std::vector<std::string>(argv + 1, argv + argc)); !s.ok()) {
     std::cerr << s.message() << "\n" << f.Usage();
     return 2;
@@ -258,8 +271,17 @@ int Main(int argc, char** argv) {
     std::cerr << s.message() << "\n" << f.Usage();
     return 2;
   }
+  std::unique_ptr<TlsDir> tls;
+  if (f.GetBool("tls")) {
+    auto made = TlsDir::Make();
+    if (!made.ok()) {
+      std::cerr << "bench_allreduce: " << made.status().message() << std::endl;
+      return 1;
+    }
+    tls = std::move(made).value();
+  }
   for (int64_t n : *procs) {
-    if (Status g = RunGroup(static_cast<int>(n), f); !g.ok()) {
+    if (Status g = RunGroup(static_cast<int>(n), f, tls ? tls->path() : ""); !g.ok()) {
       std::cerr << "bench_allreduce: " << g.message() << std::endl;
       return 1;
     }

@@ -28,7 +28,7 @@
 //
 // usage: bench_ps_throughput --runtime build/bin/tfjob-runtime
 //          [--sizes-mib 4,64] [--reps 3] [--seconds 1.0] [--max-iters 2000]
-//          [--warmup 2] [--impls ours,raw]
+//          [--warmup 2] [--impls ours,raw] [--tls]
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -53,6 +53,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/child.h"
+#include "bench/tls_dir.h"
 #include "common/flags.h"
 #include "services/collective/net.h"
 #include "services/ps/ps_client.h"
@@ -232,6 +233,13 @@ Status Run(const Flags& flags) {
   // Our PS: the runtime binary as task ps:0.
   std::unique_ptr<Child> ps_proc;
   std::unique_ptr<ps::PsClient> ps;
+  std::unique_ptr<TlsDir> tls;
+  ps::ClientOptions client_options;
+  if (flags.GetBool("tls")) {
+    ASSIGN_OR_RETURN(tls, TlsDir::Make());
+    ASSIGN_OR_RETURN(client_options.credentials.tls, tls::Config::FromDir(tls->path()));
+  }
+  const std::string ours_name = tls ? "tfjob-ps-tls" : "tfjob-ps";
   if (want_ours) {
     // The PS serves on a socket bound here and inherited (TFJOB_LISTEN_FD),
     // so no port is picked, released and raced for.
@@ -239,13 +247,18 @@ Status Run(const Flags& flags) {
     const std::string address = "127.0.0.1:" + std::to_string(listener.port);
     const nlohmann::json tf_config{{"cluster", {{"ps", {address}}}}, {"task", {{"type", "ps"}, {"index", 0}}}};
     fcntl(listener.fd.get(), F_SETFD, 0);
-    auto spawned = Child::Spawn({flags.Get("runtime"), "counter"},
-                                {"TF_CONFIG=" + tf_config.dump(), "TFJOB_LISTEN_FD=" + std::to_string(listener.fd.get())});
+    std::vector<std::string> env = {"TF_CONFIG=" + tf_config.dump(), "TFJOB_LISTEN_FD=" + std::to_string(listener.fd.get())};
+    if (tls) env.push_back(std::string(pki::kTlsDirEnv) + "=" + tls->path());
+    auto spawned = Child::Spawn({flags.Get("runtime"), "counter"}, env);
     listener.fd.Reset();  // the PS has its own copy
     ASSIGN_OR_RETURN(ps_proc, std::move(spawned));
-    ASSIGN_OR_RETURN(std::string line, ps_proc->ReadLine(std::chrono::milliseconds(15000)));
-    if (line.find("serving on") == std::string::npos) return Internal("ps process printed \"" + line + "\"");
-    ps = std::make_unique<ps::PsClient>(address);
+    // Its first lines say how it serves (TLS, metrics), then where.
+    while (true) {
+      ASSIGN_OR_RETURN(std::string line, ps_proc->ReadLine(std::chrono::milliseconds(15000)));
+      if (line.find("serving on") != std::string::npos) break;
+      if (line.find("mutual TLS") == std::string::npos) return Internal("ps process printed \"" + line + "\"");
+    }
+    ps = std::make_unique<ps::PsClient>(address, client_options);
   }
   // The raw-TCP echo server: this binary, re-executed.
   std::unique_ptr<Child> raw_proc;
@@ -285,7 +298,7 @@ Status Run(const Flags& flags) {
           result = m.status();
           break;
         }
-        Print("tfjob-ps", rep, d.bytes(), *m);
+        Print(ours_name, rep, d.bytes(), *m);
       }
       if (raw) {
         std::vector<char> out(d.bytes()), in;
@@ -332,7 +345,8 @@ int main(int argc, char** argv) {
       .Value("seconds", "time budget per timed loop", "1.0")
       .Value("max-iters", "iteration cap per timed loop", "2000")
       .Value("warmup", "untimed iterations before each timed loop", "2")
-      .Value("impls", "which of ours,raw to run", "ours,raw");
+      .Value("impls", "which of ours,raw to run", "ours,raw")
+      .Bool("tls", "ours: mutual TLS between client and PS, with a CA and certificate made for the run");
   if (tfjob::Status s = flags.Parse(args); !s.ok()) {
     std::cerr << "bench_ps_throughput: " << s << "\n" << flags.Usage();
     return 2;

@@ -8,6 +8,7 @@
 #   closures.sh          no-op closures/s through the coordinator
 #   allreduce.sh         all-reduce bus bandwidth, our ring vs gloo and OpenMPI
 #   mwms_scaling.sh      multi-worker mirrored and mirrored x2 vs single-process, by phase
+#   tls_overhead.sh      the ring and the PS data plane with mutual TLS vs without
 #   gpu_train.sh         MLP training on a GPU vs PyTorch on it and vs our CPU ("no GPU" without one)
 #
 # usage: bench/run_all.sh   (from the project root, after the build)
@@ -18,7 +19,7 @@ cd "$(dirname "$0")/.."
 
 status=0
 for b in mlp_vs_torch.sh cnn_vs_torch.sh ps_throughput.sh mlp_ps_vs_single.sh embedding_ps.sh closures.sh allreduce.sh mwms_scaling.sh \
-         gpu_train.sh; do
+         tls_overhead.sh gpu_train.sh; do
   echo "== bench/$b"
   if ! bash "bench/$b"; then
     echo "bench/$b failed" >&2

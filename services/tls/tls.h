@@ -99,7 +99,6 @@ class Session {
  private:
   Session(SSL* ssl, int fd) : ssl_(ssl), fd_(fd) {}
   int FlushLocked();
-  void TakeCiphertextLocked();
   ssize_t WriteLocked(const void* data, size_t n);
 
   mutable std::mutex mu_;
