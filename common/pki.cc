@@ -31,7 +31,7 @@ using Cert = std::unique_ptr<X509, Deleter<X509, X509_free>>;
 using Bio = std::unique_ptr<BIO, Deleter<BIO, BIO_free_all>>;
 using Bn = std::unique_ptr<BIGNUM, Deleter<BIGNUM, BN_free>>;
 
-Status Fail(const std::string& step) { return Internal("job PKI: " + step + " failed"); }
+Status Fail(const std::string& step) { return Internal("PKI: " + step + " failed"); }
 
 constexpr long kTenYears = 10L * 366 * 24 * 3600;
 
@@ -43,38 +43,28 @@ StatusOr<std::string> Pem(const std::function<int(BIO*)>& write, const std::stri
   return std::string(data, static_cast<size_t>(n));
 }
 
-Status AddExt(X509* cert, X509* issuer, int nid, const char* value) {
+Status AddExt(X509* cert, X509* issuer, const std::string& name, const std::string& value) {
   X509V3_CTX ctx;
   X509V3_set_ctx_nodb(&ctx);
   X509V3_set_ctx(&ctx, issuer, cert, nullptr, nullptr, 0);
-  X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value);
-  if (!ext) return Fail(std::string("extension ") + value);
+  X509_EXTENSION* ext = X509V3_EXT_nconf(nullptr, &ctx, name.c_str(), value.c_str());
+  if (!ext) return Fail("extension " + name + "=" + value);
   const int ok = X509_add_ext(cert, ext, -1);
   X509_EXTENSION_free(ext);
-  return ok == 1 ? Status::Ok() : Fail(std::string("extension ") + value);
+  return ok == 1 ? Status::Ok() : Fail("extension " + name + "=" + value);
 }
 
-// A certificate for `key` with CN `cn`, signed by `issuer_key` (self-signed
-// when `issuer` is null). Serial numbers are 128 random bits, as RFC 5280
-// advises for CAs that may meet each other's certificates.
-StatusOr<Cert> Issue(EVP_PKEY* key, const std::string& cn, X509* issuer, EVP_PKEY* issuer_key,
-                     const std::vector<std::pair<int, const char*>>& extensions) {
-  Cert c(X509_new());
-  if (!c) return Fail("X509_new");
-  Bn serial(BN_new());
-  if (!serial || BN_rand(serial.get(), 127, BN_RAND_TOP_ANY, BN_RAND_BOTTOM_ANY) != 1 ||
-      !BN_to_ASN1_INTEGER(serial.get(), X509_get_serialNumber(c.get()))) {
-    return Fail("serial number");
-  }
-  X509_set_version(c.get(), 2);
-  X509_gmtime_adj(X509_getm_notBefore(c.get()), -3600);
-  X509_gmtime_adj(X509_getm_notAfter(c.get()), kTenYears);
-  X509_set_pubkey(c.get(), key);
-  X509_NAME* name = X509_get_subject_name(c.get());
-  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8, reinterpret_cast<const unsigned char*>(cn.c_str()), -1, -1, 0);
-  X509_set_issuer_name(c.get(), issuer ? X509_get_subject_name(issuer) : name);
-  for (const auto& [nid, value] : extensions) RETURN_IF_ERROR(AddExt(c.get(), issuer ? issuer : c.get(), nid, value));
-  if (X509_sign(c.get(), issuer_key ? issuer_key : key, EVP_sha256()) <= 0) return Fail("signing " + cn);
+StatusOr<Key> LoadKey(const std::string& pem) {
+  Bio b(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  Key k(b ? PEM_read_bio_PrivateKey(b.get(), nullptr, nullptr, nullptr) : nullptr);
+  if (!k) return Fail("loading the issuer's key");
+  return k;
+}
+
+StatusOr<Cert> LoadCert(const std::string& pem) {
+  Bio b(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  Cert c(b ? PEM_read_bio_X509(b.get(), nullptr, nullptr, nullptr) : nullptr);
+  if (!c) return Fail("loading the issuer's certificate");
   return c;
 }
 
@@ -99,29 +89,56 @@ Status WriteFile(const std::string& path, const std::string& text, mode_t mode) 
 
 }  // namespace
 
-StatusOr<JobPki> NewJobPki(std::string_view job) {
-  Key ca_key(EVP_EC_gen("P-256"));
+StatusOr<KeyPair> Issue(const std::string& cn, const std::vector<std::pair<std::string, std::string>>& extensions,
+                        const KeyPair* issuer, long not_before_s, long not_after_s) {
   Key key(EVP_EC_gen("P-256"));
-  if (!ca_key || !key) return Fail("EC key generation");
-  const std::string name(job.empty() ? "tfjob" : job);
-  ASSIGN_OR_RETURN(Cert ca, Issue(ca_key.get(), "tfjob CA " + name, nullptr, nullptr,
-                                  {{NID_basic_constraints, "critical,CA:TRUE,pathlen:0"},
-                                   {NID_key_usage, "critical,keyCertSign,cRLSign"},
-                                   {NID_subject_key_identifier, "hash"}}));
-  const std::string san = std::string("DNS:") + kTaskServerName;
-  ASSIGN_OR_RETURN(Cert cert, Issue(key.get(), name, ca.get(), ca_key.get(),
-                                    {{NID_basic_constraints, "critical,CA:FALSE"},
-                                     {NID_key_usage, "critical,digitalSignature"},
-                                     {NID_ext_key_usage, "serverAuth,clientAuth"},
-                                     {NID_subject_alt_name, san.c_str()},
-                                     {NID_authority_key_identifier, "keyid:always"}}));
-  JobPki out;
-  ASSIGN_OR_RETURN(out.ca_pem, Pem([&](BIO* b) { return PEM_write_bio_X509(b, ca.get()); }, "CA certificate"));
-  ASSIGN_OR_RETURN(out.cert_pem, Pem([&](BIO* b) { return PEM_write_bio_X509(b, cert.get()); }, "certificate"));
+  if (!key) return Fail("EC key generation");
+  Key issuer_key;
+  Cert issuer_cert;
+  if (issuer) {
+    ASSIGN_OR_RETURN(issuer_key, LoadKey(issuer->key_pem));
+    ASSIGN_OR_RETURN(issuer_cert, LoadCert(issuer->cert_pem));
+  }
+  Cert c(X509_new());
+  Bn serial(BN_new());
+  if (!c || !serial || BN_rand(serial.get(), 127, BN_RAND_TOP_ANY, BN_RAND_BOTTOM_ANY) != 1 ||
+      !BN_to_ASN1_INTEGER(serial.get(), X509_get_serialNumber(c.get()))) {
+    return Fail("serial number");
+  }
+  X509_set_version(c.get(), 2);
+  X509_gmtime_adj(X509_getm_notBefore(c.get()), not_before_s);
+  X509_gmtime_adj(X509_getm_notAfter(c.get()), not_after_s);
+  X509_set_pubkey(c.get(), key.get());
+  X509_NAME* name = X509_get_subject_name(c.get());
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8, reinterpret_cast<const unsigned char*>(cn.c_str()), -1, -1, 0);
+  X509_set_issuer_name(c.get(), issuer ? X509_get_subject_name(issuer_cert.get()) : name);
+  for (const auto& [ext, value] : extensions) RETURN_IF_ERROR(AddExt(c.get(), issuer ? issuer_cert.get() : c.get(), ext, value));
+  if (X509_sign(c.get(), issuer ? issuer_key.get() : key.get(), EVP_sha256()) <= 0) return Fail("signing " + cn);
+  KeyPair out;
+  ASSIGN_OR_RETURN(out.cert_pem, Pem([&](BIO* b) { return PEM_write_bio_X509(b, c.get()); }, "certificate"));
   ASSIGN_OR_RETURN(out.key_pem, Pem([&](BIO* b) {
                      return PEM_write_bio_PrivateKey(b, key.get(), nullptr, nullptr, 0, nullptr, nullptr);
                    }, "private key"));
   return out;
+}
+
+StatusOr<JobPki> NewJobPki(std::string_view job) {
+  const std::string name(job.empty() ? "tfjob" : job);
+  // Valid from an hour ago, for clocks a little behind this one.
+  ASSIGN_OR_RETURN(KeyPair ca, Issue("tfjob CA " + name,
+                                     {{"basicConstraints", "critical,CA:TRUE,pathlen:0"},
+                                      {"keyUsage", "critical,keyCertSign,cRLSign"},
+                                      {"subjectKeyIdentifier", "hash"}},
+                                     nullptr, -3600, kTenYears));
+  ASSIGN_OR_RETURN(KeyPair task, Issue(name,
+                                       {{"basicConstraints", "critical,CA:FALSE"},
+                                        {"keyUsage", "critical,digitalSignature"},
+                                        {"extendedKeyUsage", "serverAuth,clientAuth"},
+                                        {"subjectAltName", std::string("DNS:") + kTaskServerName},
+                                        {"authorityKeyIdentifier", "keyid:always"}},
+                                       &ca, -3600, kTenYears));
+  // The CA's key goes out of scope here: only its certificate is kept.
+  return JobPki{ca.cert_pem, task.cert_pem, task.key_pem};
 }
 
 Status WriteTlsDir(const std::string& dir, const JobPki& pki) {

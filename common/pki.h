@@ -12,6 +12,8 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 
@@ -44,5 +46,18 @@ StatusOr<JobPki> NewJobPki(std::string_view job);
 
 // Writes ca.crt, tls.crt and tls.key (mode 0600) into `dir`, which must exist.
 Status WriteTlsDir(const std::string& dir, const JobPki& pki);
+
+// What NewJobPki is made of, for other certificates (the tests' PKI): a new
+// EC P-256 key and a certificate for it with subject CN `cn`, X.509v3
+// extensions by OpenSSL's names ({"basicConstraints", "critical,CA:TRUE"},
+// {"subjectAltName", "IP:127.0.0.1"}, ...), valid from `not_before_s` to
+// `not_after_s` seconds from now, with a 128-bit random serial number,
+// signed by `issuer` (a CA's certificate and key) or, without one, by itself.
+struct KeyPair {
+  std::string cert_pem;
+  std::string key_pem;
+};
+StatusOr<KeyPair> Issue(const std::string& cn, const std::vector<std::pair<std::string, std::string>>& extensions,
+                        const KeyPair* issuer, long not_before_s, long not_after_s);
 
 }  // namespace tfjob::pki

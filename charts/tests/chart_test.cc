@@ -238,18 +238,21 @@ TEST(Chart, EveryToggleOffLeavesOnlyTheCore) {
   }
 }
 
+// The rules of the operator's own ClusterRole or Role (`kind`).
+json OperatorRules(const Rendered& r, const std::string& kind) {
+  for (const auto* d : r.Kind(kind)) {
+    if (d->obj["metadata"]["name"] == "tfjob-tfjob-operator") return d->obj["rules"];
+  }
+  return json();
+}
+
 // taskAuth.tls adds the flag and get/update on secrets (an existing Secret
 // without the TLS keys is read and completed); nothing else changes.
 TEST(Chart, TaskAuthTlsAddsTheFlagAndGetUpdateOnSecrets) {
   for (const std::string ns : {"", "team-a"}) {
     SCOPED_TRACE("watchNamespace=" + ns);
     const std::string kind = ns.empty() ? "ClusterRole" : "Role";
-    auto rules = [&](const Rendered& r) {
-      for (const auto* d : r.Kind(kind)) {
-        if (d->obj["metadata"]["name"] == "tfjob-tfjob-operator") return d->obj["rules"];
-      }
-      return json();
-    };
+    auto rules = [&](const Rendered& r) { return OperatorRules(r, kind); };
     const Rendered off = Render({"watchNamespace=" + ns});
     const Rendered on = Render({"watchNamespace=" + ns, "taskAuth.tls=true"});
     json expected = rules(off);
@@ -276,12 +279,7 @@ TEST(Chart, GangSchedulingAddsExactlyThePodGroupRule) {
   for (const std::string ns : {"", "team-a"}) {
     SCOPED_TRACE("watchNamespace=" + ns);
     const std::string kind = ns.empty() ? "ClusterRole" : "Role";
-    auto rules = [&](const Rendered& r) {
-      for (const auto* d : r.Kind(kind)) {
-        if (d->obj["metadata"]["name"] == "tfjob-tfjob-operator") return d->obj["rules"];
-      }
-      return json();
-    };
+    auto rules = [&](const Rendered& r) { return OperatorRules(r, kind); };
     const Rendered off = Render({"watchNamespace=" + ns});
     for (const auto& [name, group] : std::vector<std::pair<std::string, std::string>>{
              {"volcano", "scheduling.volcano.sh"}, {"scheduler-plugins", "scheduling.x-k8s.io"}, {"coscheduler", "scheduling.x-k8s.io"}}) {

@@ -19,6 +19,7 @@
 #include "services/rpc/auth.h"
 #include "services/rpc/rpc.h"
 #include "services/worker/worker.h"
+#include "services/runtime/tests/auth_support.h"
 #include "tests/support/subprocess.h"
 
 namespace tfjob {
@@ -27,10 +28,10 @@ namespace {
 namespace t = ::tfjob::testing;
 using ::testing::HasSubstr;
 
-const std::string kToken = "0123456789abcdef0123456789abcdef";
+const std::string& kToken = t::kJobToken;
 
 // Calls as an outsider would: no token, or a wrong one.
-std::vector<rpc::Credentials> Intruders() { return {rpc::Credentials{}, rpc::Credentials{"fedcba9876543210fedcba9876543210"}}; }
+std::vector<rpc::Credentials> Intruders() { return {rpc::Credentials{}, rpc::Credentials{"fedcba9876543210fedcba9876543210", nullptr}}; }
 
 template <typename Stub, typename Req, typename Resp>
 grpc::Status Call(Stub& stub, grpc::Status (Stub::*method)(grpc::ClientContext*, const Req&, Resp*), const Req& req,
@@ -52,7 +53,7 @@ TEST(AuthTest, EveryParameterServerRpcNeedsTheToken) {
   good.credentials.token = kToken;
   ps::PsClient owner(address, good);
   ASSERT_TRUE(owner.CreateVariable("w", *Tensor::FromVector({2}, std::vector<float>{1, 2}), std::nullopt).ok());
-  ASSERT_TRUE(owner.Fence(0x1111111100000000ULL).ok());
+  ASSERT_TRUE(owner.Fence(t::kJobFence).ok());
   const auto before = owner.GetStatus();
   ASSERT_TRUE(before.ok());
 
@@ -91,28 +92,12 @@ TEST(AuthTest, EveryParameterServerRpcNeedsTheToken) {
   }
   // Nothing changed: no variable created or overwritten, no checkpoint
   // written, the fence held, the server still up.
-  auto values = owner.Pull({"w"});
-  ASSERT_TRUE(values.ok()) << values.status();
-  EXPECT_TRUE(Equal((*values)[0], *Tensor::FromVector({2}, std::vector<float>{1, 2})));
-  auto after = owner.GetStatus();
-  ASSERT_TRUE(after.ok());
-  EXPECT_EQ(after->variables, before->variables);
-  EXPECT_EQ(after->applied_updates, before->applied_updates);
-  EXPECT_FALSE(std::filesystem::exists(dir + "/ckpt-1"));
-  EXPECT_EQ(*owner.Fence(0x1111111100000000ULL), 0x1111111100000000ULL);
+  t::ExpectPsUnchanged(owner, *before, dir);
 }
 
 TEST(AuthTest, EveryWorkerRpcNeedsTheToken) {
-  worker::Registry registry;
   std::atomic<int> ran{0};
-  ASSERT_TRUE(registry
-                  .AddClosure("count",
-                              [&](worker::ClosureContext&, const nlohmann::json&,
-                                  const std::vector<Tensor>&) -> StatusOr<worker::ClosureResult> {
-                                ++ran;
-                                return worker::ClosureResult{};
-                              })
-                  .ok());
+  const worker::Registry registry = t::CountingRegistry(ran);
   worker::WorkerEnv env;
   env.ps_options.credentials.token = kToken;
   auto server = worker::WorkerServer::Start("127.0.0.1:0", registry, env);
@@ -133,7 +118,7 @@ TEST(AuthTest, EveryWorkerRpcNeedsTheToken) {
   }
   EXPECT_EQ(ran.load(), 0);
   // With the token: the closure runs, and the worker was never shut down.
-  EXPECT_TRUE(Call(*stub, &S::RunClosure, run, rpc::Credentials{kToken}).ok());
+  EXPECT_TRUE(Call(*stub, &S::RunClosure, run, rpc::Credentials{kToken, nullptr}).ok());
   EXPECT_EQ(ran.load(), 1);
 }
 

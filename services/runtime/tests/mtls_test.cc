@@ -18,6 +18,7 @@
 #include "services/rpc/auth.h"
 #include "services/rpc/rpc.h"
 #include "services/worker/worker.h"
+#include "services/runtime/tests/auth_support.h"
 #include "tests/support/subprocess.h"
 
 namespace tfjob {
@@ -26,7 +27,7 @@ namespace {
 namespace t = ::tfjob::testing;
 using ::testing::HasSubstr;
 
-const std::string kToken = "0123456789abcdef0123456789abcdef";
+const std::string& kToken = t::kJobToken;
 
 std::shared_ptr<const tls::Config> NewJobTls(const std::string& job) {
   auto pem = pki::NewJobPki(job);
@@ -67,7 +68,7 @@ TEST(MtlsTest, AParameterServerServesOnlyTheJobsCertificate) {
   // The job: data plane and gRPC both work over TLS.
   ps::PsClient owner(address, Quick(job));
   ASSERT_TRUE(owner.CreateVariable("w", *Tensor::FromVector({2}, std::vector<float>{1, 2}), std::nullopt).ok());
-  ASSERT_TRUE(owner.Fence(0x1111111100000000ULL).ok());
+  ASSERT_TRUE(owner.Fence(t::kJobFence).ok());
   const auto before = owner.GetStatus();
   ASSERT_TRUE(before.ok()) << before.status();
 
@@ -95,28 +96,12 @@ TEST(MtlsTest, AParameterServerServesOnlyTheJobsCertificate) {
     }
   }
   // Nothing changed, and the server still serves the job.
-  auto values = owner.Pull({"w"});
-  ASSERT_TRUE(values.ok()) << values.status();
-  EXPECT_TRUE(Equal((*values)[0], *Tensor::FromVector({2}, std::vector<float>{1, 2})));
-  auto after = owner.GetStatus();
-  ASSERT_TRUE(after.ok());
-  EXPECT_EQ(after->variables, before->variables);
-  EXPECT_EQ(after->applied_updates, before->applied_updates);
-  EXPECT_FALSE(std::filesystem::exists(dir + "/ckpt-1"));
-  EXPECT_EQ(*owner.Fence(0x1111111100000000ULL), 0x1111111100000000ULL);
+  t::ExpectPsUnchanged(owner, *before, dir);
 }
 
 TEST(MtlsTest, AWorkerServesOnlyTheJobsCertificate) {
-  worker::Registry registry;
   std::atomic<int> ran{0};
-  ASSERT_TRUE(registry
-                  .AddClosure("count",
-                              [&](worker::ClosureContext&, const nlohmann::json&,
-                                  const std::vector<Tensor>&) -> StatusOr<worker::ClosureResult> {
-                                ++ran;
-                                return worker::ClosureResult{};
-                              })
-                  .ok());
+  const worker::Registry registry = t::CountingRegistry(ran);
   worker::WorkerEnv env;
   env.ps_options.credentials = rpc::Credentials{kToken, NewJobTls("job")};
   const rpc::Credentials job = env.ps_options.credentials;

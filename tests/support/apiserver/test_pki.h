@@ -1,4 +1,4 @@
-// A throwaway PKI for TLS tests, made in memory with OpenSSL: a CA, a server
+// A throwaway PKI for TLS tests, made in memory (common/pki.h): a CA, a server
 // certificate for 127.0.0.1 / localhost, and client certificates whose
 // subject CN is the user name the API-server double reports. EC P-256 keys,
 // valid from an hour ago for a day; nothing is written to disk.
