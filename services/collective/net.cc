@@ -64,6 +64,14 @@ ssize_t Recv(const Fd& fd, void* data, size_t n, int flags) {
   return ::recv(fd.get(), data, n, flags);
 }
 
+Status IoError(const Fd& fd, int err, const std::string& peer) {
+  if (fd.tls() && err == EACCES) {
+    return Status(Code::kUnauthenticated,
+                  peer + " refused this task's TLS certificate: it is not from the CA of " + peer + "'s job");
+  }
+  return Unavailable("connection to " + peer + " failed: " + std::strerror(err));
+}
+
 bool Buffered(const Fd& fd) { return fd.tls() && fd.tls()->Buffered(); }
 bool Unsent(const Fd& fd) { return fd.tls() && fd.tls()->Unsent(); }
 int Flush(const Fd& fd) { return fd.tls() ? fd.tls()->Flush() : 0; }
@@ -203,7 +211,7 @@ Status SendAll(const Fd& fd, const void* data, size_t n, Clock::time_point deadl
     }
     if (w == 0) continue;
     if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) return Unavailable("connection to " + peer + " failed: " + Errno(errno));
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return IoError(fd, errno, peer);
     pollfd pf{fd.get(), POLLOUT, 0};
     const int left = MillisUntil(deadline);
     if (left == 0) return DeadlineExceeded(peer + " did not accept data in time");
@@ -223,7 +231,7 @@ Status RecvAll(const Fd& fd, void* data, size_t n, Clock::time_point deadline, c
     }
     if (r == 0) return Unavailable(peer + " closed the connection");
     if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) return Unavailable("connection to " + peer + " failed: " + Errno(errno));
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return IoError(fd, errno, peer);
     if (Buffered(fd)) continue;
     pollfd pf{fd.get(), POLLIN, 0};
     const int left = MillisUntil(deadline);

@@ -80,6 +80,11 @@ ssize_t Recv(const Fd& fd, void* data, size_t n, int flags);
 bool Buffered(const Fd& fd);
 bool Unsent(const Fd& fd);
 int Flush(const Fd& fd);
+// The error for a send or recv on `fd` that failed with `err`: UNAUTHENTICATED
+// when its TLS peer refused this task's certificate (TLS 1.3 says so only on
+// the first read after the handshake; a retry would be refused again), else
+// UNAVAILABLE "connection to <peer> failed: <reason>".
+Status IoError(const Fd& fd, int err, const std::string& peer);
 
 struct HostPort {
   std::string host;  // brackets removed

@@ -27,9 +27,7 @@ bool ArmTimeout(int fd, int option, Clock::time_point deadline) {
   return true;
 }
 
-Status Broken(const std::string& peer, int err) {
-  return Unavailable("connection to " + peer + " failed: " + std::strerror(err));
-}
+Status Broken(const net::Fd& fd, const std::string& peer, int err) { return net::IoError(fd, err, peer); }
 
 }  // namespace
 
@@ -47,7 +45,7 @@ Status SendAll(const net::Fd& fd, std::span<iovec> iov, Clock::time_point deadli
         if (!ArmTimeout(fd.get(), SO_SNDTIMEO, deadline)) return DeadlineExceeded(peer + " did not take the data in time");
         continue;
       }
-      return Broken(peer, errno);
+      return Broken(fd, peer, errno);
     }
     size_t done = static_cast<size_t>(w);
     while (first < iov.size() && done >= iov[first].iov_len) {
@@ -64,7 +62,7 @@ Status SendAll(const net::Fd& fd, std::span<iovec> iov, Clock::time_point deadli
   // TLS: the session may hold the last bytes it accepted.
   while (net::Flush(fd) != 0) {
     if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) return Broken(peer, errno);
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return Broken(fd, peer, errno);
     if (!ArmTimeout(fd.get(), SO_SNDTIMEO, deadline)) return DeadlineExceeded(peer + " did not take the data in time");
   }
   return Status::Ok();
@@ -92,7 +90,7 @@ Status RecvAll(const net::Fd& fd, void* data, size_t n, Clock::time_point deadli
       if (!ArmTimeout(fd.get(), SO_RCVTIMEO, deadline)) return DeadlineExceeded("nothing from " + peer + " in time");
       continue;
     }
-    return Broken(peer, errno);
+    return Broken(fd, peer, errno);
   }
   return Status::Ok();
 }

@@ -42,10 +42,23 @@ struct Caller {
   rpc::Credentials credentials;
 };
 
-// Everyone but the job: the right token without TLS, and the right token
-// with a certificate from another job's CA (same job name).
-std::vector<Caller> Outsiders() {
-  return {{"no TLS", rpc::Credentials{kToken, nullptr}}, {"another CA", rpc::Credentials{kToken, NewJobTls("job")}}};
+// A task of another job that trusts this job's CA: the server is the one
+// to refuse (TLS 1.3 tells the client on its first read).
+std::shared_ptr<const tls::Config> TrustingWithAnotherCertificate(const tls::Config& job) {
+  auto other = pki::NewJobPki("job");
+  EXPECT_TRUE(other.ok());
+  auto c = tls::Config::FromPem({job.pem().ca_pem, other->cert_pem, other->key_pem});
+  EXPECT_TRUE(c.ok()) << c.status();
+  return *c;
+}
+
+// Everyone but the job: the right token without TLS, with a certificate
+// from another job's CA (same job name), and with such a certificate while
+// trusting the job's CA.
+std::vector<Caller> Outsiders(const tls::Config& job) {
+  return {{"no TLS", rpc::Credentials{kToken, nullptr}},
+          {"another CA", rpc::Credentials{kToken, NewJobTls("job")}},
+          {"another CA's certificate, trusting the job's", rpc::Credentials{kToken, TrustingWithAnotherCertificate(job)}}};
 }
 
 ps::ClientOptions Quick(const rpc::Credentials& c) {
@@ -72,7 +85,7 @@ TEST(MtlsTest, AParameterServerServesOnlyTheJobsCertificate) {
   const auto before = owner.GetStatus();
   ASSERT_TRUE(before.ok()) << before.status();
 
-  for (const Caller& c : Outsiders()) {
+  for (const Caller& c : Outsiders(*job.tls)) {
     SCOPED_TRACE(c.who);
     ps::PsClient outsider(address, Quick(c.credentials));
     const std::vector<Status> calls = {
@@ -90,9 +103,14 @@ TEST(MtlsTest, AParameterServerServesOnlyTheJobsCertificate) {
       EXPECT_TRUE(calls[i].code() == Code::kUnavailable || calls[i].code() == Code::kUnauthenticated)
           << "call " << i << ": " << calls[i];
     }
+    // On the data plane each is told why.
+    EXPECT_EQ(calls[0].code(), Code::kUnauthenticated) << calls[0];
     if (!c.credentials.tls) {
-      // A task without the job's TLS is told why on the data plane.
       EXPECT_THAT(calls[0].message(), HasSubstr("accepts only TLS connections")) << calls[0];
+    } else if (c.credentials.tls->pem().ca_pem == job.tls->pem().ca_pem) {
+      EXPECT_THAT(calls[0].message(), HasSubstr("refused this task's TLS certificate")) << calls[0];
+    } else {
+      EXPECT_THAT(calls[0].message(), HasSubstr("has no certificate from this job's CA")) << calls[0];
     }
   }
   // Nothing changed, and the server still serves the job.
@@ -111,7 +129,7 @@ TEST(MtlsTest, AWorkerServesOnlyTheJobsCertificate) {
   proto::RunClosureRequest run;
   run.set_closure_id(1);
   run.set_function("count");
-  for (const Caller& c : Outsiders()) {
+  for (const Caller& c : Outsiders(*job.tls)) {
     auto stub = proto::Worker::NewStub(rpc::MakeChannel(address, c.credentials));
     auto ctx = rpc::Context(std::chrono::milliseconds(3000), c.credentials);
     proto::RunClosureResponse resp;
