@@ -44,7 +44,7 @@
 #include <vector>
 
 #include "bench/child.h"
-#include "bench/tls_dir.h"
+#include "common/pki.h"
 #include "common/flags.h"
 #include "services/collective/group.h"
 #include "services/collective/net.h"
@@ -271,9 +271,9 @@ int Main(int argc, char** argv) {
     std::cerr << s.message() << "\n" << f.Usage();
     return 2;
   }
-  std::unique_ptr<TlsDir> tls;
+  std::unique_ptr<pki::TempTlsDir> tls;
   if (f.GetBool("tls")) {
-    auto made = TlsDir::Make();
+    auto made = pki::TempTlsDir::Make("bench");
     if (!made.ok()) {
       std::cerr << "bench_allreduce: " << made.status().message() << std::endl;
       return 1;

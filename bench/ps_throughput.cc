@@ -53,7 +53,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/child.h"
-#include "bench/tls_dir.h"
+#include "common/pki.h"
 #include "common/flags.h"
 #include "services/collective/net.h"
 #include "services/ps/ps_client.h"
@@ -233,10 +233,10 @@ Status Run(const Flags& flags) {
   // Our PS: the runtime binary as task ps:0.
   std::unique_ptr<Child> ps_proc;
   std::unique_ptr<ps::PsClient> ps;
-  std::unique_ptr<TlsDir> tls;
+  std::unique_ptr<pki::TempTlsDir> tls;
   ps::ClientOptions client_options;
   if (flags.GetBool("tls")) {
-    ASSIGN_OR_RETURN(tls, TlsDir::Make());
+    ASSIGN_OR_RETURN(tls, pki::TempTlsDir::Make("bench"));
     ASSIGN_OR_RETURN(client_options.credentials.tls, tls::Config::FromDir(tls->path()));
   }
   const std::string ours_name = tls ? "tfjob-ps-tls" : "tfjob-ps";

@@ -55,6 +55,10 @@ Status Flags::Parse(const std::vector<std::string>& args) {
 const std::string& Flags::Get(const std::string& name) const { return specs_.at(name).value; }
 bool Flags::Has(const std::string& name) const { return specs_.at(name).given; }
 bool Flags::GetBool(const std::string& name) const { return specs_.at(name).value == "true"; }
+bool Flags::IsBool(const std::string& name) const {
+  auto it = specs_.find(name);
+  return it != specs_.end() && it->second.is_bool;
+}
 
 StatusOr<int64_t> Flags::GetInt(const std::string& name) const {
   const std::string& v = Get(name);

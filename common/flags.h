@@ -24,6 +24,8 @@ class Flags {
   const std::string& Get(const std::string& name) const;
   bool Has(const std::string& name) const;  // given on the command line
   bool GetBool(const std::string& name) const;
+  // Declared with Bool (so "--name" takes no value); false for unknown names.
+  bool IsBool(const std::string& name) const;
   StatusOr<int64_t> GetInt(const std::string& name) const;
   StatusOr<double> GetDouble(const std::string& name) const;
   const std::vector<std::string>& positional() const { return positional_; }

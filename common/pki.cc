@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
+#include <filesystem>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -139,6 +141,23 @@ StatusOr<JobPki> NewJobPki(std::string_view job) {
                                        &ca, -3600, kTenYears));
   // The CA's key goes out of scope here: only its certificate is kept.
   return JobPki{ca.cert_pem, task.cert_pem, task.key_pem};
+}
+
+StatusOr<std::unique_ptr<TempTlsDir>> TempTlsDir::Make(std::string_view job) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string path = std::string(tmp && *tmp ? tmp : "/tmp") + "/tfjob-tls.XXXXXX";
+  if (!mkdtemp(path.data())) {
+    return Unavailable("cannot make a directory for the TLS material: " + std::string(std::strerror(errno)));
+  }
+  std::unique_ptr<TempTlsDir> d(new TempTlsDir(path));  // removed again if what follows fails
+  ASSIGN_OR_RETURN(JobPki pem, NewJobPki(job));
+  RETURN_IF_ERROR(WriteTlsDir(path, pem));
+  return d;
+}
+
+TempTlsDir::~TempTlsDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
 }
 
 Status WriteTlsDir(const std::string& dir, const JobPki& pki) {

@@ -10,6 +10,7 @@
 // UNAVAILABLE for files that cannot be written.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -46,6 +47,23 @@ StatusOr<JobPki> NewJobPki(std::string_view job);
 
 // Writes ca.crt, tls.crt and tls.key (mode 0600) into `dir`, which must exist.
 Status WriteTlsDir(const std::string& dir, const JobPki& pki);
+
+// A new job's material (NewJobPki(job)) in a private directory made under
+// $TMPDIR (else /tmp), removed with its files when the object goes: what
+// `tfjob-runtime local --tls` and the benchmarks give their tasks.
+// Ownership: owns the directory. Failure: Make's Status.
+class TempTlsDir {
+ public:
+  static StatusOr<std::unique_ptr<TempTlsDir>> Make(std::string_view job);
+  ~TempTlsDir();
+  TempTlsDir(const TempTlsDir&) = delete;
+  TempTlsDir& operator=(const TempTlsDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  explicit TempTlsDir(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+};
 
 // What NewJobPki is made of, for other certificates (the tests' PKI): a new
 // EC P-256 key and a certificate for it with subject CN `cn`, X.509v3

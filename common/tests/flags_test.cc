@@ -22,6 +22,13 @@ TEST(FlagsTest, ParsesBothForms) {
   EXPECT_EQ(f.rest(), (std::vector<std::string>{"--x", "y"}));
 }
 
+TEST(FlagsTest, IsBoolTellsWhichFlagsTakeNoValue) {
+  Flags f = Make();
+  EXPECT_TRUE(f.IsBool("verbose"));
+  EXPECT_FALSE(f.IsBool("config"));
+  EXPECT_FALSE(f.IsBool("no-such-flag"));
+}
+
 TEST(FlagsTest, DefaultsAndErrors) {
   Flags f = Make();
   ASSERT_TRUE(f.Parse({"--config=x"}).ok());

@@ -327,6 +327,13 @@ struct OneThreadOnTheDouble {
   std::unique_ptr<kube::RestClient> rest = Connect(*server);
   VirtualTime vt{1};
   std::atomic<bool> never{false};
+  // A candidate's options: `identity`, on the double's virtual time unskewed.
+  LeaderOptions Candidate(const std::string& identity) {
+    LeaderOptions o;
+    o.identity = identity;
+    o.clock = std::make_shared<CandidateClock>(vt, 0s, std::chrono::hours(0));
+    return o;
+  }
 };
 
 // One attempt at a time, by hand: a candidate whose wall clock is an hour
@@ -335,9 +342,7 @@ struct OneThreadOnTheDouble {
 TEST(LeaderStepTest, TakeoverComesAFullLeaseAfterTheLastObservedChange) {
   OneThreadOnTheDouble d;
   auto& [server, rest, vt, never] = d;
-  LeaderOptions o;
-  o.identity = "a";
-  o.clock = std::make_shared<CandidateClock>(vt, 0s, std::chrono::hours(0));
+  LeaderOptions o = d.Candidate("a");
   LeaderElector a(*rest, o);
   o.identity = "b";
   o.clock = std::make_shared<CandidateClock>(vt, 3600s, std::chrono::hours(7));
@@ -379,9 +384,7 @@ class RecordingClock : public CandidateClock {
 TEST(LeaderStepTest, AcquireRetriesAreJitteredAsClientGos) {
   OneThreadOnTheDouble d;
   auto& [server, rest, vt, never] = d;
-  LeaderOptions o;
-  o.identity = "a";
-  o.clock = std::make_shared<CandidateClock>(vt, 0s, std::chrono::hours(0));
+  LeaderOptions o = d.Candidate("a");
   LeaderElector a(*rest, o);
   ASSERT_TRUE(a.TryAcquireOrRenew().ok());  // and never renews
 

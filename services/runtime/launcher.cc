@@ -8,9 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <iostream>
 #include <mutex>
 #include <thread>
@@ -84,6 +82,11 @@ StatusOr<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& argv, cons
 
 int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& programs, std::ostream& out,
              std::ostream& err) {
+  Flags flags;
+  flags.Value("ps", "parameter servers (0: the workers train together, multi-worker mirrored)", "0")
+      .Value("workers", "workers", "2")
+      .Value("host", "the address every task listens on and TF_CONFIG names (IPv4 or IPv6)", "127.0.0.1")
+      .Bool("tls", "mutual TLS between the tasks, with a CA and certificate made for this run");
   // Flags before the program name belong to the launcher.
   std::vector<std::string> mine, rest;
   size_t i = 0;
@@ -94,16 +97,11 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
     }
     if (args[i].rfind("--", 0) != 0) break;
     mine.push_back(args[i]);
-    // Every launcher flag but the boolean --tls takes a value.
-    const bool takes_value = args[i] != "--tls";
+    // A flag without "=" takes the next argument as its value, unless it is boolean.
+    const bool takes_value = !flags.IsBool(args[i].substr(2));
     if (takes_value && args[i].find('=') == std::string::npos && i + 1 < args.size()) mine.push_back(args[++i]);
   }
   rest.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
-  Flags flags;
-  flags.Value("ps", "parameter servers (0: the workers train together, multi-worker mirrored)", "0")
-      .Value("workers", "workers", "2")
-      .Value("host", "the address every task listens on and TF_CONFIG names (IPv4 or IPv6)", "127.0.0.1")
-      .Bool("tls", "mutual TLS between the tasks, with a CA and certificate made for this run");
   if (Status s = flags.Parse(mine); !s.ok()) return ReportError(s, err);
   auto nps = flags.GetInt("ps");
   auto nworkers = flags.GetInt("workers");
@@ -143,26 +141,13 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
   const std::string token = rpc::NewToken();
   // With --tls, a CA and certificate for this run only, in a private
   // directory removed when the run ends.
-  struct TlsDir {
-    std::string path;
-    ~TlsDir() {
-      std::error_code ec;
-      if (!path.empty()) std::filesystem::remove_all(path, ec);
-    }
-  } tls_dir;
+  std::unique_ptr<pki::TempTlsDir> tls;
   if (flags.GetBool("tls")) {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/tfjob-local-tls.XXXXXX";
-    if (!mkdtemp(tmpl.data())) {
-      return ReportError(Unavailable("local --tls: cannot make a directory for the run's certificate: " +
-                                     std::string(std::strerror(errno))),
-                         err);
-    }
-    tls_dir.path = tmpl;
-    auto pki = pki::NewJobPki("tfjob-runtime-local");
-    if (!pki.ok()) return ReportError(pki.status(), err);
-    if (Status s = pki::WriteTlsDir(tls_dir.path, *pki); !s.ok()) return ReportError(s, err);
+    auto made = pki::TempTlsDir::Make("tfjob-runtime-local");
+    if (!made.ok()) return ReportError(made.status().WithContext("local --tls"), err);
+    tls = std::move(made).value();
   }
+  const std::string tls_dir = tls ? tls->path() : "";
   std::vector<std::string> argv{SelfExe()};
   argv.insert(argv.end(), rest.begin(), rest.end());
   std::mutex out_mu;
@@ -171,7 +156,7 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
     cluster::ClusterConfig cfg{*spec, cluster::TaskId{job, index}, "cloud", ""};
     // The child has its own copy from here on; the launcher's goes.
     base::ListeningSocket socket = std::move(sockets[job + ":" + std::to_string(index)]);
-    ASSIGN_OR_RETURN(auto spawned, Spawn(argv, cluster::ToTfConfigJson(cfg), token, tls_dir.path, socket.fd()));
+    ASSIGN_OR_RETURN(auto spawned, Spawn(argv, cluster::ToTfConfigJson(cfg), token, tls_dir, socket.fd()));
     auto c = std::make_unique<Child>();
     c->name = job + ":" + std::to_string(index);
     c->pid = spawned.first;

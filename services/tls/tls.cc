@@ -301,7 +301,7 @@ ssize_t Session::Write(const void* data, size_t n) {
 ssize_t Session::Writev(const iovec* iov, int iovcnt) {
   std::lock_guard g(mu_);
   ssize_t total = 0;
-  std::string small;
+  std::string& small = gather_;
   int i = 0;
   while (i < iovcnt) {
     if (iov[i].iov_len < kSmall) {

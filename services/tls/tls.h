@@ -106,6 +106,7 @@ class Session {
   int fd_;
   std::string out_;  // ciphertext not yet sent: out_[out_off_..]
   size_t out_off_ = 0;
+  std::string gather_;  // Writev's small pieces, kept to reuse its capacity
 };
 
 }  // namespace tfjob::tls
