@@ -26,6 +26,7 @@ SignalWatcher::SignalWatcher() {
         stop_ = true;
         run.swap(callbacks_);
       }
+      StartGraceTimer();
       for (auto& fn : run) fn();
     }
   });
@@ -34,6 +35,8 @@ SignalWatcher::SignalWatcher() {
 SignalWatcher::~SignalWatcher() {
   quit_ = true;
   if (thread_.joinable()) thread_.join();
+  std::lock_guard g(grace_->mu);
+  ++grace_->epoch;  // disarmed: the role ended on its own
 }
 
 void SignalWatcher::OnStop(std::function<void()> fn) {
@@ -48,13 +51,33 @@ void SignalWatcher::OnStop(std::function<void()> fn) {
 }
 
 void SignalWatcher::ExitAfter(std::chrono::milliseconds grace) {
-  OnStop([grace] {
-    std::thread([grace] {
-      std::this_thread::sleep_for(grace);
-      std::fprintf(stderr, "stopping: the shutdown grace period ended; exiting now\n");
-      std::_Exit(0);
-    }).detach();
-  });
+  {
+    std::lock_guard g(grace_->mu);
+    grace_->period = grace;
+  }
+  if (stop_) StartGraceTimer();
+}
+
+void SignalWatcher::StartGraceTimer() {
+  std::chrono::milliseconds period;
+  uint64_t epoch;
+  {
+    std::lock_guard g(grace_->mu);
+    if (!grace_->period) return;
+    period = *grace_->period;
+    epoch = ++grace_->epoch;
+  }
+  // Detached: it must be able to end the process whatever the other
+  // threads are stuck in.
+  std::thread([grace = grace_, period, epoch] {
+    std::this_thread::sleep_for(period);
+    {
+      std::lock_guard g(grace->mu);
+      if (epoch != grace->epoch) return;
+    }
+    std::fprintf(stderr, "stopping: the shutdown grace period ended; exiting now (exit code %d)\n", kExitStopped);
+    std::_Exit(kExitStopped);
+  }).detach();
 }
 
 }  // namespace tfjob

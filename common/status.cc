@@ -43,4 +43,11 @@ Status Status::WithContext(std::string_view context) const {
 
 std::ostream& operator<<(std::ostream& os, const Status& s) { return os << s.ToString(); }
 
+std::string Elide(std::string_view value, size_t max) {
+  if (value.size() <= max) return std::string(value);
+  size_t cut = max;
+  while (cut > 0 && (static_cast<unsigned char>(value[cut]) & 0xC0) == 0x80) --cut;  // a continuation byte
+  return std::string(value.substr(0, cut)) + "... (" + std::to_string(value.size()) + " bytes)";
+}
+
 }  // namespace tfjob

@@ -67,6 +67,11 @@ class [[nodiscard]] Status {
 
 std::ostream& operator<<(std::ostream& os, const Status& s);
 
+// `value` as an error message may echo it: whole when it is at most `max`
+// bytes, else its first `max` bytes (never half a UTF-8 character) and
+// "... (N bytes)", so one bad input never makes a 100 KB "one-line" error.
+std::string Elide(std::string_view value, size_t max = 200);
+
 inline Status InvalidArgument(std::string m) { return {Code::kInvalidArgument, std::move(m)}; }
 inline Status NotFound(std::string m) { return {Code::kNotFound, std::move(m)}; }
 inline Status AlreadyExists(std::string m) { return {Code::kAlreadyExists, std::move(m)}; }

@@ -57,5 +57,15 @@ TEST(StatusOrTest, MoveOnlyValues) {
   EXPECT_EQ(*v, 7);
 }
 
+TEST(ElideTest, ShortValuesStayWholeLongOnesAreCutWithTheirLength) {
+  EXPECT_EQ(Elide("host:2222"), "host:2222");
+  const std::string big(120 * 1024, 'a');
+  const std::string cut = Elide(big);
+  EXPECT_EQ(cut, std::string(200, 'a') + "... (122880 bytes)");
+  // Never half of a UTF-8 character: "é" is two bytes, the cut backs off.
+  const std::string accents = std::string(199, 'x') + "\xc3\xa9" + std::string(50, 'y');
+  EXPECT_EQ(Elide(accents), std::string(199, 'x') + "... (251 bytes)");
+}
+
 }  // namespace
 }  // namespace tfjob

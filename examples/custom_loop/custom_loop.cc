@@ -137,8 +137,11 @@ class CustomLoop final : public programs::Program {
       // Back from batch-local rows to the vocabulary's rows.
       model::Gradient emb = out.grads[0];
       for (int64_t i = 0; i < emb.indices.size(); ++i) emb.indices.data<int64_t>()[i] = unique[emb.indices.data<int64_t>()[i]];
+      // With the closure's id (applied once however often it re-runs) and
+      // its chief's generation (refused once a newer chief took over).
       RETURN_IF_ERROR(store.PushGradients(ctx.closure_id(), 0,
-                                          {{"embedding/embeddings", emb}, {"dense/kernel", out.grads[1]}, {"dense/bias", out.grads[2]}})
+                                          {{"embedding/embeddings", emb}, {"dense/kernel", out.grads[1]}, {"dense/bias", out.grads[2]}},
+                                          ctx.generation())
                           .status());
       model::MetricState acc;
       RETURN_IF_ERROR(model::UpdateMetric(model::MetricType::kBinaryAccuracy, out.predictions, y, out.logits, acc));
@@ -158,6 +161,10 @@ class CustomLoop final : public programs::Program {
       return ReportError(InvalidArgument("--epochs and --steps-per-epoch must be positive integers"), err);
     }
     const int64_t num_ps = static_cast<int64_t>(ctx.ps_addresses.size());
+    // This chief's generation and closure ids: a previous chief's closures
+    // still running on workers are fenced off.
+    auto options = ctx.CoordinatorOptions();
+    if (!options.ok()) return programs::ReportRunEnd(options.status(), ctx.signals, out, err);
     std::vector<std::shared_ptr<ps::PsClient>> clients = ctx.PsClients();
     strategy::VariableStore store(Place(num_ps), clients);
     auto full = model::Model::Create(Spec(VocabularyRows()), Loss());
@@ -177,14 +184,14 @@ class CustomLoop final : public programs::Program {
       shards.push_back({{"name", s.name}, {"ps", s.ps}, {"shape", sh}});
     }
 
-    coordinator::ClusterCoordinator coord(ctx.worker_addresses, ctx.coordinator_options);
+    coordinator::ClusterCoordinator coord(ctx.worker_addresses, *options);
     if (Status s = coord.CreatePerWorkerDataset(kData, {{"examples", 200}}, kData); !s.ok()) return ReportError(s, err);
     double accuracy = 0;
     nlohmann::json history = nlohmann::json::array();
     for (int64_t epoch = 0; epoch < *epochs; ++epoch) {
       std::vector<coordinator::RemoteValue> results;
       for (int64_t i = 0; i < *steps; ++i) results.push_back(coord.Schedule(kStep, {{"num_ps", num_ps}}));
-      if (Status s = coord.Join(); !s.ok()) return ReportError(s, err);
+      if (Status s = coord.Join(); !s.ok()) return programs::ReportRunEnd(s, ctx.signals, out, err);
       double correct = 0, count = 0;
       for (auto& r : results) {
         auto v = r.Fetch();

@@ -2,6 +2,9 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -145,6 +148,30 @@ class Backend {
     return false;
   }
 
+  bool Running(const std::string& name) const {
+    auto it = pods_.find(name);
+    return it != pods_.end() && it->second->pid > 0;
+  }
+
+  // While a replica is down (exited, being re-created, not yet started) the
+  // runner still holds its port, so connections to it would be accepted
+  // by the kernel and then hang until the caller's timeout. Here they are
+  // reset at once instead, as a closed port would refuse them: callers see
+  // the replica gone and move on (a coordinator re-queues its closures).
+  void RefuseWhileDown() {
+    for (const auto& [name, socket] : sockets_) {
+      if (Running(name)) continue;
+      pollfd p{socket.fd(), POLLIN, 0};
+      while (poll(&p, 1, 0) == 1 && (p.revents & POLLIN)) {
+        const int fd = accept4(socket.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) break;
+        const linger reset{1, 0};  // close with RST, not FIN
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+        close(fd);
+      }
+    }
+  }
+
   void KillAll() {
     for (auto& [n, p] : pods_) Kill(*p);
   }
@@ -215,8 +242,14 @@ class Backend {
       if (!a.empty()) a[0] = Resolve(a[0]);
       return a;
     }();
+    const pid_t runner = getpid();
     pid_t pid = fork();
     if (pid == 0) {
+      // A replica dies with the runner, even a SIGKILLed one: nothing is
+      // left running that no runner watches. (Set by this thread, the one
+      // that forks every replica and lives as long as the run.)
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != runner) _exit(127);  // the runner died before prctl
       setpgid(0, 0);
       dup2(fds[1], 1);
       dup2(fds[1], 2);
@@ -467,6 +500,7 @@ int RunJob(const std::string& manifest, const RunOptions& o) {
         case Action::Kind::kDeletePodGroup: break;
       }
     }
+    backend.RefuseWhileDown();
     backend.WritePidFiles(dir);
     backend.WriteTargets(dir);
     if (!finished_at && Finished(job.status, &outcome)) finished_at = std::chrono::steady_clock::now();

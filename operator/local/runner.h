@@ -18,6 +18,10 @@
 // runner echoes as "[tfjob] POD: metrics on 127.0.0.1:P"; [] once the run is
 // over).
 //
+// While a replica is down its port answers connections with a reset, as a
+// closed port would, so its peers never wait on it. Replicas die with the
+// runner (PR_SET_PDEATHSIG), even when it is SIGKILLed.
+//
 // Failure: an invalid manifest prints the operator's validation message and
 // returns 2; a command that cannot be executed fails its replica (exit 127,
 // with the reason on its output) per its restart policy. Returns 0 when the

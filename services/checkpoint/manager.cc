@@ -1,9 +1,13 @@
 #include "services/checkpoint/manager.h"
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <ostream>
 #include <system_error>
@@ -43,7 +47,20 @@ std::optional<int64_t> StepOf(const std::string& name) {
 
 }  // namespace
 
-Manager::Manager(std::string dir, int keep) : dir_(std::move(dir)), keep_(std::max(1, keep)) {}
+Status CheckWritable(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return InvalidArgument("--checkpoint-dir " + Elide(dir) + " cannot be created: " + ec.message());
+  const std::string probe = (fs::path(dir) / (".tfjob-write-check." + std::to_string(getpid()))).string();
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return InvalidArgument("--checkpoint-dir " + Elide(dir) + " is not writable: " + std::strerror(errno));
+  close(fd);
+  unlink(probe.c_str());
+  return Status::Ok();
+}
+
+Manager::Manager(std::string dir, int keep, bool ignore_damaged)
+    : dir_(std::move(dir)), keep_(std::max(1, keep)), ignore_damaged_(ignore_damaged) {}
 
 StatusOr<std::string> Manager::Prepare(int64_t step) const {
   const fs::path d = fs::path(dir_) / (kPrefix + std::to_string(step));
@@ -132,12 +149,21 @@ StatusOr<Committed> Manager::Verify(const std::string& ckpt_dir) const {
 }
 
 StatusOr<std::optional<Committed>> Manager::Latest(std::ostream* log) const {
+  std::vector<std::string> damaged;
   for (const auto& [step, path] : List()) {
     std::error_code ec;
     if (!fs::exists(fs::path(path) / kMeta, ec)) continue;  // an attempt in progress or abandoned
     auto c = Verify(path);
     if (c.ok()) return std::optional<Committed>(std::move(c).value());
     if (log) *log << "checkpoint: skipping " << path << ": " << c.status().message() << std::endl;
+    damaged.push_back(fs::path(path).filename().string() + " (" + Elide(c.status().message(), 160) + ")");
+  }
+  if (!damaged.empty() && !ignore_damaged_) {
+    std::string list;
+    for (size_t i = 0; i < damaged.size() && i < 5; ++i) list += (i ? "; " : "") + damaged[i];
+    if (damaged.size() > 5) list += "; and " + std::to_string(damaged.size() - 5) + " more";
+    return DataLoss("every checkpoint in " + dir_ + " is damaged: " + list +
+                    "; repair or remove them, or pass --ignore-damaged-checkpoints to train from step 0");
   }
   return std::optional<Committed>();
 }

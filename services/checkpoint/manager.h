@@ -40,10 +40,18 @@ struct Committed {
   nlohmann::json state;             // the program's own JSON
 };
 
+// INVALID_ARGUMENT naming `dir` when this process cannot create files in
+// it (made first if missing): checked at start, before any training, so a
+// read-only or mistyped --checkpoint-dir is not found at the first save.
+Status CheckWritable(const std::string& dir);
+
 class Manager {
  public:
-  // Keeps the newest `keep` committed checkpoints (at least 1).
-  Manager(std::string dir, int keep = 3);
+  // Keeps the newest `keep` committed checkpoints (at least 1). With
+  // `ignore_damaged` false, Latest() fails when every committed checkpoint
+  // is damaged instead of reporting none (training would silently start
+  // over from step 0).
+  Manager(std::string dir, int keep = 3, bool ignore_damaged = false);
 
   const std::string& dir() const { return dir_; }
   // Creates DIR/ckpt-<step>, clearing what an interrupted attempt left there.
@@ -52,7 +60,9 @@ class Manager {
   // the retention policy.
   Status Commit(int64_t step, bool final, const nlohmann::json& state, const std::vector<std::string>& files) const;
   // The newest checkpoint that verifies; nullopt when there is none. Skipped
-  // ones are reported on `log` (one line each) when it is given.
+  // ones are reported on `log` (one line each) when it is given. When there
+  // are committed checkpoints and every one is damaged: DATA_LOSS naming
+  // them, unless the manager ignores damage.
   StatusOr<std::optional<Committed>> Latest(std::ostream* log = nullptr) const;
   // The step of the newest committed checkpoint, unverified: a directory
   // listing, cheap enough to poll before paying for Latest().
@@ -65,6 +75,7 @@ class Manager {
 
   std::string dir_;
   int keep_;
+  bool ignore_damaged_;
 };
 
 }  // namespace tfjob::checkpoint

@@ -20,9 +20,12 @@ using nlohmann::json;
 // JSON quoting keeps user text on one line in error messages and gives the
 // serialiser correct escaping. The replace handler means invalid UTF-8 in a
 // programmatically built config cannot make dump() throw.
-std::string Quote(std::string_view s) {
+std::string QuoteWhole(std::string_view s) {
   return json(std::string(s)).dump(-1, ' ', false, json::error_handler_t::replace);
 }
+
+// For error messages: long values cut (a 100 KB address is not echoed whole).
+std::string Quote(std::string_view s) { return QuoteWhole(Elide(s)); }
 
 Status TfConfigError(const std::string& message) { return InvalidArgument("TF_CONFIG: " + message); }
 
@@ -243,6 +246,22 @@ Status ValidateRoleCounts(const ClusterSpec& cluster) {
   return Status::Ok();
 }
 
+Status ValidateDistinctAddresses(const ClusterSpec& cluster) {
+  std::map<std::string, std::string> owner;  // address -> "job:index"
+  for (const std::string& job : cluster.JobNames()) {
+    for (int64_t index : cluster.TaskIndices(job)) {
+      const std::string address = cluster.Address(job, index).value();
+      const std::string task = job + ":" + std::to_string(index);
+      auto [it, fresh] = owner.emplace(address, task);
+      if (!fresh) {
+        return InvalidArgument(it->second + " and " + task + " have the same address " + Quote(address) +
+                               "; every task needs its own host:port");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 bool IsChief(const std::string& type) { return type == kChief || type == kMaster; }
 
 bool IsKnownTaskType(const std::string& type) { return JobRank(type) < kNotARole; }
@@ -381,6 +400,7 @@ StatusOr<ClusterConfig> ParseTfConfig(const std::string& text, TaskRequirement r
     RETURN_IF_ERROR(ParseJob(it.key(), it.value(), config.cluster));
   }
   if (Status s = ValidateRoleCounts(config.cluster); !s.ok()) return TfConfigError(s.message());
+  if (Status s = ValidateDistinctAddresses(config.cluster); !s.ok()) return TfConfigError(s.message());
   RETURN_IF_ERROR(OptionalString(doc, "environment", config.environment));
   RETURN_IF_ERROR(OptionalString(doc, "rpc_layer", config.rpc_layer));
 
@@ -401,7 +421,7 @@ std::string ToTfConfigJson(const ClusterConfig& config) {
   for (const std::string& job : cluster.JobNames()) {
     if (!first_job) out += ',';
     first_job = false;
-    out += Quote(job);
+    out += QuoteWhole(job);
     out += ':';
     const bool dense = cluster.IsDense(job);
     out += dense ? '[' : '{';
@@ -414,16 +434,16 @@ std::string ToTfConfigJson(const ClusterConfig& config) {
         out += std::to_string(index);
         out += "\":";
       }
-      out += Quote(cluster.Address(job, index).value());
+      out += QuoteWhole(cluster.Address(job, index).value());
     }
     out += dense ? ']' : '}';
   }
   out += '}';
   if (config.task) {
-    out += ",\"task\":{\"type\":" + Quote(config.task->type) + ",\"index\":" + std::to_string(config.task->index) + "}";
+    out += ",\"task\":{\"type\":" + QuoteWhole(config.task->type) + ",\"index\":" + std::to_string(config.task->index) + "}";
   }
-  if (!config.environment.empty()) out += ",\"environment\":" + Quote(config.environment);
-  if (!config.rpc_layer.empty()) out += ",\"rpc_layer\":" + Quote(config.rpc_layer);
+  if (!config.environment.empty()) out += ",\"environment\":" + QuoteWhole(config.environment);
+  if (!config.rpc_layer.empty()) out += ",\"rpc_layer\":" + QuoteWhole(config.rpc_layer);
   out += '}';
   return out;
 }

@@ -111,6 +111,9 @@ class ClusterSpec {
 // evaluator task, and not both a chief and a master job (two coordinators).
 // INVALID_ARGUMENT 'job "chief" has 2 tasks; at most one is allowed'.
 Status ValidateRoleCounts(const ClusterSpec& cluster);
+// Every task has its own host:port: two tasks at one address would each
+// reach the other's service (INVALID_ARGUMENT naming both).
+Status ValidateDistinctAddresses(const ClusterSpec& cluster);
 
 struct ClusterConfig {
   ClusterSpec cluster;

@@ -1,5 +1,7 @@
 #include "services/coordinator/coordinator.h"
 
+#include <algorithm>
+
 #include "services/rpc/rpc.h"
 
 namespace tfjob::coordinator {
@@ -12,6 +14,18 @@ bool IsWorkerFailure(grpc::StatusCode c) {
 }
 
 }  // namespace
+
+uint64_t NewGeneration(uint64_t newer_than) {
+  static std::atomic<uint64_t> last{0};
+  const uint64_t now = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  uint64_t prev = last.load();
+  uint64_t g;
+  do {
+    g = std::max({now, newer_than + 1, prev + 1});
+  } while (!last.compare_exchange_weak(prev, g));
+  return g;
+}
 
 bool RemoteValue::ready() const {
   if (!state_) return false;
@@ -33,7 +47,11 @@ StatusOr<Result> RemoteValue::Fetch() const {
 }
 
 ClusterCoordinator::ClusterCoordinator(std::vector<std::string> addresses, Options options)
-    : options_(options), incarnation_(rpc::NewIncarnation()) {
+    : options_(options),
+      generation_(options.generation != 0 ? options.generation : NewGeneration()),
+      namespace_(static_cast<uint64_t>(options.closure_namespace != 0 ? options.closure_namespace
+                                                                      : static_cast<uint32_t>(generation_))
+                 << 32) {
   for (size_t i = 0; i < addresses.size(); ++i) {
     auto w = std::make_unique<Worker>();
     w->index = static_cast<int>(i);
@@ -67,31 +85,75 @@ RemoteValue ClusterCoordinator::Schedule(const std::string& fn, const nlohmann::
   c->value = std::make_shared<RemoteValue::State>();
   c->request.set_function(fn);
   c->request.set_args_json(args.dump());
-  c->request.set_coordinator_incarnation(incarnation_);
+  c->request.set_coordinator_incarnation(generation_);
   for (const Tensor& t : tensors) rpc::TensorToProto(t, c->request.add_args());
+  std::optional<Status> aborted;
   {
     std::lock_guard g(mu_);
-    // The high half of the id is this coordinator's incarnation, so ids never
-    // repeat across coordinator restarts.
-    c->id = (incarnation_ & 0xffffffff00000000ULL) | (next_seq_++ & 0xffffffffULL);
+    // The same namespace and order give a restarted chief the same ids.
+    c->id = namespace_ | (next_seq_++ & 0xffffffffULL);
     c->request.set_closure_id(c->id);
     ++pending_;
     ++stats_.scheduled;
     queue_.push_back(c);
+    aborted = aborted_;
   }
-  queue_cv_.notify_one();
+  if (aborted) {
+    CancelQueued(*aborted);
+  } else {
+    queue_cv_.notify_one();
+  }
   return RemoteValue(c->value);
+}
+
+bool ClusterCoordinator::CheckStop() {
+  if (!options_.stop || !options_.stop->load()) {
+    std::lock_guard g(mu_);
+    return aborted_.has_value();
+  }
+  Stop(Cancelled("stopped by a signal"), /*cancel_in_flight=*/false);
+  return true;
 }
 
 Status ClusterCoordinator::Join() {
   std::unique_lock lock(mu_);
-  idle_cv_.wait(lock, [&] { return pending_ == 0; });
+  while (pending_ != 0) {
+    if (!options_.stop) {
+      idle_cv_.wait(lock);
+      continue;
+    }
+    idle_cv_.wait_for(lock, std::chrono::milliseconds(100));
+    if (options_.stop->load() && !aborted_) {
+      lock.unlock();
+      CheckStop();
+      lock.lock();
+    }
+  }
   if (first_error_) {
     Status s = *first_error_;
     first_error_.reset();
     return s;
   }
   return Status::Ok();
+}
+
+void ClusterCoordinator::Stop(const Status& cause, bool cancel_in_flight) {
+  {
+    std::lock_guard g(mu_);
+    if (aborted_) return;
+    aborted_ = cause;
+    if (!first_error_) first_error_ = cause;
+    // Cancelled under mu_: a call leaves in_flight_ (under mu_) before its
+    // context is destroyed.
+    if (cancel_in_flight) {
+      for (grpc::ClientContext* c : in_flight_) c->TryCancel();
+    }
+  }
+  CancelQueued(cause);
+  for (auto& w : workers_) {
+    std::lock_guard g(w->mu);
+    w->cv.notify_all();
+  }
 }
 
 bool ClusterCoordinator::Done() const {
@@ -156,6 +218,7 @@ Status ClusterCoordinator::CreateResourcesOn(Worker& w, const ResourceSpec& spec
   req.set_dataset_fn(spec.dataset_fn);
   req.set_args_json(spec.args_json);
   req.set_resource(spec.resource);
+  req.set_coordinator_incarnation(generation_);
   proto::CreateResourcesResponse resp;
   auto ctx = rpc::Context(options_.rpc_timeout, options_.credentials);
   return rpc::FromGrpc(w.stub->CreateResources(ctx.get(), req, &resp), "CreateResources on worker " + w.address);
@@ -181,10 +244,18 @@ Status ClusterCoordinator::CreatePerWorkerDataset(const std::string& dataset_fn,
   for (auto& w : workers_) {
     // Wait until the worker has connected (its dispatcher threads probe it);
     // a worker connecting later gets the dataset from ReplayResources.
+    const auto deadline = std::chrono::steady_clock::now() + options_.connect_timeout;
     std::unique_lock lock(w->mu);
-    if (!w->cv.wait_for(lock, options_.connect_timeout, [&] { return w->healthy || stopping_.load(); })) {
-      return Unavailable("worker " + w->address + " unreachable for " +
-                         std::to_string(options_.connect_timeout.count() / 1000) + " s");
+    while (!w->healthy && !stopping_.load()) {
+      lock.unlock();
+      const bool aborted = CheckStop();
+      lock.lock();
+      if (aborted) return Cancelled("coordinator aborted while waiting for worker " + w->address);
+      if (std::chrono::steady_clock::now() >= deadline) {
+        return Unavailable("worker " + w->address + " unreachable for " +
+                           std::to_string(options_.connect_timeout.count() / 1000) + " s");
+      }
+      w->cv.wait_for(lock, std::chrono::milliseconds(100));
     }
     if (stopping_) return Cancelled("coordinator stopped");
     Status s = CreateResourcesOn(*w, spec);
@@ -196,6 +267,7 @@ Status ClusterCoordinator::CreatePerWorkerDataset(const std::string& dataset_fn,
 
 bool ClusterCoordinator::Healthy(Worker& w) {
   proto::WorkerStatusRequest req;
+  req.set_coordinator_incarnation(generation_);
   proto::WorkerStatusResponse resp;
   auto ctx = rpc::Context(std::chrono::milliseconds(2000), options_.credentials);
   if (!w.stub->GetStatus(ctx.get(), req, &resp).ok()) return false;
@@ -218,6 +290,7 @@ void ClusterCoordinator::Reconnect(Worker& w) {
       if (stopping_) break;
     }
     proto::WorkerStatusRequest req;
+    req.set_coordinator_incarnation(generation_);
     proto::WorkerStatusResponse resp;
     auto ctx = rpc::Context(std::chrono::milliseconds(1000), options_.credentials);
     grpc::Status st = w.stub->GetStatus(ctx.get(), req, &resp);
@@ -260,12 +333,46 @@ void ClusterCoordinator::Loop(Worker& w) {
     }
     std::shared_ptr<Closure> c = Pop();
     if (!c) return;
+    {
+      // Another thread of this worker may have lost it while this one
+      // waited for work: the closure goes back to the front for a healthy
+      // worker, no attempt spent, rather than to a dead address.
+      std::lock_guard g(w.mu);
+      healthy = w.healthy;
+    }
+    if (!healthy) {
+      {
+        std::lock_guard g(mu_);
+        queue_.push_front(std::move(c));
+      }
+      queue_cv_.notify_one();
+      continue;
+    }
     proto::RunClosureResponse resp;
     auto ctx = rpc::Context(options_.rpc_timeout, options_.credentials);
+    std::optional<Status> aborted;
+    {
+      std::lock_guard g(mu_);
+      aborted = aborted_;
+      if (!aborted) in_flight_.insert(ctx.get());
+    }
+    if (aborted) {
+      Finish(c, *aborted, {});
+      continue;
+    }
     const auto sent = std::chrono::steady_clock::now();
     grpc::Status st = w.stub->RunClosure(ctx.get(), c->request, &resp);
+    {
+      std::lock_guard g(mu_);
+      in_flight_.erase(ctx.get());
+      aborted = aborted_;
+    }
     if (options_.metrics) {
       options_.metrics->RecordClosure(std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count());
+    }
+    if (!st.ok() && aborted) {
+      Finish(c, *aborted, {});
+      continue;
     }
     if (!st.ok() && IsWorkerFailure(st.error_code())) {
       const Status why = rpc::FromGrpc(st, "closure " + c->request.function() + " on worker " + w.address);
@@ -347,6 +454,7 @@ void ClusterCoordinator::Loop(Worker& w) {
 void ClusterCoordinator::ShutdownWorkers() {
   for (auto& w : workers_) {
     proto::WorkerShutdownRequest req;
+    req.set_coordinator_incarnation(generation_);
     proto::WorkerShutdownResponse resp;
     auto ctx = rpc::Context(std::chrono::milliseconds(2000), options_.credentials);
     w->stub->Shutdown(ctx.get(), req, &resp);  // best effort: a dead worker needs no shutdown

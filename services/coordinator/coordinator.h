@@ -6,8 +6,17 @@
 //     returns (new incarnation) its per-worker datasets are rebuilt first;
 //   - the first closure error is raised once by Join(), after which no
 //     closure is still running and the queued ones are cancelled.
-// Closure ids are unique per coordinator incarnation and survive re-runs, so
-// a parameter server applies each closure's updates at most once.
+// Closure ids are (namespace << 32 | sequence number) and survive re-runs, so
+// a parameter server applies each closure's updates at most once. A chief
+// that restarts with the same namespace (ps::FenceResult) and schedules the
+// same closures in the same order re-issues the same ids: what its
+// predecessor already applied is not applied again.
+//
+// Generations: every request carries the coordinator's generation (a chief
+// generation, monotonic across chief restarts). Workers and parameter
+// servers refuse requests of generations older than the newest they know,
+// so a replaced chief's closures, datasets, updates and shutdowns are fenced
+// off.
 //
 // Ownership: the coordinator owns its dispatcher threads (K per worker) and
 // stops them in its destructor; RemoteValues share state with it and stay
@@ -23,6 +32,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -64,6 +74,16 @@ class RemoteValue {
 };
 
 struct Options {
+  // The chief's generation (see above); 0: the coordinator takes
+  // NewGeneration().
+  uint64_t generation = 0;
+  // High 32 bits of every closure id; 0: the low 32 bits of the generation.
+  uint32_t closure_namespace = 0;
+  // When set and it becomes true (SIGTERM), the coordinator drains: queued
+  // closures are cancelled, closures in flight finish (so every closure
+  // either ran whole or not at all, and a checkpoint after Join is exact),
+  // and Join returns CANCELLED (borrowed; must outlive the coordinator).
+  const std::atomic<bool>* stop = nullptr;
   int inflight_per_worker = 2;
   // Deadline of one closure's RunClosure call. A call that runs past it is
   // not a worker failure when the worker still answers its health probe:
@@ -91,6 +111,11 @@ struct Stats {
   int64_t failed = 0;          // closures that returned an error
 };
 
+// A generation newer than `newer_than` and than any earlier call's: the
+// wall clock in microseconds, so a chief restarted on another machine still
+// counts up (given clocks within the restart time of each other).
+uint64_t NewGeneration(uint64_t newer_than = 0);
+
 class ClusterCoordinator {
  public:
   ClusterCoordinator(std::vector<std::string> worker_addresses, Options options = {});
@@ -100,17 +125,22 @@ class ClusterCoordinator {
 
   RemoteValue Schedule(const std::string& fn, const nlohmann::json& args = nullptr, const std::vector<Tensor>& tensors = {});
   // Waits for every scheduled closure; returns the first error once.
+  // After Abort (or Options::stop), returns the abort's cause promptly.
   Status Join();
   bool Done() const;
+  // Cancels every queued closure and every call in flight; the next Join
+  // returns `cause`. The coordinator takes no more work afterwards.
+  void Abort(const Status& cause) { Stop(cause, /*cancel_in_flight=*/true); }
 
   // Builds a per-worker dataset on every worker now, and again on any worker
   // that restarts. Blocks until every worker has it.
   Status CreatePerWorkerDataset(const std::string& dataset_fn, const nlohmann::json& args, const std::string& resource);
-  // Asks every worker to exit (best effort, short deadline).
+  // Tells every worker that training is complete, so it exits (best
+  // effort, short deadline).
   void ShutdownWorkers();
 
   Stats stats() const;
-  uint64_t incarnation() const { return incarnation_; }
+  uint64_t generation() const { return generation_; }
   int num_workers() const { return static_cast<int>(workers_.size()); }
 
  private:
@@ -145,9 +175,15 @@ class ClusterCoordinator {
   void Requeue(std::shared_ptr<Closure> c);
   void Finish(const std::shared_ptr<Closure>& c, Status s, Result r);
   void CancelQueued(const Status& cause);
+  // No more work: queued closures are cancelled with `cause`, and so are
+  // calls in flight when `cancel_in_flight`.
+  void Stop(const Status& cause, bool cancel_in_flight);
+  // Drains when options_.stop says so; true once stopped.
+  bool CheckStop();
 
   const Options options_;
-  const uint64_t incarnation_;
+  const uint64_t generation_;
+  const uint64_t namespace_;  // shifted into the high half
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> threads_;
 
@@ -156,6 +192,8 @@ class ClusterCoordinator {
   std::deque<std::shared_ptr<Closure>> queue_;
   int64_t pending_ = 0;  // scheduled and not finished
   std::optional<Status> first_error_;
+  std::optional<Status> aborted_;                 // set by Abort: no more work
+  std::set<grpc::ClientContext*> in_flight_;     // RunClosure calls, cancelled by Abort
   std::atomic<bool> stopping_{false};
   uint64_t next_seq_ = 1;
   Stats stats_;

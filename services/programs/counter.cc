@@ -1,6 +1,8 @@
 // The seeds' first example: every closure adds its increment to one variable
 // on a parameter server; the result must be the exact sum, however closures
-// are retried.
+// are retried, and however often the chief itself is restarted: a restarted
+// chief re-issues the same closure ids (the namespace its predecessor agreed
+// with the PS), so what was already applied is not applied again.
 #include <chrono>
 #include <iostream>
 #include <sstream>
@@ -35,7 +37,7 @@ class Counter final : public Program {
  public:
   std::string name() const override { return "counter"; }
   std::string usage() const override {
-    return "counter --increments 1,2,3 [--summary-json OUT] [--closure-seconds S]";
+    return "counter --increments 1,2,3 [--summary-json OUT] [--closure-seconds S] [--rounds R] [--pause-seconds S]";
   }
 
   Status RegisterWorker(worker::Registry& r) override {
@@ -53,7 +55,8 @@ class Counter final : public Program {
       std::this_thread::sleep_for(half);
       Tensor delta = *Tensor::FromVector({}, std::vector<float>{a["x"].get<float>()});
       ASSIGN_OR_RETURN(int dup, ctx.ps()[ps]->Push(ctx.closure_id(), 0,
-                                                   {{a["var"].get<std::string>(), ps::Update::Kind::kAssignAdd, delta, {}}}));
+                                                   {{a["var"].get<std::string>(), ps::Update::Kind::kAssignAdd, delta, {}}},
+                                                   ctx.generation()));
       std::this_thread::sleep_for(half);
       return worker::ClosureResult{{{"worker", ctx.worker_index()}, {"duplicate", dup}}, {}};
     });
@@ -65,45 +68,88 @@ class Counter final : public Program {
     Flags flags;
     flags.Value("increments", "comma-separated increments", "1,2,3,4,5")
         .Value("summary-json", "write the result here")
-        .Value("closure-seconds", "how long each increment takes on its worker (demos, failure tests)", "0");
+        .Value("closure-seconds", "how long each increment takes on its worker (demos, failure tests)", "0")
+        .Value("rounds", "schedule the increments this many times, joining after each round", "1")
+        .Value("pause-seconds", "idle time between rounds (failure tests: a worker lost between closures)", "0");
     if (Status s = flags.Parse(args); !s.ok()) return ReportError(s, err);
     auto seconds = flags.GetDouble("closure-seconds");
     if (!seconds.ok()) return ReportError(seconds.status(), err);
     if (*seconds < 0 || *seconds > 3600) return ReportError(InvalidArgument("flag --closure-seconds: must be in [0, 3600]"), err);
+    auto pause = flags.GetDouble("pause-seconds");
+    if (!pause.ok()) return ReportError(pause.status(), err);
+    if (*pause < 0 || *pause > 3600) return ReportError(InvalidArgument("flag --pause-seconds: must be in [0, 3600]"), err);
+    auto rounds = flags.GetInt("rounds");
+    if (!rounds.ok()) return ReportError(rounds.status(), err);
+    if (*rounds < 1 || *rounds > 1000000) return ReportError(InvalidArgument("flag --rounds: must be in 1..1000000"), err);
     auto incs = ParseIncrements(flags.Get("increments"));
     if (!incs.ok()) return ReportError(incs.status(), err);
+    const SignalWatcher* signals = ctx.signals;
+    auto end = [&](const Status& s) { return ReportRunEnd(s, signals, out, err); };
 
+    // Fences off any previous chief and learns the job's closure namespace.
+    auto claim = ctx.ClaimCluster();
+    if (!claim.ok()) return end(claim.status());
+    if (claim->previous != 0) {
+      out << "counter: fenced off the previous chief (generation " << claim->previous
+          << "); closures it applied are not applied again" << std::endl;
+    }
     std::vector<std::shared_ptr<ps::PsClient>> clients = ctx.PsClients();
     strategy::Placement placement(static_cast<int64_t>(clients.size()), strategy::Partitioner::None());
     if (auto p = placement.Add("counter", {}); !p.ok()) return ReportError(p.status(), err);
     strategy::VariableStore store(placement, clients);
-    if (Status s = store.Create("counter", Tensor::Scalar(0), std::nullopt); !s.ok()) return ReportError(s, err);
+    // A no-op where a previous chief created it: its value is kept.
+    if (Status s = store.Create("counter", Tensor::Scalar(0), std::nullopt); !s.ok()) return end(s);
 
-    coordinator::ClusterCoordinator coord(ctx.worker_addresses, ctx.coordinator_options);
+    auto options = ctx.CoordinatorOptions();
+    if (!options.ok()) return end(options.status());
+    coordinator::ClusterCoordinator coord(ctx.worker_addresses, *options);
     const auto& shard = placement.variables()[0].shards[0];
     double expected = 0;
-    for (double x : *incs) {
-      expected += x;
-      coord.Schedule(kIncrement, {{"x", x}, {"ps", shard.ps}, {"var", shard.name}, {"seconds", *seconds}});
+    int64_t already_applied = 0;
+    const int64_t closures = *rounds * static_cast<int64_t>(incs->size());
+    for (int64_t round = 1; round <= *rounds; ++round) {
+      std::vector<coordinator::RemoteValue> values;
+      for (double x : *incs) {
+        expected += x;
+        values.push_back(coord.Schedule(kIncrement, {{"x", x}, {"ps", shard.ps}, {"var", shard.name}, {"seconds", *seconds}}));
+      }
+      if (round == 1) {
+        out << "counter: scheduled " << incs->size() << " closures on " << ctx.worker_addresses.size() << " workers"
+            << (*rounds > 1 ? " (round 1 of " + std::to_string(*rounds) + ")" : std::string()) << std::endl;
+      }
+      if (Status s = coord.Join(); !s.ok()) return end(s);
+      for (const auto& v : values) {
+        auto r = v.Fetch();
+        if (r.ok() && r->json.is_object()) already_applied += r->json.value("duplicate", int64_t{0});
+      }
+      if (*rounds > 1) out << "counter: round " << round << "/" << *rounds << " joined" << std::endl;
+      // The pause, short slices at a time: a signal must not wait for it.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(round < *rounds ? *pause : 0);
+      while (std::chrono::steady_clock::now() < until && !(signals && signals->stop())) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      if (signals && signals->stop()) return end(Cancelled("stopped by a signal"));
     }
-    out << "counter: scheduled " << incs->size() << " closures on " << ctx.worker_addresses.size() << " workers" << std::endl;
-    if (Status s = coord.Join(); !s.ok()) return ReportError(s, err);
     // One closure is one step; the counter has no examples or loss.
-    if (ctx.metrics) ctx.metrics->RecordTraining(static_cast<int64_t>(incs->size()), 0, 0, std::nullopt);
+    if (ctx.metrics) ctx.metrics->RecordTraining(closures, 0, 0, std::nullopt);
     auto value = store.Pull({"counter"});
-    if (!value.ok()) return ReportError(value.status(), err);
+    if (!value.ok()) return end(value.status());
     const double v = (*value)[0].data<float>()[0];
     const auto st = coord.stats();
-    out << "counter: value " << v << " after " << incs->size() << " closures (" << st.retried << " retried, "
-        << st.worker_failures << " worker failures)" << std::endl;
+    out << "counter: value " << v << " after " << closures << " closures (" << st.retried << " retried, "
+        << st.worker_failures << " worker failures, " << already_applied << " already applied)" << std::endl;
     if (flags.Has("summary-json")) {
-      nlohmann::json j{{"value", v}, {"expected", expected}, {"closures", incs->size()}, {"retried", st.retried},
+      nlohmann::json j{{"value", v}, {"expected", expected}, {"closures", closures}, {"retried", st.retried},
                        {"scheduled", st.scheduled}, {"completed", st.completed},
-                       {"worker_failures", st.worker_failures}, {"num_ps", ctx.ps_addresses.size()},
-                       {"num_workers", ctx.worker_addresses.size()}};
-      if (Status s = WriteFileAtomic(flags.Get("summary-json"), j.dump(2) + "\n"); !s.ok()) return ReportError(s, err);
+                       {"worker_failures", st.worker_failures}, {"already_applied", already_applied},
+                       {"generation", claim->generation}, {"previous_generation", claim->previous},
+                       {"num_ps", ctx.ps_addresses.size()}, {"num_workers", ctx.worker_addresses.size()}};
+      if (Status s = WriteFileAtomic(flags.Get("summary-json"), j.dump(2) + "\n"); !s.ok()) return end(s);
     }
-    return v == expected ? 0 : 1;
+    if (v != expected) {
+      return ReportRuntimeError(Internal("counter: value " + std::to_string(v) + ", expected " + std::to_string(expected)), err);
+    }
+    return 0;
   }
 };
 

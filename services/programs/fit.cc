@@ -15,6 +15,7 @@
 #include <iostream>
 
 #include "common/files.h"
+#include "services/checkpoint/manager.h"
 #include "services/collective/nccl.h"
 #include "services/model/keras_model.h"
 #include "services/model/keras_weights.h"
@@ -60,10 +61,12 @@ Flags FitFlags() {
       .Value("checkpoint-every-steps", "checkpoint after this many training steps (0: only per --checkpoint-every-seconds)", "0")
       .Value("checkpoint-every-seconds", "checkpoint when this much time has passed since the last one (0: off)", "0")
       .Value("checkpoint-keep", "how many checkpoints to keep", "3")
+      .Bool("ignore-damaged-checkpoints", "when every checkpoint in --checkpoint-dir is damaged, train from step 0 "
+                                          "(default: fail, naming them)")
       .Value("eval-poll-seconds", "evaluator: how often to look for a new checkpoint", "0.5")
       .Value("eval-timeout-seconds", "evaluator: give up when no new checkpoint came for this long (0: never)", "0")
       .Value("shutdown-grace-seconds",
-             "after SIGTERM/SIGINT: stop at the next step, checkpoint, exit 0; exit 0 anyway after this long", "25");
+             "after SIGTERM/SIGINT: stop at the next step, checkpoint, exit 143; exit 143 anyway after this long", "25");
   return f;
 }
 
@@ -95,7 +98,8 @@ std::string Usage() {
          "      [--rejoin-timeout-seconds S] [--bucket-bytes B]\n"
          "      [--steps-per-execution K] [--partitioner SPEC] [--closure-timeout-seconds S] [--closure-max-attempts K]\n"
          "      [--ps-prefetch true|false] [--ps-pull rows|full]\n"
-         "      [--checkpoint-dir DIR [--checkpoint-every-steps N] [--checkpoint-every-seconds S] [--checkpoint-keep K]]\n"
+         "      [--checkpoint-dir DIR [--checkpoint-every-steps N] [--checkpoint-every-seconds S] [--checkpoint-keep K]\n"
+         "                            [--ignore-damaged-checkpoints]]\n"
          "      evaluator role: [--eval-poll-seconds S] [--eval-timeout-seconds S]\n"
          "      [--shutdown-grace-seconds S]";
 }
@@ -151,6 +155,7 @@ StatusOr<Parsed> Parse(const std::vector<std::string>& args) {
   ASSIGN_OR_RETURN(c.every_steps, p.flags.GetInt("checkpoint-every-steps"));
   ASSIGN_OR_RETURN(c.every_seconds, p.flags.GetDouble("checkpoint-every-seconds"));
   ASSIGN_OR_RETURN(c.keep, p.flags.GetInt("checkpoint-keep"));
+  c.ignore_damaged = p.flags.GetBool("ignore-damaged-checkpoints");
   ASSIGN_OR_RETURN(p.eval_poll_seconds, p.flags.GetDouble("eval-poll-seconds"));
   if (c.every_steps < 0) return InvalidArgument("flag --checkpoint-every-steps: must be >= 0");
   if (c.every_seconds < 0) return InvalidArgument("flag --checkpoint-every-seconds: must be >= 0");
@@ -290,9 +295,13 @@ class Fit final : public Program {
     if (Status s = (*m)->Adapt(data->train.features); !s.ok()) {
       return ReportError(s.WithContext(job.data.train.field).WithContext(job.source), err);
     }
+    if (p->checkpoints.enabled()) {
+      if (Status s = checkpoint::CheckWritable(p->checkpoints.dir); !s.ok()) return ReportError(s, err);
+    }
     const int64_t steps_per_epoch = strategy::StepsPerEpoch(job, data->train.size());
+    // From here on the cluster is touched: failures are the run's, not the input's.
     auto ps = fit::MakePsStrategy(*p, ctx, **m, steps_per_epoch);
-    if (!ps.ok()) return ReportError(ps.status().WithContext(job.source), err);
+    if (!ps.ok()) return ReportRunEnd(ps.status().WithContext(job.source), ctx.signals, *ctx.out, err);
     strategy::LoopOptions lo;
     lo.epochs = job.epochs;
     lo.steps_per_epoch = steps_per_epoch;
@@ -303,16 +312,15 @@ class Fit final : public Program {
     lo.metrics = ctx.metrics;
     if (ctx.signals) lo.stop = &ctx.signals->stop();
     auto summary = strategy::FitAndEvaluate(**ps, job, *data, lo, ctx.out);
-    if (Stopped(summary.status(), ctx.signals)) return 0;
-    if (!summary.ok()) return ReportError(summary.status(), err);
+    if (!summary.ok()) return ReportRunEnd(summary.status(), ctx.signals, *ctx.out, err);
     if (p->flags.Has("export-weights")) {
       auto values = (*ps)->Values();
       Status s = values.ok() ? model::ExportKerasWeights(**m, *values, p->flags.Get("export-weights")) : values.status();
-      if (!s.ok()) return ReportError(s, err);
+      if (!s.ok()) return ReportRuntimeError(s, err);
       *ctx.out << "fit: wrote Keras weights to " << p->flags.Get("export-weights") << std::endl;
     }
     if (Status s = fit::WriteSummary(p->flags, fit::SummaryJson(*summary, (*ps)->SummaryJson(), *p)); !s.ok()) {
-      return ReportError(s, err);
+      return ReportRuntimeError(s, err);
     }
     return 0;
   }
@@ -325,18 +333,22 @@ class Fit final : public Program {
   }
 
  private:
-  // The synchronous strategies, in this process or in a group.
-  // A run a signal stopped: not an error, the task exits 0 (the loop has
-  // checkpointed where it checkpoints).
+  // A run a signal stopped before it was complete: the loop has
+  // checkpointed where it checkpoints, and the task exits 143 (retryable).
   static bool Stopped(const Status& s, const SignalWatcher* signals) {
     return s.code() == Code::kCancelled && signals && signals->stop();
   }
 
+  // The synchronous strategies, in this process or in a group.
   static int Train(const Parsed& p, strategy::StrategyKind kind, collective::Group* group,
                    runtime_metrics::RuntimeMetrics* metrics, SignalWatcher* signals, std::ostream& out,
                    std::ostream& err) {
     auto model = model::Model::Create(p.job.model, p.job.loss);
     if (!model.ok()) return ReportError(model.status().WithContext(p.job.source), err);
+    // Only the process that writes checkpoints needs to write there.
+    if (p.checkpoints.enabled() && (!group || group->rank() == 0)) {
+      if (Status s = checkpoint::CheckWritable(p.checkpoints.dir); !s.ok()) return ReportError(s, err);
+    }
     auto plan = strategy::PlanDevices(p.device, kind, p.replicas, p.replicas_given, group ? group->rank() : 0,
                                       (*model)->CheckDeviceSupport());
     if (!plan.ok()) return ReportError(plan.status(), err);
@@ -357,7 +369,7 @@ class Fit final : public Program {
     if (signals) opt.stop = &signals->stop();
     nlohmann::json sj;
     auto summary = strategy::Fit(p.job, opt, &sj);
-    if (Stopped(summary.status(), signals)) return 0;
+    if (Stopped(summary.status(), signals)) return ReportRunEnd(summary.status(), signals, out, err);
     if (!summary.ok()) return ReportError(summary.status(), err);
     if (group) {
       const nlohmann::json& r = sj["recovery"];

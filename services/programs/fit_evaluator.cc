@@ -32,7 +32,9 @@ int RunEvaluator(const Parsed& p, const EvaluatorContext& ctx) {
   if (Status s = strategy::CheckExamples(*eval, job.data.eval->field, (*m)->input_shape(), (*m)->input_dtype()); !s.ok()) {
     return fail(s);
   }
-  checkpoint::Manager mgr(p.checkpoints.dir, static_cast<int>(p.checkpoints.keep));
+  // Lenient: a damaged checkpoint is skipped (and said so) while the
+  // evaluator waits for the next good one.
+  checkpoint::Manager mgr(p.checkpoints.dir, static_cast<int>(p.checkpoints.keep), /*ignore_damaged=*/true);
   out << "evaluator: watching " << mgr.dir() << " for checkpoints" << std::endl;
   nlohmann::json results = nlohmann::json::array();
   int64_t last = -1;
@@ -48,8 +50,8 @@ int RunEvaluator(const Parsed& p, const EvaluatorContext& ctx) {
   };
   while (true) {
     if (ctx.signals && ctx.signals->stop()) {
-      out << "evaluator: stopped by a signal" << std::endl;
-      return 0;
+      out << "evaluator: stopped by a signal before the final checkpoint; exiting " << kExitStopped << std::endl;
+      return kExitStopped;
     }
     // Verifying reads every file: only worth it when something newer is there.
     const std::optional<int64_t> newest = mgr.NewestCommittedStep();

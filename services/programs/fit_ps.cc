@@ -9,12 +9,16 @@
 //  - a parameter server: its restart (new incarnation) fails the closures
 //    that touch it; Join reports that, and the chief claims the PS again,
 //    restores every PS from the latest good checkpoint and carries on;
-//  - the chief: the restarted chief fences the previous one off, restores the
-//    latest checkpoint and continues to the requested length.
+//  - the chief: the restarted chief fences the previous one off (a newer
+//    generation), restores the latest checkpoint and continues to the
+//    requested length; the PS tasks and workers it finds kept running.
+// A PS that stops answering is waited for at most ctx.ps_timeout, saying
+// which; then the chief restores it or fails naming it.
 // The loop's chunks end at checkpoint boundaries and each is joined before a
 // checkpoint, so a checkpoint is a consistent cut at a known step and at
 // most one checkpoint interval of progress is ever lost.
 #include <cmath>
+#include <cstdio>
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -60,8 +64,10 @@ nlohmann::json StatsToJson(const strategy::BatchStats& s, int64_t steps, int64_t
   return j;
 }
 
-coordinator::Options CoordinatorOptions(const Parsed& p, const ChiefContext& ctx) {
-  coordinator::Options o = ctx.coordinator_options;
+using Clock = std::chrono::steady_clock;
+
+StatusOr<coordinator::Options> CoordinatorOptions(const Parsed& p, const ChiefContext& ctx) {
+  ASSIGN_OR_RETURN(coordinator::Options o, ctx.CoordinatorOptions());
   o.rpc_timeout = p.closure_timeout;
   o.max_attempts = p.closure_max_attempts;
   return o;
@@ -69,20 +75,30 @@ coordinator::Options CoordinatorOptions(const Parsed& p, const ChiefContext& ctx
 
 class PsStrategy final : public strategy::Strategy {
  public:
-  PsStrategy(const Parsed& p, const ChiefContext& ctx, std::vector<std::shared_ptr<ps::PsClient>> clients,
-             strategy::Placement placement, std::vector<std::string> names, std::vector<bool> trainable,
-             std::vector<Tensor> init)
+  PsStrategy(const Parsed& p, const ChiefContext& ctx, const programs::Claim& claim, const coordinator::Options& options,
+             std::vector<std::shared_ptr<ps::PsClient>> clients, strategy::Placement placement,
+             std::vector<std::string> names, std::vector<bool> trainable, std::vector<Tensor> init)
       : p_(p),
         ctx_(ctx),
         out_(*ctx.out),
+        claim_(claim),
         clients_(std::move(clients)),
         store_(std::move(placement), clients_),
         names_(std::move(names)),
         trainable_(std::move(trainable)),
         init_(std::move(init)),
-        coord_(ctx.worker_addresses, CoordinatorOptions(p, ctx)),
-        mgr_(p.checkpoints.dir, static_cast<int>(p.checkpoints.keep)),
-        incarnations_(clients_.size(), 0) {}
+        coord_(ctx.worker_addresses, options),
+        mgr_(p.checkpoints.dir, static_cast<int>(p.checkpoints.keep), p.checkpoints.ignore_damaged),
+        incarnations_(clients_.size(), 0) {
+    // One quick look each: Recover polls with these until a lost PS is back.
+    for (size_t i = 0; i < ctx.ps_addresses.size(); ++i) {
+      ps::ClientOptions o;
+      o.timeout = std::chrono::milliseconds(2000);
+      o.retry.max_attempts = 1;
+      o.credentials = ctx.credentials;
+      probes_.push_back(std::make_shared<ps::PsClient>(ctx.ps_addresses[i], o));
+    }
+  }
 
   strategy::StrategyKind kind() const override { return strategy::StrategyKind::kParameterServer; }
   int64_t num_replicas_in_sync() const override { return 1; }  // asynchronous: every closure applies alone
@@ -96,7 +112,9 @@ class PsStrategy final : public strategy::Strategy {
     // writes the step-0 checkpoint so that any later PS loss has one to use.
     if (p_.checkpoints.enabled()) {
       ASSIGN_OR_RETURN(bool restored, Restore(st));
-      if (!restored) {
+      if (restored) {
+        restored_.push_back(st.step);
+      } else {
         RETURN_IF_ERROR(SaveCheckpoint(st, false));
         if (ctx_.metrics) ctx_.metrics->RecordCheckpoint(st.step);
       }
@@ -122,6 +140,7 @@ class PsStrategy final : public strategy::Strategy {
   }
 
   Status Run(strategy::TrainState& st, int64_t end) override {
+    chunk_started_ = Clock::now();
     const int64_t spe = p_.steps_per_execution;
     std::vector<coordinator::RemoteValue> values;
     for (int64_t s = st.step; s < end; s += spe) {
@@ -141,6 +160,15 @@ class PsStrategy final : public strategy::Strategy {
     }
     if (!joined.ok()) {
       reached_ = st.step + steps;
+      if (Stopping()) {
+        // Drained by a signal: the closures that completed are whole in the
+        // PS state and nothing else is, so they count (the loop checkpoints
+        // this exact step before the task exits).
+        st.partial.Merge(stats);
+        st.partial_steps += steps;
+        st.examples += examples;
+        st.step += steps;
+      }
       return joined;
     }
     st.partial.Merge(stats);
@@ -206,14 +234,18 @@ class PsStrategy final : public strategy::Strategy {
     return n;
   }
 
-  // Makes this chief the only one whose closures the PS tasks apply, and
-  // creates the variables where they are missing (a no-op where they exist).
+  // Makes this chief the only one whose closures the PS tasks apply (again,
+  // for a PS that restarted and forgot), and creates the variables where
+  // they are missing (a no-op where they exist).
   Status Claim() {
     for (size_t i = 0; i < clients_.size(); ++i) {
-      ASSIGN_OR_RETURN(uint64_t previous, clients_[i]->Fence(coord_.incarnation()));
-      if (previous != 0 && previous != coord_.incarnation() && i == 0) {
-        out_ << "fit: fenced off the previous chief (incarnation " << std::hex << previous << std::dec << ")" << std::endl;
-      }
+      ASSIGN_OR_RETURN(ps::FenceResult f, clients_[i]->Fence(claim_.generation, claim_.closure_namespace));
+      (void)f;
+    }
+    if (claim_.previous != 0 && !announced_fence_) {
+      announced_fence_ = true;
+      out_ << "fit: fenced off the previous chief (generation " << claim_.previous << "); this chief is generation "
+           << claim_.generation << std::endl;
     }
     // Non-trainable state (moving statistics) gets no optimizer: only deltas reach it.
     for (size_t i = 0; i < names_.size(); ++i) {
@@ -235,7 +267,7 @@ class PsStrategy final : public strategy::Strategy {
       // Each PS writes ps-<i>.ckpt into its own --checkpoint-dir, the same
       // directory as this one (a shared volume).
       files.push_back("ps-" + std::to_string(i) + ".ckpt");
-      ASSIGN_OR_RETURN(int64_t b, clients_[i]->Save(st.step));
+      ASSIGN_OR_RETURN(int64_t b, clients_[i]->Save(st.step, claim_.generation));
       bytes += b;
     }
     // A PS that restarted during the save wrote its empty table: never commit that.
@@ -269,7 +301,7 @@ class PsStrategy final : public strategy::Strategy {
       if (c->files[i] != c->dir + "/ps-" + std::to_string(i) + ".ckpt") {
         return DataLoss(c->dir + ": file " + std::to_string(i) + " is " + c->files[i] + ", not ps-" + std::to_string(i) + ".ckpt");
       }
-      RETURN_IF_ERROR(clients_[i]->Restore(c->step).status());
+      RETURN_IF_ERROR(clients_[i]->Restore(c->step, claim_.generation).status());
     }
     ASSIGN_OR_RETURN(st, strategy::TrainState::FromJson(c->state));
     out_ << "fit: restored checkpoint " << c->dir << " at step " << st.step << std::endl;
@@ -286,12 +318,49 @@ class PsStrategy final : public strategy::Strategy {
     return out;
   }
 
+  bool Stopping() const { return ctx_.signals && ctx_.signals->stop(); }
+
+  // After a failure: which PS tasks restarted (empty when every one answers
+  // as the same process). A PS that does not answer is waited for, said so
+  // once, for at most ctx.ps_timeout; then it is UNAVAILABLE naming it.
+  StatusOr<std::vector<size_t>> AwaitParameterServers() {
+    const auto since = Clock::now();
+    std::vector<bool> reported(probes_.size(), false);
+    while (true) {
+      if (Stopping()) return Cancelled("stopped by a signal");
+      std::vector<size_t> restarted, silent;
+      for (size_t i = 0; i < probes_.size(); ++i) {
+        auto s = probes_[i]->GetStatus();
+        if (!s.ok()) {
+          silent.push_back(i);
+        } else if (s->incarnation != incarnations_[i]) {
+          restarted.push_back(i);
+        }
+      }
+      if (silent.empty()) return restarted;
+      const double waited = std::chrono::duration<double>(Clock::now() - since).count();
+      const double limit = std::chrono::duration<double>(ctx_.ps_timeout).count();
+      for (size_t i : silent) {
+        if (reported[i]) continue;
+        reported[i] = true;
+        out_ << "fit: parameter server " << i << " (" << ctx_.ps_addresses[i] << ") is not answering; waiting up to "
+             << limit << " s for it to come back" << std::endl;
+      }
+      if (waited >= limit) {
+        const size_t i = silent[0];
+        return Unavailable("parameter server " + std::to_string(i) + " (" + ctx_.ps_addresses[i] + ") lost: no answer for " +
+                           std::to_string(static_cast<int64_t>(limit)) + " s (TFJOB_PS_TIMEOUT_SECONDS)");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+
   // `cause` stopped training with reached_ steps done. A restarted PS is
   // recovered from; anything else is the job's error.
   Status Recover(const Status& cause, strategy::TrainState& st, int attempt) {
-    auto restarted = Restarted();
-    if (!restarted.ok() || restarted->empty()) return cause;
-    const std::string which = "parameter server " + std::to_string((*restarted)[0]);
+    ASSIGN_OR_RETURN(std::vector<size_t> restarted, AwaitParameterServers());
+    if (restarted.empty()) return cause;
+    const std::string which = "parameter server " + std::to_string(restarted[0]);
     if (!p_.checkpoints.enabled()) {
       return FailedPrecondition(which + " restarted and lost its variables; run fit with --checkpoint-dir to recover");
     }
@@ -299,22 +368,28 @@ class PsStrategy final : public strategy::Strategy {
       return Aborted(which + " keeps restarting: gave up after " + std::to_string(kMaxRecoveries) + " recoveries (last: " +
                      cause.message() + ")");
     }
-    ps_restarts_ += static_cast<int64_t>(restarted->size());
+    ps_restarts_ += static_cast<int64_t>(restarted.size());
     out_ << "fit: " << which << " restarted (new incarnation): restoring every parameter server from the latest checkpoint"
          << std::endl;
     RETURN_IF_ERROR(Claim());
     ASSIGN_OR_RETURN(bool restored, Restore(st));
     if (!restored) return DataLoss("no checkpoint to restore " + which + " from in " + mgr_.dir());
     restored_.push_back(st.step);
-    out_ << "fit: resumed at step " << st.step << " (lost " << std::max<int64_t>(0, reached_ - st.step) << " steps)"
-         << std::endl;
+    // From the start of the chunk that failed (a few closures' time before
+    // the loss was seen) to now: how long training stood still.
+    char took[32];
+    std::snprintf(took, sizeof took, "%.1f", std::chrono::duration<double>(Clock::now() - chunk_started_).count());
+    out_ << "fit: resumed at step " << st.step << " (lost " << std::max<int64_t>(0, reached_ - st.step) << " steps); "
+         << which << " stopped training for " << took << " s" << std::endl;
     return Status::Ok();
   }
 
   const Parsed& p_;
   const ChiefContext& ctx_;
   std::ostream& out_;
-  std::vector<std::shared_ptr<ps::PsClient>> clients_;
+  const programs::Claim claim_;
+  std::vector<std::shared_ptr<ps::PsClient>> clients_;  // patient for ctx.ps_timeout
+  std::vector<std::shared_ptr<ps::PsClient>> probes_;   // one try, 2 s
   strategy::VariableStore store_;
   const std::vector<std::string> names_;
   const std::vector<bool> trainable_;
@@ -323,6 +398,8 @@ class PsStrategy final : public strategy::Strategy {
   checkpoint::Manager mgr_;
   std::vector<uint64_t> incarnations_;
 
+  bool announced_fence_ = false;
+  Clock::time_point chunk_started_ = Clock::now();  // of the last Run
   int recoveries_ = 0;
   int64_t reached_ = 0;
   int64_t ps_restarts_ = 0;
@@ -514,12 +591,16 @@ StatusOr<Step> PrepareStep(worker::ClosureContext& ctx, WorkerFitState& state, c
 
 StatusOr<std::unique_ptr<strategy::Strategy>> MakePsStrategy(const Parsed& p, const ChiefContext& ctx,
                                                              const model::Model& m, int64_t) {
-  std::vector<std::shared_ptr<ps::PsClient>> clients = ctx.PsClients();
+  // Waits for every PS (connect_timeout), fencing off any previous chief.
+  ASSIGN_OR_RETURN(Claim claim, ctx.ClaimCluster());
+  ASSIGN_OR_RETURN(coordinator::Options options, CoordinatorOptions(p, ctx));
+  // From here on a PS that does not answer is lost after ps_timeout.
+  std::vector<std::shared_ptr<ps::PsClient>> clients = ctx.PsClients(ctx.ps_timeout);
   ASSIGN_OR_RETURN(strategy::Placement placement, PlaceModel(m, static_cast<int64_t>(clients.size()), p.partitioner));
   std::vector<bool> trainable;
   for (const auto& v : m.variables()) trainable.push_back(v.trainable);
   return std::unique_ptr<strategy::Strategy>(
-      std::make_unique<PsStrategy>(p, ctx, std::move(clients), std::move(placement), VariableNames(m),
+      std::make_unique<PsStrategy>(p, ctx, claim, options, std::move(clients), std::move(placement), VariableNames(m),
                                    std::move(trainable), m.InitialValues(static_cast<uint64_t>(p.job.seed))));
 }
 
@@ -703,11 +784,12 @@ Status RegisterPsWorker(worker::Registry& r) {
       }
       const uint32_t sequence = static_cast<uint32_t>(s);
       if (io) {
-        pushes.push_back(io->Run([store, id = ctx.closure_id(), sequence, grads = std::move(grads)]() -> Status {
-          return store->PushGradients(id, sequence, grads).status();
+        pushes.push_back(io->Run([store, id = ctx.closure_id(), generation = ctx.generation(), sequence,
+                                  grads = std::move(grads)]() -> Status {
+          return store->PushGradients(id, sequence, grads, generation).status();
         }));
       } else {
-        failed = store->PushGradients(ctx.closure_id(), sequence, grads).status();
+        failed = store->PushGradients(ctx.closure_id(), sequence, grads, ctx.generation()).status();
       }
       if (failed.ok() && device.is_cpu()) failed = strategy::RecordBatch(*out, cur->batch[1], job.metrics, stats);
       examples += cur->batch[0].dim(0);

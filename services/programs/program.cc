@@ -1,22 +1,64 @@
 #include "services/programs/program.h"
 
+#include <algorithm>
 #include <ostream>
 
 #include "services/programs/programs.h"
 
 namespace tfjob::programs {
 
-std::shared_ptr<ps::PsClient> ChiefContext::PsClientFor(size_t i) const {
+std::shared_ptr<ps::PsClient> ChiefContext::PsClientFor(size_t i, std::optional<std::chrono::milliseconds> patience) const {
   ps::ClientOptions o;
-  o.retry.total_timeout = connect_timeout;
+  o.retry.total_timeout = patience.value_or(connect_timeout);
   o.credentials = credentials;
   return std::make_shared<ps::PsClient>(ps_addresses[i], o);
 }
 
-std::vector<std::shared_ptr<ps::PsClient>> ChiefContext::PsClients() const {
+std::vector<std::shared_ptr<ps::PsClient>> ChiefContext::PsClients(std::optional<std::chrono::milliseconds> patience) const {
   std::vector<std::shared_ptr<ps::PsClient>> out;
-  for (size_t i = 0; i < ps_addresses.size(); ++i) out.push_back(PsClientFor(i));
+  for (size_t i = 0; i < ps_addresses.size(); ++i) out.push_back(PsClientFor(i, patience));
   return out;
+}
+
+StatusOr<Claim> ChiefContext::ClaimCluster() const {
+  std::lock_guard g(claim_state->mu);
+  if (claim_state->claim) return *claim_state->claim;
+  // Patient: the PS tasks may still be starting.
+  const auto clients = PsClients();
+  uint64_t newest = 0;
+  for (const auto& c : clients) {
+    ASSIGN_OR_RETURN(ps::PsStatus s, c->GetStatus());
+    newest = std::max(newest, s.fence);
+  }
+  Claim claim;
+  claim.generation = coordinator::NewGeneration(newest);
+  // A proposal; the PS tasks keep the first one they were given, so a
+  // restarted chief adopts its predecessor's.
+  uint32_t proposal = 0;
+  while (proposal == 0) proposal = static_cast<uint32_t>(rpc::NewIncarnation());
+  for (size_t i = 0; i < clients.size(); ++i) {
+    auto fenced = clients[i]->Fence(claim.generation, claim.closure_namespace != 0 ? claim.closure_namespace : proposal);
+    if (!fenced.ok()) return fenced.status().WithContext("claiming parameter server " + std::to_string(i));
+    claim.previous = std::max(claim.previous, fenced->previous);
+    if (claim.closure_namespace == 0) claim.closure_namespace = fenced->closure_namespace;
+  }
+  if (claim.closure_namespace == 0) claim.closure_namespace = proposal;
+  claim_state->claim = claim;
+  return claim;
+}
+
+uint64_t ChiefContext::claimed_generation() const {
+  std::lock_guard g(claim_state->mu);
+  return claim_state->claim ? claim_state->claim->generation : 0;
+}
+
+StatusOr<coordinator::Options> ChiefContext::CoordinatorOptions() const {
+  ASSIGN_OR_RETURN(Claim claim, ClaimCluster());
+  coordinator::Options o = coordinator_options;
+  o.generation = claim.generation;
+  o.closure_namespace = claim.closure_namespace;
+  if (signals) o.stop = &signals->stop();
+  return o;
 }
 
 int Program::RunCollective(const std::vector<std::string>&, const CollectiveContext& ctx) {
@@ -46,9 +88,31 @@ int ExitCodeFor(const Status& s) {
   }
 }
 
+namespace {
+
+// One line, whatever the message echoes: values are cut where they are
+// quoted (Elide), and this bounds what is left.
+void PrintError(const Status& s, std::ostream& err) { err << "tfjob-runtime: error: " << Elide(s.message(), 2000) << std::endl; }
+
+}  // namespace
+
 int ReportError(const Status& s, std::ostream& err) {
-  err << "tfjob-runtime: error: " << s.message() << std::endl;
+  PrintError(s, err);
   return ExitCodeFor(s);
+}
+
+int ReportRuntimeError(const Status& s, std::ostream& err) {
+  PrintError(s, err);
+  return 1;
+}
+
+int ReportRunEnd(const Status& s, const SignalWatcher* signals, std::ostream& out, std::ostream& err) {
+  if (s.ok()) return 0;
+  if (signals && signals->stop()) {
+    out << "stopped by a signal before training was complete: exiting " << kExitStopped << " (retryable)" << std::endl;
+    return kExitStopped;
+  }
+  return ReportRuntimeError(s, err);
 }
 
 }  // namespace tfjob::programs

@@ -4,12 +4,17 @@
 // their own and call runtime::RunMain with them (examples/custom_loop).
 //
 // Thread-safety: RegisterWorker runs once per worker process before serving;
-// the registered functions then run concurrently. Failure: RunChief returns a
-// process exit code: 0 success, 2 bad input, 1 any other failure.
+// the registered functions then run concurrently. Failure: RunChief and the
+// other roles return the process's exit code, the runtime's contract
+// (docs/fault-tolerance.md): 0 only when training is complete, 143
+// (kExitStopped) when a signal stopped it first, 2 for bad input found before
+// any work, 1 for any other failure.
 #pragma once
 
 #include <iosfwd>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +29,13 @@
 
 namespace tfjob::programs {
 
+// What a chief's claim on the cluster's parameter servers gives it.
+struct Claim {
+  uint64_t generation = 0;          // this chief's; newer than every earlier chief's
+  uint32_t closure_namespace = 0;   // the job's closure-id namespace (kept by the PS tasks)
+  uint64_t previous = 0;            // the generation fenced off (0: this is the job's first chief)
+};
+
 struct ChiefContext {
   std::vector<std::string> ps_addresses;      // by PS index
   std::vector<std::string> worker_addresses;  // by worker index
@@ -37,13 +49,35 @@ struct ChiefContext {
   runtime_metrics::RuntimeMetrics* metrics = nullptr;
   // The job's task token: every call to a PS or worker carries it.
   rpc::Credentials credentials = {};
-  // Set by SIGTERM/SIGINT: stop at the next boundary, checkpoint, exit 0
+  // Set by SIGTERM/SIGINT: stop at the next boundary, checkpoint, exit 143
   // (borrowed; nullptr: never).
   SignalWatcher* signals = nullptr;
+  // Once training runs, how long a PS may go without answering before the
+  // chief gives up on it (TFJOB_PS_TIMEOUT_SECONDS).
+  std::chrono::milliseconds ps_timeout{30000};
 
-  // A client for PS `i` that is patient for connect_timeout.
-  std::shared_ptr<ps::PsClient> PsClientFor(size_t i) const;
-  std::vector<std::shared_ptr<ps::PsClient>> PsClients() const;
+  // A client for PS `i` whose calls retry UNAVAILABLE for `patience`
+  // (connect_timeout when not given).
+  std::shared_ptr<ps::PsClient> PsClientFor(size_t i, std::optional<std::chrono::milliseconds> patience = {}) const;
+  std::vector<std::shared_ptr<ps::PsClient>> PsClients(std::optional<std::chrono::milliseconds> patience = {}) const;
+
+  // Claims the cluster for this chief, once (later calls return the same
+  // claim): waits up to connect_timeout for every PS, then fences each with
+  // a generation newer than any it knows and agrees the closure namespace.
+  // FAILED_PRECONDITION when a newer chief holds a PS.
+  StatusOr<Claim> ClaimCluster() const;
+  // The claim's generation, 0 when nothing was claimed.
+  uint64_t claimed_generation() const;
+  // coordinator_options with the claim's generation and namespace, and the
+  // signals' stop flag (claims first if needed).
+  StatusOr<coordinator::Options> CoordinatorOptions() const;
+
+  // Shared by copies of the context: the one claim of this chief process.
+  struct ClaimState {
+    std::mutex mu;
+    std::optional<Claim> claim;
+  };
+  std::shared_ptr<ClaimState> claim_state = std::make_shared<ClaimState>();
 };
 
 // What each member of a cluster without parameter servers gets (chief and
@@ -107,8 +141,18 @@ using ProgramList = std::vector<std::shared_ptr<Program>>;
 // counter and fit.
 ProgramList BuiltinPrograms();
 
+// The exit code for an error found while checking the input, before any
+// work: 2 for the codes that mean bad input, else 1.
 int ExitCodeFor(const Status& s);
-// Prints "tfjob-runtime: error: ..." and returns the exit code for `s`.
+// Prints "tfjob-runtime: error: ..." (values in it cut to a few hundred
+// bytes) and returns ExitCodeFor(s): for errors before any work.
 int ReportError(const Status& s, std::ostream& err);
+// The same line for an error once work has begun: 1, whatever the code (a
+// label out of range that a worker's closure finds is the run's failure).
+int ReportRuntimeError(const Status& s, std::ostream& err);
+// Exit code and line for a run that ended with `s`: kExitStopped with
+// "stopped by a signal" when `signals` says one came, else
+// ReportRuntimeError's.
+int ReportRunEnd(const Status& s, const SignalWatcher* signals, std::ostream& out, std::ostream& err);
 
 }  // namespace tfjob::programs

@@ -291,9 +291,11 @@ StatusOr<Tensor> PsClient::PullRows(const std::string& name, const std::vector<i
   return out;
 }
 
-StatusOr<int> PsClient::Push(uint64_t closure_id, uint32_t sequence, const std::vector<Update>& updates) {
+StatusOr<int> PsClient::Push(uint64_t closure_id, uint32_t sequence, const std::vector<Update>& updates,
+                             uint64_t generation) {
   proto::PushRequest req;
   req.set_closure_id(closure_id);
+  req.set_coordinator_incarnation(generation);
   req.set_sequence(sequence);
   std::vector<Tensor> payload;
   payload.reserve(updates.size());
@@ -321,17 +323,19 @@ StatusOr<int> PsClient::Push(uint64_t closure_id, uint32_t sequence, const std::
   return duplicates;
 }
 
-StatusOr<int64_t> PsClient::Save(int64_t step) {
+StatusOr<int64_t> PsClient::Save(int64_t step, uint64_t generation) {
   proto::SaveRequest req;
   req.set_step(step);
+  req.set_coordinator_incarnation(generation);
   proto::SaveResponse resp;
   RETURN_IF_ERROR(Call("Save", req, &resp, &proto::ParameterServer::Stub::Save));
   return resp.bytes();
 }
 
-StatusOr<int> PsClient::Restore(int64_t step) {
+StatusOr<int> PsClient::Restore(int64_t step, uint64_t generation) {
   proto::RestoreRequest req;
   req.set_step(step);
+  req.set_coordinator_incarnation(generation);
   proto::RestoreResponse resp;
   RETURN_IF_ERROR(Call("Restore", req, &resp, &proto::ParameterServer::Stub::Restore));
   return resp.variables();
@@ -341,19 +345,22 @@ StatusOr<PsStatus> PsClient::GetStatus() {
   proto::StatusRequest req;
   proto::StatusResponse resp;
   RETURN_IF_ERROR(Call("GetStatus", req, &resp, &proto::ParameterServer::Stub::GetStatus));
-  return PsStatus{resp.incarnation(), {resp.variables().begin(), resp.variables().end()}, resp.applied_updates()};
+  return PsStatus{resp.incarnation(), {resp.variables().begin(), resp.variables().end()}, resp.applied_updates(),
+                  resp.fence()};
 }
 
-StatusOr<uint64_t> PsClient::Fence(uint64_t coordinator_incarnation) {
+StatusOr<FenceResult> PsClient::Fence(uint64_t generation, uint32_t proposed_namespace) {
   proto::FenceRequest req;
-  req.set_coordinator_incarnation(coordinator_incarnation);
+  req.set_coordinator_incarnation(generation);
+  req.set_closure_namespace(proposed_namespace);
   proto::FenceResponse resp;
   RETURN_IF_ERROR(Call("Fence", req, &resp, &proto::ParameterServer::Stub::Fence));
-  return resp.previous();
+  return FenceResult{resp.previous(), resp.closure_namespace()};
 }
 
-Status PsClient::Shutdown() {
+Status PsClient::Shutdown(uint64_t generation) {
   proto::ShutdownRequest req;
+  req.set_coordinator_incarnation(generation);
   proto::ShutdownResponse resp;
   return Call("Shutdown", req, &resp, &proto::ParameterServer::Stub::Shutdown);
 }

@@ -50,7 +50,13 @@ struct Update {
 struct PsStatus {
   uint64_t incarnation = 0;
   std::vector<std::string> variables;
-  int64_t applied_updates = 0;
+  int64_t applied_updates = 0;  // since the PS started or last restored
+  uint64_t fence = 0;           // the chief generation holding it (0: none)
+};
+
+struct FenceResult {
+  uint64_t previous = 0;           // the generation fenced off (0: none)
+  uint32_t closure_namespace = 0;  // the job's closure-id namespace this PS keeps
 };
 
 class PsClient {
@@ -73,17 +79,22 @@ class PsClient {
   StatusOr<Tensor> PullRows(const std::string& name, const std::vector<int64_t>& rows);
   // Rows `rows` of a variable into `out` ([rows.size(), ...row shape]).
   Status PullRowsInto(const std::string& name, const std::vector<int64_t>& rows, Tensor& out);
-  // Returns how many updates were skipped as already applied.
-  StatusOr<int> Push(uint64_t closure_id, uint32_t sequence, const std::vector<Update>& updates);
+  // Returns how many updates were skipped as already applied. `generation`
+  // is the chief's whose closure pushes (0: none; see FenceRequest).
+  StatusOr<int> Push(uint64_t closure_id, uint32_t sequence, const std::vector<Update>& updates,
+                     uint64_t generation = 0);
   // Checkpoints at `step` in the PS's own checkpoint directory; returns the
-  // bytes of tensors saved / the variables restored.
-  StatusOr<int64_t> Save(int64_t step);
-  StatusOr<int> Restore(int64_t step);
+  // bytes of tensors saved / the variables restored. A `generation` older
+  // than the PS's fence is FAILED_PRECONDITION (0: not checked).
+  StatusOr<int64_t> Save(int64_t step, uint64_t generation = 0);
+  StatusOr<int> Restore(int64_t step, uint64_t generation = 0);
   StatusOr<PsStatus> GetStatus();
-  // Makes `coordinator_incarnation` the only coordinator whose closures may
-  // push here; returns the one fenced off (0 when none).
-  StatusOr<uint64_t> Fence(uint64_t coordinator_incarnation);
-  Status Shutdown();
+  // Makes `generation` the only chief whose closures may push here, and
+  // proposes the job's closure-id namespace (proto/ps.proto: FenceRequest).
+  // FAILED_PRECONDITION when a newer generation holds the PS.
+  StatusOr<FenceResult> Fence(uint64_t generation, uint32_t proposed_namespace = 0);
+  // The chief's word that training is complete: the PS exits 0.
+  Status Shutdown(uint64_t generation = 0);
 
  private:
   class Connection;

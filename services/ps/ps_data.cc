@@ -396,17 +396,22 @@ Status ParameterServerService::ApplyDense(Shard& s, int kind, const Tensor& valu
   return Status::Ok();
 }
 
+Status ParameterServerService::CheckPushFence(uint64_t generation, uint64_t closure_id) const {
+  const uint64_t fence = fence_.load();
+  if (fence == 0) return Status::Ok();
+  const bool fenced = generation != 0 ? generation != fence : (closure_id & kCoordinatorMask) != (fence & kCoordinatorMask);
+  if (!fenced) return Status::Ok();
+  return FailedPrecondition("Push: closure " + std::to_string(closure_id) + " comes from chief generation " +
+                            std::to_string(generation) + ", which has been fenced off (generation " +
+                            std::to_string(fence) + " holds this parameter server)");
+}
+
 Status ParameterServerService::HandlePush(Call& c) {
   proto::PushRequest req;
   if (!req.ParseFromString(c.meta)) return Refuse(c, InvalidArgument("Push: malformed request"));
-  if (const uint64_t fence = fence_.load(); fence != 0) {
-    const uint64_t from = req.coordinator_incarnation() != 0 ? req.coordinator_incarnation()
-                                                             : req.closure_id() & kCoordinatorMask;
-    if ((from & kCoordinatorMask) != (fence & kCoordinatorMask)) {
-      return Refuse(c, FailedPrecondition("Push: closure " + std::to_string(req.closure_id()) +
-                                          " comes from a coordinator that has been fenced off (a newer chief took over)"));
-    }
-  }
+  // Checked now, so a fenced push's payload is skipped unread, and again
+  // under fence_mu_ when it is applied.
+  if (Status f = CheckPushFence(req.coordinator_incarnation(), req.closure_id()); !f.ok()) return Refuse(c, f);
   // Everything is checked before a byte of payload is read, and the payload
   // is read whole before anything is applied: a bad request, or one whose
   // connection breaks, changes nothing.
@@ -504,10 +509,19 @@ Status ParameterServerService::HandlePush(Call& c) {
     results[i] = st;
     if (st.ok()) applied_.fetch_add(1, std::memory_order_relaxed);
   };
-  if (prepared.size() > 1 && total >= kParallelApplyBytes) {
-    apply_pool_.Run(prepared.size(), apply);
-  } else {
-    for (size_t i = 0; i < prepared.size(); ++i) apply(i);
+  {
+    // A Fence waits for this apply to end; a push that a Fence overtook
+    // while its payload arrived is refused here.
+    std::shared_lock fence_lock(fence_mu_);
+    if (Status f = CheckPushFence(req.coordinator_incarnation(), req.closure_id()); !f.ok()) {
+      fence_lock.unlock();
+      return Refuse(c, f);
+    }
+    if (prepared.size() > 1 && total >= kParallelApplyBytes) {
+      apply_pool_.Run(prepared.size(), apply);
+    } else {
+      for (size_t i = 0; i < prepared.size(); ++i) apply(i);
+    }
   }
   for (const Status& st : results) {
     if (!st.ok()) return Refuse(c, st);

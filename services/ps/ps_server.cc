@@ -162,6 +162,9 @@ void PsServer::Serve(Connection* c, std::string peer) {
       }
       if (ok) service_->ServeData(conn, peer, stopping_, c->busy);
       conn.Release();
+      // Whatever ended it (the peer left, or broke the protocol), the peer
+      // learns now; the descriptor itself is closed by Reap.
+      shutdown(c->fd, SHUT_RDWR);
     } else if (tls_ || std::memcmp(first, kHttp2Preface, 4) == 0) {
       // With TLS, gRPC checks the handshake itself and drops what is not TLS.
       std::lock_guard g(mu_);
@@ -178,7 +181,11 @@ void PsServer::Serve(Connection* c, std::string peer) {
         }
         c->to_grpc = true;
       }
+    } else {
+      shutdown(c->fd, SHUT_RDWR);  // neither plane's bytes: hang up at once
     }
+  } else {
+    shutdown(c->fd, SHUT_RDWR);  // silent, or gone before four bytes came
   }
   c->done.store(true);
 }

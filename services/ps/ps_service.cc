@@ -75,6 +75,15 @@ bool ParameterServerService::Remember(Shard& s, uint64_t key) {
   return true;
 }
 
+Status ParameterServerService::CheckGeneration(uint64_t generation, const char* what) const {
+  const uint64_t fence = fence_.load();
+  if (generation != 0 && generation < fence) {
+    return FailedPrecondition(std::string(what) + ": refused, the calling chief (generation " + std::to_string(generation) +
+                              ") has been replaced by a newer one (generation " + std::to_string(fence) + ")");
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::string> ParameterServerService::CheckpointPath(int64_t step) const {
   if (options_.checkpoint_dir.empty()) {
     return FailedPrecondition("this parameter server was started without --checkpoint-dir; give every task of the "
@@ -86,6 +95,7 @@ StatusOr<std::string> ParameterServerService::CheckpointPath(int64_t step) const
 
 grpc::Status ParameterServerService::Save(grpc::ServerContext* call, const proto::SaveRequest* req, proto::SaveResponse* resp) {
   if (auto a = rpc::Authenticate(*call, options_.credentials); !a.ok()) return a;
+  if (Status g = CheckGeneration(req->coordinator_incarnation(), "Save"); !g.ok()) return Err(g);
   auto path = CheckpointPath(req->step());
   if (!path.ok()) return Err(path.status());
   auto writer = checkpoint::Writer::Create(*path);
@@ -116,6 +126,7 @@ grpc::Status ParameterServerService::Save(grpc::ServerContext* call, const proto
 grpc::Status ParameterServerService::Restore(grpc::ServerContext* call, const proto::RestoreRequest* req,
                                              proto::RestoreResponse* resp) {
   if (auto a = rpc::Authenticate(*call, options_.credentials); !a.ok()) return a;
+  if (Status g = CheckGeneration(req->coordinator_incarnation(), "Restore"); !g.ok()) return Err(g);
   auto path = CheckpointPath(req->step());
   if (!path.ok()) return Err(path.status());
   // Check everything before changing anything: one streamed pass over the
@@ -141,6 +152,10 @@ grpc::Status ParameterServerService::Restore(grpc::ServerContext* call, const pr
     shard->value = pending.tensors[0];
     for (size_t i = 0; i < shard->slots.slots.size(); ++i) shard->slots.slots[i] = pending.tensors[i + 1];
     shard->slots.iterations = pending.iterations;
+    // The closures this shard remembers were applied to the values just
+    // replaced: the same ids re-run on the restored state must apply.
+    shard->seen.clear();
+    shard->seen_order.clear();
     pending = {};
   };
   Status s = checkpoint::ReadInto(*path, [&](const std::string& name, int64_t iterations, size_t k, DType dtype,
@@ -156,6 +171,7 @@ grpc::Status ParameterServerService::Restore(grpc::ServerContext* call, const pr
   });
   if (!s.ok()) return Err(s);
   install();
+  applied_.store(0);
   resp->set_variables(static_cast<int>(check->entries.size()));
   return grpc::Status::OK;
 }
@@ -167,21 +183,36 @@ grpc::Status ParameterServerService::GetStatus(grpc::ServerContext* call, const 
   std::shared_lock lock(table_mu_);
   for (const auto& [name, _] : shards_) resp->add_variables(name);
   resp->set_applied_updates(applied_.load());
+  resp->set_fence(fence_.load());
   return grpc::Status::OK;
 }
 
 grpc::Status ParameterServerService::Fence(grpc::ServerContext* call, const proto::FenceRequest* req,
                                            proto::FenceResponse* resp) {
   if (auto a = rpc::Authenticate(*call, options_.credentials); !a.ok()) return a;
-  if (req->coordinator_incarnation() == 0) return Err(InvalidArgument("Fence: coordinator incarnation 0"));
-  resp->set_previous(fence_.exchange(req->coordinator_incarnation()));
+  const uint64_t generation = req->coordinator_incarnation();
+  if (generation == 0) return Err(InvalidArgument("Fence: coordinator incarnation 0"));
+  // Exclusive: waits for the pushes being applied, so none of the previous
+  // chief's lands after this returns.
+  std::unique_lock g(fence_mu_);
+  const uint64_t previous = fence_.load();
+  if (generation < previous) {
+    return Err(FailedPrecondition("Fence: refused, chief generation " + std::to_string(generation) +
+                                  " is older than generation " + std::to_string(previous) + ", which holds this parameter server"));
+  }
+  fence_.store(generation);
+  if (closure_namespace_ == 0) closure_namespace_ = req->closure_namespace();
+  resp->set_previous(previous);
+  resp->set_closure_namespace(closure_namespace_);
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterServerService::Shutdown(grpc::ServerContext* call, const proto::ShutdownRequest*,
+grpc::Status ParameterServerService::Shutdown(grpc::ServerContext* call, const proto::ShutdownRequest* req,
                                               proto::ShutdownResponse*) {
   if (auto a = rpc::Authenticate(*call, options_.credentials); !a.ok()) return a;
+  if (Status g = CheckGeneration(req->coordinator_incarnation(), "Shutdown"); !g.ok()) return Err(g);
   // Only signal: stopping the server from inside its own handler would deadlock.
+  completed_.store(true);
   RequestShutdown();
   return grpc::Status::OK;
 }

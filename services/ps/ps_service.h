@@ -15,10 +15,17 @@
 // mid-push changes nothing; the updates of one push to different shards are
 // applied in parallel.
 //
-// Fencing: after Fence(c), pushes that come from any coordinator other than
-// c (known by the push's coordinator_incarnation, else the high half of its
-// closure id) are FAILED_PRECONDITION, so a dead chief's closures still
-// running on workers cannot change variables a new chief has restored.
+// Fencing: after Fence(g), pushes that come from any chief generation other
+// than g (known by the push's coordinator_incarnation, else the high half of
+// its closure id) are FAILED_PRECONDITION, so a dead chief's closures still
+// running on workers cannot change variables a new chief has restored. Fence
+// waits for pushes being applied, so none of the old chief's lands after it
+// returns. Generations only grow; the Save, Restore and Shutdown of an older
+// chief are refused too. Restore forgets the applied closure ids and the
+// applied-update count along with the values it replaces.
+//
+// Exit: Shutdown (the chief's word that training is complete) ends Wait with
+// completed() true; RequestShutdown (a signal) ends it with completed() false.
 //
 // Ownership: PsServer owns the listening socket, the gRPC server, the
 // service and one thread per connection. Thread-safety: all handlers may run
@@ -86,6 +93,8 @@ class ParameterServerService final : public proto::ParameterServer::Service {
   // Blocks until a Shutdown RPC arrives (or RequestShutdown is called).
   void WaitForShutdown();
   void RequestShutdown();
+  // True once a chief's Shutdown RPC said training is complete.
+  bool completed() const { return completed_.load(); }
 
   grpc::Status Save(grpc::ServerContext*, const proto::SaveRequest*, proto::SaveResponse*) override;
   grpc::Status Restore(grpc::ServerContext*, const proto::RestoreRequest*, proto::RestoreResponse*) override;
@@ -123,6 +132,12 @@ class ParameterServerService final : public proto::ParameterServer::Service {
   StatusOr<std::string> CheckpointPath(int64_t step) const;
   // Returns false when this id was already applied (and records it otherwise).
   bool Remember(Shard& s, uint64_t key);
+  // FAILED_PRECONDITION when `generation` (non-zero) is older than the
+  // fence: `what` comes from a chief a newer one replaced.
+  Status CheckGeneration(uint64_t generation, const char* what) const;
+  // Why a push from `generation` (or, when 0, closure `closure_id`) may not
+  // be applied now; OK when it may.
+  Status CheckPushFence(uint64_t generation, uint64_t closure_id) const;
 
   // Data plane (ps_data.cc). Each answers the request; a non-OK return
   // means the connection cannot go on (I/O failed, or a refused request's
@@ -146,7 +161,13 @@ class ParameterServerService final : public proto::ParameterServer::Service {
   std::shared_mutex table_mu_;
   std::map<std::string, std::shared_ptr<Shard>> shards_;
   std::atomic<int64_t> applied_{0};
-  std::atomic<uint64_t> fence_{0};  // the coordinator allowed to push (0: any)
+  // Guards fence_ and closure_namespace_ against pushes being applied: a
+  // push holds it shared from its last fence check to the end of its apply,
+  // Fence holds it exclusively.
+  std::shared_mutex fence_mu_;
+  std::atomic<uint64_t> fence_{0};  // the chief generation allowed to push (0: any)
+  uint32_t closure_namespace_ = 0;  // kept from the first Fence that proposed one
+  std::atomic<bool> completed_{false};
 
   std::mutex shutdown_mu_;
   std::condition_variable shutdown_cv_;

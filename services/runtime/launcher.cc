@@ -1,6 +1,7 @@
 #include "services/runtime/launcher.h"
 
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,9 +49,13 @@ StatusOr<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& argv, cons
                                       const std::string& token, const std::string& tls_dir, int listen_fd) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return Internal(std::string("pipe: ") + std::strerror(errno));
+  const pid_t launcher = getpid();
   pid_t pid = fork();
   if (pid < 0) return Internal(std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
+    // The task dies with the launcher, even a SIGKILLed one.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != launcher) _exit(127);
     dup2(fds[1], 1);
     dup2(fds[1], 2);
     setenv("TF_CONFIG", tf_config.c_str(), 1);
@@ -205,10 +210,12 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
   } else {
     ReportError(started, err);
   }
-  // The chief shuts the cluster down when it finishes (workers that train
-  // together finish with worker 0); give the tasks a grace period, then make
-  // sure nothing is left running.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  // The chief shuts the cluster down when training is complete (workers
+  // that train together finish with worker 0): give the tasks a grace
+  // period, then make sure nothing is left running. A lead that failed
+  // shuts nothing down (a restarted chief would need the cluster), and this
+  // launcher restarts nobody: stop the rest at once.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(rc == 0 ? 10 : 0);
   for (auto& c : children) {
     while (!reap(*c, WNOHANG) && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "services/base/ports.h"
+#include "services/checkpoint/manager.h"
 #include "services/collective/group.h"
 #include "services/collective/net.h"
 #include "services/coordinator/coordinator.h"
@@ -67,6 +68,18 @@ StatusOr<std::optional<uint64_t>> MaxTensorBytes(const cluster::Env& env) {
   return std::optional<uint64_t>(n);
 }
 
+// A serving role's last line and exit code: 0 when a chief said training
+// is complete, else (a signal) kExitStopped.
+int Ended(const char* role, int64_t index, bool completed, std::ostream& out) {
+  if (completed) {
+    out << role << " " << index << ": shut down, training is complete" << std::endl;
+    return 0;
+  }
+  out << role << " " << index << ": stopped by a signal before training was complete; exiting " << kExitStopped
+      << std::endl;
+  return kExitStopped;
+}
+
 int ServePs(const cluster::ClusterConfig& cfg, const programs::Program& program, const std::vector<std::string>& args,
             const rpc::Credentials& credentials, runtime_metrics::RuntimeMetrics* metrics,
             std::optional<base::ListeningSocket>& listener, std::optional<uint64_t> max_tensor_bytes,
@@ -77,6 +90,11 @@ int ServePs(const cluster::ClusterConfig& cfg, const programs::Program& program,
   if (!any.ok()) return ReportError(any.status(), err);
   auto checkpoint_dir = program.CheckpointDir(args);
   if (!checkpoint_dir.ok()) return ReportError(checkpoint_dir.status(), err);
+  // The PS writes its own checkpoint files: a directory it cannot write is
+  // bad input, said now rather than at the first save.
+  if (!checkpoint_dir->empty()) {
+    if (Status s = checkpoint::CheckWritable(*checkpoint_dir); !s.ok()) return ReportError(s, err);
+  }
   ps::PsOptions options;
   options.metrics = metrics;
   // The only files this PS ever touches: <dir>/ckpt-<step>/ps-<index>.ckpt.
@@ -100,12 +118,12 @@ int ServePs(const cluster::ClusterConfig& cfg, const programs::Program& program,
   if (!server.ok()) return ReportError(server.status(), err);
   // The port it got (port 0 in TF_CONFIG picks one): "[::]:PORT".
   if (!listener) shown = any->substr(0, any->rfind(':') + 1) + std::to_string((*server)->port());
-  // SIGTERM / SIGINT end a serving role cleanly (exit 0), as a pod deletion does.
+  // SIGTERM / SIGINT stop a serving role cleanly, as a pod deletion does;
+  // it has not finished (a chief did not say training is complete): 143.
   signals.OnStop([&service = (*server)->service()] { service.RequestShutdown(); });
   out << "ps " << cfg.task->index << ": serving on " << shown << std::endl;
   (*server)->Wait();
-  out << "ps " << cfg.task->index << ": shut down" << std::endl;
-  return 0;
+  return Ended("ps", cfg.task->index, (*server)->service().completed(), out);
 }
 
 int ServeWorker(const cluster::ClusterConfig& cfg, const cluster::ClusterSpec& training,
@@ -128,17 +146,17 @@ int ServeWorker(const cluster::ClusterConfig& cfg, const cluster::ClusterSpec& t
   signals.OnStop([&service = (*server)->service()] { service.RequestShutdown(); });
   out << "worker " << cfg.task->index << ": serving on " << listen->shown << std::endl;
   (*server)->Wait();
-  out << "worker " << cfg.task->index << ": shut down" << std::endl;
-  return 0;
+  return Ended("worker", cfg.task->index, (*server)->service().completed(), out);
 }
 
 }  // namespace
 
 void ShutdownCluster(const std::vector<std::string>& ps, const std::vector<std::string>& workers,
-                     const rpc::Credentials& credentials) {
+                     const rpc::Credentials& credentials, uint64_t generation) {
   for (const auto& a : workers) {
     auto stub = proto::Worker::NewStub(rpc::MakeChannel(a, credentials));
     proto::WorkerShutdownRequest req;
+    req.set_coordinator_incarnation(generation);
     proto::WorkerShutdownResponse resp;
     auto ctx = rpc::Context(std::chrono::milliseconds(2000), credentials);
     stub->Shutdown(ctx.get(), req, &resp);  // best effort: a gone worker needs no shutdown
@@ -148,15 +166,17 @@ void ShutdownCluster(const std::vector<std::string>& ps, const std::vector<std::
     o.timeout = std::chrono::milliseconds(2000);
     o.retry.max_attempts = 2;
     o.credentials = credentials;
-    (void)ps::PsClient(a, o).Shutdown();
+    (void)ps::PsClient(a, o).Shutdown(generation);
   }
 }
 
 int RunRole(programs::Program& program, const std::vector<std::string>& args, const programs::ProgramList& all,
             const cluster::Env& env, std::ostream& out, std::ostream& err) {
   // First, before any thread exists: SIGTERM (every pod deletion) and
-  // SIGINT become an orderly stop in every role.
+  // SIGINT become an orderly stop in every role, bounded by a grace period
+  // inside Kubernetes' default 30 s (programs may set their own).
   SignalWatcher signals;
+  signals.ExitAfter(kDefaultShutdownGrace);
   // TFJOB_CONNECT_TIMEOUT_SECONDS: how long the chief waits for peers that do
   // not answer yet (default 300).
   std::chrono::milliseconds connect_timeout{300000};
@@ -168,6 +188,17 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
     }
     connect_timeout = std::chrono::milliseconds(static_cast<int64_t>(secs * 1000));
   }
+  // TFJOB_PS_TIMEOUT_SECONDS: once training runs, how long the chief waits
+  // for a parameter server that stopped answering (default 30).
+  std::chrono::milliseconds ps_timeout{30000};
+  if (auto v = env("TFJOB_PS_TIMEOUT_SECONDS")) {
+    char* end = nullptr;
+    const double secs = std::strtod(v->c_str(), &end);
+    if (v->empty() || *end != '\0' || !(secs > 0) || secs > 86400) {
+      return ReportError(InvalidArgument("TFJOB_PS_TIMEOUT_SECONDS: \"" + Elide(*v) + "\" is not a number of seconds in (0, 86400]"), err);
+    }
+    ps_timeout = std::chrono::milliseconds(static_cast<int64_t>(secs * 1000));
+  }
   // TF_CONFIG, or the Slurm step when TFJOB_CLUSTER_RESOLVER=slurm.
   auto resolved = ResolveCluster(env);
   if (resolved.status().code() == Code::kNotFound) {
@@ -176,6 +207,7 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
     if (!local.ok()) return ReportError(local.status(), err);
     programs::ChiefContext ctx{(*local)->ps_addresses(), (*local)->worker_addresses(), {}, &out, &err};
     ctx.signals = &signals;
+    ctx.ps_timeout = ps_timeout;
     return program.RunChief(args, ctx);
   }
   if (!resolved.ok()) return ReportError(resolved.status(), err);
@@ -250,11 +282,13 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
     ctx.metrics = metrics;
     ctx.coordinator_options.metrics = metrics;
     ctx.signals = &signals;
+    ctx.ps_timeout = ps_timeout;
     if (ctx.worker_addresses.empty()) return ReportError(InvalidArgument("TF_CONFIG: the cluster has no \"worker\" tasks"), err);
     const int rc = program.RunChief(args, ctx);
-    // Finished jobs must not leave PS or worker processes behind. A chief
-    // stopped by a signal leaves them: its successor needs them.
-    if (!signals.stop()) ShutdownCluster(ctx.ps_addresses, ctx.worker_addresses, ctx.credentials);
+    // Training is complete: the PS tasks and workers may exit (0), so a
+    // finished job leaves nothing running. Any other end leaves them up: a
+    // restarted chief (OnFailure, ExitCode) finds them and goes on.
+    if (rc == 0) ShutdownCluster(ctx.ps_addresses, ctx.worker_addresses, ctx.credentials, ctx.claimed_generation());
     return rc;
   }
   if (type == cluster::kEvaluator) {

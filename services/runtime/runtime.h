@@ -4,10 +4,14 @@
 // program; no TF_CONFIG runs on this machine alone). `local` launches one
 // process per task on 127.0.0.1.
 //
-// Thread-safety: entry points are for main(). Failure: bad input prints one
-// line "tfjob-runtime: error: ..." and returns 2; other failures return 1.
+// Thread-safety: entry points are for main(). Exit codes (the contract the
+// operator reads; docs/fault-tolerance.md): 0 only when this task's part of
+// training is complete; 143 when SIGTERM/SIGINT stopped it first; 2 for bad
+// input, one line "tfjob-runtime: error: ...", before any work; 1 for any
+// other failure.
 #pragma once
 
+#include <chrono>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -29,8 +33,14 @@ int RunMain(const std::vector<std::string>& args, const programs::ProgramList& p
 int RunRole(programs::Program& program, const std::vector<std::string>& args, const programs::ProgramList& all,
             const cluster::Env& env, std::ostream& out, std::ostream& err);
 
-// Asks every PS and worker to exit (best effort, short deadlines).
+// Tells every PS and worker that training is complete, so each exits 0 (best
+// effort, short deadlines). `generation` is the chief's: a PS or worker that
+// knows a newer chief refuses (0: not checked).
 void ShutdownCluster(const std::vector<std::string>& ps, const std::vector<std::string>& workers,
-                     const rpc::Credentials& credentials);
+                     const rpc::Credentials& credentials, uint64_t generation = 0);
+
+// How long a task may take to stop after SIGTERM before it exits 143
+// regardless: inside Kubernetes' default terminationGracePeriodSeconds (30).
+inline constexpr std::chrono::milliseconds kDefaultShutdownGrace{25000};
 
 }  // namespace tfjob::runtime

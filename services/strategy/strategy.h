@@ -47,6 +47,9 @@ struct CheckpointPolicy {
   int64_t every_steps = 0;
   double every_seconds = 0;
   int64_t keep = 3;
+  // When every committed checkpoint in `dir` is damaged: false fails with
+  // an error naming them; true trains from step 0 instead.
+  bool ignore_damaged = false;
   bool enabled() const { return !dir.empty(); }
 };
 

@@ -126,7 +126,7 @@ class SyncStrategy final : public Strategy {
     outputs_.resize(static_cast<size_t>(local));
     pool_ = std::make_unique<ReplicaPool>(local);
     if (o_.kind == StrategyKind::kMirrored && local > 1) local_group_ = std::make_unique<collective::LocalGroup>(local, o_.collective);
-    if (o_.checkpoints.enabled()) mgr_.emplace(o_.checkpoints.dir, static_cast<int>(o_.checkpoints.keep));
+    if (o_.checkpoints.enabled()) mgr_.emplace(o_.checkpoints.dir, static_cast<int>(o_.checkpoints.keep), o_.checkpoints.ignore_damaged);
     // Which variables get sparse gradients decides what every replica sends,
     // so it is known before any replica has rows to compute: probe one row.
     if (num_replicas_in_sync() > 1) {

@@ -150,7 +150,8 @@ StatusOr<Tensor> VariableStore::Lookup(const std::string& name, const std::vecto
   return out;
 }
 
-StatusOr<int> VariableStore::PushGradients(uint64_t closure_id, uint32_t sequence, const std::vector<Grad>& grads) {
+StatusOr<int> VariableStore::PushGradients(uint64_t closure_id, uint32_t sequence, const std::vector<Grad>& grads,
+                                           uint64_t generation) {
   std::map<int64_t, std::vector<ps::Update>> by_ps;
   for (const Grad& g : grads) {
     ASSIGN_OR_RETURN(const PlacedVariable* v, placement_.Find(g.name));
@@ -206,7 +207,7 @@ StatusOr<int> VariableStore::PushGradients(uint64_t closure_id, uint32_t sequenc
   for (const auto& [ps, _] : by_ps) which.push_back(ps);
   std::vector<int> duplicates(ps_.size(), 0);
   RETURN_IF_ERROR(ForEachPs(which, [&](int64_t ps) -> Status {
-    ASSIGN_OR_RETURN(duplicates[static_cast<size_t>(ps)], ps_[ps]->Push(closure_id, sequence, by_ps.at(ps)));
+    ASSIGN_OR_RETURN(duplicates[static_cast<size_t>(ps)], ps_[ps]->Push(closure_id, sequence, by_ps.at(ps), generation));
     return Status::Ok();
   }));
   int total = 0;
@@ -214,10 +215,12 @@ StatusOr<int> VariableStore::PushGradients(uint64_t closure_id, uint32_t sequenc
   return total;
 }
 
-StatusOr<int> VariableStore::AssignAdd(uint64_t closure_id, uint32_t sequence, const std::string& name, const Tensor& delta) {
+StatusOr<int> VariableStore::AssignAdd(uint64_t closure_id, uint32_t sequence, const std::string& name, const Tensor& delta,
+                                       uint64_t generation) {
   ASSIGN_OR_RETURN(const PlacedVariable* v, placement_.Find(name));
   if (v->sharded()) return Unimplemented("AssignAdd on sharded variable \"" + name + "\"");
-  return ps_[v->shards[0].ps]->Push(closure_id, sequence, {{v->shards[0].name, ps::Update::Kind::kAssignAdd, delta, {}}});
+  return ps_[v->shards[0].ps]->Push(closure_id, sequence, {{v->shards[0].name, ps::Update::Kind::kAssignAdd, delta, {}}},
+                                       generation);
 }
 
 }  // namespace tfjob::strategy

@@ -64,9 +64,12 @@ class VariableStore {
   // Applies gradients with each shard's optimizer (deltas of non-trainable
   // variables are added, ASSIGN_ADD): one Push per PS, the PS tasks in
   // parallel. Returns the number of shard updates skipped as duplicates.
-  StatusOr<int> PushGradients(uint64_t closure_id, uint32_t sequence, const std::vector<Grad>& grads);
+  // `generation` is the chief's whose closure pushes (ps::PsClient::Push).
+  StatusOr<int> PushGradients(uint64_t closure_id, uint32_t sequence, const std::vector<Grad>& grads,
+                              uint64_t generation = 0);
   // Adds `delta` to a variable (ASSIGN_ADD), exactly once per closure id.
-  StatusOr<int> AssignAdd(uint64_t closure_id, uint32_t sequence, const std::string& name, const Tensor& delta);
+  StatusOr<int> AssignAdd(uint64_t closure_id, uint32_t sequence, const std::string& name, const Tensor& delta,
+                          uint64_t generation = 0);
 
  private:
   // Runs fn(ps) for every PS in `which`, all but one on their own threads;

@@ -63,9 +63,22 @@ std::vector<std::string> WorkerState::ResourceNames() {
 WorkerService::WorkerService(const Registry& registry, WorkerEnv env)
     : registry_(registry), state_(std::move(env)), incarnation_(rpc::NewIncarnation()) {}
 
+Status WorkerService::Admit(uint64_t generation, const char* what) {
+  if (generation == 0) return Status::Ok();
+  uint64_t seen = generation_.load();
+  while (generation > seen && !generation_.compare_exchange_weak(seen, generation)) {
+  }
+  if (generation < seen) {
+    return FailedPrecondition(std::string(what) + " refused: chief generation " + std::to_string(generation) +
+                              " has been replaced by generation " + std::to_string(seen));
+  }
+  return Status::Ok();
+}
+
 grpc::Status WorkerService::CreateResources(grpc::ServerContext* call, const proto::CreateResourcesRequest* req,
                                             proto::CreateResourcesResponse*) {
   if (auto a = rpc::Authenticate(*call, state_.env().ps_options.credentials); !a.ok()) return a;
+  if (Status g = Admit(req->coordinator_incarnation(), "CreateResources"); !g.ok()) return rpc::ToGrpc(g);
   const DatasetFn* fn = registry_.FindDataset(req->dataset_fn());
   if (!fn) return rpc::ToGrpc(NotFound("no dataset function \"" + req->dataset_fn() + "\" on this worker"));
   nlohmann::json args = nlohmann::json::parse(req->args_json().empty() ? "null" : req->args_json(), nullptr, false);
@@ -87,6 +100,7 @@ grpc::Status WorkerService::RunClosure(grpc::ServerContext* call, const proto::R
     resp->set_error_message(s.message());
     return grpc::Status::OK;
   };
+  if (Status g = Admit(req->coordinator_incarnation(), "closure"); !g.ok()) return fail(g);
   const ClosureFn* fn = registry_.FindClosure(req->function());
   if (!fn) return fail(NotFound("no closure \"" + req->function() + "\" on this worker"));
   nlohmann::json args = nlohmann::json::parse(req->args_json().empty() ? "null" : req->args_json(), nullptr, false);
@@ -97,7 +111,7 @@ grpc::Status WorkerService::RunClosure(grpc::ServerContext* call, const proto::R
     if (!v.ok()) return fail(v.status());
     tensors.push_back(std::move(v).value());
   }
-  ClosureContext ctx(req->closure_id(), state_);
+  ClosureContext ctx(req->closure_id(), req->coordinator_incarnation(), state_);
   StatusOr<ClosureResult> r = Status(Code::kInternal, "closure threw");
   const auto start = std::chrono::steady_clock::now();
   try {
@@ -116,18 +130,23 @@ grpc::Status WorkerService::RunClosure(grpc::ServerContext* call, const proto::R
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerService::GetStatus(grpc::ServerContext* call, const proto::WorkerStatusRequest*,
+grpc::Status WorkerService::GetStatus(grpc::ServerContext* call, const proto::WorkerStatusRequest* req,
                                       proto::WorkerStatusResponse* resp) {
   if (auto a = rpc::Authenticate(*call, state_.env().ps_options.credentials); !a.ok()) return a;
+  // A probe only teaches the worker a newer generation; it refuses nothing.
+  (void)Admit(req->coordinator_incarnation(), "GetStatus");
   resp->set_incarnation(incarnation_);
+  resp->set_generation(generation_.load());
   for (const auto& n : state_.ResourceNames()) resp->add_resources(n);
   resp->set_closures_run(closures_run_.load());
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerService::Shutdown(grpc::ServerContext* call, const proto::WorkerShutdownRequest*,
+grpc::Status WorkerService::Shutdown(grpc::ServerContext* call, const proto::WorkerShutdownRequest* req,
                                      proto::WorkerShutdownResponse*) {
   if (auto a = rpc::Authenticate(*call, state_.env().ps_options.credentials); !a.ok()) return a;
+  if (Status g = Admit(req->coordinator_incarnation(), "Shutdown"); !g.ok()) return rpc::ToGrpc(g);
+  completed_.store(true);
   RequestShutdown();
   return grpc::Status::OK;
 }

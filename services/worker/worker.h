@@ -9,6 +9,13 @@
 // Failure: an unknown closure or dataset, or a closure's own error, comes back
 // in the response's error fields; the RPC itself fails only when the worker
 // cannot serve (shutting down).
+//
+// Chief generations: every request carries its chief's generation; the
+// worker remembers the newest and refuses the closures, datasets and
+// shutdowns of older ones (FAILED_PRECONDITION), so a replaced chief's work
+// stops at the worker as well as at the PS. Exit: Shutdown (the chief's word
+// that training is complete) ends Wait with completed() true; a signal's
+// RequestShutdown with completed() false.
 #pragma once
 
 #include <condition_variable>
@@ -50,8 +57,12 @@ class WorkerState;
 
 class ClosureContext {
  public:
-  ClosureContext(uint64_t closure_id, WorkerState& state) : closure_id_(closure_id), state_(state) {}
+  ClosureContext(uint64_t closure_id, uint64_t generation, WorkerState& state)
+      : closure_id_(closure_id), generation_(generation), state_(state) {}
   uint64_t closure_id() const { return closure_id_; }
+  // The generation of the chief that scheduled this closure: what its
+  // pushes carry (ps::PsClient::Push), so a replaced chief's are fenced off.
+  uint64_t generation() const { return generation_; }
   int64_t worker_index() const;
   // Clients for every PS task, by index.
   const std::vector<std::shared_ptr<ps::PsClient>>& ps() const;
@@ -60,6 +71,7 @@ class ClosureContext {
 
  private:
   uint64_t closure_id_;
+  uint64_t generation_;
   WorkerState& state_;
 };
 
@@ -107,6 +119,10 @@ class WorkerService final : public proto::Worker::Service {
   uint64_t incarnation() const { return incarnation_; }
   void WaitForShutdown();
   void RequestShutdown();
+  // True once a chief's Shutdown RPC said training is complete.
+  bool completed() const { return completed_.load(); }
+  // The newest chief generation seen (0: none yet).
+  uint64_t generation() const { return generation_.load(); }
 
   grpc::Status CreateResources(grpc::ServerContext*, const proto::CreateResourcesRequest*,
                                proto::CreateResourcesResponse*) override;
@@ -117,7 +133,13 @@ class WorkerService final : public proto::Worker::Service {
  private:
   const Registry& registry_;
   WorkerState state_;
+  // Remembers `generation` when it is the newest yet; FAILED_PRECONDITION
+  // when it is older than one already seen (0 always passes).
+  Status Admit(uint64_t generation, const char* what);
+
   const uint64_t incarnation_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> completed_{false};
   std::atomic<int64_t> closures_run_{0};
   std::mutex shutdown_mu_;
   std::condition_variable shutdown_cv_;

@@ -22,6 +22,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/support/local_job.h"
 #include "tests/support/process.h"
 #include "tests/support/subprocess.h"
 
@@ -40,82 +41,7 @@ nlohmann::json ReadJson(const std::string& path) {
   return nlohmann::json::parse(in, nullptr, false);
 }
 
-// A `tfjob run` in the background, and a killer that finds replicas by their
-// pid files.
-class LocalJob {
- public:
-  LocalJob(const std::string& manifest, const std::string& state_dir)
-      : dir_(state_dir), run_({t::BinDir() + "/tfjob", "run", manifest, "--state-dir", state_dir}) {}
-  ~LocalJob() {
-    // A failed test must not leave replicas behind: they are in their own
-    // process groups, so stopping the runner alone would orphan them.
-    if (run_.running()) {
-      for (const auto& e : fs::directory_iterator(dir_)) {
-        if (e.path().extension() == ".pid") {
-          if (pid_t p = Pid(e.path().stem().string()); p > 0) kill(-p, SIGKILL);
-        }
-      }
-      run_.Stop(SIGKILL);
-    }
-  }
-
-  pid_t Pid(const std::string& pod) const {
-    std::ifstream in(dir_ + "/" + pod + ".pid");
-    long p = 0;
-    return (in >> p) ? static_cast<pid_t>(p) : 0;
-  }
-
-  // The live pid of `pod` other than `old` (a restarted replica).
-  pid_t WaitForPid(const std::string& pod, pid_t old = 0) {
-    const auto deadline = Clock::now() + kPatience;
-    while (Clock::now() < deadline && run_.running()) {
-      if (pid_t p = Pid(pod); p > 0 && p != old && kill(p, 0) == 0) return p;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return 0;
-  }
-
-  // Waits until the output after `from` matches `re`; returns the end of the
-  // match (npos when the job ended or patience ran out).
-  size_t WaitForOutput(const std::regex& re, size_t from, std::smatch* m = nullptr) {
-    const auto deadline = Clock::now() + kPatience;
-    while (Clock::now() < deadline) {
-      const bool alive = run_.running();
-      const std::string out = run_.output();
-      std::smatch local;
-      std::smatch& mm = m ? *m : local;
-      if (from <= out.size()) {
-        auto begin = out.cbegin() + static_cast<std::ptrdiff_t>(from);
-        if (std::regex_search(begin, out.cend(), mm, re)) {
-          return from + static_cast<size_t>(mm.position(0) + mm.length(0));
-        }
-      }
-      if (!alive) return std::string::npos;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return std::string::npos;
-  }
-
-  // SIGKILLs `pod` and waits for the runner to restart it; returns the new pid.
-  pid_t KillAndAwaitRestart(const std::string& pod) {
-    const pid_t p = WaitForPid(pod);
-    if (p <= 0) return 0;
-    kill(p, SIGKILL);
-    return WaitForPid(pod, p);
-  }
-
-  int Wait() {
-    const auto deadline = Clock::now() + std::chrono::seconds(300);
-    while (run_.running() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    return run_.Stop(SIGTERM);
-  }
-  std::string output() const { return run_.output(); }
-  t::Process& process() { return run_; }
-
- private:
-  std::string dir_;
-  t::Process run_;
-};
+using t::LocalJob;
 
 std::string Runtime() { return t::BinDir() + "/tfjob-runtime"; }
 

@@ -1,5 +1,7 @@
 #include "services/checkpoint/manager.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -114,6 +116,54 @@ TEST_F(ManagerTest, AFileFromAnotherCheckpointIsRejected) {
   auto l = m.Latest();
   ASSERT_TRUE(l.ok() && l->has_value());
   EXPECT_EQ((*l)->step, 10);
+}
+
+// Every committed checkpoint damaged: an error naming each, never a silent
+// fresh start; a manager told to ignore damage reports none instead.
+TEST_F(ManagerTest, WhenEveryCheckpointIsDamagedLatestSaysSoUnlessTold) {
+  Manager m(dir_.string(), 5);
+  Save(m, 10, 1.f);
+  Save(m, 20, 2.f);
+  for (const char* step : {"ckpt-10", "ckpt-20"}) {
+    const std::string path = (dir_ / step / "ps-0.ckpt").string();
+    std::string bytes = *ReadFile(path);
+    bytes[bytes.size() / 2] ^= 0x10;
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  }
+  auto l = m.Latest();
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.status().code(), Code::kDataLoss);
+  EXPECT_THAT(l.status().message(), HasSubstr("every checkpoint in " + dir_.string() + " is damaged: ckpt-20 ("));
+  EXPECT_THAT(l.status().message(), HasSubstr("; ckpt-10 ("));
+  EXPECT_THAT(l.status().message(), HasSubstr("--ignore-damaged-checkpoints"));
+  auto lenient = Manager(dir_.string(), 5, /*ignore_damaged=*/true).Latest();
+  ASSERT_TRUE(lenient.ok()) << lenient.status();
+  EXPECT_FALSE(lenient->has_value());
+  // An attempt that never committed is not damage: nothing there is nothing.
+  fs::remove_all(dir_ / "ckpt-10");
+  fs::remove_all(dir_ / "ckpt-20");
+  ASSERT_TRUE(m.Prepare(30).ok());
+  auto empty = m.Latest();
+  ASSERT_TRUE(empty.ok());
+  EXPECT_FALSE(empty->has_value());
+}
+
+TEST_F(ManagerTest, CheckWritableMakesTheDirectoryOrSaysWhyNot) {
+  const fs::path fresh = dir_ / "a" / "b";
+  EXPECT_TRUE(CheckWritable(fresh.string()).ok());
+  EXPECT_TRUE(fs::is_directory(fresh));
+  EXPECT_TRUE(fs::is_empty(fresh));  // the probe file is gone
+  // Under a regular file nothing can be made.
+  std::ofstream(dir_ / "file") << "x";
+  Status s = CheckWritable((dir_ / "file" / "ckpt").string());
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("--checkpoint-dir " + (dir_ / "file" / "ckpt").string() + " cannot be created"));
+  if (geteuid() != 0) {  // root writes anywhere
+    fs::create_directories(dir_ / "ro");
+    fs::permissions(dir_ / "ro", fs::perms::owner_read | fs::perms::owner_exec);
+    EXPECT_THAT(CheckWritable((dir_ / "ro").string()).message(), HasSubstr("is not writable"));
+    fs::permissions(dir_ / "ro", fs::perms::owner_all);
+  }
 }
 
 }  // namespace

@@ -215,6 +215,10 @@ INSTANTIATE_TEST_SUITE_P(
                   "TF_CONFIG: job \"evaluator\" has 2 tasks; at most one is allowed"},
         ErrorCase{"ChiefAndMaster", Doc(R"({"chief": ["c0:1"], "master": ["m0:1"], "worker": ["a:1"]})"),
                   "TF_CONFIG: the cluster has both \"chief\" and \"master\" jobs; only one coordinator is allowed"},
+        ErrorCase{"TwoTasksOneAddress", Doc(R"({"chief": ["h:2222"], "ps": ["h:2222"], "worker": ["w:1"]})"),
+                  "TF_CONFIG: chief:0 and ps:0 have the same address \"h:2222\"; every task needs its own host:port"},
+        ErrorCase{"TwoWorkersOneAddress", Doc(R"({"worker": ["w:1", "v:1", "w:1"]})"),
+                  "TF_CONFIG: worker:0 and worker:2 have the same address \"w:1\"; every task needs its own host:port"},
         ErrorCase{"EnvironmentNotString", R"({"cluster": {"worker": ["a:1"]}, "environment": 5})",
                   "TF_CONFIG: \"environment\" must be a string, got 5"},
         ErrorCase{"RpcLayerNotString", R"({"cluster": {"worker": ["a:1"]}, "rpc_layer": ["grpc"]})",
@@ -262,6 +266,15 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"IndexNotInSparseJob", Doc(R"({"worker": {"1": "a:1", "3": "b:1"}})", R"({"type": "worker", "index": 2})"),
                   "TF_CONFIG: task index 2 is not defined in sparse job \"worker\" (indices 1, 3)"}),
     [](const ::testing::TestParamInfo<ErrorCase>& info) { return std::string(info.param.name); });
+
+// A huge bad value is echoed cut, with its length: one line stays a line.
+TEST(ParseTfConfig, AHugeBadAddressIsEchoedCut) {
+  const std::string huge(120 * 1024, 'x');
+  StatusOr<ClusterConfig> c = ParseTfConfig(Doc(R"({"worker": [")" + huge + R"("]})"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_LT(c.status().message().size(), 600u) << c.status().message().size();
+  EXPECT_THAT(c.status().message(), ::testing::HasSubstr("... (122880 bytes)\": expected host:port"));
+}
 
 TEST(ParseTfConfig, MalformedJsonNamesTheByteOffset) {
   // The parser stops at the '}' that should have been a value: byte 13.

@@ -74,9 +74,16 @@ worker::Registry MakeRegistry(Probe& probe) {
   // reply.
   (void)r.AddClosure("add_to_ps", [&probe](ClosureContext& ctx, const nlohmann::json& a, const std::vector<Tensor>&) -> StatusOr<ClosureResult> {
     Tensor v = *Tensor::FromVector({}, std::vector<float>{a["x"].get<float>()});
-    ASSIGN_OR_RETURN(int dup, ctx.ps()[0]->Push(ctx.closure_id(), 0, {{"c", ps::Update::Kind::kAssignAdd, v, {}}}));
+    ASSIGN_OR_RETURN(int dup, ctx.ps()[0]->Push(ctx.closure_id(), 0, {{"c", ps::Update::Kind::kAssignAdd, v, {}}},
+                                                ctx.generation()));
     if (a.value("hold", false)) probe.WaitForRelease();
     return ClosureResult{{{"worker", ctx.worker_index()}, {"duplicate", dup}}, {}};
+  });
+  // Holds until the test releases it (a closure that will not end by itself).
+  (void)r.AddClosure("hold", [&probe](ClosureContext&, const nlohmann::json&, const std::vector<Tensor>&) -> StatusOr<ClosureResult> {
+    ++probe.slow_started;
+    probe.WaitForRelease();
+    return ClosureResult{nullptr, {}};
   });
   (void)r.AddDataset("range", [&probe](const worker::WorkerEnv& env, const nlohmann::json& a) -> StatusOr<data::Dataset> {
     ++probe.datasets_built.at(static_cast<size_t>(env.worker_index));
@@ -263,6 +270,84 @@ TEST_F(CoordinatorTest, ReRunClosureIsAppliedExactlyOnceOnThePs) {
   EXPECT_EQ(c.stats().retried, 1) << "one closure lost its worker, once";
   int duplicates = a.Fetch()->json["duplicate"].get<int>() + b.Fetch()->json["duplicate"].get<int>();
   EXPECT_EQ(duplicates, 1);  // the re-run's push was recognised and skipped
+}
+
+// SIGTERM (Options::stop) drains: the queue is cancelled, the closures in
+// flight finish whole, and Join says the run was stopped. Every closure
+// either ran completely or not at all, so a checkpoint afterwards is exact.
+TEST_F(CoordinatorTest, AStopDrainsClosuresInFlightWholeAndCancelsTheQueue) {
+  StartWorkers(1);
+  std::atomic<bool> stop{false};
+  Options o;
+  o.inflight_per_worker = 2;
+  o.stop = &stop;
+  ClusterCoordinator c(addresses_, o);
+  std::vector<RemoteValue> v;
+  for (int i = 0; i < 20; ++i) v.push_back(c.Schedule("slow", {{"ms", 150}}));
+  ASSERT_TRUE(t::WaitUntil([&] { return probe_.slow_started >= 2; }));
+  stop = true;
+  Status s = c.Join();
+  EXPECT_EQ(s.code(), Code::kCancelled) << s;
+  EXPECT_THAT(s.message(), HasSubstr("stopped by a signal"));
+  int finished = 0, cancelled = 0;
+  for (auto& r : v) {
+    const Status w = r.Wait();
+    finished += w.ok();
+    cancelled += w.code() == Code::kCancelled;
+  }
+  EXPECT_EQ(finished + cancelled, 20);
+  EXPECT_EQ(finished, probe_.slow_started.load()) << "a closure that started was cut off";
+  EXPECT_GT(cancelled, 0);
+  // No more work after a stop.
+  EXPECT_EQ(c.Schedule("add", {{"a", 1}, {"b", 2}}).Wait().code(), Code::kCancelled);
+}
+
+// Abort does not wait for closures in flight: their calls are cancelled.
+TEST_F(CoordinatorTest, AbortCancelsCallsInFlight) {
+  StartWorkers(1);
+  ClusterCoordinator c(addresses_);
+  RemoteValue held = c.Schedule("hold");
+  ASSERT_TRUE(t::WaitUntil([&] { return probe_.slow_started >= 1; }));
+  c.Abort(Aborted("the job is over"));
+  EXPECT_EQ(c.Join().code(), Code::kAborted);
+  EXPECT_EQ(held.Wait().code(), Code::kAborted);
+}
+
+// A restarted chief with the job's closure namespace re-issues the same ids
+// for the same closures: what its predecessor applied is not applied again.
+// The predecessor's requests are refused by the worker once the new chief
+// has spoken to it.
+TEST_F(CoordinatorTest, ARestartedChiefReissuesTheSameIdsAndIsAppliedOnce) {
+  auto ps = ps::PsServer::Start("127.0.0.1:0");
+  ASSERT_TRUE(ps.ok());
+  const std::string ps_addr = "127.0.0.1:" + std::to_string((*ps)->port());
+  ps::PsClient pc(ps_addr);
+  ASSERT_TRUE(pc.CreateVariable("c", *Tensor::FromVector({}, std::vector<float>{0}), std::nullopt).ok());
+  StartWorkers(2, {ps_addr});
+  Options first;
+  first.generation = 1000;
+  first.closure_namespace = 77;
+  ClusterCoordinator old_chief(addresses_, first);
+  ASSERT_TRUE(pc.Fence(1000, 77).ok());
+  for (double x : {1.0, 2.0, 3.0}) old_chief.Schedule("add_to_ps", {{"x", x}});
+  ASSERT_TRUE(old_chief.Join().ok());
+
+  Options second = first;
+  second.generation = 2000;
+  ASSERT_EQ(pc.Fence(2000, 99)->closure_namespace, 77u);  // the job's namespace
+  ClusterCoordinator new_chief(addresses_, second);
+  std::vector<RemoteValue> again;
+  for (double x : {1.0, 2.0, 3.0}) again.push_back(new_chief.Schedule("add_to_ps", {{"x", x}}));
+  ASSERT_TRUE(new_chief.Join().ok());
+  EXPECT_FLOAT_EQ((*pc.Pull({"c"}))[0].data<float>()[0], 6.f);
+  int duplicates = 0;
+  for (auto& r : again) duplicates += r.Fetch()->json["duplicate"].get<int>();
+  EXPECT_EQ(duplicates, 3);
+  // The old chief is fenced off at the workers as well.
+  old_chief.Schedule("add", {{"a", 1}, {"b", 2}});
+  Status refused = old_chief.Join();
+  EXPECT_EQ(refused.code(), Code::kFailedPrecondition) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("has been replaced by generation 2000"));
 }
 
 }  // namespace

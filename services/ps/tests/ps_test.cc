@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include "common/files.h"
 #include "services/collective/net.h"
@@ -91,20 +93,101 @@ TEST_F(PsTest, ExactlyOncePerClosureAndSequence) {
 TEST_F(PsTest, FencedOffCoordinatorCannotPush) {
   ASSERT_TRUE(client_->CreateVariable("c", F({}, {0}), std::nullopt).ok());
   Update add{"c", Update::Kind::kAssignAdd, F({}, {1}), {}};
-  const uint64_t old_chief = 0x1111111100000000ULL, new_chief = 0x2222222200000000ULL;
-  // Before any fence, every coordinator may push.
-  EXPECT_TRUE(client_->Push(old_chief | 1, 0, {add}).ok());
-  EXPECT_EQ(*client_->Fence(old_chief | 7), 0u);
-  EXPECT_TRUE(client_->Push(old_chief | 2, 0, {add}).ok());
+  const uint64_t old_chief = 1000, new_chief = 2000;
+  // Before any fence, every chief may push.
+  EXPECT_TRUE(client_->Push(1, 0, {add}, old_chief).ok());
+  EXPECT_EQ(client_->Fence(old_chief)->previous, 0u);
+  EXPECT_TRUE(client_->Push(2, 0, {add}, old_chief).ok());
   // A new chief takes over: the old one's closures are refused, whole.
-  EXPECT_EQ(*client_->Fence(new_chief | 9), old_chief | 7);
-  auto refused = client_->Push(old_chief | 3, 0, {add});
+  EXPECT_EQ(client_->Fence(new_chief)->previous, old_chief);
+  auto refused = client_->Push(3, 0, {add}, old_chief);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), Code::kFailedPrecondition);
   EXPECT_THAT(refused.status().message(), HasSubstr("fenced off"));
-  EXPECT_TRUE(client_->Push(new_chief | 1, 0, {add}).ok());
+  EXPECT_TRUE(client_->Push(4, 0, {add}, new_chief).ok());
   EXPECT_FLOAT_EQ((*client_->Pull({"c"}))[0].data<float>()[0], 3.f);
   EXPECT_EQ(client_->Fence(0).status().code(), Code::kInvalidArgument);
+  // A push that predates generations is told apart by its id's high half.
+  EXPECT_FALSE(client_->Push((old_chief << 32) | 5, 0, {add}).ok());
+}
+
+// Generations only grow: an older chief can neither take the PS back nor
+// save, restore or shut it down; the same generation again is a no-op.
+TEST_F(PsTest, AnOlderChiefCanNeitherFenceNorSaveRestoreOrShutDown) {
+  ASSERT_TRUE(client_->CreateVariable("c", F({}, {0}), std::nullopt).ok());
+  ASSERT_TRUE(client_->Fence(500).ok());
+  ASSERT_TRUE(client_->Save(7, 500).ok());
+  ASSERT_TRUE(client_->Fence(900).ok());
+  EXPECT_EQ(client_->Fence(900)->previous, 900u);  // idempotent
+  for (Status s : {client_->Fence(500).status(), client_->Save(7, 500).status(), client_->Restore(7, 500).status(),
+                   client_->Shutdown(500)}) {
+    EXPECT_EQ(s.code(), Code::kFailedPrecondition) << s;
+    EXPECT_THAT(s.message(), HasSubstr("900"));
+  }
+  EXPECT_EQ(client_->GetStatus()->fence, 900u);
+  EXPECT_FALSE(server_->service().completed());
+  ASSERT_TRUE(client_->Restore(7, 900).ok());
+  ASSERT_TRUE(client_->Shutdown(900).ok());
+  EXPECT_TRUE(server_->service().completed());
+}
+
+// The first closure namespace proposed is the job's: a restarted chief that
+// proposes another learns the first, and so re-issues the same closure ids.
+TEST_F(PsTest, TheFirstClosureNamespaceIsKept) {
+  auto first = client_->Fence(10, 0xabcd);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->closure_namespace, 0xabcdu);
+  auto second = client_->Fence(20, 0x1234);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->closure_namespace, 0xabcdu);
+  EXPECT_EQ(second->previous, 10u);
+}
+
+// A restore replaces the values the applied closure ids belong to: the same
+// closures re-run on the restored state apply again, and the applied-update
+// count starts over from the checkpoint.
+TEST_F(PsTest, RestoreForgetsTheClosuresAppliedToTheReplacedValues) {
+  ASSERT_TRUE(client_->CreateVariable("c", F({}, {0}), std::nullopt).ok());
+  Update add{"c", Update::Kind::kAssignAdd, F({}, {1}), {}};
+  ASSERT_TRUE(client_->Save(7).ok());
+  for (uint64_t id = 1; id <= 3; ++id) ASSERT_EQ(*client_->Push(id, 0, {add}), 0);
+  EXPECT_EQ(client_->GetStatus()->applied_updates, 3);
+  ASSERT_TRUE(client_->Restore(7).ok());
+  EXPECT_EQ(client_->GetStatus()->applied_updates, 0);
+  for (uint64_t id = 1; id <= 3; ++id) EXPECT_EQ(*client_->Push(id, 0, {add}), 0) << id;
+  EXPECT_EQ(*client_->Push(3, 0, {add}), 1);
+  EXPECT_FLOAT_EQ((*client_->Pull({"c"}))[0].data<float>()[0], 3.f);
+  EXPECT_EQ(client_->GetStatus()->applied_updates, 3);
+}
+
+// Once Fence returns, no push of the chief it replaced lands, even one whose
+// bytes were on their way: many old-generation pushes race one Fence, and
+// every push that succeeded was applied before it (the count read right
+// after the Fence never grows again).
+TEST_F(PsTest, NoPushOfTheReplacedChiefLandsAfterFenceReturns) {
+  ASSERT_TRUE(client_->CreateVariable("c", F({}, {0}), std::nullopt).ok());
+  ASSERT_TRUE(client_->Fence(1).ok());
+  Update add{"c", Update::Kind::kAssignAdd, F({}, {1}), {}};
+  std::atomic<bool> go{true};
+  std::atomic<int> ok{0};
+  std::vector<std::thread> pushers;
+  for (int t = 0; t < 4; ++t) {
+    pushers.emplace_back([&, t] {
+      PsClient c("127.0.0.1:" + std::to_string(server_->port()));
+      for (uint64_t i = 1; go.load(); ++i) {
+        if (c.Push(static_cast<uint64_t>(t) << 40 | i, 0, {add}, 1).ok()) ok.fetch_add(1);
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(client_->Fence(2).ok());
+  const float at_fence = (*client_->Pull({"c"}))[0].data<float>()[0];
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  go = false;
+  for (auto& t : pushers) t.join();
+  EXPECT_FLOAT_EQ((*client_->Pull({"c"}))[0].data<float>()[0], at_fence);
+  EXPECT_EQ(static_cast<float>(ok.load()), at_fence);
+  EXPECT_GT(ok.load(), 0);
 }
 
 TEST_F(PsTest, DedupMemoryIsBounded) {
@@ -485,6 +568,44 @@ TEST_F(PsTest, StatusAndShutdown) {
   std::thread waiter([&] { server_->Wait(); });
   ASSERT_TRUE(client_->Shutdown().ok());
   waiter.join();  // returns because of the RPC
+  EXPECT_TRUE(server_->service().completed());
+}
+
+// A signal (RequestShutdown) ends the wait too, but says nothing about
+// training: the PS then exits 143, not 0 (services/runtime).
+TEST_F(PsTest, ASignalStopIsNotACompletedShutdown) {
+  std::thread waiter([&] { server_->Wait(); });
+  server_->service().RequestShutdown();
+  waiter.join();
+  EXPECT_FALSE(server_->service().completed());
+}
+
+// A connection that speaks neither plane's protocol is hung up on at once,
+// not left open until the next connection arrives; so is one that breaks
+// the data plane's after a valid hello.
+TEST_F(PsTest, AConnectionThatBreaksTheProtocolIsClosed) {
+  auto eof_within = [](int fd, std::chrono::milliseconds limit) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(limit.count())) != 1) return false;
+    char c;
+    return recv(fd, &c, 1, 0) <= 0;
+  };
+  auto garbage = collective::net::Connect("127.0.0.1:" + std::to_string(server_->port()),
+                                          wire::Clock::now() + std::chrono::seconds(5), "ps");
+  ASSERT_TRUE(garbage.ok());
+  ASSERT_EQ(send(garbage->get(), "GARBAGE!", 8, MSG_NOSIGNAL), 8);
+  EXPECT_TRUE(eof_within(garbage->get(), std::chrono::seconds(5)));
+
+  RawDataClient raw(server_->port());
+  EXPECT_EQ(raw.Answer().first, Code::kOk);  // hello
+  const std::string junk(sizeof(wire::Frame), 'x');  // one frame's worth: nothing left unread
+  raw.Send(junk.data(), junk.size());
+  auto [code, message] = raw.Answer();
+  EXPECT_EQ(code, Code::kInvalidArgument) << message;
+  EXPECT_THAT(message, HasSubstr("not a data-plane request frame"));
+  EXPECT_EQ(raw.Answer().first, Code::kUnavailable);  // then the connection is closed
+  // And the PS still serves everyone else.
+  EXPECT_TRUE(client_->GetStatus().ok());
 }
 
 TEST(PsClientTest, UnreachablePeerRetriesThenNamesTheAddress) {

@@ -44,7 +44,7 @@ inline void ExpectPsUnchanged(ps::PsClient& owner, const ps::PsStatus& before, c
   EXPECT_EQ(after->variables, before.variables);
   EXPECT_EQ(after->applied_updates, before.applied_updates);
   EXPECT_FALSE(std::filesystem::exists(dir + "/ckpt-1"));
-  EXPECT_EQ(*owner.Fence(kJobFence), kJobFence);
+  EXPECT_EQ(owner.Fence(kJobFence)->previous, kJobFence);
 }
 
 }  // namespace tfjob::testing
