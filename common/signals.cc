@@ -33,10 +33,15 @@ SignalWatcher::SignalWatcher() {
 }
 
 SignalWatcher::~SignalWatcher() {
+  {
+    // Disarmed first: the role ended on its own, and the thread may take a
+    // tick to notice quit_.
+    std::lock_guard g(grace_->mu);
+    grace_->period.reset();
+    ++grace_->epoch;
+  }
   quit_ = true;
   if (thread_.joinable()) thread_.join();
-  std::lock_guard g(grace_->mu);
-  ++grace_->epoch;  // disarmed: the role ended on its own
 }
 
 void SignalWatcher::OnStop(std::function<void()> fn) {

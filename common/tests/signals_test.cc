@@ -58,11 +58,11 @@ TEST(SignalWatcherTest, ADestroyedWatcherIsDisarmed) {
   const int rc = InChild([] {
     {
       SignalWatcher w;
-      w.ExitAfter(std::chrono::milliseconds(200));
+      w.ExitAfter(std::chrono::milliseconds(1000));
       kill(getpid(), SIGTERM);
       for (int i = 0; i < 500 && !w.stop(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
     _exit(7);
   });
   EXPECT_EQ(rc, 7);

@@ -505,10 +505,13 @@ int RunJob(const std::string& manifest, const RunOptions& o) {
     backend.WriteTargets(dir);
     if (!finished_at && Finished(job.status, &outcome)) finished_at = std::chrono::steady_clock::now();
     if (finished_at) {
-      // Done once nothing runs (PS tasks exit when the chief shuts them
-      // down), the TTL, if any, has passed, or the grace period is over.
+      // Done once nothing runs (PS tasks exit when the chief says training
+      // is complete), the TTL, if any, has passed, or the grace period is
+      // over. A failed job has nothing to wait for: its PS tasks and
+      // workers never exit by themselves (they wait for a chief).
       const bool ttl_pending = job.spec.run_policy.ttl_seconds_after_finished && !deleted;
-      if ((!backend.AnyRunning() && !ttl_pending) || deleted ||
+      const bool failed = outcome == api::kConditionFailed;
+      if (((!backend.AnyRunning() || failed) && !ttl_pending) || deleted ||
           std::chrono::steady_clock::now() - *finished_at > o.finish_grace) {
         break;
       }

@@ -103,7 +103,7 @@ int ReportError(const Status& s, std::ostream& err) {
 
 int ReportRuntimeError(const Status& s, std::ostream& err) {
   PrintError(s, err);
-  return 1;
+  return s.code() == Code::kInvalidArgument ? 2 : 1;
 }
 
 int ReportRunEnd(const Status& s, const SignalWatcher* signals, std::ostream& out, std::ostream& err) {

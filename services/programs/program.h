@@ -147,8 +147,10 @@ int ExitCodeFor(const Status& s);
 // Prints "tfjob-runtime: error: ..." (values in it cut to a few hundred
 // bytes) and returns ExitCodeFor(s): for errors before any work.
 int ReportError(const Status& s, std::ostream& err);
-// The same line for an error once work has begun: 1, whatever the code (a
-// label out of range that a worker's closure finds is the run's failure).
+// The same line for an error once work has begun: 2 only for
+// INVALID_ARGUMENT (input that a worker found bad: a flag it cannot honour,
+// a label out of range in the data), else 1. A missing variable, a stale
+// generation or a damaged checkpoint met at run time is not bad input.
 int ReportRuntimeError(const Status& s, std::ostream& err);
 // Exit code and line for a run that ended with `s`: kExitStopped with
 // "stopped by a signal" when `signals` says one came, else

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/flags.h"
+#include "common/signals.h"
 #include "common/pki.h"
 #include "services/base/ports.h"
 #include "services/cluster/cluster.h"
@@ -87,6 +88,15 @@ StatusOr<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& argv, cons
 
 int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& programs, std::ostream& out,
              std::ostream& err) {
+  // Before any thread: a signal to the launcher becomes SIGTERM to every
+  // task started so far (and to any started after it came).
+  SignalWatcher signals;
+  std::mutex pids_mu;
+  std::vector<pid_t> pids;
+  signals.OnStop([&] {
+    std::lock_guard g(pids_mu);
+    for (pid_t p : pids) kill(p, SIGTERM);
+  });
   Flags flags;
   flags.Value("ps", "parameter servers (0: the workers train together, multi-worker mirrored)", "0")
       .Value("workers", "workers", "2")
@@ -165,6 +175,11 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
     auto c = std::make_unique<Child>();
     c->name = job + ":" + std::to_string(index);
     c->pid = spawned.first;
+    {
+      std::lock_guard g(pids_mu);
+      pids.push_back(c->pid);
+      if (signals.stop()) kill(c->pid, SIGTERM);
+    }
     c->out_fd = spawned.second;
     const bool chief = job == (with_chief ? "chief" : "worker") && index == 0;
     c->pump = std::thread([fd = c->out_fd, prefix = chief ? std::string() : "[" + c->name + "] ", &out, &out_mu] {
@@ -196,16 +211,22 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
   if (started.ok() && with_chief) started = start("chief", 0);
   const std::string lead = with_chief ? "chief:0" : "worker:0";
 
-  auto reap = [](Child& c, int options) {
+  auto reap = [&](Child& c, int options) {
     if (c.exited) return true;
+    // Under pids_mu: a reaped pid may be reused, and must no longer be signalled.
+    std::lock_guard g(pids_mu);
     pid_t r = waitpid(c.pid, &c.status, options);
-    if (r == c.pid) c.exited = true;
+    if (r == c.pid) {
+      c.exited = true;
+      std::erase(pids, c.pid);
+    }
     return c.exited;
   };
   int rc = 1;
   if (started.ok()) {
     Child& chief = **std::find_if(children.begin(), children.end(), [&](const auto& c) { return c->name == lead; });
-    reap(chief, 0);
+    // Polled, not a blocking wait: the signal forwarder takes pids_mu too.
+    while (!reap(chief, WNOHANG)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     rc = WIFEXITED(chief.status) ? WEXITSTATUS(chief.status) : 128 + WTERMSIG(chief.status);
   } else {
     ReportError(started, err);

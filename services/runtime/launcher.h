@@ -13,6 +13,9 @@
 // Every task gets the run's task token; with --tls also a CA and
 // certificate made for the run (TFJOB_TLS_DIR, removed when the run ends),
 // so every connection between the tasks is mutual TLS.
+// SIGTERM or SIGINT to the launcher is passed on to every task (each stops
+// cleanly: the chief checkpoints, everyone exits 143); the tasks die with
+// the launcher even when it is SIGKILLed.
 // Failure: bad flags exit 2; a chief killed by a signal returns 128 + signal.
 #pragma once
 

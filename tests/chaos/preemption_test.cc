@@ -144,11 +144,8 @@ TEST(PreemptionTest, TheChiefKilledAndRestartedTwiceStillCounts78) {
   ASSERT_EQ(job.Wait(), 0) << job.output();
   const std::string out = job.output();
   EXPECT_THAT(out, HasSubstr("[twice-chief-0] counter: value 78 after 12 closures"));
-  std::ptrdiff_t fenced = 0;
-  for (std::sregex_iterator it(out.begin(), out.end(), std::regex(R"(\[twice-chief-0\] counter: fenced off the previous chief)")), end;
-       it != end; ++it) {
-    ++fenced;
-  }
+  const std::regex fence(R"(\[twice-chief-0\] counter: fenced off the previous chief)");
+  const auto fenced = std::distance(std::sregex_iterator(out.begin(), out.end(), fence), std::sregex_iterator());
   EXPECT_EQ(fenced, 2) << out;
   auto s = ReadJson(dir + "/summary.json");
   EXPECT_EQ(s["value"], 78.0) << s.dump();
@@ -161,8 +158,8 @@ TEST(PreemptionTest, TheChiefKilledAndRestartedTwiceStillCounts78) {
 
 // TF: a closure that raises. A label out of range in the middle of the
 // data is found by a worker's closure: the first error is raised once by
-// the chief, which exits 1 (a runtime error, not bad input found up front),
-// and the job fails instead of retrying.
+// the chief, which exits 2 (bad input: the data), and the job fails
+// instead of retrying.
 TEST(PreemptionTest, AUserErrorInAClosureFailsTheJobOnce) {
   const std::string dir = t::MakeTempDir("user-error");
   {
@@ -187,7 +184,7 @@ TEST(PreemptionTest, AUserErrorInAClosureFailsTheJobOnce) {
       << out;
   EXPECT_EQ(out.find("[bad-chief-0] tfjob-runtime: error:", static_cast<size_t>(m.position(0)) + 1), std::string::npos)
       << "raised more than once:\n" << out;
-  EXPECT_THAT(out, HasSubstr("[bad-chief-0] exited with code 1"));
+  EXPECT_THAT(out, HasSubstr("[bad-chief-0] exited with code 2"));
   EXPECT_THAT(out, HasSubstr("Failed=True"));
   EXPECT_THAT(out, Not(HasSubstr("Succeeded=True")));
 }
