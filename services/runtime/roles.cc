@@ -140,6 +140,12 @@ int ServeWorker(const cluster::ClusterConfig& cfg, const cluster::ClusterSpec& t
   }
   ps::ClientOptions ps_options;
   ps_options.credentials = credentials;
+  // A closure whose PS is gone fails within a second instead of retrying:
+  // waiting for a PS to come back (and restoring it) is the chief's job,
+  // bounded by its TFJOB_PS_TIMEOUT_SECONDS, and every second a worker
+  // spends retrying is a second before the chief even learns of the loss.
+  ps_options.retry.max_attempts = 4;
+  ps_options.retry.max_backoff = std::chrono::milliseconds(400);
   auto server = worker::WorkerServer::Start(listen->server_address, registry,
                                             {cfg.task->index, Addresses(training, cluster::kPs), ps_options, metrics});
   if (!server.ok()) return ReportError(server.status(), err);

@@ -4,11 +4,13 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "services/base/ports.h"
 #include "services/programs/programs.h"
 #include "services/runtime/in_process_cluster.h"
 #include "services/runtime/runtime.h"
@@ -207,6 +209,54 @@ TEST(TfConfigTest, UnreachablePeersFailWithTheirAddress) {
                                              {"TFJOB_CONNECT_TIMEOUT_SECONDS", "soon"}});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("TFJOB_CONNECT_TIMEOUT_SECONDS: \"soon\" is not a positive number"));
+}
+
+// A PS lost for good while training runs: the chief says which, waits no
+// longer than TFJOB_PS_TIMEOUT_SECONDS for it, then fails with exit 1
+// naming it (a runtime error, not bad input). The worker does not exit:
+// only a chief saying training is complete ends it.
+TEST(PsLossTest, APsThatNeverComesBackFailsTheChiefInBoundedTime) {
+  const std::string dir = t::MakeTempDir("ps-lost");
+  std::ifstream in(t::SourceDir() + "/tests/support/data/synthetic-small.json");
+  nlohmann::json job = nlohmann::json::parse(in);
+  job["epochs"] = 100000;  // until the PS is lost
+  std::ofstream(dir + "/job.json") << job.dump();
+  auto ps_socket = base::ListeningSocket::Listen("127.0.0.1", 0);
+  auto worker_socket = base::ListeningSocket::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(ps_socket.ok() && worker_socket.ok());
+  const std::string ps = ps_socket->address(), worker = worker_socket->address();
+  auto tf_config = [&](const std::string& type) {
+    return R"({"cluster": {"chief": ["127.0.0.1:1"], "ps": [")" + ps + R"("], "worker": [")" + worker +
+           R"("]}, "task": {"type": ")" + type + R"(", "index": 0}})";
+  };
+  const std::vector<std::string> fit{Runtime(), "fit", "--config", dir + "/job.json", "--checkpoint-dir", dir + "/ckpt",
+                                     "--checkpoint-every-steps", "20"};
+  auto serve = [&](const std::string& type, base::ListeningSocket& s) {
+    auto p = std::make_unique<t::Process>(fit, std::map<std::string, std::string>{{"TF_CONFIG", tf_config(type)},
+                                                                                 {"TFJOB_LISTEN_FD", "3"}},
+                                          s.fd());
+    s = base::ListeningSocket();  // only the task holds its port now: once it is gone, it is refused
+    return p;
+  };
+  auto ps_task = serve("ps", *ps_socket);
+  auto worker_task = serve("worker", *worker_socket);
+  t::Process chief(fit, {{"TF_CONFIG", tf_config("chief")}, {"TFJOB_PS_TIMEOUT_SECONDS", "2"}});
+  ASSERT_TRUE(chief.WaitForLine("fit: checkpoint " + dir + "/ckpt/ckpt-20 ")) << chief.output();
+  ps_task->Stop(SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  chief.WaitForLine("is not answering");
+  std::cout << "the chief noticed the lost PS after "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count() << " s" << std::endl;
+  for (int i = 0; i < 600 && chief.running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const int rc = chief.Stop(SIGKILL);  // long gone, unless it hung
+  EXPECT_EQ(rc, 1) << chief.output();
+  const std::string out = chief.output();
+  EXPECT_THAT(out, HasSubstr("fit: parameter server 0 (" + ps + ") is not answering; waiting up to 2 s for it to come back"));
+  EXPECT_THAT(out, HasSubstr("tfjob-runtime: error: parameter server 0 (" + ps + ") lost: no answer for 2 s (TFJOB_PS_TIMEOUT_SECONDS)"));
+  EXPECT_TRUE(worker_task->running()) << "the worker exited because the chief went away\n" << worker_task->output();
+  auto bad = t::Run({Runtime(), "counter"}, {{"TF_CONFIG", tf_config("chief")}, {"TFJOB_PS_TIMEOUT_SECONDS", "0"}});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("TFJOB_PS_TIMEOUT_SECONDS: \"0\" is not a number of seconds"));
 }
 
 TEST(CoordinatorConnectTest, WorkerThatNeverAnswersIsNamed) {
