@@ -106,13 +106,10 @@ RemoteValue ClusterCoordinator::Schedule(const std::string& fn, const nlohmann::
   return RemoteValue(c->value);
 }
 
-bool ClusterCoordinator::CheckStop() {
-  if (!options_.stop || !options_.stop->load()) {
-    std::lock_guard g(mu_);
-    return aborted_.has_value();
-  }
-  Stop(Cancelled("stopped by a signal"), /*cancel_in_flight=*/false);
-  return true;
+std::optional<Status> ClusterCoordinator::CheckStop() {
+  if (options_.stop && options_.stop->load()) Stop(Cancelled("stopped by a signal"), /*cancel_in_flight=*/false);
+  std::lock_guard g(mu_);
+  return aborted_;
 }
 
 Status ClusterCoordinator::Join() {
@@ -142,6 +139,7 @@ void ClusterCoordinator::Stop(const Status& cause, bool cancel_in_flight) {
     std::lock_guard g(mu_);
     if (aborted_) return;
     aborted_ = cause;
+    no_more_work_ = true;
     if (!first_error_) first_error_ = cause;
     // Cancelled under mu_: a call leaves in_flight_ (under mu_) before its
     // context is destroyed.
@@ -150,6 +148,7 @@ void ClusterCoordinator::Stop(const Status& cause, bool cancel_in_flight) {
     }
   }
   CancelQueued(cause);
+  queue_cv_.notify_all();
   for (auto& w : workers_) {
     std::lock_guard g(w->mu);
     w->cv.notify_all();
@@ -248,9 +247,9 @@ Status ClusterCoordinator::CreatePerWorkerDataset(const std::string& dataset_fn,
     std::unique_lock lock(w->mu);
     while (!w->healthy && !stopping_.load()) {
       lock.unlock();
-      const bool aborted = CheckStop();
+      const std::optional<Status> aborted = CheckStop();
       lock.lock();
-      if (aborted) return Cancelled("coordinator aborted while waiting for worker " + w->address);
+      if (aborted) return *aborted;
       if (std::chrono::steady_clock::now() >= deadline) {
         return Unavailable("worker " + w->address + " unreachable for " +
                            std::to_string(options_.connect_timeout.count() / 1000) + " s");
@@ -279,16 +278,12 @@ void ClusterCoordinator::Reconnect(Worker& w) {
   {
     std::unique_lock lock(w.mu);
     if (w.reconnecting) {  // another dispatcher thread of this worker is on it
-      w.cv.wait(lock, [&] { return w.healthy || stopping_; });
+      w.cv.wait(lock, [&] { return w.healthy || stopping_ || no_more_work_; });
       return;
     }
     w.reconnecting = true;
   }
-  while (true) {
-    {
-      std::lock_guard g(mu_);
-      if (stopping_) break;
-    }
+  while (!stopping_ && !no_more_work_) {
     proto::WorkerStatusRequest req;
     req.set_coordinator_incarnation(generation_);
     proto::WorkerStatusResponse resp;
@@ -301,6 +296,13 @@ void ClusterCoordinator::Reconnect(Worker& w) {
         Status s = ReplayResources(w);
         if (!s.ok()) {
           lock.unlock();
+          if (s.code() != Code::kUnavailable && s.code() != Code::kDeadlineExceeded) {
+            // The worker answers but cannot build them (a flag it cannot
+            // honour, bad data): the job's error, raised by Join, as when
+            // CreatePerWorkerDataset meets it first. Not a lost worker.
+            Stop(s, /*cancel_in_flight=*/false);
+            break;
+          }
           std::this_thread::sleep_for(options_.probe_interval);
           continue;
         }
@@ -326,6 +328,12 @@ void ClusterCoordinator::Loop(Worker& w) {
     {
       std::lock_guard g(w.mu);
       healthy = w.healthy;
+    }
+    if (!healthy && no_more_work_) {
+      // Nothing will be scheduled again: idle until the coordinator goes.
+      std::unique_lock lock(mu_);
+      queue_cv_.wait(lock, [&] { return stopping_.load(); });
+      return;
     }
     if (!healthy) {
       Reconnect(w);

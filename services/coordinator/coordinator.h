@@ -178,8 +178,8 @@ class ClusterCoordinator {
   // No more work: queued closures are cancelled with `cause`, and so are
   // calls in flight when `cancel_in_flight`.
   void Stop(const Status& cause, bool cancel_in_flight);
-  // Drains when options_.stop says so; true once stopped.
-  bool CheckStop();
+  // Drains when options_.stop says so; the cause once stopped.
+  std::optional<Status> CheckStop();
 
   const Options options_;
   const uint64_t generation_;
@@ -192,7 +192,8 @@ class ClusterCoordinator {
   std::deque<std::shared_ptr<Closure>> queue_;
   int64_t pending_ = 0;  // scheduled and not finished
   std::optional<Status> first_error_;
-  std::optional<Status> aborted_;                 // set by Abort: no more work
+  std::optional<Status> aborted_;                 // set by Stop: no more work
+  std::atomic<bool> no_more_work_{false};         // aborted_ is set (read without mu_)
   std::set<grpc::ClientContext*> in_flight_;     // RunClosure calls, cancelled by Abort
   std::atomic<bool> stopping_{false};
   uint64_t next_seq_ = 1;

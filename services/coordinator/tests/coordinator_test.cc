@@ -85,6 +85,9 @@ worker::Registry MakeRegistry(Probe& probe) {
     probe.WaitForRelease();
     return ClosureResult{nullptr, {}};
   });
+  (void)r.AddDataset("unbuildable", [](const worker::WorkerEnv&, const nlohmann::json&) -> StatusOr<data::Dataset> {
+    return InvalidArgument("flag --device gpu: no CUDA device is visible");
+  });
   (void)r.AddDataset("range", [&probe](const worker::WorkerEnv& env, const nlohmann::json& a) -> StatusOr<data::Dataset> {
     ++probe.datasets_built.at(static_cast<size_t>(env.worker_index));
     std::vector<int64_t> v;
@@ -300,6 +303,25 @@ TEST_F(CoordinatorTest, AStopDrainsClosuresInFlightWholeAndCancelsTheQueue) {
   EXPECT_GT(cancelled, 0);
   // No more work after a stop.
   EXPECT_EQ(c.Schedule("add", {{"a", 1}, {"b", 2}}).Wait().code(), Code::kCancelled);
+}
+
+// A worker that comes up only after the dataset was asked for, and cannot
+// build it: the error comes back from CreatePerWorkerDataset at once (it is
+// the job's, not a lost worker's), instead of a wait for the connect timeout.
+TEST_F(CoordinatorTest, AWorkerThatCannotBuildItsDatasetFailsTheRequestWhenItConnects) {
+  StartWorkers(1);
+  workers_[0]->Stop(std::chrono::milliseconds(0));  // not up yet
+  Options o;
+  o.connect_timeout = std::chrono::seconds(120);
+  ClusterCoordinator c(addresses_, o);
+  Status created = Internal("not returned");
+  std::thread asking([&] { created = c.CreatePerWorkerDataset("unbuildable", {}, "ds"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the request waits for the worker
+  RestartWorker(0);
+  asking.join();
+  EXPECT_EQ(created.code(), Code::kInvalidArgument) << created;
+  EXPECT_THAT(created.message(), HasSubstr("no CUDA device is visible"));
+  EXPECT_EQ(c.Join().code(), Code::kInvalidArgument);
 }
 
 // Abort does not wait for closures in flight: their calls are cancelled.
