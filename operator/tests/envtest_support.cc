@@ -1,0 +1,219 @@
+#include "operator/tests/envtest_support.h"
+
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <regex>
+#include <thread>
+
+#include "tests/support/subprocess.h"
+
+namespace tfjob::op::envtest {
+namespace {
+
+namespace t = ::tfjob::testing;
+
+// The CRD, once per process (and per control plane: it survives restarts).
+bool InstallCrd(t::ControlPlane* cp, std::string* why) {
+  static std::once_flag once;
+  static std::string error;
+  std::call_once(once, [&] {
+    // Server-side: the CRD's schema is larger than client-side apply's
+    // last-applied annotation allows.
+    auto r = cp->Kubectl({"apply", "--server-side", "-f", t::SourceDir() + "/crds/kubeflow.org_tfjobs.yaml"});
+    if (r.exit_code != 0) {
+      error = "kubectl apply of the CRD failed: " + r.err;
+      return;
+    }
+    r = cp->Kubectl({"wait", "--for=condition=Established", "--timeout=60s", "crd/tfjobs.kubeflow.org"});
+    if (r.exit_code != 0) error = "the TFJob CRD was not established: " + r.err;
+  });
+  *why = error;
+  return error.empty();
+}
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+void RealApiServerTest::SetUp() {
+  std::string why;
+  cp_ = t::ControlPlane::Shared(&why);
+  ASSERT_NE(cp_, nullptr) << why;
+  ASSERT_TRUE(InstallCrd(cp_, &why)) << why;
+  // A namespace per test: names are a DNS label.
+  std::string name = Lower(::testing::UnitTest::GetInstance()->current_test_info()->name());
+  name = std::regex_replace(name, std::regex("[^a-z0-9]"), "");
+  ns_ = "t-" + name.substr(0, 50);
+  dir_ = t::MakeTempDir("envtest-" + ns_);
+  Kubectl({"create", "namespace", ns_});
+  // The ServiceAccount admission plugin refuses pods until "default" exists.
+  ASSERT_TRUE(Eventually([&] { return TryGet("serviceaccount", "default").has_value(); })) << "no default ServiceAccount in " << ns_;
+}
+
+void RealApiServerTest::TearDown() {
+  StopOperator();
+  if (cp_ && !ns_.empty()) cp_->Kubectl({"delete", "namespace", ns_, "--wait=false"});
+}
+
+std::unique_ptr<t::Process> RealApiServerTest::OperatorProcess(const std::vector<std::string>& extra,
+                                                               const std::string& kubeconfig) {
+  std::vector<std::string> argv{t::BinDir() + "/tfjob-operator", "--kubeconfig",
+                                kubeconfig.empty() ? cp_->admin_kubeconfig() : kubeconfig, "--namespace", ns_,
+                                "--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return std::make_unique<t::Process>(argv);
+}
+
+void RealApiServerTest::StartOperator(const std::vector<std::string>& extra, const std::string& kubeconfig) {
+  op_ = OperatorProcess(extra, kubeconfig);
+  const auto ports = op_->WaitForLine("tfjob-operator: metrics on :");
+  ASSERT_TRUE(ports) << op_->output();
+  ASSERT_EQ(std::sscanf(ports->c_str(), "%d, health probes on :%d", &metrics_port_, &health_port_), 2) << *ports;
+}
+
+void RealApiServerTest::StopOperator() {
+  if (!op_) return;
+  const int rc = op_->Stop(SIGTERM);
+  EXPECT_EQ(rc, 0) << op_->output();  // a clean shutdown on SIGTERM
+  op_.reset();
+}
+
+t::RunResult RealApiServerTest::Kubectl(const std::vector<std::string>& args, bool may_fail) {
+  t::RunResult r = cp_->Kubectl(args);
+  if (!may_fail && r.exit_code != 0) {
+    std::string cmd = "kubectl";
+    for (const auto& a : args) cmd += " " + a;
+    ADD_FAILURE() << cmd << " exited " << r.exit_code << ": " << r.err;
+  }
+  return r;
+}
+
+t::RunResult RealApiServerTest::Apply(const std::string& manifest, bool may_fail) {
+  static int n = 0;
+  const std::string path = dir_ + "/manifest-" + std::to_string(n++) + ".yaml";
+  std::ofstream(path) << manifest;
+  return Kubectl({"apply", "-n", ns_, "-f", path}, may_fail);
+}
+
+std::optional<json> RealApiServerTest::TryGet(const std::string& resource, const std::string& name) {
+  t::RunResult r = cp_->Kubectl({"get", "-n", ns_, resource, name, "-o", "json"});
+  if (r.exit_code != 0) return std::nullopt;
+  json j = json::parse(r.out, nullptr, false);
+  if (j.is_discarded()) return std::nullopt;
+  return j;
+}
+
+json RealApiServerTest::Get(const std::string& resource, const std::string& name, bool may_fail) {
+  auto j = TryGet(resource, name);
+  if (!may_fail) {
+    EXPECT_TRUE(j.has_value()) << resource << "/" << name;
+  }
+  return j.value_or(json());
+}
+
+std::vector<json> RealApiServerTest::List(const std::string& resource, const std::string& selector) {
+  std::vector<std::string> args{"get", "-n", ns_, resource, "-o", "json"};
+  if (!selector.empty()) {
+    args.push_back("-l");
+    args.push_back(selector);
+  }
+  t::RunResult r = cp_->Kubectl(args);
+  json j = json::parse(r.out, nullptr, false);
+  std::vector<json> out;
+  if (!j.is_discarded() && j.contains("items")) {
+    for (auto& i : j["items"]) out.push_back(i);
+  }
+  return out;
+}
+
+std::vector<json> RealApiServerTest::Pods(const std::string& job) {
+  return List("pods", "training.kubeflow.org/job-name=" + job);
+}
+
+std::vector<json> RealApiServerTest::Services(const std::string& job) {
+  return List("services", "training.kubeflow.org/job-name=" + job);
+}
+
+std::vector<json> RealApiServerTest::Events(const std::string& object_name) {
+  std::vector<json> out;
+  for (auto& e : List("events")) {
+    if (e["involvedObject"].value("name", "") == object_name) out.push_back(e);
+  }
+  return out;
+}
+
+bool RealApiServerTest::HasCondition(const std::string& job, const std::string& type) {
+  auto j = TryGet("tfjob", job);
+  if (!j || !j->contains("status")) return false;
+  for (const auto& c : (*j)["status"].value("conditions", json::array())) {
+    if (c.value("type", "") == type && c.value("status", "") == "True") return true;
+  }
+  return false;
+}
+
+void RealApiServerTest::SetPodStatus(const std::string& pod, const json& status) {
+  Kubectl({"patch", "-n", ns_, "pod", pod, "--subresource=status", "--type=merge", "-p", json{{"status", status}}.dump()});
+}
+
+void RealApiServerTest::SetPhase(const std::string& pod, const std::string& phase, std::optional<int> exit_code) {
+  json status{{"phase", phase}};
+  if (exit_code) {
+    status["containerStatuses"] = json::array({{{"name", "tensorflow"},
+                                                {"image", "tfjob/runtime-cpu:0.1.0"},
+                                                {"imageID", ""},
+                                                {"ready", false},
+                                                {"restartCount", 0},
+                                                {"state", {{"terminated", {{"exitCode", *exit_code}, {"reason", "Error"}}}}}}});
+  } else if (phase == "Running") {
+    status["containerStatuses"] = json::array({{{"name", "tensorflow"},
+                                                {"image", "tfjob/runtime-cpu:0.1.0"},
+                                                {"imageID", ""},
+                                                {"ready", true},
+                                                {"restartCount", 0},
+                                                {"state", {{"running", json::object()}}}}});
+  }
+  SetPodStatus(pod, status);
+}
+
+bool RealApiServerTest::Eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return pred();
+}
+
+std::string RealApiServerTest::Metrics() {
+  return t::Run({"curl", "-s", "http://127.0.0.1:" + std::to_string(metrics_port_) + "/metrics"}).out;
+}
+
+std::string RealApiServerTest::JobYaml(const std::string& name, const std::string& replica_specs,
+                                       const std::string& extra_spec) {
+  return "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata:\n  name: " + name + "\nspec:\n" + extra_spec +
+         "  tfReplicaSpecs:\n" + replica_specs;
+}
+
+std::string RealApiServerTest::Replica(const std::string& type, int n, const std::string& policy,
+                                       const std::string& container_extra) {
+  return "    " + type + ":\n      replicas: " + std::to_string(n) + "\n      restartPolicy: " + policy +
+         "\n      template:\n        spec:\n          containers:\n            - name: tensorflow\n"
+         "              image: tfjob/runtime-cpu:0.1.0\n" +
+         container_extra;
+}
+
+std::string Env(const json& pod, const std::string& name) {
+  for (const auto& c : pod["spec"]["containers"]) {
+    if (c.value("name", "") != "tensorflow") continue;
+    for (const auto& e : c.value("env", json::array())) {
+      if (e.value("name", "") == name) return e.value("value", "");
+    }
+  }
+  return "";
+}
+
+}  // namespace tfjob::op::envtest
