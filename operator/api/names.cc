@@ -119,12 +119,13 @@ StatusOr<std::string> TfConfig(const TFJob& job, std::string_view ns, ReplicaTyp
                            " out of range [0, " + std::to_string(ReplicasOrDefault(*self)) + ")");
   }
 
-  // Which types make up "cluster": all but the evaluator, in the order Go's
-  // encoding/json writes map keys (sorted by name).
+  // Every replica type makes up "cluster", the evaluator included
+  // (training-operator v1.9.0's genClusterSpec; runtimes leave it out of
+  // the training cluster themselves), in the order Go's encoding/json
+  // writes map keys (sorted by name).
   std::vector<ClusterEntry> cluster;
   size_t estimated_bytes = 0;
   for (ReplicaType t : kReplicaTypes) {
-    if (t == ReplicaType::kEvaluator) continue;
     const ReplicaSpec* s = job.Find(t);
     if (!s) continue;
     // Rough size check before building anything: each entry is the host plus
@@ -166,7 +167,9 @@ StatusOr<std::string> TfConfig(const TFJob& job, std::string_view ns, ReplicaTyp
         ps = nullptr;  // Go marshals the missing slice as null
       }
     }
-    config["sparseCluster"] = {{"worker", std::move(workers)}, {"ps", std::move(ps)}};
+    // SparseTFConfig.Cluster's JSON name is "cluster" (the fields in
+    // declaration order: worker, then ps).
+    config["cluster"] = {{"worker", std::move(workers)}, {"ps", std::move(ps)}};
     config["task"] = std::move(task);
   } else {
     ordered_json c = ordered_json::object();

@@ -89,12 +89,13 @@ struct TfConfigOptions {
 // escapes <, > and &, which valid names never contain):
 //   {"cluster":{"chief":["j-chief-0.ns.svc:2222"],"ps":[...],"worker":[...]},
 //    "task":{"type":"worker","index":1},"environment":"cloud"}
-// "cluster" holds every replica type but the evaluator, which is not part of
-// the training cluster (TensorFlow's RunConfig); the evaluator task itself
-// still gets a TF_CONFIG, with its own "task". Keys are sorted, as Go
-// marshals a map; each type lists all its replicas, ports from TfPort.
-// With spec.enableDynamicWorker, Kubeflow's sparse form instead:
-//   {"sparseCluster":{"worker":{"1":"j-worker-1.ns.svc:2222"},"ps":[...]},
+// "cluster" holds every replica type, the evaluator included (v1.9.0's
+// genClusterSpec; runtimes keep the evaluator out of the training cluster
+// themselves). Keys are sorted, as Go marshals a map; each type lists all
+// its replicas, ports from TfPort.
+// With spec.enableDynamicWorker, Kubeflow's sparse form instead, whose key
+// is "cluster" too (SparseTFConfig's JSON tag):
+//   {"cluster":{"worker":{"1":"j-worker-1.ns.svc:2222"},"ps":[...]},
 //    "task":{"type":"worker","index":1}}
 // where a worker sees itself and all PS, a PS only itself, other types
 // neither (and "ps" is null for a worker of a job without PS, as in Go).

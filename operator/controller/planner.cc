@@ -112,6 +112,10 @@ PodGroupResource PodGroupResourceFor(const std::string& gang_scheduler) {
 
 namespace {
 
+// Kubeflow's exit code for a failed pod whose container has no terminated
+// state (pkg/controller.v1/common/pod.go: "magic number").
+constexpr int kNoExitCode = 0xbeef;
+
 const JobCondition* FindCondition(const JobStatus& s, std::string_view type) {
   for (const auto& c : s.conditions) {
     if (c.type == type) return &c;
@@ -383,23 +387,43 @@ StatusOr<nlohmann::json> BuildPod(const TFJob& job, const ReplicaSpec& spec, int
   return nlohmann::json{{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", pod_spec}};
 }
 
+// Kubeflow's CreateNewService: labels and selector are the job's labels
+// (operator-name, job-name) plus replica-type and replica-index, never
+// job-role; every port of the tensorflow container is exposed by name (a Go
+// map there: the last port of a name wins; sorted here, so the object is
+// the same on every pass), with no targetPort (the API server defaults it
+// to the port).
 nlohmann::json BuildService(const TFJob& job, const ReplicaSpec& spec, int index) {
   const std::string type = api::TypeLabel(spec);
-  const int port = api::TfPort(spec);
-  nlohmann::json selector{{std::string(api::kJobNameLabel), job.metadata.name},
-                          {std::string(api::kReplicaTypeLabel), type},
-                          {std::string(api::kReplicaIndexLabel), std::to_string(index)}};
+  auto labels = api::JobLabels(job.metadata.name);
+  labels[std::string(api::kReplicaTypeLabel)] = type;
+  labels[std::string(api::kReplicaIndexLabel)] = std::to_string(index);
+  std::map<std::string, int64_t> by_name;
+  const nlohmann::json& tmpl = spec.template_json;
+  const nlohmann::json& containers = Field(Field(tmpl, "spec"), "containers");
+  if (containers.is_array()) {
+    for (const auto& c : containers) {
+      if (Str(c, "name") != api::kDefaultContainerName) continue;
+      const nlohmann::json& ports = Field(c, "ports");
+      if (!ports.is_array()) break;
+      for (const auto& p : ports) {
+        const auto& number = Field(p, "containerPort");
+        if (number.is_number_integer()) by_name[Str(p, "name")] = number.get<int64_t>();
+      }
+      break;
+    }
+  }
+  if (by_name.empty()) by_name[std::string(api::kDefaultPortName)] = api::TfPort(spec);
+  nlohmann::json ports = nlohmann::json::array();
+  for (const auto& [port_name, number] : by_name) ports.push_back({{"name", port_name}, {"port", number}});
   return {{"apiVersion", "v1"},
           {"kind", "Service"},
           {"metadata",
            {{"name", api::ServiceName(job.metadata.name, type, index)},
             {"namespace", job.metadata.namespace_},
-            {"labels", LabelsJson(api::Labels(job.metadata.name, type, index, api::IsMasterRole(job, spec, index)))},
+            {"labels", LabelsJson(labels)},
             {"ownerReferences", nlohmann::json::array({OwnerRef(job)})}}},
-          {"spec",
-           {{"clusterIP", "None"},
-            {"selector", selector},
-            {"ports", nlohmann::json::array({{{"name", std::string(api::kDefaultPortName)}, {"port", port}, {"targetPort", port}}})}}}};
+          {"spec", {{"clusterIP", "None"}, {"selector", LabelsJson(labels)}, {"ports", ports}}}};
 }
 
 struct Builder {
@@ -710,8 +734,12 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
         ++succeeded_here;
         if (i == 0) worker0_succeeded = true;
       } else if (p.phase == "Failed") {
+        // A failed pod whose tensorflow container never terminated (evicted
+        // before it started, refused by the kubelet's admission, a node
+        // shutdown) counts as exit code 0xbeef under ExitCode, as in
+        // Kubeflow: >= 128, retryable.
         const bool retryable = policy == api::RestartPolicy::kExitCode
-                                   ? (p.exit_code && *p.exit_code >= 128)
+                                   ? p.exit_code.value_or(kNoExitCode) >= 128
                                    : policy == api::RestartPolicy::kOnFailure || policy == api::RestartPolicy::kAlways;
         if (retryable) {
           b.DeletePod(p);  // recreated on the next pass, once it is gone

@@ -449,13 +449,14 @@ TEST_F(OperatorE2E, ExamplePsWorkersSucceedsOnWorkerZero) {
             "master");
 }
 
-// Kubeflow's TF_CONFIG: the evaluator is not in "cluster", yet gets its own
-// TF_CONFIG with "task" set.
+// Kubeflow's TF_CONFIG (v1.9.0): every type in "cluster", the evaluator
+// included; each task its own "task".
 TEST_F(OperatorE2E, ExampleChiefPsWorkersEvaluator) {
   Submit(Manifest("examples/operator/chief-ps-workers-evaluator.yaml"));
   ASSERT_TRUE(Eventually([&] { return Pods("full").size() == 5 && Services("full").size() == 5; })) << op_->output();
   const std::string cluster =
-      R"({"cluster":{"chief":["full-chief-0.default.svc:2222"],"ps":["full-ps-0.default.svc:2222"],)"
+      R"({"cluster":{"chief":["full-chief-0.default.svc:2222"],"evaluator":["full-evaluator-0.default.svc:2222"],)"
+      R"("ps":["full-ps-0.default.svc:2222"],)"
       R"("worker":["full-worker-0.default.svc:2222","full-worker-1.default.svc:2222"]},)";
   EXPECT_EQ(Env(server_->Get("pods", "default", "full-evaluator-0").value(), "TF_CONFIG"),
             cluster + R"("task":{"type":"evaluator","index":0},"environment":"cloud"})");
@@ -481,14 +482,15 @@ TEST_F(OperatorE2E, CustomClusterDomainAndDynamicWorkers) {
   ASSERT_TRUE(Eventually([&] { return Pods("full").size() == 5 && Pods("sparse").size() == 5; })) << op_->output();
   EXPECT_EQ(Env(server_->Get("pods", "default", "full-evaluator-0").value(), "TF_CONFIG"),
             R"({"cluster":{"chief":["full-chief-0.default.svc.cluster.local:2222"],)"
+            R"("evaluator":["full-evaluator-0.default.svc.cluster.local:2222"],)"
             R"("ps":["full-ps-0.default.svc.cluster.local:2222"],)"
             R"("worker":["full-worker-0.default.svc.cluster.local:2222","full-worker-1.default.svc.cluster.local:2222"]},)"
             R"("task":{"type":"evaluator","index":0},"environment":"cloud"})");
   EXPECT_EQ(Env(server_->Get("pods", "default", "sparse-worker-1").value(), "TF_CONFIG"),
-            R"({"sparseCluster":{"worker":{"1":"sparse-worker-1.default.svc.cluster.local:2222"},)"
+            R"({"cluster":{"worker":{"1":"sparse-worker-1.default.svc.cluster.local:2222"},)"
             R"("ps":["sparse-ps-0.default.svc.cluster.local:2222"]},"task":{"type":"worker","index":1}})");
   EXPECT_EQ(Env(server_->Get("pods", "default", "sparse-evaluator-0").value(), "TF_CONFIG"),
-            R"({"sparseCluster":{"worker":{},"ps":[]},"task":{"type":"evaluator","index":0}})");
+            R"({"cluster":{"worker":{},"ps":[]},"task":{"type":"evaluator","index":0}})");
 }
 
 // Gang scheduling with Volcano: the PodGroup comes first, owned by the job;

@@ -123,13 +123,14 @@ TEST(NamesTest, TfPortFromTheTensorflowContainer) {
   EXPECT_EQ(TfPort(ReplicaSpec{}), 2222);
 }
 
-// Kubeflow's genClusterSpec leaves the evaluator out of "cluster" ("evaluator
-// is not part of training cluster"); every task, the evaluator included,
-// still gets its own "task".
+// training-operator v1.9.0's genClusterSpec lists every replica type in
+// "cluster", the evaluator included (its pod_test.go expects it there);
+// every task gets its own "task".
 TEST(TfConfigTest, DesignExampleInKubeflowsForm) {
   const TFJob job = DesignExample();
   const std::string cluster =
-      R"({"cluster":{"chief":["j-chief-0.ns.svc:2222"],"ps":["j-ps-0.ns.svc:2222","j-ps-1.ns.svc:2222"],)"
+      R"({"cluster":{"chief":["j-chief-0.ns.svc:2222"],"evaluator":["j-evaluator-0.ns.svc:2222"],)"
+      R"("ps":["j-ps-0.ns.svc:2222","j-ps-1.ns.svc:2222"],)"
       R"("worker":["j-worker-0.ns.svc:2222","j-worker-1.ns.svc:2222"]},)";
   EXPECT_EQ(Config(job, "ns", ReplicaType::kWorker, 1),
             cluster + R"("task":{"type":"worker","index":1},"environment":"cloud"})");
@@ -142,24 +143,23 @@ TEST(TfConfigTest, DesignExampleInKubeflowsForm) {
 }
 
 TEST(TfConfigTest, EvaluatorWithOneWorker) {
-  // Two replicas in all, so TF_CONFIG is injected, though "cluster" then
-  // names one task only.
+  // Two replicas in all, so TF_CONFIG is injected.
   TFJob job = DesignExample();
   std::erase_if(job.spec.replica_specs, [](const ReplicaSpec& s) {
     return s.type == ReplicaType::kChief || s.type == ReplicaType::kPS;
   });
   job.Find(ReplicaType::kWorker)->replicas = 1;
   ASSERT_TRUE(NeedsTfConfig(job));
-  EXPECT_EQ(Config(job, "ns", ReplicaType::kWorker, 0),
-            R"({"cluster":{"worker":["j-worker-0.ns.svc:2222"]},"task":{"type":"worker","index":0},"environment":"cloud"})");
+  const std::string cluster = R"({"cluster":{"evaluator":["j-evaluator-0.ns.svc:2222"],"worker":["j-worker-0.ns.svc:2222"]},)";
+  EXPECT_EQ(Config(job, "ns", ReplicaType::kWorker, 0), cluster + R"("task":{"type":"worker","index":0},"environment":"cloud"})");
   EXPECT_EQ(Config(job, "ns", ReplicaType::kEvaluator, 0),
-            R"({"cluster":{"worker":["j-worker-0.ns.svc:2222"]},"task":{"type":"evaluator","index":0},"environment":"cloud"})");
+            cluster + R"("task":{"type":"evaluator","index":0},"environment":"cloud"})");
 }
 
 TEST(TfConfigTest, PortsPerReplicaTypeAndNamespaceArgument) {
   const TFJob job = Defaulted("chief_ps_worker_evaluator.yaml");
   EXPECT_EQ(Config(job, "ml", ReplicaType::kWorker, 2),
-            R"({"cluster":{"chief":["ctr-model-chief-0.ml.svc:2222"],)"
+            R"({"cluster":{"chief":["ctr-model-chief-0.ml.svc:2222"],"evaluator":["ctr-model-evaluator-0.ml.svc:2222"],)"
             R"("ps":["ctr-model-ps-0.ml.svc:2223","ctr-model-ps-1.ml.svc:2223"],)"
             R"("worker":["ctr-model-worker-0.ml.svc:2222","ctr-model-worker-1.ml.svc:2222",)"
             R"("ctr-model-worker-2.ml.svc:2222"]},)"
@@ -183,9 +183,9 @@ TEST(TfConfigTest, ClusterDomainAndAddressOverride) {
             R"("exit-code-job-worker-1.default.svc.cluster.local:2222"]},)"
             R"("task":{"type":"worker","index":0},"environment":"cloud"})");
 
-  // With an evaluator: the domain on every address, the evaluator still out.
+  // With an evaluator: the domain on every address, the evaluator's too.
   EXPECT_EQ(Config(DesignExample(), "ns", ReplicaType::kEvaluator, 0, domain),
-            R"({"cluster":{"chief":["j-chief-0.ns.svc.cluster.local:2222"],)"
+            R"({"cluster":{"chief":["j-chief-0.ns.svc.cluster.local:2222"],"evaluator":["j-evaluator-0.ns.svc.cluster.local:2222"],)"
             R"("ps":["j-ps-0.ns.svc.cluster.local:2222","j-ps-1.ns.svc.cluster.local:2222"],)"
             R"("worker":["j-worker-0.ns.svc.cluster.local:2222","j-worker-1.ns.svc.cluster.local:2222"]},)"
             R"("task":{"type":"evaluator","index":0},"environment":"cloud"})");
@@ -202,25 +202,25 @@ TEST(TfConfigTest, ClusterDomainAndAddressOverride) {
 TEST(TfConfigTest, SparseClusterWithDynamicWorkers) {
   const TFJob job = Defaulted("dynamic_worker.yaml");
   EXPECT_EQ(Config(job, "ns", ReplicaType::kWorker, 1),
-            R"({"sparseCluster":{"worker":{"1":"elastic-worker-1.ns.svc:2222"},)"
+            R"({"cluster":{"worker":{"1":"elastic-worker-1.ns.svc:2222"},)"
             R"("ps":["elastic-ps-0.ns.svc:2222","elastic-ps-1.ns.svc:2222"]},"task":{"type":"worker","index":1}})");
   EXPECT_EQ(Config(job, "ns", ReplicaType::kPS, 1),
-            R"({"sparseCluster":{"worker":{},"ps":["elastic-ps-1.ns.svc:2222"]},"task":{"type":"ps","index":1}})");
+            R"({"cluster":{"worker":{},"ps":["elastic-ps-1.ns.svc:2222"]},"task":{"type":"ps","index":1}})");
 
   TFJob no_ps = Defaulted("exit_code.yaml");
   no_ps.spec.enable_dynamic_worker = true;
   EXPECT_EQ(Config(no_ps, "d", ReplicaType::kWorker, 0),
-            R"({"sparseCluster":{"worker":{"0":"exit-code-job-worker-0.d.svc:2222"},"ps":null},)"
+            R"({"cluster":{"worker":{"0":"exit-code-job-worker-0.d.svc:2222"},"ps":null},)"
             R"("task":{"type":"worker","index":0}})");
 
   TFJob with_chief = DesignExample();
   with_chief.spec.enable_dynamic_worker = true;
   EXPECT_EQ(Config(with_chief, "ns", ReplicaType::kChief, 0),
-            R"({"sparseCluster":{"worker":{},"ps":[]},"task":{"type":"chief","index":0}})");
+            R"({"cluster":{"worker":{},"ps":[]},"task":{"type":"chief","index":0}})");
   EXPECT_EQ(Config(with_chief, "ns", ReplicaType::kEvaluator, 0),
-            R"({"sparseCluster":{"worker":{},"ps":[]},"task":{"type":"evaluator","index":0}})");
+            R"({"cluster":{"worker":{},"ps":[]},"task":{"type":"evaluator","index":0}})");
   EXPECT_EQ(Config(with_chief, "ns", ReplicaType::kWorker, 0),
-            R"({"sparseCluster":{"worker":{"0":"j-worker-0.ns.svc:2222"},)"
+            R"({"cluster":{"worker":{"0":"j-worker-0.ns.svc:2222"},)"
             R"("ps":["j-ps-0.ns.svc:2222","j-ps-1.ns.svc:2222"]},"task":{"type":"worker","index":0}})");
 }
 

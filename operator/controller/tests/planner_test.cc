@@ -154,16 +154,20 @@ std::string TfConfigOf(const Plan& p, const std::string& pod) {
 }
 
 // TF_CONFIG in the pods the planner creates, byte for byte as Kubeflow's
-// training-operator writes it: the evaluator never in "cluster" (but with
-// its own "task"), the sparse form with enableDynamicWorker, and the
+// training-operator v1.9.0 writes it: every type in "cluster", the evaluator
+// included, the sparse form (keyed "cluster") with enableDynamicWorker, and the
 // cluster domain (CUSTOM_CLUSTER_DOMAIN) on every address.
 TEST(PlannerTest, TfConfigIsKubeflowsByteForByte) {
   const json with_eval{{"Chief", Replica(1)}, {"PS", Replica(1)}, {"Worker", Replica(2)}, {"Evaluator", Replica(1)}};
-  const std::string cluster =
+  const std::string no_eval_cluster =
       R"({"cluster":{"chief":["j-chief-0.ns.svc:2222"],"ps":["j-ps-0.ns.svc:2222"],)"
       R"("worker":["j-worker-0.ns.svc:2222","j-worker-1.ns.svc:2222"]},)";
+  const std::string cluster =
+      R"({"cluster":{"chief":["j-chief-0.ns.svc:2222"],"evaluator":["j-evaluator-0.ns.svc:2222"],"ps":["j-ps-0.ns.svc:2222"],)"
+      R"("worker":["j-worker-0.ns.svc:2222","j-worker-1.ns.svc:2222"]},)";
   const std::string domain_cluster =
-      R"({"cluster":{"chief":["j-chief-0.ns.svc.corp.example:2222"],"ps":["j-ps-0.ns.svc.corp.example:2222"],)"
+      R"({"cluster":{"chief":["j-chief-0.ns.svc.corp.example:2222"],"evaluator":["j-evaluator-0.ns.svc.corp.example:2222"],)"
+      R"("ps":["j-ps-0.ns.svc.corp.example:2222"],)"
       R"("worker":["j-worker-0.ns.svc.corp.example:2222","j-worker-1.ns.svc.corp.example:2222"]},)";
   struct Case {
     std::string name;
@@ -181,18 +185,18 @@ TEST(PlannerTest, TfConfigIsKubeflowsByteForByte) {
       {"worker beside an evaluator", with_eval, json::object(), "", "j-worker-1",
        cluster + R"("task":{"type":"worker","index":1},"environment":"cloud"})"},
       {"no evaluator", {{"Chief", Replica(1)}, {"PS", Replica(1)}, {"Worker", Replica(2)}}, json::object(), "",
-       "j-ps-0", cluster + R"("task":{"type":"ps","index":0},"environment":"cloud"})"},
+       "j-ps-0", no_eval_cluster + R"("task":{"type":"ps","index":0},"environment":"cloud"})"},
       {"cluster domain", with_eval, json::object(), "corp.example", "j-evaluator-0",
        domain_cluster + R"("task":{"type":"evaluator","index":0},"environment":"cloud"})"},
       {"dynamic worker", with_eval, {{"enableDynamicWorker", true}}, "", "j-worker-1",
-       R"({"sparseCluster":{"worker":{"1":"j-worker-1.ns.svc:2222"},"ps":["j-ps-0.ns.svc:2222"]},)"
+       R"({"cluster":{"worker":{"1":"j-worker-1.ns.svc:2222"},"ps":["j-ps-0.ns.svc:2222"]},)"
        R"("task":{"type":"worker","index":1}})"},
       {"dynamic ps", with_eval, {{"enableDynamicWorker", true}}, "", "j-ps-0",
-       R"({"sparseCluster":{"worker":{},"ps":["j-ps-0.ns.svc:2222"]},"task":{"type":"ps","index":0}})"},
+       R"({"cluster":{"worker":{},"ps":["j-ps-0.ns.svc:2222"]},"task":{"type":"ps","index":0}})"},
       {"dynamic evaluator", with_eval, {{"enableDynamicWorker", true}}, "", "j-evaluator-0",
-       R"({"sparseCluster":{"worker":{},"ps":[]},"task":{"type":"evaluator","index":0}})"},
+       R"({"cluster":{"worker":{},"ps":[]},"task":{"type":"evaluator","index":0}})"},
       {"dynamic worker, cluster domain", with_eval, {{"enableDynamicWorker", true}}, "corp.example", "j-worker-0",
-       R"({"sparseCluster":{"worker":{"0":"j-worker-0.ns.svc.corp.example:2222"},)"
+       R"({"cluster":{"worker":{"0":"j-worker-0.ns.svc.corp.example:2222"},)"
        R"("ps":["j-ps-0.ns.svc.corp.example:2222"]},"task":{"type":"worker","index":0}})"},
   };
   for (const Case& c : cases) {

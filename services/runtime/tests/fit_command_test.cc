@@ -174,9 +174,10 @@ TEST(FitBadInputTest, BadFlags) {
 namespace tfjob {
 namespace {
 
-// As the operator (and Kubeflow) writes it: the evaluator is not in "cluster".
+// As the operator (and Kubeflow v1.9) writes it: the evaluator is in
+// "cluster" too, and the runtime leaves it out of the training cluster.
 std::string EvaluatorTfConfig() {
-  return R"({"cluster":{"chief":["127.0.0.1:1"],"ps":["127.0.0.1:2"],"worker":["127.0.0.1:3"]},)"
+  return R"({"cluster":{"chief":["127.0.0.1:1"],"evaluator":["127.0.0.1:4"],"ps":["127.0.0.1:2"],"worker":["127.0.0.1:3"]},)"
          R"("task":{"type":"evaluator","index":0},"environment":"cloud"})";
 }
 
