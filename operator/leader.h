@@ -63,6 +63,10 @@ struct LeaderOptions {
   // Called on the electing thread when leadership is won and when it ends
   // (lost or released).
   std::function<void()> on_started_leading, on_stopped_leading;
+  // Where failed attempts are said (nullptr: nowhere): every API error (a
+  // 403 from RBAC, an unreachable server), and who holds the Lease each
+  // time that changes, so a candidate never waits in silence.
+  std::ostream* log = nullptr;
 };
 
 // INVALID_ARGUMENT unless lease duration > renew deadline > 1.2 x retry period > 0.

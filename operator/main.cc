@@ -1,15 +1,18 @@
 // tfjob-operator: watches TFJobs and runs them as pods and services.
 #include <csignal>
+#include <fstream>
 #include <cstdlib>
 #include <iostream>
 #include <thread>
 
 #include <unistd.h>
 
+#include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 
 #include "common/flags.h"
+#include "common/signals.h"
 #include "operator/controller/reconciler.h"
 #include "operator/kube/config.h"
 #include "operator/kube/rest_client.h"
@@ -31,23 +34,28 @@ std::optional<std::string> Getenv(const std::string& k) {
   return v ? std::optional<std::string>(v) : std::nullopt;
 }
 
+// The namespace this process runs in, when it runs in a pod: what
+// controller-runtime defaults the leader-election namespace to.
+std::string PodNamespace() {
+  if (auto v = Getenv("POD_NAMESPACE"); v && !v->empty()) return *v;
+  std::ifstream in("/var/run/secrets/kubernetes.io/serviceaccount/namespace");
+  std::string ns;
+  std::getline(in, ns);
+  return ns;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Block SIGTERM/SIGINT before any library starts threads, so only the
-  // signal thread below ever receives them.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // Before any library starts threads: SIGTERM/SIGINT become an orderly stop.
+  SignalWatcher signals;
 
   Flags flags;
   flags.Value("kubeconfig", "kubeconfig file (default $KUBECONFIG, else in-cluster)")
       .Value("context", "kubeconfig context (default: current)")
       .Value("namespace", "watch only this namespace (default: all)")
       .Bool("leader-elect", "run only while holding the coordination.k8s.io/v1 Lease")
-      .Value("leader-election-namespace", "namespace of the Lease", "default")
+      .Value("leader-election-namespace", "namespace of the Lease (default: the pod's namespace in a cluster, else --namespace)")
       .Value("leader-election-lease-duration", "seconds a standby waits, after it last saw the Lease change, before taking it over", "15")
       .Value("leader-election-renew-deadline", "seconds the leader retries a renewal before giving leadership up (default: 2/3 of the lease duration)")
       .Value("leader-election-retry-period", "seconds between attempts to acquire or renew (default: 2/15 of the lease duration)")
@@ -110,13 +118,26 @@ int main(int argc, char** argv) {
   if (kubeconfig.empty()) kubeconfig = Getenv("KUBECONFIG").value_or("");
   auto config = kubeconfig.empty() ? op::kube::InClusterConfig(Getenv) : op::kube::LoadKubeconfig(kubeconfig, flags.Get("context"));
   if (!config.ok()) return Fail(config.status());
+  prometheus::Registry registry;
+  // client-go's rest_client_requests_total{code,method,host}.
+  auto& rest_requests = prometheus::BuildCounter()
+                            .Name("rest_client_requests_total")
+                            .Help("Number of HTTP requests, partitioned by status code, method, and host.")
+                            .Register(registry);
+  const std::string host = [&] {
+    std::string h = config->server.substr(config->server.find("://") == std::string::npos ? 0 : config->server.find("://") + 3);
+    return h.substr(0, h.find('/'));
+  }();
   op::kube::RestOptions ro;
   ro.qps = *qps;
   ro.burst = static_cast<int>(*burst);
+  ro.on_response = [&rest_requests, host](const std::string& method, const std::string& code) {
+    rest_requests.Add({{"code", code}, {"method", method}, {"host", host}}).Increment();
+  };
   auto client = op::kube::RestClient::Create(*config, ro);
   if (!client.ok()) return Fail(client.status());
 
-  prometheus::Registry registry;
+  base::ProcessMetrics process(registry);
   auto& api_requests = prometheus::BuildGauge()
                            .Name("tfjob_operator_api_requests")
                            .Help("Kubernetes API requests sent")
@@ -148,22 +169,33 @@ int main(int argc, char** argv) {
   co.planner.network_policy = *network_policy;
   op::controller::Controller controller(**client, co, registry);
 
-  // Signals are taken by a thread, so shutdown is orderly.
-  std::atomic<bool> stop{false};
-  std::thread signals([&] {
-    int sig = 0;
-    sigwait(&set, &sig);
-    stop = true;
-  });
-  signals.detach();
+  const std::atomic<bool>& stop = signals.stop();
 
   std::optional<op::LeaderElector> elector;
   if (flags.GetBool("leader-elect")) {
-    char host[256] = {};
-    gethostname(host, sizeof host - 1);
+    char hostname[256] = {};
+    gethostname(hostname, sizeof hostname - 1);
     op::LeaderOptions lo;
+    // controller-runtime's default: the operator's own namespace.
     lo.ns = flags.Get("leader-election-namespace");
-    lo.identity = std::string(host) + "_" + std::to_string(getpid());
+    if (lo.ns.empty()) lo.ns = PodNamespace();
+    if (lo.ns.empty()) lo.ns = co.ns;
+    if (lo.ns.empty()) {
+      return Fail(InvalidArgument("flag --leader-elect: give --leader-election-namespace (outside a pod there is no "
+                                  "namespace of the operator's own to keep the Lease in)"));
+    }
+    lo.identity = std::string(hostname) + "_" + std::to_string(getpid());
+    lo.log = &std::cerr;
+    // client-go's leader_election_master_status{name}.
+    auto& master = prometheus::BuildGauge()
+                       .Name("leader_election_master_status")
+                       .Help("Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 "
+                             "indicates master. 'name' is the string used to identify the lease. Please make sure to "
+                             "group by name.")
+                       .Register(registry)
+                       .Add({{"name", lo.name}});
+    lo.on_started_leading = [&master] { master.Set(1); };
+    lo.on_stopped_leading = [&master] { master.Set(0); };
     // Seconds (fractions allowed) to milliseconds; renew deadline and retry
     // period default to client-go's 10 s and 2 s of 15 s, scaled to the lease.
     auto seconds = [&](const std::string& name, double fallback) -> StatusOr<std::chrono::milliseconds> {
@@ -190,7 +222,11 @@ int main(int argc, char** argv) {
   using base::HttpResponse;
   auto metrics_http = base::HttpServer::Start(
       flags.Get("metrics-bind-address"),
-      {{"/metrics", base::MetricsHandler(registry, [&] { api_requests.Set(static_cast<double>((*client)->requests())); })}});
+      {{"/metrics", base::MetricsHandler(registry, [&] {
+         api_requests.Set(static_cast<double>((*client)->requests()));
+         process.Refresh();
+         controller.RefreshMetrics();
+       })}});
   if (!metrics_http.ok()) return Fail(metrics_http.status().WithContext("flag --metrics-bind-address"));
   auto health_http = base::HttpServer::Start(
       flags.Get("health-probe-bind-address"),

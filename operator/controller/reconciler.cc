@@ -37,6 +37,47 @@ prometheus::Histogram::BucketBoundaries ReconcileBuckets() { return base::Expone
 
 prometheus::Labels JobLabels(const std::string& ns) { return {{"job_namespace", ns}, {"framework", "tensorflow"}}; }
 
+// controller-runtime's controller label (and client-go's workqueue name).
+const prometheus::Labels kController{{"controller", std::string(api::kOperatorName)}};
+const prometheus::Labels kQueue{{"name", std::string(api::kOperatorName)}};
+
+// controller-runtime's reconcile_time_seconds buckets.
+prometheus::Histogram::BucketBoundaries ReconcileTimeBuckets() {
+  return {0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5,
+          1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 60};
+}
+
+// client-go's workqueue metrics: latencies in 10^-8 .. 10 s buckets.
+class QueueMetrics final : public kube::WorkQueueMetrics {
+ public:
+  explicit QueueMetrics(prometheus::Registry& r)
+      : depth_(prometheus::BuildGauge().Name("workqueue_depth").Help("Current depth of workqueue").Register(r).Add(kQueue)),
+        adds_(prometheus::BuildCounter().Name("workqueue_adds_total").Help("Total number of adds handled by workqueue").Register(r).Add(kQueue)),
+        queued_(prometheus::BuildHistogram()
+                    .Name("workqueue_queue_duration_seconds")
+                    .Help("How long in seconds an item stays in workqueue before being requested.")
+                    .Register(r)
+                    .Add(kQueue, base::ExponentialBuckets(10e-9, 10, 10))),
+        worked_(prometheus::BuildHistogram()
+                    .Name("workqueue_work_duration_seconds")
+                    .Help("How long in seconds processing an item from workqueue takes.")
+                    .Register(r)
+                    .Add(kQueue, base::ExponentialBuckets(10e-9, 10, 10))),
+        retries_(prometheus::BuildCounter().Name("workqueue_retries_total").Help("Total number of retries handled by workqueue").Register(r).Add(kQueue)) {}
+  void Added() override { adds_.Increment(); }
+  void Depth(size_t d) override { depth_.Set(static_cast<double>(d)); }
+  void Queued(double s) override { queued_.Observe(s); }
+  void Worked(double s) override { worked_.Observe(s); }
+  void Retried() override { retries_.Increment(); }
+
+ private:
+  prometheus::Gauge& depth_;
+  prometheus::Counter& adds_;
+  prometheus::Histogram& queued_;
+  prometheus::Histogram& worked_;
+  prometheus::Counter& retries_;
+};
+
 // What ViewPod / ViewService read, and nothing else: pod specs (with their
 // TF_CONFIG) and managedFields would otherwise dominate the operator's memory.
 nlohmann::json Slim(nlohmann::json obj, bool keep_status) {
@@ -82,6 +123,8 @@ Controller::Controller(kube::Client& client, ControllerOptions options, promethe
             [](nlohmann::json o) { return Slim(std::move(o), true); }),
       services_(client, kube::kServices, options_.ns, std::string(api::kJobNameLabel),
                 [](nlohmann::json o) { return Slim(std::move(o), false); }),
+      queue_metrics_(std::make_shared<QueueMetrics>(reg)),
+      queue_(std::chrono::milliseconds(5), std::chrono::seconds(300), queue_metrics_),
       created_(Counter(reg, "training_operator_jobs_created_total", "Counts number of jobs created")),
       deleted_(Counter(reg, "training_operator_jobs_deleted_total", "Counts number of jobs deleted")),
       successful_(Counter(reg, "training_operator_jobs_successful_total", "Counts number of jobs successful")),
@@ -95,10 +138,47 @@ Controller::Controller(kube::Client& client, ControllerOptions options, promethe
       depth_(prometheus::BuildGauge()
                  .Name("tfjob_operator_workqueue_depth")
                  .Help("TFJob keys waiting to be reconciled")
-                 .Register(reg)) {
+                 .Register(reg)),
+      cr_reconcile_total_(Counter(reg, "controller_runtime_reconcile_total", "Total number of reconciliations per controller")),
+      cr_reconcile_errors_(Counter(reg, "controller_runtime_reconcile_errors_total",
+                                   "Total number of reconciliation errors per controller")
+                               .Add(kController)),
+      cr_reconcile_time_(prometheus::BuildHistogram()
+                             .Name("controller_runtime_reconcile_time_seconds")
+                             .Help("Length of time per reconciliation per controller")
+                             .Register(reg)
+                             .Add(kController, ReconcileTimeBuckets())),
+      cr_active_workers_(prometheus::BuildGauge()
+                             .Name("controller_runtime_active_workers")
+                             .Help("Number of currently used workers per controller")
+                             .Register(reg)
+                             .Add(kController)),
+      unfinished_work_(prometheus::BuildGauge()
+                           .Name("workqueue_unfinished_work_seconds")
+                           .Help("How many seconds of work has been done that is in progress and hasn't been observed by "
+                                 "work_duration. Large values indicate stuck threads. One can deduce the number of stuck "
+                                 "threads by observing the rate at which this increases.")
+                           .Register(reg)
+                           .Add(kQueue)),
+      longest_running_(prometheus::BuildGauge()
+                           .Name("workqueue_longest_running_processor_seconds")
+                           .Help("How many seconds has the longest running processor for workqueue been running.")
+                           .Register(reg)
+                           .Add(kQueue)) {
   // Series without labels start at zero, so rate() sees the first increment.
   reconcile_errors_.Add({});
   depth_.Add({});
+  for (const char* result : {"success", "error", "requeue", "requeue_after"}) {
+    prometheus::Labels l = kController;
+    l["result"] = result;
+    cr_reconcile_total_.Add(l);
+  }
+  prometheus::BuildGauge()
+      .Name("controller_runtime_max_concurrent_reconciles")
+      .Help("Maximum number of concurrent reconciles per controller")
+      .Register(reg)
+      .Add(kController)
+      .Set(std::max(1, options_.workers));
   jobs_.AddHandler([this](const std::string& type, const nlohmann::json& obj) {
     const std::string key = kube::ObjectKey(obj);
     if (type == "DELETED") {
@@ -166,12 +246,21 @@ void Controller::Work() {
   while (auto key = queue_.Get()) {
     // Acting on caches that have not listed yet could recreate what exists.
     while (!Ready() && running_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    cr_active_workers_.Increment();
     const auto t0 = std::chrono::steady_clock::now();
-    Status s = Reconcile(*key);
-    reconcile_seconds_.Add({}, ReconcileBuckets()).Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    bool requeue_after = false;
+    Status s = Reconcile(*key, &requeue_after);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    reconcile_seconds_.Add({}, ReconcileBuckets()).Observe(took);
+    cr_reconcile_time_.Observe(took);
+    cr_active_workers_.Decrement();
+    prometheus::Labels result = kController;
+    result["result"] = !s.ok() ? "error" : requeue_after ? "requeue_after" : "success";
+    cr_reconcile_total_.Add(result).Increment();
     if (s.ok()) {
       queue_.Forget(*key);
     } else {
+      cr_reconcile_errors_.Increment();
       reconcile_errors_.Add({}).Increment();
       // One line per failed attempt: the retry (with backoff) follows.
       std::cerr << "tfjob-operator: reconcile " << *key << ": " << s.message() << std::endl;
@@ -317,7 +406,13 @@ Status Controller::EnsureSecret(const api::TFJob& job, const Action& create) {
   return u.ok() ? Status::Ok() : u.status().WithContext("adding TLS keys to Secret " + ns + "/" + create.name);
 }
 
-Status Controller::Reconcile(const std::string& key) {
+void Controller::RefreshMetrics() {
+  const auto [unfinished, longest] = queue_.InFlight();
+  unfinished_work_.Set(unfinished);
+  longest_running_.Set(longest);
+}
+
+Status Controller::Reconcile(const std::string& key, bool* requeue_after) {
   const auto slash = key.find('/');
   const std::string ns = key.substr(0, slash), name = key.substr(slash + 1);
   auto cached = jobs_.Get(ns, name);
@@ -401,8 +496,11 @@ Status Controller::Reconcile(const std::string& key) {
   Status first_error;
   Execute(job, plan, first_error);
   for (const Event& e : plan.events) RecordEvent(job, e);
-  if (plan.requeue_after) queue_.AddAfter(key, std::chrono::duration_cast<std::chrono::milliseconds>(*plan.requeue_after) +
-                                                    std::chrono::milliseconds(50));
+  if (plan.requeue_after) {
+    queue_.AddAfter(key, std::chrono::duration_cast<std::chrono::milliseconds>(*plan.requeue_after) +
+                             std::chrono::milliseconds(50));
+    if (requeue_after) *requeue_after = true;
+  }
   return first_error;
 }
 

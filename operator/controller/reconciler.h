@@ -8,7 +8,12 @@
 //
 // Metrics keep Kubeflow's names: training_operator_jobs_{created,deleted,
 // successful,failed,restarted}_total{job_namespace, framework="tensorflow"},
-// plus reconcile duration, work-queue depth and API request counts.
+// and controller-runtime's, which operator dashboards and alerts are built
+// on: controller_runtime_reconcile_total{controller,result},
+// controller_runtime_reconcile_errors_total, controller_runtime_reconcile_
+// time_seconds, controller_runtime_max_concurrent_reconciles,
+// controller_runtime_active_workers, and client-go's workqueue_*{name}, all
+// with controller/name "tfjob-controller".
 // Ownership: borrows the Client and Registry (they outlive the controller).
 // Thread-safety: Start/Stop from one thread; everything else internal.
 #pragma once
@@ -49,9 +54,12 @@ class Controller {
   void Stop();
   bool Ready() const;  // every cache has synced
 
-  // One reconcile of "ns/name" (what a worker runs; tests call it directly).
-  Status Reconcile(const std::string& key);
+  // One reconcile of "ns/name" (what a worker runs). *requeue_after is set
+  // when the plan asked for a timed requeue (a deadline, a TTL).
+  Status Reconcile(const std::string& key, bool* requeue_after = nullptr);
   size_t QueueDepth() const { return queue_.Depth(); }
+  // Gauges read at scrape time (the work queue's unfinished work).
+  void RefreshMetrics();
 
  private:
   void Work();
@@ -74,6 +82,7 @@ class Controller {
   // The jobs' PodGroups, when gang scheduling is on.
   std::unique_ptr<kube::Informer> pod_groups_;
   kube::Resource pod_group_resource_;
+  std::shared_ptr<kube::WorkQueueMetrics> queue_metrics_;
   kube::WorkQueue queue_;
   std::vector<std::thread> workers_;
   std::atomic<bool> running_{false};
@@ -86,6 +95,13 @@ class Controller {
   prometheus::Family<prometheus::Histogram>& reconcile_seconds_;
   prometheus::Family<prometheus::Counter>& reconcile_errors_;
   prometheus::Family<prometheus::Gauge>& depth_;
+  // controller-runtime's.
+  prometheus::Family<prometheus::Counter>& cr_reconcile_total_;
+  prometheus::Counter& cr_reconcile_errors_;
+  prometheus::Histogram& cr_reconcile_time_;
+  prometheus::Gauge& cr_active_workers_;
+  prometheus::Gauge& unfinished_work_;
+  prometheus::Gauge& longest_running_;
 };
 
 }  // namespace tfjob::op::controller

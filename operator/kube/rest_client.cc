@@ -238,6 +238,7 @@ StatusOr<std::unique_ptr<RestClient>> RestClient::Create(const ClusterConfig& co
   c->impl_ = std::make_unique<Impl>();
   c->impl_->config = config;
   c->impl_->options = options;
+  c->on_response_ = options.on_response;
   c->impl_->creds = std::make_shared<Credentials>(config, options.credentials);
   c->impl_->limiter = std::make_unique<TokenBucket>(options.qps, options.burst, options.rate_clock);
   c->impl_->checked_generation = config.client_cert_pem.empty() ? 0 : 1;  // checked above
@@ -275,6 +276,7 @@ StatusOr<nlohmann::json> RestClient::Send(const std::string& method, const std::
         req.set_body(std::vector<unsigned char>(text.begin(), text.end()));
       }
       http::http_response resp = client->request(req).get();
+      Observe(method, std::to_string(resp.status_code()));
       const std::string text = resp.extract_utf8string(true).get();
       // Rotated token or expired exec credential: refresh once and retry.
       if (resp.status_code() == 401 && attempt == 0 && impl_->creds->Refreshable()) {
@@ -287,9 +289,14 @@ StatusOr<nlohmann::json> RestClient::Send(const std::string& method, const std::
       if (j.is_discarded()) return Internal(what + ": response is not JSON");
       return j;
     } catch (const std::exception& e) {
+      Observe(method, "<error>");
       return Unavailable(what + ": " + impl_->Describe(e));
     }
   }
+}
+
+void RestClient::Observe(const std::string& method, const std::string& code) {
+  if (on_response_) on_response_(method, code);
 }
 
 namespace {
@@ -402,6 +409,7 @@ Status RestClient::WatchOnce(const Resource& r, const std::string& ns, const Wat
     req.set_request_uri(r.Path(ns) + q);
     impl_->Authorize(req, *auth);
     http::http_response resp = client.request(req, cts.get_token()).get();
+    Observe("GET", std::to_string(resp.status_code()));
     if (resp.status_code() != 200) {
       *unauthorized = resp.status_code() == 401;
       return FromHttp(resp.status_code(), resp.extract_utf8string(true).get(), what);

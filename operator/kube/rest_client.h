@@ -12,6 +12,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 
@@ -38,6 +39,11 @@ struct RestOptions {
   std::chrono::seconds timeout{30};
   std::shared_ptr<RateClock> rate_clock;  // default: RealRateClock()
   Credentials::Options credentials;       // clocks and exec timeout
+  // Called once per request sent, with its HTTP method and the response's
+  // status code, or "<error>" when none came (client-go's
+  // rest_client_requests_total{code,method,host}). May be called from any
+  // thread; must not block.
+  std::function<void(const std::string& method, const std::string& code)> on_response;
 };
 
 // client-go's token bucket (flowcontrol.NewTokenBucketRateLimiter): full at
@@ -88,8 +94,11 @@ class RestClient final : public Client {
                    const std::function<bool(const WatchEvent&)>& on_event, const std::atomic<bool>& stop,
                    bool* unauthorized);
 
+  void Observe(const std::string& method, const std::string& code);
+
   std::unique_ptr<Impl> impl_;
   std::atomic<int64_t> requests_{0};
+  std::function<void(const std::string&, const std::string&)> on_response_;
 };
 
 std::string UrlEncode(const std::string& s);

@@ -5,21 +5,28 @@
 
 namespace tfjob::op::kube {
 
-WorkQueue::WorkQueue(std::chrono::milliseconds base, std::chrono::milliseconds max)
-    : base_(base), max_(max), timer_([this] { TimerLoop(); }) {}
+WorkQueue::WorkQueue(std::chrono::milliseconds base, std::chrono::milliseconds max, std::shared_ptr<WorkQueueMetrics> metrics)
+    : base_(base), max_(max), metrics_(std::move(metrics)), timer_([this] { TimerLoop(); }) {}
 
 WorkQueue::~WorkQueue() {
   ShutDown();
   timer_.join();
 }
 
+void WorkQueue::EnqueueLocked(const std::string& key) {
+  queue_.push_back(key);
+  if (metrics_) metrics_->Depth(queue_.size());
+  cv_.notify_one();
+}
+
 void WorkQueue::Add(const std::string& key) {
   std::lock_guard g(mu_);
   if (shutdown_ || dirty_.count(key)) return;
   dirty_.insert(key);
+  added_at_.emplace(key, Clock::now());
+  if (metrics_) metrics_->Added();
   if (processing_.count(key)) return;  // re-queued by Done
-  queue_.push_back(key);
-  cv_.notify_one();
+  EnqueueLocked(key);
 }
 
 void WorkQueue::AddAfter(const std::string& key, std::chrono::milliseconds delay) {
@@ -37,6 +44,7 @@ std::chrono::milliseconds WorkQueue::AddRateLimited(const std::string& key) {
   std::chrono::milliseconds delay;
   {
     std::lock_guard g(mu_);
+    if (metrics_) metrics_->Retried();
     const int n = failures_[key]++;
     const double ms = static_cast<double>(base_.count()) * std::pow(2.0, std::min(n, 30));
     delay = std::min(max_, std::chrono::milliseconds(static_cast<int64_t>(ms)));
@@ -64,16 +72,36 @@ std::optional<std::string> WorkQueue::Get() {
   queue_.pop_front();
   processing_.insert(key);
   dirty_.erase(key);
+  const auto now = Clock::now();
+  started_at_[key] = now;
+  if (auto it = added_at_.find(key); it != added_at_.end()) {
+    if (metrics_) metrics_->Queued(std::chrono::duration<double>(now - it->second).count());
+    added_at_.erase(it);
+  }
+  if (metrics_) metrics_->Depth(queue_.size());
   return key;
 }
 
 void WorkQueue::Done(const std::string& key) {
   std::lock_guard g(mu_);
   processing_.erase(key);
-  if (dirty_.count(key) && !shutdown_) {
-    queue_.push_back(key);
-    cv_.notify_one();
+  if (auto it = started_at_.find(key); it != started_at_.end()) {
+    if (metrics_) metrics_->Worked(std::chrono::duration<double>(Clock::now() - it->second).count());
+    started_at_.erase(it);
   }
+  if (dirty_.count(key) && !shutdown_) EnqueueLocked(key);
+}
+
+std::pair<double, double> WorkQueue::InFlight() const {
+  std::lock_guard g(mu_);
+  const auto now = Clock::now();
+  double total = 0, longest = 0;
+  for (const auto& [key, since] : started_at_) {
+    const double s = std::chrono::duration<double>(now - since).count();
+    total += s;
+    longest = std::max(longest, s);
+  }
+  return {total, longest};
 }
 
 void WorkQueue::ShutDown() {
@@ -104,10 +132,9 @@ void WorkQueue::TimerLoop() {
     delayed_.erase(delayed_.begin());
     if (!dirty_.count(key)) {
       dirty_.insert(key);
-      if (!processing_.count(key)) {
-        queue_.push_back(key);
-        cv_.notify_one();
-      }
+      added_at_.emplace(key, Clock::now());
+      if (metrics_) metrics_->Added();
+      if (!processing_.count(key)) EnqueueLocked(key);
     }
   }
 }

@@ -5,7 +5,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "operator/tests/envtest_support.h"
+#include "tests/support/subprocess.h"
 
 namespace tfjob::op::envtest {
 namespace {
@@ -41,6 +44,64 @@ TEST_F(EnvtestOperator, CreatesPodsAndServicesWithKubeflowsNamesLabelsAndTfConfi
   EXPECT_EQ(owner["uid"], job["metadata"]["uid"]);
   EXPECT_EQ(owner["controller"], true);
   EXPECT_EQ(owner["blockOwnerDeletion"], true);
+}
+
+// The series operator dashboards and alerts are built on: Kubeflow's job
+// counters, and controller-runtime's and client-go's (reconcile, work
+// queue, REST client, process), in a format promtool accepts.
+TEST_F(EnvtestOperator, MetricsHaveKubeflowsAndControllerRuntimesSeries) {
+  StartOperator();
+  Apply(JobYaml("metered", Replica("Worker", 2)));
+  ASSERT_TRUE(Eventually([&] { return Pods("metered").size() == 2; })) << op_->output();
+  ASSERT_TRUE(Eventually([&] {
+    return Metrics().find(R"(controller_runtime_reconcile_total{controller="tfjob-controller",result="success"} 0)") ==
+           std::string::npos;
+  }));
+  const std::string m = Metrics();
+  for (const std::string& series :
+       {"training_operator_jobs_created_total{framework=\"tensorflow\",job_namespace=\"" + ns_ + "\"} 1",
+        std::string("controller_runtime_reconcile_total{controller=\"tfjob-controller\",result=\"success\"}"),
+        std::string("controller_runtime_reconcile_errors_total{controller=\"tfjob-controller\"}"),
+        std::string("controller_runtime_reconcile_time_seconds_count{controller=\"tfjob-controller\"}"),
+        std::string("controller_runtime_max_concurrent_reconciles{controller=\"tfjob-controller\"}"),
+        std::string("controller_runtime_active_workers{controller=\"tfjob-controller\"}"),
+        std::string("workqueue_depth{name=\"tfjob-controller\"}"), std::string("workqueue_adds_total{name=\"tfjob-controller\"}"),
+        std::string("workqueue_queue_duration_seconds_count{name=\"tfjob-controller\"}"),
+        std::string("workqueue_work_duration_seconds_count{name=\"tfjob-controller\"}"),
+        std::string("workqueue_retries_total{name=\"tfjob-controller\"}"),
+        std::string("workqueue_unfinished_work_seconds{name=\"tfjob-controller\"}"),
+        std::string("workqueue_longest_running_processor_seconds{name=\"tfjob-controller\"}"),
+        std::string("rest_client_requests_total{code=\"201\",host=\"") + cp_->server().substr(8) + "\",method=\"POST\"}",
+        std::string("process_cpu_seconds_total"), std::string("process_resident_memory_bytes"),
+        std::string("process_open_fds"), std::string("process_start_time_seconds")}) {
+    EXPECT_THAT(m, HasSubstr(series)) << series;
+  }
+  const std::string file = dir_ + "/metrics.txt";
+  std::ofstream(file) << m;
+  auto check = ::tfjob::testing::Run({"/bin/sh", "-c", "promtool check metrics < '" + file + "'"});
+  EXPECT_EQ(check.exit_code, 0) << check.out << check.err;
+}
+
+// Leader election as controller-runtime does it: the Lease in the
+// operator's own namespace unless told, and a candidate that may not use
+// its Lease says why on every attempt instead of waiting in silence.
+TEST_F(EnvtestOperator, LeaderElectionSaysWhyItCannotAcquire) {
+  // An identity with no rights at all: every Lease request is forbidden.
+  Kubectl({"create", "serviceaccount", "nobody", "-n", ns_});
+  auto token = Kubectl({"create", "token", "nobody", "-n", ns_});
+  std::string t = token.out;
+  while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
+  const std::string kubeconfig = dir_ + "/nobody.kubeconfig";
+  const json admin = json::parse(Kubectl({"config", "view", "--raw", "--minify", "-o", "json"}).out);
+  json cfg = admin;
+  cfg["users"] = json::array({{{"name", "nobody"}, {"user", {{"token", t}}}}});
+  cfg["contexts"][0]["context"]["user"] = "nobody";
+  std::ofstream(kubeconfig) << cfg.dump();
+  op_ = OperatorProcess({"--leader-elect", "--leader-election-lease-duration", "2"}, kubeconfig);
+  ASSERT_TRUE(op_->WaitForLine("leader election: cannot acquire Lease " + ns_ + "/tfjob-operator-leader", std::chrono::seconds(30)))
+      << op_->output();
+  EXPECT_THAT(op_->output(), HasSubstr("forbidden"));
+  StopOperator();
 }
 
 }  // namespace

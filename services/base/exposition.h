@@ -11,8 +11,11 @@
 #pragma once
 
 #include <functional>
+#include <mutex>
 #include <string>
 
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
@@ -32,5 +35,27 @@ prometheus::Histogram::BucketBoundaries ExponentialBuckets(double start, double 
 // A /metrics route: runs `before_scrape` (gauges computed at scrape time),
 // then renders `registry`.
 HttpHandler MetricsHandler(const prometheus::Registry& registry, std::function<void()> before_scrape = {});
+
+// The process_* series every Prometheus client library exports (what
+// dashboards and alerts on operators expect): process_cpu_seconds_total,
+// process_resident_memory_bytes, process_virtual_memory_bytes,
+// process_open_fds, process_max_fds, process_start_time_seconds, read from
+// /proc/self. Refresh() before each scrape. Thread-safety: Refresh may be
+// called from any thread (serialised inside).
+class ProcessMetrics {
+ public:
+  explicit ProcessMetrics(prometheus::Registry& registry);
+  void Refresh();
+
+ private:
+  std::mutex mu_;
+  prometheus::Counter& cpu_;
+  double cpu_seen_ = 0;  // what cpu_ holds
+  prometheus::Gauge& resident_;
+  prometheus::Gauge& virtual_;
+  prometheus::Gauge& open_fds_;
+  prometheus::Gauge& max_fds_;
+  prometheus::Gauge& start_time_;
+};
 
 }  // namespace tfjob::base
