@@ -25,8 +25,17 @@ bool InstallCrd(t::ControlPlane* cp, std::string* why) {
       error = "kubectl apply of the CRD failed: " + r.err;
       return;
     }
-    r = cp->Kubectl({"wait", "--for=condition=Established", "--timeout=60s", "crd/tfjobs.kubeflow.org"});
-    if (r.exit_code != 0) error = "the TFJob CRD was not established: " + r.err;
+    // Polled: `kubectl wait` fails outright when it looks before the CRD has
+    // any status conditions.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    std::string established;
+    while (established != "True" && std::chrono::steady_clock::now() < deadline) {
+      r = cp->Kubectl({"get", "crd", "tfjobs.kubeflow.org", "-o",
+                       R"(jsonpath={.status.conditions[?(@.type=="Established")].status})"});
+      established = r.out;
+      if (established != "True") std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (established != "True") error = "the TFJob CRD was not established in 60 s: " + r.err;
   });
   *why = error;
   return error.empty();

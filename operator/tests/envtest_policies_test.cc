@@ -1,0 +1,237 @@
+// Kubeflow's job policies, run by the tfjob-operator binary against a real
+// API server: restart policies (ExitCode with and without an exit code,
+// OnFailure, Never), backoffLimit, activeDeadlineSeconds, TTL (with the
+// real garbage collector), suspend and resume, managedBy, cleanPodPolicy,
+// successPolicy, enableDynamicWorker, and training-operator v1.9.0's own
+// TFJob example shapes. The kubelet's part is played by writing pod status.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "operator/tests/envtest_support.h"
+
+namespace tfjob::op::envtest {
+namespace {
+
+using ::testing::HasSubstr;
+
+class EnvtestPolicies : public RealApiServerTest {
+ protected:
+  void SetUp() override {
+    RealApiServerTest::SetUp();
+    if (!HasFailure()) StartOperator();
+  }
+  std::string Uid(const std::string& pod) {
+    auto p = TryGet("pod", pod);
+    return p ? (*p)["metadata"].value("uid", "") : "";
+  }
+  void AllRunning(const std::string& job) {
+    for (const auto& p : Pods(job)) SetPhase(p["metadata"]["name"], "Running");
+  }
+  std::string ConditionMessage(const std::string& job, const std::string& type) {
+    auto j = TryGet("tfjob", job);
+    if (!j) return "";
+    for (const auto& c : (*j)["status"].value("conditions", json::array())) {
+      if (c.value("type", "") == type) return c.value("message", "");
+    }
+    return "";
+  }
+};
+
+// ExitCode: a signal (137) or a pod that failed before its container ever
+// ran (no exit code: Kubeflow's 0xbeef) is re-created; an exit code of
+// 1..127 fails the job.
+TEST_F(EnvtestPolicies, ExitCodeRecreatesRetryableFailuresAndFailsOnPermanentOnes) {
+  Apply(JobYaml("exitcode", Replica("Worker", 2, "ExitCode"), "  runPolicy: {backoffLimit: 5}\n"));
+  ASSERT_TRUE(Eventually([&] { return Pods("exitcode").size() == 2; })) << op_->output();
+  AllRunning("exitcode");
+  ASSERT_TRUE(Eventually([&] { return HasCondition("exitcode", "Running"); }));
+  const std::string first = Uid("exitcode-worker-1");
+  SetPhase("exitcode-worker-1", "Failed", 137);
+  ASSERT_TRUE(Eventually([&] {
+    const std::string now = Uid("exitcode-worker-1");
+    return !now.empty() && now != first;
+  })) << "a pod killed by a signal was not re-created\n" << op_->output();
+  const std::string second = Uid("exitcode-worker-0");
+  SetPodStatus("exitcode-worker-0", {{"phase", "Failed"}, {"reason", "Evicted"}});
+  ASSERT_TRUE(Eventually([&] {
+    const std::string now = Uid("exitcode-worker-0");
+    return !now.empty() && now != second;
+  })) << "a pod that failed before its container ran was not re-created\n" << op_->output();
+  AllRunning("exitcode");
+  SetPhase("exitcode-worker-1", "Failed", 1);
+  ASSERT_TRUE(Eventually([&] { return HasCondition("exitcode", "Failed"); })) << op_->output();
+  EXPECT_FALSE(HasCondition("exitcode", "Succeeded"));
+}
+
+// Never: any failed replica fails the job.
+TEST_F(EnvtestPolicies, NeverFailsTheJobOnAFailedReplica) {
+  Apply(JobYaml("never", Replica("Chief", 1) + Replica("Worker", 1)));
+  ASSERT_TRUE(Eventually([&] { return Pods("never").size() == 2; }));
+  AllRunning("never");
+  SetPhase("never-worker-0", "Failed", 137);
+  ASSERT_TRUE(Eventually([&] { return HasCondition("never", "Failed"); })) << op_->output();
+  EXPECT_EQ(Uid("never-worker-0").empty(), false);  // not re-created
+}
+
+// backoffLimit counts the kubelet's restarts of OnFailure pods and the
+// operator's ExitCode re-creations alike (Kubeflow counts only the former).
+TEST_F(EnvtestPolicies, BackoffLimitCountsOnFailureRestartsAndExitCodeRecreations) {
+  Apply(JobYaml("onfailure", Replica("Worker", 1, "OnFailure"), "  runPolicy: {backoffLimit: 2}\n"));
+  Apply(JobYaml("recreated", Replica("Worker", 1, "ExitCode"), "  runPolicy: {backoffLimit: 2}\n"));
+  ASSERT_TRUE(Eventually([&] { return Pods("onfailure").size() == 1 && Pods("recreated").size() == 1; }));
+  SetPodStatus("onfailure-worker-0",
+               {{"phase", "Running"},
+                {"containerStatuses",
+                 json::array({{{"name", "tensorflow"}, {"image", "x"}, {"imageID", ""}, {"ready", true}, {"restartCount", 2},
+                               {"state", {{"running", json::object()}}}}})}});
+  ASSERT_TRUE(Eventually([&] { return HasCondition("onfailure", "Failed"); })) << op_->output();
+  EXPECT_THAT(ConditionMessage("onfailure", "Failed"), HasSubstr("backoff limit"));
+
+  // The first re-creation is within the limit; the second reaches it.
+  const std::string first = Uid("recreated-worker-0");
+  SetPhase("recreated-worker-0", "Failed", 143);
+  ASSERT_TRUE(Eventually([&] {
+    const std::string now = Uid("recreated-worker-0");
+    return !now.empty() && now != first;
+  })) << op_->output();
+  EXPECT_FALSE(HasCondition("recreated", "Failed"));
+  SetPhase("recreated-worker-0", "Failed", 143);
+  ASSERT_TRUE(Eventually([&] { return HasCondition("recreated", "Failed"); })) << op_->output();
+  EXPECT_THAT(ConditionMessage("recreated", "Failed"), HasSubstr("backoff limit"));
+}
+
+// activeDeadlineSeconds fires on time (a timed requeue), and a job failed
+// by its deadline stops its running pods whatever cleanPodPolicy says.
+TEST_F(EnvtestPolicies, ActiveDeadlineFailsTheJobOnTimeAndStopsItsPods) {
+  Apply(JobYaml("deadline", Replica("Worker", 2), "  runPolicy: {activeDeadlineSeconds: 3}\n"));
+  ASSERT_TRUE(Eventually([&] { return Pods("deadline").size() == 2; }));
+  AllRunning("deadline");
+  ASSERT_TRUE(Eventually([&] { return HasCondition("deadline", "Failed"); }, std::chrono::seconds(20))) << op_->output();
+  EXPECT_THAT(ConditionMessage("deadline", "Failed"), HasSubstr("deadline"));
+  ASSERT_TRUE(Eventually([&] {
+    for (const auto& p : Pods("deadline")) {
+      if (!p["metadata"].contains("deletionTimestamp")) return false;
+    }
+    return true;
+  })) << "running pods were not stopped";
+}
+
+// ttlSecondsAfterFinished deletes the finished TFJob; the real garbage
+// collector then deletes its pods and services (ownerReferences).
+TEST_F(EnvtestPolicies, TtlDeletesTheJobAndTheGarbageCollectorItsPods) {
+  Apply(JobYaml("ttl", Replica("Worker", 1), "  runPolicy: {ttlSecondsAfterFinished: 1}\n"));
+  ASSERT_TRUE(Eventually([&] { return Pods("ttl").size() == 1 && Services("ttl").size() == 1; }));
+  SetPhase("ttl-worker-0", "Succeeded", 0);
+  ASSERT_TRUE(Eventually([&] { return !TryGet("tfjob", "ttl"); })) << op_->output();
+  ASSERT_TRUE(Eventually([&] { return Pods("ttl").empty() && Services("ttl").empty(); }))
+      << "the garbage collector left the job's pods or services";
+}
+
+TEST_F(EnvtestPolicies, SuspendCreatesNothingAndResumeStartsTheJob) {
+  Apply(JobYaml("sus", Replica("Worker", 2), "  runPolicy: {suspend: true}\n"));
+  ASSERT_TRUE(Eventually([&] { return HasCondition("sus", "Suspended"); })) << op_->output();
+  EXPECT_TRUE(Pods("sus").empty());
+  Kubectl({"patch", "-n", ns_, "tfjob", "sus", "--type=merge", "-p", R"({"spec":{"runPolicy":{"suspend":false}}})"});
+  ASSERT_TRUE(Eventually([&] { return Pods("sus").size() == 2; })) << op_->output();
+  EXPECT_FALSE(HasCondition("sus", "Suspended"));
+  // Suspending a running job deletes its pods.
+  AllRunning("sus");
+  Kubectl({"patch", "-n", ns_, "tfjob", "sus", "--type=merge", "-p", R"({"spec":{"runPolicy":{"suspend":true}}})"});
+  ASSERT_TRUE(Eventually([&] {
+    for (const auto& p : Pods("sus")) {
+      if (!p["metadata"].contains("deletionTimestamp")) return false;
+    }
+    return true;
+  })) << op_->output();
+}
+
+// A job another controller manages (Kueue's MultiKueue) is left alone.
+TEST_F(EnvtestPolicies, AJobManagedByAnotherControllerIsLeftAlone) {
+  Apply(JobYaml("elsewhere", Replica("Worker", 1), "  runPolicy: {managedBy: kueue.x-k8s.io/multikueue}\n"));
+  Apply(JobYaml("here", Replica("Worker", 1), "  runPolicy: {managedBy: kubeflow.org/training-operator}\n"));
+  ASSERT_TRUE(Eventually([&] { return Pods("here").size() == 1; })) << op_->output();
+  EXPECT_TRUE(Pods("elsewhere").empty());
+  EXPECT_FALSE(Get("tfjob", "elsewhere").contains("status"));
+}
+
+// cleanPodPolicy after success: All deletes every pod, Running the running
+// ones, None none.
+TEST_F(EnvtestPolicies, CleanPodPolicyDecidesWhichPodsAFinishedJobKeeps) {
+  for (const std::string policy : {"All", "Running", "None"}) {
+    const std::string job = "clean-" + std::string(policy == "All" ? "all" : policy == "Running" ? "running" : "none");
+    Apply(JobYaml(job, Replica("Chief", 1) + Replica("Worker", 1), "  runPolicy: {cleanPodPolicy: " + policy + "}\n"));
+  }
+  for (const std::string job : {"clean-all", "clean-running", "clean-none"}) {
+    ASSERT_TRUE(Eventually([&] { return Pods(job).size() == 2; })) << job;
+    SetPhase(job + "-worker-0", "Running");
+    SetPhase(job + "-chief-0", "Succeeded", 0);
+  }
+  auto deleting = [&](const std::string& pod) {
+    auto p = TryGet("pod", pod);
+    return !p || (*p)["metadata"].contains("deletionTimestamp");
+  };
+  ASSERT_TRUE(Eventually([&] { return HasCondition("clean-all", "Succeeded") && deleting("clean-all-chief-0") && deleting("clean-all-worker-0"); }));
+  ASSERT_TRUE(Eventually([&] { return HasCondition("clean-running", "Succeeded") && deleting("clean-running-worker-0"); }));
+  EXPECT_FALSE(deleting("clean-running-chief-0"));
+  ASSERT_TRUE(Eventually([&] { return HasCondition("clean-none", "Succeeded"); }));
+  EXPECT_FALSE(deleting("clean-none-chief-0"));
+  EXPECT_FALSE(deleting("clean-none-worker-0"));
+}
+
+// Success without a chief: worker 0, or every worker with AllWorkers.
+TEST_F(EnvtestPolicies, SuccessPolicyAllWorkersWaitsForEveryWorker) {
+  Apply(JobYaml("all-workers", Replica("Worker", 2), "  successPolicy: AllWorkers\n"));
+  Apply(JobYaml("worker-zero", Replica("Worker", 2)));
+  ASSERT_TRUE(Eventually([&] { return Pods("all-workers").size() == 2 && Pods("worker-zero").size() == 2; }));
+  AllRunning("all-workers");
+  AllRunning("worker-zero");
+  SetPhase("all-workers-worker-0", "Succeeded", 0);
+  SetPhase("worker-zero-worker-0", "Succeeded", 0);
+  ASSERT_TRUE(Eventually([&] { return HasCondition("worker-zero", "Succeeded"); })) << op_->output();
+  EXPECT_FALSE(HasCondition("all-workers", "Succeeded"));
+  SetPhase("all-workers-worker-1", "Succeeded", 0);
+  ASSERT_TRUE(Eventually([&] { return HasCondition("all-workers", "Succeeded"); })) << op_->output();
+}
+
+// enableDynamicWorker: Kubeflow's sparse TF_CONFIG, keyed "cluster".
+TEST_F(EnvtestPolicies, DynamicWorkersGetTheSparseTfConfig) {
+  Apply(JobYaml("elastic", Replica("PS", 1) + Replica("Worker", 2), "  enableDynamicWorker: true\n"));
+  ASSERT_TRUE(Eventually([&] { return Pods("elastic").size() == 3; })) << op_->output();
+  const std::string s = "." + ns_ + ".svc:2222";
+  EXPECT_EQ(Env(Get("pod", "elastic-worker-1"), "TF_CONFIG"),
+            R"({"cluster":{"worker":{"1":"elastic-worker-1)" + s + R"("},"ps":["elastic-ps-0)" + s +
+                R"("]},"task":{"type":"worker","index":1}})");
+  EXPECT_EQ(Env(Get("pod", "elastic-ps-0"), "TF_CONFIG"),
+            R"({"cluster":{"worker":{},"ps":["elastic-ps-0)" + s + R"("]},"task":{"type":"ps","index":0}})");
+}
+
+// The shapes of training-operator v1.9.0's TFJob examples (simple.yaml,
+// dist-mnist, the multi-worker strategy with a volume and a GPU limit, a
+// single worker with summaries on a volume), written here: each applies
+// and gets its pods, services and TF_CONFIG (none for a single replica).
+TEST_F(EnvtestPolicies, KubeflowsOwnExampleShapesRun) {
+  const std::string command = "              command: [python, /var/tf_mnist/mnist_with_summaries.py]\n";
+  Apply(JobYaml("tfjob-simple", Replica("Worker", 2, "OnFailure", command)));
+  Apply(JobYaml("dist-mnist-for-e2e-test", Replica("Chief", 1) + Replica("PS", 1) + Replica("Worker", 2)));
+  const std::string volume =
+      "              volumeMounts: [{mountPath: /train, name: training}]\n"
+      "              resources: {limits: {nvidia.com/gpu: 1}}\n"
+      "          volumes: [{name: training, persistentVolumeClaim: {claimName: strategy-volume}}]\n";
+  Apply(JobYaml("multi-worker", Replica("Worker", 2, "Never", volume), "  runPolicy: {cleanPodPolicy: None}\n"));
+  Apply(JobYaml("mnist", Replica("Worker", 1, "Never", command), "  runPolicy: {cleanPodPolicy: None}\n"));
+  ASSERT_TRUE(Eventually([&] {
+    return Pods("tfjob-simple").size() == 2 && Pods("dist-mnist-for-e2e-test").size() == 4 &&
+           Pods("multi-worker").size() == 2 && Pods("mnist").size() == 1;
+  })) << op_->output();
+  EXPECT_EQ(Get("pod", "tfjob-simple-worker-1")["spec"]["restartPolicy"], "OnFailure");
+  EXPECT_THAT(Env(Get("pod", "dist-mnist-for-e2e-test-worker-1"), "TF_CONFIG"),
+              HasSubstr(R"("task":{"type":"worker","index":1},"environment":"cloud"})"));
+  EXPECT_EQ(Get("pod", "multi-worker-worker-0")["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], "1");
+  EXPECT_EQ(Env(Get("pod", "mnist-worker-0"), "TF_CONFIG"), "");  // one replica: no cluster to describe
+  AllRunning("mnist");
+  SetPhase("mnist-worker-0", "Succeeded", 0);
+  ASSERT_TRUE(Eventually([&] { return HasCondition("mnist", "Succeeded"); })) << op_->output();
+}
+
+}  // namespace
+}  // namespace tfjob::op::envtest
