@@ -13,7 +13,6 @@ PACKAGES=(
   libhdf5-dev libfarmhash-dev  # Keras .weights.h5 (HDF5); the hash Keras' lookups bucket unknown strings with
   python3-h5py python3-protobuf  # tests: reading .weights.h5 back; an independent TFRecord writer
   openmpi-bin libopenmpi-dev  # the OpenMPI peer of bench/allreduce.sh
-  golang-go golang-github-masterminds-sprig-dev golang-github-ghodss-yaml-dev
   prometheus  # promtool and a real Prometheus for the monitoring tests
   clang libclang-rt-14-dev libomp-14-dev  # scripts/fuzz.sh, scripts/sanitize.sh: libFuzzer, sanitizers, OpenMP
   etcd-server xz-utils openssl  # the real control plane of ../shared/envtest (tests/support/envtest.h)

@@ -1,8 +1,9 @@
-// The Helm chart rendered under Helm 3 semantics (tools/helm-render; no helm
-// binary here) with default values and with every toggle on and off:
+// The Helm chart under the official Helm (scripts/setup.sh puts helm v3.17
+// in .tools/bin): `helm lint --strict` with default values and with every
+// toggle on and off, and `helm template` of the same:
 //   - every document parses as YAML with apiVersion, kind, metadata.name (and
 //     a namespace for namespaced kinds); optional objects appear exactly when
-//     their toggle is on;
+//     their toggle is on; inconsistent values fail with the chart's message;
 //   - the Deployment's args are flags tfjob-operator accepts, the probes and
 //     ports point at the addresses the args bind, the security context is the
 //     restrictive one;
@@ -13,6 +14,8 @@
 //     (leader election, pods, services, status, events, clean-up, TTL), and
 //     the (verb, group, resource, namespace) of every request it made is
 //     compared with the rendered ClusterRole/Role rules both ways.
+// chart_install_test installs the chart into a real API server, and checks
+// NOTES.txt (which only an install renders).
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -34,6 +37,7 @@
 #include "common/files.h"
 #include "operator/api/codec.h"
 #include "tests/support/apiserver/apiserver_double.h"
+#include "tests/support/envtest.h"
 #include "tests/support/process.h"
 #include "tests/support/subprocess.h"
 
@@ -70,16 +74,51 @@ struct Rendered {
   }
 };
 
-t::RunResult RunRender(const std::vector<std::string>& sets, const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> argv{TFJOB_HELM_RENDER_BIN, "--name", "tfjob", "--namespace", kReleaseNamespace};
-  for (const auto& s : sets) {
-    argv.push_back("--set");
-    argv.push_back(s);
-  }
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  argv.push_back(ChartDir());
-  return t::Run(argv);
+// The official helm, or "" (the fixtures below fail the test then).
+const std::string& Helm() {
+  static const std::string path = t::ToolPath("helm");
+  return path;
 }
+
+// helm with its cache, config and data in a directory of this process, so
+// that neither the user's repositories nor plugins change what it does.
+t::RunResult RunHelm(const std::vector<std::string>& args) {
+  static const std::string home = t::MakeTempDir("helm-home");
+  std::vector<std::string> argv{Helm()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return t::Run(argv, {{"HELM_CACHE_HOME", home + "/cache"},
+                       {"HELM_CONFIG_HOME", home + "/config"},
+                       {"HELM_DATA_HOME", home + "/data"}});
+}
+
+std::vector<std::string> SetFlags(const std::vector<std::string>& sets) {
+  std::vector<std::string> out;
+  for (const auto& s : sets) {
+    out.push_back("--set");
+    out.push_back(s);
+  }
+  return out;
+}
+
+t::RunResult RunRender(const std::vector<std::string>& sets, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args{"template", "tfjob", ChartDir(), "--namespace", kReleaseNamespace};
+  for (const auto& s : SetFlags(sets)) args.push_back(s);
+  args.insert(args.end(), extra.begin(), extra.end());
+  return RunHelm(args);
+}
+
+// Every test here needs helm: without it, one line says how to get it.
+class HelmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (Helm().empty()) {
+      GTEST_FAIL() << "helm not found in " << t::SourceDir()
+                   << "/.tools/bin: run `bash scripts/setup.sh` (it installs Helm v3.17)";
+    }
+  }
+};
+class Chart : public HelmTest {};
+class ChartDeployment : public HelmTest {};
 
 // Renders and parses every document; failures are test failures.
 Rendered Render(const std::vector<std::string>& sets, const std::vector<std::string>& extra = {}) {
@@ -87,7 +126,7 @@ Rendered Render(const std::vector<std::string>& sets, const std::vector<std::str
   t::RunResult r = RunRender(sets, extra);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   if (r.exit_code != 0) return out;
-  // helm-render writes "---\n# Source: <template>\n<document>" per document.
+  // helm template writes "---\n# Source: <chart>/<file>\n<document>" per document.
   std::istringstream in(r.out);
   std::string line, source, body;
   auto flush = [&] {
@@ -170,7 +209,7 @@ std::set<std::string> Kinds(const Rendered& r) {
 // The operator container's args (defined below).
 std::vector<std::string> Args(const json& dep);
 
-TEST(Chart, DefaultsRenderTheOperatorWithAClusterRole) {
+TEST_F(Chart, DefaultsRenderTheOperatorWithAClusterRole) {
   Rendered r = Render({});
   ExpectWellFormed(r);
   EXPECT_EQ(Kinds(r), (std::set<std::string>{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
@@ -182,7 +221,7 @@ TEST(Chart, DefaultsRenderTheOperatorWithAClusterRole) {
   EXPECT_EQ(dep["spec"]["replicas"], 1);
 }
 
-TEST(Chart, EveryToggleOnRendersEveryOptionalObject) {
+TEST_F(Chart, EveryToggleOnRendersEveryOptionalObject) {
   for (const std::string ns : {"", "team-a"}) {
     SCOPED_TRACE("watchNamespace=" + ns);
     Rendered r = Render(With(kAllOn, {"watchNamespace=" + ns}));
@@ -215,7 +254,7 @@ TEST(Chart, EveryToggleOnRendersEveryOptionalObject) {
   }
 }
 
-TEST(Chart, EveryToggleOffLeavesOnlyTheCore) {
+TEST_F(Chart, EveryToggleOffLeavesOnlyTheCore) {
   for (const std::string ns : {"", "team-a"}) {
     SCOPED_TRACE("watchNamespace=" + ns);
     Rendered r = Render(With(kAllOff, {"watchNamespace=" + ns}));
@@ -248,7 +287,7 @@ json OperatorRules(const Rendered& r, const std::string& kind) {
 
 // taskAuth.tls adds the flag and get/update on secrets (an existing Secret
 // without the TLS keys is read and completed); nothing else changes.
-TEST(Chart, TaskAuthTlsAddsTheFlagAndGetUpdateOnSecrets) {
+TEST_F(Chart, TaskAuthTlsAddsTheFlagAndGetUpdateOnSecrets) {
   for (const std::string ns : {"", "team-a"}) {
     SCOPED_TRACE("watchNamespace=" + ns);
     const std::string kind = ns.empty() ? "ClusterRole" : "Role";
@@ -275,7 +314,7 @@ TEST(Chart, TaskAuthTlsAddsTheFlagAndGetUpdateOnSecrets) {
 
 // Gang scheduling adds one rule, on the scheduler's podgroups, and the flag;
 // nothing else in the RBAC changes.
-TEST(Chart, GangSchedulingAddsExactlyThePodGroupRule) {
+TEST_F(Chart, GangSchedulingAddsExactlyThePodGroupRule) {
   for (const std::string ns : {"", "team-a"}) {
     SCOPED_TRACE("watchNamespace=" + ns);
     const std::string kind = ns.empty() ? "ClusterRole" : "Role";
@@ -298,7 +337,7 @@ TEST(Chart, GangSchedulingAddsExactlyThePodGroupRule) {
   }
 }
 
-TEST(Chart, InconsistentValuesFailWithAMessage) {
+TEST_F(Chart, InconsistentValuesFailWithAMessage) {
   auto r = RunRender({"serviceMonitor.enabled=true", "metrics.service.enabled=false"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.err, HasSubstr("needs metrics.service.enabled"));
@@ -313,18 +352,22 @@ TEST(Chart, InconsistentValuesFailWithAMessage) {
   EXPECT_THAT(r.err, HasSubstr("taskAuth.tls needs taskAuth.enabled"));
 }
 
-TEST(Chart, NotesRender) {
-  auto r = RunRender(With(kAllOn, {"watchNamespace=team-a"}), {"--notes"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("namespace team-a"));
-  EXPECT_THAT(r.out, HasSubstr("deployment/tfjob-tfjob-operator"));
-  EXPECT_THAT(r.out, HasSubstr("grafana_dashboard"));
-  r = RunRender({}, {"--notes"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("all namespaces"));
+// --strict turns lint's warnings into failures; INFO (no icon) stays
+// allowed. Lint renders the templates too, so each value set is linted.
+TEST_F(Chart, LintIsClean) {
+  for (const auto& sets : {std::vector<std::string>{}, With(kAllOn, {"watchNamespace=team-a"}), kAllOff}) {
+    SCOPED_TRACE(::testing::PrintToString(sets));
+    std::vector<std::string> args{"lint", "--strict", ChartDir(), "--namespace", kReleaseNamespace};
+    for (const auto& s : SetFlags(sets)) args.push_back(s);
+    auto r = RunHelm(args);
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_THAT(r.out, HasSubstr("1 chart(s) linted, 0 chart(s) failed")) << r.out << r.err;
+    EXPECT_THAT(r.out + r.err, ::testing::Not(HasSubstr("[WARNING]"))) << r.out << r.err;
+    EXPECT_THAT(r.out + r.err, ::testing::Not(HasSubstr("[ERROR]"))) << r.out << r.err;
+  }
 }
 
-TEST(Chart, CrdIsTheRepositoryCopy) {
+TEST_F(Chart, CrdIsTheRepositoryCopy) {
   auto chart = ReadFile(ChartDir() + "/crds/kubeflow.org_tfjobs.yaml");
   auto repo = ReadFile(t::SourceDir() + "/crds/kubeflow.org_tfjobs.yaml");
   ASSERT_TRUE(chart.ok()) << chart.status();
@@ -369,7 +412,7 @@ std::set<std::string> OperatorFlags() {
   return out;
 }
 
-TEST(ChartDeployment, ArgsAreOperatorFlagsAndProbesUseTheHealthPort) {
+TEST_F(ChartDeployment, ArgsAreOperatorFlagsAndProbesUseTheHealthPort) {
   const std::set<std::string> flags = OperatorFlags();
   for (const auto& sets : {std::vector<std::string>{}, With(kAllOn, {"watchNamespace=team-a"}), kAllOff,
                            std::vector<std::string>{"healthProbe.port=9440", "metrics.port=9090"}}) {
@@ -569,7 +612,7 @@ void PrintTo(const RbacCase& c, std::ostream* os) {
   *os << "watchNamespace=\"" << c.watch_ns << "\" gangScheduler.name=\"" << c.gang << "\" taskAuth.tls=" << c.tls;
 }
 
-class ChartRbac : public ::testing::TestWithParam<RbacCase> {};
+class ChartRbac : public HelmTest, public ::testing::WithParamInterface<RbacCase> {};
 
 // One run of the operator, started with the rendered Deployment's args,
 // through a job lifecycle that exercises everything it does: leader election
