@@ -41,7 +41,9 @@ std::string CanonicalKey(const ReplicaSpec& spec) {
 
 void SetDefaults(TFJob& job) {
   RunPolicy& rp = job.spec.run_policy;
-  if (!rp.clean_pod_policy || rp.clean_pod_policy->empty()) rp.clean_pod_policy = std::string(kCleanPodPolicyNone);
+  // Kubeflow defaults only an unset policy; "" written out stays "" (and
+  // cleans like All: planner.cc CleanPolicy).
+  if (!rp.clean_pod_policy) rp.clean_pod_policy = std::string(kCleanPodPolicyNone);
   if (!job.spec.success_policy) job.spec.success_policy = std::string(kSuccessPolicyDefault);
 
   std::vector<ReplicaSpec>& specs = job.spec.replica_specs;

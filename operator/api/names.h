@@ -34,6 +34,11 @@ inline constexpr std::string_view kJobRoleLabel = "training.kubeflow.org/job-rol
 inline constexpr std::string_view kOperatorName = "tfjob-controller";
 inline constexpr std::string_view kJobRoleMaster = "master";
 inline constexpr std::string_view kTfConfigEnv = "TF_CONFIG";
+// The ExitCode re-creations counted so far, per replica key, as JSON
+// ({"Worker":2}) on the TFJob itself: status.replicaStatuses[].restarts holds
+// them too, but Kubeflow's own CRD prunes that field, and annotations
+// survive any CRD. backoffLimit reads the larger of the two.
+inline constexpr std::string_view kRestartsAnnotation = "tfjob-operator.kubeflow.org/exit-code-restarts";
 
 // LowerName(type), "master" for the alias, the lower-cased key for a key that
 // names no type (such jobs fail validation; this keeps names total).

@@ -157,7 +157,7 @@ struct ReplicaSpec {
 };
 
 struct RunPolicy {
-  std::optional<std::string> clean_pod_policy;  // unset (or "") means None
+  std::optional<std::string> clean_pod_policy;  // unset means None; "" (Kubeflow's quirk) cleans like All
   std::optional<int32_t> ttl_seconds_after_finished;
   std::optional<int64_t> active_deadline_seconds;
   std::optional<int32_t> backoff_limit;

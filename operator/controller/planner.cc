@@ -1,6 +1,8 @@
 #include "operator/controller/planner.h"
 
 #include <algorithm>
+#include <cctype>
+#include <climits>
 #include <cstdio>
 #include <ctime>
 #include <set>
@@ -71,12 +73,49 @@ PodView ViewPod(const nlohmann::json& pod) {
       const auto& rc = Field(cs, "restartCount");
       if (rc.is_number_integer()) v.restart_count += rc.get<int32_t>();
       if (Str(cs, "name") != api::kDefaultContainerName) continue;
+      const auto& now_code = Field(Field(Field(cs, "state"), "terminated"), "exitCode");
+      if (now_code.is_number_integer()) v.terminated_code = now_code.get<int>();
       for (const char* which : {"state", "lastState"}) {
         const auto& code = Field(Field(Field(cs, which), "terminated"), "exitCode");
         if (code.is_number_integer()) {
           v.exit_code = code.get<int>();
           break;
         }
+      }
+    }
+  }
+  // Kubeflow's RecordAbnormalPods, in its order: the containers' states
+  // (any container), else the init containers', else the newest condition.
+  auto containers = [&](const nlohmann::json& list) {
+    if (!list.is_array() || list.empty()) return false;
+    for (const auto& cs : list) {
+      const auto& term = Field(Field(cs, "state"), "terminated");
+      const auto& code = Field(term, "exitCode");
+      if (code.is_number_integer() && code.get<int64_t>() != 0) {
+        v.abnormal_reason = Str(term, "reason");
+        v.abnormal_message = "Error pod " + v.name + " container " + Str(cs, "name") + " exitCode: " +
+                             std::to_string(code.get<int64_t>()) + " terminated message: " + Str(term, "message");
+        return true;
+      }
+      const auto& waiting = Field(Field(cs, "state"), "waiting");
+      if (!Str(waiting, "message").empty()) {
+        v.abnormal_reason = Str(waiting, "reason");
+        v.abnormal_message = "Error pod " + v.name + " container " + Str(cs, "name") + " waiting message: " + Str(waiting, "message");
+        return true;
+      }
+    }
+    return true;  // looked at: the init containers are not
+  };
+  if (!containers(statuses) && !containers(Field(status, "initContainerStatuses"))) {
+    const auto& conds = Field(status, "conditions");
+    if (conds.is_array() && !conds.empty()) {
+      const nlohmann::json* newest = nullptr;
+      for (const auto& c : conds) {
+        if (!newest || Str(c, "lastTransitionTime") > Str(*newest, "lastTransitionTime")) newest = &c;
+      }
+      if (Str(*newest, "status") != "True") {
+        v.abnormal_reason = Str(*newest, "reason");
+        v.abnormal_message = "Error pod " + v.name + " condition message: " + Str(*newest, "message");
       }
     }
   }
@@ -290,13 +329,153 @@ nlohmann::json BuildNetworkPolicy(const TFJob& job) {
 
 bool IsVolcano(const PlannerOptions& o) { return o.gang_scheduler == kGangSchedulerVolcano; }
 
+// A Kubernetes resource quantity ("500m", "1.5", "2Gi", "1e3") as an exact
+// number of nano-units, and whether it was written with a binary suffix.
+struct Quantity {
+  __int128 nanos = 0;
+  bool binary = false;
+};
+
+std::optional<Quantity> ParseQuantity(const nlohmann::json& v) {
+  std::string text;
+  if (v.is_string()) {
+    text = v.get<std::string>();
+  } else if (v.is_number_integer()) {
+    text = std::to_string(v.get<int64_t>());
+  } else {
+    return std::nullopt;
+  }
+  size_t i = 0;
+  bool negative = false;
+  if (i < text.size() && (text[i] == '+' || text[i] == '-')) negative = text[i++] == '-';
+  __int128 whole = 0, frac = 0, frac_scale = 1;
+  size_t digits = 0;
+  for (; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i, ++digits) {
+    if (whole > (__int128{1} << 100)) return std::nullopt;
+    whole = whole * 10 + (text[i] - '0');
+  }
+  if (i < text.size() && text[i] == '.') {
+    for (++i; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i, ++digits) {
+      if (frac_scale < 1000000000) {
+        frac = frac * 10 + (text[i] - '0');
+        frac_scale *= 10;
+      }
+    }
+  }
+  if (digits == 0) return std::nullopt;
+  const std::string suffix = text.substr(i);
+  static const std::map<std::string, std::pair<__int128, bool>> kSuffixes = {
+      {"", {1, false}}, {"n", {0, false}}, {"u", {0, false}}, {"m", {0, false}}, {"k", {1000, false}},
+      {"M", {1000000, false}}, {"G", {1000000000, false}}, {"T", {1000000000000LL, false}},
+      {"P", {1000000000000000LL, false}}, {"E", {1000000000000000000LL, false}},
+      {"Ki", {1LL << 10, true}}, {"Mi", {1LL << 20, true}}, {"Gi", {1LL << 30, true}}, {"Ti", {1LL << 40, true}},
+      {"Pi", {1LL << 50, true}}, {"Ei", {1LL << 60, true}}};
+  Quantity q;
+  const __int128 base = whole * 1000000000 + frac * (1000000000 / frac_scale);  // nanos of the number itself
+  if (suffix == "n" || suffix == "u" || suffix == "m") {
+    const __int128 div = suffix == "n" ? 1000000000 : suffix == "u" ? 1000000 : 1000;
+    q.nanos = base / div;
+  } else if (auto it = kSuffixes.find(suffix); it != kSuffixes.end()) {
+    q.nanos = base * it->second.first;
+    q.binary = it->second.second;
+  } else if (!suffix.empty() && (suffix[0] == 'e' || suffix[0] == 'E')) {
+    int exp = 0;
+    for (size_t k = 1; k < suffix.size(); ++k) {
+      if (!std::isdigit(static_cast<unsigned char>(suffix[k])) || exp > 18) return std::nullopt;
+      exp = exp * 10 + (suffix[k] - '0');
+    }
+    q.nanos = base;
+    for (int k = 0; k < exp; ++k) q.nanos *= 10;
+  } else {
+    return std::nullopt;
+  }
+  if (negative) q.nanos = -q.nanos;
+  return q;
+}
+
+std::string Int128(__int128 v) {
+  if (v == 0) return "0";
+  const bool neg = v < 0;
+  if (neg) v = -v;
+  std::string s;
+  while (v > 0) {
+    s.insert(s.begin(), static_cast<char>('0' + static_cast<int>(v % 10)));
+    v /= 10;
+  }
+  return neg ? "-" + s : s;
+}
+
+// Go's canonical form of a quantity: a binary one as the largest binary
+// suffix that keeps it whole (when it is whole and at least 1Ki), anything
+// else with the largest decimal suffix that keeps it whole.
+std::string FormatQuantity(const Quantity& q) {
+  const __int128 kNano = 1000000000;
+  if (q.binary && q.nanos % kNano == 0 && (q.nanos / kNano >= 1024 || q.nanos / kNano <= -1024)) {
+    __int128 bytes = q.nanos / kNano;
+    static const char* kBinary[] = {"", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"};
+    int k = 0;
+    while (k < 6 && bytes % 1024 == 0) {
+      bytes /= 1024;
+      ++k;
+    }
+    return Int128(bytes) + kBinary[k];
+  }
+  static const std::pair<int, const char*> kDecimal[] = {{18, "E"}, {15, "P"}, {12, "T"}, {9, "G"}, {6, "M"}, {3, "k"},
+                                                         {0, ""},   {-3, "m"}, {-6, "u"}, {-9, "n"}};
+  if (q.nanos == 0) return "0";
+  for (const auto& [exp, suffix] : kDecimal) {
+    __int128 unit = 1;
+    for (int k = 0; k < exp + 9; ++k) unit *= 10;
+    if (q.nanos % unit == 0) return Int128(q.nanos / unit) + suffix;
+  }
+  return Int128(q.nanos) + "n";
+}
+
+// Kubeflow's CalcPGMinResources: the requests of the job's first minMember
+// pods (a container without a requests map counts its limits), regular
+// containers only, summed per resource. Kubeflow orders the replica types by
+// priority class value, which it can never look up (its lister is not
+// started), so its order is Go's random map order; this one uses the job's
+// replica order. Nothing to sum: nullopt.
+std::optional<nlohmann::json> MinResources(const TFJob& job, int64_t min_member) {
+  std::map<std::string, Quantity> sum;
+  std::vector<std::string> order;
+  int64_t pods = 0;
+  for (const ReplicaSpec& spec : job.spec.replica_specs) {
+    if (!spec.type || !spec.replicas) continue;  // Kubeflow skips a nil replicas
+    const nlohmann::json& containers = Field(Field(spec.template_json, "spec"), "containers");
+    for (int i = 0; i < *spec.replicas && pods < min_member; ++i, ++pods) {
+      if (!containers.is_array()) continue;
+      for (const auto& c : containers) {
+        const nlohmann::json& resources = Field(c, "resources");
+        const nlohmann::json& list = Field(resources, "requests").is_object() ? Field(resources, "requests")
+                                                                               : Field(resources, "limits");
+        if (!list.is_object()) continue;
+        for (auto it = list.begin(); it != list.end(); ++it) {
+          auto q = ParseQuantity(*it);
+          if (!q) continue;
+          auto [entry, fresh] = sum.try_emplace(it.key(), *q);
+          if (fresh) {
+            order.push_back(it.key());
+          } else {
+            entry->second.nanos += q->nanos;  // the first quantity's format is kept, as Go's Add does
+          }
+        }
+      }
+    }
+  }
+  if (sum.empty()) return std::nullopt;
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, q] : sum) out[name] = FormatQuantity(q);
+  return out;
+}
+
 // Kubeflow's ReconcileJobs: minMember is the sum of replicas unless
 // schedulingPolicy.minAvailable is set; Volcano's queue defaults to
 // "default" and an existing PodGroup's queue is kept; scheduler-plugins
 // takes scheduleTimeoutSeconds instead of a queue and a priority class.
-// minResources is passed through when given (Kubeflow also computes it from
-// the pods' requests otherwise; this operator leaves it unset). Validation
-// has checked the types.
+// minResources is passed through when given, else computed from the pods'
+// requests as Kubeflow does (MinResources). Validation has checked the types.
 nlohmann::json DesiredPodGroup(const TFJob& job, const PlannerOptions& opt, const std::optional<PodGroupView>& existing) {
   int64_t min_member = 0;
   for (const ReplicaSpec& s : job.spec.replica_specs) {
@@ -322,7 +501,11 @@ nlohmann::json DesiredPodGroup(const TFJob& job, const PlannerOptions& opt, cons
   } else if (field("scheduleTimeoutSeconds").is_number_integer()) {
     spec["scheduleTimeoutSeconds"] = field("scheduleTimeoutSeconds");
   }
-  if (field("minResources").is_object() && !field("minResources").empty()) spec["minResources"] = field("minResources");
+  if (field("minResources").is_object() && !field("minResources").empty()) {
+    spec["minResources"] = field("minResources");
+  } else if (auto computed = MinResources(job, min_member)) {
+    spec["minResources"] = *computed;
+  }
 
   const PodGroupResource r = PodGroupResourceFor(opt.gang_scheduler);
   nlohmann::json meta{{"name", job.metadata.name},
@@ -473,9 +656,25 @@ struct Builder {
   }
 };
 
+// Kubeflow defaults only an unset policy to None; one written as "" is
+// none of None and Running, so its clean-up deletes every pod (All).
 api::CleanPodPolicy CleanPolicy(const TFJob& job) {
-  auto p = api::ParseCleanPodPolicy(job.spec.run_policy.clean_pod_policy.value_or("None"));
-  return p.value_or(api::CleanPodPolicy::kNone);
+  const std::string& written = job.spec.run_policy.clean_pod_policy.value_or(std::string(api::kCleanPodPolicyNone));
+  if (written.empty()) return api::CleanPodPolicy::kAll;
+  return api::ParseCleanPodPolicy(written).value_or(api::CleanPodPolicy::kNone);
+}
+
+// The restart counts kept on the job (kRestartsAnnotation), by replica key.
+std::map<std::string, int32_t> AnnotatedRestarts(const TFJob& job) {
+  std::map<std::string, int32_t> out;
+  auto it = job.metadata.annotations.find(std::string(api::kRestartsAnnotation));
+  if (it == job.metadata.annotations.end()) return out;
+  const auto j = nlohmann::json::parse(it->second, nullptr, false);
+  if (!j.is_object()) return out;
+  for (auto e = j.begin(); e != j.end(); ++e) {
+    if (e->is_number_integer() && e->get<int64_t>() >= 0 && e->get<int64_t>() <= INT32_MAX) out[e.key()] = e->get<int32_t>();
+  }
+  return out;
 }
 
 // Requeues (or deletes the job) for ttlSecondsAfterFinished.
@@ -511,14 +710,41 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
   const std::string& name = job.metadata.name;
   const std::string qualified = job.metadata.namespace_.empty() ? name : job.metadata.namespace_ + "/" + name;
 
-  // Only what this job controls.
+  // Only what this job controls, and the orphans it adopts: objects with
+  // its labels (Kubeflow's selector: job-name and operator-name) and no
+  // controller, as `kubectl delete tfjob --cascade=orphan` leaves them.
+  // Kubeflow v1.9.0 adopts orphan services only (and, without RBAC for the
+  // patch, not even those); an orphan pod then blocks its index forever.
+  std::vector<Action> adoptions;
+  auto orphan_of_this_job = [&](const std::string& controller_uid, const std::map<std::string, std::string>& labels,
+                                bool deleting) {
+    return !job.metadata.uid.empty() && controller_uid.empty() && !deleting &&
+           LabelOf(labels, api::kJobNameLabel) == job.metadata.name &&
+           LabelOf(labels, api::kOperatorNameLabel) == api::kOperatorName;
+  };
+  auto adopt = [&](Action::Kind kind, const std::string& object_name, const std::string& uid) {
+    adoptions.push_back({kind, object_name,
+                         {{"metadata", {{"uid", uid}, {"ownerReferences", nlohmann::json::array({OwnerRef(job)})}}}}});
+  };
   std::vector<PodView> pods;
   for (const auto& p : all_pods) {
-    if (job.metadata.uid.empty() || p.controller_uid == job.metadata.uid) pods.push_back(p);
+    if (job.metadata.uid.empty() || p.controller_uid == job.metadata.uid) {
+      pods.push_back(p);
+    } else if (orphan_of_this_job(p.controller_uid, p.labels, p.deleting)) {
+      adopt(Action::Kind::kAdoptPod, p.name, p.uid);
+      pods.push_back(p);
+      pods.back().controller_uid = job.metadata.uid;
+    }
   }
   std::vector<ServiceView> services;
-  for (const auto& s : all_services) {
-    if (job.metadata.uid.empty() || s.controller_uid == job.metadata.uid) services.push_back(s);
+  for (const auto& sv : all_services) {
+    if (job.metadata.uid.empty() || sv.controller_uid == job.metadata.uid) {
+      services.push_back(sv);
+    } else if (orphan_of_this_job(sv.controller_uid, sv.labels, sv.deleting)) {
+      adopt(Action::Kind::kAdoptService, sv.name, sv.uid);
+      services.push_back(sv);
+      services.back().controller_uid = job.metadata.uid;
+    }
   }
   std::optional<PodGroupView> pod_group;
   if (observed_pod_group && (job.metadata.uid.empty() || observed_pod_group->controller_uid == job.metadata.uid)) {
@@ -528,6 +754,8 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
   b.plan.status = job.status;
   JobStatus& st = b.plan.status;
   auto finish = [&]() -> Plan {
+    // Adopted objects count as the job's in this very plan, so they come first.
+    b.plan.actions.insert(b.plan.actions.begin(), adoptions.begin(), adoptions.end());
     // The job's Secret (and NetworkPolicy) come before any pod that needs
     // them; creating one that exists is a no-op, so every pass that creates
     // pods asks again (a deleted Secret comes back before new pods).
@@ -578,8 +806,8 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
   };
 
   if (!FindCondition(st, api::kConditionCreated)) {
+    // Kubeflow records no event for it: the condition says it.
     SetCondition(st, api::kConditionCreated, api::kConditionTrue, api::kReasonCreated, "TFJob " + name + " is created.", now);
-    b.Event("Normal", api::kReasonCreated, "TFJob " + name + " is created.");
     // Said once, when the job is first seen: without a gang scheduler the
     // policy has nothing to act on (Kubeflow ignores it silently).
     if (options.gang_scheduler.empty() && job.spec.run_policy.scheduling_policy.is_object()) {
@@ -602,6 +830,14 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
 
   if (IsTrue(st, api::kConditionSucceeded) || IsTrue(st, api::kConditionFailed)) {
     b.Cleanup(CleanPolicy(job));
+    // Kubeflow: once a job has succeeded, what was still active counts as
+    // succeeded (a failed job's counts stay as they were).
+    if (IsTrue(st, api::kConditionSucceeded)) {
+      for (auto& [key, rs] : st.replica_statuses) {
+        rs.succeeded += rs.active;
+        rs.active = 0;
+      }
+    }
     ApplyTtl(b, job, now_tp);
     return finish();
   }
@@ -623,10 +859,22 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
     st.start_time = now;  // the deadline counts from the resume
     b.Event("Normal", api::kReasonResumed, msg);
   }
-  if (st.start_time.empty()) st.start_time = now;
+  // Kubeflow starts the clock (startTime, so activeDeadlineSeconds) when
+  // it first creates pods: with Volcano, once the PodGroup is admitted.
+  const bool admitted = !IsVolcano(options) ||
+                        (pod_group && !pod_group->deleting && !pod_group->phase.empty() && pod_group->phase != "Pending");
+  if (st.start_time.empty() && admitted) st.start_time = now;
 
   // Restarts so far: kubelet restarts of OnFailure/Always pods plus the
-  // operator's own ExitCode re-creations (kept in status).
+  // operator's own ExitCode re-creations, kept in status and on the job
+  // (kRestartsAnnotation: Kubeflow's CRD prunes the status field).
+  const std::map<std::string, int32_t> annotated = AnnotatedRestarts(job);
+  for (auto& [key, rs] : st.replica_statuses) {
+    if (auto it = annotated.find(key); it != annotated.end()) rs.restarts = std::max(rs.restarts, it->second);
+  }
+  for (const auto& [key, count] : annotated) {
+    if (!st.replica_statuses.count(key)) st.replica_statuses[key].restarts = count;
+  }
   int64_t restarts = 0;
   for (const auto& [key, rs] : st.replica_statuses) restarts += rs.restarts;
   for (const ReplicaSpec& spec : job.spec.replica_specs) {
@@ -643,11 +891,11 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
   std::optional<Time> start = ParseRfc3339(st.start_time);
   const bool past_deadline = deadline && start && now_tp - *start >= std::chrono::seconds(*deadline);
   if (past_backoff || past_deadline) {
-    const std::string msg = past_backoff
-                                ? "TFJob " + qualified + " has failed because it has reached the specified backoff limit"
-                                : "TFJob " + qualified + " has failed because it was active longer than specified deadline";
+    // Kubeflow's words (JobFailed for the backoff limit and the deadline).
+    const std::string msg = past_backoff ? "Job " + name + " has failed because it has reached the specified backoff limit"
+                                         : "Job " + name + " has failed because it was active longer than specified deadline";
     // A deadline or backoff failure must stop the work whatever
-    // cleanPodPolicy says (Kubeflow leaves pods running under None).
+    // cleanPodPolicy says (as Kubeflow's does).
     b.KillActive();
     b.Cleanup(CleanPolicy(job));
     SetCondition(st, api::kConditionFailed, api::kConditionTrue, api::kReasonFailed, msg, now);
@@ -659,10 +907,14 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
 
   bool has_chief = false;
   for (const auto& spec : job.spec.replica_specs) has_chief |= spec.type == ReplicaType::kChief;
-  std::vector<std::string> failed_msgs, restarting_msgs;
-  bool warned_scheduler = false;
+  const bool dynamic_workers = job.spec.enable_dynamic_worker.value_or(false);
+  std::vector<std::string> failed_msgs;
+  std::string restarting_msg;   // Kubeflow's, for the first replica type restarting
+  std::string exit_code_failure;  // Kubeflow's, for an ExitCode pod that failed for good
+  bool warned_scheduler = false, warned_restart_policy = false;
   bool running = false, succeeded = false;
   std::map<std::string, api::ReplicaStatus> statuses;
+  std::map<std::string, int32_t> restart_counts;  // by key, after this pass
 
   for (const ReplicaSpec& spec : job.spec.replica_specs) {
     if (!spec.type) continue;
@@ -687,11 +939,11 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
       by_index[*idx].push_back(&p);
     }
     std::set<int> have_service;
-    for (const auto& s : services) {
-      if (LabelOf(s.labels, api::kReplicaTypeLabel) != type) continue;
-      auto idx = IndexOf(s.labels);
+    for (const auto& sv : services) {
+      if (LabelOf(sv.labels, api::kReplicaTypeLabel) != type) continue;
+      auto idx = IndexOf(sv.labels);
       if (!idx || *idx >= n) {
-        b.DeleteService(s);
+        b.DeleteService(sv);
         continue;
       }
       have_service.insert(*idx);
@@ -712,12 +964,18 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
           st.completion_time = now;
           return finish();
         }
-        // Kubeflow's warning for a template that names its own scheduler (once a pass).
+        // Kubeflow's warnings when a template sets what the replica spec
+        // (or the gang scheduler) decides (once a pass each).
         const std::string scheduler = Str((*pod)["spec"], "schedulerName");
         if (!options.gang_scheduler.empty() && scheduler != options.gang_scheduler && !warned_scheduler) {
           warned_scheduler = true;
-          b.Event("Warning", "SettedPodTemplateSchedulerName",
+          b.Event("Warning", "SetPodTemplateSchedulerName",
                   "Another scheduler is specified when gang-scheduling is enabled and it will not be overwritten");
+        }
+        if (!Str(Field(spec.template_json, "spec"), "restartPolicy").empty() && !warned_restart_policy) {
+          warned_restart_policy = true;
+          b.Event("Warning", "SetPodTemplateRestartPolicy",
+                  "Restart policy in pod template will be overwritten by restart policy in replica spec");
         }
         b.plan.actions.push_back({Action::Kind::kCreatePod, api::PodName(name, type, i), std::move(pod).value()});
         continue;
@@ -726,13 +984,20 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
       // the newest picture, never add another.
       const PodView& p = *it->second.front();
       if (p.deleting) continue;
+      if (p.terminated_code) {
+        b.Event("Normal", "ExitedWithCode",
+                "Pod: " + job.metadata.namespace_ + "." + p.name + " exited with code " + std::to_string(*p.terminated_code));
+      }
+      if (p.phase != "Succeeded" && p.phase != "Failed" && !p.abnormal_message.empty()) {
+        b.Event("Warning", p.abnormal_reason, p.abnormal_message);
+      }
       if (p.phase == "Running") {
         ++rs.active;
         ++running_here;
       } else if (p.phase == "Succeeded") {
         ++rs.succeeded;
         ++succeeded_here;
-        if (i == 0) worker0_succeeded = true;
+        if (i == 0 && p.exit_code.value_or(0) == 0) worker0_succeeded = true;
       } else if (p.phase == "Failed") {
         // A failed pod whose tensorflow container never terminated (evicted
         // before it started, refused by the kubelet's admission, a node
@@ -745,38 +1010,70 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
           b.DeletePod(p);  // recreated on the next pass, once it is gone
           ++rs.restarts;
           ++restarting_here;
-          b.Event("Warning", api::kReasonRestarting,
-                  "Pod " + p.name + " exited with code " + (p.exit_code ? std::to_string(*p.exit_code) : "unknown") +
-                      "; restarting it");
         } else {
           ++rs.failed;
           ++failed_here;
+          if (policy == api::RestartPolicy::kExitCode && exit_code_failure.empty()) {
+            exit_code_failure = "job \"" + name + "\" is failing because \"" + key + "\" replica(s) failed.";
+          }
         }
       }
     }
+    restart_counts[key] = rs.restarts;
     statuses[key] = rs;
-    if (failed_here > 0) {
+    if (restarting_here > 0) {
+      const std::string msg = "job " + name + " is restarting because " + key + " replica(s) failed.";
+      b.Event("Warning", api::kReasonRestarting, msg);
+      if (restarting_msg.empty()) restarting_msg = msg;
+    }
+    // Kubeflow's enableDynamicWorker: failed workers do not fail the job
+    // (an ExitCode failure for good still does).
+    if (failed_here > 0 && !(dynamic_workers && spec.type == ReplicaType::kWorker && exit_code_failure.empty())) {
       failed_msgs.push_back(std::to_string(failed_here) + " " + key + " replica(s) failed.");
     }
-    if (restarting_here > 0) {
-      restarting_msgs.push_back(std::to_string(restarting_here) + " " + key + " replica(s) failed.");
-    }
-    // Success and Running follow the chief, or worker(s) without one.
+    // Success and Running follow the chief, or worker(s) without one
+    // (Kubeflow: nothing left expected, or worker 0 done).
     if (spec.type == ReplicaType::kChief) {
       if (succeeded_here == n) succeeded = true;
       if (running_here > 0) running = true;
     } else if (!has_chief && spec.type == ReplicaType::kWorker) {
       const bool all = job.spec.success_policy.value_or("") == api::kSuccessPolicyAllWorkers;
-      if ((all && succeeded_here == n) || (!all && worker0_succeeded)) succeeded = true;
+      if (succeeded_here == n || (!all && worker0_succeeded)) succeeded = true;
       if (running_here > 0) running = true;
     }
   }
   st.replica_statuses = statuses;
 
+  // Record, then act: the restart counts go on the job before any pod is
+  // deleted for a restart (kPatchJob runs first; the pass stops if it fails).
+  std::map<std::string, int32_t> counted = annotated;
+  bool grew = false;
+  for (const auto& [key, count] : restart_counts) {
+    if (count > counted[key]) {
+      counted[key] = count;
+      grew = true;
+    }
+  }
+  if (grew) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [key, count] : counted) {
+      if (count > 0) j[key] = count;
+    }
+    b.plan.actions.insert(b.plan.actions.begin(),
+                          {Action::Kind::kPatchJob, name,
+                           {{"metadata", {{"annotations", {{std::string(api::kRestartsAnnotation), j.dump()}}}}}}});
+  }
+
   if (!failed_msgs.empty()) {
     std::string msg = "TFJob " + qualified + " has failed because";
     for (const auto& m : failed_msgs) msg += " " + m;
-    SetCondition(st, api::kConditionFailed, api::kConditionTrue, api::kReasonFailed, msg, now);
+    if (!exit_code_failure.empty()) {
+      // Kubeflow fails an ExitCode job with this message first; its general
+      // one follows as an event.
+      b.Event("Warning", api::kReasonFailed, exit_code_failure);
+    }
+    SetCondition(st, api::kConditionFailed, api::kConditionTrue, api::kReasonFailed,
+                 exit_code_failure.empty() ? msg : exit_code_failure, now);
     st.completion_time = now;
     b.Event("Normal", api::kReasonFailed, msg);
     b.Cleanup(CleanPolicy(job));
@@ -796,10 +1093,8 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
     ApplyTtl(b, job, now_tp);
     return finish();
   }
-  if (!restarting_msgs.empty()) {
-    std::string msg = "TFJob " + qualified + " is restarting because";
-    for (const auto& m : restarting_msgs) msg += " " + m;
-    SetCondition(st, api::kConditionRestarting, api::kConditionTrue, api::kReasonRestarting, msg, now);
+  if (!restarting_msg.empty()) {
+    SetCondition(st, api::kConditionRestarting, api::kConditionTrue, api::kReasonRestarting, restarting_msg, now);
   } else if (running) {
     SetCondition(st, api::kConditionRunning, api::kConditionTrue, api::kReasonRunning, "TFJob " + qualified + " is running.", now);
   }

@@ -63,7 +63,15 @@ struct PodView {
   std::string phase;  // Pending, Running, Succeeded, Failed, Unknown
   // The "tensorflow" container's last termination exit code, if terminated.
   std::optional<int> exit_code;
+  // Its current state's exit code only (not lastState): what Kubeflow's
+  // ExitedWithCode event reports.
+  std::optional<int> terminated_code;
   int32_t restart_count = 0;  // sum over the pod's containers
+  // Kubeflow's RecordAbnormalPods: why this pod looks stuck or broken (a
+  // container that terminated with an error or waits with a message, e.g.
+  // ImagePullBackOff; else its newest condition that is not True), as an
+  // event's reason and message. Empty when nothing is wrong.
+  std::string abnormal_reason, abnormal_message;
   bool deleting = false;      // metadata.deletionTimestamp set
   std::string controller_uid;  // ownerReference with controller=true
 };
@@ -97,6 +105,9 @@ struct PodGroupResource {
 };
 PodGroupResource PodGroupResourceFor(const std::string& gang_scheduler);
 
+// A pod or service with Kubeflow's labels for the job but no controller:
+// left by `kubectl delete tfjob --cascade=orphan`, or made by hand.
+// kAdoptPod / kAdoptService patch it to be owned by the job.
 struct Action {
   // kCreateSecret: the job's task-token Secret; the executor fills in a
   // random token (the planner has no randomness), and one that exists
@@ -116,7 +127,16 @@ struct Action {
     kCreateNetworkPolicy,
     kCreatePodGroup,
     kUpdatePodGroup,
-    kDeletePodGroup
+    kDeletePodGroup,
+    // A merge patch of the pod's or service's metadata: the job's
+    // controller reference (and the object's uid, a precondition).
+    kAdoptPod,
+    kAdoptService,
+    // A merge patch of the TFJob's own metadata (the ExitCode restart
+    // counts, kRestartsAnnotation): carried out before any other action,
+    // and the pass stops when it fails, so a restart is never carried out
+    // uncounted.
+    kPatchJob
   };
   Kind kind;
   std::string name;         // object to create or delete

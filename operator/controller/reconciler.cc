@@ -93,12 +93,28 @@ nlohmann::json Slim(nlohmann::json obj, bool keep_status) {
   }
   if (keep_status && obj.contains("status") && obj["status"].is_object()) {
     nlohmann::json st = nlohmann::json::object();
-    for (const char* k : {"phase", "containerStatuses"}) {
+    for (const char* k : {"phase", "containerStatuses", "initContainerStatuses", "conditions"}) {
       if (obj["status"].contains(k)) st[k] = obj["status"][k];
     }
     out["status"] = std::move(st);
   }
   return out;
+}
+
+// The API server's own words in an error from the client ("create pods
+// ns/x: HTTP 403 Forbidden: <message>"): what Kubeflow's events quote.
+std::string ApiMessage(const Status& s) {
+  const std::string& m = s.message();
+  const size_t http = m.find(": HTTP ");
+  if (http == std::string::npos) return m;
+  const size_t colon = m.find(": ", http + 7);
+  return colon == std::string::npos ? m : m.substr(colon + 2);
+}
+
+nlohmann::json OwnerRef(const api::TFJob& job) {
+  return {{"apiVersion", std::string(api::kApiVersion)}, {"kind", std::string(api::kKind)},
+          {"name", job.metadata.name}, {"uid", job.metadata.uid}, {"controller", true},
+          {"blockOwnerDeletion", true}};
 }
 
 // Whether a Secret read back holds `key`: the API server keeps it in
@@ -184,6 +200,8 @@ Controller::Controller(kube::Client& client, ControllerOptions options, promethe
     if (type == "DELETED") {
       const auto& m = obj["metadata"];
       deleted_.Add(JobLabels(m.value("namespace", ""))).Increment();
+      std::lock_guard g(events_mu_);
+      recorded_events_.erase(m.value("uid", ""));
     }
     queue_.Add(key);
   });
@@ -272,6 +290,14 @@ void Controller::Work() {
 }
 
 void Controller::RecordEvent(const api::TFJob& job, const Event& e) {
+  {
+    std::lock_guard g(events_mu_);
+    auto& seen = recorded_events_[job.metadata.uid];
+    // Bounded: a job that somehow keeps producing new messages does not
+    // grow this without end.
+    if (seen.size() > 1000) seen.clear();
+    if (!seen.insert(e.type + "/" + e.reason + "/" + e.message).second) return;
+  }
   const std::string now = FormatRfc3339(std::chrono::system_clock::now());
   nlohmann::json ev{{"apiVersion", "v1"},
                     {"kind", "Event"},
@@ -306,28 +332,79 @@ void Controller::Execute(const api::TFJob& job, const Plan& plan, Status& first_
   auto note = [&](Status s) {
     if (!s.ok() && first_error.ok()) first_error = s;
   };
+  auto event = [&](const char* type, const char* reason, const std::string& message) {
+    RecordEvent(job, Event{type, reason, message});
+  };
+  // The restart counts first: a restart is never carried out uncounted.
+  for (const Action& a : plan.actions) {
+    if (a.kind != Action::Kind::kPatchJob) continue;
+    auto r = client_.MergePatch(kube::kTFJobs, ns, a.name, a.object, false);
+    if (!r.ok()) {
+      note(r.status().WithContext("recording restarts on the TFJob"));
+      return;  // the requeue plans again, from the same world
+    }
+  }
   bool secret_failed = false;  // the planner puts the Secret before the pods
   for (const Action& a : plan.actions) {
     switch (a.kind) {
+      case Action::Kind::kPatchJob: break;
       case Action::Kind::kCreatePod:
       case Action::Kind::kCreateService: {
         // A pod whose Secret is missing or lacks a key it mounts would sit
         // in ContainerCreating; the requeue (the error noted below) brings
         // the Secret and then the pods.
         if (a.kind == Action::Kind::kCreatePod && secret_failed) break;
-        auto r = client_.Create(a.kind == Action::Kind::kCreatePod ? kube::kPods : kube::kServices, ns, a.object);
-        if (!r.ok() && r.status().code() != Code::kAlreadyExists) note(r.status());
+        const bool pod = a.kind == Action::Kind::kCreatePod;
+        const kube::Resource& r = pod ? kube::kPods : kube::kServices;
+        auto created = client_.Create(r, ns, a.object);
+        if (created.ok()) {
+          event("Normal", pod ? "SuccessfulCreatePod" : "SuccessfulCreateService",
+                std::string(pod ? "Created pod: " : "Created service: ") + a.name);
+          break;
+        }
+        Status s = created.status();
+        if (s.code() == Code::kAlreadyExists) {
+          // Ours already (a stale cache) is success; an orphan is adopted
+          // (the next pass sees it owned); another owner's is an error the
+          // user must see: the index cannot be filled.
+          s = ClaimExisting(job, r, a.name);
+          if (s.ok()) break;
+        }
+        event("Warning", pod ? "FailedCreatePod" : "FailedCreateService", "Error creating: " + ApiMessage(s));
+        note(s);
         break;
       }
       case Action::Kind::kDeletePod:
       case Action::Kind::kDeleteService: {
-        Status s = client_.Delete(a.kind == Action::Kind::kDeletePod ? kube::kPods : kube::kServices, ns, a.name);
-        if (!s.ok() && s.code() != Code::kNotFound) note(s);
+        const bool pod = a.kind == Action::Kind::kDeletePod;
+        Status s = client_.Delete(pod ? kube::kPods : kube::kServices, ns, a.name);
+        if (s.ok()) {
+          event("Normal", pod ? "SuccessfulDeletePod" : "SuccessfulDeleteService",
+                std::string(pod ? "Deleted pod: " : "Deleted service: ") + a.name);
+        } else if (s.code() != Code::kNotFound) {
+          event("Warning", pod ? "FailedDeletePod" : "FailedDeleteService", "Error deleting: " + ApiMessage(s));
+          note(s);
+        }
+        break;
+      }
+      case Action::Kind::kAdoptPod:
+      case Action::Kind::kAdoptService: {
+        auto r = client_.MergePatch(a.kind == Action::Kind::kAdoptPod ? kube::kPods : kube::kServices, ns, a.name, a.object, false);
+        // Gone (or replaced: the uid precondition) is fine: nothing to adopt.
+        if (!r.ok() && r.status().code() != Code::kNotFound && r.status().code() != Code::kInvalidArgument &&
+            r.status().code() != Code::kAborted) {
+          note(r.status());
+        }
         break;
       }
       case Action::Kind::kDeleteJob: {
         Status s = client_.Delete(kube::kTFJobs, ns, a.name);
-        if (!s.ok() && s.code() != Code::kNotFound) note(s);
+        if (s.ok()) {
+          event("Normal", "SuccessfulDeleteJob", "Deleted job: " + a.name);
+        } else if (s.code() != Code::kNotFound) {
+          event("Warning", "FailedDeleteJob", "Error deleting: " + ApiMessage(s));
+          note(s);
+        }
         break;
       }
       case Action::Kind::kCreateSecret: {
@@ -355,12 +432,36 @@ void Controller::Execute(const api::TFJob& job, const Plan& plan, Status& first_
         break;
       }
       case Action::Kind::kDeletePodGroup: {
+        event("Normal", "JobTerminated", "Job has been terminated. Deleting PodGroup");
         Status s = client_.Delete(pod_group_resource_, ns, a.name);
-        if (!s.ok() && s.code() != Code::kNotFound) note(s);
+        if (s.ok() || s.code() == Code::kNotFound) {
+          event("Normal", "SuccessfulDeletePodGroup", "Deleted PodGroup: " + a.name);
+        } else {
+          event("Warning", "FailedDeletePodGroup", "Error deleting: " + ApiMessage(s));
+          note(s);
+        }
         break;
       }
     }
   }
+}
+
+Status Controller::ClaimExisting(const api::TFJob& job, const kube::Resource& r, const std::string& name) {
+  const std::string& ns = job.metadata.namespace_;
+  auto existing = client_.Get(r, ns, name);
+  if (existing.status().code() == Code::kNotFound) return Unavailable(r.plural + " " + ns + "/" + name + " was just deleted");
+  if (!existing.ok()) return existing.status();
+  const PodView v = ViewPod(*existing);  // the metadata it reads is a service's too
+  if (v.controller_uid == job.metadata.uid) return Status::Ok();
+  const bool ours_by_labels = v.labels.count(std::string(api::kJobNameLabel)) &&
+                              v.labels.at(std::string(api::kJobNameLabel)) == job.metadata.name;
+  if (v.controller_uid.empty() && ours_by_labels && !v.deleting) {
+    const nlohmann::json patch{{"metadata", {{"uid", v.uid}, {"ownerReferences", nlohmann::json::array({OwnerRef(job)})}}}};
+    return client_.MergePatch(r, ns, name, patch, false).status();
+  }
+  // Kubeflow's message for this create: the API server's "already exists".
+  return AlreadyExists(r.plural + " \"" + name + "\" already exists" +
+                       (v.controller_uid.empty() ? "" : " (controlled by another owner)"));
 }
 
 Status Controller::EnsureSecret(const api::TFJob& job, const Action& create) {

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <set>
 #include <memory>
@@ -68,7 +69,14 @@ class Controller {
   // The job's task-auth Secret with a token and, with task_tls, the job's
   // TLS material; an existing one keeps what it has and gets what it lacks.
   Status EnsureSecret(const api::TFJob& job, const Action& create);
+  // Records an event on the TFJob, once: an event this process already
+  // recorded for the job (same type, reason and message) is not sent again
+  // (the planner re-derives per-pod events on every pass).
   void RecordEvent(const api::TFJob& job, const Event& e);
+  // After a create found `name` present: OK when the job controls it, an
+  // orphan with the job's labels is adopted, anything else is
+  // ALREADY_EXISTS naming it.
+  Status ClaimExisting(const api::TFJob& job, const kube::Resource& r, const std::string& name);
   void CountTransitions(const api::TFJob& job, const api::JobStatus& before, const api::JobStatus& after);
 
   kube::Client& client_;
@@ -78,6 +86,10 @@ class Controller {
   // makes it restart (and count) the same failed pod twice.
   std::mutex expect_mu_;
   std::set<std::string> deleted_uids_;
+  // Events already recorded, by job uid: their "type/reason/message". A
+  // job's entry goes when the job does.
+  std::mutex events_mu_;
+  std::map<std::string, std::set<std::string>> recorded_events_;
   kube::Informer jobs_, pods_, services_;
   // The jobs' PodGroups, when gang scheduling is on.
   std::unique_ptr<kube::Informer> pod_groups_;

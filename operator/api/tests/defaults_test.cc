@@ -126,12 +126,13 @@ TEST(DefaultsTest, DuplicateKeysAreNotMerged) {
   EXPECT_EQ(specs["worker"]["replicas"], 1);
 }
 
-TEST(DefaultsTest, EmptyCleanPodPolicyBecomesNone) {
+// Kubeflow's SetDefaults_TFJob replaces only a nil policy: "" stays "".
+TEST(DefaultsTest, AnEmptyCleanPodPolicyIsKeptAsKubeflowKeepsIt) {
   json doc = LoadJson("single_worker.yaml");
   doc["spec"]["runPolicy"] = json::parse(R"({"cleanPodPolicy": ""})");
   TFJob job = Decode(doc).value();
   SetDefaults(job);
-  EXPECT_EQ(job.spec.run_policy.clean_pod_policy, "None");
+  EXPECT_EQ(job.spec.run_policy.clean_pod_policy, "");
 }
 
 TEST(DefaultsTest, IdempotentAndLeavesUnknownFieldsAlone) {

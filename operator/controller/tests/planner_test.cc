@@ -1,4 +1,5 @@
 // Table tests of the pure planner: every policy, no client.
+#include "operator/api/names.h"
 #include "operator/controller/planner.h"
 
 #include <functional>
@@ -132,6 +133,123 @@ TEST(PlannerTest, NewJobCreatesPodsAndServicesWithTheContract) {
   EXPECT_TRUE(True(p.status, "Created"));
   EXPECT_EQ(p.status.start_time, "2026-11-21T12:00:00Z");
   EXPECT_TRUE(p.status_changed);
+}
+
+// Kubeflow's service: labels and selector are operator-name, job-name,
+// replica-type and replica-index (never job-role), and every port of the
+// tensorflow container, by name, with no targetPort.
+TEST(PlannerTest, ServicesExposeEveryNamedPortAndSelectLikeKubeflows) {
+  json worker = Replica(1);
+  worker["template"]["spec"]["containers"][0]["ports"] =
+      json::array({{{"name", "metrics"}, {"containerPort", 9100}}, {{"name", "tfjob-port"}, {"containerPort", 2300}}});
+  auto job = Job({{"Worker", worker}, {"Chief", Replica(1)}});
+  Plan p = PlanJob(job, {}, {}, kNow);
+  const json& svc = Find(p, "j-worker-0", Action::Kind::kCreateService)->object;
+  const json labels{{"training.kubeflow.org/job-name", "j"},
+                    {"training.kubeflow.org/operator-name", "tfjob-controller"},
+                    {"training.kubeflow.org/replica-type", "worker"},
+                    {"training.kubeflow.org/replica-index", "0"}};
+  EXPECT_EQ(svc["metadata"]["labels"], labels);
+  EXPECT_EQ(svc["spec"]["selector"], labels);
+  EXPECT_EQ(svc["spec"]["ports"], json::array({{{"name", "metrics"}, {"port", 9100}}, {{"name", "tfjob-port"}, {"port", 2300}}}));
+  // The chief's pod carries job-role; its service does not.
+  EXPECT_FALSE(Find(p, "j-chief-0", Action::Kind::kCreateService)->object["metadata"]["labels"].contains("training.kubeflow.org/job-role"));
+}
+
+// Pods and services with the job's labels and no controller (left by
+// `kubectl delete tfjob --cascade=orphan`) are adopted, not re-created; one
+// owned by someone else is left alone.
+TEST(PlannerTest, LabelledOrphansAreAdoptedAndCountAsTheJobs) {
+  auto job = Job({{"Worker", Replica(2)}});
+  PodView orphan = Pod("worker", 0, "Running");
+  orphan.controller_uid = "";
+  orphan.labels["training.kubeflow.org/operator-name"] = "tfjob-controller";
+  PodView foreign = Pod("worker", 1, "Running");
+  foreign.controller_uid = "someone-else";
+  foreign.labels["training.kubeflow.org/operator-name"] = "tfjob-controller";
+  ServiceView orphan_svc = Svc("worker", 0);
+  orphan_svc.controller_uid = "";
+  orphan_svc.uid = "svc-uid";
+  orphan_svc.labels["training.kubeflow.org/job-name"] = "j";
+  orphan_svc.labels["training.kubeflow.org/operator-name"] = "tfjob-controller";
+  Plan p = PlanJob(job, {orphan, foreign}, {orphan_svc}, kNow);
+  EXPECT_EQ(Names(p, Action::Kind::kAdoptPod), std::vector<std::string>{"j-worker-0"});
+  EXPECT_EQ(Names(p, Action::Kind::kAdoptService), std::vector<std::string>{"j-worker-0"});
+  const json& patch = Find(p, "j-worker-0", Action::Kind::kAdoptPod)->object;
+  EXPECT_EQ(patch["metadata"]["uid"], "pod-j-worker-0");  // a precondition: that very pod
+  EXPECT_EQ(patch["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+  // Index 0 is filled by the orphan; index 1 (the foreign pod is not ours) gets a pod.
+  EXPECT_EQ(Names(p, Action::Kind::kCreatePod), std::vector<std::string>{"j-worker-1"});
+  EXPECT_EQ(p.status.replica_statuses.at("Worker").active, 1);
+}
+
+// Kubeflow's rules that look odd but are the contract: a job with no
+// workers (and no chief) has nothing left to wait for and succeeds; an
+// explicit cleanPodPolicy "" cleans like All; after success what was
+// still active is counted as succeeded.
+TEST(PlannerTest, KubeflowsEdgeRulesForSuccessAndCleanUp) {
+  Plan none = PlanJob(Job({{"Worker", Replica(0)}, {"PS", Replica(1)}}), {}, {}, kNow);
+  EXPECT_TRUE(True(none.status, "Succeeded"));
+
+  auto job = Job({{"Chief", Replica(1)}, {"PS", Replica(1)}}, {{"cleanPodPolicy", ""}});
+  std::vector<ServiceView> svcs{Svc("chief", 0), Svc("ps", 0)};
+  Plan done = PlanJob(job, {Pod("chief", 0, "Succeeded", 0), Pod("ps", 0, "Running")}, svcs, kNow);
+  ASSERT_TRUE(True(done.status, "Succeeded"));
+  EXPECT_EQ(done.status.replica_statuses.at("PS").active, 1);
+  Plan after = PlanJob(After(job, done), {Pod("chief", 0, "Succeeded", 0), Pod("ps", 0, "Running")}, svcs, kNow);
+  EXPECT_EQ(Names(after, Action::Kind::kDeletePod), (std::vector<std::string>{"j-chief-0", "j-ps-0"}));  // All
+  EXPECT_EQ(after.status.replica_statuses.at("PS").active, 0);
+  EXPECT_EQ(after.status.replica_statuses.at("PS").succeeded, 1);
+}
+
+// enableDynamicWorker: failed workers do not fail the job (Kubeflow's
+// "continues regardless"); a failed PS does.
+TEST(PlannerTest, DynamicWorkersMayFailWithoutFailingTheJob) {
+  auto job = Job({{"PS", Replica(1)}, {"Worker", Replica(2)}}, json::object(), {{"enableDynamicWorker", true}});
+  std::vector<ServiceView> svcs{Svc("ps", 0), Svc("worker", 0), Svc("worker", 1)};
+  Plan p = PlanJob(job, {Pod("ps", 0, "Running"), Pod("worker", 0, "Running"), Pod("worker", 1, "Failed", 1)}, svcs, kNow);
+  EXPECT_FALSE(True(p.status, "Failed"));
+  EXPECT_EQ(p.status.replica_statuses.at("Worker").failed, 1);
+  Plan ps = PlanJob(job, {Pod("ps", 0, "Failed", 1), Pod("worker", 0, "Running"), Pod("worker", 1, "Running")}, svcs, kNow);
+  EXPECT_TRUE(True(ps.status, "Failed"));
+}
+
+// Kubeflow's events about pods: ExitedWithCode for a terminated container,
+// a Warning for a pod stuck on its image (the container's own reason), and
+// SetPodTemplateRestartPolicy when a template sets the restart policy.
+TEST(PlannerTest, PodEventsAsKubeflowRecordsThem) {
+  json worker = Replica(2, "OnFailure");
+  worker["template"]["spec"]["restartPolicy"] = "Always";
+  auto job = Job({{"Worker", worker}});
+  PodView done = Pod("worker", 0, "Failed", 137);
+  done.terminated_code = 137;
+  json stuck_pod{{"metadata", {{"name", "j-worker-1"}}},
+                 {"status",
+                  {{"phase", "Pending"},
+                   {"containerStatuses",
+                    json::array({{{"name", "tensorflow"},
+                                  {"state", {{"waiting", {{"reason", "ImagePullBackOff"},
+                                                          {"message", "Back-off pulling image \"x\""}}}}}}})}}}};
+  PodView stuck = ViewPod(stuck_pod);
+  stuck.labels = Pod("worker", 1, "Pending").labels;
+  stuck.controller_uid = "uid-1";
+  Plan p = PlanJob(job, {done, stuck}, {Svc("worker", 0), Svc("worker", 1)}, kNow);
+  auto has = [&](const std::string& type, const std::string& reason, const std::string& message) {
+    for (const auto& e : p.events) {
+      if (e.type == type && e.reason == reason && e.message == message) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(has("Normal", "ExitedWithCode", "Pod: ns.j-worker-0 exited with code 137"));
+  EXPECT_TRUE(has("Warning", "ImagePullBackOff", "Error pod j-worker-1 container tensorflow waiting message: Back-off pulling image \"x\""));
+  EXPECT_TRUE(has("Warning", "TFJobRestarting", "job j is restarting because Worker replica(s) failed."));
+  Plan fresh = PlanJob(job, {}, {}, kNow);
+  bool warned = false;
+  for (const auto& e : fresh.events) {
+    warned |= e.reason == "SetPodTemplateRestartPolicy" &&
+              e.message == "Restart policy in pod template will be overwritten by restart policy in replica spec";
+  }
+  EXPECT_TRUE(warned);
 }
 
 TEST(PlannerTest, ChiefIsTheMasterAndSingleReplicaGetsNoTfConfig) {
@@ -419,8 +537,13 @@ TEST(PlannerTest, ExitCodeRetryableRestartsPermanentFails) {
   Plan p = PlanJob(job, {Pod("worker", 0, "Running"), Pod("worker", 1, "Failed", 137)}, svcs, kNow);
   EXPECT_EQ(Names(p, Action::Kind::kDeletePod), std::vector<std::string>{"j-worker-1"});
   EXPECT_TRUE(True(p.status, "Restarting"));
+  EXPECT_EQ(Cond(p.status, "Restarting")->message, "job j is restarting because Worker replica(s) failed.");
   EXPECT_EQ(p.status.replica_statuses.at("Worker").restarts, 1);
   EXPECT_FALSE(True(p.status, "Failed"));
+  // The count goes on the job itself first (Kubeflow's CRD prunes the status field).
+  ASSERT_EQ(Names(p, Action::Kind::kPatchJob), std::vector<std::string>{"j"});
+  EXPECT_EQ(Find(p, "j", Action::Kind::kPatchJob)->object["metadata"]["annotations"][std::string(api::kRestartsAnnotation)],
+            R"({"Worker":1})");
   // Once the old pod is gone, a new one is created.
   Plan again = PlanJob(After(job, p), {Pod("worker", 0, "Running")}, svcs, kNow + std::chrono::seconds(1));
   EXPECT_EQ(Names(again, Action::Kind::kCreatePod), std::vector<std::string>{"j-worker-1"});
@@ -428,8 +551,25 @@ TEST(PlannerTest, ExitCodeRetryableRestartsPermanentFails) {
   // Exit code 1 is permanent.
   Plan q = PlanJob(job, {Pod("worker", 0, "Running"), Pod("worker", 1, "Failed", 1)}, svcs, kNow);
   EXPECT_TRUE(True(q.status, "Failed"));
-  EXPECT_THAT(Cond(q.status, "Failed")->message, HasSubstr("1 Worker replica(s) failed."));
+  EXPECT_EQ(Cond(q.status, "Failed")->message, R"(job "j" is failing because "Worker" replica(s) failed.)");
   EXPECT_TRUE(Names(q, Action::Kind::kDeletePod).empty());
+}
+
+// With the status field pruned (Kubeflow's CRD), the count kept on the job
+// still reaches backoffLimit.
+TEST(PlannerTest, RestartsKeptOnTheJobSurviveAPrunedStatus) {
+  auto job = Job({{"Worker", Replica(1, "ExitCode")}}, {{"backoffLimit", 2}});
+  job.metadata.annotations[std::string(api::kRestartsAnnotation)] = R"({"Worker":1})";
+  Plan p = PlanJob(job, {Pod("worker", 0, "Failed", 137)}, {Svc("worker", 0)}, kNow);
+  EXPECT_EQ(p.status.replica_statuses.at("Worker").restarts, 2);
+  EXPECT_EQ(Find(p, "j", Action::Kind::kPatchJob)->object["metadata"]["annotations"][std::string(api::kRestartsAnnotation)],
+            R"({"Worker":2})");
+  api::TFJob next = After(job, p);
+  next.metadata.annotations[std::string(api::kRestartsAnnotation)] = R"({"Worker":2})";
+  next.status.replica_statuses["Worker"].restarts = 0;  // pruned
+  Plan q = PlanJob(next, {}, {Svc("worker", 0)}, kNow);
+  EXPECT_TRUE(True(q.status, "Failed"));
+  EXPECT_EQ(Cond(q.status, "Failed")->message, "Job j has failed because it has reached the specified backoff limit");
 }
 
 TEST(PlannerTest, NeverFailsOnAnyFailure) {
@@ -771,6 +911,39 @@ TEST(GangPlannerTest, FinishedOrSuspendedJobsLoseTheirPodGroup) {
   EXPECT_EQ(Kinds(s), std::vector<Action::Kind>{Action::Kind::kDeletePodGroup});
 }
 
+// Kubeflow's PodGroup minResources when the policy gives none: the
+// requests of the first minMember pods (limits where a container has no
+// requests), in Go's canonical quantities.
+TEST(GangPlannerTest, MinResourcesSumTheRequestsOfTheFirstMinMemberPods) {
+  json ps = Replica(1);
+  ps["template"]["spec"]["containers"][0]["resources"] = {{"limits", {{"cpu", "1"}, {"memory", "512Mi"}}}};
+  json worker = Replica(3);
+  worker["template"]["spec"]["containers"][0]["resources"] = {{"requests", {{"cpu", "500m"}, {"memory", "1Gi"}}},
+                                                               {"limits", {{"cpu", "4"}}}};
+  auto job = Job({{"PS", ps}, {"Worker", worker}}, {{"schedulingPolicy", {{"minAvailable", 3}}}});
+  Plan p = PlanJob(job, {}, {}, kNow, Gang("volcano"));
+  const json& spec = Find(p, "j", Action::Kind::kCreatePodGroup)->object["spec"];
+  // PS (limits: 1 cpu, 512Mi) and two workers (requests: 500m, 1Gi each).
+  EXPECT_EQ(spec["minResources"], json({{"cpu", "2"}, {"memory", "2560Mi"}}));
+  auto given = Job({{"Worker", worker}}, {{"schedulingPolicy", {{"minResources", {{"cpu", "7"}}}}}});
+  EXPECT_EQ(Find(PlanJob(given, {}, {}, kNow, Gang("volcano")), "j", Action::Kind::kCreatePodGroup)->object["spec"]["minResources"],
+            json({{"cpu", "7"}}));
+}
+
+// With Volcano, the job's clock (startTime, and so activeDeadlineSeconds)
+// starts when the gang is admitted, not when the job is created.
+TEST(GangPlannerTest, TheDeadlineClockStartsWhenVolcanoAdmitsTheGang) {
+  auto job = Job({{"Worker", Replica(2)}}, {{"activeDeadlineSeconds", 10}});
+  Plan queued = PlanJob(job, {}, {}, kNow, Gang("volcano"), Group({{"minMember", 2}, {"queue", "default"}}, "Pending"));
+  EXPECT_EQ(queued.status.start_time, "");
+  Plan later = PlanJob(After(job, queued), {}, {}, kNow + std::chrono::seconds(60), Gang("volcano"),
+                       Group({{"minMember", 2}, {"queue", "default"}}, "Pending"));
+  EXPECT_FALSE(True(later.status, "Failed"));  // an hour in the queue costs no deadline
+  Plan admitted = PlanJob(After(job, later), {}, {}, kNow + std::chrono::seconds(61), Gang("volcano"),
+                          Group({{"minMember", 2}, {"queue", "default"}}, "Inqueue"));
+  EXPECT_EQ(admitted.status.start_time, "2026-11-21T12:01:01Z");
+}
+
 TEST(GangPlannerTest, TemplatesNamingTheirSchedulerAreKeptWithAWarning) {
   auto job = Job({{"Worker", Replica(2)}});
   json tmpl = job.spec.replica_specs[0].template_json;
@@ -779,7 +952,7 @@ TEST(GangPlannerTest, TemplatesNamingTheirSchedulerAreKeptWithAWarning) {
   Plan p = PlanJob(job, {}, {}, kNow, Gang("scheduler-plugins"));
   EXPECT_EQ(Find(p, "j-worker-1", Action::Kind::kCreatePod)->object["spec"]["schedulerName"], "my-scheduler");
   int warnings = 0;
-  for (const auto& e : p.events) warnings += e.reason == "SettedPodTemplateSchedulerName";
+  for (const auto& e : p.events) warnings += e.reason == "SetPodTemplateSchedulerName";
   EXPECT_EQ(warnings, 1);
 }
 
@@ -790,9 +963,9 @@ TEST(GangPlannerTest, WithoutAGangSchedulerThePolicyIsReportedOnce) {
   Plan p = PlanJob(job, {}, {}, kNow);
   EXPECT_TRUE(Names(p, Action::Kind::kCreatePodGroup).empty());
   EXPECT_EQ(Find(p, "j-worker-0", Action::Kind::kCreatePod)->object["spec"].count("schedulerName"), 0u);
-  ASSERT_EQ(p.events.size(), 2u);
-  EXPECT_EQ(p.events[1].type, "Warning");
-  EXPECT_EQ(p.events[1].reason, "SchedulingPolicyIgnored");
+  ASSERT_EQ(p.events.size(), 1u);  // Kubeflow records no event for Created
+  EXPECT_EQ(p.events[0].type, "Warning");
+  EXPECT_EQ(p.events[0].reason, "SchedulingPolicyIgnored");
   Plan next = PlanJob(After(job, p), {}, {}, kNow);
   for (const auto& e : next.events) EXPECT_NE(e.reason, "SchedulingPolicyIgnored");
 
