@@ -618,8 +618,10 @@ class ChartRbac : public HelmTest, public ::testing::WithParamInterface<RbacCase
 // through a job lifecycle that exercises everything it does: leader election
 // (acquire, renew, release on SIGTERM), informers (list + watch of TFJobs,
 // pods, services), pods and services created and deleted (a restart after a
-// failure, cleanPodPolicy All), TFJob status written (and patched for a job
-// it cannot decode), events recorded, and a finished job deleted by its TTL.
+// failure, counted on the job by a patch; cleanPodPolicy All), labelled
+// orphans adopted, a create that finds a stranger's pod, TFJob status
+// written (and patched for a job it cannot decode), events recorded, and a
+// finished job deleted by its TTL.
 // With taskAuth.tls, one job's Secret exists already without the TLS keys
 // (made before the option was on), so it is read and completed.
 TEST_P(ChartRbac, GrantsExactlyWhatTheOperatorUses) {
@@ -678,6 +680,38 @@ TEST_P(ChartRbac, GrantsExactlyWhatTheOperatorUses) {
                             {"stringData", {{"token", std::string(64, 'a')}}}})
                     .ok());
   }
+  // Left behind by `kubectl delete tfjob --cascade=orphan`: a pod and a
+  // service with job "ttl"'s labels and no owner, which the operator adopts
+  // (patch); and a pod and a service named like job "clean"'s but not its,
+  // which the operator's creates run into, look at (get) and report.
+  const json orphan_labels{{"training.kubeflow.org/job-name", "ttl"},
+                           {"training.kubeflow.org/operator-name", "tfjob-controller"},
+                           {"training.kubeflow.org/replica-type", "worker"},
+                           {"training.kubeflow.org/replica-index", "1"}};
+  ASSERT_TRUE(api.Create("pods", job_ns,
+                         {{"apiVersion", "v1"},
+                          {"kind", "Pod"},
+                          {"metadata", {{"name", "ttl-worker-1"}, {"namespace", job_ns}, {"labels", orphan_labels}}},
+                          {"spec", {{"containers", json::array({{{"name", "tensorflow"}, {"image", "x"}}})}}}})
+                  .ok());
+  ASSERT_TRUE(api.Create("services", job_ns,
+                         {{"apiVersion", "v1"},
+                          {"kind", "Service"},
+                          {"metadata", {{"name", "ttl-worker-1"}, {"namespace", job_ns}, {"labels", orphan_labels}}},
+                          {"spec", {{"clusterIP", "None"}, {"selector", orphan_labels}}}})
+                  .ok());
+  ASSERT_TRUE(api.Create("pods", job_ns,
+                         {{"apiVersion", "v1"},
+                          {"kind", "Pod"},
+                          {"metadata", {{"name", "clean-worker-0"}, {"namespace", job_ns}}},
+                          {"spec", {{"containers", json::array({{{"name", "tensorflow"}, {"image", "x"}}})}}}})
+                  .ok());
+  ASSERT_TRUE(api.Create("services", job_ns,
+                         {{"apiVersion", "v1"},
+                          {"kind", "Service"},
+                          {"metadata", {{"name", "clean-worker-0"}, {"namespace", job_ns}}},
+                          {"spec", {{"clusterIP", "None"}}}})
+                  .ok());
   auto op = std::make_unique<t::Process>(argv);
   auto eventually = [&](const std::function<bool()>& pred) { return api.WaitFor(pred, 30s); };
   auto pods = [&](const std::string& job) {
@@ -721,7 +755,22 @@ TEST_P(ChartRbac, GrantsExactlyWhatTheOperatorUses) {
     ASSERT_TRUE(eventually([&] { return api.Get(podgroups, job_ns, "clean").value()["spec"]["minMember"] == 2; }))
         << op->output();
   }
-  ASSERT_TRUE(eventually([&] { return pods("clean").size() == 2 && pods("ttl").size() == 2; })) << op->output();
+  // The foreign pod blocks clean-worker-0, with an event saying so; once it
+  // is gone, the index is filled.
+  ASSERT_TRUE(eventually([&] {
+    const auto events = api.List("events", job_ns);  // kept: the loop reads into it
+    for (const auto& e : events.value()) {
+      if (e.value("reason", "") == "FailedCreatePod") return true;
+    }
+    return false;
+  })) << op->output();
+  ASSERT_TRUE(api.Delete("pods", job_ns, "clean-worker-0").ok());
+  ASSERT_TRUE(api.Delete("services", job_ns, "clean-worker-0").ok());
+  ASSERT_TRUE(eventually([&] {
+    auto adopted = api.Get("pods", job_ns, "ttl-worker-1");
+    return pods("clean").size() == 2 && pods("ttl").size() == 2 && adopted.ok() &&
+           (*adopted)["metadata"].contains("ownerReferences");
+  })) << op->output();
   if (tls) {
     for (const std::string job : {"clean", "ttl"}) {
       auto secret = api.Get("secrets", job_ns, job + "-tfjob-auth");

@@ -450,6 +450,9 @@ Status Controller::ClaimExisting(const api::TFJob& job, const kube::Resource& r,
   const std::string& ns = job.metadata.namespace_;
   auto existing = client_.Get(r, ns, name);
   if (existing.status().code() == Code::kNotFound) return Unavailable(r.plural + " " + ns + "/" + name + " was just deleted");
+  // Without the right to look (an older RBAC), assume our own stale cache,
+  // as before: the next pass sees the object.
+  if (existing.status().code() == Code::kPermissionDenied) return Status::Ok();
   if (!existing.ok()) return existing.status();
   const PodView v = ViewPod(*existing);  // the metadata it reads is a service's too
   if (v.controller_uid == job.metadata.uid) return Status::Ok();
