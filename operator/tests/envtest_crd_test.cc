@@ -121,6 +121,48 @@ TEST_F(EnvtestCrd, TheReplicaCelRulesStillApply) {
   EXPECT_THAT(r.err, HasSubstr("image must be specified"));
 }
 
+// As in training-operator v1.9.0: managedBy can be neither added, removed
+// nor changed after creation (its webhook's ValidateImmutableField), and a
+// queue cannot be changed (its CRD's `self == oldSelf` rule, which lets a
+// queue be set or dropped). Re-sending the same values is an update like any
+// other.
+TEST_F(EnvtestCrd, ManagedByAndQueueAreImmutable) {
+  const std::string worker = "    Worker:\n      template:\n        spec:\n          containers:\n"
+                             "            - name: tensorflow\n              image: tfjob/runtime-cpu:0.1.0\n";
+  ASSERT_EQ(ApplyWith(JobYaml("plain", worker, "  runPolicy:\n    schedulingPolicy:\n      queue: q1\n"), {})
+                .exit_code,
+            0);
+  ASSERT_EQ(ApplyWith(JobYaml("owned", worker, "  runPolicy:\n    managedBy: kubeflow.org/training-operator\n"), {})
+                .exit_code,
+            0);
+  auto patch = [&](const std::string& name, const std::string& type, const std::string& body) {
+    return Kubectl({"patch", "-n", ns_, "tfjob", name, "--type=" + type, "-p", body}, /*may_fail=*/true);
+  };
+  const std::string added_or_removed = "spec.runPolicy.managedBy: field is immutable";
+
+  auto r = patch("plain", "merge", R"({"spec":{"runPolicy":{"managedBy":"kueue.x-k8s.io/multikueue"}}})");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr(added_or_removed));
+  r = patch("owned", "json", R"([{"op":"remove","path":"/spec/runPolicy/managedBy"}])");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr(added_or_removed));
+  r = patch("owned", "merge", R"({"spec":{"runPolicy":{"managedBy":"kueue.x-k8s.io/multikueue"}}})");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("spec.runPolicy.managedBy: Invalid value"));
+  EXPECT_THAT(r.err, HasSubstr("field is immutable"));
+  EXPECT_FALSE(Get("tfjob", "plain")["spec"]["runPolicy"].contains("managedBy"));
+  EXPECT_EQ(Get("tfjob", "owned")["spec"]["runPolicy"]["managedBy"], "kubeflow.org/training-operator");
+  r = patch("owned", "merge", R"({"spec":{"runPolicy":{"managedBy":"kubeflow.org/training-operator","backoffLimit":3}}})");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+
+  r = patch("plain", "merge", R"({"spec":{"runPolicy":{"schedulingPolicy":{"queue":"q2"}}}})");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("spec.runPolicy.schedulingPolicy.queue is immutable"));
+  EXPECT_EQ(Get("tfjob", "plain")["spec"]["runPolicy"]["schedulingPolicy"]["queue"], "q1");
+  EXPECT_EQ(patch("plain", "merge", R"({"spec":{"runPolicy":{"schedulingPolicy":{"queue":null}}}})").exit_code, 0);
+  EXPECT_EQ(patch("plain", "merge", R"({"spec":{"runPolicy":{"schedulingPolicy":{"queue":"q3"}}}})").exit_code, 0);
+}
+
 // The operator reads the template as raw JSON and passes it on to its pods,
 // so what the API server stores must be what the manifest says.
 TEST_F(EnvtestCrd, AnExampleJobKeepsItsTemplatesUnchanged) {

@@ -228,7 +228,7 @@ TEST_F(CrdTest, CelRules) {
               UnorderedElementsAre(HasSubstr("c.name == 'tensorflow'")));
   EXPECT_THAT(Messages(At({"spec", "tfReplicaSpecs", "*", "template", "spec", "containers", "[]"})),
               UnorderedElementsAre("image must be specified"));
-  EXPECT_THAT(Messages(At({"spec", "runPolicy", "managedBy"})), UnorderedElementsAre("managedBy is immutable"));
+  EXPECT_THAT(Messages(At({"spec", "runPolicy", "managedBy"})), UnorderedElementsAre("field is immutable"));
   // Everything CEL iterates over is bounded, so the rule cost is bounded.
   EXPECT_GT(At({"spec", "tfReplicaSpecs"})["maxProperties"].as<int>(), 0);
   EXPECT_GT(At({"spec", "tfReplicaSpecs", "*", "template", "spec", "containers"})["maxItems"].as<int>(), 0);
