@@ -37,9 +37,11 @@ prometheus::Histogram::BucketBoundaries ReconcileBuckets() { return base::Expone
 
 prometheus::Labels JobLabels(const std::string& ns) { return {{"job_namespace", ns}, {"framework", "tensorflow"}}; }
 
-// controller-runtime's controller label (and client-go's workqueue name).
+// controller-runtime's controller label; its workqueue series (v0.19) carry
+// the queue's name twice, as name and as controller.
 const prometheus::Labels kController{{"controller", std::string(api::kOperatorName)}};
-const prometheus::Labels kQueue{{"name", std::string(api::kOperatorName)}};
+const prometheus::Labels kQueue{{"name", std::string(api::kOperatorName)},
+                                {"controller", std::string(api::kOperatorName)}};
 
 // controller-runtime's reconcile_time_seconds buckets.
 prometheus::Histogram::BucketBoundaries ReconcileTimeBuckets() {
@@ -47,7 +49,7 @@ prometheus::Histogram::BucketBoundaries ReconcileTimeBuckets() {
           1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 60};
 }
 
-// client-go's workqueue metrics: latencies in 10^-8 .. 10 s buckets.
+// controller-runtime's workqueue metrics: latencies in 10^-8 .. 10^3 s buckets.
 class QueueMetrics final : public kube::WorkQueueMetrics {
  public:
   explicit QueueMetrics(prometheus::Registry& r)
@@ -55,14 +57,14 @@ class QueueMetrics final : public kube::WorkQueueMetrics {
         adds_(prometheus::BuildCounter().Name("workqueue_adds_total").Help("Total number of adds handled by workqueue").Register(r).Add(kQueue)),
         queued_(prometheus::BuildHistogram()
                     .Name("workqueue_queue_duration_seconds")
-                    .Help("How long in seconds an item stays in workqueue before being requested.")
+                    .Help("How long in seconds an item stays in workqueue before being requested")
                     .Register(r)
-                    .Add(kQueue, base::ExponentialBuckets(10e-9, 10, 10))),
+                    .Add(kQueue, base::ExponentialBuckets(10e-9, 10, 12))),
         worked_(prometheus::BuildHistogram()
                     .Name("workqueue_work_duration_seconds")
                     .Help("How long in seconds processing an item from workqueue takes.")
                     .Register(r)
-                    .Add(kQueue, base::ExponentialBuckets(10e-9, 10, 10))),
+                    .Add(kQueue, base::ExponentialBuckets(10e-9, 10, 12))),
         retries_(prometheus::BuildCounter().Name("workqueue_retries_total").Help("Total number of retries handled by workqueue").Register(r).Add(kQueue)) {}
   void Added() override { adds_.Increment(); }
   void Depth(size_t d) override { depth_.Set(static_cast<double>(d)); }
@@ -158,6 +160,13 @@ Controller::Controller(kube::Client& client, ControllerOptions options, promethe
       cr_reconcile_total_(Counter(reg, "controller_runtime_reconcile_total", "Total number of reconciliations per controller")),
       cr_reconcile_errors_(Counter(reg, "controller_runtime_reconcile_errors_total",
                                    "Total number of reconciliation errors per controller")
+                               .Add(kController)),
+      // Always 0, as in training-operator: it never returns a terminal error.
+      cr_terminal_errors_(Counter(reg, "controller_runtime_terminal_reconcile_errors_total",
+                                  "Total number of terminal reconciliation errors per controller")
+                              .Add(kController)),
+      cr_reconcile_panics_(Counter(reg, "controller_runtime_reconcile_panics_total",
+                                   "Total number of reconciliation panics per controller")
                                .Add(kController)),
       cr_reconcile_time_(prometheus::BuildHistogram()
                              .Name("controller_runtime_reconcile_time_seconds")
@@ -267,7 +276,18 @@ void Controller::Work() {
     cr_active_workers_.Increment();
     const auto t0 = std::chrono::steady_clock::now();
     bool requeue_after = false;
-    Status s = Reconcile(*key, &requeue_after);
+    Status s;
+    try {
+      s = Reconcile(*key, &requeue_after);
+    } catch (const std::exception& e) {
+      // A bug, not an input: counted like controller-runtime's recovered
+      // panics, retried, and the operator stays up for its other jobs.
+      cr_reconcile_panics_.Increment();
+      s = Internal(std::string("reconcile threw: ") + e.what());
+    } catch (...) {
+      cr_reconcile_panics_.Increment();
+      s = Internal("reconcile threw a non-standard exception");
+    }
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     reconcile_seconds_.Add({}, ReconcileBuckets()).Observe(took);
     cr_reconcile_time_.Observe(took);

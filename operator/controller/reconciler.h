@@ -10,10 +10,13 @@
 // successful,failed,restarted}_total{job_namespace, framework="tensorflow"},
 // and controller-runtime's, which operator dashboards and alerts are built
 // on: controller_runtime_reconcile_total{controller,result},
-// controller_runtime_reconcile_errors_total, controller_runtime_reconcile_
-// time_seconds, controller_runtime_max_concurrent_reconciles,
-// controller_runtime_active_workers, and client-go's workqueue_*{name}, all
-// with controller/name "tfjob-controller".
+// controller_runtime_reconcile_errors_total, controller_runtime_terminal_
+// reconcile_errors_total, controller_runtime_reconcile_panics_total (an
+// exception out of a reconcile: counted, retried, the operator stays up),
+// controller_runtime_reconcile_time_seconds, controller_runtime_max_
+// concurrent_reconciles, controller_runtime_active_workers, and the
+// workqueue_*{name,controller} series as controller-runtime v0.19 labels
+// them, all with "tfjob-controller".
 // Ownership: borrows the Client and Registry (they outlive the controller).
 // Thread-safety: Start/Stop from one thread; everything else internal.
 #pragma once
@@ -110,6 +113,8 @@ class Controller {
   // controller-runtime's.
   prometheus::Family<prometheus::Counter>& cr_reconcile_total_;
   prometheus::Counter& cr_reconcile_errors_;
+  prometheus::Counter& cr_terminal_errors_;
+  prometheus::Counter& cr_reconcile_panics_;
   prometheus::Histogram& cr_reconcile_time_;
   prometheus::Gauge& cr_active_workers_;
   prometheus::Gauge& unfinished_work_;

@@ -493,6 +493,15 @@ int RunJob(const std::string& manifest, const RunOptions& o) {
           std::erase_if(services, [&](const ServiceView& s) { return s.name == a.name; });
           break;
         case Action::Kind::kDeleteJob: deleted = true; break;
+        case Action::Kind::kPatchJob: {  // annotations (the ExitCode restart counts)
+          const json& annotations = a.object.value("metadata", json::object()).value("annotations", json::object());
+          for (auto it = annotations.begin(); it != annotations.end(); ++it) {
+            if (it->is_string()) job.metadata.annotations[it.key()] = it->get<std::string>();
+          }
+          break;
+        }
+        case Action::Kind::kAdoptPod:  // no orphans: the runner made every replica
+        case Action::Kind::kAdoptService:
         case Action::Kind::kCreateSecret:
         case Action::Kind::kCreateNetworkPolicy:
         case Action::Kind::kCreatePodGroup:  // no gang scheduler on one machine

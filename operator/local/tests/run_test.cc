@@ -209,7 +209,8 @@ spec:
 )");
   auto r = t::Run({t::BinDir() + "/tfjob", "run", m, "--state-dir", dir});
   EXPECT_EQ(r.exit_code, 1) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("[tfjob] Failed=True (TFJobFailed): TFJob default/ec has failed because 1 Worker replica(s) failed."));
+  // Kubeflow's message for a permanent exit code under ExitCode.
+  EXPECT_THAT(r.out, HasSubstr(R"([tfjob] Failed=True (TFJobFailed): job "ec" is failing because "Worker" replica(s) failed.)"));
 }
 
 // Every replica serves on a socket the runner bound at its TF_CONFIG port
