@@ -51,6 +51,8 @@ std::string AuthSecretName(std::string_view job);
 std::string NetworkPolicyName(std::string_view job);
 // The key of the token in that Secret.
 inline constexpr std::string_view kAuthSecretKey = "token";
+// The tensorflow container's variable holding the token (from the Secret).
+inline constexpr std::string_view kAuthTokenEnv = "TFJOB_AUTH_TOKEN";
 // With --task-tls the same Secret also holds the job's TLS material (keys
 // pki::kCaFile, kCertFile, kKeyFile), mounted into every tensorflow
 // container as this volume at this path (what TFJOB_TLS_DIR names).

@@ -65,6 +65,13 @@ PodView ViewPod(const nlohmann::json& pod) {
   v.labels = StringMap(Field(meta, "labels"));
   v.deleting = !Str(meta, "deletionTimestamp").empty();
   v.controller_uid = ControllerUid(meta);
+  const auto& containers_spec = Field(Field(pod, "spec"), "containers");
+  if (containers_spec.is_array()) {
+    for (const auto& c : containers_spec) {
+      if (Str(c, "name") != api::kDefaultContainerName || !Field(c, "env").is_array()) continue;
+      for (const auto& e : Field(c, "env")) v.task_token = v.task_token || Str(e, "name") == api::kAuthTokenEnv;
+    }
+  }
   const auto& status = Field(pod, "status");
   v.phase = Str(status, "phase");
   const auto& statuses = Field(status, "containerStatuses");
@@ -547,7 +554,7 @@ StatusOr<nlohmann::json> BuildPod(const TFJob& job, const ReplicaSpec& spec, int
   }
   // A job of one replica has no peers to authenticate.
   if (opt.task_auth && api::NeedsTfConfig(job)) {
-    SetEnv(pod_spec, {{"name", "TFJOB_AUTH_TOKEN"},
+    SetEnv(pod_spec, {{"name", std::string(api::kAuthTokenEnv)},
                       {"valueFrom",
                        {{"secretKeyRef",
                          {{"name", api::AuthSecretName(job.metadata.name)}, {"key", std::string(api::kAuthSecretKey)}}}}}});
@@ -694,7 +701,7 @@ void ApplyTtl(Builder& b, const TFJob& job, Time now) {
 }  // namespace
 
 Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const std::vector<ServiceView>& all_services,
-             Time now_tp, const PlannerOptions& options, const std::optional<PodGroupView>& observed_pod_group) {
+             Time now_tp, const PlannerOptions& given_options, const std::optional<PodGroupView>& observed_pod_group) {
   Plan skipped;
   skipped.status = original.status;
   skipped.skipped = true;
@@ -745,6 +752,16 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
       services.push_back(sv);
       services.back().controller_uid = job.metadata.uid;
     }
+  }
+  // A job whose pods were made without the task token (by training-operator
+  // before the cluster moved to this operator, or under --task-auth=false)
+  // keeps getting pods without it: a task holding a token refuses calls
+  // from tasks without one, so a re-created pod would split the job.
+  PlannerOptions options = given_options;
+  if (options.task_auth && !pods.empty() &&
+      std::none_of(pods.begin(), pods.end(), [](const PodView& p) { return p.task_token; })) {
+    options.task_auth = false;
+    options.task_tls = false;
   }
   std::optional<PodGroupView> pod_group;
   if (observed_pod_group && (job.metadata.uid.empty() || observed_pod_group->controller_uid == job.metadata.uid)) {

@@ -74,6 +74,9 @@ struct PodView {
   std::string abnormal_reason, abnormal_message;
   bool deleting = false;      // metadata.deletionTimestamp set
   std::string controller_uid;  // ownerReference with controller=true
+  // The tensorflow container has the task token variable: false for pods
+  // made by training-operator (or with --task-auth off).
+  bool task_token = false;
 };
 
 struct ServiceView {

@@ -93,6 +93,26 @@ nlohmann::json Slim(nlohmann::json obj, bool keep_status) {
     }
     out["metadata"] = std::move(meta);
   }
+  // Of a pod's spec, the names of the tensorflow container's variables
+  // (ViewPod's task_token).
+  const auto spec = obj.find("spec");
+  const nlohmann::json* containers = nullptr;
+  if (spec != obj.end() && spec->is_object()) {
+    const auto it = spec->find("containers");
+    if (it != spec->end()) containers = &*it;
+  }
+  if (containers && containers->is_array()) {
+    for (const auto& c : *containers) {
+      const auto name = c.is_object() ? c.find("name") : c.end();
+      const auto env = c.is_object() ? c.find("env") : c.end();
+      if (name == c.end() || *name != api::kDefaultContainerName || env == c.end() || !env->is_array()) continue;
+      nlohmann::json names = nlohmann::json::array();
+      for (const auto& e : *env) {
+        if (e.is_object() && e.contains("name")) names.push_back({{"name", e["name"]}});
+      }
+      out["spec"]["containers"] = nlohmann::json::array({{{"name", *name}, {"env", names}}});
+    }
+  }
   if (keep_status && obj.contains("status") && obj["status"].is_object()) {
     nlohmann::json st = nlohmann::json::object();
     for (const char* k : {"phase", "containerStatuses", "initContainerStatuses", "conditions"}) {

@@ -1,6 +1,7 @@
 #include "operator/kube/informer.h"
 
 #include <chrono>
+#include <iostream>
 
 namespace tfjob::op::kube {
 
@@ -74,7 +75,17 @@ std::vector<nlohmann::json> Informer::List(const std::string& ns, const std::map
 }
 
 void Informer::Apply(const std::string& type, const nlohmann::json& raw) {
-  const nlohmann::json obj = transform_ ? transform_(raw) : raw;
+  nlohmann::json obj = raw;
+  if (transform_) {
+    // A transform that throws on an object it did not expect is a bug; the
+    // whole object is kept rather than the watch (and the operator) lost.
+    try {
+      obj = transform_(raw);
+    } catch (const std::exception& e) {
+      std::cerr << "informer " << resource_.plural << ": transform failed, keeping the whole object: " << e.what()
+                << std::endl;
+    }
+  }
   const std::string key = ObjectKey(obj);
   {
     std::lock_guard g(mu_);

@@ -421,6 +421,85 @@ TEST_F(EnvtestLifecycle, ExitCodeRestartsAreCountedUnderKubeflowsStatusSchema) {
   ASSERT_TRUE(Eventually([&] { return keeps_restarts(); })) << "this project's CRD never came back";
 }
 
+// Moving a cluster from training-operator: a job it started (its pods,
+// services and status exactly as it writes them, no task token) is taken
+// over as it is: nothing is created again, the status goes on, a pod that
+// fails is re-created as training-operator would (without a token, like its
+// peers), and the job finishes.
+TEST_F(EnvtestLifecycle, AJobTrainingOperatorStartedCarriesOnUnderThisOperator) {
+  Apply(JobYaml("inflight", Replica("Chief", 1, "ExitCode") + Replica("Worker", 2, "ExitCode")));
+  const std::string uid = Uid("tfjob", "inflight");
+  ASSERT_FALSE(uid.empty());
+  const json owner = {{"apiVersion", "kubeflow.org/v1"}, {"kind", "TFJob"},       {"name", "inflight"},
+                      {"uid", uid},                      {"controller", true},    {"blockOwnerDeletion", true}};
+  const std::string s = "." + ns_ + ".svc:2222";
+  const std::string cluster = R"({"cluster":{"chief":["inflight-chief-0)" + s + R"("],"worker":["inflight-worker-0)" + s +
+                              R"(","inflight-worker-1)" + s + R"("]},)";
+  std::map<std::string, std::string> uids;
+  for (const auto& [type, index] : std::vector<std::pair<std::string, int>>{{"chief", 0}, {"worker", 0}, {"worker", 1}}) {
+    const std::string name = "inflight-" + type + "-" + std::to_string(index);
+    json labels = {{"training.kubeflow.org/operator-name", "tfjob-controller"},
+                   {"training.kubeflow.org/job-name", "inflight"},
+                   {"training.kubeflow.org/replica-type", type},
+                   {"training.kubeflow.org/replica-index", std::to_string(index)}};
+    json pod_labels = labels;
+    if (type == "chief") pod_labels["training.kubeflow.org/job-role"] = "master";
+    const std::string tf_config =
+        cluster + R"("task":{"type":")" + type + R"(","index":)" + std::to_string(index) + R"(},"environment":"cloud"})";
+    const json pod = {
+        {"apiVersion", "v1"},
+        {"kind", "Pod"},
+        {"metadata", {{"name", name}, {"labels", pod_labels}, {"ownerReferences", json::array({owner})}}},
+        {"spec",
+         {{"restartPolicy", "Never"},
+          {"containers",
+           json::array({{{"name", "tensorflow"},
+                         {"image", "tfjob/runtime-cpu:0.1.0"},
+                         {"ports", json::array({{{"name", "tfjob-port"}, {"containerPort", 2222}}})},
+                         {"env", json::array({{{"name", "TF_CONFIG"}, {"value", tf_config}}})}}})}}}};
+    const json svc = {{"apiVersion", "v1"},
+                      {"kind", "Service"},
+                      {"metadata", {{"name", name}, {"labels", labels}, {"ownerReferences", json::array({owner})}}},
+                      {"spec",
+                       {{"clusterIP", "None"},
+                        {"selector", labels},
+                        {"ports", json::array({{{"name", "tfjob-port"}, {"port", 2222}}})}}}};
+    ASSERT_EQ(Apply(pod.dump()).exit_code, 0);
+    ASSERT_EQ(Apply(svc.dump()).exit_code, 0);
+    SetPhase(name, "Running");
+    uids[name] = Uid("pod", name);
+  }
+  Kubectl({"patch", "-n", ns_, "tfjob", "inflight", "--subresource=status", "--type=merge", "-p",
+           json{{"status",
+                 {{"conditions",
+                   json::array({{{"type", "Created"}, {"status", "True"}, {"reason", "TFJobCreated"},
+                                 {"message", "TFJob inflight is created."}},
+                                {{"type", "Running"}, {"status", "True"}, {"reason", "TFJobRunning"},
+                                 {"message", "TFJob " + ns_ + "/inflight is running."}}})},
+                  {"replicaStatuses", {{"Chief", {{"active", 1}}}, {"Worker", {{"active", 2}}}}}}}}
+               .dump()});
+
+  StartOperator();
+  ASSERT_TRUE(Eventually([&] { return op_->output().find("watching") != std::string::npos; })) << op_->output();
+  SetPhase("inflight-worker-1", "Failed", 137);
+  ASSERT_TRUE(Eventually([&] {
+    const std::string now = Uid("pod", "inflight-worker-1");
+    return !now.empty() && now != uids["inflight-worker-1"];
+  })) << op_->output();
+  EXPECT_EQ(Uid("pod", "inflight-chief-0"), uids["inflight-chief-0"]);
+  EXPECT_EQ(Uid("pod", "inflight-worker-0"), uids["inflight-worker-0"]);
+  EXPECT_EQ(Pods("inflight").size(), 3u);
+  EXPECT_EQ(Services("inflight").size(), 3u);
+  const json recreated = Get("pod", "inflight-worker-1");
+  EXPECT_EQ(Env(recreated, "TF_CONFIG"), cluster + R"("task":{"type":"worker","index":1},"environment":"cloud"})");
+  EXPECT_EQ(Env(recreated, "TFJOB_AUTH_TOKEN"), "");
+  for (const auto& e : recreated["spec"]["containers"][0]["env"]) EXPECT_NE(e["name"], "TFJOB_AUTH_TOKEN");
+  EXPECT_FALSE(TryGet("secret", "inflight-tfjob-auth").has_value());
+  SetPhase("inflight-worker-1", "Running");
+  SetPhase("inflight-chief-0", "Succeeded", 0);
+  ASSERT_TRUE(Eventually([&] { return HasCondition("inflight", "Succeeded"); })) << op_->output();
+}
+
 // Kubeflow's edge rules on a real server: a job whose only workers number
 // zero (and has no chief) succeeds; after success, what was active counts
 // as succeeded; enableDynamicWorker lets a worker fail without failing the

@@ -53,6 +53,7 @@ PodView Pod(const std::string& type, int index, const std::string& phase, std::o
   p.exit_code = exit;
   p.restart_count = restarts;
   p.controller_uid = "uid-1";
+  p.task_token = true;  // made by this operator (with --task-auth, the default)
   return p;
 }
 
@@ -360,6 +361,31 @@ TEST(PlannerTest, TaskTokenSecretAndNetworkPolicyComeFirst) {
     if (a.kind == Action::Kind::kCreateService) services.push_back(ViewService(a.object));
   }
   EXPECT_EQ(Find(PlanJob(job, pods, services, kNow), "j-tfjob-auth", Action::Kind::kCreateSecret), nullptr);
+}
+
+// A job whose pods training-operator made (no token) before the cluster
+// moved to this operator: a pod re-created for it comes without the token
+// too (one task with a token would refuse the others' calls), and no
+// Secret is made; a job of this operator's pods keeps the token.
+TEST(PlannerTest, PodsMadeWithoutTheTokenKeepTheirJobWithoutIt) {
+  auto job = Job({{"PS", Replica(1)}, {"Worker", Replica(2)}});
+  std::vector<ServiceView> svcs{Svc("ps", 0), Svc("worker", 0), Svc("worker", 1)};
+  std::vector<PodView> kubeflows{Pod("ps", 0, "Running"), Pod("worker", 0, "Running")};
+  for (auto& p : kubeflows) p.task_token = false;
+  PlannerOptions o;
+  o.task_tls = true;
+  Plan p = PlanJob(job, kubeflows, svcs, kNow, o);
+  const Action* created = Find(p, "j-worker-1", Action::Kind::kCreatePod);
+  ASSERT_NE(created, nullptr);
+  EXPECT_FALSE(ViewPod(created->object).task_token);
+  EXPECT_FALSE(created->object["spec"].contains("volumes")) << created->object.dump();
+  EXPECT_EQ(Find(p, "j-tfjob-auth", Action::Kind::kCreateSecret), nullptr);
+
+  Plan ours = PlanJob(job, {Pod("ps", 0, "Running"), Pod("worker", 0, "Running")}, svcs, kNow, o);
+  created = Find(ours, "j-worker-1", Action::Kind::kCreatePod);
+  ASSERT_NE(created, nullptr);
+  EXPECT_TRUE(ViewPod(created->object).task_token);
+  EXPECT_NE(Find(ours, "j-tfjob-auth", Action::Kind::kCreateSecret), nullptr);
 }
 
 // --task-tls: the tensorflow container mounts the job's TLS material from
