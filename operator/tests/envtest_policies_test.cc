@@ -7,6 +7,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "operator/tests/envtest_support.h"
 
 namespace tfjob::op::envtest {
@@ -101,19 +103,53 @@ TEST_F(EnvtestPolicies, BackoffLimitCountsOnFailureRestartsAndExitCodeRecreation
 }
 
 // activeDeadlineSeconds fires on time (a timed requeue), and a job failed
-// by its deadline stops its running pods whatever cleanPodPolicy says.
+// by its deadline stops its running pods whatever cleanPodPolicy says; a
+// pod that had already completed is kept, with its logs (Kubeflow deletes
+// every pod).
 TEST_F(EnvtestPolicies, ActiveDeadlineFailsTheJobOnTimeAndStopsItsPods) {
-  Apply(JobYaml("deadline", Replica("Worker", 2), "  runPolicy: {activeDeadlineSeconds: 3}\n"));
-  ASSERT_TRUE(Eventually([&] { return Pods("deadline").size() == 2; }));
+  Apply(JobYaml("deadline", Replica("Worker", 3), "  runPolicy: {activeDeadlineSeconds: 3}\n"));
+  ASSERT_TRUE(Eventually([&] { return Pods("deadline").size() == 3; }));
   AllRunning("deadline");
+  SetPhase("deadline-worker-2", "Succeeded", 0);
   ASSERT_TRUE(Eventually([&] { return HasCondition("deadline", "Failed"); }, std::chrono::seconds(20))) << op_->output();
-  EXPECT_THAT(ConditionMessage("deadline", "Failed"), HasSubstr("deadline"));
+  EXPECT_THAT(ConditionMessage("deadline", "Failed"),
+              HasSubstr("Job deadline has failed because it was active longer than specified deadline"));
+  auto stopped = [&](const std::string& pod) {
+    auto p = TryGet("pod", pod);
+    return !p || (*p)["metadata"].contains("deletionTimestamp");
+  };
+  ASSERT_TRUE(Eventually([&] { return stopped("deadline-worker-0") && stopped("deadline-worker-1"); }))
+      << "running pods were not stopped";
+  EXPECT_FALSE(stopped("deadline-worker-2")) << "the completed pod was deleted with its logs";
+}
+
+// A pod being deleted (a node drain, a preemption: deletionTimestamp set,
+// still Running through its grace period) is neither active nor failed: it
+// is re-created once gone, even under Never. Kubeflow counts it as failed
+// and fails the job.
+TEST_F(EnvtestPolicies, ADrainedPodIsRecreatedInsteadOfFailingTheJob) {
+  Apply(JobYaml("drained", Replica("Worker", 2)));
+  ASSERT_TRUE(Eventually([&] { return Pods("drained").size() == 2; }));
+  AllRunning("drained");
+  ASSERT_TRUE(Eventually([&] { return HasCondition("drained", "Running"); })) << op_->output();
+  const std::string first = Uid("drained-worker-1");
+  // A finalizer holds the pod in its grace period, as a kubelet would.
+  Kubectl({"patch", "-n", ns_, "pod", "drained-worker-1", "--type=merge", "-p",
+           R"({"metadata":{"finalizers":["tfjob.test/held"]}})"});
+  Kubectl({"delete", "pod", "-n", ns_, "drained-worker-1", "--wait=false"});
+  ASSERT_TRUE(Eventually([&] { return Get("pod", "drained-worker-1")["metadata"].contains("deletionTimestamp"); }));
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // time to act, were it going to
+  EXPECT_FALSE(HasCondition("drained", "Failed")) << op_->output();
+  EXPECT_EQ(Uid("drained-worker-1"), first);  // not replaced while still there
+  Kubectl({"patch", "-n", ns_, "pod", "drained-worker-1", "--type=merge", "-p", R"({"metadata":{"finalizers":null}})"});
   ASSERT_TRUE(Eventually([&] {
-    for (const auto& p : Pods("deadline")) {
-      if (!p["metadata"].contains("deletionTimestamp")) return false;
-    }
-    return true;
-  })) << "running pods were not stopped";
+    const std::string now = Uid("drained-worker-1");
+    return !now.empty() && now != first;
+  })) << "the drained pod was not re-created\n" << op_->output();
+  EXPECT_FALSE(HasCondition("drained", "Failed"));
+  AllRunning("drained");
+  SetPhase("drained-worker-0", "Succeeded", 0);
+  ASSERT_TRUE(Eventually([&] { return HasCondition("drained", "Succeeded"); })) << op_->output();
 }
 
 // ttlSecondsAfterFinished deletes the finished TFJob; the real garbage
