@@ -25,4 +25,11 @@ bash scripts/setup.sh
 [[ -f build/build.ninja ]] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build build
 cd build
-ctest --output-on-failure --timeout 600 -j "$(nproc)" "${repeat[@]}"
+status=0
+ctest --output-on-failure --timeout 600 -j "$(nproc)" -LE envtest "${repeat[@]}" || status=$?
+# The real-API-server suite (label envtest: one control plane per
+# executable), verbose: its log shows each control plane starting and each
+# scenario passing.
+echo "== the real-API-server suite (../shared/envtest) =="
+ctest -V --timeout 600 -j "$(nproc)" -L envtest "${repeat[@]}" || status=$?
+exit "$status"

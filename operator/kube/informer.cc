@@ -154,12 +154,29 @@ Status Informer::Relist() {
 void Informer::Run() {
   auto backoff = std::chrono::milliseconds(100);
   bool need_list = true;
+  // Like client-go's reflector, say when the API server cannot be listed or
+  // watched (once per distinct error, else every 30 s) and when it can again.
+  std::string last_error;
+  auto last_said = std::chrono::steady_clock::time_point();
+  auto say = [&](const char* what, const Status& s) {
+    const auto now = std::chrono::steady_clock::now();
+    if (s.message() == last_error && now - last_said < std::chrono::seconds(30)) return;
+    std::cerr << "tfjob-operator: " << resource_.plural << ": " << what << " failed (retrying): " << s.message()
+              << std::endl;
+    last_error = s.message();
+    last_said = now;
+  };
   while (!stop_) {
     if (need_list) {
       if (Status s = Relist(); !s.ok()) {
+        say("list", s);
         std::this_thread::sleep_for(backoff);
         backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
         continue;
+      }
+      if (!last_error.empty()) {
+        std::cerr << "tfjob-operator: " << resource_.plural << ": listed again" << std::endl;
+        last_error.clear();
       }
       synced_ = true;
       need_list = false;
@@ -182,6 +199,7 @@ void Informer::Run() {
     if (s.code() == Code::kFailedPrecondition) {
       need_list = true;  // 410 Gone: our version was compacted away
     } else if (!s.ok()) {
+      say("watch", s);
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
       need_list = true;  // a broken stream may have lost events: relist to be sure

@@ -176,7 +176,7 @@ TEST_F(EnvtestLifecycle, OrphansLeftByCascadeOrphanAreAdoptedByTheRecreatedJob) 
       if (o["metadata"].contains("ownerReferences")) return false;
     }
     return true;
-  })) << "the garbage collector did not orphan the job's pods and services";
+  }, kGarbageCollectorTimeout)) << "the garbage collector did not orphan the job's pods and services";
 
   Apply(job);
   ASSERT_TRUE(Eventually([&] {
@@ -220,7 +220,7 @@ TEST_F(EnvtestLifecycle, DeletingTheJobLetsTheGarbageCollectorDeleteItsPodsAndSe
   ASSERT_TRUE(Eventually([&] {
     return Pods("background").empty() && Services("background").empty() && Pods("foreground").empty() &&
            Services("foreground").empty() && !TryGet("tfjob", "background") && !TryGet("tfjob", "foreground");
-  })) << op_->output();
+  }, kGarbageCollectorTimeout)) << op_->output();
 }
 
 // The operator killed mid-job and started again: what happened while it
@@ -356,7 +356,8 @@ TEST_F(EnvtestLifecycle, SchedulerPluginsPodGroupIsOwnedByTheJob) {
   EXPECT_EQ(pod["spec"]["schedulerName"], "scheduler-plugins");
   EXPECT_EQ(pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"], "coscheduled");
   Kubectl({"delete", "tfjob", "coscheduled", "-n", ns_});
-  ASSERT_TRUE(Eventually([&] { return !TryGet(pg, "coscheduled") && Pods("coscheduled").empty(); }));
+  ASSERT_TRUE(Eventually([&] { return !TryGet(pg, "coscheduled") && Pods("coscheduled").empty(); },
+                         kGarbageCollectorTimeout));
 }
 
 // Kubeflow's CRD knows no `restarts` in replicaStatuses and prunes it; the

@@ -159,7 +159,7 @@ TEST_F(EnvtestPolicies, TtlDeletesTheJobAndTheGarbageCollectorItsPods) {
   ASSERT_TRUE(Eventually([&] { return Pods("ttl").size() == 1 && Services("ttl").size() == 1; }));
   SetPhase("ttl-worker-0", "Succeeded", 0);
   ASSERT_TRUE(Eventually([&] { return !TryGet("tfjob", "ttl"); })) << op_->output();
-  ASSERT_TRUE(Eventually([&] { return Pods("ttl").empty() && Services("ttl").empty(); }))
+  ASSERT_TRUE(Eventually([&] { return Pods("ttl").empty() && Services("ttl").empty(); }, kGarbageCollectorTimeout))
       << "the garbage collector left the job's pods or services";
 }
 

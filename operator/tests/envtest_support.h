@@ -64,4 +64,9 @@ class RealApiServerTest : public ::testing::Test {
 
 std::string Env(const json& pod, const std::string& name);
 
+// The garbage collector acts for a custom resource (a TFJob, a PodGroup)
+// only once its periodic discovery, every 30 s in kube-controller-manager,
+// has found the resource; waits on it allow for that.
+inline constexpr std::chrono::seconds kGarbageCollectorTimeout{90};
+
 }  // namespace tfjob::op::envtest

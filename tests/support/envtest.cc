@@ -4,13 +4,15 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <iostream>
-#include <map>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <regex>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -111,8 +113,22 @@ bool ControlPlane::Start(std::string* why) const {
 }
 
 bool ControlPlane::Restart(std::string* why) const {
-  Run({kit_ + "/stop-control-plane.sh", dir_});
-  return Start(why);
+  const std::string before = server_;
+  const RunResult stop = Run({kit_ + "/stop-control-plane.sh", dir_});
+  // The kit's script takes the same ports again only when nothing answers
+  // on them: wait until the old API server's port refuses connections.
+  const std::string port = before.substr(before.rfind(':') + 1);
+  for (int i = 0; i < 200; ++i) {
+    if (Run({"/bin/bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/" + port}).exit_code != 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!Start(why)) return false;
+  if (server_ != before) {
+    // Clients configured before the restart could never reach it again.
+    *why = "the API server came back on " + server_ + ", not " + before + "; stop said: " + stop.out + stop.err;
+    return false;
+  }
+  return true;
 }
 
 ControlPlane::~ControlPlane() {
