@@ -86,7 +86,9 @@ TEST_F(EnvtestLifecycle, EventsTellWhatTheOperatorDidInDescribe) {
   })) << ::testing::PrintToString(EventLines("told"));
   SetPhase("told-worker-1", "Failed", 137);
   ASSERT_TRUE(Eventually([&] {
-    return HasEvent("told", "Normal", "ExitedWithCode", "Pod: " + ns_ + ".told-worker-1 exited with code 137");
+    return HasEvent("told", "Normal", "ExitedWithCode", "Pod: " + ns_ + ".told-worker-1 exited with code 137") &&
+           HasEvent("told", "Normal", "SuccessfulDeletePod", "Deleted pod: told-worker-1") &&
+           HasEvent("told", "Warning", "TFJobRestarting", "job told is restarting because Worker replica(s) failed.");
   })) << ::testing::PrintToString(EventLines("told"));
   SetPodStatus("told-worker-0",
                {{"phase", "Pending"},
@@ -104,9 +106,14 @@ TEST_F(EnvtestLifecycle, EventsTellWhatTheOperatorDidInDescribe) {
                     "Restart policy in pod template will be overwritten by restart policy in replica spec");
   })) << ::testing::PrintToString(EventLines("overridden"));
   EXPECT_EQ(Get("pod", "overridden-worker-0")["spec"]["restartPolicy"], "Never");
+  SetPhase("told-worker-0", "Succeeded", 0);
+  ASSERT_TRUE(Eventually([&] {
+    return HasEvent("told", "Normal", "TFJobSucceeded", "TFJob " + ns_ + "/told successfully completed.");
+  })) << ::testing::PrintToString(EventLines("told"));
 
   const std::string described = Describe("told");
-  for (const char* reason : {"SuccessfulCreatePod", "SuccessfulCreateService", "ExitedWithCode", "ImagePullBackOff"}) {
+  for (const char* reason : {"SuccessfulCreatePod", "SuccessfulCreateService", "ExitedWithCode", "SuccessfulDeletePod",
+                             "TFJobRestarting", "ImagePullBackOff", "TFJobSucceeded"}) {
     EXPECT_THAT(described, HasSubstr(reason)) << described;
   }
   // Each event once per job, however often the job is reconciled.

@@ -159,6 +159,9 @@ TEST_F(EnvtestPolicies, TtlDeletesTheJobAndTheGarbageCollectorItsPods) {
   ASSERT_TRUE(Eventually([&] { return Pods("ttl").size() == 1 && Services("ttl").size() == 1; }));
   SetPhase("ttl-worker-0", "Succeeded", 0);
   ASSERT_TRUE(Eventually([&] { return !TryGet("tfjob", "ttl"); })) << op_->output();
+  bool said = false;
+  for (const auto& e : Events("ttl")) said |= e.value("reason", "") == "SuccessfulDeleteJob" && e.value("message", "") == "Deleted job: ttl";
+  EXPECT_TRUE(said) << "no SuccessfulDeleteJob event";
   ASSERT_TRUE(Eventually([&] { return Pods("ttl").empty() && Services("ttl").empty(); }, kGarbageCollectorTimeout))
       << "the garbage collector left the job's pods or services";
 }
