@@ -1082,8 +1082,10 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
   }
 
   if (!failed_msgs.empty()) {
-    std::string msg = "TFJob " + qualified + " has failed because";
-    for (const auto& m : failed_msgs) msg += " " + m;
+    // Kubeflow's UpdateJobStatus: an event for each failed type, in its
+    // order (Chief, Evaluator, Master, PS, Worker: the job's replica order
+    // here), and the condition from the first, since Failed is final.
+    const std::string msg = "TFJob " + qualified + " has failed because " + failed_msgs.front();
     if (!exit_code_failure.empty()) {
       // Kubeflow fails an ExitCode job with this message first; its general
       // one follows as an event.
@@ -1092,7 +1094,7 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
     SetCondition(st, api::kConditionFailed, api::kConditionTrue, api::kReasonFailed,
                  exit_code_failure.empty() ? msg : exit_code_failure, now);
     st.completion_time = now;
-    b.Event("Normal", api::kReasonFailed, msg);
+    for (const auto& m : failed_msgs) b.Event("Normal", api::kReasonFailed, "TFJob " + qualified + " has failed because " + m);
     b.Cleanup(CleanPolicy(job));
     ApplyTtl(b, job, now_tp);
     return finish();

@@ -72,6 +72,7 @@ TEST_F(EnvtestPolicies, NeverFailsTheJobOnAFailedReplica) {
   AllRunning("never");
   SetPhase("never-worker-0", "Failed", 137);
   ASSERT_TRUE(Eventually([&] { return HasCondition("never", "Failed"); })) << op_->output();
+  EXPECT_EQ(ConditionMessage("never", "Failed"), "TFJob " + ns_ + "/never has failed because 1 Worker replica(s) failed.");
   EXPECT_EQ(Uid("never-worker-0").empty(), false);  // not re-created
 }
 

@@ -602,6 +602,18 @@ TEST(PlannerTest, NeverFailsOnAnyFailure) {
   auto job = Job({{"Worker", Replica(1, "Never")}});
   Plan p = PlanJob(job, {Pod("worker", 0, "Failed", 137)}, {Svc("worker", 0)}, kNow);
   EXPECT_TRUE(True(p.status, "Failed"));
+  // Two types failed: as in Kubeflow, the condition names the first in its
+  // order, and each gets its event.
+  auto two = Job({{"PS", Replica(1, "Never")}, {"Worker", Replica(2, "Never")}});
+  Plan q = PlanJob(two, {Pod("ps", 0, "Failed", 1), Pod("worker", 0, "Failed", 1), Pod("worker", 1, "Failed", 1)},
+                   {Svc("ps", 0), Svc("worker", 0), Svc("worker", 1)}, kNow);
+  EXPECT_EQ(Cond(q.status, "Failed")->message, "TFJob ns/j has failed because 1 PS replica(s) failed.");
+  std::vector<std::string> failed_events;
+  for (const auto& e : q.events) {
+    if (e.reason == "TFJobFailed") failed_events.push_back(e.message);
+  }
+  EXPECT_EQ(failed_events, (std::vector<std::string>{"TFJob ns/j has failed because 1 PS replica(s) failed.",
+                                                     "TFJob ns/j has failed because 2 Worker replica(s) failed."}));
 }
 
 TEST(PlannerTest, OnFailurePodSpecLetsTheKubeletRestart) {
