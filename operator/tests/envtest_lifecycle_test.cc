@@ -116,6 +116,11 @@ TEST_F(EnvtestLifecycle, EventsTellWhatTheOperatorDidInDescribe) {
                              "TFJobRestarting", "ImagePullBackOff", "TFJobSucceeded"}) {
     EXPECT_THAT(described, HasSubstr(reason)) << described;
   }
+  // As in Kubeflow, none for the Created or Running conditions.
+  for (const auto& e : Events("told")) {
+    EXPECT_NE(e.value("reason", ""), "TFJobCreated");
+    EXPECT_NE(e.value("reason", ""), "TFJobRunning");
+  }
   // Each event once per job, however often the job is reconciled.
   std::multiset<std::string> lines;
   for (const auto& e : Events("told")) lines.insert(e.value("reason", "") + e.value("message", ""));
@@ -506,6 +511,65 @@ TEST_F(EnvtestLifecycle, AJobTrainingOperatorStartedCarriesOnUnderThisOperator) 
   SetPhase("inflight-worker-1", "Running");
   SetPhase("inflight-chief-0", "Succeeded", 0);
   ASSERT_TRUE(Eventually([&] { return HasCondition("inflight", "Succeeded"); })) << op_->output();
+}
+
+// Step 2 of docs/kubeflow-compatibility.md's move, its commands as written
+// there: training-operator's webhook configuration, with TFJob disabled,
+// refuses every TFJob (nothing serves its path); removing just the tfjob
+// entry lets TFJobs in and leaves the other kinds' entries.
+TEST_F(EnvtestLifecycle, TheMoveFromTrainingOperatorRemovesOnlyItsTfJobWebhook) {
+  auto entry = [](const std::string& kind) {
+    return json{{"admissionReviewVersions", {"v1"}},
+                {"clientConfig",
+                 {{"service",
+                   {{"name", "training-operator"}, {"namespace", "kubeflow"},
+                    {"path", "/validate-kubeflow-org-v1-" + kind}}}}},
+                {"failurePolicy", "Fail"},
+                {"name", "validator." + kind + ".training-operator.kubeflow.org"},
+                {"rules",
+                 json::array({{{"apiGroups", {"kubeflow.org"}}, {"apiVersions", {"v1"}},
+                               {"operations", {"CREATE", "UPDATE"}}, {"resources", {kind + "s"}}}})},
+                {"sideEffects", "None"}};
+  };
+  const json config = {{"apiVersion", "admissionregistration.k8s.io/v1"},
+                       {"kind", "ValidatingWebhookConfiguration"},
+                       {"metadata", {{"name", "validator.training-operator.kubeflow.org"}}},
+                       {"webhooks", json::array({entry("pytorchjob"), entry("tfjob"), entry("xgboostjob")})}};
+  struct Guard {
+    t::ControlPlane* cp;
+    ~Guard() { cp->Kubectl({"delete", "validatingwebhookconfiguration", "validator.training-operator.kubeflow.org",
+                            "--ignore-not-found"}); }
+  } guard{cp_};
+  ASSERT_EQ(cp_->Apply(config.dump()).exit_code, 0);
+  const std::string job = JobYaml("moved", Replica("Worker", 1));
+  ASSERT_TRUE(Eventually([&] {
+    const auto r = Apply(job, /*may_fail=*/true);
+    return r.exit_code != 0 && r.err.find("validator.tfjob.training-operator.kubeflow.org") != std::string::npos;
+  })) << "the webhook entry did not refuse TFJobs";
+
+  const std::string kubectl = t::ToolPath("kubectl");
+  ASSERT_FALSE(kubectl.empty()) << "no official kubectl in .tools/bin: run scripts/setup.sh";
+  const std::string script =
+      "set -euo pipefail\n"
+      "i=$(kubectl get validatingwebhookconfiguration validator.training-operator.kubeflow.org \\\n"
+      "      -o jsonpath='{range .webhooks[*]}{.name}{\"\\n\"}{end}' |\n"
+      "    grep -n '^validator.tfjob.training-operator.kubeflow.org$' | cut -d: -f1)\n"
+      "kubectl patch validatingwebhookconfiguration validator.training-operator.kubeflow.org \\\n"
+      "  --type=json -p \"[{\\\"op\\\":\\\"remove\\\",\\\"path\\\":\\\"/webhooks/$((i-1))\\\"}]\"\n";
+  const std::string path = dir_ + "/step2.sh";
+  std::ofstream(path) << script;
+  const auto r = t::Run({"/bin/bash", path},
+                        {{"KUBECONFIG", cp_->admin_kubeconfig()},
+                         {"PATH", kubectl.substr(0, kubectl.rfind('/')) + ":/usr/bin:/bin"}});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_TRUE(Eventually([&] { return Apply(job, /*may_fail=*/true).exit_code == 0; }))
+      << "TFJobs still refused after step 2";
+  const json left = json::parse(
+      Kubectl({"get", "validatingwebhookconfiguration", "validator.training-operator.kubeflow.org", "-o", "json"}).out);
+  std::vector<std::string> names;
+  for (const auto& w : left["webhooks"]) names.push_back(w["name"]);
+  EXPECT_EQ(names, (std::vector<std::string>{"validator.pytorchjob.training-operator.kubeflow.org",
+                                             "validator.xgboostjob.training-operator.kubeflow.org"}));
 }
 
 // Kubeflow's edge rules on a real server: a job whose only workers number
