@@ -12,6 +12,7 @@
 
 #include "common/files.h"
 #include "operator/api/codec.h"
+#include "operator/tests/envtest_support.h"
 #include "tests/support/apiserver/apiserver_double.h"
 #include "tests/support/apiserver/resources.h"
 #include "tests/support/process.h"
@@ -115,15 +116,7 @@ class OperatorE2E : public ::testing::Test {
   std::map<std::string, std::string> op_env_;  // the operator's extra environment
 };
 
-std::string Env(const json& pod, const std::string& name) {
-  for (const auto& c : pod["spec"]["containers"]) {
-    if (c.value("name", "") != "tensorflow") continue;
-    for (const auto& e : c.value("env", json::array())) {
-      if (e.value("name", "") == name) return e.value("value", "");
-    }
-  }
-  return "";
-}
+using envtest::Env;
 
 TEST_F(OperatorE2E, CounterExampleRunsToSuccess) {
   json created = Submit(Manifest("examples/counter/tfjob.yaml"));

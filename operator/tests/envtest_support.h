@@ -62,6 +62,8 @@ class RealApiServerTest : public ::testing::Test {
   int metrics_port_ = 0, health_port_ = 0;
 };
 
+// The value of the tensorflow container's variable `name` in a pod ("" when
+// absent); shared with the double-based e2e tests.
 std::string Env(const json& pod, const std::string& name);
 
 // The garbage collector acts for a custom resource (a TFJob, a PodGroup)
