@@ -683,16 +683,23 @@ TEST_P(ChartRbac, GrantsExactlyWhatTheOperatorUses) {
   // Left behind by `kubectl delete tfjob --cascade=orphan`: a pod and a
   // service with job "ttl"'s labels and no owner, which the operator adopts
   // (patch); and a pod and a service named like job "clean"'s but not its,
-  // which the operator's creates run into, look at (get) and report.
+  // which the operator's creates run into, look at (get) and report. The
+  // orphan pod is one this operator made (it carries the task token), so
+  // the job keeps its token and Secret.
   const json orphan_labels{{"training.kubeflow.org/job-name", "ttl"},
                            {"training.kubeflow.org/operator-name", "tfjob-controller"},
                            {"training.kubeflow.org/replica-type", "worker"},
                            {"training.kubeflow.org/replica-index", "1"}};
+  const json token_env = json::array(
+      {{{"name", "TFJOB_AUTH_TOKEN"},
+        {"valueFrom", {{"secretKeyRef", {{"name", "ttl-tfjob-auth"}, {"key", "token"}}}}}}});
   ASSERT_TRUE(api.Create("pods", job_ns,
                          {{"apiVersion", "v1"},
                           {"kind", "Pod"},
                           {"metadata", {{"name", "ttl-worker-1"}, {"namespace", job_ns}, {"labels", orphan_labels}}},
-                          {"spec", {{"containers", json::array({{{"name", "tensorflow"}, {"image", "x"}}})}}}})
+                          {"spec",
+                           {{"containers",
+                             json::array({{{"name", "tensorflow"}, {"image", "x"}, {"env", token_env}}})}}}})
                   .ok());
   ASSERT_TRUE(api.Create("services", job_ns,
                          {{"apiVersion", "v1"},
