@@ -78,6 +78,26 @@ math::Opt ToOpt(const device::OptimizerStep& s) {
   return o;
 }
 
+// The kernels' window, after checking the geometry is one a layer could
+// have computed (positive sizes, outputs that exist).
+StatusOr<math::Window> ToWindow(const device::Window2D& w, const char* op) {
+  if (w.batch < 0 || w.height <= 0 || w.width <= 0 || w.channels <= 0 || w.window_h <= 0 || w.window_w <= 0 ||
+      w.stride_h <= 0 || w.stride_w <= 0 || w.out_h <= 0 || w.out_w <= 0 || w.pad_top < 0 || w.pad_left < 0 ||
+      w.pad_top >= w.window_h || w.pad_left >= w.window_w) {
+    return InvalidArgument(std::string(op) + ": invalid window geometry");
+  }
+  return math::Window{w.batch, w.height, w.width, w.channels, w.window_h, w.window_w, w.stride_h,
+                      w.stride_w, w.out_h, w.out_w, w.pad_top, w.pad_left};
+}
+
+Status NeedSize(const Tensor& t, int64_t n, const char* op, const char* what) {
+  if (t.size() != n) {
+    return InvalidArgument(std::string(op) + ": " + what + " " + t.DebugString() + " should have " + std::to_string(n) +
+                           " elements");
+  }
+  return Status::Ok();
+}
+
 // Restores the caller's current device: deleters run on whatever thread
 // drops the last handle.
 class DeviceGuard {
@@ -396,6 +416,100 @@ class CudaBackend final : public Backend {
                                              values.dim(0), divisor, scale, values.dim(1), values.data<float>(),
                                              d->compute),
                   "EmbeddingBackward");
+  }
+
+  Status Im2Col(const Tensor& x, const device::Window2D& w, Tensor& patches) override {
+    RETURN_IF_ERROR(NeedF32(x, "Im2Col"));
+    RETURN_IF_ERROR(NeedF32(patches, "Im2Col"));
+    ASSIGN_OR_RETURN(math::Window g, ToWindow(w, "Im2Col"));
+    RETURN_IF_ERROR(NeedSize(x, g.n * g.h * g.w * g.c, "Im2Col", "input"));
+    RETURN_IF_ERROR(NeedSize(patches, g.n * g.oh * g.ow * g.kh * g.kw * g.c, "Im2Col", "patches"));
+    RETURN_IF_ERROR(device::CheckSameDevice("Im2Col", {&x, &patches}));
+    ASSIGN_OR_RETURN(PerDevice * d, Get(patches));
+    return Launch(kernels::Im2Col(g, x.data<float>(), patches.data<float>(), d->compute), "Im2Col");
+  }
+
+  Status Col2Im(const Tensor& patches, const device::Window2D& w, Tensor& dx) override {
+    RETURN_IF_ERROR(NeedF32(patches, "Col2Im"));
+    RETURN_IF_ERROR(NeedF32(dx, "Col2Im"));
+    ASSIGN_OR_RETURN(math::Window g, ToWindow(w, "Col2Im"));
+    RETURN_IF_ERROR(NeedSize(dx, g.n * g.h * g.w * g.c, "Col2Im", "dx"));
+    RETURN_IF_ERROR(NeedSize(patches, g.n * g.oh * g.ow * g.kh * g.kw * g.c, "Col2Im", "patches"));
+    RETURN_IF_ERROR(device::CheckSameDevice("Col2Im", {&patches, &dx}));
+    ASSIGN_OR_RETURN(PerDevice * d, Get(dx));
+    return Launch(kernels::Col2Im(g, patches.data<float>(), dx.data<float>(), d->compute), "Col2Im");
+  }
+
+  Status Pool2D(bool max, const Tensor& x, const device::Window2D& w, Tensor& y, Tensor* argmax) override {
+    RETURN_IF_ERROR(NeedF32(x, "Pool2D"));
+    RETURN_IF_ERROR(NeedF32(y, "Pool2D"));
+    ASSIGN_OR_RETURN(math::Window g, ToWindow(w, "Pool2D"));
+    RETURN_IF_ERROR(NeedSize(x, g.n * g.h * g.w * g.c, "Pool2D", "input"));
+    RETURN_IF_ERROR(NeedSize(y, g.n * g.oh * g.ow * g.c, "Pool2D", "output"));
+    RETURN_IF_ERROR(device::CheckSameDevice("Pool2D", {&x, &y}));
+    if (max) {
+      if (!argmax) return InvalidArgument("Pool2D: max pooling needs an argmax tensor");
+      RETURN_IF_ERROR(NeedI64(*argmax, "Pool2D"));
+      RETURN_IF_ERROR(NeedSize(*argmax, y.size(), "Pool2D", "argmax"));
+      RETURN_IF_ERROR(device::CheckSameDevice("Pool2D", {&y, argmax}));
+    }
+    ASSIGN_OR_RETURN(PerDevice * d, Get(y));
+    return Launch(kernels::Pool2D(g, max, x.data<float>(), y.data<float>(), max ? argmax->data<int64_t>() : nullptr,
+                                  d->compute),
+                  "Pool2D");
+  }
+
+  Status Pool2DBackward(bool max, const Tensor& dy, const Tensor* argmax, const device::Window2D& w,
+                        Tensor& dx) override {
+    RETURN_IF_ERROR(NeedF32(dy, "Pool2DBackward"));
+    RETURN_IF_ERROR(NeedF32(dx, "Pool2DBackward"));
+    ASSIGN_OR_RETURN(math::Window g, ToWindow(w, "Pool2DBackward"));
+    RETURN_IF_ERROR(NeedSize(dx, g.n * g.h * g.w * g.c, "Pool2DBackward", "dx"));
+    RETURN_IF_ERROR(NeedSize(dy, g.n * g.oh * g.ow * g.c, "Pool2DBackward", "dy"));
+    RETURN_IF_ERROR(device::CheckSameDevice("Pool2DBackward", {&dy, &dx}));
+    if (max) {
+      if (!argmax) return InvalidArgument("Pool2DBackward: max pooling needs the forward pass's argmax");
+      RETURN_IF_ERROR(NeedI64(*argmax, "Pool2DBackward"));
+      RETURN_IF_ERROR(NeedSize(*argmax, dy.size(), "Pool2DBackward", "argmax"));
+      RETURN_IF_ERROR(device::CheckSameDevice("Pool2DBackward", {&dy, argmax}));
+    }
+    ASSIGN_OR_RETURN(PerDevice * d, Get(dx));
+    return Launch(kernels::Pool2DBackward(g, max, dy.data<float>(), max ? argmax->data<int64_t>() : nullptr,
+                                          dx.data<float>(), d->compute),
+                  "Pool2DBackward");
+  }
+
+  Status BroadcastAxis(const Tensor& a, int64_t outer, int64_t n, int64_t inner, float scale, Tensor& out) override {
+    RETURN_IF_ERROR(NeedF32(a, "BroadcastAxis"));
+    RETURN_IF_ERROR(NeedF32(out, "BroadcastAxis"));
+    if (outer < 0 || n < 0 || inner < 0 || a.size() != outer * inner || out.size() != outer * n * inner) {
+      return InvalidArgument("BroadcastAxis: bad view");
+    }
+    RETURN_IF_ERROR(device::CheckSameDevice("BroadcastAxis", {&a, &out}));
+    ASSIGN_OR_RETURN(PerDevice * d, Get(out));
+    return Launch(kernels::BroadcastAxis(a.data<float>(), out.data<float>(), outer, n, inner, scale, d->compute),
+                  "BroadcastAxis");
+  }
+
+  Status Moments(const Tensor& x, Tensor& mean, Tensor& variance) override {
+    RETURN_IF_ERROR(NeedF32(x, "Moments"));
+    RETURN_IF_ERROR(NeedF32(mean, "Moments"));
+    RETURN_IF_ERROR(SameSize(mean, variance, "Moments"));
+    if (mean.size() == 0 || x.size() % mean.size() != 0) return InvalidArgument("Moments: mean does not divide x");
+    RETURN_IF_ERROR(device::CheckSameDevice("Moments", {&x, &mean, &variance}));
+    ASSIGN_OR_RETURN(PerDevice * d, Get(mean));
+    return Launch(kernels::Moments(x.data<float>(), mean.data<float>(), variance.data<float>(),
+                                   x.size() / mean.size(), mean.size(), d->compute),
+                  "Moments");
+  }
+
+  Status InverseSqrt(const Tensor& a, float epsilon, Tensor& out) override {
+    RETURN_IF_ERROR(NeedF32(a, "InverseSqrt"));
+    RETURN_IF_ERROR(SameSize(a, out, "InverseSqrt"));
+    RETURN_IF_ERROR(device::CheckSameDevice("InverseSqrt", {&a, &out}));
+    ASSIGN_OR_RETURN(PerDevice * d, Get(out));
+    return Launch(kernels::InverseSqrt(a.data<float>(), epsilon, out.data<float>(), a.size(), d->compute),
+                  "InverseSqrt");
   }
 
   Status LossAndGradient(device::Loss loss, bool from_logits, const Tensor& pred, const Tensor& target, Tensor& grad,

@@ -144,4 +144,123 @@ TFJOB_HD void Update(const Opt& o, float& w, float g, float* s0, float* s1, floa
   }
 }
 
+// ---- windows over NHWC tensors: Conv2D's im2col and col2im, pooling ----
+//
+// The geometry of a kernel or pooling window as the layer computed it
+// (TensorFlow's "valid" / "same"; services/model/layers_internal.h). Each
+// function below computes one output element; the kernels run one thread
+// per element, the host test loops over them. Sums run in the order the
+// CPU layers accumulate in (output pixels by increasing row, then column),
+// without atomics: the same every run, and the host's bit for bit where no
+// multiply-add can be fused (max pooling, the forward sums), else to the
+// last bit.
+struct Window {
+  int64_t n, h, w, c;   // input [n, h, w, c]
+  int64_t kh, kw;       // window
+  int64_t sh, sw;       // strides
+  int64_t oh, ow;       // output pixels
+  int64_t pt, pl;       // padding before (top, left)
+};
+
+// Output positions o along one axis whose window covers input position v:
+// o * stride - pad <= v < o * stride - pad + window, as [lo, hi).
+TFJOB_HD void Covering(int64_t v, int64_t pad, int64_t window, int64_t stride, int64_t out, int64_t& lo, int64_t& hi) {
+  const int64_t num = v + pad;
+  hi = num / stride + 1;
+  if (hi > out) hi = out;
+  const int64_t m = num - window;
+  lo = m < 0 ? 0 : m / stride + 1;
+}
+
+// Element i of the patch matrix [n * oh * ow, kh * kw * c]: the input under
+// kernel tap (ky, kx), channel ch, of output pixel row; 0 over padding.
+TFJOB_HD float Im2ColAt(const Window& g, const float* x, int64_t i) {
+  const int64_t k = g.kh * g.kw * g.c;
+  const int64_t row = i / k, col = i % k;
+  const int64_t ch = col % g.c, tap = col / g.c, kx = tap % g.kw, ky = tap / g.kw;
+  const int64_t ox = row % g.ow, rest = row / g.ow, oy = rest % g.oh, b = rest / g.oh;
+  const int64_t iy = oy * g.sh - g.pt + ky, ix = ox * g.sw - g.pl + kx;
+  if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) return 0.f;
+  return x[((b * g.h + iy) * g.w + ix) * g.c + ch];
+}
+
+// Element i of dx [n, h, w, c]: the sum of the patch-matrix gradients of
+// every tap that copied this input.
+TFJOB_HD float Col2ImAt(const Window& g, const float* dp, int64_t i) {
+  const int64_t ch = i % g.c, rest = i / g.c, ix = rest % g.w, rest2 = rest / g.w, iy = rest2 % g.h, b = rest2 / g.h;
+  const int64_t k = g.kh * g.kw * g.c;
+  int64_t y0, y1, x0, x1;
+  Covering(iy, g.pt, g.kh, g.sh, g.oh, y0, y1);
+  Covering(ix, g.pl, g.kw, g.sw, g.ow, x0, x1);
+  float acc = 0.f;
+  for (int64_t oy = y0; oy < y1; ++oy) {
+    const int64_t ky = iy + g.pt - oy * g.sh;
+    for (int64_t ox = x0; ox < x1; ++ox) {
+      const int64_t kx = ix + g.pl - ox * g.sw;
+      acc += dp[((b * g.oh + oy) * g.ow + ox) * k + (ky * g.kw + kx) * g.c + ch];
+    }
+  }
+  return acc;
+}
+
+// The input rows [y0, y1) and columns [x0, x1) under output pixel (oy, ox),
+// padding excluded.
+TFJOB_HD void PoolWindow(const Window& g, int64_t oy, int64_t ox, int64_t& y0, int64_t& y1, int64_t& x0, int64_t& x1) {
+  const int64_t y = oy * g.sh - g.pt, x = ox * g.sw - g.pl;
+  y0 = y < 0 ? 0 : y;
+  y1 = y + g.kh < g.h ? y + g.kh : g.h;
+  x0 = x < 0 ? 0 : x;
+  x1 = x + g.kw < g.w ? x + g.kw : g.w;
+}
+
+// Element i of y [n, oh, ow, c]. Max: the first maximum wins (strictly
+// greater replaces), and *arg receives its flat input offset. Average: the
+// divisor counts real inputs only.
+TFJOB_HD float PoolAt(const Window& g, bool max, const float* x, int64_t i, int64_t* arg) {
+  const int64_t ch = i % g.c, rest = i / g.c, ox = rest % g.ow, rest2 = rest / g.ow, oy = rest2 % g.oh, b = rest2 / g.oh;
+  int64_t y0, y1, x0, x1;
+  PoolWindow(g, oy, ox, y0, y1, x0, x1);
+  float acc = 0.f;
+  int64_t best = -1;
+  for (int64_t iy = y0; iy < y1; ++iy) {
+    for (int64_t ix = x0; ix < x1; ++ix) {
+      const int64_t at = ((b * g.h + iy) * g.w + ix) * g.c + ch;
+      if (!max) {
+        acc += x[at];
+      } else if (best < 0 || x[at] > acc) {
+        acc = x[at];
+        best = at;
+      }
+    }
+  }
+  if (max) {
+    if (arg) *arg = best;
+    return acc;
+  }
+  return acc * (1.f / static_cast<float>((y1 - y0) * (x1 - x0)));
+}
+
+// Element i of dx [n, h, w, c] for pooling: the gradients of the outputs
+// whose maximum it was (max) or whose average it entered (average).
+TFJOB_HD float PoolGradAt(const Window& g, bool max, const float* dy, const int64_t* arg, int64_t i) {
+  const int64_t ch = i % g.c, rest = i / g.c, ix = rest % g.w, rest2 = rest / g.w, iy = rest2 % g.h, b = rest2 / g.h;
+  int64_t oy0, oy1, ox0, ox1;
+  Covering(iy, g.pt, g.kh, g.sh, g.oh, oy0, oy1);
+  Covering(ix, g.pl, g.kw, g.sw, g.ow, ox0, ox1);
+  float acc = 0.f;
+  for (int64_t oy = oy0; oy < oy1; ++oy) {
+    for (int64_t ox = ox0; ox < ox1; ++ox) {
+      const int64_t o = ((b * g.oh + oy) * g.ow + ox) * g.c + ch;
+      if (max) {
+        if (arg[o] == i) acc += dy[o];
+      } else {
+        int64_t y0, y1, x0, x1;
+        PoolWindow(g, oy, ox, y0, y1, x0, x1);
+        acc += dy[o] * (1.f / static_cast<float>((y1 - y0) * (x1 - x0)));
+      }
+    }
+  }
+  return acc;
+}
+
 }  // namespace tfjob::gpu::math

@@ -302,6 +302,68 @@ __global__ void OptimizerMaskedK(math::Opt o, float* w, const float* g, const fl
   }
 }
 
+
+__global__ void Im2ColK(math::Window g, const float* x, float* p, int64_t n) {
+  TFJOB_FOR(i, n) p[i] = math::Im2ColAt(g, x, i);
+}
+
+__global__ void Col2ImK(math::Window g, const float* p, float* dx, int64_t n) {
+  TFJOB_FOR(i, n) dx[i] = math::Col2ImAt(g, p, i);
+}
+
+__global__ void Pool2DK(math::Window g, bool max, const float* x, float* y, int64_t* arg, int64_t n) {
+  TFJOB_FOR(i, n) y[i] = math::PoolAt(g, max, x, i, arg ? arg + i : nullptr);
+}
+
+__global__ void Pool2DGradK(math::Window g, bool max, const float* dy, const int64_t* arg, float* dx, int64_t n) {
+  TFJOB_FOR(i, n) dx[i] = math::PoolGradAt(g, max, dy, arg, i);
+}
+
+__global__ void BroadcastAxisK(const float* a, float* out, int64_t outer, int64_t n, int64_t inner, float scale) {
+  TFJOB_FOR(i, outer * n * inner) {
+    const int64_t q = i % inner, p = i / (n * inner);
+    out[i] = a[p * inner + q] * scale;
+  }
+}
+
+// A block per column: each thread sums a fixed stride of rows, then a tree
+// in shared memory; the variance pass does the same around that mean.
+__global__ void MomentsK(const float* x, float* mean, float* var, int64_t rows, int64_t cols) {
+  __shared__ float part[kThreads];
+  for (int64_t c = blockIdx.x; c < cols; c += gridDim.x) {
+    float acc = 0.f;
+    for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) acc += x[r * cols + c];
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+      if (static_cast<int>(threadIdx.x) < s) part[threadIdx.x] += part[threadIdx.x + s];
+      __syncthreads();
+    }
+    const float m = rows > 0 ? part[0] / static_cast<float>(rows) : 0.f;
+    __syncthreads();
+    acc = 0.f;
+    for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+      const float d = x[r * cols + c] - m;
+      acc += d * d;
+    }
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+      if (static_cast<int>(threadIdx.x) < s) part[threadIdx.x] += part[threadIdx.x + s];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      mean[c] = m;
+      var[c] = rows > 0 ? part[0] / static_cast<float>(rows) : 0.f;
+    }
+    __syncthreads();
+  }
+}
+
+__global__ void InverseSqrtK(const float* a, float eps, float* out, int64_t n) {
+  TFJOB_FOR(i, n) out[i] = 1.f / sqrtf(a[i] + eps);
+}
+
 }  // namespace
 
 int Axpy(int64_t n, float alpha, const float* x, float* y, void* stream) {
@@ -453,6 +515,49 @@ int OptimizerMasked(const math::Opt& o, float* w, const float* g, const float* m
   if (rows * row > 0) {
     OptimizerMaskedK<<<Blocks(rows * row), kThreads, 0, S(stream)>>>(o, w, g, mask, s0, s1, s2, rows, row);
   }
+  return Done();
+}
+
+int Im2Col(const math::Window& g, const float* x, float* patches, void* stream) {
+  const int64_t n = g.n * g.oh * g.ow * g.kh * g.kw * g.c;
+  if (n > 0) Im2ColK<<<Blocks(n), kThreads, 0, S(stream)>>>(g, x, patches, n);
+  return Done();
+}
+
+int Col2Im(const math::Window& g, const float* patches, float* dx, void* stream) {
+  const int64_t n = g.n * g.h * g.w * g.c;
+  if (n > 0) Col2ImK<<<Blocks(n), kThreads, 0, S(stream)>>>(g, patches, dx, n);
+  return Done();
+}
+
+int Pool2D(const math::Window& g, bool max, const float* x, float* y, int64_t* arg, void* stream) {
+  const int64_t n = g.n * g.oh * g.ow * g.c;
+  if (n > 0) Pool2DK<<<Blocks(n), kThreads, 0, S(stream)>>>(g, max, x, y, arg, n);
+  return Done();
+}
+
+int Pool2DBackward(const math::Window& g, bool max, const float* dy, const int64_t* arg, float* dx, void* stream) {
+  const int64_t n = g.n * g.h * g.w * g.c;
+  if (n > 0) Pool2DGradK<<<Blocks(n), kThreads, 0, S(stream)>>>(g, max, dy, arg, dx, n);
+  return Done();
+}
+
+int BroadcastAxis(const float* a, float* out, int64_t outer, int64_t n, int64_t inner, float scale, void* stream) {
+  const int64_t total = outer * n * inner;
+  if (total > 0) BroadcastAxisK<<<Blocks(total), kThreads, 0, S(stream)>>>(a, out, outer, n, inner, scale);
+  return Done();
+}
+
+int Moments(const float* x, float* mean, float* var, int64_t rows, int64_t cols, void* stream) {
+  if (cols > 0) {
+    const int64_t blocks = cols < 8192 ? cols : 8192;
+    MomentsK<<<static_cast<unsigned>(blocks), kThreads, 0, S(stream)>>>(x, mean, var, rows, cols);
+  }
+  return Done();
+}
+
+int InverseSqrt(const float* a, float eps, float* out, int64_t n, void* stream) {
+  if (n > 0) InverseSqrtK<<<Blocks(n), kThreads, 0, S(stream)>>>(a, eps, out, n);
   return Done();
 }
 

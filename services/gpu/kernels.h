@@ -43,6 +43,19 @@ int EmbeddingForward(const float* table, const int64_t* ids, float* out, int64_t
 int EmbeddingBackward(const float* dy, const int64_t* positions, const int64_t* offsets, int64_t k, int64_t divisor,
                       float scale, int64_t dim, float* values, void* stream);
 
+// NHWC windows (kernel_math.h's Window; one thread per output element).
+int Im2Col(const math::Window& g, const float* x, float* patches, void* stream);
+int Col2Im(const math::Window& g, const float* patches, float* dx, void* stream);
+// arg may be null for average pooling.
+int Pool2D(const math::Window& g, bool max, const float* x, float* y, int64_t* arg, void* stream);
+int Pool2DBackward(const math::Window& g, bool max, const float* dy, const int64_t* arg, float* dx, void* stream);
+// out[p, k, q] = scale * a[p, q] for k in [0, n).
+int BroadcastAxis(const float* a, float* out, int64_t outer, int64_t n, int64_t inner, float scale, void* stream);
+// Per column of x [rows, cols]: mean and biased variance, a block per
+// column, each a fixed-order tree (the same every run).
+int Moments(const float* x, float* mean, float* var, int64_t rows, int64_t cols, void* stream);
+int InverseSqrt(const float* a, float eps, float* out, int64_t n, void* stream);
+
 // loss: 0 mse, 1 bce, 2 cce. grad may be null (evaluation). scratch holds
 // `rows` floats. stats[slot] += mean loss * rows; stats[slot + 1] += rows.
 int Loss(int loss, bool from_logits, const float* pred, const float* target, float* grad, int64_t rows, int64_t cols,

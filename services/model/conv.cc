@@ -4,9 +4,14 @@
 // [batch * out_h * out_w, kh * kw * in_channels] whose product with the
 // kernel (viewed as [kh * kw * in_channels, filters]) is the NHWC output.
 // Backward is the same two products transposed plus a col2im scatter.
+// Device tensors take the same route through their backend: an im2col
+// kernel, cuBLAS products, a col2im kernel that gathers (no atomics, so
+// the sums are the host's, in the host's order).
 #include <cstring>
 
+#include "services/model/activation.h"
 #include "services/model/layers_internal.h"
+#include "services/tensor/backend.h"
 #include "services/tensor/eigen.h"
 
 namespace tfjob::model::internal {
@@ -49,6 +54,7 @@ class Conv2D final : public Layer {
 
   StatusOr<Tensor> Forward(std::span<const Tensor> params, const Tensor& x, bool) override {
     if (!Matches(x, DType::kFloat32, in_shape_)) return Error(Expected(DType::kFloat32, in_shape_, x));
+    if (!x.on_cpu() || !params[0].on_cpu()) return ForwardOnDevice(params, x);
     const int64_t n = x.dim(0), k = kh_ * kw_ * c_, rows = n * oh_ * ow_;
     // Every element of a "valid" patch matrix is written below.
     ASSIGN_OR_RETURN(patches_, spec_.padding == Padding::kValid
@@ -72,6 +78,7 @@ class Conv2D final : public Layer {
     if (dy.shape() != y_.shape()) {
       return Error("gradient shape " + ShapeString(dy.shape()) + " does not match output " + ShapeString(y_.shape()));
     }
+    if (!dy.on_cpu() || !y_.on_cpu()) return BackwardOnDevice(params, std::move(dy), need_input_grad, grads);
     ActivationBackward(spec_.activation, y_, dy);
     const int64_t k = kh_ * kw_ * c_, rows = batch_ * oh_ * ow_;
     Eigen::Map<const RowMatrix> P(patches_.data<float>(), rows, k);
@@ -95,6 +102,62 @@ class Conv2D final : public Layer {
   }
 
  private:
+  device::Window2D Geometry2D(int64_t n) const {
+    device::Window2D w;
+    w.batch = n, w.height = h_, w.width = w_, w.channels = c_;
+    w.window_h = kh_, w.window_w = kw_, w.stride_h = spec_.strides[0], w.stride_w = spec_.strides[1];
+    w.out_h = oh_, w.out_w = ow_, w.pad_top = pt_, w.pad_left = pl_;
+    return w;
+  }
+
+  StatusOr<Tensor> ForwardOnDevice(std::span<const Tensor> params, const Tensor& x) {
+    RETURN_IF_ERROR(device::CheckSameDevice(spec_.name, {&x, &params[0]}));
+    if (spec_.use_bias) RETURN_IF_ERROR(device::CheckSameDevice(spec_.name, {&x, &params[1]}));
+    ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(x.device()));
+    const int64_t n = x.dim(0), k = kh_ * kw_ * c_, rows = n * oh_ * ow_;
+    ASSIGN_OR_RETURN(patches_, Tensor::CreateUninitialized(DType::kFloat32, {rows, k}, x.device()));
+    RETURN_IF_ERROR(b->Im2Col(x, Geometry2D(n), patches_));
+    ASSIGN_OR_RETURN(Tensor y, Tensor::CreateUninitialized(DType::kFloat32, {n, oh_, ow_, spec_.filters}, x.device()));
+    ASSIGN_OR_RETURN(Tensor y2, y.Reshape({rows, spec_.filters}));
+    ASSIGN_OR_RETURN(Tensor k2, params[0].Reshape({k, spec_.filters}));
+    RETURN_IF_ERROR(b->MatMul(patches_, false, k2, false, y2, 0.f));
+    if (spec_.use_bias) RETURN_IF_ERROR(b->BiasAdd(y, params[1]));
+    RETURN_IF_ERROR(Activate(spec_.activation, y));
+    y_ = y;
+    batch_ = n;
+    return y;
+  }
+
+  StatusOr<Tensor> BackwardOnDevice(std::span<const Tensor> params, Tensor dy, bool need_input_grad,
+                                    std::span<Gradient> grads) {
+    RETURN_IF_ERROR(device::CheckSameDevice(spec_.name, {&dy, &y_, &params[0], &patches_}));
+    ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(dy.device()));
+    RETURN_IF_ERROR(ActivateBackward(spec_.activation, y_, dy));
+    const int64_t k = kh_ * kw_ * c_, rows = batch_ * oh_ * ow_;
+    ASSIGN_OR_RETURN(Tensor d2, dy.Reshape({rows, spec_.filters}));
+    ASSIGN_OR_RETURN(Tensor dk, Tensor::CreateUninitialized(DType::kFloat32, {kh_, kw_, c_, spec_.filters}, dy.device()));
+    ASSIGN_OR_RETURN(Tensor dk2, dk.Reshape({k, spec_.filters}));
+    RETURN_IF_ERROR(b->MatMul(patches_, true, d2, false, dk2, 0.f));
+    grads[0] = Gradient{false, dk, {}, {}};
+    if (spec_.use_bias) {
+      ASSIGN_OR_RETURN(Tensor db, Tensor::CreateUninitialized(DType::kFloat32, {spec_.filters}, dy.device()));
+      RETURN_IF_ERROR(b->ColumnSum(d2, db));
+      grads[1] = Gradient{false, db, {}, {}};
+    }
+    if (!need_input_grad) {
+      patches_ = Tensor();
+      return Tensor();
+    }
+    // As on the host, the patches' buffer takes dL/dpatches (the stream
+    // orders this product after the one above that reads them).
+    ASSIGN_OR_RETURN(Tensor k2, params[0].Reshape({k, spec_.filters}));
+    RETURN_IF_ERROR(b->MatMul(d2, false, k2, true, patches_, 0.f));
+    ASSIGN_OR_RETURN(Tensor dx, Tensor::CreateUninitialized(DType::kFloat32, WithBatch(batch_, in_shape_), dy.device()));
+    RETURN_IF_ERROR(b->Col2Im(patches_, Geometry2D(batch_), dx));
+    patches_ = Tensor();
+    return dx;
+  }
+
   // Calls f(patch row, offset in the row, input offset) for every kernel
   // position of every output pixel that lands inside the input; each call
   // covers c_ contiguous channels.

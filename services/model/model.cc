@@ -196,10 +196,19 @@ Status Model::CheckDeviceSupport() const {
       case LayerType::kActivation:
       case LayerType::kFlatten:
       case LayerType::kReshape:
+      case LayerType::kConv2D:
+      case LayerType::kMaxPooling2D:
+      case LayerType::kAveragePooling2D:
+      case LayerType::kGlobalAveragePooling2D:
+      case LayerType::kBatchNormalization:
+      case LayerType::kDropout:
         continue;
-      default:
-        return FailedPrecondition("layer \"" + layer->name() + "\" (" + layer->spec().path +
-                                  ") has no GPU kernels yet; Dense, Embedding, Activation, Flatten and Reshape do");
+      case LayerType::kStringLookup:
+      case LayerType::kIntegerLookup:
+      case LayerType::kNormalization:
+        return FailedPrecondition("layer \"" + layer->name() + "\" (" + layer->spec().path + ", " +
+                                  std::string(LayerTypeName(layer->spec().type)) +
+                                  ") has no GPU kernel yet; every other layer type has one");
     }
   }
   return Status::Ok();

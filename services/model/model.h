@@ -84,9 +84,9 @@ class Model {
   // every layer, the loss and the metrics run as queued device work, and
   // nothing waits for the device inside a step.
   //
-  // OK when every layer has device kernels (Dense, Embedding, Activation,
-  // Flatten, Reshape); otherwise FAILED_PRECONDITION naming the first layer
-  // that computes on the host only.
+  // OK when every layer has device kernels (all but Normalization and the
+  // lookups); otherwise FAILED_PRECONDITION naming the first layer that
+  // computes on the host only, and its type.
   Status CheckDeviceSupport() const;
   // Labels as the device uses them: float32 shaped like the predictions of
   // their batch (class ids one-hot), after the checks ComputeLoss makes

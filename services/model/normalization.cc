@@ -7,7 +7,9 @@
 // (moving = moving * momentum + batch * (1 - momentum)) as a delta, which
 // every strategy adds outside the optimizer. Replicas of a synchronous
 // strategy each use the statistics of their own slice of the batch, as
-// Keras does unless `synchronized`.
+// Keras does unless `synchronized`. Device tensors take the same formulas
+// through the backend: a per-channel moments kernel, then elementwise ops;
+// the moving-statistics deltas stay on the device with the rest.
 //
 // Normalization computes (x - mean) / max(sqrt(variance), 1e-7) per feature
 // of the last axis (or with one scalar pair for axis None); `invert` undoes
@@ -17,7 +19,9 @@
 #include <cmath>
 
 #include "services/model/layers_internal.h"
+#include "services/tensor/backend.h"
 #include "services/tensor/eigen.h"
+#include "services/tensor/ops.h"
 
 namespace tfjob::model::internal {
 namespace {
@@ -56,6 +60,7 @@ class BatchNormalization final : public Layer {
 
   StatusOr<Tensor> Forward(std::span<const Tensor> params, const Tensor& x, bool training) override {
     if (!Matches(x, DType::kFloat32, in_shape_)) return Error(Expected(DType::kFloat32, in_shape_, x));
+    if (!x.on_cpu()) return ForwardOnDevice(params, x, training);
     const Params p = Split(params);
     const int64_t rows = x.size() / std::max<int64_t>(c_, 1);
     Eigen::Map<const RowMatrix> X(x.data<float>(), rows, c_);
@@ -86,6 +91,7 @@ class BatchNormalization final : public Layer {
     if (dy.shape() != xhat_.shape()) {
       return Error("gradient shape " + ShapeString(dy.shape()) + " does not match output " + ShapeString(xhat_.shape()));
     }
+    if (!dy.on_cpu()) return BackwardOnDevice(params, dy, need_input_grad, grads);
     const Params p = Split(params);
     Eigen::Map<const RowMatrix> D(dy.data<float>(), rows_, c_);
     Eigen::Map<const RowMatrix> H(xhat_.data<float>(), rows_, c_);
@@ -118,6 +124,94 @@ class BatchNormalization final : public Layer {
   }
 
  private:
+  // The parameters on the device; a missing gamma is ones, a missing beta
+  // zeros (made once per device and kept).
+  struct DeviceParams {
+    Tensor gamma, beta, moving_mean, moving_variance;
+  };
+  StatusOr<DeviceParams> SplitOnDevice(std::span<const Tensor> params, const Tensor& x) {
+    std::vector<const Tensor*> all{&x};
+    for (const Tensor& t : params) all.push_back(&t);
+    for (const Tensor* t : all) RETURN_IF_ERROR(device::CheckSameDevice(spec_.name, {&x, t}));
+    if ((!spec_.scale || !spec_.center) && (constants_.ones.size() == 0 || constants_.ones.device() != x.device())) {
+      ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(x.device()));
+      ASSIGN_OR_RETURN(constants_.ones, Tensor::CreateUninitialized(DType::kFloat32, {c_}, x.device()));
+      RETURN_IF_ERROR(b->Fill(constants_.ones, 1.f));
+      ASSIGN_OR_RETURN(constants_.zeros, Tensor::Create(DType::kFloat32, {c_}, x.device()));
+    }
+    size_t i = 0;
+    DeviceParams p;
+    p.gamma = spec_.scale ? params[i++] : constants_.ones;
+    p.beta = spec_.center ? params[i++] : constants_.zeros;
+    p.moving_mean = params[i++];
+    p.moving_variance = params[i++];
+    return p;
+  }
+
+  StatusOr<Tensor> ForwardOnDevice(std::span<const Tensor> params, const Tensor& x, bool training) {
+    ASSIGN_OR_RETURN(DeviceParams p, SplitOnDevice(params, x));
+    ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(x.device()));
+    const float eps = static_cast<float>(spec_.epsilon);
+    training_ = training;
+    if (!training) {
+      ASSIGN_OR_RETURN(Tensor inv, Tensor::CreateUninitialized(DType::kFloat32, {c_}, x.device()));
+      RETURN_IF_ERROR(b->InverseSqrt(p.moving_variance, eps, inv));
+      ASSIGN_OR_RETURN(Tensor scale, ops::Mul(p.gamma, inv));
+      ASSIGN_OR_RETURN(Tensor mm_scale, ops::Mul(p.moving_mean, scale));
+      ASSIGN_OR_RETURN(Tensor shift, ops::Sub(p.beta, mm_scale));
+      ASSIGN_OR_RETURN(Tensor y, ops::Mul(x, scale));
+      RETURN_IF_ERROR(b->BinaryOp(device::Binary::kAdd, y, shift, y));
+      return y;
+    }
+    rows_ = x.size() / std::max<int64_t>(c_, 1);
+    ASSIGN_OR_RETURN(dmean_, Tensor::CreateUninitialized(DType::kFloat32, {c_}, x.device()));
+    ASSIGN_OR_RETURN(dvar_, Tensor::CreateUninitialized(DType::kFloat32, {c_}, x.device()));
+    ASSIGN_OR_RETURN(dinv_, Tensor::CreateUninitialized(DType::kFloat32, {c_}, x.device()));
+    RETURN_IF_ERROR(b->Moments(x, dmean_, dvar_));
+    RETURN_IF_ERROR(b->InverseSqrt(dvar_, eps, dinv_));
+    ASSIGN_OR_RETURN(xhat_, ops::Sub(x, dmean_));
+    RETURN_IF_ERROR(b->BinaryOp(device::Binary::kMul, xhat_, dinv_, xhat_));
+    ASSIGN_OR_RETURN(Tensor y, ops::Mul(xhat_, p.gamma));
+    RETURN_IF_ERROR(b->BinaryOp(device::Binary::kAdd, y, p.beta, y));
+    return y;
+  }
+
+  StatusOr<Tensor> BackwardOnDevice(std::span<const Tensor> params, const Tensor& dy, bool need_input_grad,
+                                    std::span<Gradient> grads) {
+    ASSIGN_OR_RETURN(DeviceParams p, SplitOnDevice(params, dy));
+    RETURN_IF_ERROR(device::CheckSameDevice(spec_.name, {&dy, &xhat_, &dmean_}));
+    ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(dy.device()));
+    ASSIGN_OR_RETURN(Tensor dh, ops::Mul(dy, xhat_));
+    ASSIGN_OR_RETURN(Tensor dgamma, Tensor::CreateUninitialized(DType::kFloat32, {c_}, dy.device()));
+    ASSIGN_OR_RETURN(Tensor dbeta, Tensor::CreateUninitialized(DType::kFloat32, {c_}, dy.device()));
+    RETURN_IF_ERROR(b->ColumnSum(dh, dgamma));
+    RETURN_IF_ERROR(b->ColumnSum(dy, dbeta));
+    size_t g = 0;
+    if (spec_.scale) grads[g++] = Gradient{false, dgamma, {}, {}};
+    if (spec_.center) grads[g++] = Gradient{false, dbeta, {}, {}};
+    const float keep = 1.f - static_cast<float>(spec_.momentum);
+    ASSIGN_OR_RETURN(Tensor dm, ops::Sub(dmean_, p.moving_mean));
+    ASSIGN_OR_RETURN(Tensor dv, ops::Sub(dvar_, p.moving_variance));
+    RETURN_IF_ERROR(b->Scale(dm, keep, dm));
+    RETURN_IF_ERROR(b->Scale(dv, keep, dv));
+    grads[g++] = Gradient{false, dm, {}, {}, /*delta=*/true};
+    grads[g++] = Gradient{false, dv, {}, {}, /*delta=*/true};
+    if (!need_input_grad) return Tensor();
+    // dx = inv * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), with
+    // dxhat = dy * gamma, as on the host.
+    const float inv_m = 1.f / static_cast<float>(std::max<int64_t>(rows_, 1));
+    ASSIGN_OR_RETURN(Tensor mean_dxhat, ops::Mul(dbeta, p.gamma));
+    RETURN_IF_ERROR(b->Scale(mean_dxhat, inv_m, mean_dxhat));
+    ASSIGN_OR_RETURN(Tensor mean_dxhat_xhat, ops::Mul(dgamma, p.gamma));
+    RETURN_IF_ERROR(b->Scale(mean_dxhat_xhat, inv_m, mean_dxhat_xhat));
+    ASSIGN_OR_RETURN(Tensor dx, ops::Mul(dy, p.gamma));
+    RETURN_IF_ERROR(b->BinaryOp(device::Binary::kSub, dx, mean_dxhat, dx));
+    RETURN_IF_ERROR(b->BinaryOp(device::Binary::kMul, xhat_, mean_dxhat_xhat, dh));
+    RETURN_IF_ERROR(b->BinaryOp(device::Binary::kSub, dx, dh, dx));
+    RETURN_IF_ERROR(b->BinaryOp(device::Binary::kMul, dx, dinv_, dx));
+    return dx;
+  }
+
   // The parameters as per-channel rows; a missing gamma is ones, a missing
   // beta zeros.
   struct Params {
@@ -139,6 +233,11 @@ class BatchNormalization final : public Layer {
   bool training_ = false;
   Array mean_, var_, inv_;
   Tensor xhat_;
+  // The batch statistics of a training pass on a device.
+  Tensor dmean_, dvar_, dinv_;
+  struct {
+    Tensor ones, zeros;
+  } constants_;
 };
 
 class Normalization final : public AdaptableLayer {

@@ -268,6 +268,11 @@ Status AddDelta(Tensor& var, const Tensor& delta) {
   if (var.dtype() != DType::kFloat32 || delta.dtype() != DType::kFloat32 || var.shape() != delta.shape()) {
     return InvalidArgument("delta " + delta.DebugString() + " does not match variable " + var.DebugString());
   }
+  if (!var.on_cpu() || !delta.on_cpu()) {
+    RETURN_IF_ERROR(device::CheckSameDevice("delta", {&var, &delta}));
+    ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(var.device()));
+    return b->BinaryOp(device::Binary::kAdd, var, delta, var);
+  }
   Arr(var.data<float>(), var.size()) += CArr(delta.data<float>(), delta.size());
   return Status::Ok();
 }

@@ -70,7 +70,8 @@ class Optimizer {
 
 std::string_view OptimizerName(OptimizerType t);
 
-// var += delta: the update of a non-trainable variable (Gradient::delta).
+// var += delta: the update of a non-trainable variable (Gradient::delta),
+// on the host or on the device both live on.
 Status AddDelta(Tensor& var, const Tensor& delta);
 
 }  // namespace tfjob::model

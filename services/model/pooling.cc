@@ -1,7 +1,11 @@
 // MaxPooling2D, AveragePooling2D and GlobalAveragePooling2D on NHWC tensors,
 // as TensorFlow computes them: "same" padding leaves padded positions out of
 // both the maximum and the average (the divisor counts real inputs only).
+// Device tensors go through their backend's pooling kernels (one thread per
+// output in the forward pass, one per input in the backward pass, summing
+// in the host's order) and its axis reduction for the global average.
 #include "services/model/layers_internal.h"
+#include "services/tensor/backend.h"
 #include "services/tensor/eigen.h"
 
 namespace tfjob::model::internal {
@@ -37,6 +41,7 @@ class Pooling2D final : public Layer {
   StatusOr<Tensor> Forward(std::span<const Tensor>, const Tensor& x, bool) override {
     if (!Matches(x, DType::kFloat32, in_shape_)) return Error(Expected(DType::kFloat32, in_shape_, x));
     batch_ = x.dim(0);
+    if (!x.on_cpu()) return ForwardOnDevice(x);
     const float* in = x.data<float>();
     if (spec_.type == LayerType::kGlobalAveragePooling2D) {
       Tensor y = Tensor::Zeros(DType::kFloat32, spec_.keepdims ? Shape{batch_, 1, 1, c_} : Shape{batch_, c_});
@@ -93,6 +98,7 @@ class Pooling2D final : public Layer {
 
   StatusOr<Tensor> Backward(std::span<const Tensor>, Tensor dy, bool need_input_grad, std::span<Gradient>) override {
     if (!need_input_grad) return Tensor();
+    if (!dy.on_cpu()) return BackwardOnDevice(dy);
     Tensor dx = Tensor::Zeros(DType::kFloat32, WithBatch(batch_, in_shape_));
     float* d = dx.data<float>();
     const float* g = dy.data<float>();
@@ -133,6 +139,49 @@ class Pooling2D final : public Layer {
   }
 
  private:
+  device::Window2D Geometry2D() const {
+    device::Window2D w;
+    w.batch = batch_, w.height = h_, w.width = w_, w.channels = c_;
+    w.window_h = ph_, w.window_w = pw_, w.stride_h = spec_.strides[0], w.stride_w = spec_.strides[1];
+    w.out_h = oh_, w.out_w = ow_, w.pad_top = pt_, w.pad_left = pl_;
+    return w;
+  }
+
+  StatusOr<Tensor> ForwardOnDevice(const Tensor& x) {
+    ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(x.device()));
+    if (spec_.type == LayerType::kGlobalAveragePooling2D) {
+      ASSIGN_OR_RETURN(Tensor y, Tensor::CreateUninitialized(
+                                     DType::kFloat32, spec_.keepdims ? Shape{batch_, 1, 1, c_} : Shape{batch_, c_},
+                                     x.device()));
+      RETURN_IF_ERROR(b->ReduceAxis(device::Reduce::kMean, x, batch_, h_ * w_, c_, y));
+      return y;
+    }
+    const bool max = spec_.type == LayerType::kMaxPooling2D;
+    ASSIGN_OR_RETURN(Tensor y, Tensor::CreateUninitialized(DType::kFloat32, {batch_, oh_, ow_, c_}, x.device()));
+    if (max) {
+      ASSIGN_OR_RETURN(argmax_, Tensor::CreateUninitialized(DType::kInt64, {batch_, oh_, ow_, c_}, x.device()));
+    }
+    RETURN_IF_ERROR(b->Pool2D(max, x, Geometry2D(), y, max ? &argmax_ : nullptr));
+    return y;
+  }
+
+  StatusOr<Tensor> BackwardOnDevice(const Tensor& dy) {
+    ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(dy.device()));
+    ASSIGN_OR_RETURN(Tensor dx, Tensor::CreateUninitialized(DType::kFloat32, WithBatch(batch_, in_shape_), dy.device()));
+    if (spec_.type == LayerType::kGlobalAveragePooling2D) {
+      if (dy.size() != batch_ * c_) return Error("gradient shape " + ShapeString(dy.shape()) + " does not match output");
+      RETURN_IF_ERROR(b->BroadcastAxis(dy, batch_, h_ * w_, c_, 1.f / static_cast<float>(h_ * w_), dx));
+      return dx;
+    }
+    if (dy.size() != batch_ * oh_ * ow_ * c_) {
+      return Error("gradient shape " + ShapeString(dy.shape()) + " does not match output");
+    }
+    const bool max = spec_.type == LayerType::kMaxPooling2D;
+    if (max) RETURN_IF_ERROR(device::CheckSameDevice(spec_.name, {&dy, &argmax_}));
+    RETURN_IF_ERROR(b->Pool2DBackward(max, dy, max ? &argmax_ : nullptr, Geometry2D(), dx));
+    return dx;
+  }
+
   // The input rows [y0, y1) and columns [x0, x1) under one output pixel,
   // padding excluded.
   struct Window {

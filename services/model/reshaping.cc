@@ -4,12 +4,16 @@
 // with probability 1 - rate and scaled by 1 / (1 - rate); at inference it
 // is the identity. The masks come from a generator seeded with the layer's
 // seed and name, advanced every training step, so a run is reproducible.
+// On a device the mask is drawn the same way on the host and uploaded (a
+// copy that overlaps the compute already queued), so a GPU run drops the
+// same units as a CPU run from the same seed.
 //
 // Reshape gives each example a new shape with the same number of elements
 // (one dimension may be -1); it copies nothing.
 #include "services/model/layers_internal.h"
 #include "services/model/random.h"
 #include "services/tensor/eigen.h"
+#include "services/tensor/ops.h"
 
 namespace tfjob::model::internal {
 namespace {
@@ -41,6 +45,10 @@ class Dropout final : public Layer {
     mask_ = Tensor::Zeros(DType::kFloat32, x.shape());
     float* m = mask_.data<float>();
     for (int64_t i = 0; i < mask_.size(); ++i) m[i] = rng_.Uniform() < keep ? 1.f / keep : 0.f;
+    if (!x.on_cpu()) {
+      ASSIGN_OR_RETURN(mask_, mask_.ToDevice(x.device()));
+      return ops::Mul(x, mask_);
+    }
     Tensor y = Tensor::Zeros(DType::kFloat32, x.shape());
     AsArray(y) = AsArray(x) * AsArray(mask_);
     return y;
@@ -50,6 +58,7 @@ class Dropout final : public Layer {
     if (!need_input_grad) return Tensor();
     if (mask_.size() == 0) return dy;
     if (dy.shape() != mask_.shape()) return Error("gradient shape " + ShapeString(dy.shape()) + " does not match output");
+    if (!dy.on_cpu() || !mask_.on_cpu()) return ops::Mul(dy, mask_);
     AsArray(dy) *= AsArray(mask_);
     return dy;
   }

@@ -70,6 +70,17 @@ struct OptimizerStep {
   float alpha = 0.01f;
 };
 
+// The geometry of a 2-D window over NHWC tensors (Conv2D's kernel or a
+// pooling window), as the layer computed it (TensorFlow's "valid" and
+// "same"): input [batch, height, width, channels], output pixels
+// [out_h, out_w], `pad_top` / `pad_left` positions of padding before the
+// first row and column.
+struct Window2D {
+  int64_t batch = 0, height = 0, width = 0, channels = 0;
+  int64_t window_h = 1, window_w = 1, stride_h = 1, stride_w = 1;
+  int64_t out_h = 0, out_w = 0, pad_top = 0, pad_left = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -139,6 +150,31 @@ class Backend {
   // over p in [offsets[k], offsets[k + 1]), in that order (deterministic).
   virtual Status EmbeddingBackward(const Tensor& dy, const Tensor& positions, const Tensor& offsets, int64_t divisor,
                                    float scale, Tensor& values) = 0;
+
+  // ---- convolution and pooling (NHWC, geometry in Window2D) ----
+  // patches [batch * out_h * out_w, window_h * window_w * channels]: row r
+  // holds the input under output pixel r, zeros where the window hangs over
+  // padding (Conv2D's im2col).
+  virtual Status Im2Col(const Tensor& x, const Window2D& w, Tensor& patches) = 0;
+  // dx (the input's shape, overwritten) = for each input element, the sum of
+  // the patch gradients of every tap that copied it.
+  virtual Status Col2Im(const Tensor& patches, const Window2D& w, Tensor& dx) = 0;
+  // y [batch, out_h, out_w, channels]. Max: the first maximum wins and
+  // argmax (int64, y's shape) receives its flat input offset. Average: the
+  // divisor counts real inputs only (argmax unused, may be null).
+  virtual Status Pool2D(bool max, const Tensor& x, const Window2D& w, Tensor& y, Tensor* argmax) = 0;
+  // dx (the input's shape, overwritten) from dy; max needs Pool2D's argmax.
+  virtual Status Pool2DBackward(bool max, const Tensor& dy, const Tensor* argmax, const Window2D& w, Tensor& dx) = 0;
+  // out viewed as [outer, n, inner] = scale * a [outer, inner], repeated
+  // along the middle axis (the adjoint of ReduceAxis).
+  virtual Status BroadcastAxis(const Tensor& a, int64_t outer, int64_t n, int64_t inner, float scale, Tensor& out) = 0;
+
+  // ---- batch normalization ----
+  // Per column of x viewed as [rows, mean.size()]: the mean and the biased
+  // variance (mean of squared deviations from that mean).
+  virtual Status Moments(const Tensor& x, Tensor& mean, Tensor& variance) = 0;
+  // out = 1 / sqrt(a + epsilon), elementwise; out may be a.
+  virtual Status InverseSqrt(const Tensor& a, float epsilon, Tensor& out) = 0;
 
   // ---- losses and metrics ----
   // grad = dL/dpred; stats[slot] += loss * batch and stats[slot + 1] += batch

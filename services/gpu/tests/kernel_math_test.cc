@@ -8,6 +8,11 @@
 
 #include <cmath>
 
+#include <random>
+#include <vector>
+
+#include "services/model/layers.h"
+#include "services/model/layers_internal.h"
 #include "services/model/losses.h"
 #include "services/model/optimizers.h"
 
@@ -151,6 +156,176 @@ TEST(KernelMathTest, UnaryBinaryAndActivationGradients) {
   EXPECT_FLOAT_EQ(math::ActivationGrad(0, 0.5f, 3.f), 3.f);
   EXPECT_FLOAT_EQ(math::ActivationGrad(1, 0.25f, 2.f), 2.f * 0.25f * 0.75f);
   EXPECT_FLOAT_EQ(math::ActivationGrad(2, 0.5f, 2.f), 2.f * (1.f - 0.25f));
+}
+
+// ---- Conv2D and pooling: the kernels' per-element functions, looped over
+// every element on the host, against the CPU layers (services/model/conv.cc,
+// pooling.cc) on the same input ----
+
+Tensor RandomTensor(Shape shape, uint32_t seed) {
+  Tensor t = Tensor::Zeros(DType::kFloat32, std::move(shape));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (float& v : t.flat<float>()) v = u(rng);
+  return t;
+}
+
+struct WindowCase {
+  int64_t h, w, c;
+  int64_t kh, kw, sh, sw;
+  model::Padding padding;
+  std::string Name() const {
+    return std::to_string(h) + "x" + std::to_string(w) + "x" + std::to_string(c) + " window " + std::to_string(kh) +
+           "x" + std::to_string(kw) + " stride " + std::to_string(sh) + "x" + std::to_string(sw) +
+           (padding == model::Padding::kSame ? " same" : " valid");
+  }
+};
+
+// Windows that fit exactly, overlap (stride < window), skip inputs (stride >
+// window), hang over "same" padding on one or both sides, and are not square.
+const std::vector<WindowCase> kWindowCases = {
+    {7, 6, 3, 3, 3, 1, 1, model::Padding::kValid}, {7, 6, 3, 3, 3, 2, 2, model::Padding::kSame},
+    {5, 5, 2, 2, 2, 2, 2, model::Padding::kValid}, {6, 7, 2, 3, 2, 2, 1, model::Padding::kSame},
+    {8, 8, 1, 3, 3, 1, 1, model::Padding::kSame},  {9, 5, 4, 2, 3, 3, 2, model::Padding::kValid},
+    {4, 4, 3, 5, 5, 2, 2, model::Padding::kSame},
+};
+
+math::Window Geometry(const WindowCase& k, int64_t batch) {
+  const auto gh = model::internal::Geometry(k.h, k.kh, k.sh, k.padding);
+  const auto gw = model::internal::Geometry(k.w, k.kw, k.sw, k.padding);
+  return math::Window{batch, k.h, k.w, k.c, k.kh, k.kw, k.sh, k.sw, gh.out, gw.out, gh.pad_before, gw.pad_before};
+}
+
+std::unique_ptr<model::Layer> BuiltLayer(model::LayerType type, const WindowCase& k, int64_t filters = 0) {
+  model::LayerSpec spec;
+  spec.type = type;
+  spec.name = "layer";
+  spec.kernel_size = {k.kh, k.kw};
+  spec.strides = {k.sh, k.sw};
+  spec.padding = k.padding;
+  spec.filters = filters;
+  auto layer = model::MakeLayer(spec);
+  EXPECT_TRUE(layer.ok()) << layer.status();
+  if (!layer.ok()) return nullptr;
+  auto out = (*layer)->Build({k.h, k.w, k.c}, DType::kFloat32);
+  EXPECT_TRUE(out.ok()) << k.Name() << ": " << out.status();
+  return std::move(*layer);
+}
+
+TEST(KernelMathTest, Conv2DThroughIm2ColAndCol2ImMatchesTheCpuLayer) {
+  for (const WindowCase& k : kWindowCases) {
+    SCOPED_TRACE(k.Name());
+    const int64_t batch = 2, filters = 4;
+    auto layer = BuiltLayer(model::LayerType::kConv2D, k, filters);
+    ASSERT_TRUE(layer);
+    const math::Window g = Geometry(k, batch);
+    const int64_t rows = batch * g.oh * g.ow, kk = g.kh * g.kw * g.c;
+    const Tensor x = RandomTensor({batch, k.h, k.w, k.c}, 11);
+    const Tensor kernel = RandomTensor({k.kh, k.kw, k.c, filters}, 12);
+    const Tensor bias = RandomTensor({filters}, 13);
+    const std::vector<Tensor> params{kernel, bias};
+    auto y = layer->Forward(params, x, true);
+    ASSERT_TRUE(y.ok()) << y.status();
+    ASSERT_EQ(y->shape(), (Shape{batch, g.oh, g.ow, filters}));
+
+    // Forward as the device does it: im2col element by element, then the
+    // product (cuBLAS there) and the bias.
+    std::vector<float> patches(static_cast<size_t>(rows * kk));
+    for (int64_t i = 0; i < rows * kk; ++i) patches[static_cast<size_t>(i)] = math::Im2ColAt(g, x.data<float>(), i);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t f = 0; f < filters; ++f) {
+        double acc = bias.data<float>()[f];
+        for (int64_t j = 0; j < kk; ++j) acc += double{patches[static_cast<size_t>(r * kk + j)]} * kernel.data<float>()[j * filters + f];
+        const float want = y->data<float>()[r * filters + f];
+        ASSERT_NEAR(static_cast<float>(acc), want, 1e-5f + 1e-5f * std::fabs(want)) << "output " << r << "," << f;
+      }
+    }
+
+    // Backward: dL/dpatches = dy * kernel^T, then col2im element by element.
+    const Tensor dy = RandomTensor(y->shape(), 14);
+    std::vector<model::Gradient> grads(2);
+    auto dx = layer->Backward(params, dy, true, grads);
+    ASSERT_TRUE(dx.ok()) << dx.status();
+    std::vector<float> dp(static_cast<size_t>(rows * kk));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < kk; ++j) {
+        double acc = 0;
+        for (int64_t f = 0; f < filters; ++f) acc += double{dy.data<float>()[r * filters + f]} * kernel.data<float>()[j * filters + f];
+        dp[static_cast<size_t>(r * kk + j)] = static_cast<float>(acc);
+      }
+    }
+    ASSERT_EQ(dx->size(), batch * k.h * k.w * k.c);
+    for (int64_t i = 0; i < dx->size(); ++i) {
+      const float want = dx->data<float>()[i];
+      ASSERT_NEAR(math::Col2ImAt(g, dp.data(), i), want, 1e-5f + 1e-5f * std::fabs(want)) << "dx element " << i;
+    }
+
+    // col2im is im2col's adjoint: <im2col(x), p> == <x, col2im(p)>.
+    double lhs = 0, rhs = 0;
+    for (int64_t i = 0; i < rows * kk; ++i) lhs += double{patches[static_cast<size_t>(i)]} * dp[static_cast<size_t>(i)];
+    for (int64_t i = 0; i < x.size(); ++i) rhs += double{x.data<float>()[i]} * math::Col2ImAt(g, dp.data(), i);
+    EXPECT_NEAR(lhs, rhs, 1e-4 * (1 + std::fabs(lhs)));
+  }
+}
+
+TEST(KernelMathTest, PoolingForwardAndBackwardMatchTheCpuLayers) {
+  for (model::LayerType type : {model::LayerType::kMaxPooling2D, model::LayerType::kAveragePooling2D}) {
+    const bool max = type == model::LayerType::kMaxPooling2D;
+    for (const WindowCase& k : kWindowCases) {
+      // Random values, and all zeros: every window a tie, so the first
+      // maximum must win on both sides.
+      for (bool ties : {false, true}) {
+        SCOPED_TRACE(std::string(max ? "max " : "average ") + k.Name() + (ties ? " ties" : ""));
+        const int64_t batch = 2;
+        auto layer = BuiltLayer(type, k);
+        ASSERT_TRUE(layer);
+        const math::Window g = Geometry(k, batch);
+        const Tensor x = ties ? Tensor::Zeros(DType::kFloat32, {batch, k.h, k.w, k.c})
+                              : RandomTensor({batch, k.h, k.w, k.c}, 21);
+        auto y = layer->Forward({}, x, true);
+        ASSERT_TRUE(y.ok()) << y.status();
+        ASSERT_EQ(y->size(), batch * g.oh * g.ow * g.c);
+        std::vector<int64_t> arg(static_cast<size_t>(y->size()), -1);
+        for (int64_t i = 0; i < y->size(); ++i) {
+          ASSERT_EQ(math::PoolAt(g, max, x.data<float>(), i, &arg[static_cast<size_t>(i)]), y->data<float>()[i])
+              << "output " << i;
+        }
+        const Tensor dy = RandomTensor(y->shape(), 22);
+        auto dx = layer->Backward({}, dy, true, {});
+        ASSERT_TRUE(dx.ok()) << dx.status();
+        for (int64_t i = 0; i < dx->size(); ++i) {
+          const float got = math::PoolGradAt(g, max, dy.data<float>(), arg.data(), i), want = dx->data<float>()[i];
+          if (max) {
+            ASSERT_EQ(got, want) << "dx element " << i;
+          } else {
+            // Sums of products: a compiler may fuse them (FMA) on one side
+            // and not the other, so the last bit may differ.
+            ASSERT_NEAR(got, want, 1e-6f * (1.f + std::fabs(want))) << "dx element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(KernelMathTest, CoveringIsExactlyTheOutputsWhoseWindowHoldsTheInput) {
+  for (int64_t pad : {0, 1, 2}) {
+    for (int64_t window : {1, 2, 3, 5}) {
+      if (pad >= window) continue;
+      for (int64_t stride : {1, 2, 3}) {
+        const int64_t in = 9, out = (in + 2 * pad - window) / stride + 1;
+        for (int64_t v = 0; v < in; ++v) {
+          int64_t lo, hi;
+          math::Covering(v, pad, window, stride, out, lo, hi);
+          for (int64_t o = 0; o < out; ++o) {
+            const bool holds = o * stride - pad <= v && v < o * stride - pad + window;
+            EXPECT_EQ(holds, o >= lo && o < hi) << "pad " << pad << " window " << window << " stride " << stride
+                                                << " input " << v << " output " << o;
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

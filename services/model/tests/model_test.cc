@@ -583,5 +583,42 @@ TEST(MetricsTest, MismatchesAreInvalidArgument) {
   EXPECT_EQ(st.total, 0);
 }
 
+// ------------------------------------------------------------ device support
+
+// Which models may compute on a GPU decides --device gpu (an error) and
+// --device auto (the CPU, saying why): every layer but Normalization and the
+// lookups has device kernels.
+TEST(ModelDeviceSupportTest, CnnLayersHaveGpuKernelsNormalizationDoesNot) {
+  ModelSpec cnn;
+  cnn.input_shape = {12, 12, 1};
+  LayerSpec conv = Other(LayerType::kConv2D, "conv", 0, Activation::kRelu);
+  conv.filters = 4;
+  conv.kernel_size = {3, 3};
+  LayerSpec bn = Other(LayerType::kBatchNormalization, "bn", 1);
+  LayerSpec max = Other(LayerType::kMaxPooling2D, "max", 2);
+  max.kernel_size = {2, 2};
+  max.strides = {2, 2};
+  LayerSpec avg = Other(LayerType::kAveragePooling2D, "avg", 3);
+  avg.kernel_size = {2, 2};
+  LayerSpec global = Other(LayerType::kGlobalAveragePooling2D, "global", 4);
+  LayerSpec drop = Other(LayerType::kDropout, "drop", 5);
+  drop.rate = 0.5;
+  cnn.layers = {conv, bn, max, avg, global, drop, Dense("out", 3, Activation::kSoftmax, 6)};
+  auto m = Model::Create(cnn, kScce);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE((*m)->CheckDeviceSupport().ok()) << (*m)->CheckDeviceSupport();
+
+  ModelSpec normalized = Mlp();
+  LayerSpec norm = Other(LayerType::kNormalization, "norm", 0);
+  norm.mean = {0.5};
+  norm.variance = {0.25};
+  normalized.layers.insert(normalized.layers.begin(), norm);
+  auto n = Model::Create(normalized, kScce);
+  ASSERT_TRUE(n.ok()) << n.status();
+  const Status s = (*n)->CheckDeviceSupport();
+  EXPECT_EQ(s.code(), Code::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("layer \"norm\" (model.layers[0], Normalization) has no GPU kernel"));
+}
+
 }  // namespace
 }  // namespace tfjob::model
