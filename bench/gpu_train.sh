@@ -10,7 +10,9 @@
 # usage: bench/gpu_train.sh [--rounds R] [--epochs E] [--cpu-threads N]
 #        (from the project root, after the build; MNIST from ../shared/data/mnist
 #         or $MNIST_DIR; PyTorch from $PYTHON, default python3, which must
-#         have CUDA for the peer to run)
+#         have CUDA for the peer to run; the runtime is build/bin/tfjob-runtime
+#         or $TFJOB_RUNTIME, e.g. the GPU bundle's bin/tfjob-runtime wrapper,
+#         a relative path taken from the project root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,7 +27,7 @@ while (($#)); do
 done
 data=${MNIST_DIR:-../shared/data/mnist}
 python=${PYTHON:-python3}
-runtime=build/bin/tfjob-runtime
+runtime=${TFJOB_RUNTIME:-build/bin/tfjob-runtime}
 [[ -x $runtime ]] || { echo "build first: $runtime is missing" >&2; exit 2; }
 
 tmp=$(mktemp -d)

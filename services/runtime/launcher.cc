@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <mutex>
@@ -35,7 +36,14 @@ struct Child {
   bool exited = false;
 };
 
+// What `local` runs for each task: this executable, as /proc/self/exe names
+// it. $TFJOB_RUNTIME_SELF, when set and not empty, is run instead: where the
+// binary was started through an explicitly invoked dynamic loader
+// (`ld-linux-x86-64.so.2 --library-path ... tfjob-runtime`, as the GPU
+// bundle's wrappers do, scripts/gpu-bundle.sh), /proc/self/exe is the
+// loader, and the variable names the wrapper that starts the runtime again.
 std::string SelfExe() {
+  if (const char* self = std::getenv("TFJOB_RUNTIME_SELF"); self != nullptr && *self != '\0') return self;
   char buf[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
   if (n <= 0) return "tfjob-runtime";

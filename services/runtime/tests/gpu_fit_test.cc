@@ -11,8 +11,7 @@
 
 #include "tests/support/subprocess.h"
 #ifdef TFJOB_HAVE_CUDA
-#include "services/gpu/gpu.h"
-#include "services/tensor/backend.h"
+#include <cuda_runtime_api.h>
 #endif
 
 namespace tfjob {
@@ -23,16 +22,23 @@ namespace t = ::tfjob::testing;
 
 std::string Runtime() { return t::BinDir() + "/tfjob-runtime"; }
 std::string Mlp() { return t::SourceDir() + "/examples/mnist/mlp.json"; }
+std::string Cnn() { return t::SourceDir() + "/examples/mnist/cnn.json"; }
 
 nlohmann::json ReadJson(const std::string& path) {
   std::ifstream in(path);
   return nlohmann::json::parse(std::string(std::istreambuf_iterator<char>(in), {}));
 }
 
+// What the CUDA backend counts (services/gpu: cudaGetDeviceCount, no driver
+// or no device being 0), asked of the CUDA runtime directly.
 int VisibleGpus() {
 #ifdef TFJOB_HAVE_CUDA
-  gpu::RegisterBackend();
-  return device::CudaBackend()->DeviceCount();
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    n = 0;
+  }
+  return n;
 #else
   return 0;
 #endif
@@ -60,6 +66,18 @@ TEST_F(GpuFitTest, MnistMlpOnOneGpuReachesTheBar) {
   EXPECT_EQ(s["devices"], nlohmann::json::array({"cuda:0"})) << s.dump();
   EXPECT_GE(s["eval_accuracy"].get<double>(), 0.925) << s.dump();
   EXPECT_EQ(s["steps"].get<int>(), 5 * 125);
+}
+
+// The MNIST CNN (Conv2D, max pooling, Flatten, Dense) on one GPU, to the
+// CPU's bar.
+TEST_F(GpuFitTest, MnistCnnOnOneGpuReachesTheBar) {
+  const std::string dir = t::MakeTempDir("gpu-cnn");
+  auto r = t::Run({Runtime(), "fit", "--config", Cnn(), "--data-dir", t::MnistDir(), "--device", "gpu",
+                   "--summary-json", dir + "/out.json"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto s = ReadJson(dir + "/out.json");
+  EXPECT_EQ(s["devices"], nlohmann::json::array({"cuda:0"})) << s.dump();
+  EXPECT_GE(s["eval_accuracy"].get<double>(), 0.97) << s.dump();
 }
 
 TEST_F(GpuFitTest, MirroredRunsOneReplicaPerGpu) {
@@ -137,6 +155,17 @@ TEST(NoGpuFitTest, DeviceGpuWithoutAVisibleGpuIsOneLineAndExitTwo) {
   auto bad = t::Run({Runtime(), "fit", "--config", Mlp(), "--device", "tpu"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("flag --device: expected cpu, gpu or auto, got \"tpu\""));
+}
+
+// The CNN where this process sees no GPU at all (CUDA_VISIBLE_DEVICES is
+// not used here, so that what the bundle's run.sh reports on a machine
+// without a GPU is this very case): one line on stderr, exit 2, whether the
+// reason is the missing GPU or a layer without a GPU kernel.
+TEST(NoGpuFitTest, CnnWithDeviceGpuWithoutAGpuIsOneLineAndExitTwo) {
+  if (VisibleGpus() > 0) GTEST_SKIP() << "a CUDA device is visible here; this case is for machines without one";
+  auto r = t::Run({Runtime(), "fit", "--config", Cnn(), "--data-dir", t::MnistDir(), "--device", "gpu"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, ::testing::MatchesRegex("tfjob-runtime: error: [^\n]*\n")) << r.err;
 }
 
 }  // namespace
