@@ -2,7 +2,8 @@
 // max, average and global average pooling, BatchNormalization (training and
 // inference, with and without gamma and beta), Dropout and Flatten, each
 // forward and backward from the same values, then a whole training step of
-// a small CNN. Device results within 1e-4 relative of the host's (matrix
+// a small CNN; and the backend's window, moments and broadcast kernels
+// against kernel_math.h's arithmetic looped on the host. Device results within 1e-4 relative of the host's (matrix
 // products and reductions run in another order there); where no GPU is
 // visible every test skips and says why. The kernels' index arithmetic is
 // checked on the host everywhere by kernel_math_test.
@@ -10,8 +11,10 @@
 
 #include <memory>
 
+#include "services/gpu/kernel_math.h"
 #include "services/gpu/tests/device_fixture.h"
 #include "services/model/layers.h"
+#include "services/model/layers_internal.h"
 #include "services/model/model.h"
 #include "services/model/optimizers.h"
 
@@ -77,6 +80,101 @@ class LayerDeviceTest : public DeviceTest {
     }
   }
 };
+
+// The backend's window kernels against kernel_math.h's functions looped on
+// the host (which kernel_math_test checks against the CPU layers). Copies,
+// selections and sums of the same terms in the same order agree to 1e-6
+// absolute (the same bits, unless a multiply-add was fused on one side).
+TEST_F(LayerDeviceTest, WindowKernelsComputeTheHostArithmetic) {
+  struct Case {
+    int64_t h, w, c, k, s;
+    Padding padding;
+  };
+  for (const Case& k : {Case{7, 6, 3, 3, 1, Padding::kValid}, Case{7, 6, 3, 3, 2, Padding::kSame},
+                        Case{8, 5, 2, 2, 2, Padding::kValid}, Case{6, 6, 4, 3, 1, Padding::kSame}}) {
+    const std::string what = std::to_string(k.h) + "x" + std::to_string(k.w) + " window " + std::to_string(k.k) +
+                             " stride " + std::to_string(k.s);
+    const int64_t n = 2;
+    const auto gh = model::internal::Geometry(k.h, k.k, k.s, k.padding);
+    const auto gw = model::internal::Geometry(k.w, k.k, k.s, k.padding);
+    const math::Window g{n, k.h, k.w, k.c, k.k, k.k, k.s, k.s, gh.out, gw.out, gh.pad_before, gw.pad_before};
+    device::Window2D w;
+    w.batch = n, w.height = k.h, w.width = k.w, w.channels = k.c, w.window_h = w.window_w = k.k;
+    w.stride_h = w.stride_w = k.s, w.out_h = g.oh, w.out_w = g.ow, w.pad_top = g.pt, w.pad_left = g.pl;
+    const Tensor x = Random({n, k.h, k.w, k.c}, -1, 1, 101);
+    const Tensor gx = OnGpu(x);
+    const int64_t rows = n * g.oh * g.ow, kk = k.k * k.k * k.c;
+
+    Tensor patches = *Tensor::Create(DType::kFloat32, {rows, kk}, kGpu);
+    ASSERT_TRUE(backend_->Im2Col(gx, w, patches).ok()) << what;
+    Tensor want_patches = Tensor::Zeros(DType::kFloat32, {rows, kk});
+    for (int64_t i = 0; i < want_patches.size(); ++i) want_patches.data<float>()[i] = math::Im2ColAt(g, x.data<float>(), i);
+    ExpectHostClose(OnHost(patches), want_patches, 0, what + " im2col");
+
+    const Tensor dp = Random({rows, kk}, -1, 1, 102);
+    Tensor dx = *Tensor::Create(DType::kFloat32, x.shape(), kGpu);
+    ASSERT_TRUE(backend_->Col2Im(OnGpu(dp), w, dx).ok()) << what;
+    Tensor want_dx = Tensor::Zeros(DType::kFloat32, x.shape());
+    for (int64_t i = 0; i < x.size(); ++i) want_dx.data<float>()[i] = math::Col2ImAt(g, dp.data<float>(), i);
+    ExpectHostClose(OnHost(dx), want_dx, 0, what + " col2im");
+
+    for (bool max : {true, false}) {
+      const std::string pool = what + (max ? " max pool" : " average pool");
+      Tensor y = *Tensor::Create(DType::kFloat32, {n, g.oh, g.ow, k.c}, kGpu);
+      Tensor arg = *Tensor::Create(DType::kInt64, y.shape(), kGpu);
+      ASSERT_TRUE(backend_->Pool2D(max, gx, w, y, max ? &arg : nullptr).ok()) << pool;
+      Tensor want_y = Tensor::Zeros(DType::kFloat32, y.shape());
+      Tensor want_arg = Tensor::Zeros(DType::kInt64, y.shape());
+      for (int64_t i = 0; i < y.size(); ++i) {
+        want_y.data<float>()[i] = math::PoolAt(g, max, x.data<float>(), i, want_arg.data<int64_t>() + i);
+      }
+      ExpectHostClose(OnHost(y), want_y, 0, pool);
+      if (max) ExpectHostClose(OnHost(arg), want_arg, 0, pool + " argmax");
+      const Tensor dy = Random(y.shape(), -1, 1, 103);
+      Tensor pdx = *Tensor::Create(DType::kFloat32, x.shape(), kGpu);
+      ASSERT_TRUE(backend_->Pool2DBackward(max, OnGpu(dy), max ? &arg : nullptr, w, pdx).ok()) << pool;
+      Tensor want_pdx = Tensor::Zeros(DType::kFloat32, x.shape());
+      for (int64_t i = 0; i < x.size(); ++i) {
+        want_pdx.data<float>()[i] = math::PoolGradAt(g, max, dy.data<float>(), want_arg.data<int64_t>(), i);
+      }
+      ExpectHostClose(OnHost(pdx), want_pdx, max ? 0.f : 1e-6f, pool + " backward");
+    }
+  }
+
+  // Moments, 1 / sqrt(v + eps) and the broadcast, against double sums.
+  const Tensor x = Random({300, 7}, -2, 3, 104);
+  Tensor mean = *Tensor::Create(DType::kFloat32, {7}, kGpu), var = *Tensor::Create(DType::kFloat32, {7}, kGpu);
+  ASSERT_TRUE(backend_->Moments(OnGpu(x), mean, var).ok());
+  Tensor want_mean = Tensor::Zeros(DType::kFloat32, {7}), want_var = Tensor::Zeros(DType::kFloat32, {7});
+  Tensor want_inv = Tensor::Zeros(DType::kFloat32, {7});
+  for (int64_t c = 0; c < 7; ++c) {
+    double m = 0, v = 0;
+    for (int64_t r = 0; r < 300; ++r) m += x.data<float>()[r * 7 + c];
+    m /= 300;
+    for (int64_t r = 0; r < 300; ++r) v += (x.data<float>()[r * 7 + c] - m) * (x.data<float>()[r * 7 + c] - m);
+    v /= 300;
+    want_mean.data<float>()[c] = static_cast<float>(m);
+    want_var.data<float>()[c] = static_cast<float>(v);
+    want_inv.data<float>()[c] = static_cast<float>(1 / std::sqrt(v + 1e-3));
+  }
+  ExpectHostClose(OnHost(mean), want_mean, 1e-5f, "moments: mean");
+  ExpectHostClose(OnHost(var), want_var, 1e-5f, "moments: variance");
+  Tensor inv = *Tensor::Create(DType::kFloat32, {7}, kGpu);
+  ASSERT_TRUE(backend_->InverseSqrt(var, 1e-3f, inv).ok());
+  ExpectHostClose(OnHost(inv), want_inv, 1e-5f, "inverse square root");
+  Tensor wide = *Tensor::Create(DType::kFloat32, {2, 5, 7}, kGpu);
+  const Tensor narrow = Random({2, 7}, -1, 1, 105);
+  ASSERT_TRUE(backend_->BroadcastAxis(OnGpu(narrow), 2, 5, 7, 0.5f, wide).ok());
+  const Tensor got = OnHost(wide);
+  for (int64_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got.data<float>()[i], narrow.data<float>()[(i / 35) * 7 + i % 7] * 0.5f) << "broadcast element " << i;
+  }
+  // Geometry a layer could not have computed is refused, not launched.
+  device::Window2D bad;
+  bad.batch = 1, bad.height = 4, bad.width = 4, bad.channels = 1, bad.out_h = 0, bad.out_w = 2;
+  Tensor any = *Tensor::Create(DType::kFloat32, {1, 4, 4, 1}, kGpu);
+  EXPECT_EQ(backend_->Pool2D(false, any, bad, any, nullptr).code(), Code::kInvalidArgument);
+}
 
 TEST_F(LayerDeviceTest, Conv2DMatchesTheCpu) {
   for (Padding padding : {Padding::kValid, Padding::kSame}) {
