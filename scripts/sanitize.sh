@@ -29,14 +29,14 @@ esac
 # Left out, because they exec the project's real binaries (tfjob,
 # tfjob-runtime, tfjob-operator) to test them end to end, and building and
 # running those sanitized would cost more CI time than the rest together:
-# runtime_test, runtime_slurm_test, local_run_test, chaos_test,
+# runtime_test, gpu_fit_test, runtime_slurm_test, local_run_test, chaos_test,
 # operator_e2e_test, prometheus_test, chart_test, dockerfile_test,
 # custom_loop_test. gpu_test needs CUDA, which these builds leave out.
 ASAN_TESTS=(
   common_test base_test cluster_test tensor_test data_test model_test checkpoint_test
   operator_api_test operator_kube_test operator_planner_test rpc_server_test operator_leader_test tls_test
 )
-TSAN_TESTS=(coordinator_test ps_test collective_test operator_kube_test rpc_server_test operator_leader_test tls_test)
+TSAN_TESTS=(coordinator_test ps_test collective_test nccl_test operator_kube_test rpc_server_test operator_leader_test tls_test)
 
 run_tests() {
   local dir=$1
