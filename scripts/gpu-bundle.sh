@@ -49,7 +49,10 @@ if [[ $build_type != Release ]]; then
   exit 1
 fi
 # tfjob_gpu exists only where cmake/cuda.cmake found the toolkit.
-if ! cmake --build "$build" --target help | grep -q '^tfjob_gpu:'; then
+# (The list is read whole first: grep -q's early exit could kill cmake with
+# SIGPIPE, which pipefail would count as a failure.)
+build_targets=$(cmake --build "$build" --target help)
+if ! grep -q '^tfjob_gpu:' <<< "$build_targets"; then
   echo "gpu-bundle.sh: CMake did not find the CUDA toolkit in $build (no tfjob_gpu target; see 'tfjob: CUDA support' in its configure output)" >&2
   exit 1
 fi
@@ -108,7 +111,7 @@ for name in libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1 libgcc_s.so.1 libstd
   if [[ -f $libdir/$name ]]; then
     libs[$name]=$libdir/$name
   else
-    p=$(/sbin/ldconfig -p | awk -v n="$name" '$1 == n && /x86-64/ {print $NF; exit}')
+    p=$(/sbin/ldconfig -p | awk -v n="$name" '$1 == n && /x86-64/ && p == "" {p = $NF} END {print p}')
     [[ -n $p ]] || { echo "gpu-bundle.sh: $name not found on this machine" >&2; exit 1; }
     libs[$name]=$p
   fi

@@ -185,7 +185,9 @@ mnist() {  # model bar
     --device gpu --summary-json "$tmp/$m.json" > "$tmp/$m.out" 2> "$tmp/$m.err" || rc=$?
   took=$(since "$start")
   if ((rc == 0)); then
-    acc=$(awk -F'[,{}]' '{for (i = 1; i <= NF; i++) print $i}' "$tmp/$m.json" | sed -n 's/^[[:space:]]*"eval_accuracy":[[:space:]]*//p' | head -1)
+    acc=$(awk -F'[,{}]' '{
+      for (i = 1; i <= NF; i++) if (a == "" && $i ~ /^[[:space:]]*"eval_accuracy":/) { a = $i; sub(/^[^:]*:[[:space:]]*/, "", a) }
+    } END { print a }' "$tmp/$m.json")
     grep -m1 'fit: replica on' "$tmp/$m.out" | sed 's/^/  /' || true
     if [[ -n $acc ]] && awk -v a="$acc" -v b="$bar" 'BEGIN {exit !(a + 0 >= b + 0)}'; then
       ok "MNIST $m on the GPU: eval_accuracy $acc >= $bar, $took s"
