@@ -17,6 +17,8 @@
 # has, and cuBLAS, cuBLASLt and NCCL (hundreds of MiB), which run.sh finds
 # on the host (its PyTorch's nvidia-* Python packages or /usr/local/cuda).
 set -euo pipefail
+# --out and $TFJOB_BUILD_DIR, when relative, are from where this was started.
+caller=$PWD
 cd "$(dirname "$0")/.."
 
 usage="usage: scripts/gpu-bundle.sh [--out DIR] [--portable]"
@@ -27,6 +29,7 @@ while (($#)); do
     --out)
       [[ -n "${2:-}" ]] || { echo "gpu-bundle.sh: --out needs a directory ($usage)" >&2; exit 2; }
       out=$2
+      [[ $out == /* ]] || out=$caller/$out
       shift 2
       ;;
     --portable) portable=1; shift ;;
@@ -35,6 +38,15 @@ while (($#)); do
   esac
 done
 
+# A folder already at --out is replaced only when it is an earlier bundle.
+if [[ -e $out ]] && ! [[ -f $out/run.sh && -f $out/exe/tfjob-runtime ]]; then
+  echo "gpu-bundle.sh: $out exists and is not a GPU bundle; choose another --out" >&2
+  exit 1
+fi
+
+if [[ -n ${TFJOB_BUILD_DIR:-} && $TFJOB_BUILD_DIR != /* ]]; then
+  TFJOB_BUILD_DIR=$caller/$TFJOB_BUILD_DIR
+fi
 if ((portable)); then
   build=${TFJOB_BUILD_DIR:-build/portable}
   [[ -f $build/build.ninja ]] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTFJOB_NATIVE=OFF
@@ -68,11 +80,6 @@ for f in "${mnist_files[@]}"; do
   [[ -f $mnist/$f ]] || { echo "gpu-bundle.sh: $mnist/$f is missing (the bundle carries MNIST)" >&2; exit 1; }
 done
 
-# A folder already at --out is replaced only when it is an earlier bundle.
-if [[ -e $out ]] && ! [[ -f $out/run.sh && -f $out/exe/tfjob-runtime ]]; then
-  echo "gpu-bundle.sh: $out exists and is not a GPU bundle; choose another --out" >&2
-  exit 1
-fi
 mkdir -p "$(dirname "$out")"
 stage=$(mktemp -d "$(dirname "$out")/.gpu-bundle.XXXXXX")
 trap 'rm -rf "$stage"' EXIT
