@@ -136,6 +136,12 @@ int main(int argc, char** argv) {
   };
   auto client = op::kube::RestClient::Create(*config, ro);
   if (!client.ok()) return Fail(client.status());
+  // Events go through a client of their own, with its own token bucket, off
+  // the reconcile path (controller-runtime's event recorder has its own
+  // clientset): a job's creation events never delay its pods.
+  auto event_client = op::kube::RestClient::Create(*config, ro);
+  if (!event_client.ok()) return Fail(event_client.status());
+  op::kube::EventSink events(**event_client, &std::cerr);
 
   base::ProcessMetrics process(registry);
   auto& api_requests = prometheus::BuildGauge()
@@ -148,6 +154,7 @@ int main(int argc, char** argv) {
   op::controller::ControllerOptions co;
   co.ns = flags.Get("namespace");
   co.workers = static_cast<int>(*workers);
+  co.events = &events;
   // Kubeflow's training-operator reads CUSTOM_CLUSTER_DOMAIN; the flag wins.
   co.planner.cluster_domain = flags.Get("cluster-domain");
   if (co.planner.cluster_domain.empty()) co.planner.cluster_domain = Getenv("CUSTOM_CLUSTER_DOMAIN").value_or("");
@@ -223,7 +230,7 @@ int main(int argc, char** argv) {
   auto metrics_http = base::HttpServer::Start(
       flags.Get("metrics-bind-address"),
       {{"/metrics", base::MetricsHandler(registry, [&] {
-         api_requests.Set(static_cast<double>((*client)->requests()));
+         api_requests.Set(static_cast<double>((*client)->requests() + (*event_client)->requests()));
          process.Refresh();
          controller.RefreshMetrics();
        })}});

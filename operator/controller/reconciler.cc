@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <iostream>
 
 #include "common/pki.h"
@@ -149,6 +150,31 @@ bool SecretHas(const nlohmann::json& secret, std::string_view key) {
     if (v != f->end() && v->is_string() && !v->get<std::string>().empty()) return true;
   }
   return false;
+}
+
+// Runs work(0..n-1) as Kubernetes' Job and ReplicaSet controllers create
+// pods (slowStartBatch): batches of 1, 2, 4, ... (at most kMaxBatch) run
+// concurrently, each batch only after the previous one succeeded whole, so
+// a job's pods go out in a few round trips while a create that fails (a
+// quota, a webhook) is not repeated for every replica; what was not tried
+// is created on the requeue.
+constexpr size_t kMaxBatch = 16;
+void SlowStartBatch(size_t n, const std::function<bool(size_t)>& work) {
+  size_t next = 0;
+  for (size_t batch = 1; next < n; batch = std::min(batch * 2, kMaxBatch)) {
+    const size_t end = std::min(n, next + batch);
+    std::atomic<bool> all_ok{true};
+    std::vector<std::thread> threads;
+    for (size_t i = next + 1; i < end; ++i) {
+      threads.emplace_back([&, i] {
+        if (!work(i)) all_ok = false;
+      });
+    }
+    if (!work(next)) all_ok = false;
+    for (auto& t : threads) t.join();
+    next = end;
+    if (!all_ok) return;
+  }
 }
 
 }  // namespace
@@ -352,6 +378,10 @@ void Controller::RecordEvent(const api::TFJob& job, const Event& e) {
                     {"lastTimestamp", now},
                     {"count", 1},
                     {"source", {{"component", std::string(api::kOperatorName)}}}};
+  if (options_.events) {
+    options_.events->Record(job.metadata.namespace_, std::move(ev));
+    return;
+  }
   (void)client_.Create(kube::kEvents, job.metadata.namespace_, ev);  // events are best effort
 }
 
@@ -385,35 +415,16 @@ void Controller::Execute(const api::TFJob& job, const Plan& plan, Status& first_
     }
   }
   bool secret_failed = false;  // the planner puts the Secret before the pods
+  std::vector<const Action*> creates;
   for (const Action& a : plan.actions) {
     switch (a.kind) {
       case Action::Kind::kPatchJob: break;
       case Action::Kind::kCreatePod:
-      case Action::Kind::kCreateService: {
-        // A pod whose Secret is missing or lacks a key it mounts would sit
-        // in ContainerCreating; the requeue (the error noted below) brings
-        // the Secret and then the pods.
-        if (a.kind == Action::Kind::kCreatePod && secret_failed) break;
-        const bool pod = a.kind == Action::Kind::kCreatePod;
-        const kube::Resource& r = pod ? kube::kPods : kube::kServices;
-        auto created = client_.Create(r, ns, a.object);
-        if (created.ok()) {
-          event("Normal", pod ? "SuccessfulCreatePod" : "SuccessfulCreateService",
-                std::string(pod ? "Created pod: " : "Created service: ") + a.name);
-          break;
-        }
-        Status s = created.status();
-        if (s.code() == Code::kAlreadyExists) {
-          // Ours already (a stale cache) is success; an orphan is adopted
-          // (the next pass sees it owned); another owner's is an error the
-          // user must see: the index cannot be filled.
-          s = ClaimExisting(job, r, a.name);
-          if (s.ok()) break;
-        }
-        event("Warning", pod ? "FailedCreatePod" : "FailedCreateService", "Error creating: " + ApiMessage(s));
-        note(s);
+      case Action::Kind::kCreateService:
+        // After every other action (the Secret, the PodGroup they need):
+        // below, in slow-start batches.
+        creates.push_back(&a);
         break;
-      }
       case Action::Kind::kDeletePod:
       case Action::Kind::kDeleteService: {
         const bool pod = a.kind == Action::Kind::kDeletePod;
@@ -484,6 +495,47 @@ void Controller::Execute(const api::TFJob& job, const Plan& plan, Status& first_
       }
     }
   }
+  if (secret_failed) {
+    // A pod whose Secret is missing or lacks a key it mounts would sit in
+    // ContainerCreating; the requeue (the error noted above) brings the
+    // Secret and then the pods.
+    creates.erase(std::remove_if(creates.begin(), creates.end(),
+                                 [](const Action* a) { return a->kind == Action::Kind::kCreatePod; }),
+                  creates.end());
+  }
+  std::mutex note_mu;
+  auto create = [&](const Action& a) {
+    const bool pod = a.kind == Action::Kind::kCreatePod;
+    const kube::Resource& r = pod ? kube::kPods : kube::kServices;
+    auto created = client_.Create(r, ns, a.object);
+    if (created.ok()) {
+      event("Normal", pod ? "SuccessfulCreatePod" : "SuccessfulCreateService",
+            std::string(pod ? "Created pod: " : "Created service: ") + a.name);
+      return true;
+    }
+    Status s = created.status();
+    if (s.code() == Code::kAlreadyExists) {
+      // Ours already (a stale cache) is success; an orphan is adopted (the
+      // next pass sees it owned); another owner's is an error the user must
+      // see: the index cannot be filled.
+      s = ClaimExisting(job, r, a.name);
+      if (s.ok()) return true;
+    }
+    event("Warning", pod ? "FailedCreatePod" : "FailedCreateService", "Error creating: " + ApiMessage(s));
+    std::lock_guard g(note_mu);
+    note(s);
+    return false;
+  };
+  // Services and pods as two independent sequences, side by side: a pod
+  // the quota refuses does not hold back the services, nor the reverse.
+  std::vector<const Action*> services, pods;
+  for (const Action* a : creates) (a->kind == Action::Kind::kCreatePod ? pods : services).push_back(a);
+  std::thread service_thread;
+  if (!services.empty()) {
+    service_thread = std::thread([&] { SlowStartBatch(services.size(), [&](size_t i) { return create(*services[i]); }); });
+  }
+  SlowStartBatch(pods.size(), [&](size_t i) { return create(*pods[i]); });
+  if (service_thread.joinable()) service_thread.join();
 }
 
 Status Controller::ClaimExisting(const api::TFJob& job, const kube::Resource& r, const std::string& name) {

@@ -38,6 +38,7 @@
 
 #include "operator/controller/planner.h"
 #include "operator/kube/client.h"
+#include "operator/kube/event_sink.h"
 #include "operator/kube/informer.h"
 #include "operator/kube/workqueue.h"
 
@@ -47,6 +48,11 @@ struct ControllerOptions {
   std::string ns;  // "" watches every namespace
   PlannerOptions planner;
   int workers = 2;
+  // Where events go: queued to this sink (its own client and rate limit,
+  // written off the reconcile path, as the operator binary does), or, when
+  // null, created at once through the controller's client (tests that read
+  // an event right after a reconcile).
+  kube::EventSink* events = nullptr;
 };
 
 class Controller {

@@ -160,9 +160,13 @@ TEST_F(EnvtestPolicies, TtlDeletesTheJobAndTheGarbageCollectorItsPods) {
   ASSERT_TRUE(Eventually([&] { return Pods("ttl").size() == 1 && Services("ttl").size() == 1; }));
   SetPhase("ttl-worker-0", "Succeeded", 0);
   ASSERT_TRUE(Eventually([&] { return !TryGet("tfjob", "ttl"); })) << op_->output();
-  bool said = false;
-  for (const auto& e : Events("ttl")) said |= e.value("reason", "") == "SuccessfulDeleteJob" && e.value("message", "") == "Deleted job: ttl";
-  EXPECT_TRUE(said) << "no SuccessfulDeleteJob event";
+  // Events are written off the reconcile path: the event may follow the
+  // deletion by a moment.
+  EXPECT_TRUE(Eventually([&] {
+    bool said = false;
+    for (const auto& e : Events("ttl")) said |= e.value("reason", "") == "SuccessfulDeleteJob" && e.value("message", "") == "Deleted job: ttl";
+    return said;
+  })) << "no SuccessfulDeleteJob event";
   ASSERT_TRUE(Eventually([&] { return Pods("ttl").empty() && Services("ttl").empty(); }, kGarbageCollectorTimeout))
       << "the garbage collector left the job's pods or services";
 }

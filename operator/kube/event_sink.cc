@@ -1,0 +1,63 @@
+#include "operator/kube/event_sink.h"
+
+namespace tfjob::op::kube {
+
+namespace {
+const Resource kEventResource{"", "v1", "events"};
+}  // namespace
+
+EventSink::EventSink(Client& client, std::ostream* log, size_t capacity, std::chrono::milliseconds drain)
+    : client_(client), log_(log), capacity_(capacity), drain_(drain), thread_([this] { Run(); }) {}
+
+EventSink::~EventSink() {
+  Flush(drain_);
+  {
+    std::lock_guard l(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  dropped_ += static_cast<int64_t>(queue_.size());
+}
+
+void EventSink::Record(const std::string& ns, nlohmann::json event) {
+  {
+    std::lock_guard l(mu_);
+    if (stopping_ || queue_.size() >= capacity_) {
+      ++dropped_;
+      return;
+    }
+    queue_.emplace_back(ns, std::move(event));
+  }
+  cv_.notify_one();
+}
+
+bool EventSink::Flush(std::chrono::milliseconds timeout) {
+  std::unique_lock l(mu_);
+  return idle_.wait_for(l, timeout, [this] { return queue_.empty() && !busy_; });
+}
+
+void EventSink::Run() {
+  std::unique_lock l(mu_);
+  for (;;) {
+    cv_.wait(l, [this] { return stopping_ || !queue_.empty(); });
+    if (stopping_) return;
+    auto [ns, event] = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    l.unlock();
+    const Status s = client_.Create(kEventResource, ns, event).status();
+    l.lock();
+    busy_ = false;
+    if (s.ok()) {
+      ++written_;
+    } else {
+      ++dropped_;
+      if (log_ && s.message() != last_error_) *log_ << "tfjob-operator: event not recorded: " << s.message() << std::endl;
+      last_error_ = s.message();
+    }
+    if (queue_.empty()) idle_.notify_all();
+  }
+}
+
+}  // namespace tfjob::op::kube
