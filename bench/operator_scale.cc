@@ -451,9 +451,15 @@ int main(int argc, char** argv) {
       return 1;
     }
     auto crd = cp->Kubectl({"apply", "--server-side", "-f", t::SourceDir() + "/crds/kubeflow.org_tfjobs.yaml"});
-    auto est = cp->Kubectl({"wait", "--for=condition=Established", "--timeout=60s", "crd/tfjobs.kubeflow.org"});
-    if (crd.exit_code != 0 || est.exit_code != 0) {
-      std::cerr << "bench/operator_scale: installing the TFJob CRD failed: " << crd.err << est.err << std::endl;
+    // Polled: `kubectl wait` fails outright when it looks before the CRD
+    // has any condition.
+    const bool established = crd.exit_code == 0 && WaitUntil([&] {
+      return cp->Kubectl({"get", "crd", "tfjobs.kubeflow.org", "-o",
+                          "jsonpath={.status.conditions[?(@.type==\"Established\")].status}"})
+                 .out == "True";
+    }, 60);
+    if (!established) {
+      std::cerr << "bench/operator_scale: installing the TFJob CRD failed: " << crd.err << std::endl;
       return 1;
     }
     Setup real{"real API server", cp->admin_kubeconfig(), true, true};

@@ -9,6 +9,7 @@
 #include "common/time.h"
 #include "common/token.h"
 #include "operator/api/codec.h"
+#include "operator/controller/cache.h"
 #include "operator/api/names.h"
 #include "services/base/exposition.h"
 
@@ -81,49 +82,6 @@ class QueueMetrics final : public kube::WorkQueueMetrics {
   prometheus::Counter& retries_;
 };
 
-// What ViewPod / ViewService read, and nothing else: pod specs (with their
-// TF_CONFIG) and managedFields would otherwise dominate the operator's memory.
-nlohmann::json Slim(nlohmann::json obj, bool keep_status) {
-  nlohmann::json out = nlohmann::json::object();
-  if (!obj.is_object()) return out;
-  const auto& m = obj["metadata"];
-  if (m.is_object()) {
-    nlohmann::json meta = nlohmann::json::object();
-    for (const char* k : {"name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences", "deletionTimestamp"}) {
-      if (m.contains(k)) meta[k] = m[k];
-    }
-    out["metadata"] = std::move(meta);
-  }
-  // Of a pod's spec, the names of the tensorflow container's variables
-  // (ViewPod's task_token).
-  const auto spec = obj.find("spec");
-  const nlohmann::json* containers = nullptr;
-  if (spec != obj.end() && spec->is_object()) {
-    const auto it = spec->find("containers");
-    if (it != spec->end()) containers = &*it;
-  }
-  if (containers && containers->is_array()) {
-    for (const auto& c : *containers) {
-      const auto name = c.is_object() ? c.find("name") : c.end();
-      const auto env = c.is_object() ? c.find("env") : c.end();
-      if (name == c.end() || *name != api::kDefaultContainerName || env == c.end() || !env->is_array()) continue;
-      nlohmann::json names = nlohmann::json::array();
-      for (const auto& e : *env) {
-        if (e.is_object() && e.contains("name")) names.push_back({{"name", e["name"]}});
-      }
-      out["spec"]["containers"] = nlohmann::json::array({{{"name", *name}, {"env", names}}});
-    }
-  }
-  if (keep_status && obj.contains("status") && obj["status"].is_object()) {
-    nlohmann::json st = nlohmann::json::object();
-    for (const char* k : {"phase", "containerStatuses", "initContainerStatuses", "conditions"}) {
-      if (obj["status"].contains(k)) st[k] = obj["status"][k];
-    }
-    out["status"] = std::move(st);
-  }
-  return out;
-}
-
 // The API server's own words in an error from the client ("create pods
 // ns/x: HTTP 403 Forbidden: <message>"): what Kubeflow's events quote.
 std::string ApiMessage(const Status& s) {
@@ -182,11 +140,11 @@ void SlowStartBatch(size_t n, const std::function<bool(size_t)>& work) {
 Controller::Controller(kube::Client& client, ControllerOptions options, prometheus::Registry& reg)
     : client_(client),
       options_(std::move(options)),
-      jobs_(client, kube::kTFJobs, options_.ns),
+      jobs_(client, kube::kTFJobs, options_.ns, "", [](nlohmann::json o) { return CachedJob(std::move(o)); }),
       pods_(client, kube::kPods, options_.ns, std::string(api::kJobNameLabel),
-            [](nlohmann::json o) { return Slim(std::move(o), true); }),
+            [](nlohmann::json o) { return CachedPod(std::move(o)); }),
       services_(client, kube::kServices, options_.ns, std::string(api::kJobNameLabel),
-                [](nlohmann::json o) { return Slim(std::move(o), false); }),
+                [](nlohmann::json o) { return CachedService(std::move(o)); }),
       queue_metrics_(std::make_shared<QueueMetrics>(reg)),
       queue_(std::chrono::milliseconds(5), std::chrono::seconds(300), queue_metrics_),
       created_(Counter(reg, "training_operator_jobs_created_total", "Counts number of jobs created")),
@@ -278,6 +236,9 @@ Controller::Controller(kube::Client& client, ControllerOptions options, promethe
     EnqueueOwner(obj);
   });
   services_.AddHandler(owner);
+  // Each reconcile lists its job's pods and services by this label.
+  pods_.SetIndexLabel(std::string(api::kJobNameLabel));
+  services_.SetIndexLabel(std::string(api::kJobNameLabel));
 }
 
 Controller::~Controller() { Stop(); }

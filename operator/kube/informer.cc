@@ -21,6 +21,37 @@ std::string ResourceVersionOf(const nlohmann::json& obj) {
   return m.contains("resourceVersion") && m["resourceVersion"].is_string() ? m["resourceVersion"].get<std::string>() : "";
 }
 
+std::string Encode(const nlohmann::json& obj) {
+  const std::vector<std::uint8_t> bytes = nlohmann::json::to_cbor(obj);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+nlohmann::json Decode(const std::string& cbor) {
+  return nlohmann::json::from_cbor(cbor.begin(), cbor.end(), /*strict=*/true, /*allow_exceptions=*/false);
+}
+
+std::string LabelOf(const nlohmann::json& obj, const std::string& key) {
+  if (key.empty() || !obj.is_object()) return "";
+  const auto m = obj.find("metadata");
+  if (m == obj.end() || !m->is_object()) return "";
+  const auto l = m->find("labels");
+  if (l == m->end() || !l->is_object()) return "";
+  const auto v = l->find(key);
+  return v != l->end() && v->is_string() ? v->get<std::string>() : "";
+}
+
+std::string NamespaceOf(const std::string& key) { return key.substr(0, key.find('/')); }
+
+bool HasLabels(const nlohmann::json& obj, const std::map<std::string, std::string>& labels) {
+  for (const auto& [k, v] : labels) {
+    const auto m = obj.find("metadata");
+    if (m == obj.end() || !m->is_object()) return false;
+    const auto l = m->find("labels");
+    if (l == m->end() || !l->is_object() || !l->contains(k) || (*l)[k] != v) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 Informer::Informer(Client& client, Resource resource, std::string ns, std::string label_selector, Transform transform)
@@ -53,45 +84,86 @@ std::optional<nlohmann::json> Informer::Get(const std::string& ns, const std::st
   std::lock_guard g(mu_);
   auto it = store_.find(ns + "/" + name);
   if (it == store_.end()) return std::nullopt;
-  return it->second;
+  return Decode(it->second.cbor);
+}
+
+size_t Informer::size() const {
+  std::lock_guard g(mu_);
+  return store_.size();
+}
+
+size_t Informer::encoded_bytes() const {
+  std::lock_guard g(mu_);
+  size_t n = 0;
+  for (const auto& [key, e] : store_) n += e.cbor.size();
+  return n;
 }
 
 std::vector<nlohmann::json> Informer::List(const std::string& ns, const std::map<std::string, std::string>& labels) const {
   std::vector<nlohmann::json> out;
   std::lock_guard g(mu_);
-  for (const auto& [key, obj] : store_) {
-    if (!ns.empty() && key.rfind(ns + "/", 0) != 0) continue;
-    bool match = true;
-    for (const auto& [k, v] : labels) {
-      const auto& l = obj["metadata"].value("labels", nlohmann::json::object());
-      if (!l.is_object() || !l.contains(k) || l[k] != v) {
-        match = false;
-        break;
-      }
+  // The index serves a list by its label in one namespace.
+  if (!index_label_.empty() && !ns.empty() && labels.size() == 1 && labels.begin()->first == index_label_) {
+    const auto keys = index_.find(ns + "/" + labels.begin()->second);
+    if (keys == index_.end()) return out;
+    for (const auto& key : keys->second) {
+      const auto it = store_.find(key);
+      if (it != store_.end()) out.push_back(Decode(it->second.cbor));
     }
-    if (match) out.push_back(obj);
+    return out;
+  }
+  for (const auto& [key, e] : store_) {
+    if (!ns.empty() && key.rfind(ns + "/", 0) != 0) continue;
+    nlohmann::json obj = Decode(e.cbor);
+    if (HasLabels(obj, labels)) out.push_back(std::move(obj));
   }
   return out;
 }
 
-void Informer::Apply(const std::string& type, const nlohmann::json& raw) {
-  nlohmann::json obj = raw;
-  if (transform_) {
-    // A transform that throws on an object it did not expect is a bug; the
-    // whole object is kept rather than the watch (and the operator) lost.
-    try {
-      obj = transform_(raw);
-    } catch (const std::exception& e) {
-      std::cerr << "informer " << resource_.plural << ": transform failed, keeping the whole object: " << e.what()
-                << std::endl;
+nlohmann::json Informer::Transformed(const nlohmann::json& raw) const {
+  if (!transform_) return raw;
+  // A transform that throws on an object it did not expect is a bug; the
+  // whole object is kept rather than the watch (and the operator) lost.
+  try {
+    return transform_(raw);
+  } catch (const std::exception& e) {
+    std::cerr << "informer " << resource_.plural << ": transform failed, keeping the whole object: " << e.what()
+              << std::endl;
+  }
+  return raw;
+}
+
+void Informer::StoreLocked(const std::string& key, const nlohmann::json& obj) {
+  EraseLocked(key);
+  Entry e{Encode(obj), ResourceVersionOf(obj), LabelOf(obj, index_label_)};
+  if (!e.index_value.empty()) index_[NamespaceOf(key) + "/" + e.index_value].insert(key);
+  store_[key] = std::move(e);
+}
+
+void Informer::EraseLocked(const std::string& key) {
+  const auto it = store_.find(key);
+  if (it == store_.end()) return;
+  if (!it->second.index_value.empty()) {
+    const std::string slot = NamespaceOf(key) + "/" + it->second.index_value;
+    auto keys = index_.find(slot);
+    if (keys != index_.end()) {
+      keys->second.erase(key);
+      if (keys->second.empty()) index_.erase(keys);
     }
   }
+  store_.erase(it);
+}
+
+void Informer::Apply(const std::string& type, nlohmann::json obj) {
   const std::string key = ObjectKey(obj);
   {
     std::lock_guard g(mu_);
     if (const std::string rv = ResourceVersionOf(obj); !rv.empty()) rv_ = rv;
-    if (type == "DELETED") store_.erase(key);
-    else store_[key] = obj;
+    if (type == "DELETED") {
+      EraseLocked(key);
+    } else {
+      StoreLocked(key, obj);
+    }
   }
   for (const auto& h : handlers_) h(type, obj);
 }
@@ -100,6 +172,8 @@ Status Informer::Relist() {
   ListOptions o;
   o.label_selector = selector_;
   o.limit = page_size_;
+  // Transformed as each page arrives, so a list of thousands of whole
+  // objects is never held at once.
   std::map<std::string, nlohmann::json> fresh;
   std::string rv;
   for (;;) {
@@ -122,7 +196,7 @@ Status Informer::Relist() {
         // The key first: json's operator= takes its argument by value, and the
         // right operand is evaluated (moved from) before the left.
         std::string key = ObjectKey(item);
-        fresh[std::move(key)] = std::move(item);
+        fresh[std::move(key)] = Transformed(item);
       }
     }
     const nlohmann::json meta = list.value("metadata", nlohmann::json::object());
@@ -131,19 +205,31 @@ Status Informer::Relist() {
     if (next.empty()) break;
     o.continue_token = next;
   }
-  std::map<std::string, nlohmann::json> old;
+  // What the cache holds, by key: its resource version, and the object for
+  // a DELETED event.
+  std::map<std::string, std::string> old;
   {
     std::lock_guard g(mu_);
-    old = store_;
+    for (const auto& [key, e] : store_) old[key] = e.resource_version;
   }
   // Deliver what changed while we were not watching.
-  for (const auto& [key, obj] : old) {
-    if (!fresh.count(key)) Apply("DELETED", obj);
+  for (const auto& [key, version] : old) {
+    if (fresh.count(key)) continue;
+    std::optional<nlohmann::json> gone;
+    {
+      std::lock_guard g(mu_);
+      const auto it = store_.find(key);
+      if (it != store_.end()) gone = Decode(it->second.cbor);
+    }
+    if (gone) Apply("DELETED", std::move(*gone));
   }
-  for (const auto& [key, obj] : fresh) {
+  for (auto& [key, obj] : fresh) {
     auto it = old.find(key);
-    if (it == old.end()) Apply("ADDED", obj);
-    else if (ResourceVersionOf(it->second) != ResourceVersionOf(obj)) Apply("MODIFIED", obj);
+    if (it == old.end()) {
+      Apply("ADDED", std::move(obj));
+    } else if (it->second != ResourceVersionOf(obj)) {
+      Apply("MODIFIED", std::move(obj));
+    }
   }
   std::lock_guard g(mu_);
   rv_ = rv;
@@ -192,7 +278,7 @@ void Informer::Run() {
         if (const std::string rv = ResourceVersionOf(ev.object); !rv.empty()) rv_ = rv;
         return true;
       }
-      Apply(ev.type, ev.object);
+      Apply(ev.type, Transformed(ev.object));
       return !stop_.load();
     }, stop_);
     if (stop_) break;

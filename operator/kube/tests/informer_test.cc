@@ -246,5 +246,57 @@ TEST_F(InformerTest, RestClientAppliesQpsAndBurst) {
   EXPECT_EQ((*limited)->requests(), 5);
 }
 
+// The cache at scale: objects kept encoded after the transform, a label
+// index that List by that label reads instead of scanning, and a relist
+// that finds nothing changed delivers nothing (so a resync makes the
+// controller do, and write, nothing).
+TEST_F(InformerTest, IndexedEncodedCacheAndAQuietRelist) {
+  for (int j = 0; j < 3; ++j) {
+    for (int i = 0; i < 4; ++i) {
+      ASSERT_TRUE(server_->Create("pods", "default", Pod("j" + std::to_string(j) + "-" + std::to_string(i), "j" + std::to_string(j))).ok());
+    }
+  }
+  // The transform keeps the metadata only.
+  Informer inf(*client_, kPods, "default", "training.kubeflow.org/job-name",
+               [](json o) { return json{{"metadata", o["metadata"]}}; });
+  inf.SetIndexLabel("training.kubeflow.org/job-name");
+  std::atomic<int> events{0};
+  inf.AddHandler([&](const std::string&, const json&) { ++events; });
+  inf.Start();
+  ASSERT_TRUE(server_->WaitFor([&] { return inf.HasSynced() && inf.size() == 12; }, 10s));
+  EXPECT_EQ(events.load(), 12);
+
+  const auto j1 = inf.List("default", {{"training.kubeflow.org/job-name", "j1"}});
+  ASSERT_EQ(j1.size(), 4u);
+  for (const auto& p : j1) {
+    EXPECT_EQ(p["metadata"]["labels"]["training.kubeflow.org/job-name"], "j1");
+    EXPECT_FALSE(p.contains("spec")) << "the cache keeps what the transform returned";
+  }
+  EXPECT_TRUE(inf.List("default", {{"training.kubeflow.org/job-name", "none"}}).empty());
+  EXPECT_TRUE(inf.List("other", {{"training.kubeflow.org/job-name", "j1"}}).empty());
+  EXPECT_EQ(inf.List("default").size(), 12u);
+  // Encoded: well under the objects' JSON text.
+  size_t text = 0;
+  for (const auto& p : inf.List("default")) text += p.dump().size();
+  EXPECT_LT(inf.encoded_bytes(), text);
+
+  // A pod deleted and one relabelled move in the index.
+  ASSERT_TRUE(server_->Delete("pods", "default", "j1-0").ok());
+  ASSERT_TRUE(server_->MergePatch("pods", "default", "j1-1", {{"metadata", {{"labels", {{"training.kubeflow.org/job-name", "j2"}}}}}}).ok());
+  ASSERT_TRUE(server_->WaitFor([&] {
+    return inf.List("default", {{"training.kubeflow.org/job-name", "j1"}}).size() == 2 &&
+           inf.List("default", {{"training.kubeflow.org/job-name", "j2"}}).size() == 5;
+  }, 10s));
+
+  // Nothing changes, the watch drops, the informer lists again: no event.
+  ASSERT_TRUE(server_->WaitFor([&] { return events.load() == 14; }, 10s));
+  const int64_t relists = inf.relists();
+  server_->DropWatches();
+  ASSERT_TRUE(server_->WaitFor([&] { return inf.relists() > relists; }, 10s));
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(events.load(), 14) << "a relist with nothing changed delivered events";
+  inf.Stop();
+}
+
 }  // namespace
 }  // namespace tfjob::op::kube

@@ -1,0 +1,21 @@
+// What the controller's caches keep of each object (the informers'
+// transforms, as controller-runtime's cache.TransformFunc): only what the
+// planner and reconciler read, so 10,000 cached pods fit in tens of MiB
+// (docs/operations.md). Pure functions; any JSON in, never throw.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+namespace tfjob::op::controller {
+
+// Of a pod: metadata's name, namespace, uid, resourceVersion, labels,
+// ownerReferences and deletionTimestamp; the names of the tensorflow
+// container's variables (whether it has the task token); status' phase,
+// containerStatuses, initContainerStatuses and conditions.
+nlohmann::json CachedPod(nlohmann::json pod);
+// Of a service: the same metadata, nothing else.
+nlohmann::json CachedService(nlohmann::json service);
+// A TFJob less managedFields and kubectl's last-applied-configuration.
+nlohmann::json CachedJob(nlohmann::json job);
+
+}  // namespace tfjob::op::controller

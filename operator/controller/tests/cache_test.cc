@@ -1,0 +1,120 @@
+// What the caches keep: a pod as the API server returns it comes out with
+// only the fields the planner reads, and the planner's view of it is the
+// same as of the whole pod.
+#include "operator/controller/cache.h"
+
+#include <gtest/gtest.h>
+
+#include "operator/controller/planner.h"
+
+namespace tfjob::op::controller {
+namespace {
+
+using json = nlohmann::json;
+
+// A pod of a job's worker as the API server stores it: spec, TF_CONFIG,
+// managedFields, node placement, a terminated container.
+json FullPod() {
+  return json::parse(R"({
+    "apiVersion": "v1", "kind": "Pod",
+    "metadata": {
+      "name": "job-worker-0", "namespace": "team", "uid": "u-1", "resourceVersion": "42",
+      "creationTimestamp": "2026-11-26T20:00:00Z", "generateName": "",
+      "labels": {"training.kubeflow.org/job-name": "job", "training.kubeflow.org/replica-type": "worker",
+                 "training.kubeflow.org/replica-index": "0", "training.kubeflow.org/operator-name": "tfjob-controller"},
+      "annotations": {"note": "a long annotation the planner never reads"},
+      "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "job", "uid": "j-1",
+                           "controller": true, "blockOwnerDeletion": true}],
+      "managedFields": [{"manager": "tfjob-operator", "operation": "Update", "fieldsV1": {"f:spec": {}}}]
+    },
+    "spec": {
+      "nodeName": "node-1", "restartPolicy": "Never", "schedulerName": "default-scheduler",
+      "volumes": [{"name": "kube-api-access", "projected": {"sources": []}}],
+      "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}],
+      "containers": [
+        {"name": "tensorflow", "image": "tfjob/runtime-cpu:0.1.0", "command": ["tfjob-runtime", "counter"],
+         "env": [{"name": "TF_CONFIG", "value": "{\"cluster\":{\"worker\":[\"job-worker-0.team.svc:2222\"]}}"},
+                 {"name": "TFJOB_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": "job-task-auth", "key": "token"}}}],
+         "ports": [{"name": "tfjob-port", "containerPort": 2222}],
+         "resources": {"limits": {"cpu": "1"}}},
+        {"name": "sidecar", "image": "busybox", "env": [{"name": "X", "value": "y"}]}
+      ]
+    },
+    "status": {
+      "phase": "Failed", "podIP": "10.0.0.7", "hostIP": "192.168.1.2", "qosClass": "Burstable",
+      "startTime": "2026-11-26T20:00:01Z",
+      "conditions": [{"type": "Ready", "status": "False", "reason": "PodFailed"}],
+      "containerStatuses": [{"name": "tensorflow", "ready": false, "restartCount": 2, "image": "tfjob/runtime-cpu:0.1.0",
+                             "imageID": "sha256:abc", "containerID": "containerd://1",
+                             "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]
+    }
+  })");
+}
+
+TEST(CacheTest, ACachedPodKeepsOnlyWhatThePlannerReads) {
+  const json full = FullPod();
+  const json cached = CachedPod(full);
+  json want = json::parse(R"({
+    "metadata": {"name": "job-worker-0", "namespace": "team", "uid": "u-1", "resourceVersion": "42",
+                 "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "job", "uid": "j-1",
+                                      "controller": true, "blockOwnerDeletion": true}]},
+    "spec": {"containers": [{"name": "tensorflow", "env": [{"name": "TF_CONFIG"}, {"name": "TFJOB_AUTH_TOKEN"}]}]},
+    "status": {"phase": "Failed", "conditions": [{"type": "Ready", "status": "False", "reason": "PodFailed"}],
+               "containerStatuses": [{"name": "tensorflow", "ready": false, "restartCount": 2,
+                                      "image": "tfjob/runtime-cpu:0.1.0", "imageID": "sha256:abc",
+                                      "containerID": "containerd://1",
+                                      "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}
+  })");
+  want["metadata"]["labels"] = full["metadata"]["labels"];
+  EXPECT_EQ(cached, want) << cached.dump(2);
+  EXPECT_LT(cached.dump().size(), full.dump().size() / 2);
+
+  // The planner sees the same pod.
+  const PodView a = ViewPod(full), b = ViewPod(cached);
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.uid, b.uid);
+  EXPECT_EQ(a.labels, b.labels);
+  EXPECT_EQ(a.phase, b.phase);
+  EXPECT_EQ(a.exit_code, b.exit_code);
+  EXPECT_EQ(a.terminated_code, b.terminated_code);
+  EXPECT_EQ(a.restart_count, b.restart_count);
+  EXPECT_EQ(a.abnormal_reason, b.abnormal_reason);
+  EXPECT_EQ(a.abnormal_message, b.abnormal_message);
+  EXPECT_EQ(a.deleting, b.deleting);
+  EXPECT_EQ(a.controller_uid, b.controller_uid);
+  EXPECT_EQ(a.task_token, b.task_token);
+  EXPECT_TRUE(b.task_token);
+  EXPECT_EQ(b.exit_code, 137);
+}
+
+TEST(CacheTest, ACachedServiceKeepsItsMetadataAndACachedJobLosesManagedFields) {
+  json service{{"metadata", {{"name", "job-worker-0"}, {"namespace", "team"}, {"uid", "s-1"}, {"resourceVersion", "7"},
+                             {"labels", {{"training.kubeflow.org/job-name", "job"}}},
+                             {"managedFields", json::array({json::object()})}}},
+               {"spec", {{"clusterIP", "None"}, {"ports", json::array({{{"port", 2222}}})}}}};
+  const json cs = CachedService(service);
+  EXPECT_FALSE(cs.contains("spec"));
+  EXPECT_FALSE(cs["metadata"].contains("managedFields"));
+  EXPECT_EQ(ViewService(cs).name, ViewService(service).name);
+  EXPECT_EQ(ViewService(cs).labels, ViewService(service).labels);
+
+  json job{{"metadata", {{"name", "job"}, {"namespace", "team"}, {"resourceVersion", "9"},
+                         {"annotations", {{"kubectl.kubernetes.io/last-applied-configuration", std::string(4000, 'x')},
+                                          {"tfjob-operator.kubeflow.org/exit-code-restarts", "{\"Worker\":1}"}}},
+                         {"managedFields", json::array({json::object()})}}},
+           {"spec", {{"tfReplicaSpecs", json::object()}}},
+           {"status", {{"conditions", json::array()}}}};
+  const json cj = CachedJob(job);
+  EXPECT_FALSE(cj["metadata"].contains("managedFields"));
+  EXPECT_EQ(cj["metadata"]["annotations"].size(), 1u);
+  EXPECT_EQ(cj["metadata"]["annotations"]["tfjob-operator.kubeflow.org/exit-code-restarts"], "{\"Worker\":1}");
+  EXPECT_EQ(cj["spec"], job["spec"]);
+  EXPECT_EQ(cj["status"], job["status"]);
+  EXPECT_EQ(cj["metadata"]["resourceVersion"], "9");
+  // Anything at all: no throw.
+  EXPECT_NO_THROW(CachedPod(json("not an object")));
+  EXPECT_NO_THROW(CachedJob(json::array()));
+}
+
+}  // namespace
+}  // namespace tfjob::op::controller
