@@ -53,8 +53,13 @@ void EventSink::Run() {
       ++written_;
     } else {
       ++dropped_;
-      if (log_ && s.message() != last_error_) *log_ << "tfjob-operator: event not recorded: " << s.message() << std::endl;
-      last_error_ = s.message();
+      // Once per kind of failure (the message names each event).
+      const std::string kind = std::to_string(static_cast<int>(s.code()));
+      if (log_ && kind != last_error_) {
+        *log_ << "tfjob-operator: event not recorded (events are best effort; said once per kind of error): "
+              << s.message() << std::endl;
+      }
+      last_error_ = kind;
     }
     if (queue_.empty()) idle_.notify_all();
   }

@@ -8,7 +8,7 @@
 // bench/operator_scale.sh, docs/operations.md).
 //
 // Events are best effort, as in client-go: one that fails is dropped, said
-// once on the log stream per distinct error; when the queue is full (1,000,
+// on the log stream once per kind of error (status code) in a row; when the queue is full (1,000,
 // the broadcaster's channel) new events are dropped and counted.
 //
 // Ownership: borrows the Client, which must outlive the sink; owns its
