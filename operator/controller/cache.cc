@@ -40,8 +40,28 @@ nlohmann::json Slim(nlohmann::json obj, bool keep_status) {
   }
   if (keep_status && obj.contains("status") && obj["status"].is_object()) {
     nlohmann::json st = nlohmann::json::object();
-    for (const char* k : {"phase", "containerStatuses", "initContainerStatuses", "conditions"}) {
-      if (obj["status"].contains(k)) st[k] = obj["status"][k];
+    if (obj["status"].contains("phase")) st["phase"] = obj["status"]["phase"];
+    // Of each container status and condition, the fields ViewPod reads (an
+    // image, its ID and the container ID are most of a status otherwise).
+    auto keep = [](const nlohmann::json& list, std::initializer_list<const char*> fields) {
+      nlohmann::json out = nlohmann::json::array();
+      if (!list.is_array()) return out;
+      for (const auto& item : list) {
+        nlohmann::json kept = nlohmann::json::object();
+        if (item.is_object()) {
+          for (const char* f : fields) {
+            if (item.contains(f)) kept[f] = item[f];
+          }
+        }
+        out.push_back(std::move(kept));
+      }
+      return out;
+    };
+    for (const char* k : {"containerStatuses", "initContainerStatuses"}) {
+      if (obj["status"].contains(k)) st[k] = keep(obj["status"][k], {"name", "restartCount", "state", "lastState"});
+    }
+    if (obj["status"].contains("conditions")) {
+      st["conditions"] = keep(obj["status"]["conditions"], {"type", "status", "reason", "message", "lastTransitionTime"});
     }
     out["status"] = std::move(st);
   }

@@ -11,7 +11,9 @@ namespace tfjob::op::controller {
 // Of a pod: metadata's name, namespace, uid, resourceVersion, labels,
 // ownerReferences and deletionTimestamp; the names of the tensorflow
 // container's variables (whether it has the task token); status' phase,
-// containerStatuses, initContainerStatuses and conditions.
+// of container and init-container statuses their name, restartCount, state
+// and lastState, of conditions their type, status, reason, message and
+// lastTransitionTime.
 nlohmann::json CachedPod(nlohmann::json pod);
 // Of a service: the same metadata, nothing else.
 nlohmann::json CachedService(nlohmann::json service);

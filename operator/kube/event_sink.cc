@@ -24,7 +24,10 @@ void EventSink::Record(const std::string& ns, nlohmann::json event) {
   {
     std::lock_guard l(mu_);
     if (stopping_ || queue_.size() >= capacity_) {
-      ++dropped_;
+      if (dropped_++ == 0 && log_ && !stopping_) {
+        *log_ << "tfjob-operator: the event queue is full (" << capacity_
+              << "): dropping events until it drains, as client-go's broadcaster does" << std::endl;
+      }
       return;
     }
     queue_.emplace_back(ns, std::move(event));

@@ -60,9 +60,7 @@ TEST(CacheTest, ACachedPodKeepsOnlyWhatThePlannerReads) {
                                       "controller": true, "blockOwnerDeletion": true}]},
     "spec": {"containers": [{"name": "tensorflow", "env": [{"name": "TF_CONFIG"}, {"name": "TFJOB_AUTH_TOKEN"}]}]},
     "status": {"phase": "Failed", "conditions": [{"type": "Ready", "status": "False", "reason": "PodFailed"}],
-               "containerStatuses": [{"name": "tensorflow", "ready": false, "restartCount": 2,
-                                      "image": "tfjob/runtime-cpu:0.1.0", "imageID": "sha256:abc",
-                                      "containerID": "containerd://1",
+               "containerStatuses": [{"name": "tensorflow", "restartCount": 2,
                                       "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}
   })");
   want["metadata"]["labels"] = full["metadata"]["labels"];
