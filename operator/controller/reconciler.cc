@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <functional>
 #include <iostream>
 
@@ -116,20 +117,36 @@ bool SecretHas(const nlohmann::json& secret, std::string_view key) {
 // a job's pods go out in a few round trips while a create that fails (a
 // quota, a webhook) is not repeated for every replica; what was not tried
 // is created on the requeue.
+// An exception from `work` (a bug: a malformed answer read without a
+// check) never escapes a helper thread, which would end the process: the
+// first is rethrown here, on the caller's thread, after every thread of its
+// batch has finished, where the worker counts it as a reconcile panic.
 constexpr size_t kMaxBatch = 16;
 void SlowStartBatch(size_t n, const std::function<bool(size_t)>& work) {
   size_t next = 0;
+  std::mutex mu;
+  std::exception_ptr thrown;
+  auto run = [&](size_t i) {
+    try {
+      return work(i);
+    } catch (...) {
+      std::lock_guard g(mu);
+      if (!thrown) thrown = std::current_exception();
+      return false;
+    }
+  };
   for (size_t batch = 1; next < n; batch = std::min(batch * 2, kMaxBatch)) {
     const size_t end = std::min(n, next + batch);
     std::atomic<bool> all_ok{true};
     std::vector<std::thread> threads;
     for (size_t i = next + 1; i < end; ++i) {
       threads.emplace_back([&, i] {
-        if (!work(i)) all_ok = false;
+        if (!run(i)) all_ok = false;
       });
     }
-    if (!work(next)) all_ok = false;
+    if (!run(next)) all_ok = false;
     for (auto& t : threads) t.join();
+    if (thrown) std::rethrow_exception(thrown);
     next = end;
     if (!all_ok) return;
   }
@@ -492,11 +509,25 @@ void Controller::Execute(const api::TFJob& job, const Plan& plan, Status& first_
   std::vector<const Action*> services, pods;
   for (const Action* a : creates) (a->kind == Action::Kind::kCreatePod ? pods : services).push_back(a);
   std::thread service_thread;
+  std::exception_ptr service_thrown;
   if (!services.empty()) {
-    service_thread = std::thread([&] { SlowStartBatch(services.size(), [&](size_t i) { return create(*services[i]); }); });
+    service_thread = std::thread([&] {
+      try {
+        SlowStartBatch(services.size(), [&](size_t i) { return create(*services[i]); });
+      } catch (...) {
+        service_thrown = std::current_exception();
+      }
+    });
   }
-  SlowStartBatch(pods.size(), [&](size_t i) { return create(*pods[i]); });
+  std::exception_ptr pod_thrown;
+  try {
+    SlowStartBatch(pods.size(), [&](size_t i) { return create(*pods[i]); });
+  } catch (...) {
+    pod_thrown = std::current_exception();
+  }
   if (service_thread.joinable()) service_thread.join();
+  if (pod_thrown) std::rethrow_exception(pod_thrown);
+  if (service_thrown) std::rethrow_exception(service_thrown);
 }
 
 Status Controller::ClaimExisting(const api::TFJob& job, const kube::Resource& r, const std::string& name) {
