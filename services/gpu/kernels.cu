@@ -236,6 +236,22 @@ __global__ void LossRowsK(int loss, bool from_logits, const float* pred, const f
   }
 }
 
+// The sum of every thread's `acc` over the block (blockDim.x a power of two,
+// at most kThreads) by a tree of fixed shape in `part`, so the same every
+// run. Every thread of the block must call it; each gets the sum, and
+// `part` may be used again when it returns.
+__device__ float BlockSum(float acc, float* part) {
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (static_cast<int>(threadIdx.x) < s) part[threadIdx.x] += part[threadIdx.x + s];
+    __syncthreads();
+  }
+  const float sum = part[0];
+  __syncthreads();
+  return sum;
+}
+
 // One block: the rows' terms added in a fixed tree, then folded into stats.
 // `denominator` turns the total into the batch mean; `weight` is what the
 // mean counts for (the batch size).
@@ -244,14 +260,9 @@ __global__ void FoldK(const float* terms, int64_t rows, float denominator, float
   __shared__ float part[kThreads];
   float acc = 0.f;
   for (int64_t k = threadIdx.x; k < rows; k += blockDim.x) acc += terms[k];
-  part[threadIdx.x] = acc;
-  __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (static_cast<int>(threadIdx.x) < s) part[threadIdx.x] += part[threadIdx.x + s];
-    __syncthreads();
-  }
+  const float total = BlockSum(acc, part);
   if (threadIdx.x == 0) {
-    stats[slot] += denominator > 0.f ? part[0] / denominator * weight : part[0];
+    stats[slot] += denominator > 0.f ? total / denominator * weight : total;
     stats[slot + 1] += count;
   }
 }
@@ -333,30 +344,17 @@ __global__ void MomentsK(const float* x, float* mean, float* var, int64_t rows, 
   for (int64_t c = blockIdx.x; c < cols; c += gridDim.x) {
     float acc = 0.f;
     for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) acc += x[r * cols + c];
-    part[threadIdx.x] = acc;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-      if (static_cast<int>(threadIdx.x) < s) part[threadIdx.x] += part[threadIdx.x + s];
-      __syncthreads();
-    }
-    const float m = rows > 0 ? part[0] / static_cast<float>(rows) : 0.f;
-    __syncthreads();
+    const float m = rows > 0 ? BlockSum(acc, part) / static_cast<float>(rows) : 0.f;
     acc = 0.f;
     for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
       const float d = x[r * cols + c] - m;
       acc += d * d;
     }
-    part[threadIdx.x] = acc;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-      if (static_cast<int>(threadIdx.x) < s) part[threadIdx.x] += part[threadIdx.x + s];
-      __syncthreads();
-    }
+    const float squares = BlockSum(acc, part);
     if (threadIdx.x == 0) {
       mean[c] = m;
-      var[c] = rows > 0 ? part[0] / static_cast<float>(rows) : 0.f;
+      var[c] = rows > 0 ? squares / static_cast<float>(rows) : 0.f;
     }
-    __syncthreads();
   }
 }
 
