@@ -33,6 +33,10 @@ using device::Backend;
 // other condition it cannot train under.
 Status Cuda(cudaError_t e, const std::string& what) {
   if (e == cudaSuccess) return Status::Ok();
+  // An API call's failure also becomes the thread's last error; reported
+  // here, it must not be reported again by the next kernel launch (which
+  // reads cudaGetLastError). Sticky errors stay sticky regardless.
+  cudaGetLastError();
   std::string msg = "CUDA error in " + what + ": " + cudaGetErrorString(e);
   if (e == cudaErrorMemoryAllocation) msg += " (the model, batch or optimizer state does not fit in the GPU's memory)";
   return FailedPrecondition(msg);

@@ -352,8 +352,14 @@ TEST_F(DeviceTest, DeviceFailuresAreStatusesNotCrashes) {
   EXPECT_THAT(huge.status().message(), ::testing::HasSubstr("CUDA error"));
   // A device that is not visible.
   EXPECT_EQ(Tensor::Create(DType::kFloat32, {2}, Device::Cuda(1 << 20)).status().code(), Code::kFailedPrecondition);
-  // The device stays usable afterwards.
-  EXPECT_TRUE(Tensor::Create(DType::kFloat32, {2}, kGpu).ok());
+  // The device stays usable afterwards, and the failure is not reported
+  // again by the next kernel launch.
+  auto t = Tensor::Create(DType::kFloat32, {2}, kGpu);
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto again = backend_->Allocate(0, size_t{1} << 52);
+  ASSERT_FALSE(again.ok());
+  const Status fill = backend_->Fill(*t, 2.5f);
+  EXPECT_TRUE(fill.ok()) << fill;
 }
 
 // Runs everywhere: what a process without a usable GPU says.

@@ -106,14 +106,20 @@ TEST_F(LayerDeviceTest, WindowKernelsComputeTheHostArithmetic) {
     const int64_t rows = n * g.oh * g.ow, kk = k.k * k.k * k.c;
 
     Tensor patches = *Tensor::Create(DType::kFloat32, {rows, kk}, kGpu);
-    ASSERT_TRUE(backend_->Im2Col(gx, w, patches).ok()) << what;
+    {
+      const Status st = backend_->Im2Col(gx, w, patches);
+      ASSERT_TRUE(st.ok()) << what << ": " << st;
+    }
     Tensor want_patches = Tensor::Zeros(DType::kFloat32, {rows, kk});
     for (int64_t i = 0; i < want_patches.size(); ++i) want_patches.data<float>()[i] = math::Im2ColAt(g, x.data<float>(), i);
     ExpectHostClose(OnHost(patches), want_patches, 0, what + " im2col");
 
     const Tensor dp = Random({rows, kk}, -1, 1, 102);
     Tensor dx = *Tensor::Create(DType::kFloat32, x.shape(), kGpu);
-    ASSERT_TRUE(backend_->Col2Im(OnGpu(dp), w, dx).ok()) << what;
+    {
+      const Status st = backend_->Col2Im(OnGpu(dp), w, dx);
+      ASSERT_TRUE(st.ok()) << what << ": " << st;
+    }
     Tensor want_dx = Tensor::Zeros(DType::kFloat32, x.shape());
     for (int64_t i = 0; i < x.size(); ++i) want_dx.data<float>()[i] = math::Col2ImAt(g, dp.data<float>(), i);
     ExpectHostClose(OnHost(dx), want_dx, 0, what + " col2im");
@@ -122,7 +128,10 @@ TEST_F(LayerDeviceTest, WindowKernelsComputeTheHostArithmetic) {
       const std::string pool = what + (max ? " max pool" : " average pool");
       Tensor y = *Tensor::Create(DType::kFloat32, {n, g.oh, g.ow, k.c}, kGpu);
       Tensor arg = *Tensor::Create(DType::kInt64, y.shape(), kGpu);
-      ASSERT_TRUE(backend_->Pool2D(max, gx, w, y, max ? &arg : nullptr).ok()) << pool;
+      {
+      const Status st = backend_->Pool2D(max, gx, w, y, max ? &arg : nullptr);
+      ASSERT_TRUE(st.ok()) << pool << ": " << st;
+    }
       Tensor want_y = Tensor::Zeros(DType::kFloat32, y.shape());
       Tensor want_arg = Tensor::Zeros(DType::kInt64, y.shape());
       for (int64_t i = 0; i < y.size(); ++i) {
@@ -132,7 +141,10 @@ TEST_F(LayerDeviceTest, WindowKernelsComputeTheHostArithmetic) {
       if (max) ExpectHostClose(OnHost(arg), want_arg, 0, pool + " argmax");
       const Tensor dy = Random(y.shape(), -1, 1, 103);
       Tensor pdx = *Tensor::Create(DType::kFloat32, x.shape(), kGpu);
-      ASSERT_TRUE(backend_->Pool2DBackward(max, OnGpu(dy), max ? &arg : nullptr, w, pdx).ok()) << pool;
+      {
+      const Status st = backend_->Pool2DBackward(max, OnGpu(dy), max ? &arg : nullptr, w, pdx);
+      ASSERT_TRUE(st.ok()) << pool << ": " << st;
+    }
       Tensor want_pdx = Tensor::Zeros(DType::kFloat32, x.shape());
       for (int64_t i = 0; i < x.size(); ++i) {
         want_pdx.data<float>()[i] = math::PoolGradAt(g, max, dy.data<float>(), want_arg.data<int64_t>(), i);
@@ -229,9 +241,12 @@ TEST_F(LayerDeviceTest, DropoutDropsTheSameUnitsAsTheCpu) {
     auto y = cpu->Forward({}, x, true);
     auto gy = gpu->Forward({}, OnGpu(x), true);
     ExpectClose(gy, y, 0, "Dropout forward, step " + std::to_string(step));
+    // Uploaded before the CPU layer runs: a layer owns the dy it is handed
+    // and the CPU one scales it in place.
     const Tensor dy = Random({4, 50}, -1, 1, 80);
+    const Tensor gdy = OnGpu(dy);
     auto dx = cpu->Backward({}, dy, true, {});
-    auto gdx = gpu->Backward({}, OnGpu(dy), true, {});
+    auto gdx = gpu->Backward({}, gdy, true, {});
     ExpectClose(gdx, dx, 0, "Dropout backward");
   }
   auto inference = gpu->Forward({}, OnGpu(Random({4, 50})), false);
