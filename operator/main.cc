@@ -55,6 +55,8 @@ int main(int argc, char** argv) {
   // (docs/operations.md). Allocation here is not contended enough to miss
   // the others.
   mallopt(M_ARENA_MAX, 2);
+  mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+  mallopt(M_TRIM_THRESHOLD, 512 * 1024);
   // Before any library starts threads: SIGTERM/SIGINT become an orderly stop.
   SignalWatcher signals;
 
@@ -263,6 +265,25 @@ int main(int argc, char** argv) {
   std::cout << "tfjob-operator: watching " << (co.ns.empty() ? std::string("all namespaces") : "namespace " + co.ns)
             << " on " << config->server << std::endl;
   controller.Start();
+  // Every few seconds, freed heap pages go back to the kernel (glibc only
+  // gives back the top of a heap by itself): after a burst of watch events
+  // the parsed objects are gone but their pages would stay resident
+  // (docs/operations.md).
+  std::atomic<bool> trim_stop{false};
+  std::thread trimmer([&] {
+    for (int tick = 1; !stop && !trim_stop; ++tick) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (tick % 50 == 0) malloc_trim(0);
+    }
+  });
+  struct JoinTrimmer {
+    std::atomic<bool>& stop;
+    std::thread& t;
+    ~JoinTrimmer() {
+      stop = true;
+      t.join();
+    }
+  } join_trimmer{trim_stop, trimmer};
   bool lost = false;
   if (elector) {
     lost = !elector->Hold(stop);

@@ -1,77 +1,149 @@
 #include "operator/controller/cache.h"
 
+#include <array>
+
 #include "operator/api/names.h"
 
 namespace tfjob::op::controller {
 namespace {
 
-// What ViewPod / ViewService read, and nothing else: pod specs (with their
-// TF_CONFIG) and managedFields would otherwise dominate the operator's memory.
-nlohmann::json Slim(nlohmann::json obj, bool keep_status) {
+// Of a pod's or service's metadata: what ViewPod / ViewService and the
+// informer's index read. Of the owner references only the controller's uid
+// (ControllerUid): apiVersion, kind and name repeat the job on every pod and
+// service.
+nlohmann::json SlimMetadata(const nlohmann::json& m) {
+  nlohmann::json meta = nlohmann::json::object();
+  if (!m.is_object()) return meta;
+  for (const char* k : {"name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp"}) {
+    const auto it = m.find(k);
+    if (it != m.end()) meta[k] = *it;
+  }
+  const auto refs = m.find("ownerReferences");
+  if (refs != m.end() && refs->is_array()) {
+    for (const auto& r : *refs) {
+      if (r.is_object() && r.value("controller", false) && r.contains("uid") && r["uid"].is_string()) {
+        meta["ownerReferences"] = nlohmann::json::array({{{"uid", r["uid"]}, {"controller", true}}});
+        break;
+      }
+    }
+  }
+  return meta;
+}
+
+// Of a container status' state (or lastState): which state it is, and of a
+// terminated one the exit code, reason and message, of a waiting one the
+// reason and message (what RecordAbnormalPods reports). Timestamps, the
+// container ID and signal go.
+nlohmann::json SlimState(const nlohmann::json& state) {
+  struct Kept {
+    const char* which;
+    std::array<const char*, 3> fields;  // nullptr-padded
+  };
+  static constexpr std::array<Kept, 3> kKept{{{"terminated", {"exitCode", "reason", "message"}},
+                                              {"waiting", {"reason", "message", nullptr}},
+                                              {"running", {nullptr, nullptr, nullptr}}}};
+  nlohmann::json out = nlohmann::json::object();
+  if (!state.is_object()) return out;
+  for (const Kept& k : kKept) {
+    const auto it = state.find(k.which);
+    if (it == state.end()) continue;
+    nlohmann::json kept = nlohmann::json::object();
+    for (const char* f : k.fields) {
+      if (f == nullptr || !it->is_object()) continue;
+      const auto v = it->find(f);
+      if (v != it->end()) kept[f] = *v;
+    }
+    out[k.which] = std::move(kept);
+  }
+  return out;
+}
+
+nlohmann::json SlimContainerStatuses(const nlohmann::json& list) {
+  nlohmann::json out = nlohmann::json::array();
+  if (!list.is_array()) return out;
+  for (const auto& cs : list) {
+    nlohmann::json kept = nlohmann::json::object();
+    if (cs.is_object()) {
+      for (const char* f : {"name", "restartCount"}) {
+        const auto v = cs.find(f);
+        if (v != cs.end()) kept[f] = *v;
+      }
+      for (const char* f : {"state", "lastState"}) {
+        const auto v = cs.find(f);
+        if (v != cs.end()) kept[f] = SlimState(*v);
+      }
+    }
+    out.push_back(std::move(kept));
+  }
+  return out;
+}
+
+// What ViewPod reads, and nothing else: pod specs (with their TF_CONFIG),
+// images, IPs, timestamps and managedFields would otherwise be most of the
+// operator's memory (docs/operations.md).
+nlohmann::json SlimPod(const nlohmann::json& obj) {
   nlohmann::json out = nlohmann::json::object();
   if (!obj.is_object()) return out;
-  const auto& m = obj["metadata"];
-  if (m.is_object()) {
-    nlohmann::json meta = nlohmann::json::object();
-    for (const char* k : {"name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences", "deletionTimestamp"}) {
-      if (m.contains(k)) meta[k] = m[k];
-    }
-    out["metadata"] = std::move(meta);
-  }
-  // Of a pod's spec, the names of the tensorflow container's variables
-  // (ViewPod's task_token).
+  const auto m = obj.find("metadata");
+  if (m != obj.end()) out["metadata"] = SlimMetadata(*m);
+  // Of the spec, whether the tensorflow container has the task token
+  // (ViewPod's task_token): that variable's name, no other.
   const auto spec = obj.find("spec");
-  const nlohmann::json* containers = nullptr;
   if (spec != obj.end() && spec->is_object()) {
-    const auto it = spec->find("containers");
-    if (it != spec->end()) containers = &*it;
-  }
-  if (containers && containers->is_array()) {
-    for (const auto& c : *containers) {
-      const auto name = c.is_object() ? c.find("name") : c.end();
-      const auto env = c.is_object() ? c.find("env") : c.end();
-      if (name == c.end() || *name != api::kDefaultContainerName || env == c.end() || !env->is_array()) continue;
-      nlohmann::json names = nlohmann::json::array();
-      for (const auto& e : *env) {
-        if (e.is_object() && e.contains("name")) names.push_back({{"name", e["name"]}});
-      }
-      out["spec"]["containers"] = nlohmann::json::array({{{"name", *name}, {"env", names}}});
-    }
-  }
-  if (keep_status && obj.contains("status") && obj["status"].is_object()) {
-    nlohmann::json st = nlohmann::json::object();
-    if (obj["status"].contains("phase")) st["phase"] = obj["status"]["phase"];
-    // Of each container status and condition, the fields ViewPod reads (an
-    // image, its ID and the container ID are most of a status otherwise).
-    auto keep = [](const nlohmann::json& list, std::initializer_list<const char*> fields) {
-      nlohmann::json out = nlohmann::json::array();
-      if (!list.is_array()) return out;
-      for (const auto& item : list) {
-        nlohmann::json kept = nlohmann::json::object();
-        if (item.is_object()) {
-          for (const char* f : fields) {
-            if (item.contains(f)) kept[f] = item[f];
-          }
+    const auto containers = spec->find("containers");
+    if (containers != spec->end() && containers->is_array()) {
+      for (const auto& c : *containers) {
+        const auto name = c.is_object() ? c.find("name") : c.end();
+        const auto env = c.is_object() ? c.find("env") : c.end();
+        if (name == c.end() || *name != api::kDefaultContainerName || env == c.end() || !env->is_array()) continue;
+        nlohmann::json names = nlohmann::json::array();
+        for (const auto& e : *env) {
+          if (e.is_object() && e.value("name", "") == api::kAuthTokenEnv) names.push_back({{"name", e["name"]}});
         }
-        out.push_back(std::move(kept));
+        out["spec"]["containers"] = nlohmann::json::array({{{"name", *name}, {"env", names}}});
       }
-      return out;
-    };
-    for (const char* k : {"containerStatuses", "initContainerStatuses"}) {
-      if (obj["status"].contains(k)) st[k] = keep(obj["status"][k], {"name", "restartCount", "state", "lastState"});
     }
-    if (obj["status"].contains("conditions")) {
-      st["conditions"] = keep(obj["status"]["conditions"], {"type", "status", "reason", "message", "lastTransitionTime"});
-    }
-    out["status"] = std::move(st);
   }
+  const auto status = obj.find("status");
+  if (status == obj.end() || !status->is_object()) return out;
+  nlohmann::json st = nlohmann::json::object();
+  if (status->contains("phase")) st["phase"] = (*status)["phase"];
+  for (const char* k : {"containerStatuses", "initContainerStatuses"}) {
+    if (status->contains(k)) st[k] = SlimContainerStatuses((*status)[k]);
+  }
+  // Of the conditions, the one ViewPod would report: the first with the
+  // latest lastTransitionTime.
+  const auto conds = status->find("conditions");
+  if (conds != status->end() && conds->is_array() && !conds->empty()) {
+    const nlohmann::json* newest = nullptr;
+    auto time = [](const nlohmann::json& c) {
+      const auto t = c.is_object() ? c.find("lastTransitionTime") : c.end();
+      return t != c.end() && t->is_string() ? t->get<std::string>() : std::string();
+    };
+    for (const auto& c : *conds) {
+      if (!newest || time(c) > time(*newest)) newest = &c;
+    }
+    nlohmann::json kept = nlohmann::json::object();
+    if (newest->is_object()) {
+      for (const char* f : {"type", "status", "reason", "message", "lastTransitionTime"}) {
+        const auto v = newest->find(f);
+        if (v != newest->end()) kept[f] = *v;
+      }
+    }
+    st["conditions"] = nlohmann::json::array({std::move(kept)});
+  }
+  out["status"] = std::move(st);
   return out;
 }
 
 }  // namespace
 
-nlohmann::json CachedPod(nlohmann::json pod) { return Slim(std::move(pod), true); }
-nlohmann::json CachedService(nlohmann::json service) { return Slim(std::move(service), false); }
+nlohmann::json CachedPod(nlohmann::json pod) { return SlimPod(pod); }
+nlohmann::json CachedService(nlohmann::json service) {
+  nlohmann::json out = nlohmann::json::object();
+  if (service.is_object() && service.contains("metadata")) out["metadata"] = SlimMetadata(service["metadata"]);
+  return out;
+}
 
 // A TFJob without what no one here reads and what is often most of it:
 // managedFields and kubectl's last-applied-configuration (the whole job

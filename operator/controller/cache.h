@@ -8,12 +8,13 @@
 
 namespace tfjob::op::controller {
 
-// Of a pod: metadata's name, namespace, uid, resourceVersion, labels,
-// ownerReferences and deletionTimestamp; the names of the tensorflow
-// container's variables (whether it has the task token); status' phase,
-// of container and init-container statuses their name, restartCount, state
-// and lastState, of conditions their type, status, reason, message and
-// lastTransitionTime.
+// Of a pod: metadata's name, namespace, uid, resourceVersion, labels and
+// deletionTimestamp, and of its ownerReferences the controller's uid; the
+// tensorflow container's task-token variable name, if it has one; status'
+// phase, of container and init-container statuses their name,
+// restartCount, and which state and lastState (a terminated one's exit
+// code, reason and message, a waiting one's reason and message); of the
+// conditions only the newest (the one ViewPod reports).
 nlohmann::json CachedPod(nlohmann::json pod);
 // Of a service: the same metadata, nothing else.
 nlohmann::json CachedService(nlohmann::json service);

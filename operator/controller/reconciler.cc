@@ -340,7 +340,7 @@ void Controller::RecordEvent(const api::TFJob& job, const Event& e) {
     // Bounded: a job that somehow keeps producing new messages does not
     // grow this without end.
     if (seen.size() > 1000) seen.clear();
-    if (!seen.insert(e.type + "/" + e.reason + "/" + e.message).second) return;
+    if (!seen.insert(std::hash<std::string>{}(e.type + "/" + e.reason + "/" + e.message)).second) return;
   }
   const std::string now = FormatRfc3339(std::chrono::system_clock::now());
   nlohmann::json ev{{"apiVersion", "v1"},
@@ -648,12 +648,15 @@ Status Controller::Reconcile(const std::string& key, bool* requeue_after) {
   Plan plan = PlanJob(job, pods, services, std::chrono::system_clock::now(), options_.planner, pod_group);
   if (plan.skipped) return Status::Ok();
   // The cache may still hold a job that was just deleted; creating pods for
-  // it would leave orphans. One live read settles it before anything is made.
+  // it would leave orphans. Where the status is written first, that write
+  // settles it: it carries the cached resourceVersion, so a deleted job
+  // answers 404 and a job re-created under the name 409. Otherwise one live
+  // read settles it before anything is made.
   const bool creates = std::any_of(plan.actions.begin(), plan.actions.end(), [](const Action& a) {
     return a.kind == Action::Kind::kCreatePod || a.kind == Action::Kind::kCreateService ||
            a.kind == Action::Kind::kCreatePodGroup;
   });
-  if (creates) {
+  if (creates && !plan.status_changed) {
     auto live = client_.Get(kube::kTFJobs, ns, name);
     if (live.status().code() == Code::kNotFound) return Status::Ok();
     if (!live.ok()) return live.status();
@@ -669,6 +672,7 @@ Status Controller::Reconcile(const std::string& key, bool* requeue_after) {
     api::TFJob updated = job;
     updated.status = plan.status;
     auto r = client_.UpdateStatus(kube::kTFJobs, ns, api::Encode(updated));
+    if (r.status().code() == Code::kNotFound) return Status::Ok();  // deleted: its DELETED event follows
     if (!r.ok()) return r.status();  // the watch brings the newer version; we plan again
     CountTransitions(job, job.status, plan.status);
   }

@@ -27,6 +27,8 @@
 #include <set>
 #include <memory>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <thread>
 #include <vector>
 
@@ -95,10 +97,13 @@ class Controller {
   // makes it restart (and count) the same failed pod twice.
   std::mutex expect_mu_;
   std::set<std::string> deleted_uids_;
-  // Events already recorded, by job uid: their "type/reason/message". A
+  // Events already recorded, by job uid: a 64-bit hash of each one's
+  // "type/reason/message", not the string (about a hundred bytes an event,
+  // a dozen events a job; two messages of one job colliding would cost one
+  // event). A
   // job's entry goes when the job does.
   std::mutex events_mu_;
-  std::map<std::string, std::set<std::string>> recorded_events_;
+  std::unordered_map<std::string, std::unordered_set<uint64_t>> recorded_events_;
   kube::Informer jobs_, pods_, services_;
   // The jobs' PodGroups, when gang scheduling is on.
   std::unique_ptr<kube::Informer> pod_groups_;

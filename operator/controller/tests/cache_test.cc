@@ -56,9 +56,8 @@ TEST(CacheTest, ACachedPodKeepsOnlyWhatThePlannerReads) {
   const json cached = CachedPod(full);
   json want = json::parse(R"({
     "metadata": {"name": "job-worker-0", "namespace": "team", "uid": "u-1", "resourceVersion": "42",
-                 "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "job", "uid": "j-1",
-                                      "controller": true, "blockOwnerDeletion": true}]},
-    "spec": {"containers": [{"name": "tensorflow", "env": [{"name": "TF_CONFIG"}, {"name": "TFJOB_AUTH_TOKEN"}]}]},
+                 "ownerReferences": [{"uid": "j-1", "controller": true}]},
+    "spec": {"containers": [{"name": "tensorflow", "env": [{"name": "TFJOB_AUTH_TOKEN"}]}]},
     "status": {"phase": "Failed", "conditions": [{"type": "Ready", "status": "False", "reason": "PodFailed"}],
                "containerStatuses": [{"name": "tensorflow", "restartCount": 2,
                                       "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}
@@ -85,6 +84,64 @@ TEST(CacheTest, ACachedPodKeepsOnlyWhatThePlannerReads) {
   EXPECT_EQ(b.exit_code, 137);
 }
 
+void ExpectSameView(const json& full, const std::string& what) {
+  const PodView a = ViewPod(full), b = ViewPod(CachedPod(full));
+  EXPECT_EQ(a.phase, b.phase) << what;
+  EXPECT_EQ(a.exit_code, b.exit_code) << what;
+  EXPECT_EQ(a.terminated_code, b.terminated_code) << what;
+  EXPECT_EQ(a.restart_count, b.restart_count) << what;
+  EXPECT_EQ(a.abnormal_reason, b.abnormal_reason) << what;
+  EXPECT_EQ(a.abnormal_message, b.abnormal_message) << what;
+  EXPECT_EQ(a.controller_uid, b.controller_uid) << what;
+  EXPECT_EQ(a.task_token, b.task_token) << what;
+}
+
+// Each branch of ViewPod's reading sees the same through the cache: a
+// waiting container, a restarted one (lastState), init containers, no
+// container statuses (the newest condition), and owner references where
+// the controller is not first.
+TEST(CacheTest, EveryStateThePlannerReadsSurvivesTheCache) {
+  json pod = FullPod();
+  pod["status"]["containerStatuses"][0]["state"] =
+      json::parse(R"({"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting"}})");
+  pod["status"]["containerStatuses"][0]["lastState"] = json::parse(
+      R"({"terminated": {"exitCode": 3, "reason": "Error", "startedAt": "t0", "finishedAt": "t1", "containerID": "c"}})");
+  ExpectSameView(pod, "waiting, lastState terminated");
+  EXPECT_EQ(ViewPod(CachedPod(pod)).exit_code, 3);
+  EXPECT_EQ(ViewPod(CachedPod(pod)).abnormal_reason, "CrashLoopBackOff");
+
+  pod["status"]["containerStatuses"][0]["state"] = json::parse(R"({"running": {"startedAt": "t2"}})");
+  ExpectSameView(pod, "running after a restart");
+  EXPECT_EQ(CachedPod(pod)["status"]["containerStatuses"][0]["state"], json::parse(R"({"running": {}})"));
+
+  pod["status"].erase("containerStatuses");
+  pod["status"]["initContainerStatuses"] = json::parse(
+      R"([{"name": "init", "restartCount": 1, "image": "x", "state": {"terminated": {"exitCode": 1, "reason": "Error", "message": "no"}}}])");
+  ExpectSameView(pod, "an init container failed");
+  EXPECT_EQ(ViewPod(CachedPod(pod)).abnormal_reason, "Error");
+
+  pod["status"].erase("initContainerStatuses");
+  pod["status"]["conditions"] = json::parse(R"([
+      {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes", "lastTransitionTime": "2026-11-26T20:00:05Z"},
+      {"type": "Ready", "status": "False", "reason": "Old", "message": "older", "lastTransitionTime": "2026-11-26T20:00:01Z"},
+      {"type": "Initialized", "status": "True", "lastTransitionTime": "2026-11-26T20:00:05Z"}])");
+  ExpectSameView(pod, "no container statuses: the newest condition");
+  EXPECT_EQ(ViewPod(CachedPod(pod)).abnormal_reason, "Unschedulable");
+  EXPECT_EQ(CachedPod(pod)["status"]["conditions"].size(), 1u);
+
+  pod["metadata"]["ownerReferences"] = json::parse(
+      R"([{"kind": "Other", "uid": "o-1"}, {"kind": "TFJob", "name": "job", "uid": "j-2", "controller": true}])");
+  ExpectSameView(pod, "the controller reference second");
+  EXPECT_EQ(ViewPod(CachedPod(pod)).controller_uid, "j-2");
+  pod["metadata"]["ownerReferences"] = json::parse(R"([{"kind": "Other", "uid": "o-1"}])");
+  ExpectSameView(pod, "no controller");
+  EXPECT_FALSE(CachedPod(pod)["metadata"].contains("ownerReferences"));
+
+  pod["spec"]["containers"][0]["env"].erase(1);
+  ExpectSameView(pod, "no task token");
+  EXPECT_FALSE(ViewPod(CachedPod(pod)).task_token);
+}
+
 TEST(CacheTest, ACachedServiceKeepsItsMetadataAndACachedJobLosesManagedFields) {
   json service{{"metadata", {{"name", "job-worker-0"}, {"namespace", "team"}, {"uid", "s-1"}, {"resourceVersion", "7"},
                              {"labels", {{"training.kubeflow.org/job-name", "job"}}},
@@ -95,6 +152,7 @@ TEST(CacheTest, ACachedServiceKeepsItsMetadataAndACachedJobLosesManagedFields) {
   EXPECT_FALSE(cs["metadata"].contains("managedFields"));
   EXPECT_EQ(ViewService(cs).name, ViewService(service).name);
   EXPECT_EQ(ViewService(cs).labels, ViewService(service).labels);
+  EXPECT_EQ(ViewService(cs).controller_uid, ViewService(service).controller_uid);
 
   json job{{"metadata", {{"name", "job"}, {"namespace", "team"}, {"resourceVersion", "9"},
                          {"annotations", {{"kubectl.kubernetes.io/last-applied-configuration", std::string(4000, 'x')},
