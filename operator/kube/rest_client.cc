@@ -418,10 +418,12 @@ Status RestClient::WatchOnce(const Resource& r, const std::string& ns, const Wat
       return FromHttp(resp.status_code(), resp.extract_utf8string(true).get(), what);
     }
     // Read what has arrived in bulk and split the lines here: cpprestsdk's
-    // read_line goes through its asynchronous machinery per character, which
-    // at thousands of events a second left this thread behind the network
-    // and the backlog piling up, unbounded, in the response buffer (most of
-    // the operator's peak memory at 10,000 pods; docs/operations.md).
+    // read_line takes one byte at a time, each under the response buffer's
+    // lock, then copies the line into the target through a task. At
+    // thousands of events a second that left this thread behind the network,
+    // and the backlog piled up, unbounded, in the response buffer (under
+    // heaptrack, the largest item of the operator's peak heap at 10,000
+    // pods; docs/operations.md).
     auto buf = resp.body().streambuf();
     std::vector<uint8_t> chunk(64 * 1024);
     std::string pending;  // the start of a line whose end has not arrived
