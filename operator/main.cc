@@ -55,6 +55,9 @@ int main(int argc, char** argv) {
   // (docs/operations.md). Allocation here is not contended enough to miss
   // the others.
   mallopt(M_ARENA_MAX, 2);
+  // Buffers over 128 KiB (list pages, a watch's backlog) are mapped on their
+  // own and unmapped when freed; glibc's dynamic threshold would otherwise
+  // rise to the largest one seen and put the next ones on the heap.
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);
   mallopt(M_TRIM_THRESHOLD, 512 * 1024);
   // Before any library starts threads: SIGTERM/SIGINT become an orderly stop.
