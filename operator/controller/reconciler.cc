@@ -11,6 +11,7 @@
 #include "common/token.h"
 #include "operator/api/codec.h"
 #include "operator/controller/cache.h"
+#include "operator/controller/planner_internal.h"
 #include "operator/api/names.h"
 #include "services/base/exposition.h"
 
@@ -93,11 +94,6 @@ std::string ApiMessage(const Status& s) {
   return colon == std::string::npos ? m : m.substr(colon + 2);
 }
 
-nlohmann::json OwnerRef(const api::TFJob& job) {
-  return {{"apiVersion", std::string(api::kApiVersion)}, {"kind", std::string(api::kKind)},
-          {"name", job.metadata.name}, {"uid", job.metadata.uid}, {"controller", true},
-          {"blockOwnerDeletion", true}};
-}
 
 // Whether a Secret read back holds `key`: the API server keeps it in
 // `data` (stringData is write-only); the test double keeps what was written.
@@ -543,7 +539,7 @@ Status Controller::ClaimExisting(const api::TFJob& job, const kube::Resource& r,
   const bool ours_by_labels = v.labels.count(std::string(api::kJobNameLabel)) &&
                               v.labels.at(std::string(api::kJobNameLabel)) == job.metadata.name;
   if (v.controller_uid.empty() && ours_by_labels && !v.deleting) {
-    const nlohmann::json patch{{"metadata", {{"uid", v.uid}, {"ownerReferences", nlohmann::json::array({OwnerRef(job)})}}}};
+    const nlohmann::json patch{{"metadata", {{"uid", v.uid}, {"ownerReferences", nlohmann::json::array({internal::OwnerRef(job)})}}}};
     return client_.MergePatch(r, ns, name, patch, false).status();
   }
   // Kubeflow's message for this create: the API server's "already exists".
