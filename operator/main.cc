@@ -15,7 +15,7 @@
 
 #include "common/flags.h"
 #include "common/signals.h"
-#include "operator/controller/reconciler.h"
+#include "operator/controller/controller.h"
 #include "operator/kube/config.h"
 #include "operator/kube/rest_client.h"
 #include "operator/leader.h"

@@ -662,7 +662,7 @@ TEST_P(ChartRbac, GrantsExactlyWhatTheOperatorUses) {
   // A job the operator cannot decode (the double has no schema validation):
   // it merge-patches a Failed condition into the status. The job already has
   // a status: on a status-less one the operator's invalid-job path currently
-  // throws (reconciler.cc reads status.conditions from a null status).
+  // throws (controller.cc reads status.conditions from a null status).
   {
     json bad = Job("bad", job_ns, "None", -1);
     bad["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = "two";

@@ -1,4 +1,4 @@
-#include "operator/controller/reconciler.h"
+#include "operator/controller/controller.h"
 
 #include <algorithm>
 #include <chrono>
