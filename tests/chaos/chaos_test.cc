@@ -36,14 +36,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr auto kPatience = std::chrono::seconds(120);
 
-nlohmann::json ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  return nlohmann::json::parse(in, nullptr, false);
-}
-
 using t::LocalJob;
-
-std::string Runtime() { return t::BinDir() + "/tfjob-runtime"; }
 
 // The acceptance point: the counter under three worker SIGKILLs, run by
 // `tfjob run` with OnFailure, ends with exactly 1+2+3+4+5.
@@ -62,16 +55,16 @@ spec:
       replicas: 1
       restartPolicy: OnFailure
       template: {spec: {containers: [{name: tensorflow, image: tfjob/runtime-cpu:0.1.0,
-        command: [")" + Runtime() + R"(", counter, --increments, "1,2,3,4,5", --closure-seconds, "2",
+        command: [")" + t::RuntimeBinary() + R"(", counter, --increments, "1,2,3,4,5", --closure-seconds, "2",
                   --summary-json, ")" + summary + R"("]}]}}
     PS:
       replicas: 1
       restartPolicy: OnFailure
-      template: {spec: {containers: [{name: tensorflow, image: tfjob/runtime-cpu:0.1.0, command: [")" + Runtime() + R"(", counter]}]}}
+      template: {spec: {containers: [{name: tensorflow, image: tfjob/runtime-cpu:0.1.0, command: [")" + t::RuntimeBinary() + R"(", counter]}]}}
     Worker:
       replicas: 3
       restartPolicy: OnFailure
-      template: {spec: {containers: [{name: tensorflow, image: tfjob/runtime-cpu:0.1.0, command: [")" + Runtime() + R"(", counter]}]}}
+      template: {spec: {containers: [{name: tensorflow, image: tfjob/runtime-cpu:0.1.0, command: [")" + t::RuntimeBinary() + R"(", counter]}]}}
 )";
   LocalJob job(dir + "/counter.yaml", dir);
   std::mt19937 rng(20261121);
@@ -93,14 +86,13 @@ spec:
   const std::string out = job.output();
   EXPECT_THAT(out, HasSubstr("[chaos-counter-chief-0] counter: value 15 after 5 closures"));
   EXPECT_THAT(out, HasSubstr("restarting (restart 1)"));
-  auto s = ReadJson(summary);
+  auto s = t::ReadJsonFile(summary);
   ASSERT_TRUE(s.is_object()) << out;
   EXPECT_EQ(s["value"], 15.0);
   // The kills really cost closures: some ran twice, yet counted once.
   EXPECT_GE(s["retried"].get<int>(), 1) << s.dump();
   EXPECT_GE(s["worker_failures"].get<int>(), 1) << s.dump();
 }
-
 
 // Kills whichever task is writing a file of the next checkpoint, while it
 // writes: files are written as NAME.tmp.<writer pid> and renamed when done,
@@ -154,7 +146,7 @@ TEST(ChaosTest, MnistMlpSurvivesWorkerPsChiefAndMidCheckpointKills) {
   fs::create_directories(ckpt);
   constexpr int kInterval = 25;  // steps between checkpoints
   auto fit = [&](const std::string& summary) {
-    return "[\"" + Runtime() + "\", fit, --config, \"" + t::SourceDir() + "/examples/mnist/mlp.json\", --epochs, \"30\"," +
+    return "[\"" + t::RuntimeBinary() + "\", fit, --config, \"" + t::SourceDir() + "/examples/mnist/mlp.json\", --epochs, \"30\"," +
            " --data-dir, \"" + t::MnistDir() + "\", --checkpoint-dir, \"" + ckpt + "\", --checkpoint-every-steps, \"" +
            std::to_string(kInterval) + "\", --summary-json, \"" + summary + "\"]";
   };
@@ -209,14 +201,14 @@ TEST(ChaosTest, MnistMlpSurvivesWorkerPsChiefAndMidCheckpointKills) {
   ASSERT_EQ(job.Wait(), 0) << job.output();
   const std::string out = job.output();
   std::ofstream(dir + "/job.log") << out;
-  auto chief = ReadJson(dir + "/chief.json");
+  auto chief = t::ReadJsonFile(dir + "/chief.json");
   ASSERT_TRUE(chief.is_object()) << out;
   EXPECT_GE(chief["eval_accuracy"].get<double>(), 0.92) << chief.dump();
   EXPECT_EQ(chief["steps"], 30 * 125);
   EXPECT_EQ(chief["epochs"], 30);
   // The side-car evaluator saw checkpoints as they came and ended on the
   // final one, with the chief's own result (same variables, same data).
-  auto ev = ReadJson(dir + "/evaluator.json");
+  auto ev = t::ReadJsonFile(dir + "/evaluator.json");
   ASSERT_TRUE(ev.is_object() && ev["evaluations"].size() >= 2) << out;
   const auto& last = ev["evaluations"].back();
   EXPECT_TRUE(last["final"].get<bool>());
@@ -237,7 +229,7 @@ TEST(ChaosTest, MnistMlpSurvivesWorkerPsChiefAndMidCheckpointKills) {
 TEST(ChaosTest, PrefetchingWorkersKilledMidStepLoseNoUpdate) {
   const std::string dir = t::MakeTempDir("chaos-prefetch");
   const std::string summary = dir + "/chief.json";
-  const std::string fit = "[\"" + Runtime() + "\", fit, --config, \"" + t::SourceDir() +
+  const std::string fit = "[\"" + t::RuntimeBinary() + "\", fit, --config, \"" + t::SourceDir() +
                           "/examples/mnist/mlp.json\", --epochs, \"20\", --data-dir, \"" + t::MnistDir() +
                           "\", --steps-per-execution, \"4\", --summary-json, \"" + summary + "\"]";
   auto replica = [&](const std::string& type, int n) {
@@ -258,7 +250,7 @@ TEST(ChaosTest, PrefetchingWorkersKilledMidStepLoseNoUpdate) {
     ASSERT_GT(job.KillAndAwaitRestart(pod), 0) << pod << "\n" << job.output();
   }
   ASSERT_EQ(job.Wait(), 0) << job.output();
-  auto s = ReadJson(summary);
+  auto s = t::ReadJsonFile(summary);
   ASSERT_TRUE(s.is_object()) << job.output();
   EXPECT_EQ(s["ps_prefetch"], true);
   EXPECT_EQ(s["steps"], 20 * 125);

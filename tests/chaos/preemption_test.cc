@@ -38,13 +38,6 @@ using t::LocalJob;
 using t::Replica;
 using Clock = std::chrono::steady_clock;
 
-nlohmann::json ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  return nlohmann::json::parse(in, nullptr, false);
-}
-
-std::string Runtime() { return t::BinDir() + "/tfjob-runtime"; }
-
 std::string Write(const std::string& path, const std::string& text) {
   std::ofstream(path) << text;
   return path;
@@ -60,9 +53,9 @@ std::string Increments(int n) {
 // A counter job: chief, one PS, `workers` workers, all under `policy`.
 std::string CounterJob(const std::string& dir, const std::string& name, int workers, const std::string& policy,
                        const std::vector<std::string>& chief_args) {
-  std::vector<std::string> chief{Runtime(), "counter", "--summary-json", dir + "/summary.json"};
+  std::vector<std::string> chief{t::RuntimeBinary(), "counter", "--summary-json", dir + "/summary.json"};
   chief.insert(chief.end(), chief_args.begin(), chief_args.end());
-  const std::string serve = t::YamlList({Runtime(), "counter"});
+  const std::string serve = t::YamlList({t::RuntimeBinary(), "counter"});
   return Write(dir + "/" + name + ".yaml",
                t::TfJobYaml(name,
                             {{"Chief", 1, policy, t::YamlList(chief)}, {"PS", 1, policy, serve}, {"Worker", workers, policy, serve}},
@@ -86,7 +79,7 @@ TEST(PreemptionTest, AWorkerPreemptedBetweenClosuresComesBackAndTheCountIsExact)
   EXPECT_THAT(out, HasSubstr("[between-worker-1] worker 1: stopped by a signal before training was complete; exiting 143"));
   EXPECT_THAT(out, HasSubstr("[between-chief-0] counter: value 72 after 16 closures"));
   EXPECT_THAT(out, HasSubstr("Succeeded=True"));
-  EXPECT_EQ(ReadJson(dir + "/summary.json")["value"], 72.0);
+  EXPECT_EQ(t::ReadJsonFile(dir + "/summary.json")["value"], 72.0);
 }
 
 // TF: testWorkerPreemptionMidstFunction, testTwoWorkersPreempted,
@@ -117,7 +110,7 @@ TEST(PreemptionTest, WorkersLostMidClosureTwoAtOnceAndOneRepeatedlyCountExactlyO
     ASSERT_GT(job.KillAndAwaitRestart("during-worker-0"), 0) << "kill " << k << "\n" << job.output();
   }
   ASSERT_EQ(job.Wait(), 0) << job.output();
-  auto s = ReadJson(dir + "/summary.json");
+  auto s = t::ReadJsonFile(dir + "/summary.json");
   ASSERT_TRUE(s.is_object()) << job.output();
   EXPECT_EQ(s["value"], 465.0) << s.dump();
   EXPECT_EQ(s["closures"], 30);
@@ -147,7 +140,7 @@ TEST(PreemptionTest, TheChiefKilledAndRestartedTwiceStillCounts78) {
   const std::regex fence(R"(\[twice-chief-0\] counter: fenced off the previous chief)");
   const auto fenced = std::distance(std::sregex_iterator(out.begin(), out.end(), fence), std::sregex_iterator());
   EXPECT_EQ(fenced, 2) << out;
-  auto s = ReadJson(dir + "/summary.json");
+  auto s = t::ReadJsonFile(dir + "/summary.json");
   EXPECT_EQ(s["value"], 78.0) << s.dump();
   EXPECT_GE(s["already_applied"].get<int>(), 1) << "the restarted chief re-ran nothing its predecessors applied?\n" << s.dump();
   EXPECT_NE(s["previous_generation"], 0);
@@ -173,7 +166,7 @@ TEST(PreemptionTest, AUserErrorInAClosureFailsTheJobOnce) {
     "loss": "sparse_categorical_crossentropy", "optimizer": {"type": "SGD", "learning_rate": 0.01},
     "metrics": ["accuracy"], "data": {"train": {"source": "csv", "path": "train.csv"}},
     "batch_size": 20, "epochs": 3})");
-  const std::string fit = t::YamlList({Runtime(), "fit", "--config", dir + "/job.json", "--data-dir", dir});
+  const std::string fit = t::YamlList({t::RuntimeBinary(), "fit", "--config", dir + "/job.json", "--data-dir", dir});
   LocalJob job(Write(dir + "/bad.yaml", t::TfJobYaml("bad", {{"Chief", 1, "ExitCode", fit}, {"PS", 1, "ExitCode", fit},
                                                              {"Worker", 2, "ExitCode", fit}})),
                dir + "/state");
@@ -206,7 +199,7 @@ TEST(PreemptionTest, ARunnerKilledLeavesNoReplicaRunning) {
     std::this_thread::sleep_for(std::chrono::seconds(1));
     for (pid_t p : replicas) EXPECT_FALSE(t::Alive(p)) << "replica " << p << " outlived the runner";
   }
-  t::Process local({Runtime(), "local", "--ps", "1", "--workers", "2", "--", "counter", "--closure-seconds", "30"});
+  t::Process local({t::RuntimeBinary(), "local", "--ps", "1", "--workers", "2", "--", "counter", "--closure-seconds", "30"});
   ASSERT_TRUE(local.WaitForLine("counter: scheduled", std::chrono::seconds(60))) << local.output();
   std::vector<pid_t> tasks;
   for (const auto& e : fs::directory_iterator("/proc")) {
@@ -236,7 +229,7 @@ TEST(PreemptionTest, ARunnerKilledLeavesNoReplicaRunning) {
 // resumes exactly there; the PS's loss is detected, said, and recovered in
 // bounded time; the job Succeeds with every step done once.
 std::string MnistFit(const std::string& dir, const std::string& role) {
-  return t::YamlList({Runtime(), "fit", "--config", t::SourceDir() + "/examples/mnist/mlp.json", "--epochs", "60",
+  return t::YamlList({t::RuntimeBinary(), "fit", "--config", t::SourceDir() + "/examples/mnist/mlp.json", "--epochs", "60",
                       "--data-dir", t::MnistDir(), "--checkpoint-dir", dir + "/ckpt", "--checkpoint-every-steps", "100",
                       "--summary-json", dir + "/" + role + ".json"});
 }
@@ -313,7 +306,7 @@ TEST(PreemptionTest, MnistSurvivesSigtermToEveryRoleUnderExitCode) {
   const std::string out = job.output();
   std::ofstream(dir + "/job.log") << out;
   EXPECT_THAT(out, HasSubstr("Succeeded=True"));
-  auto chief = ReadJson(dir + "/chief.json");
+  auto chief = t::ReadJsonFile(dir + "/chief.json");
   ASSERT_TRUE(chief.is_object()) << out;
   EXPECT_EQ(chief["steps"], 60 * 125);
   EXPECT_GE(chief["eval_accuracy"].get<double>(), 0.92) << chief.dump();
@@ -322,7 +315,7 @@ TEST(PreemptionTest, MnistSurvivesSigtermToEveryRoleUnderExitCode) {
   ASSERT_GE(restored.size(), 1u) << chief.dump();
   EXPECT_EQ(chief["ps_applied_updates"].get<int64_t>(), (60 * 125 - restored.back().get<int64_t>()) * 4) << chief.dump();
   // The evaluator, restarted once, still ended on the final checkpoint.
-  auto ev = ReadJson(dir + "/evaluator.json");
+  auto ev = t::ReadJsonFile(dir + "/evaluator.json");
   ASSERT_TRUE(ev.is_object() && !ev["evaluations"].empty()) << out;
   EXPECT_TRUE(ev["evaluations"].back()["final"].get<bool>());
   EXPECT_NEAR(ev["evaluations"].back()["eval_accuracy"].get<double>(), chief["eval_accuracy"].get<double>(), 1e-9);
@@ -345,7 +338,7 @@ TEST(PreemptionTest, MnistChiefKilledOnceAppliesEachStepAfterTheRestoreOnce) {
       << job.output();
   const int64_t restored = std::stoll(m[2]);
   ASSERT_EQ(job.Wait(), 0) << job.output();
-  auto chief = ReadJson(dir + "/chief.json");
+  auto chief = t::ReadJsonFile(dir + "/chief.json");
   ASSERT_TRUE(chief.is_object()) << job.output();
   EXPECT_EQ(chief["steps"], 60 * 125);
   EXPECT_EQ(chief["recovery"]["restored_steps"], nlohmann::json::array({restored})) << chief.dump();

@@ -1,5 +1,7 @@
 #include "tests/support/subprocess.h"
 
+#include <fstream>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/wait.h>
@@ -124,6 +126,14 @@ std::string MakeTempDir(const std::string& name) {
   std::filesystem::create_directories(p);
   CreatedDirs().Add(p);
   return p.string();
+}
+
+std::string RuntimeBinary() { return BinDir() + "/tfjob-runtime"; }
+
+nlohmann::json ReadJsonFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return nlohmann::json(nlohmann::json::value_t::discarded);
+  return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
 }
 
 }  // namespace tfjob::testing

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace tfjob::testing {
 
 struct RunResult {
@@ -25,6 +27,10 @@ RunResult Run(const std::vector<std::string>& argv, const std::map<std::string, 
 std::string SourceDir();
 std::string BinDir();
 std::string MnistDir();    // SourceDir()/../shared/data/mnist
+std::string RuntimeBinary();  // BinDir()/tfjob-runtime
+// A JSON file's contents: discarded (is_discarded()) when the file is
+// missing or not JSON, so a test fails at its check, never by a throw.
+nlohmann::json ReadJsonFile(const std::string& path);
 // A fresh empty directory under the test temp dir ($TEST_TMPDIR or /tmp),
 // removed with everything in it when the test process exits (kept when
 // TFJOB_KEEP_TEST_TMP=1).

@@ -16,11 +16,6 @@ namespace {
 using ::testing::HasSubstr;
 namespace t = ::tfjob::testing;
 
-nlohmann::json ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  return nlohmann::json::parse(in);
-}
-
 bool HasCondition(const nlohmann::json& status, const std::string& type) {
   for (const auto& c : status.value("conditions", nlohmann::json::array())) {
     if (c.value("type", "") == type && c.value("status", "") == "True") return true;
@@ -74,7 +69,7 @@ TEST(TfjobRunTest, CounterManifestRunsLocallyToSuccess) {
   EXPECT_THAT(r.out, HasSubstr("[counter-chief-0] counter: value 15 after 5 closures"));
   EXPECT_THAT(r.out, HasSubstr("[counter-ps-0] ps 0: serving on"));
   EXPECT_THAT(r.out, HasSubstr("[tfjob] Succeeded=True (TFJobSucceeded)"));
-  auto status = ReadJson(dir + "/status.json");
+  auto status = t::ReadJsonFile(dir + "/status.json");
   EXPECT_TRUE(HasCondition(status, "Succeeded")) << status.dump();
   EXPECT_EQ(status["replicaStatuses"]["Chief"]["succeeded"], 1);
   // Nothing left running, no pid files left behind.
@@ -92,7 +87,7 @@ TEST(TfjobRunTest, CounterManifestRunsLocallyToSuccessWithTaskTls) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("[counter-chief-0] counter: value 15 after 5 closures"));
   EXPECT_THAT(r.out, HasSubstr("[tfjob] Succeeded=True (TFJobSucceeded)"));
-  EXPECT_TRUE(HasCondition(ReadJson(dir + "/status.json"), "Succeeded"));
+  EXPECT_TRUE(HasCondition(t::ReadJsonFile(dir + "/status.json"), "Succeeded"));
   namespace fs = std::filesystem;
   EXPECT_EQ(fs::status(dir + "/tls").permissions() & fs::perms::all, fs::perms::owner_all);
   EXPECT_EQ(fs::status(dir + "/tls/tls.key").permissions() & fs::perms::all,
@@ -188,7 +183,7 @@ spec:
   EXPECT_THAT(r.out, HasSubstr("[nocmd-worker-0] tfjob run: cannot execute \"no-such-binary-xyz\": No such file or directory"));
   // OnFailure restarts it in place until backoffLimit is reached.
   EXPECT_THAT(r.out, HasSubstr("[nocmd-worker-0] restarting (restart 2)"));
-  auto status = ReadJson(dir + "/status.json");
+  auto status = t::ReadJsonFile(dir + "/status.json");
   EXPECT_TRUE(HasCondition(status, "Failed"));
   bool backoff = false;
   for (const auto& c : status["conditions"]) backoff |= c.value("message", "").find("backoff limit") != std::string::npos;

@@ -19,8 +19,6 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
 
-std::string Runtime() { return t::BinDir() + "/tfjob-runtime"; }
-
 void ExpectBadInput(const t::RunResult& r, const std::string& want) {
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_THAT(r.err, StartsWith("tfjob-runtime: error: "));
@@ -40,7 +38,7 @@ std::string SmallJob(const std::string& dir) {
 
 TEST(BadInputTest, TasksSharingAnAddressAreRefused) {
   for (const std::string type : {"chief", "ps", "worker"}) {
-    auto r = t::Run({Runtime(), "counter"},
+    auto r = t::Run({t::RuntimeBinary(), "counter"},
                     {{"TF_CONFIG", R"({"cluster":{"chief":["127.0.0.1:4701"],"ps":["127.0.0.1:4701"],"worker":["127.0.0.1:4701"]},)"
                                    R"("task":{"type":")" + type + R"(","index":0}})"}});
     ExpectBadInput(r, "TF_CONFIG: chief:0 and ps:0 have the same address \"127.0.0.1:4701\"");
@@ -49,7 +47,7 @@ TEST(BadInputTest, TasksSharingAnAddressAreRefused) {
 
 TEST(BadInputTest, AHugeAddressIsEchoedCut) {
   const std::string huge(120 * 1024, 'h');
-  auto r = t::Run({Runtime(), "counter"},
+  auto r = t::Run({t::RuntimeBinary(), "counter"},
                   {{"TF_CONFIG", R"({"cluster":{"worker":[")" + huge + R"("]},"task":{"type":"worker","index":0}})"}});
   ExpectBadInput(r, "... (122880 bytes)");
   EXPECT_LT(r.err.size(), 600u);
@@ -61,11 +59,11 @@ TEST(BadInputTest, AnUnwritableCheckpointDirectoryIsRefusedBeforeTraining) {
   const std::string dir = t::MakeTempDir("unwritable");
   std::ofstream(dir + "/file") << "x";
   const std::string ckpt = dir + "/file/ckpt";
-  auto single = t::Run({Runtime(), "fit", "--config", SmallJob(dir), "--checkpoint-dir", ckpt});
+  auto single = t::Run({t::RuntimeBinary(), "fit", "--config", SmallJob(dir), "--checkpoint-dir", ckpt});
   ExpectBadInput(single, "--checkpoint-dir " + ckpt + " cannot be created");
   EXPECT_THAT(single.out, Not(HasSubstr("Epoch 1/")));
   // A parameter server, which writes its own files there, says so too.
-  auto ps = t::Run({Runtime(), "fit", "--config", SmallJob(dir), "--checkpoint-dir", ckpt},
+  auto ps = t::Run({t::RuntimeBinary(), "fit", "--config", SmallJob(dir), "--checkpoint-dir", ckpt},
                    {{"TF_CONFIG", R"({"cluster":{"chief":["127.0.0.1:4702"],"ps":["127.0.0.1:4703"],"worker":["127.0.0.1:4704"]},)"
                                   R"("task":{"type":"ps","index":0}})"}});
   ExpectBadInput(ps, "--checkpoint-dir " + ckpt + " cannot be created");
@@ -77,7 +75,7 @@ TEST(BadInputTest, EveryCheckpointDamagedIsAnErrorUnlessToldToStartFresh) {
   const std::string dir = t::MakeTempDir("damaged");
   const std::string ckpt = dir + "/ckpt";
   const std::string job = SmallJob(dir);
-  auto first = t::Run({Runtime(), "fit", "--config", job, "--checkpoint-dir", ckpt, "--checkpoint-every-steps", "10"});
+  auto first = t::Run({t::RuntimeBinary(), "fit", "--config", job, "--checkpoint-dir", ckpt, "--checkpoint-every-steps", "10"});
   ASSERT_EQ(first.exit_code, 0) << first.err;
   int damaged = 0;
   for (const auto& e : fs::directory_iterator(ckpt)) {
@@ -94,11 +92,11 @@ TEST(BadInputTest, EveryCheckpointDamagedIsAnErrorUnlessToldToStartFresh) {
     ++damaged;
   }
   ASSERT_GT(damaged, 0);
-  auto refused = t::Run({Runtime(), "fit", "--config", job, "--checkpoint-dir", ckpt});
+  auto refused = t::Run({t::RuntimeBinary(), "fit", "--config", job, "--checkpoint-dir", ckpt});
   ExpectBadInput(refused, "every checkpoint in " + ckpt + " is damaged: ckpt-");
   EXPECT_THAT(refused.err, HasSubstr("--ignore-damaged-checkpoints"));
   EXPECT_THAT(refused.out, Not(HasSubstr("Epoch 1/")));
-  auto fresh = t::Run({Runtime(), "fit", "--config", job, "--checkpoint-dir", ckpt, "--ignore-damaged-checkpoints"});
+  auto fresh = t::Run({t::RuntimeBinary(), "fit", "--config", job, "--checkpoint-dir", ckpt, "--ignore-damaged-checkpoints"});
   EXPECT_EQ(fresh.exit_code, 0) << fresh.err;
   EXPECT_THAT(fresh.out, HasSubstr("Epoch 1/2"));
 }

@@ -21,13 +21,7 @@ namespace {
 namespace t = ::tfjob::testing;
 using ::testing::HasSubstr;
 
-std::string Runtime() { return t::BinDir() + "/tfjob-runtime"; }
 std::string Tfjob() { return t::BinDir() + "/tfjob"; }
-
-nlohmann::json ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  return nlohmann::json::parse(in, nullptr, false);
-}
 
 std::string SmallJob(const std::string& dir, const std::string& name, const std::string& optimizer, int units = 16) {
   std::ifstream in(t::SourceDir() + "/tests/support/data/synthetic-small.json");
@@ -63,10 +57,10 @@ std::map<std::string, Tensor> FinalVariables(const std::string& ckpt) {
 
 TEST(MultiWorkerMirroredTest, MnistOverThreeWorkerProcesses) {
   const std::string summary = t::MakeTempDir("mwms-mnist") + "/out.json";
-  auto r = t::Run({Runtime(), "local", "--workers", "3", "--", "fit", "--config",
+  auto r = t::Run({t::RuntimeBinary(), "local", "--workers", "3", "--", "fit", "--config",
                    t::SourceDir() + "/examples/mnist/mlp.json", "--data-dir", t::MnistDir(), "--summary-json", summary});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  const nlohmann::json s = ReadJson(summary);
+  const nlohmann::json s = t::ReadJsonFile(summary);
   EXPECT_EQ(s["strategy"], "multi_worker_mirrored") << s.dump();
   EXPECT_EQ(s["num_replicas_in_sync"], 3);
   EXPECT_EQ(s["communication"], "ring");
@@ -87,10 +81,10 @@ TEST(MultiWorkerMirroredTest, MnistOverThreeWorkerProcesses) {
 
 TEST(MirroredTest, MnistOverTwoReplicasInOneProcess) {
   const std::string summary = t::MakeTempDir("mirrored-mnist") + "/out.json";
-  auto r = t::Run({Runtime(), "fit", "--config", t::SourceDir() + "/examples/mnist/mlp.json", "--data-dir", t::MnistDir(),
+  auto r = t::Run({t::RuntimeBinary(), "fit", "--config", t::SourceDir() + "/examples/mnist/mlp.json", "--data-dir", t::MnistDir(),
                    "--strategy", "mirrored", "--replicas", "2", "--summary-json", summary});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  const nlohmann::json s = ReadJson(summary);
+  const nlohmann::json s = t::ReadJsonFile(summary);
   EXPECT_EQ(s["strategy"], "mirrored");
   EXPECT_EQ(s["num_replicas_in_sync"], 2);
   EXPECT_GE(s["eval_accuracy"].get<double>(), 0.92) << s.dump();
@@ -103,13 +97,13 @@ TEST(MultiWorkerMirroredTest, SameVariablesAsOneProcess) {
   for (const auto& [name, opt] : {std::pair<std::string, std::string>{"sgd", R"({"type": "SGD", "learning_rate": 0.1, "momentum": 0.5})"},
                                   {"adam", R"({"type": "Adam", "learning_rate": 0.01})"}}) {
     const std::string job = SmallJob(dir, name, opt);
-    auto one = t::Run({Runtime(), "fit", "--config", job, "--checkpoint-dir", dir + "/" + name + "-1"});
+    auto one = t::Run({t::RuntimeBinary(), "fit", "--config", job, "--checkpoint-dir", dir + "/" + name + "-1"});
     ASSERT_EQ(one.exit_code, 0) << one.out << one.err;
     const auto base = FinalVariables(dir + "/" + name + "-1");
     ASSERT_EQ(base.size(), 4u);
     for (int n : {2, 3}) {
       const std::string ckpt = dir + "/" + name + "-" + std::to_string(n);
-      auto r = t::Run({Runtime(), "local", "--workers", std::to_string(n), "--", "fit", "--config", job,
+      auto r = t::Run({t::RuntimeBinary(), "local", "--workers", std::to_string(n), "--", "fit", "--config", job,
                        "--checkpoint-dir", ckpt});
       ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
       const auto got = FinalVariables(ckpt);
@@ -136,13 +130,13 @@ void ExpectOneLineExit2(const t::RunResult& r, const std::string& want) {
 TEST(MultiWorkerMirroredTest, StrategyThatDoesNotFitTheClusterIsOneLine) {
   const std::string job = t::SourceDir() + "/tests/support/data/synthetic-small.json";
   // A cluster with parameter servers cannot train multi-worker mirrored.
-  auto r = t::Run({Runtime(), "local", "--ps", "1", "--workers", "1", "--", "fit", "--config", job, "--strategy",
+  auto r = t::Run({t::RuntimeBinary(), "local", "--ps", "1", "--workers", "1", "--", "fit", "--config", job, "--strategy",
                    "multi_worker_mirrored"});
   ExpectOneLineExit2(r, "tfjob-runtime: error: flag --strategy multi_worker_mirrored: the cluster has \"ps\" tasks");
   // Nor can workers without one train with parameter servers.
-  r = t::Run({Runtime(), "local", "--workers", "2", "--", "fit", "--config", job, "--strategy", "parameter_server"});
+  r = t::Run({t::RuntimeBinary(), "local", "--workers", "2", "--", "fit", "--config", job, "--strategy", "parameter_server"});
   ExpectOneLineExit2(r, "flag --strategy parameter_server: the cluster has no \"ps\" tasks");
-  r = t::Run({Runtime(), "local", "--workers", "2", "--", "fit", "--config", job, "--strategy", "mirrored"});
+  r = t::Run({t::RuntimeBinary(), "local", "--workers", "2", "--", "fit", "--config", job, "--strategy", "mirrored"});
   ExpectOneLineExit2(r, "flag --strategy mirrored: this task is one of 2 chief/worker tasks");
 }
 
@@ -167,7 +161,7 @@ TEST(MultiWorkerMirroredTest, APeerThatNeverComesUpIsNamedAfterTheTimeout) {
   const std::string dir = t::MakeTempDir("mwms-absent");
   const std::string job = t::SourceDir() + "/tests/support/data/synthetic-small.json";
   // The worker is alive but never joins: it is not the runtime at all.
-  auto r = RunJob(dir, Manifest("absent", Replica("Chief", "[\"" + Runtime() + "\", fit, --config, \"" + job +
+  auto r = RunJob(dir, Manifest("absent", Replica("Chief", "[\"" + t::RuntimeBinary() + "\", fit, --config, \"" + job +
                                                                "\", --rejoin-timeout-seconds, \"2\"]") +
                                               Replica("Worker", "[sleep, \"60\"]")));
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
@@ -180,7 +174,7 @@ TEST(MultiWorkerMirroredTest, MembersWithDifferentShapesAllFailWithInvalidArgume
   const std::string dir = t::MakeTempDir("mwms-shapes");
   const std::string a = SmallJob(dir, "a", R"({"type": "SGD", "learning_rate": 0.1})", 16);
   const std::string b = SmallJob(dir, "b", R"({"type": "SGD", "learning_rate": 0.1})", 12);
-  auto fit = [&](const std::string& job) { return "[\"" + Runtime() + "\", fit, --config, \"" + job + "\"]"; };
+  auto fit = [&](const std::string& job) { return "[\"" + t::RuntimeBinary() + "\", fit, --config, \"" + job + "\"]"; };
   auto r = RunJob(dir, Manifest("shapes", Replica("Chief", fit(a)) + Replica("Worker", fit(b))));
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   // Both members stop with the disagreement (exit 2, bad input); nobody hangs.

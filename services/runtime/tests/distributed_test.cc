@@ -24,11 +24,6 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 namespace t = ::tfjob::testing;
 
-nlohmann::json ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  return nlohmann::json::parse(in);
-}
-
 TEST(InProcessTest, CounterAddsEveryIncrementOnce) {
   auto programs = programs::BuiltinPrograms();
   auto cluster = InProcessCluster::Start(1, 3, programs);
@@ -38,7 +33,7 @@ TEST(InProcessTest, CounterAddsEveryIncrementOnce) {
   programs::ChiefContext ctx{(*cluster)->ps_addresses(), (*cluster)->worker_addresses(), {}, &out, &err};
   ASSERT_EQ(programs::MakeCounter()->RunChief({"--increments", "1,2,3,4,5", "--summary-json", summary}, ctx), 0)
       << err.str();
-  EXPECT_EQ(ReadJson(summary)["value"].get<double>(), 15.0);
+  EXPECT_EQ(t::ReadJsonFile(summary)["value"].get<double>(), 15.0);
   EXPECT_THAT(out.str(), HasSubstr("counter: value 15 after 5 closures"));
 }
 
@@ -55,7 +50,7 @@ TEST(InProcessTest, ShardedFitWithStepsPerExecution) {
                                           ctx),
             0)
       << err.str();
-  auto s = ReadJson(dir + "/out.json");
+  auto s = t::ReadJsonFile(dir + "/out.json");
   EXPECT_EQ(s["strategy"], "parameter_server");
   EXPECT_EQ(s["steps"].get<int>(), 3 * 20);
   EXPECT_EQ(s["closures"]["completed"].get<int>(), 3 * 7);  // ceil(20 / 3) closures per epoch
@@ -66,14 +61,12 @@ TEST(InProcessTest, ShardedFitWithStepsPerExecution) {
   EXPECT_THAT(out.str(), HasSubstr("on 2 parameter servers, 2 workers, partitioner fixed:2"));
 }
 
-std::string Runtime() { return t::BinDir() + "/tfjob-runtime"; }
-
 TEST(LocalLauncherTest, CounterOverOnePsAndThreeWorkers) {
   const std::string summary = t::MakeTempDir("counter-local") + "/out.json";
-  auto r = t::Run({Runtime(), "local", "--ps", "1", "--workers", "3", "--", "counter", "--increments", "1,2,3,4,5",
+  auto r = t::Run({t::RuntimeBinary(), "local", "--ps", "1", "--workers", "3", "--", "counter", "--increments", "1,2,3,4,5",
                    "--summary-json", summary});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_EQ(ReadJson(summary)["value"].get<double>(), 15.0);
+  EXPECT_EQ(t::ReadJsonFile(summary)["value"].get<double>(), 15.0);
   // Every task ran as its own process and was shut down by the chief, not killed.
   EXPECT_THAT(r.out, HasSubstr("[ps:0] ps 0: serving on 127.0.0.1:"));
   EXPECT_THAT(r.out, HasSubstr("[worker:2] worker 2: shut down"));
@@ -83,10 +76,10 @@ TEST(LocalLauncherTest, CounterOverOnePsAndThreeWorkers) {
 
 TEST(LocalLauncherTest, MnistMlpWithTwoPsAndTwoWorkers) {
   const std::string summary = t::MakeTempDir("mlp-local") + "/out.json";
-  auto r = t::Run({Runtime(), "local", "--ps", "2", "--workers", "2", "--", "fit", "--config",
+  auto r = t::Run({t::RuntimeBinary(), "local", "--ps", "2", "--workers", "2", "--", "fit", "--config",
                    t::SourceDir() + "/examples/mnist/mlp.json", "--data-dir", t::MnistDir(), "--summary-json", summary});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  auto s = ReadJson(summary);
+  auto s = t::ReadJsonFile(summary);
   EXPECT_GE(s["eval_accuracy"].get<double>(), 0.92) << s.dump();
   EXPECT_EQ(s["num_ps"].get<int>(), 2);
   EXPECT_EQ(s["steps"].get<int>(), 5 * 125);
@@ -105,7 +98,7 @@ TEST(LocalLauncherTest, MnistMlpWithTwoPsAndTwoWorkers) {
 // reaches its PS and worker over [::1], and the group of a synchronous job
 // forms over [::1] too.
 TEST(Ipv6Test, TasksAtBracketedIpv6AddressesTrain) {
-  auto r = t::Run({Runtime(), "local", "--host", "::1", "--ps", "1", "--workers", "1", "--", "counter", "--increments",
+  auto r = t::Run({t::RuntimeBinary(), "local", "--host", "::1", "--ps", "1", "--workers", "1", "--", "counter", "--increments",
                    "1,2,3"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("counter: value 6 after 3 closures"));
@@ -113,7 +106,7 @@ TEST(Ipv6Test, TasksAtBracketedIpv6AddressesTrain) {
 
   // Two workers training together over [::1].
   const std::string job = t::SourceDir() + "/tests/support/data/synthetic-small.json";
-  auto w = t::Run({Runtime(), "local", "--host", "::1", "--workers", "2", "--", "fit", "--config", job, "--epochs", "1"});
+  auto w = t::Run({t::RuntimeBinary(), "local", "--host", "::1", "--workers", "2", "--", "fit", "--config", job, "--epochs", "1"});
   EXPECT_EQ(w.exit_code, 0) << w.out << w.err;
   EXPECT_THAT(w.out, HasSubstr("fit: group generation 1 of 2 members formed"));
   EXPECT_THAT(w.out, ::testing::ContainsRegex("\\[worker:1\\] fit: multi_worker_mirrored, worker:1 is rank 1 of 2"));
@@ -122,12 +115,12 @@ TEST(Ipv6Test, TasksAtBracketedIpv6AddressesTrain) {
 // Each task serves on the socket the launcher bound for it: the port in its
 // TF_CONFIG, which no other process could have taken in between.
 TEST(LocalLauncherTest, TasksServeOnTheSocketsTheLauncherBound) {
-  auto r = t::Run({Runtime(), "local", "--ps", "1", "--workers", "1", "--", "counter", "--increments", "4"});
+  auto r = t::Run({t::RuntimeBinary(), "local", "--ps", "1", "--workers", "1", "--", "counter", "--increments", "4"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, ::testing::ContainsRegex("\\[ps:0\\] ps 0: serving on 127\\.0\\.0\\.1:[1-9][0-9]*\n"));
   EXPECT_THAT(r.out, ::testing::ContainsRegex("\\[worker:0\\] worker 0: serving on 127\\.0\\.0\\.1:[1-9][0-9]*\n"));
   // A bad --host is one line and exit 2, before anything starts.
-  auto bad = t::Run({Runtime(), "local", "--host", "localhost", "--workers", "1", "--", "counter"});
+  auto bad = t::Run({t::RuntimeBinary(), "local", "--host", "localhost", "--workers", "1", "--", "counter"});
   EXPECT_EQ(bad.exit_code, 2) << bad.out << bad.err;
   EXPECT_THAT(bad.err, HasSubstr("local: flag --host: listen on localhost:0: \"localhost\" is not an IP address"));
 }
@@ -144,35 +137,35 @@ TEST(TfConfigTest, AnInheritedSocketMustBeAListeningSocketAtTheTasksPort) {
                    "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
                    "os.dup2(s.fileno(), 3); os.set_inheritable(3, True); os.environ['TFJOB_LISTEN_FD'] = '3'\n"
                    "os.execv(sys.argv[1], [sys.argv[1], 'counter'])\n",
-                   Runtime()},
+                   t::RuntimeBinary()},
                   env);
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_THAT(r.err, ::testing::ContainsRegex(
                          "TFJOB_LISTEN_FD: the socket listens on port [0-9]+, but TF_CONFIG puts ps:0 at 127.0.0.1:6\n"));
-  auto not_socket = t::Run({"/bin/sh", "-c", "exec 3</dev/null; TFJOB_LISTEN_FD=3 exec \"$0\" counter", Runtime()}, env);
+  auto not_socket = t::Run({"/bin/sh", "-c", "exec 3</dev/null; TFJOB_LISTEN_FD=3 exec \"$0\" counter", t::RuntimeBinary()}, env);
   EXPECT_EQ(not_socket.exit_code, 2) << not_socket.out << not_socket.err;
   EXPECT_THAT(not_socket.err, HasSubstr("TFJOB_LISTEN_FD: descriptor 3 is not an open socket"));
 }
 
 TEST(LocalLauncherTest, BadLauncherInput) {
-  auto r = t::Run({Runtime(), "local", "--ps", "-1", "--", "counter"});
+  auto r = t::Run({t::RuntimeBinary(), "local", "--ps", "-1", "--", "counter"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--ps must be in 0..64"));
-  r = t::Run({Runtime(), "local", "--workers", "0", "--", "counter"});
+  r = t::Run({t::RuntimeBinary(), "local", "--workers", "0", "--", "counter"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--workers must be in 1..64"));
   // Counting needs a parameter server: without one the workers say so.
-  r = t::Run({Runtime(), "local", "--workers", "2", "--", "counter"});
+  r = t::Run({t::RuntimeBinary(), "local", "--workers", "2", "--", "counter"});
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_THAT(r.out + r.err, HasSubstr("program \"counter\" needs parameter servers, but the cluster has no \"ps\" tasks"));
-  r = t::Run({Runtime(), "local", "--", "nosuch"});
+  r = t::Run({t::RuntimeBinary(), "local", "--", "nosuch"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("unknown program \"nosuch\""));
 }
 
 // Bad TF_CONFIG: one clear line, exit 2.
 void ExpectBadTfConfig(const std::string& tf_config, const std::string& want) {
-  auto r = t::Run({Runtime(), "counter"}, {{"TF_CONFIG", tf_config}});
+  auto r = t::Run({t::RuntimeBinary(), "counter"}, {{"TF_CONFIG", tf_config}});
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_THAT(r.err, StartsWith("tfjob-runtime: error: TF_CONFIG"));
   EXPECT_THAT(r.err, HasSubstr(want));
@@ -190,7 +183,7 @@ TEST(TfConfigTest, MalformedTfConfigIsOneClearLine) {
 }
 
 TEST(TfConfigTest, ChiefWithoutWorkersIsAnError) {
-  auto r = t::Run({Runtime(), "counter"},
+  auto r = t::Run({t::RuntimeBinary(), "counter"},
                   {{"TF_CONFIG", R"({"cluster": {"chief": ["127.0.0.1:5"], "ps": ["127.0.0.1:6"]},
                                     "task": {"type": "chief", "index": 0}})"}});
   EXPECT_EQ(r.exit_code, 2);
@@ -201,11 +194,11 @@ TEST(TfConfigTest, UnreachablePeersFailWithTheirAddress) {
   // Nothing listens on these ports: the chief retries with backoff for the
   // connect timeout, then names the peer.
   const std::string cluster = R"("cluster": {"chief": ["127.0.0.1:5"], "ps": ["127.0.0.1:6"], "worker": ["127.0.0.1:7"]})";
-  auto r = t::Run({Runtime(), "counter"}, {{"TF_CONFIG", "{" + cluster + R"(, "task": {"type": "chief", "index": 0}})"},
+  auto r = t::Run({t::RuntimeBinary(), "counter"}, {{"TF_CONFIG", "{" + cluster + R"(, "task": {"type": "chief", "index": 0}})"},
                                            {"TFJOB_CONNECT_TIMEOUT_SECONDS", "1"}});
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_THAT(r.err, HasSubstr("127.0.0.1:6 unreachable after"));
-  auto bad = t::Run({Runtime(), "counter"}, {{"TF_CONFIG", "{" + cluster + R"(, "task": {"type": "chief", "index": 0}})"},
+  auto bad = t::Run({t::RuntimeBinary(), "counter"}, {{"TF_CONFIG", "{" + cluster + R"(, "task": {"type": "chief", "index": 0}})"},
                                              {"TFJOB_CONNECT_TIMEOUT_SECONDS", "soon"}});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("TFJOB_CONNECT_TIMEOUT_SECONDS: \"soon\" is not a positive number"));
@@ -229,7 +222,7 @@ TEST(PsLossTest, APsThatNeverComesBackFailsTheChiefInBoundedTime) {
     return R"({"cluster": {"chief": ["127.0.0.1:1"], "ps": [")" + ps + R"("], "worker": [")" + worker +
            R"("]}, "task": {"type": ")" + type + R"(", "index": 0}})";
   };
-  const std::vector<std::string> fit{Runtime(), "fit", "--config", dir + "/job.json", "--checkpoint-dir", dir + "/ckpt",
+  const std::vector<std::string> fit{t::RuntimeBinary(), "fit", "--config", dir + "/job.json", "--checkpoint-dir", dir + "/ckpt",
                                      "--checkpoint-every-steps", "20"};
   auto serve = [&](const std::string& type, base::ListeningSocket& s) {
     auto p = std::make_unique<t::Process>(fit, std::map<std::string, std::string>{{"TF_CONFIG", tf_config(type)},
@@ -254,7 +247,7 @@ TEST(PsLossTest, APsThatNeverComesBackFailsTheChiefInBoundedTime) {
   EXPECT_THAT(out, HasSubstr("fit: parameter server 0 (" + ps + ") is not answering; waiting up to 2 s for it to come back"));
   EXPECT_THAT(out, HasSubstr("tfjob-runtime: error: parameter server 0 (" + ps + ") lost: no answer for 2 s (TFJOB_PS_TIMEOUT_SECONDS)"));
   EXPECT_TRUE(worker_task->running()) << "the worker exited because the chief went away\n" << worker_task->output();
-  auto bad = t::Run({Runtime(), "counter"}, {{"TF_CONFIG", tf_config("chief")}, {"TFJOB_PS_TIMEOUT_SECONDS", "0"}});
+  auto bad = t::Run({t::RuntimeBinary(), "counter"}, {{"TF_CONFIG", tf_config("chief")}, {"TFJOB_PS_TIMEOUT_SECONDS", "0"}});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("TFJOB_PS_TIMEOUT_SECONDS: \"0\" is not a number of seconds"));
 }

@@ -16,7 +16,6 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 namespace t = ::tfjob::testing;
 
-std::string Runtime() { return t::BinDir() + "/tfjob-runtime"; }
 std::string Example(const std::string& name) { return t::SourceDir() + "/examples/" + name; }
 
 void WriteFile(const std::string& path, const std::string& content) {
@@ -39,7 +38,7 @@ void ExpectBadInput(const t::RunResult& r, const std::string& want) {
 }
 
 t::RunResult Fit(const std::string& config, const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> argv{Runtime(), "fit", "--config", config, "--data-dir", t::MnistDir()};
+  std::vector<std::string> argv{t::RuntimeBinary(), "fit", "--config", config, "--data-dir", t::MnistDir()};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return t::Run(argv);
 }
@@ -54,15 +53,15 @@ std::string WriteJob(const std::string& dir, const nlohmann::json& job, const st
 // exit 2); --version names the binary and its version.
 TEST(RuntimeCliTest, HelpAndVersion) {
   for (const std::string flag : {"--help", "-h", "help"}) {
-    auto r = t::Run({Runtime(), flag});
+    auto r = t::Run({t::RuntimeBinary(), flag});
     EXPECT_EQ(r.exit_code, 0) << flag << r.err;
     EXPECT_THAT(r.out, StartsWith("usage: tfjob-runtime PROGRAM [flags]"));
     EXPECT_THAT(r.out, HasSubstr("TFJOB_CLUSTER_RESOLVER=kubernetes"));
   }
-  auto none = t::Run({Runtime()});
+  auto none = t::Run({t::RuntimeBinary()});
   EXPECT_EQ(none.exit_code, 2);
   EXPECT_THAT(none.err, StartsWith("usage: tfjob-runtime"));
-  auto v = t::Run({Runtime(), "--version"});
+  auto v = t::Run({t::RuntimeBinary(), "--version"});
   EXPECT_EQ(v.exit_code, 0) << v.err;
   EXPECT_THAT(v.out, ::testing::MatchesRegex("tfjob-runtime [0-9]+\\.[0-9]+\\.[0-9]+\n"));
 }
@@ -160,10 +159,10 @@ TEST(FitBadInputTest, MissingPaths) {
 }
 
 TEST(FitBadInputTest, BadFlags) {
-  auto r = t::Run({Runtime(), "fit", "--config", Example("mnist/mlp.json"), "--epoch", "2"});
+  auto r = t::Run({t::RuntimeBinary(), "fit", "--config", Example("mnist/mlp.json"), "--epoch", "2"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("tfjob-runtime: error: unknown flag --epoch"));
-  r = t::Run({Runtime(), "fitt"});
+  r = t::Run({t::RuntimeBinary(), "fitt"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("unknown command \"fitt\""));
 }
@@ -211,12 +210,12 @@ TEST(FitBadInputTest, StrategyFlags) {
 TEST(FitCommandTest, SingleProcessCheckpointsAndResumes) {
   const std::string dir = t::MakeTempDir("fit-ckpt");
   const std::string job = t::SourceDir() + "/tests/support/data/synthetic-small.json";
-  auto r = t::Run({Runtime(), "fit", "--config", job, "--checkpoint-dir", dir + "/ckpt", "--checkpoint-every-steps", "30",
+  auto r = t::Run({t::RuntimeBinary(), "fit", "--config", job, "--checkpoint-dir", dir + "/ckpt", "--checkpoint-every-steps", "30",
                    "--summary-json", dir + "/a.json"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("fit: checkpoint " + dir + "/ckpt/ckpt-30 (step 30,"));
   EXPECT_THAT(r.out, HasSubstr("fit: checkpoint " + dir + "/ckpt/ckpt-80 (step 80, final,"));
-  auto again = t::Run({Runtime(), "fit", "--config", job, "--checkpoint-dir", dir + "/ckpt", "--summary-json",
+  auto again = t::Run({t::RuntimeBinary(), "fit", "--config", job, "--checkpoint-dir", dir + "/ckpt", "--summary-json",
                        dir + "/b.json"});
   ASSERT_EQ(again.exit_code, 0) << again.out << again.err;
   EXPECT_THAT(again.out, HasSubstr("fit: restored checkpoint " + dir + "/ckpt/ckpt-80 at step 80"));
@@ -230,13 +229,13 @@ TEST(FitCommandTest, SingleProcessCheckpointsAndResumes) {
 
 TEST(EvaluatorRoleTest, BadInputIsOneLine) {
   const std::map<std::string, std::string> env{{"TF_CONFIG", EvaluatorTfConfig()}};
-  ExpectBadInput(t::Run({Runtime(), "fit", "--config", Example("mnist/mlp.json")}, env),
+  ExpectBadInput(t::Run({t::RuntimeBinary(), "fit", "--config", Example("mnist/mlp.json")}, env),
                  "evaluator: flag --checkpoint-dir is required");
-  ExpectBadInput(t::Run({Runtime(), "counter"}, env), "program \"counter\" has no evaluator role");
+  ExpectBadInput(t::Run({t::RuntimeBinary(), "counter"}, env), "program \"counter\" has no evaluator role");
   const std::string dir = t::MakeTempDir("eval-noeval");
   nlohmann::json job = MlpJob();
   job["data"].erase("eval");
-  ExpectBadInput(t::Run({Runtime(), "fit", "--config", WriteJob(dir, job), "--checkpoint-dir", dir}, env),
+  ExpectBadInput(t::Run({t::RuntimeBinary(), "fit", "--config", WriteJob(dir, job), "--checkpoint-dir", dir}, env),
                  "data.eval: the evaluator needs an eval dataset");
 }
 
@@ -246,7 +245,7 @@ TEST(EvaluatorRoleTest, BadInputIsOneLine) {
 TEST(EvaluatorRoleTest, EvaluatesCheckpointsUpToTheFinalOne) {
   const std::string dir = t::MakeTempDir("eval-run");
   const std::string ckpt = dir + "/ckpt";
-  auto train = t::Run({Runtime(), "local", "--ps", "2", "--workers", "1", "--", "fit", "--config",
+  auto train = t::Run({t::RuntimeBinary(), "local", "--ps", "2", "--workers", "1", "--", "fit", "--config",
                        Example("mnist/mlp.json"), "--epochs", "2", "--data-dir", t::MnistDir(), "--checkpoint-dir",
                        ckpt, "--checkpoint-every-steps", "100", "--checkpoint-keep", "2", "--summary-json",
                        dir + "/chief.json"});
@@ -254,7 +253,7 @@ TEST(EvaluatorRoleTest, EvaluatesCheckpointsUpToTheFinalOne) {
   const nlohmann::json chief = nlohmann::json::parse(ReadText(dir + "/chief.json"));
   EXPECT_EQ(chief["recovery"]["checkpoints_written"], 4);  // steps 0, 100, 200 and the final 250
   const std::map<std::string, std::string> env{{"TF_CONFIG", EvaluatorTfConfig()}};
-  const std::vector<std::string> eval{Runtime(), "fit", "--config", Example("mnist/mlp.json"), "--data-dir",
+  const std::vector<std::string> eval{t::RuntimeBinary(), "fit", "--config", Example("mnist/mlp.json"), "--data-dir",
                                       t::MnistDir(), "--checkpoint-dir", ckpt, "--summary-json", dir + "/eval.json"};
   auto r = t::Run(eval, env);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;

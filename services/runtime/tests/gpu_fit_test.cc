@@ -20,14 +20,8 @@ namespace {
 using ::testing::HasSubstr;
 namespace t = ::tfjob::testing;
 
-std::string Runtime() { return t::BinDir() + "/tfjob-runtime"; }
 std::string Mlp() { return t::SourceDir() + "/examples/mnist/mlp.json"; }
 std::string Cnn() { return t::SourceDir() + "/examples/mnist/cnn.json"; }
-
-nlohmann::json ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  return nlohmann::json::parse(std::string(std::istreambuf_iterator<char>(in), {}));
-}
 
 // What the CUDA backend counts (services/gpu: cudaGetDeviceCount, no driver
 // or no device being 0), asked of the CUDA runtime directly.
@@ -58,11 +52,11 @@ class GpuFitTest : public ::testing::Test {
 
 TEST_F(GpuFitTest, MnistMlpOnOneGpuReachesTheBar) {
   const std::string dir = t::MakeTempDir("gpu-mlp");
-  auto r = t::Run({Runtime(), "fit", "--config", Mlp(), "--data-dir", t::MnistDir(), "--device", "gpu",
+  auto r = t::Run({t::RuntimeBinary(), "fit", "--config", Mlp(), "--data-dir", t::MnistDir(), "--device", "gpu",
                    "--summary-json", dir + "/out.json"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("fit: replica on "));
-  const auto s = ReadJson(dir + "/out.json");
+  const auto s = t::ReadJsonFile(dir + "/out.json");
   EXPECT_EQ(s["devices"], nlohmann::json::array({"cuda:0"})) << s.dump();
   EXPECT_GE(s["eval_accuracy"].get<double>(), 0.925) << s.dump();
   EXPECT_EQ(s["steps"].get<int>(), 5 * 125);
@@ -72,25 +66,25 @@ TEST_F(GpuFitTest, MnistMlpOnOneGpuReachesTheBar) {
 // CPU's bar.
 TEST_F(GpuFitTest, MnistCnnOnOneGpuReachesTheBar) {
   const std::string dir = t::MakeTempDir("gpu-cnn");
-  auto r = t::Run({Runtime(), "fit", "--config", Cnn(), "--data-dir", t::MnistDir(), "--device", "gpu",
+  auto r = t::Run({t::RuntimeBinary(), "fit", "--config", Cnn(), "--data-dir", t::MnistDir(), "--device", "gpu",
                    "--summary-json", dir + "/out.json"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  const auto s = ReadJson(dir + "/out.json");
+  const auto s = t::ReadJsonFile(dir + "/out.json");
   EXPECT_EQ(s["devices"], nlohmann::json::array({"cuda:0"})) << s.dump();
   EXPECT_GE(s["eval_accuracy"].get<double>(), 0.97) << s.dump();
 }
 
 TEST_F(GpuFitTest, MirroredRunsOneReplicaPerGpu) {
   const std::string dir = t::MakeTempDir("gpu-mirrored");
-  auto r = t::Run({Runtime(), "fit", "--config", Mlp(), "--data-dir", t::MnistDir(), "--device", "gpu", "--strategy",
+  auto r = t::Run({t::RuntimeBinary(), "fit", "--config", Mlp(), "--data-dir", t::MnistDir(), "--device", "gpu", "--strategy",
                    "mirrored", "--summary-json", dir + "/out.json"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  const auto s = ReadJson(dir + "/out.json");
+  const auto s = t::ReadJsonFile(dir + "/out.json");
   EXPECT_EQ(s["num_replicas_in_sync"].get<int>(), gpus_) << s.dump();
   EXPECT_EQ(s["devices"].size(), static_cast<size_t>(gpus_)) << s.dump();
   EXPECT_GE(s["eval_accuracy"].get<double>(), 0.925) << s.dump();
   // More replicas than GPUs cannot each have one.
-  auto bad = t::Run({Runtime(), "fit", "--config", Mlp(), "--data-dir", t::MnistDir(), "--device", "gpu", "--strategy",
+  auto bad = t::Run({t::RuntimeBinary(), "fit", "--config", Mlp(), "--data-dir", t::MnistDir(), "--device", "gpu", "--strategy",
                      "mirrored", "--replicas", std::to_string(gpus_ + 1)});
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
   EXPECT_THAT(bad.err, HasSubstr("--device gpu runs one replica per GPU"));
@@ -100,10 +94,10 @@ TEST_F(GpuFitTest, TwoWorkerProcessesWithNccl) {
   // NCCL does not put two ranks on one GPU.
   if (gpus_ < 2) GTEST_SKIP() << "NCCL needs a GPU per worker process: " << gpus_ << " visible, 2 needed";
   const std::string dir = t::MakeTempDir("gpu-nccl");
-  auto r = t::Run({Runtime(), "local", "--workers", "2", "--", "fit", "--config", Mlp(), "--data-dir", t::MnistDir(),
+  auto r = t::Run({t::RuntimeBinary(), "local", "--workers", "2", "--", "fit", "--config", Mlp(), "--data-dir", t::MnistDir(),
                    "--device", "gpu", "--communication", "nccl", "--summary-json", dir + "/out.json"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  const auto s = ReadJson(dir + "/out.json");
+  const auto s = t::ReadJsonFile(dir + "/out.json");
   EXPECT_EQ(s["communication"], "nccl") << s.dump();
   EXPECT_EQ(s["num_replicas_in_sync"].get<int>(), 2);
   EXPECT_GE(s["eval_accuracy"].get<double>(), 0.925) << s.dump();
@@ -111,20 +105,20 @@ TEST_F(GpuFitTest, TwoWorkerProcessesWithNccl) {
 
 TEST_F(GpuFitTest, TwoWorkerProcessesSharingAGpuWithTheRing) {
   const std::string dir = t::MakeTempDir("gpu-ring");
-  auto r = t::Run({Runtime(), "local", "--workers", "2", "--", "fit", "--config", Mlp(), "--data-dir", t::MnistDir(),
+  auto r = t::Run({t::RuntimeBinary(), "local", "--workers", "2", "--", "fit", "--config", Mlp(), "--data-dir", t::MnistDir(),
                    "--device", "gpu", "--communication", "ring", "--summary-json", dir + "/out.json"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  const auto s = ReadJson(dir + "/out.json");
+  const auto s = t::ReadJsonFile(dir + "/out.json");
   EXPECT_EQ(s["communication"], "ring") << s.dump();
   EXPECT_GE(s["eval_accuracy"].get<double>(), 0.925) << s.dump();
 }
 
 TEST_F(GpuFitTest, ParameterServerWorkersComputeOnTheGpu) {
   const std::string dir = t::MakeTempDir("gpu-ps");
-  auto r = t::Run({Runtime(), "local", "--ps", "1", "--workers", "2", "--", "fit", "--config", Mlp(), "--data-dir",
+  auto r = t::Run({t::RuntimeBinary(), "local", "--ps", "1", "--workers", "2", "--", "fit", "--config", Mlp(), "--data-dir",
                    t::MnistDir(), "--device", "gpu", "--summary-json", dir + "/out.json"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  const auto s = ReadJson(dir + "/out.json");
+  const auto s = t::ReadJsonFile(dir + "/out.json");
   EXPECT_EQ(s["strategy"], "parameter_server");
   EXPECT_GE(s["eval_accuracy"].get<double>(), 0.92) << s.dump();
 }
@@ -134,25 +128,25 @@ TEST_F(GpuFitTest, ParameterServerWorkersComputeOnTheGpu) {
 // and --device auto trains on the CPU.
 TEST(NoGpuFitTest, DeviceGpuWithoutAVisibleGpuIsOneLineAndExitTwo) {
   const std::map<std::string, std::string> hide{{"CUDA_VISIBLE_DEVICES", ""}};
-  auto r = t::Run({Runtime(), "fit", "--config", Mlp(), "--data-dir", t::MnistDir(), "--device", "gpu"}, hide);
+  auto r = t::Run({t::RuntimeBinary(), "fit", "--config", Mlp(), "--data-dir", t::MnistDir(), "--device", "gpu"}, hide);
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_THAT(r.err, ::testing::MatchesRegex(
                          "tfjob-runtime: error: flag --device gpu: (this build has no CUDA support|no CUDA device is "
                          "visible)[^\n]*\n"));
   const std::string dir = t::MakeTempDir("no-gpu-auto");
-  auto a = t::Run({Runtime(), "fit", "--config", Mlp(), "--data-dir", t::MnistDir(), "--epochs", "1", "--summary-json",
+  auto a = t::Run({t::RuntimeBinary(), "fit", "--config", Mlp(), "--data-dir", t::MnistDir(), "--epochs", "1", "--summary-json",
                    dir + "/out.json"},
                   hide);
   ASSERT_EQ(a.exit_code, 0) << a.err;
-  EXPECT_EQ(ReadJson(dir + "/out.json")["devices"], nlohmann::json::array({"cpu"}));
+  EXPECT_EQ(t::ReadJsonFile(dir + "/out.json")["devices"], nlohmann::json::array({"cpu"}));
   // Parameter-server workers plan their device too: the job fails with
   // their reason, exit 2.
-  auto ps = t::Run({Runtime(), "local", "--ps", "1", "--workers", "1", "--", "fit", "--config", Mlp(), "--data-dir",
+  auto ps = t::Run({t::RuntimeBinary(), "local", "--ps", "1", "--workers", "1", "--", "fit", "--config", Mlp(), "--data-dir",
                     t::MnistDir(), "--device", "gpu"},
                    hide);
   EXPECT_EQ(ps.exit_code, 2) << ps.out << ps.err;
   EXPECT_THAT(ps.out + ps.err, ::testing::ContainsRegex("flag --device gpu: (this build has no CUDA support|no CUDA device is visible)"));
-  auto bad = t::Run({Runtime(), "fit", "--config", Mlp(), "--device", "tpu"});
+  auto bad = t::Run({t::RuntimeBinary(), "fit", "--config", Mlp(), "--device", "tpu"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("flag --device: expected cpu, gpu or auto, got \"tpu\""));
 }
@@ -163,7 +157,7 @@ TEST(NoGpuFitTest, DeviceGpuWithoutAVisibleGpuIsOneLineAndExitTwo) {
 // reason is the missing GPU or a layer without a GPU kernel.
 TEST(NoGpuFitTest, CnnWithDeviceGpuWithoutAGpuIsOneLineAndExitTwo) {
   if (VisibleGpus() > 0) GTEST_SKIP() << "a CUDA device is visible here; this case is for machines without one";
-  auto r = t::Run({Runtime(), "fit", "--config", Cnn(), "--data-dir", t::MnistDir(), "--device", "gpu"});
+  auto r = t::Run({t::RuntimeBinary(), "fit", "--config", Cnn(), "--data-dir", t::MnistDir(), "--device", "gpu"});
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_THAT(r.err, ::testing::MatchesRegex("tfjob-runtime: error: [^\n]*\n")) << r.err;
 }

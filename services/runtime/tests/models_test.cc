@@ -29,7 +29,6 @@ using ::testing::StartsWith;
 using json = nlohmann::json;
 namespace t = ::tfjob::testing;
 
-std::string Runtime() { return t::BinDir() + "/tfjob-runtime"; }
 std::string Source(const std::string& rel) { return t::SourceDir() + "/" + rel; }
 
 std::string ReadText(const std::string& path) {
@@ -44,7 +43,7 @@ std::string WriteJson(const std::string& path, const json& j) {
 }
 
 t::RunResult Fit(const std::vector<std::string>& args) {
-  std::vector<std::string> argv{Runtime(), "fit"};
+  std::vector<std::string> argv{t::RuntimeBinary(), "fit"};
   argv.insert(argv.end(), args.begin(), args.end());
   return t::Run(argv);
 }
@@ -152,13 +151,13 @@ TEST(BatchNormalizationTest, MovingStatisticsUnderEveryStrategy) {
   EXPECT_LT(EvalLoss(mirrored.out), 0.3) << mirrored.out;
   // Two worker processes all-reducing (multi-worker mirrored), and one copy
   // of the variables for two replicas (central storage).
-  auto mwms = t::Run({Runtime(), "local", "--workers", "2", "--", "fit", "--config", config, "--data-dir", t::MnistDir()});
+  auto mwms = t::Run({t::RuntimeBinary(), "local", "--workers", "2", "--", "fit", "--config", config, "--data-dir", t::MnistDir()});
   ASSERT_EQ(mwms.exit_code, 0) << mwms.out << mwms.err;
   EXPECT_LT(EvalLoss(mwms.out), 0.3) << mwms.out;
   auto central = Fit({"--config", config, "--data-dir", t::MnistDir(), "--strategy", "central_storage", "--replicas", "2"});
   ASSERT_EQ(central.exit_code, 0) << central.err;
   EXPECT_LT(EvalLoss(central.out), 0.3) << central.out;
-  auto ps = t::Run({Runtime(), "local", "--ps", "2", "--workers", "2", "--", "fit", "--config", config, "--data-dir",
+  auto ps = t::Run({t::RuntimeBinary(), "local", "--ps", "2", "--workers", "2", "--", "fit", "--config", config, "--data-dir",
                     t::MnistDir()});
   ASSERT_EQ(ps.exit_code, 0) << ps.out << ps.err;
   EXPECT_GE(EvalAccuracy(ps.out), 0.90) << ps.out;
@@ -196,7 +195,7 @@ TEST(CnnTest, MultiWorkerMirroredReadsItsShardOfTheFiles) {
   job["data"]["eval"]["labels"] = t::MnistDir() + "/t10k-labels-idx1-ubyte.gz";
   job["steps_per_epoch"] = 250;  // each worker's part has its own length
   job["epochs"] = 2;
-  auto r = t::Run({Runtime(), "local", "--workers", "2", "--", "fit", "--config", WriteJson(dir + "/job.json", job),
+  auto r = t::Run({t::RuntimeBinary(), "local", "--workers", "2", "--", "fit", "--config", WriteJson(dir + "/job.json", job),
                    "--data-dir", dir, "--summary-json", dir + "/out.json"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("auto_shard_policy FILE, this worker reads shard 0 of 2 (4000 examples)"));

@@ -145,8 +145,6 @@ TEST(MtlsTest, AWorkerServesOnlyTheJobsCertificate) {
   EXPECT_EQ(ran.load(), 1);
 }
 
-std::string Runtime() { return t::BinDir() + "/tfjob-runtime"; }
-
 int Count(const std::string& text, const std::string& what) {
   int n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
@@ -158,7 +156,7 @@ TEST(MtlsTest, JobsRunByLocalWithTlsTrain) {
   const std::string job = t::SourceDir() + "/tests/support/data/synthetic-small.json";
   const std::string tls_note = "connections are mutual TLS with the job's certificate";
   // Parameter servers: gRPC to PS and workers, the data plane to the PS.
-  auto r = t::Run({Runtime(), "local", "--tls", "--ps", "1", "--workers", "2", "--", "fit", "--config", job,
+  auto r = t::Run({t::RuntimeBinary(), "local", "--tls", "--ps", "1", "--workers", "2", "--", "fit", "--config", job,
                    "--summary-json", dir + "/ps.json"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(Count(r.out, tls_note), 4) << r.out;  // chief, PS, two workers
@@ -166,7 +164,7 @@ TEST(MtlsTest, JobsRunByLocalWithTlsTrain) {
   const auto s = nlohmann::json::parse(ps_summary, nullptr, false);
   EXPECT_EQ(s.value("strategy", ""), "parameter_server") << s.dump();
   // Multi-worker mirrored: the group's joins and the ring.
-  r = t::Run({Runtime(), "local", "--tls", "--workers", "2", "--", "fit", "--config", job, "--summary-json",
+  r = t::Run({t::RuntimeBinary(), "local", "--tls", "--workers", "2", "--", "fit", "--config", job, "--summary-json",
               dir + "/mwms.json"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(Count(r.out, tls_note), 2) << r.out;
@@ -175,7 +173,7 @@ TEST(MtlsTest, JobsRunByLocalWithTlsTrain) {
   EXPECT_EQ(m.value("strategy", ""), "multi_worker_mirrored") << m.dump();
   EXPECT_EQ(m.value("num_replicas_in_sync", 0), 2) << m.dump();
   // Without --tls nobody says so.
-  r = t::Run({Runtime(), "local", "--workers", "2", "--", "fit", "--config", job});
+  r = t::Run({t::RuntimeBinary(), "local", "--workers", "2", "--", "fit", "--config", job});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(Count(r.out, tls_note), 0) << r.out;
 }
@@ -183,7 +181,7 @@ TEST(MtlsTest, JobsRunByLocalWithTlsTrain) {
 TEST(MtlsTest, TlsFilesThatAreMissingOrDoNotBelongTogetherAreOneLine) {
   const std::string dir = t::MakeTempDir("mtls-bad");
   const std::string tf_config = R"({"cluster":{"ps":["127.0.0.1:1"],"worker":["127.0.0.1:2"]},"task":{"type":"ps","index":0}})";
-  auto r = t::Run({Runtime(), "counter"}, {{"TF_CONFIG", tf_config}, {"TFJOB_TLS_DIR", dir + "/none"}});
+  auto r = t::Run({t::RuntimeBinary(), "counter"}, {{"TF_CONFIG", tf_config}, {"TFJOB_TLS_DIR", dir + "/none"}});
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr(dir + "/none/ca.crt"));
   EXPECT_EQ(Count(r.err, "\n"), 1) << r.err;
@@ -191,7 +189,7 @@ TEST(MtlsTest, TlsFilesThatAreMissingOrDoNotBelongTogetherAreOneLine) {
   ASSERT_TRUE(a.ok() && b.ok());
   a->key_pem = b->key_pem;
   ASSERT_TRUE(pki::WriteTlsDir(dir, *a).ok());
-  r = t::Run({Runtime(), "counter"}, {{"TF_CONFIG", tf_config}, {"TFJOB_TLS_DIR", dir}});
+  r = t::Run({t::RuntimeBinary(), "counter"}, {{"TF_CONFIG", tf_config}, {"TFJOB_TLS_DIR", dir}});
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr("tls.key does not belong to tls.crt"));
 }

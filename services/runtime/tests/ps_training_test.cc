@@ -95,11 +95,6 @@ TEST(PsRestartTest, TheTensorLimitComesFromTheEnvironment) {
   EXPECT_THAT(bad->output(), ::testing::HasSubstr("TFJOB_PS_MAX_TENSOR_BYTES: \"lots\" is not a positive number of bytes"));
 }
 
-nlohmann::json ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  return nlohmann::json::parse(in);
-}
-
 // A bag of 3 ids from a 5000-row table per example; the label is a fixed
 // function of the ids, so the model can learn it.
 std::string WriteEmbeddingJob(const std::string& dir) {
@@ -146,7 +141,7 @@ nlohmann::json TrainEmbedding(const std::string& dir, const std::string& pull) {
                                           ctx),
             0)
       << err.str();
-  return ReadJson(summary);
+  return t::ReadJsonFile(summary);
 }
 
 TEST(EmbeddingPullTest, RowPullsTrainExactlyAsWholeTablesAndMoveFarLess) {
@@ -193,7 +188,7 @@ TEST(EmbeddingPullTest, PrefetchingWorkersApplyEveryStepOnce) {
                                           ctx),
             0)
       << err.str();
-  const nlohmann::json s = ReadJson(summary);
+  const nlohmann::json s = t::ReadJsonFile(summary);
   EXPECT_EQ(s["ps_prefetch"], true);
   EXPECT_EQ(s["steps"], 200);
   EXPECT_EQ(s["ps_applied_updates"], 200 * 6);

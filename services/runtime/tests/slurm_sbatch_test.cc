@@ -164,12 +164,10 @@ TEST(SlurmSbatchTest, LayoutThatDoesNotFitTheStepFailsTheStep) {
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("serving on")));
 }
 
-std::string Runtime() { return t::BinDir() + "/tfjob-runtime"; }
-
 // Bad Slurm input from the binary: one line, exit 2, never a silent
 // single-process run.
 void ExpectOneLineExitTwo(const std::map<std::string, std::string>& env, const std::string& want) {
-  auto r = t::Run({Runtime(), "counter"}, env);
+  auto r = t::Run({t::RuntimeBinary(), "counter"}, env);
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_THAT(r.err, StartsWith("tfjob-runtime: error: " + want));
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
@@ -190,7 +188,7 @@ TEST(SlurmRuntimeTest, BadSlurmInputIsOneLineAndExitTwo) {
 // The local launcher gives its children TF_CONFIG; a resolver selected in the
 // launcher's own environment must not make them look for a Slurm step.
 TEST(SlurmRuntimeTest, LocalLauncherChildrenUseTheirTfConfig) {
-  auto r = t::Run({Runtime(), "local", "--ps", "1", "--workers", "1", "--", "counter", "--increments", "1,2"},
+  auto r = t::Run({t::RuntimeBinary(), "local", "--ps", "1", "--workers", "1", "--", "counter", "--increments", "1,2"},
                   {{"TFJOB_CLUSTER_RESOLVER", "slurm"}});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("counter: value 3 after 2 closures"));
