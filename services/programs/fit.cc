@@ -4,7 +4,8 @@
 //   no TF_CONFIG                       one_device (or --strategy mirrored /
 //                                      central_storage with --replicas N)
 //   TF_CONFIG with "ps" tasks          parameter_server: this is the chief;
-//                                      workers run the closures (fit_ps.cc)
+//                                      workers run the closures
+//                                      (services/strategy/ps_worker.h)
 //   TF_CONFIG with chief/worker only   multi_worker_mirrored: every task
 //                                      trains, gradients all-reduced
 //   TF_CONFIG task "evaluator"         the side-car evaluator (fit_evaluator.cc)
@@ -23,6 +24,7 @@
 #include "services/programs/programs.h"
 #include "services/strategy/fit.h"
 #include "services/strategy/loop.h"
+#include "services/strategy/ps_worker.h"
 #include "services/tensor/backend.h"
 #include "services/tensor/threads.h"
 
@@ -262,7 +264,7 @@ class Fit final : public Program {
     return Train(*p, kind, group->get(), ctx.metrics, ctx.signals, *ctx.out, *ctx.err);
   }
 
-  Status RegisterWorker(worker::Registry& r) override { return fit::RegisterPsWorker(r); }
+  Status RegisterWorker(worker::Registry& r) override { return strategy::RegisterParameterServerWorker(r); }
 
   // A PS needs only --checkpoint-dir; it checks the other flags' syntax but
   // does not read the job file.
@@ -300,7 +302,7 @@ class Fit final : public Program {
     }
     const int64_t steps_per_epoch = strategy::StepsPerEpoch(job, data->train.size());
     // From here on the cluster is touched: failures are the run's, not the input's.
-    auto ps = fit::MakePsStrategy(*p, ctx, **m, steps_per_epoch);
+    auto ps = fit::MakePsStrategy(*p, ctx, **m);
     if (!ps.ok()) return ReportRunEnd(ps.status().WithContext(job.source), ctx.signals, *ctx.out, err);
     strategy::LoopOptions lo;
     lo.epochs = job.epochs;

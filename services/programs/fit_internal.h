@@ -1,7 +1,8 @@
 // What the files of the `fit` program share: its flags, parsed once into a
-// typed struct, and the pieces each role uses (fit.cc dispatches; fit_ps.cc
-// is the parameter-server strategy and its workers' closures;
-// fit_evaluator.cc the side-car evaluator).
+// typed struct, and the pieces each role uses (fit.cc dispatches, and hands
+// the parameter-server strategy, services/strategy/parameter_server.h, its
+// part of the flags in fit_ps.cc; fit_evaluator.cc is the side-car
+// evaluator).
 // Thread-safety: plain values and free functions. Failure: Status values.
 #pragma once
 
@@ -63,11 +64,11 @@ Status WriteSummary(const Flags& flags, const nlohmann::json& j);
 // serve (built with it, a GPU visible); otherwise an error saying why.
 Status CheckCommunication(collective::Implementation impl, strategy::StrategyKind kind);
 
-// The parameter-server strategy over the chief's context (fit_ps.cc).
+// The parameter-server strategy (services/strategy/parameter_server.h) over
+// the chief's context: claims the cluster (waiting for every PS, fencing
+// off an earlier chief), then hands the strategy its part of the flags.
 StatusOr<std::unique_ptr<strategy::Strategy>> MakePsStrategy(const Parsed& p, const ChiefContext& ctx,
-                                                             const model::Model& m, int64_t steps_per_epoch);
-// The workers' side of parameter-server fit: dataset and closure.
-Status RegisterPsWorker(worker::Registry& r);
+                                                             const model::Model& m);
 
 // The side-car evaluator (fit_evaluator.cc).
 int RunEvaluator(const Parsed& p, const EvaluatorContext& ctx);

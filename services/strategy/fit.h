@@ -3,8 +3,8 @@
 // evaluates the result on the chief; Fit builds a synchronous strategy
 // (one_device, mirrored, central_storage, or multi_worker_mirrored over a
 // given group) for this process and does the same end to end. The
-// parameter-server strategy lives with the programs that run it
-// (services/programs) and goes through FitAndEvaluate too.
+// parameter-server strategy (parameter_server.h, built by the chief once it
+// has claimed its cluster) goes through FitAndEvaluate too.
 //
 // Thread-safety: one thread. Failure: every error is a Status; bad
 // configuration or data is INVALID_ARGUMENT / NOT_FOUND / DATA_LOSS naming

@@ -9,7 +9,7 @@
 //   central_storage        one copy on the host, compute replicated, the
 //                          replicas' gradients summed before one update
 //   parameter_server       variables sharded over PS tasks; the chief
-//                          schedules closures on workers (services/programs)
+//                          schedules closures on workers (parameter_server.h)
 //
 // The batch size in a job is the global batch; each of N replicas computes
 // its slice, so synchronous training is the same computation as one device

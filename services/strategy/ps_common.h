@@ -1,0 +1,47 @@
+// What the parameter-server strategy's two sides (parameter_server.h, the
+// chief's; ps_worker.h, the workers') share: the dataset and closure the
+// chief schedules, how a model's variables are placed on the PS tasks, and
+// the row plan for a first-layer Embedding. Pure functions; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "services/model/job_config.h"
+#include "services/model/model.h"
+#include "services/strategy/sharding.h"
+#include "services/strategy/stats.h"
+
+namespace tfjob::strategy::ps_detail {
+
+inline constexpr const char* kTrainDataset = "fit/train";
+inline constexpr const char* kTrainClosure = "fit/train_steps";
+
+StatusOr<Placement> PlaceModel(const model::Model& m, int64_t num_ps, const Partitioner& part);
+std::vector<std::string> VariableNames(const model::Model& m);
+// A closure's result: its batch statistics, steps and examples.
+nlohmann::json StatsToJson(const BatchStats& s, int64_t steps, int64_t examples);
+
+// Row pulls for a model whose first layer is an Embedding: each step pulls
+// only the rows its batch uses. The worker computes with a copy of the model
+// whose table has `capacity` rows (the most one batch can use): the batch's
+// distinct ids, ascending, become rows 0..u-1, the ids are renumbered to
+// match, and the gradient's rows are renumbered back before the push.
+struct RowPlan {
+  size_t var = 0;         // the table's index among the model's variables
+  std::string name;       // the table variable
+  std::string layer;      // the Embedding layer
+  int64_t input_dim = 0;  // rows of the real table
+  int64_t capacity = 0;   // rows of the worker's compact table
+};
+
+// The plan for `job` when row pulls are on and pay: nullopt for models
+// without a first-layer Embedding, or whose table is no bigger than a batch.
+std::optional<RowPlan> PlanRows(const model::JobConfig& job, const model::Model& m, bool pull_rows);
+
+}  // namespace tfjob::strategy::ps_detail

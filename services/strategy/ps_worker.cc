@@ -1,0 +1,407 @@
+#include "services/strategy/ps_worker.h"
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "services/model/keras_model.h"
+#include "services/strategy/devices.h"
+#include "services/strategy/input.h"
+#include "services/strategy/ps_common.h"
+#include "services/strategy/variable_store.h"
+#include "services/tensor/threads.h"
+
+namespace tfjob::strategy {
+namespace {
+
+using namespace ps_detail;  // NOLINT: the strategy's own shared pieces
+
+// The worker's network thread: pulls and pushes run on it one after another,
+// in the order they were asked for, while the closure computes. The order is
+// what bounds staleness: the pull for step s+1 is queued after the push of
+// step s-1, so step s+1 sees every update of this worker but the last one.
+class IoQueue {
+ public:
+  IoQueue() : thread_([this] { Loop(); }) {}
+  // Runs what is still queued, then stops.
+  ~IoQueue() {
+    {
+      std::lock_guard g(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  std::future<Status> Run(std::function<Status()> fn) {
+    std::packaged_task<Status()> task(std::move(fn));
+    std::future<Status> f = task.get_future();
+    {
+      std::lock_guard g(mu_);
+      tasks_.push_back(std::move(task));
+    }
+    cv_.notify_all();
+    return f;
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;
+      std::packaged_task<Status()> task = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      task();
+      lock.lock();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::packaged_task<Status()>> tasks_;
+  bool stop_ = false;
+  std::thread thread_;  // last: started once the rest exists
+};
+
+// One training step's inputs: its batch, and the variable values pulled for
+// it (with a row plan, the table holds only the batch's rows).
+struct Step {
+  data::Element batch;
+  Tensor x;                                 // features as the model sees them
+  std::vector<int64_t> rows;                // the table rows the batch uses, ascending
+  int64_t pulled_bytes = 0;                 // what the pull moves
+  std::shared_ptr<std::vector<Tensor>> values;
+  std::future<Status> pulled;
+};
+
+// What a worker keeps between closures: the job and its placement (set by
+// the dataset function), idle models and value buffers to reuse, the network
+// thread, and the next step's batch and values when prefetching.
+struct WorkerFitState {
+  std::mutex mu;
+  std::optional<model::JobConfig> job;
+  std::vector<std::string> names;  // the model's variables, in order
+  std::optional<Placement> placement;
+  std::shared_ptr<VariableStore> store;
+  std::optional<RowPlan> plan;
+  bool prefetch = true;
+  // Where this worker computes (--device: devices.h); the variables are
+  // pulled to and the gradients pushed from the host either way.
+  Device device;
+  uint64_t generation = 0;  // bumped each time the dataset is (re)built
+  std::vector<std::unique_ptr<model::Model>> idle;
+  std::vector<std::shared_ptr<std::vector<Tensor>>> free_values;
+  std::optional<Step> prefetched;
+  uint64_t prefetched_generation = 0;
+  std::unique_ptr<IoQueue> io;  // last: destroyed first, finishing what uses the rest
+};
+
+// Takes the next batch, renumbers its ids for a row plan, and pulls (now,
+// or on the network thread when `io` is given) the values it needs.
+StatusOr<Step> PrepareStep(worker::ClosureContext& ctx, WorkerFitState& state, const std::optional<RowPlan>& plan,
+                           const std::vector<std::string>& names, const std::shared_ptr<VariableStore>& store,
+                           IoQueue* io) {
+  ASSIGN_OR_RETURN(std::optional<data::Element> e, ctx.Next(kTrainDataset));
+  if (!e) return OutOfRange("fit: training dataset ended");
+  Step step;
+  step.batch = std::move(*e);
+  step.x = step.batch[0];
+  if (plan) {
+    const Tensor& ids = step.batch[0];
+    if (ids.dtype() != DType::kInt64) return InvalidArgument("layer \"" + plan->layer + "\": expects int64 ids");
+    const int64_t* id = ids.data<int64_t>();
+    for (int64_t i = 0; i < ids.size(); ++i) {
+      if (id[i] < 0 || id[i] >= plan->input_dim) {
+        return InvalidArgument("layer \"" + plan->layer + "\": id " + std::to_string(id[i]) + " at position " +
+                               std::to_string(i) + " is outside [0, " + std::to_string(plan->input_dim) + ")");
+      }
+    }
+    step.rows.assign(id, id + ids.size());
+    std::sort(step.rows.begin(), step.rows.end());
+    step.rows.erase(std::unique(step.rows.begin(), step.rows.end()), step.rows.end());
+    if (static_cast<int64_t>(step.rows.size()) > plan->capacity) {
+      return Internal("fit: a batch uses " + std::to_string(step.rows.size()) + " rows, more than " +
+                      std::to_string(plan->capacity));
+    }
+    ASSIGN_OR_RETURN(step.x, Tensor::CreateUninitialized(DType::kInt64, ids.shape()));
+    int64_t* out = step.x.data<int64_t>();
+    for (int64_t i = 0; i < ids.size(); ++i) {
+      out[i] = std::lower_bound(step.rows.begin(), step.rows.end(), id[i]) - step.rows.begin();
+    }
+  }
+  {
+    std::lock_guard g(state.mu);
+    if (!state.free_values.empty()) {
+      step.values = std::move(state.free_values.back());
+      state.free_values.pop_back();
+    }
+  }
+  if (!step.values) step.values = std::make_shared<std::vector<Tensor>>(names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    ASSIGN_OR_RETURN(const PlacedVariable* v, store->placement().Find(names[i]));
+    const int64_t elems = plan && i == plan->var ? static_cast<int64_t>(step.rows.size()) * v->shape[1] : NumElements(v->shape);
+    step.pulled_bytes += elems * static_cast<int64_t>(DTypeSize(v->dtype));
+  }
+  auto pull = [store, names, plan, values = step.values, rows = step.rows]() -> Status {
+    std::vector<VariableStore::Item> items;
+    Tensor table_rows;
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (plan && i == plan->var) {
+        // The batch's rows land in the top of the compact table.
+        Tensor& table = (*values)[i];
+        if (table.rank() != 2 || table.dim(0) != plan->capacity) {
+          ASSIGN_OR_RETURN(const PlacedVariable* v, store->placement().Find(names[i]));
+          ASSIGN_OR_RETURN(table, Tensor::CreateUninitialized(v->dtype, {plan->capacity, v->shape[1]}));
+        }
+        table_rows = *table.Rows(0, static_cast<int64_t>(rows.size()));
+        items.push_back({names[i], rows, &table_rows});
+      } else {
+        items.push_back({names[i], std::nullopt, &(*values)[i]});
+      }
+    }
+    return store->Fetch(items);
+  };
+  if (io) {
+    step.pulled = io->Run(std::move(pull));
+  } else {
+    std::promise<Status> done;
+    done.set_value(pull());
+    step.pulled = done.get_future();
+  }
+  return step;
+}
+
+// One step's gradients computed on `device`: the pulled values and the
+// batch go up, the loss and metric sums stay in `stats` there, and the
+// gradients come back to the host to be pushed.
+StatusOr<model::Model::Output> ComputeOnDevice(model::Model& m, const model::JobConfig& job, Device device,
+                                               const std::vector<Tensor>& values, const Tensor& x, const Tensor& y,
+                                               Tensor& stats) {
+  std::vector<Tensor> on;
+  for (const Tensor& v : values) {
+    ASSIGN_OR_RETURN(Tensor d, v.ToDevice(device));
+    on.push_back(std::move(d));
+  }
+  ASSIGN_OR_RETURN(Tensor xd, m.PlaceFeatures(x, device));
+  ASSIGN_OR_RETURN(Tensor targets, m.Targets(y));
+  ASSIGN_OR_RETURN(Tensor td, targets.ToDevice(device));
+  ASSIGN_OR_RETURN(std::vector<model::Gradient> grads, m.ComputeGradientsOnDevice(on, xd, td, job.metrics, stats));
+  model::Model::Output out;
+  for (model::Gradient& g : grads) {
+    if (g.sparse) {
+      ASSIGN_OR_RETURN(g.indices, g.indices.ToDevice(Device::Cpu()));
+      ASSIGN_OR_RETURN(g.values, g.values.ToDevice(Device::Cpu()));
+    } else {
+      ASSIGN_OR_RETURN(g.dense, g.dense.ToDevice(Device::Cpu()));
+    }
+  }
+  out.grads = std::move(grads);
+  return out;
+}
+
+}  // namespace
+
+Status RegisterParameterServerWorker(worker::Registry& r) {
+  auto state = std::make_shared<WorkerFitState>();
+  RETURN_IF_ERROR(r.AddDataset(kTrainDataset, [state](const worker::WorkerEnv& env,
+                                                      const nlohmann::json& a) -> StatusOr<data::Dataset> {
+    // The model comes with the job, or as Keras JSON beside it.
+    std::optional<model::ModelSpec> keras;
+    if (a.contains("keras_model") && !a["keras_model"].is_null()) {
+      ASSIGN_OR_RETURN(keras, model::ParseKerasModel(a["keras_model"], a.value("keras_model_source", "keras model")));
+    }
+    ASSIGN_OR_RETURN(model::JobConfig job, model::ParseJobConfig(a.at("config"), a.at("source").get<std::string>(),
+                                                                 keras ? &*keras : nullptr));
+    SetComputeThreads(static_cast<int>(a.value("threads", int64_t{1})));
+    ASSIGN_OR_RETURN(Partitioner part, ParsePartitioner(a.at("partitioner").get<std::string>()));
+    ASSIGN_OR_RETURN(auto m, model::Model::Create(job.model, job.loss));
+    ASSIGN_OR_RETURN(Placement placement, PlaceModel(*m, a.at("num_ps").get<int64_t>(), part));
+    // Each worker reads its shard of a multi-file source (auto_shard_policy).
+    const InputShard shard{a.value("num_workers", int64_t{1}), env.worker_index};
+    ASSIGN_OR_RETURN(Examples ex,
+                     LoadExamples(job.data.train, a.at("data_dir").get<std::string>(), *m, shard));
+    std::optional<RowPlan> plan = PlanRows(job, *m, a.value("pull_rows", true));
+    ASSIGN_OR_RETURN(DeviceChoice choice, ParseDeviceChoice(a.value("device", std::string("auto"))));
+    ASSIGN_OR_RETURN(DevicePlan devices,
+                     PlanDevices(choice, StrategyKind::kParameterServer, 1, false,
+                                           static_cast<int>(env.worker_index), m->CheckDeviceSupport()));
+    // Each worker shuffles its own way, as per-worker datasets do in TF.
+    job.seed += 7919 * (env.worker_index + 1);
+    data::Dataset ds = TrainingPipeline(ex, job).Repeat();
+    std::lock_guard g(state->mu);
+    state->job = job;
+    state->names = VariableNames(*m);
+    state->placement = std::move(placement);
+    state->store.reset();  // made by the next closure, which has the PS clients
+    state->plan = plan;
+    state->prefetch = a.value("prefetch", true);
+    state->device = devices.devices.empty() ? Device::Cpu() : devices.devices[0];
+    ++state->generation;
+    state->idle.clear();
+    state->free_values.clear();
+    state->prefetched.reset();
+    if (!state->io) state->io = std::make_unique<IoQueue>();
+    return ds;
+  }));
+  return r.AddClosure(kTrainClosure, [state](worker::ClosureContext& ctx, const nlohmann::json& a,
+                                             const std::vector<Tensor>&) -> StatusOr<worker::ClosureResult> {
+    std::unique_ptr<model::Model> m;
+    model::JobConfig job;
+    std::vector<std::string> names;
+    std::optional<RowPlan> plan;
+    std::shared_ptr<VariableStore> store;
+    std::optional<Step> cur;
+    bool prefetch;
+    Device device;
+    uint64_t generation;
+    IoQueue* io;
+    {
+      std::lock_guard g(state->mu);
+      if (!state->job) return FailedPrecondition("fit: this worker has no training dataset yet");
+      job = *state->job;
+      names = state->names;
+      plan = state->plan;
+      if (!state->store) state->store = std::make_shared<VariableStore>(*state->placement, ctx.ps());
+      store = state->store;
+      prefetch = state->prefetch;
+      device = state->device;
+      generation = state->generation;
+      io = prefetch ? state->io.get() : nullptr;
+      if (!state->idle.empty()) {
+        m = std::move(state->idle.back());
+        state->idle.pop_back();
+      }
+      // The step another closure pulled ahead, if it is of this dataset.
+      if (state->prefetched && state->prefetched_generation == generation) cur = std::move(state->prefetched);
+      state->prefetched.reset();
+    }
+    if (!m) {
+      // With a row plan the worker's model has the compact table.
+      model::ModelSpec spec = job.model;
+      if (plan) spec.layers[0].input_dim = plan->capacity;
+      ASSIGN_OR_RETURN(m, model::Model::Create(spec, job.loss));
+    }
+    BatchStats stats;
+    stats.metrics.resize(job.metrics.size());
+    // On a GPU the closure's loss and metric sums accumulate there.
+    Tensor device_stats;
+    if (!device.is_cpu()) {
+      ASSIGN_OR_RETURN(device_stats,
+                       Tensor::Create(DType::kFloat32, {model::Model::StatsSize(job.metrics.size())}, device));
+    }
+    const int64_t steps = a.value("steps", int64_t{1});
+    int64_t examples = 0, pulled_bytes = 0;
+    // Pushes in flight; every one must have landed before the closure says
+    // it is done, so a worker killed at any point loses no update (the
+    // re-run closure re-sends them, and the PS applies each once).
+    std::vector<std::future<Status>> pushes;
+    auto finish = [&](Status s) -> Status {
+      for (auto& f : pushes) {
+        Status p = f.get();
+        if (s.ok()) s = p;
+      }
+      return s;
+    };
+    auto recycle = [&](Step& step) {
+      if (!step.values) return;
+      std::lock_guard g(state->mu);
+      if (state->generation == generation) state->free_values.push_back(std::move(step.values));
+    };
+    Status failed;
+    for (int64_t s = 0; s < steps && failed.ok(); ++s) {
+      if (!cur) {
+        auto prepared = PrepareStep(ctx, *state, plan, names, store, io);
+        if (!prepared.ok()) {
+          failed = prepared.status();
+          break;
+        }
+        cur = std::move(prepared).value();
+      }
+      if (Status pulled = cur->pulled.get(); !pulled.ok()) {
+        failed = pulled;
+        break;
+      }
+      // Prefetch: the next step's batch and values (the next closure's, after
+      // the last step) come in while this one computes.
+      std::optional<Step> next;
+      Status next_status;
+      if (prefetch) {
+        auto prepared = PrepareStep(ctx, *state, plan, names, store, io);
+        if (prepared.ok()) {
+          next = std::move(prepared).value();
+        } else {
+          next_status = prepared.status();
+        }
+      }
+      auto out = device.is_cpu() ? m->ComputeGradients(*cur->values, cur->x, cur->batch[1])
+                                 : ComputeOnDevice(*m, job, device, *cur->values, cur->x, cur->batch[1], device_stats);
+      if (!out.ok()) {
+        failed = out.status();
+        recycle(*cur);
+        cur = std::move(next);
+        break;
+      }
+      std::vector<VariableStore::Grad> grads;
+      for (size_t i = 0; i < names.size(); ++i) grads.push_back({names[i], std::move(out->grads[i])});
+      if (plan && grads[plan->var].grad.sparse) {
+        // Back from the compact table's rows to the real table's.
+        model::Gradient& g = grads[plan->var].grad;
+        Tensor global = Tensor::Zeros(DType::kInt64, g.indices.shape());
+        const int64_t* local = g.indices.data<int64_t>();
+        for (int64_t i = 0; i < g.indices.size(); ++i) global.data<int64_t>()[i] = cur->rows[static_cast<size_t>(local[i])];
+        g.indices = global;
+      }
+      const uint32_t sequence = static_cast<uint32_t>(s);
+      if (io) {
+        pushes.push_back(io->Run([store, id = ctx.closure_id(), generation = ctx.generation(), sequence,
+                                  grads = std::move(grads)]() -> Status {
+          return store->PushGradients(id, sequence, grads, generation).status();
+        }));
+      } else {
+        failed = store->PushGradients(ctx.closure_id(), sequence, grads, ctx.generation()).status();
+      }
+      if (failed.ok() && device.is_cpu()) failed = RecordBatch(*out, cur->batch[1], job.metrics, stats);
+      examples += cur->batch[0].dim(0);
+      pulled_bytes += cur->pulled_bytes;
+      recycle(*cur);
+      cur = std::move(next);
+      if (failed.ok()) failed = next_status;
+    }
+    failed = finish(failed);
+    if (failed.ok() && !device.is_cpu()) {
+      auto sums = device_stats.ToDevice(Device::Cpu());
+      if (sums.ok()) {
+        const float* f = sums->data<float>();
+        stats.loss = {f[0], f[1]};
+        for (size_t k = 0; k < stats.metrics.size(); ++k) stats.metrics[k] = {f[2 + 2 * k], f[3 + 2 * k]};
+        if (!std::isfinite(f[0])) failed = InvalidArgument("loss is " + std::to_string(f[0]) + " (diverged)");
+      } else {
+        failed = sums.status();
+      }
+    }
+    {
+      std::lock_guard g(state->mu);
+      // A model (and what was pulled ahead) of an older dataset is dropped:
+      // its table may have another shape.
+      if (state->generation == generation) state->idle.push_back(std::move(m));
+      // What was pulled ahead is the next closure's first step.
+      if (cur && failed.ok() && state->generation == generation) {
+        state->prefetched = std::move(cur);
+        state->prefetched_generation = generation;
+      }
+    }
+    RETURN_IF_ERROR(failed);
+    nlohmann::json result = StatsToJson(stats, steps, examples);
+    result["pulled_bytes"] = pulled_bytes;
+    return worker::ClosureResult{result, {}};
+  });
+}
+
+}  // namespace tfjob::strategy
