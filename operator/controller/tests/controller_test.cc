@@ -68,11 +68,12 @@ TEST_F(ControllerTest, AJobGetsItsObjectsOnceAndAQuietReconcileWritesNothing) {
   ASSERT_TRUE(WaitFor([&] {
     return client_.Objects(kube::kPods, "team").size() == 3 && client_.Objects(kube::kServices, "team").size() == 3;
   }));
-  // Settled: no write for half a second and nothing queued.
+  // Settled: every event handed to the caches, nothing queued, and no
+  // write for half a second.
   int writes = -1;
   ASSERT_TRUE(WaitFor([&] {
     const int now = Writes(client_);
-    if (now != writes || c.QueueDepth() > 0) {
+    if (now != writes || c.QueueDepth() > 0 || !client_.AllDelivered()) {
       writes = now;
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
       return false;

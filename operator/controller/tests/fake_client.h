@@ -130,6 +130,16 @@ class FakeClient final : public kube::Client {
     int64_t from = o.resource_version.empty() ? 0 : std::stoll(o.resource_version);
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(o.timeout_seconds);
     std::unique_lock l(mu_);
+    const int id = next_watch_++;
+    watches_[id] = {r.plural, from};
+    struct Unregister {
+      FakeClient* c;
+      int id;
+      ~Unregister() {
+        std::lock_guard g(c->mu_);
+        c->watches_.erase(id);
+      }
+    };
     while (!stop && std::chrono::steady_clock::now() < until) {
       std::vector<kube::WatchEvent> due;
       for (const auto& e : log_) {
@@ -140,15 +150,32 @@ class FakeClient final : public kube::Client {
       }
       if (!due.empty()) {
         l.unlock();
-        for (const auto& ev : due) {
-          if (!on_event(ev)) return Status::Ok();
+        {
+          Unregister done{this, id};
+          for (const auto& ev : due) {
+            if (!on_event(ev)) return Status::Ok();
+          }
+          done.id = -1;  // still watching
         }
         l.lock();
-        continue;
       }
+      watches_[id].second = from;  // every event so far has been handed over
+      if (!due.empty()) continue;
       changed_.wait_for(l, std::chrono::milliseconds(20));
     }
+    watches_.erase(id);
     return Status::Ok();
+  }
+
+  // Every open watch has handed its handler every event logged so far.
+  bool AllDelivered() const {
+    std::lock_guard g(mu_);
+    for (const auto& [id, w] : watches_) {
+      for (const auto& e : log_) {
+        if (e.plural == w.first && e.rv > w.second) return false;
+      }
+    }
+    return true;
   }
 
  private:
@@ -230,6 +257,8 @@ class FakeClient final : public kube::Client {
   std::map<std::string, int> counts_;
   int64_t rv_ = 0, uids_ = 0;
   Hook hook_;
+  int next_watch_ = 0;
+  std::map<int, std::pair<std::string, int64_t>> watches_;  // id -> (plural, last rv handed over)
 };
 
 }  // namespace tfjob::op::controller::testing
