@@ -6,9 +6,7 @@
 #include <functional>
 #include <iostream>
 
-#include "common/pki.h"
 #include "common/time.h"
-#include "common/token.h"
 #include "operator/api/codec.h"
 #include "operator/controller/cache.h"
 #include "operator/controller/planner_internal.h"
@@ -18,19 +16,10 @@
 namespace tfjob::op::controller {
 namespace {
 
-bool IsTrue(const api::JobStatus& s, std::string_view type) {
-  for (const auto& c : s.conditions) {
-    if (c.type == type) return c.status == api::kConditionTrue;
-  }
-  return false;
-}
+using internal::FindCondition;
+using internal::IsTrue;
 
-bool Has(const api::JobStatus& s, std::string_view type) {
-  for (const auto& c : s.conditions) {
-    if (c.type == type) return true;
-  }
-  return false;
-}
+bool Has(const api::JobStatus& s, std::string_view type) { return FindCondition(s, type) != nullptr; }
 
 prometheus::Family<prometheus::Counter>& Counter(prometheus::Registry& r, const char* name, const char* help) {
   return prometheus::BuildCounter().Name(name).Help(help).Register(r);
@@ -83,70 +72,6 @@ class QueueMetrics final : public kube::WorkQueueMetrics {
   prometheus::Histogram& worked_;
   prometheus::Counter& retries_;
 };
-
-// The API server's own words in an error from the client ("create pods
-// ns/x: HTTP 403 Forbidden: <message>"): what Kubeflow's events quote.
-std::string ApiMessage(const Status& s) {
-  const std::string& m = s.message();
-  const size_t http = m.find(": HTTP ");
-  if (http == std::string::npos) return m;
-  const size_t colon = m.find(": ", http + 7);
-  return colon == std::string::npos ? m : m.substr(colon + 2);
-}
-
-
-// Whether a Secret read back holds `key`: the API server keeps it in
-// `data` (stringData is write-only); the test double keeps what was written.
-bool SecretHas(const nlohmann::json& secret, std::string_view key) {
-  for (const char* field : {"data", "stringData"}) {
-    const auto f = secret.find(field);
-    if (f == secret.end() || !f->is_object()) continue;
-    const auto v = f->find(std::string(key));
-    if (v != f->end() && v->is_string() && !v->get<std::string>().empty()) return true;
-  }
-  return false;
-}
-
-// Runs work(0..n-1) as Kubernetes' Job and ReplicaSet controllers create
-// pods (slowStartBatch): batches of 1, 2, 4, ... (at most kMaxBatch) run
-// concurrently, each batch only after the previous one succeeded whole, so
-// a job's pods go out in a few round trips while a create that fails (a
-// quota, a webhook) is not repeated for every replica; what was not tried
-// is created on the requeue.
-// An exception from `work` (a bug: a malformed answer read without a
-// check) never escapes a helper thread, which would end the process: the
-// first is rethrown here, on the caller's thread, after every thread of its
-// batch has finished, where the worker counts it as a reconcile panic.
-constexpr size_t kMaxBatch = 16;
-void SlowStartBatch(size_t n, const std::function<bool(size_t)>& work) {
-  size_t next = 0;
-  std::mutex mu;
-  std::exception_ptr thrown;
-  auto run = [&](size_t i) {
-    try {
-      return work(i);
-    } catch (...) {
-      std::lock_guard g(mu);
-      if (!thrown) thrown = std::current_exception();
-      return false;
-    }
-  };
-  for (size_t batch = 1; next < n; batch = std::min(batch * 2, kMaxBatch)) {
-    const size_t end = std::min(n, next + batch);
-    std::atomic<bool> all_ok{true};
-    std::vector<std::thread> threads;
-    for (size_t i = next + 1; i < end; ++i) {
-      threads.emplace_back([&, i] {
-        if (!run(i)) all_ok = false;
-      });
-    }
-    if (!run(next)) all_ok = false;
-    for (auto& t : threads) t.join();
-    if (thrown) std::rethrow_exception(thrown);
-    next = end;
-    if (!all_ok) return;
-  }
-}
 
 }  // namespace
 
@@ -369,225 +294,6 @@ void Controller::CountTransitions(const api::TFJob& job, const api::JobStatus& b
   if (!IsTrue(before, api::kConditionSucceeded) && IsTrue(after, api::kConditionSucceeded)) successful_.Add(labels).Increment();
   if (!IsTrue(before, api::kConditionFailed) && IsTrue(after, api::kConditionFailed)) failed_.Add(labels).Increment();
   if (!IsTrue(before, api::kConditionRestarting) && IsTrue(after, api::kConditionRestarting)) restarted_.Add(labels).Increment();
-}
-
-void Controller::Execute(const api::TFJob& job, const Plan& plan, Status& first_error) {
-  const std::string& ns = job.metadata.namespace_;
-  auto note = [&](Status s) {
-    if (!s.ok() && first_error.ok()) first_error = s;
-  };
-  auto event = [&](const char* type, const char* reason, const std::string& message) {
-    RecordEvent(job, Event{type, reason, message});
-  };
-  // The restart counts first: a restart is never carried out uncounted.
-  for (const Action& a : plan.actions) {
-    if (a.kind != Action::Kind::kPatchJob) continue;
-    auto r = client_.MergePatch(kube::kTFJobs, ns, a.name, a.object, false);
-    if (!r.ok()) {
-      note(r.status().WithContext("recording restarts on the TFJob"));
-      return;  // the requeue plans again, from the same world
-    }
-  }
-  bool secret_failed = false;  // the planner puts the Secret before the pods
-  std::vector<const Action*> creates;
-  for (const Action& a : plan.actions) {
-    switch (a.kind) {
-      case Action::Kind::kPatchJob: break;
-      case Action::Kind::kCreatePod:
-      case Action::Kind::kCreateService:
-        // After every other action (the Secret, the PodGroup they need):
-        // below, in slow-start batches.
-        creates.push_back(&a);
-        break;
-      case Action::Kind::kDeletePod:
-      case Action::Kind::kDeleteService: {
-        const bool pod = a.kind == Action::Kind::kDeletePod;
-        Status s = client_.Delete(pod ? kube::kPods : kube::kServices, ns, a.name);
-        if (s.ok()) {
-          event("Normal", pod ? "SuccessfulDeletePod" : "SuccessfulDeleteService",
-                std::string(pod ? "Deleted pod: " : "Deleted service: ") + a.name);
-        } else if (s.code() != Code::kNotFound) {
-          event("Warning", pod ? "FailedDeletePod" : "FailedDeleteService", "Error deleting: " + ApiMessage(s));
-          note(s);
-        }
-        break;
-      }
-      case Action::Kind::kAdoptPod:
-      case Action::Kind::kAdoptService: {
-        auto r = client_.MergePatch(a.kind == Action::Kind::kAdoptPod ? kube::kPods : kube::kServices, ns, a.name, a.object, false);
-        // Gone (or replaced: the uid precondition) is fine: nothing to adopt.
-        if (!r.ok() && r.status().code() != Code::kNotFound && r.status().code() != Code::kInvalidArgument &&
-            r.status().code() != Code::kAborted) {
-          note(r.status());
-        }
-        break;
-      }
-      case Action::Kind::kDeleteJob: {
-        Status s = client_.Delete(kube::kTFJobs, ns, a.name);
-        if (s.ok()) {
-          event("Normal", "SuccessfulDeleteJob", "Deleted job: " + a.name);
-        } else if (s.code() != Code::kNotFound) {
-          event("Warning", "FailedDeleteJob", "Error deleting: " + ApiMessage(s));
-          note(s);
-        }
-        break;
-      }
-      case Action::Kind::kCreateSecret: {
-        Status s = EnsureSecret(job, a);
-        if (!s.ok()) {
-          note(s);
-          secret_failed = true;
-        }
-        break;
-      }
-      case Action::Kind::kCreateNetworkPolicy: {
-        auto r = client_.Create(kube::kNetworkPolicies, ns, a.object);
-        if (!r.ok() && r.status().code() != Code::kAlreadyExists) note(r.status());
-        break;
-      }
-      case Action::Kind::kCreatePodGroup: {
-        auto r = client_.Create(pod_group_resource_, ns, a.object);
-        if (!r.ok() && r.status().code() != Code::kAlreadyExists) note(r.status());
-        break;
-      }
-      case Action::Kind::kUpdatePodGroup: {
-        // A 409 (the scheduler wrote in between) requeues; the next plan
-        // starts from the newer object.
-        note(client_.Update(pod_group_resource_, ns, a.object).status());
-        break;
-      }
-      case Action::Kind::kDeletePodGroup: {
-        event("Normal", "JobTerminated", "Job has been terminated. Deleting PodGroup");
-        Status s = client_.Delete(pod_group_resource_, ns, a.name);
-        if (s.ok() || s.code() == Code::kNotFound) {
-          event("Normal", "SuccessfulDeletePodGroup", "Deleted PodGroup: " + a.name);
-        } else {
-          event("Warning", "FailedDeletePodGroup", "Error deleting: " + ApiMessage(s));
-          note(s);
-        }
-        break;
-      }
-    }
-  }
-  if (secret_failed) {
-    // A pod whose Secret is missing or lacks a key it mounts would sit in
-    // ContainerCreating; the requeue (the error noted above) brings the
-    // Secret and then the pods.
-    creates.erase(std::remove_if(creates.begin(), creates.end(),
-                                 [](const Action* a) { return a->kind == Action::Kind::kCreatePod; }),
-                  creates.end());
-  }
-  std::mutex note_mu;
-  auto create = [&](const Action& a) {
-    const bool pod = a.kind == Action::Kind::kCreatePod;
-    const kube::Resource& r = pod ? kube::kPods : kube::kServices;
-    auto created = client_.Create(r, ns, a.object);
-    if (created.ok()) {
-      event("Normal", pod ? "SuccessfulCreatePod" : "SuccessfulCreateService",
-            std::string(pod ? "Created pod: " : "Created service: ") + a.name);
-      return true;
-    }
-    Status s = created.status();
-    if (s.code() == Code::kAlreadyExists) {
-      // Ours already (a stale cache) is success; an orphan is adopted (the
-      // next pass sees it owned); another owner's is an error the user must
-      // see: the index cannot be filled.
-      s = ClaimExisting(job, r, a.name);
-      if (s.ok()) return true;
-    }
-    event("Warning", pod ? "FailedCreatePod" : "FailedCreateService", "Error creating: " + ApiMessage(s));
-    std::lock_guard g(note_mu);
-    note(s);
-    return false;
-  };
-  // Services and pods as two independent sequences, side by side: a pod
-  // the quota refuses does not hold back the services, nor the reverse.
-  std::vector<const Action*> services, pods;
-  for (const Action* a : creates) (a->kind == Action::Kind::kCreatePod ? pods : services).push_back(a);
-  std::thread service_thread;
-  std::exception_ptr service_thrown;
-  if (!services.empty()) {
-    service_thread = std::thread([&] {
-      try {
-        SlowStartBatch(services.size(), [&](size_t i) { return create(*services[i]); });
-      } catch (...) {
-        service_thrown = std::current_exception();
-      }
-    });
-  }
-  std::exception_ptr pod_thrown;
-  try {
-    SlowStartBatch(pods.size(), [&](size_t i) { return create(*pods[i]); });
-  } catch (...) {
-    pod_thrown = std::current_exception();
-  }
-  if (service_thread.joinable()) service_thread.join();
-  if (pod_thrown) std::rethrow_exception(pod_thrown);
-  if (service_thrown) std::rethrow_exception(service_thrown);
-}
-
-Status Controller::ClaimExisting(const api::TFJob& job, const kube::Resource& r, const std::string& name) {
-  const std::string& ns = job.metadata.namespace_;
-  auto existing = client_.Get(r, ns, name);
-  if (existing.status().code() == Code::kNotFound) return Unavailable(r.plural + " " + ns + "/" + name + " was just deleted");
-  // Without the right to look (an older RBAC), assume our own stale cache,
-  // as before: the next pass sees the object.
-  if (existing.status().code() == Code::kPermissionDenied) return Status::Ok();
-  if (!existing.ok()) return existing.status();
-  const PodView v = ViewPod(*existing);  // the metadata it reads is a service's too
-  if (v.controller_uid == job.metadata.uid) return Status::Ok();
-  const bool ours_by_labels = v.labels.count(std::string(api::kJobNameLabel)) &&
-                              v.labels.at(std::string(api::kJobNameLabel)) == job.metadata.name;
-  if (v.controller_uid.empty() && ours_by_labels && !v.deleting) {
-    const nlohmann::json patch{{"metadata", {{"uid", v.uid}, {"ownerReferences", nlohmann::json::array({internal::OwnerRef(job)})}}}};
-    return client_.MergePatch(r, ns, name, patch, false).status();
-  }
-  // Kubeflow's message for this create: the API server's "already exists".
-  return AlreadyExists(r.plural + " \"" + name + "\" already exists" +
-                       (v.controller_uid.empty() ? "" : " (controlled by another owner)"));
-}
-
-Status Controller::EnsureSecret(const api::TFJob& job, const Action& create) {
-  const std::string& ns = job.metadata.namespace_;
-  const bool tls = options_.planner.task_tls;
-  // The token and the PKI are made here, once: a Secret that exists keeps
-  // them, so running pods and new ones agree. The CA's key never leaves
-  // NewJobPki; the Secret holds only what the tasks present and check.
-  nlohmann::json secret = create.object;
-  secret["stringData"] = {{std::string(api::kAuthSecretKey), NewToken()}};
-  if (tls) {
-    auto made = pki::NewJobPki(job.metadata.name);
-    if (!made.ok()) return made.status().WithContext("TLS material for Secret " + ns + "/" + create.name);
-    secret["stringData"][pki::kCaFile] = made->ca_pem;
-    secret["stringData"][pki::kCertFile] = made->cert_pem;
-    secret["stringData"][pki::kKeyFile] = made->key_pem;
-  }
-  auto r = client_.Create(kube::kSecrets, ns, secret);
-  if (r.ok()) return Status::Ok();
-  if (r.status().code() != Code::kAlreadyExists) return r.status();
-  if (!tls) return Status::Ok();
-  // A Secret made before --task-tls was turned on (or edited since) would
-  // leave the pods' volume waiting forever for keys it lacks: add them,
-  // keeping the token. The three TLS keys only make sense together, so a
-  // partial set is replaced whole. The update carries the resourceVersion
-  // read here: a concurrent writer makes it a 409, and the requeue reads
-  // again.
-  auto existing = client_.Get(kube::kSecrets, ns, create.name);
-  if (!existing.ok()) return existing.status().WithContext("Secret " + ns + "/" + create.name);
-  const bool has_tls =
-      SecretHas(*existing, pki::kCaFile) && SecretHas(*existing, pki::kCertFile) && SecretHas(*existing, pki::kKeyFile);
-  const bool has_token = SecretHas(*existing, api::kAuthSecretKey);
-  if (has_tls && has_token) return Status::Ok();
-  nlohmann::json updated = *existing;
-  nlohmann::json& add = updated["stringData"];
-  if (!add.is_object()) add = nlohmann::json::object();
-  const std::string token_key(api::kAuthSecretKey);
-  if (!has_token) add[token_key] = secret["stringData"][token_key];
-  if (!has_tls) {
-    for (const char* key : {pki::kCaFile, pki::kCertFile, pki::kKeyFile}) add[key] = secret["stringData"][key];
-  }
-  auto u = client_.Update(kube::kSecrets, ns, updated);
-  return u.ok() ? Status::Ok() : u.status().WithContext("adding TLS keys to Secret " + ns + "/" + create.name);
 }
 
 void Controller::RefreshMetrics() {
