@@ -48,14 +48,23 @@ using internal::Field;
 using internal::Str;
 using internal::StringMap;
 
-PodView ViewPod(const nlohmann::json& pod) {
-  PodView v;
-  const auto& meta = Field(pod, "metadata");
+namespace {
+
+// What a pod's and a service's views read of their metadata alike.
+template <typename View>
+void ReadMetadata(const nlohmann::json& meta, View& v) {
   v.name = Str(meta, "name");
   v.uid = Str(meta, "uid");
   v.labels = StringMap(Field(meta, "labels"));
   v.deleting = !Str(meta, "deletionTimestamp").empty();
   v.controller_uid = ControllerUid(meta);
+}
+
+}  // namespace
+
+PodView ViewPod(const nlohmann::json& pod) {
+  PodView v;
+  ReadMetadata(Field(pod, "metadata"), v);
   const auto& containers_spec = Field(Field(pod, "spec"), "containers");
   if (containers_spec.is_array()) {
     for (const auto& c : containers_spec) {
@@ -122,12 +131,7 @@ PodView ViewPod(const nlohmann::json& pod) {
 
 ServiceView ViewService(const nlohmann::json& svc) {
   ServiceView v;
-  const auto& meta = Field(svc, "metadata");
-  v.name = Str(meta, "name");
-  v.uid = Str(meta, "uid");
-  v.labels = StringMap(Field(meta, "labels"));
-  v.deleting = !Str(meta, "deletionTimestamp").empty();
-  v.controller_uid = ControllerUid(meta);
+  ReadMetadata(Field(svc, "metadata"), v);
   return v;
 }
 
