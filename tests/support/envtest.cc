@@ -74,12 +74,27 @@ ControlPlane* ControlPlane::Shared(std::string* why) {
   cp->env_ = {"ETCD=" + etcd, "ENVTEST_BIN_DIR=" + fs::weakly_canonical(bin).string()};
   // Not a MakeTempDir: that one may be removed at exit before this is stopped.
   cp->dir_ = (fs::path(::testing::TempDir()) / ("tfjob-envtest-" + std::to_string(getpid()))).string();
-  fs::remove_all(cp->dir_);
-  fs::create_directories(cp->dir_);
-  if (!cp->Start(&failed)) {
+  // The kit picks ports that nothing answers on, but one can still be some
+  // connection's local port (these run beside other control planes), and
+  // then etcd or the API server cannot bind it: start again on new ports,
+  // from an empty folder, a few times before calling it a failure.
+  bool started = false;
+  for (int attempt = 1; attempt <= 3 && !started; ++attempt) {
+    fs::remove_all(cp->dir_);
+    fs::create_directories(cp->dir_);
+    std::string why_not;
+    started = cp->Start(&why_not);
+    if (!started) {
+      Run({cp->kit_ + "/stop-control-plane.sh", cp->dir_});
+      failed = why_not + " (" + std::to_string(attempt) + " attempts)";
+      std::cout << "envtest: attempt " << attempt << " failed: " << why_not << std::endl;
+    }
+  }
+  if (!started) {
     *why = failed;
     return nullptr;
   }
+  failed.clear();
   // If this process dies without its destructors, a watchdog stops the
   // control plane once the process is gone (setsid: it outlives us).
   const std::string watchdog = "while kill -0 " + std::to_string(getpid()) + " 2>/dev/null; do sleep 1; done; \"" +
@@ -99,9 +114,14 @@ bool ControlPlane::Start(std::string* why) const {
   RunResult r = Run({kit_ + "/start-control-plane.sh", dir_}, env);
   std::cout << r.out << std::flush;  // the log shows the control plane starting
   if (r.exit_code != 0) {
-    std::string last = r.err.empty() ? r.out : r.err;
-    while (!last.empty() && last.back() == '\n') last.pop_back();
-    *why = "envtest control plane did not start: " + last.substr(last.rfind('\n') + 1);
+    // The kit's own error line (which process exited, with its log's last
+    // lines after it) says more than the clean-up that follows it.
+    const std::string all = r.err.empty() ? r.out : r.err;
+    const size_t error = all.find("start-control-plane: error:");
+    std::string said = error == std::string::npos ? all : all.substr(error);
+    while (!said.empty() && said.back() == '\n') said.pop_back();
+    if (error == std::string::npos) said = said.substr(said.rfind('\n') + 1);
+    *why = "envtest control plane did not start: " + said;
     return false;
   }
   std::ifstream ports(dir_ + "/ports.env");
