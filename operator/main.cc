@@ -272,21 +272,13 @@ int main(int argc, char** argv) {
   // gives back the top of a heap by itself): after a burst of watch events
   // the parsed objects are gone but their pages would stay resident
   // (docs/operations.md).
-  std::atomic<bool> trim_stop{false};
-  std::thread trimmer([&] {
-    for (int tick = 1; !stop && !trim_stop; ++tick) {
+  // A jthread: asked to stop and joined on every way out of main.
+  std::jthread trimmer([&stop](std::stop_token done) {
+    for (int tick = 1; !stop && !done.stop_requested(); ++tick) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       if (tick % 50 == 0) malloc_trim(0);
     }
   });
-  struct JoinTrimmer {
-    std::atomic<bool>& stop;
-    std::thread& t;
-    ~JoinTrimmer() {
-      stop = true;
-      t.join();
-    }
-  } join_trimmer{trim_stop, trimmer};
   bool lost = false;
   if (elector) {
     lost = !elector->Hold(stop);

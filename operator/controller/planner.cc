@@ -153,24 +153,20 @@ void SelectOwned(Pass& p, const std::vector<PodView>& all_pods, const std::vecto
     p.adoptions.push_back({kind, object_name,
                            {{"metadata", {{"uid", uid}, {"ownerReferences", nlohmann::json::array({OwnerRef(job)})}}}}});
   };
-  for (const auto& pod : all_pods) {
-    if (job.metadata.uid.empty() || pod.controller_uid == job.metadata.uid) {
-      p.pods.push_back(pod);
-    } else if (orphan_of_this_job(pod.controller_uid, pod.labels, pod.deleting)) {
-      adopt(Action::Kind::kAdoptPod, pod.name, pod.uid);
-      p.pods.push_back(pod);
-      p.pods.back().controller_uid = job.metadata.uid;
+  // Pods and services alike: the job's own, and its orphans, adopted.
+  auto select = [&](const auto& all, auto& kept, Action::Kind adoption) {
+    for (const auto& o : all) {
+      if (job.metadata.uid.empty() || o.controller_uid == job.metadata.uid) {
+        kept.push_back(o);
+      } else if (orphan_of_this_job(o.controller_uid, o.labels, o.deleting)) {
+        adopt(adoption, o.name, o.uid);
+        kept.push_back(o);
+        kept.back().controller_uid = job.metadata.uid;
+      }
     }
-  }
-  for (const auto& sv : all_services) {
-    if (job.metadata.uid.empty() || sv.controller_uid == job.metadata.uid) {
-      p.services.push_back(sv);
-    } else if (orphan_of_this_job(sv.controller_uid, sv.labels, sv.deleting)) {
-      adopt(Action::Kind::kAdoptService, sv.name, sv.uid);
-      p.services.push_back(sv);
-      p.services.back().controller_uid = job.metadata.uid;
-    }
-  }
+  };
+  select(all_pods, p.pods, Action::Kind::kAdoptPod);
+  select(all_services, p.services, Action::Kind::kAdoptService);
 }
 
 // A job whose pods were made without the task token (by training-operator
