@@ -47,7 +47,7 @@
 #include "common/pki.h"
 #include "common/flags.h"
 #include "services/collective/group.h"
-#include "services/collective/net.h"
+#include "services/net/net.h"
 
 namespace tfjob::bench {
 namespace {
@@ -57,7 +57,7 @@ using collective::Group;
 using collective::Options;
 using collective::Peer;
 using collective::ReduceOp;
-namespace net = collective::net;
+namespace net = net;
 
 StatusOr<std::vector<int64_t>> ParseList(const std::string& text, const std::string& what) {
   std::vector<int64_t> out;

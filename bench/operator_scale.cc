@@ -33,9 +33,9 @@
 #include <thread>
 
 #include "common/flags.h"
-#include "operator/kube/config.h"
-#include "operator/kube/informer.h"
-#include "operator/kube/rest_client.h"
+#include "kube/config.h"
+#include "kube/informer.h"
+#include "kube/rest_client.h"
 #include "services/base/tests/http_get.h"
 #include "tests/support/apiserver/apiserver_double.h"
 #include "tests/support/envtest.h"
@@ -44,7 +44,7 @@
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
-namespace kube = tfjob::op::kube;
+namespace kube = tfjob::kube;
 namespace t = tfjob::testing;
 
 namespace {

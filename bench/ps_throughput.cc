@@ -55,7 +55,7 @@
 #include "bench/child.h"
 #include "common/pki.h"
 #include "common/flags.h"
-#include "services/collective/net.h"
+#include "services/net/net.h"
 #include "services/ps/ps_client.h"
 
 namespace tfjob::bench {
@@ -243,7 +243,7 @@ Status Run(const Flags& flags) {
   if (want_ours) {
     // The PS serves on a socket bound here and inherited (TFJOB_LISTEN_FD),
     // so no port is picked, released and raced for.
-    ASSIGN_OR_RETURN(collective::net::Listener listener, collective::net::Listen("127.0.0.1", 0));
+    ASSIGN_OR_RETURN(net::Listener listener, net::Listen("127.0.0.1", 0));
     const std::string address = "127.0.0.1:" + std::to_string(listener.port);
     const nlohmann::json tf_config{{"cluster", {{"ps", {address}}}}, {"task", {{"type", "ps"}, {"index", 0}}}};
     fcntl(listener.fd.get(), F_SETFD, 0);

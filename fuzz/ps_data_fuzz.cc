@@ -66,7 +66,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     while ((n = read(sv[1], buf, sizeof buf)) > 0) answers.append(buf, static_cast<size_t>(n));
   });
   std::atomic<bool> stopping{false}, busy{false};
-  collective::net::Fd served(sv[0]);
+  net::Fd served(sv[0]);
   service.ServeData(served, "fuzz", stopping, busy);
   shutdown(sv[0], SHUT_RDWR);
   writer.join();

@@ -27,7 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
-#include "operator/kube/client.h"
+#include "kube/client.h"
 
 namespace tfjob::op {
 

@@ -16,8 +16,8 @@
 #include "common/flags.h"
 #include "common/signals.h"
 #include "operator/controller/controller.h"
-#include "operator/kube/config.h"
-#include "operator/kube/rest_client.h"
+#include "kube/config.h"
+#include "kube/rest_client.h"
 #include "operator/leader.h"
 #include "services/base/exposition.h"
 #include "services/base/http_server.h"
@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
 
   std::string kubeconfig = flags.Get("kubeconfig");
   if (kubeconfig.empty()) kubeconfig = Getenv("KUBECONFIG").value_or("");
-  auto config = kubeconfig.empty() ? op::kube::InClusterConfig(Getenv) : op::kube::LoadKubeconfig(kubeconfig, flags.Get("context"));
+  auto config = kubeconfig.empty() ? kube::InClusterConfig(Getenv) : kube::LoadKubeconfig(kubeconfig, flags.Get("context"));
   if (!config.ok()) return Fail(config.status());
   prometheus::Registry registry;
   // client-go's rest_client_requests_total{code,method,host}.
@@ -141,20 +141,20 @@ int main(int argc, char** argv) {
     std::string h = config->server.substr(config->server.find("://") == std::string::npos ? 0 : config->server.find("://") + 3);
     return h.substr(0, h.find('/'));
   }();
-  op::kube::RestOptions ro;
+  kube::RestOptions ro;
   ro.qps = *qps;
   ro.burst = static_cast<int>(*burst);
   ro.on_response = [&rest_requests, host](const std::string& method, const std::string& code) {
     rest_requests.Add({{"code", code}, {"method", method}, {"host", host}}).Increment();
   };
-  auto client = op::kube::RestClient::Create(*config, ro);
+  auto client = kube::RestClient::Create(*config, ro);
   if (!client.ok()) return Fail(client.status());
   // Events go through a client of their own, with its own token bucket, off
   // the reconcile path (controller-runtime's event recorder has its own
   // clientset): a job's creation events never delay its pods.
-  auto event_client = op::kube::RestClient::Create(*config, ro);
+  auto event_client = kube::RestClient::Create(*config, ro);
   if (!event_client.ok()) return Fail(event_client.status());
-  op::kube::EventSink events(**event_client, &std::cerr);
+  kube::EventSink events(**event_client, &std::cerr);
 
   base::ProcessMetrics process(registry);
   auto& api_requests = prometheus::BuildGauge()
@@ -178,7 +178,7 @@ int main(int argc, char** argv) {
     // Said at start-up rather than as an informer that never syncs: the
     // scheduler's PodGroup CRD must be installed.
     const auto r = op::controller::PodGroupResourceFor(co.planner.gang_scheduler);
-    op::kube::ListOptions one;
+    kube::ListOptions one;
     one.limit = 1;
     Status served = (*client)->List({r.group, r.version, "podgroups"}, co.ns, one).status();
     if (served.code() == Code::kNotFound) {

@@ -34,10 +34,10 @@ esac
 # custom_loop_test. gpu_test needs CUDA, which these builds leave out.
 ASAN_TESTS=(
   common_test base_test cluster_test tensor_test data_test model_test checkpoint_test
-  operator_api_test operator_kube_test operator_planner_test operator_controller_test rpc_server_test operator_leader_test
+  operator_api_test kube_test operator_planner_test operator_controller_test rpc_server_test operator_leader_test
   tls_test
 )
-TSAN_TESTS=(coordinator_test ps_test collective_test nccl_test operator_kube_test operator_controller_test rpc_server_test
+TSAN_TESTS=(coordinator_test ps_test collective_test nccl_test kube_test operator_controller_test rpc_server_test
   operator_leader_test tls_test)
 
 run_tests() {

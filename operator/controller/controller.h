@@ -39,10 +39,10 @@
 #include <prometheus/registry.h>
 
 #include "operator/controller/planner.h"
-#include "operator/kube/client.h"
-#include "operator/kube/event_sink.h"
-#include "operator/kube/informer.h"
-#include "operator/kube/workqueue.h"
+#include "kube/client.h"
+#include "kube/event_sink.h"
+#include "kube/informer.h"
+#include "kube/workqueue.h"
 
 namespace tfjob::op::controller {
 

@@ -17,7 +17,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "operator/kube/rest_client.h"
+#include "kube/rest_client.h"
 #include "tests/support/apiserver/apiserver_double.h"
 
 namespace tfjob::op {

@@ -35,7 +35,7 @@
 #include "common/status.h"
 #include "services/cluster/cluster.h"
 #include "services/collective/communicator.h"
-#include "services/collective/net.h"
+#include "services/net/net.h"
 #include "services/collective/ring.h"
 
 namespace tfjob::collective {

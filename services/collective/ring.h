@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "services/collective/communicator.h"
-#include "services/collective/net.h"
+#include "services/net/net.h"
 
 namespace tfjob::collective {
 

@@ -256,7 +256,7 @@ class Fit final : public Program {
       if (!ctx.listener || !ctx.listener->valid()) return collective::Group::Create(ctx.members, ctx.rank, p->collective);
       const int port = ctx.listener->port();
       return collective::Group::Create(ctx.members, ctx.rank, p->collective,
-                                       collective::net::Listener{collective::net::Fd(ctx.listener->Release()), port});
+                                       net::Listener{net::Fd(ctx.listener->Release()), port});
     }();
     if (!group.ok()) return ReportError(group.status(), *ctx.err);
     *ctx.out << "fit: multi_worker_mirrored, " << (*group)->self().name << " is rank " << ctx.rank << " of "

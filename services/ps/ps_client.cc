@@ -9,12 +9,11 @@
 
 #include <cstring>
 
-#include "services/collective/net.h"
+#include "services/net/net.h"
 #include "services/ps/ps_service.h"
 
 namespace tfjob::ps {
 
-namespace net = collective::net;
 using wire::Clock;
 
 class PsClient::Connection {

@@ -77,7 +77,7 @@ StatusOr<Tensor> Reserve(Tensor t, DType dtype, int64_t elems, int64_t keep) {
 }  // namespace
 
 struct ParameterServerService::Call {
-  const collective::net::Fd& fd;
+  const net::Fd& fd;
   const std::string& peer;
   Staging& staging;
   wire::Frame frame;
@@ -87,7 +87,7 @@ struct ParameterServerService::Call {
   uint64_t sent = 0;      // response bytes
 };
 
-void ParameterServerService::ServeData(const collective::net::Fd& fd, const std::string& peer, const std::atomic<bool>& stopping,
+void ParameterServerService::ServeData(const net::Fd& fd, const std::string& peer, const std::atomic<bool>& stopping,
                                        std::atomic<bool>& busy) {
   // The hello: version and the job's token, before anything else.
   const auto hello_deadline = Clock::now() + kHelloTimeout;

@@ -21,7 +21,6 @@
 namespace tfjob::ps {
 namespace {
 
-namespace net = collective::net;
 
 // How long a new connection may take to send its first bytes.
 constexpr auto kFirstBytesTimeout = std::chrono::seconds(10);

@@ -50,7 +50,7 @@
 #include <unordered_set>
 
 #include "proto/ps.grpc.pb.h"
-#include "services/collective/net.h"
+#include "services/net/net.h"
 #include "services/metrics/runtime_metrics.h"
 #include "services/rpc/auth.h"
 #include "services/model/optimizers.h"
@@ -105,7 +105,7 @@ class ParameterServerService final : public proto::ParameterServer::Service {
   // Serves one data-plane connection (its hello not yet read) until the
   // peer closes it, it fails, or `stopping` is set between requests. Does
   // not close `fd`.
-  void ServeData(const collective::net::Fd& fd, const std::string& peer, const std::atomic<bool>& stopping,
+  void ServeData(const net::Fd& fd, const std::string& peer, const std::atomic<bool>& stopping,
                  std::atomic<bool>& busy);
 
  private:
@@ -184,7 +184,7 @@ class PsServer {
   static StatusOr<std::unique_ptr<PsServer>> Start(const std::string& address, PsOptions options = {});
   // Serves on a socket that already listens (one a launcher bound and
   // handed down, so no port is picked and then raced for). Takes it over.
-  static StatusOr<std::unique_ptr<PsServer>> Start(collective::net::Listener listener, PsOptions options = {});
+  static StatusOr<std::unique_ptr<PsServer>> Start(net::Listener listener, PsOptions options = {});
   ~PsServer();
   int port() const { return port_; }
   ParameterServerService& service() { return *service_; }
@@ -214,8 +214,8 @@ class PsServer {
   std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> grpc_tls_;
   std::shared_ptr<const tls::Config> tls_;  // null: plain TCP
   int listener_fd_ = -1;                     // its number, for gRPC's acceptor
-  collective::net::Fd listener_;
-  collective::net::Fd wake_;  // eventfd: wakes the acceptor to stop
+  net::Fd listener_;
+  net::Fd wake_;  // eventfd: wakes the acceptor to stop
   int port_ = 0;
   std::thread acceptor_;
   std::atomic<bool> stopping_{false};

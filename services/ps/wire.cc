@@ -11,7 +11,6 @@
 namespace tfjob::ps::wire {
 namespace {
 
-namespace net = collective::net;
 
 // Sets the socket's timeout for blocking sends or receives to the time left
 // before `deadline` (0: no timeout). False when the deadline has passed.

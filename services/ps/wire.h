@@ -41,7 +41,7 @@
 #include <string>
 
 #include "common/status.h"
-#include "services/collective/net.h"
+#include "services/net/net.h"
 #include "proto/tensor.pb.h"
 #include "services/tensor/tensor.h"
 
@@ -82,19 +82,19 @@ static_assert(sizeof(Frame) == 24);
 // Blocking-socket I/O that gives up at `deadline` (kNoDeadline: never),
 // through the connection's TLS session when it has one.
 // SendAll consumes `iov` (its entries are advanced as bytes go out).
-Status SendAll(const collective::net::Fd& fd, std::span<iovec> iov, Clock::time_point deadline, const std::string& peer);
+Status SendAll(const net::Fd& fd, std::span<iovec> iov, Clock::time_point deadline, const std::string& peer);
 // `*received` (when given) counts the bytes that did arrive, also on failure.
-Status RecvAll(const collective::net::Fd& fd, void* data, size_t n, Clock::time_point deadline, const std::string& peer,
+Status RecvAll(const net::Fd& fd, void* data, size_t n, Clock::time_point deadline, const std::string& peer,
                size_t* received = nullptr);
 // Reads and drops `n` bytes through a small buffer (a refused request's
 // payload, so the connection stays usable).
-Status Discard(const collective::net::Fd& fd, uint64_t n, Clock::time_point deadline, const std::string& peer);
+Status Discard(const net::Fd& fd, uint64_t n, Clock::time_point deadline, const std::string& peer);
 // UNAVAILABLE with "<peer> closed the connection" on a clean end of stream
 // before the first byte, so a server can tell an idle close from a failure.
-Status RecvFrame(const collective::net::Fd& fd, Frame* f, Clock::time_point deadline, const std::string& peer);
+Status RecvFrame(const net::Fd& fd, Frame* f, Clock::time_point deadline, const std::string& peer);
 
 // An error response: its code and message, no payload.
-Status SendError(const collective::net::Fd& fd, const Status& s, Clock::time_point deadline, const std::string& peer);
+Status SendError(const net::Fd& fd, const Status& s, Clock::time_point deadline, const std::string& peer);
 
 // dtype and shape of `t`, no data.
 void HeaderOf(const Tensor& t, proto::Tensor* out);

@@ -7,14 +7,14 @@
 #include "services/base/ports.h"
 #include "services/checkpoint/manager.h"
 #include "services/collective/group.h"
-#include "services/collective/net.h"
+#include "services/net/net.h"
 #include "services/coordinator/coordinator.h"
 #include "services/metrics/runtime_metrics.h"
 #include "services/ps/ps_client.h"
 #include "services/ps/ps_service.h"
 #include "services/rpc/rpc.h"
 #include "services/tensor/threads.h"
-#include "services/runtime/cluster_resolver.h"
+#include "services/cluster/resolver.h"
 #include "services/runtime/in_process_cluster.h"
 #include "services/runtime/launcher.h"
 #include "services/runtime/runtime.h"
@@ -108,9 +108,9 @@ int ServePs(const cluster::ClusterConfig& cfg, const programs::Program& program,
   std::string shown;
   if (listener) {
     shown = listener->address();
-    collective::net::Listener l;
+    net::Listener l;
     l.port = listener->port();
-    l.fd = collective::net::Fd(listener->Release());
+    l.fd = net::Fd(listener->Release());
     server = ps::PsServer::Start(std::move(l), options);
   } else {
     server = ps::PsServer::Start(*any, options);
@@ -206,7 +206,7 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
     ps_timeout = std::chrono::milliseconds(static_cast<int64_t>(secs * 1000));
   }
   // TF_CONFIG, or the Slurm step when TFJOB_CLUSTER_RESOLVER=slurm.
-  auto resolved = ResolveCluster(env);
+  auto resolved = cluster::ResolveCluster(env);
   if (resolved.status().code() == Code::kNotFound) {
     if (program.HasSingleProcessMode()) return program.RunSingleProcess(args, out, err, &signals);
     auto local = InProcessCluster::Start(1, 1, all);
@@ -249,7 +249,7 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
   if (*listener && cfg->cluster.HasJob(type)) {
     auto self = cfg->cluster.Address(type, cfg->task->index);
     if (!self.ok()) return ReportError(self.status(), err);
-    auto hp = collective::net::SplitAddress(*self);
+    auto hp = net::SplitAddress(*self);
     if (!hp.ok()) return ReportError(hp.status(), err);
     if (hp->port != (*listener)->port()) {
       return ReportError(InvalidArgument(std::string(base::kListenFdEnv) + ": the socket listens on port " +

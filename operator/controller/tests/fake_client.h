@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "operator/kube/client.h"
+#include "kube/client.h"
 
 namespace tfjob::op::controller::testing {
 

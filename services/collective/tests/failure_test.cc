@@ -12,7 +12,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "services/collective/net.h"
+#include "services/net/net.h"
 #include "tests/support/process.h"
 #include "tests/support/subprocess.h"
 

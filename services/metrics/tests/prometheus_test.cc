@@ -13,7 +13,7 @@
 
 #include "common/files.h"
 #include "operator/api/codec.h"
-#include "operator/kube/rest_client.h"
+#include "kube/rest_client.h"
 #include "services/base/tests/http_get.h"
 #include "tests/support/apiserver/apiserver_double.h"
 #include "tests/support/process.h"
@@ -188,7 +188,7 @@ TEST_F(Monitoring, PrometheusScrapesTheOperatorAndTheLocalJob) {
   ASSERT_TRUE(listening) << prometheus_->output();
   const int port = std::stoi(*listening);
   auto series = [&](const std::string& query) -> json {
-    auto r = t::HttpGet(port, "/api/v1/query?query=" + op::kube::UrlEncode(query));
+    auto r = t::HttpGet(port, "/api/v1/query?query=" + kube::UrlEncode(query));
     if (r.status != 200) return json::array();
     json j = json::parse(r.body, nullptr, false);
     if (j.is_discarded() || j.value("status", "") != "success") return json::array();

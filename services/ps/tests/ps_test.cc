@@ -13,7 +13,7 @@
 #include <sys/socket.h>
 
 #include "common/files.h"
-#include "services/collective/net.h"
+#include "services/net/net.h"
 #include "services/ps/ps_client.h"
 #include "services/ps/ps_service.h"
 #include "services/ps/wire.h"
@@ -292,7 +292,7 @@ TEST_F(PsTest, SaveAndRestoreIncludingOptimizerSlots) {
 class RawDataClient {
  public:
   explicit RawDataClient(int port, const std::string& token = "") {
-    auto fd = collective::net::Connect("127.0.0.1:" + std::to_string(port), wire::Clock::now() + std::chrono::seconds(5), "ps");
+    auto fd = net::Connect("127.0.0.1:" + std::to_string(port), wire::Clock::now() + std::chrono::seconds(5), "ps");
     EXPECT_TRUE(fd.ok()) << fd.status();
     fd_ = std::move(fd).value();
     // Blocking from here on, as the wire helpers expect.
@@ -327,7 +327,7 @@ class RawDataClient {
 
  private:
   static wire::Clock::time_point Deadline() { return wire::Clock::now() + std::chrono::seconds(10); }
-  collective::net::Fd fd_;
+  net::Fd fd_;
 };
 
 proto::PushRequest AddRequest(const std::string& name, Shape claimed_shape) {
@@ -590,7 +590,7 @@ TEST_F(PsTest, AConnectionThatBreaksTheProtocolIsClosed) {
     char c;
     return recv(fd, &c, 1, 0) <= 0;
   };
-  auto garbage = collective::net::Connect("127.0.0.1:" + std::to_string(server_->port()),
+  auto garbage = net::Connect("127.0.0.1:" + std::to_string(server_->port()),
                                           wire::Clock::now() + std::chrono::seconds(5), "ps");
   ASSERT_TRUE(garbage.ok());
   ASSERT_EQ(send(garbage->get(), "GARBAGE!", 8, MSG_NOSIGNAL), 8);

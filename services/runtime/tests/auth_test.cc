@@ -127,9 +127,9 @@ TEST(AuthTest, TheGroupRefusesAMemberWithoutTheToken) {
   o.token = kToken;
   o.rendezvous_timeout = std::chrono::milliseconds(2000);
   std::vector<collective::Peer> members;
-  std::vector<collective::net::Listener> listeners;
+  std::vector<net::Listener> listeners;
   for (int r = 0; r < 2; ++r) {
-    auto l = collective::net::Listen("127.0.0.1", 0);
+    auto l = net::Listen("127.0.0.1", 0);
     ASSERT_TRUE(l.ok());
     members.push_back({"worker:" + std::to_string(r), "127.0.0.1:" + std::to_string(l->port)});
     listeners.push_back(std::move(l).value());

@@ -19,7 +19,7 @@
 #include "operator/api/defaults.h"
 #include "operator/api/validation.h"
 #include "services/base/ports.h"
-#include "services/runtime/cluster_resolver.h"
+#include "services/cluster/resolver.h"
 #include "tests/support/apiserver/apiserver_double.h"
 #include "tests/support/process.h"
 #include "tests/support/subprocess.h"
@@ -100,7 +100,7 @@ TEST_F(KubernetesResolverTest, ClusterFromPodIpsInNumericReplicaOrderAndTaskFrom
   Put(Pod("mnist", "evaluator", 0, "10.1.3.1", 2222));
   Put(Pod("other", "worker", 0, "10.9.9.9", 2222));
 
-  auto r = ResolveCluster(cluster::FixedEnv(EnvFor("mnist-worker-2")));
+  auto r = cluster::ResolveCluster(cluster::FixedEnv(EnvFor("mnist-worker-2")));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->config.task, (cluster::TaskId{"worker", 2}));
   EXPECT_EQ(r->config.environment, "cloud");
@@ -113,7 +113,7 @@ TEST_F(KubernetesResolverTest, ClusterFromPodIpsInNumericReplicaOrderAndTaskFrom
   EXPECT_EQ(*c.Address("worker", 10), "10.1.2.11:2222");
 
   // The evaluator knows its task, outside the training cluster.
-  auto e = ResolveCluster(cluster::FixedEnv(EnvFor("mnist-evaluator-0")));
+  auto e = cluster::ResolveCluster(cluster::FixedEnv(EnvFor("mnist-evaluator-0")));
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_EQ(e->config.task, (cluster::TaskId{"evaluator", 0}));
   EXPECT_FALSE(e->config.cluster.HasJob("evaluator"));
@@ -136,14 +136,14 @@ TEST_F(KubernetesResolverTest, WaitsForPodsNotCreatedOrRunningYet) {
   Put(pending);
   auto env = EnvFor("late-chief-0");
   env["TFJOB_KUBERNETES_WAIT_SECONDS"] = "1";
-  auto r = ResolveCluster(cluster::FixedEnv(env));
+  auto r = cluster::ResolveCluster(cluster::FixedEnv(env));
   EXPECT_EQ(r.status().code(), Code::kDeadlineExceeded);
   EXPECT_THAT(r.status().message(), HasSubstr("late-worker-0"));
   EXPECT_THAT(r.status().message(), HasSubstr("worker 1 (no pod yet)"));
   // Once the kubelet starts them, the same resolver finds them.
   Put(Pod("late", "worker", 0, "10.2.1.1", 2222));
   Put(Pod("late", "worker", 1, "10.2.1.2", 2222));
-  r = ResolveCluster(cluster::FixedEnv(EnvFor("late-chief-0")));
+  r = cluster::ResolveCluster(cluster::FixedEnv(EnvFor("late-chief-0")));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(*r->config.cluster.Address("worker", 1), "10.2.1.2:2222");
 }
@@ -153,7 +153,7 @@ TEST_F(KubernetesResolverTest, AnExplicitLayoutNeedsNoTfJob) {
   Put(Pod("bare", "worker", 1, "10.3.0.2", 2222));
   auto env = EnvFor("bare-worker-1");
   env["TFJOB_KUBERNETES_JOBS"] = "worker:2";
-  auto r = ResolveCluster(cluster::FixedEnv(env));
+  auto r = cluster::ResolveCluster(cluster::FixedEnv(env));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->config.task, (cluster::TaskId{"worker", 1}));
   EXPECT_EQ(r->config.cluster.NumTasks("worker"), 2);
@@ -162,7 +162,7 @@ TEST_F(KubernetesResolverTest, AnExplicitLayoutNeedsNoTfJob) {
 
 TEST_F(KubernetesResolverTest, BadInputAndMissingPermissionsAreClearErrors) {
   // Outside a pod, with no kubeconfig: no credentials to use.
-  auto none = ResolveCluster(cluster::FixedEnv({{"TFJOB_CLUSTER_RESOLVER", "kubernetes"}, {"POD_NAME", "x"}}));
+  auto none = cluster::ResolveCluster(cluster::FixedEnv({{"TFJOB_CLUSTER_RESOLVER", "kubernetes"}, {"POD_NAME", "x"}}));
   EXPECT_EQ(none.status().code(), Code::kInvalidArgument);
   EXPECT_THAT(none.status().message(), HasSubstr("kubernetes resolver: not running in a cluster"));
   // A pod the operator did not create.
@@ -170,29 +170,29 @@ TEST_F(KubernetesResolverTest, BadInputAndMissingPermissionsAreClearErrors) {
   plain["metadata"]["name"] = "plain";
   plain["metadata"].erase("labels");
   Put(plain);
-  auto unlabelled = ResolveCluster(cluster::FixedEnv(EnvFor("plain")));
+  auto unlabelled = cluster::ResolveCluster(cluster::FixedEnv(EnvFor("plain")));
   EXPECT_EQ(unlabelled.status().code(), Code::kInvalidArgument);
   EXPECT_THAT(unlabelled.status().message(),
               HasSubstr("pod default/plain has no label training.kubeflow.org/job-name"));
   // A pod that does not exist: bad input, never NOT_FOUND (which would make
   // the task train alone).
-  auto ghost = ResolveCluster(cluster::FixedEnv(EnvFor("ghost")));
+  auto ghost = cluster::ResolveCluster(cluster::FixedEnv(EnvFor("ghost")));
   EXPECT_EQ(ghost.status().code(), Code::kInvalidArgument);
   EXPECT_THAT(ghost.status().message(), HasSubstr("kubernetes resolver: getting pod default/ghost: "));
   // RBAC that does not allow reading the TFJob: the error says what is needed.
   Put(Pod("rbac", "worker", 0, "10.5.0.1", 2222));
   ASSERT_TRUE(server_->InjectFault({"GET", ".*/tfjobs/rbac", 403, -1, "Forbidden", "tfjobs is forbidden"}).ok());
-  auto forbidden = ResolveCluster(cluster::FixedEnv(EnvFor("rbac-worker-0")));
+  auto forbidden = cluster::ResolveCluster(cluster::FixedEnv(EnvFor("rbac-worker-0")));
   EXPECT_EQ(forbidden.status().code(), Code::kPermissionDenied);
   EXPECT_THAT(forbidden.status().message(), HasSubstr("getting TFJob default/rbac"));
   EXPECT_THAT(forbidden.status().message(), HasSubstr("needs get and list on pods and get on tfjobs"));
   // A layout without this pod's task.
   auto env = EnvFor("rbac-worker-0");
   env["TFJOB_KUBERNETES_JOBS"] = "chief:1";
-  EXPECT_THAT(ResolveCluster(cluster::FixedEnv(env)).status().message(), HasSubstr("TFJOB_KUBERNETES_JOBS: \"chief:1\" has no worker"));
+  EXPECT_THAT(cluster::ResolveCluster(cluster::FixedEnv(env)).status().message(), HasSubstr("TFJOB_KUBERNETES_JOBS: \"chief:1\" has no worker"));
   env["TFJOB_KUBERNETES_JOBS"] = "chief:1,worker:1";
   env["TFJOB_KUBERNETES_WAIT_SECONDS"] = "soon";
-  EXPECT_THAT(ResolveCluster(cluster::FixedEnv(env)).status().message(),
+  EXPECT_THAT(cluster::ResolveCluster(cluster::FixedEnv(env)).status().message(),
               HasSubstr("TFJOB_KUBERNETES_WAIT_SECONDS: \"soon\" is not a positive integer"));
 }
 
@@ -245,7 +245,7 @@ TEST_F(KubernetesResolverTest, TheExampleRbacGrantsExactlyWhatTheResolverUses) {
   server_->ClearRequests();
   for (const auto& [type, n] : replicas) {
     for (int i = 0; i < n; ++i) {
-      auto r = ResolveCluster(cluster::FixedEnv(EnvFor(name + "-" + type + "-" + std::to_string(i))));
+      auto r = cluster::ResolveCluster(cluster::FixedEnv(EnvFor(name + "-" + type + "-" + std::to_string(i))));
       ASSERT_TRUE(r.ok()) << r.status();
     }
   }

@@ -19,7 +19,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "services/collective/net.h"
+#include "services/net/net.h"
 #include "services/programs/programs.h"
 #include "services/ps/ps_client.h"
 #include "services/runtime/in_process_cluster.h"
@@ -33,7 +33,7 @@ namespace t = ::tfjob::testing;
 
 // The runtime as task ps:0, serving on `listener` (inherited, so no port is
 // picked and raced for).
-std::unique_ptr<t::Process> StartPs(collective::net::Listener& listener, std::map<std::string, std::string> env = {}) {
+std::unique_ptr<t::Process> StartPs(net::Listener& listener, std::map<std::string, std::string> env = {}) {
   const std::string address = "127.0.0.1:" + std::to_string(listener.port);
   const nlohmann::json tf_config{{"cluster", {{"ps", {address}}}}, {"task", {{"type", "ps"}, {"index", 0}}}};
   fcntl(listener.fd.get(), F_SETFD, 0);
@@ -45,7 +45,7 @@ std::unique_ptr<t::Process> StartPs(collective::net::Listener& listener, std::ma
 }
 
 TEST(PsRestartTest, TheSameClientReachesARestartedPsOverBothPlanes) {
-  auto listener = collective::net::Listen("127.0.0.1", 0);
+  auto listener = net::Listen("127.0.0.1", 0);
   ASSERT_TRUE(listener.ok()) << listener.status();
   const int port = listener->port;
   auto ps = StartPs(*listener);
@@ -59,7 +59,7 @@ TEST(PsRestartTest, TheSameClientReachesARestartedPsOverBothPlanes) {
 
   for (int round = 0; round < 3; ++round) {
     ps->Stop(SIGKILL);
-    auto again = collective::net::Listen("127.0.0.1", port);
+    auto again = net::Listen("127.0.0.1", port);
     ASSERT_TRUE(again.ok()) << again.status();
     ps = StartPs(*again);
     auto status = client.GetStatus();
@@ -76,7 +76,7 @@ TEST(PsRestartTest, TheSameClientReachesARestartedPsOverBothPlanes) {
 // INVALID_ARGUMENT and the PS serves on; a value that is not a byte count
 // stops the task with one line (exit code 2).
 TEST(PsRestartTest, TheTensorLimitComesFromTheEnvironment) {
-  auto listener = collective::net::Listen("127.0.0.1", 0);
+  auto listener = net::Listen("127.0.0.1", 0);
   ASSERT_TRUE(listener.ok()) << listener.status();
   const int port = listener->port;
   auto ps = StartPs(*listener, {{"TFJOB_PS_MAX_TENSOR_BYTES", "1024"}});
@@ -87,7 +87,7 @@ TEST(PsRestartTest, TheTensorLimitComesFromTheEnvironment) {
   EXPECT_TRUE(client.CreateVariable("small", Tensor::Zeros(DType::kFloat32, {256}), std::nullopt).ok());
   ps->Stop(SIGKILL);
 
-  auto again = collective::net::Listen("127.0.0.1", 0);
+  auto again = net::Listen("127.0.0.1", 0);
   ASSERT_TRUE(again.ok());
   auto bad = StartPs(*again, {{"TFJOB_PS_MAX_TENSOR_BYTES", "lots"}});
   for (int i = 0; i < 500 && bad->running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));

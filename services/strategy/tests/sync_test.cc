@@ -56,9 +56,9 @@ StatusOr<Trained> Train(const model::JobConfig& job, SyncOptions o) {
 // Every member of a multi-worker group of n, each on its own thread.
 StatusOr<std::vector<Trained>> TrainGroup(const model::JobConfig& job, int n) {
   std::vector<collective::Peer> members;
-  std::vector<collective::net::Listener> listeners;
+  std::vector<net::Listener> listeners;
   for (int r = 0; r < n; ++r) {
-    ASSIGN_OR_RETURN(collective::net::Listener l, collective::net::Listen("127.0.0.1", 0));
+    ASSIGN_OR_RETURN(net::Listener l, net::Listen("127.0.0.1", 0));
     members.push_back({"worker:" + std::to_string(r), "127.0.0.1:" + std::to_string(l.port)});
     listeners.push_back(std::move(l));
   }

@@ -1,14 +1,14 @@
 // The informer and REST client against the API-server double: list+watch,
 // bookmarks, a dropped watch, and relist after 410 Gone.
-#include "operator/kube/informer.h"
+#include "kube/informer.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "operator/kube/rest_client.h"
+#include "kube/rest_client.h"
 #include "tests/support/apiserver/apiserver_double.h"
 
-namespace tfjob::op::kube {
+namespace tfjob::kube {
 namespace {
 
 using json = nlohmann::json;
@@ -299,4 +299,4 @@ TEST_F(InformerTest, IndexedEncodedCacheAndAQuietRelist) {
 }
 
 }  // namespace
-}  // namespace tfjob::op::kube
+}  // namespace tfjob::kube

@@ -1,4 +1,4 @@
-#include "services/collective/net.h"
+#include "services/net/net.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -14,7 +14,7 @@
 #include <cstring>
 #include <thread>
 
-namespace tfjob::collective::net {
+namespace tfjob::net {
 namespace {
 
 constexpr uint32_t kMessageMagic = 0x47464A54;  // "TFJG" little endian
@@ -271,4 +271,4 @@ bool Readable(const Fd& fd) {
   return poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
 }
 
-}  // namespace tfjob::collective::net
+}  // namespace tfjob::net

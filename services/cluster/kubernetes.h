@@ -22,10 +22,10 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
-#include "operator/kube/client.h"
+#include "kube/client.h"
 #include "services/cluster/cluster.h"
 
-namespace tfjob::op::kube {
+namespace tfjob::cluster::kubernetes {
 
 struct ResolverOptions {
   std::string ns = "default";
@@ -52,6 +52,6 @@ std::map<std::string, std::string> TfJobSelectors(const std::string& job, const 
 // replica count that is not a non-negative integer.
 StatusOr<std::map<std::string, int64_t>> TfJobTaskCounts(const nlohmann::json& tfjob);
 
-StatusOr<cluster::ClusterSpec> ResolveCluster(Client& client, const ResolverOptions& options);
+StatusOr<ClusterSpec> ResolveCluster(kube::Client& client, const ResolverOptions& options);
 
-}  // namespace tfjob::op::kube
+}  // namespace tfjob::cluster::kubernetes

@@ -1,4 +1,4 @@
-#include "operator/kube/rest_client.h"
+#include "kube/rest_client.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -13,7 +13,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
-namespace tfjob::op::kube {
+namespace tfjob::kube {
 
 namespace http = web::http;
 
@@ -466,4 +466,4 @@ Status RestClient::WatchOnce(const Resource& r, const std::string& ns, const Wat
   }
 }
 
-}  // namespace tfjob::op::kube
+}  // namespace tfjob::kube

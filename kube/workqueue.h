@@ -19,7 +19,7 @@
 #include <string>
 #include <thread>
 
-namespace tfjob::op::kube {
+namespace tfjob::kube {
 
 // What client-go's workqueue reports (workqueue_* series): called by the
 // queue as things happen.
@@ -79,4 +79,4 @@ class WorkQueue {
   std::thread timer_;
 };
 
-}  // namespace tfjob::op::kube
+}  // namespace tfjob::kube

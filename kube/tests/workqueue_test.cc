@@ -1,4 +1,4 @@
-#include "operator/kube/workqueue.h"
+#include "kube/workqueue.h"
 
 #include <algorithm>
 #include <atomic>
@@ -12,7 +12,7 @@
 
 #include "tests/support/wait.h"
 
-namespace tfjob::op::kube {
+namespace tfjob::kube {
 namespace {
 
 namespace t = ::tfjob::testing;
@@ -163,4 +163,4 @@ TEST(WorkQueueTest, ShutDownReleasesWaiters) {
 }
 
 }  // namespace
-}  // namespace tfjob::op::kube
+}  // namespace tfjob::kube

@@ -1,4 +1,4 @@
-#include "operator/kube/config.h"
+#include "kube/config.h"
 
 #include <filesystem>
 #include <fstream>
@@ -7,9 +7,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "operator/kube/client.h"
+#include "kube/client.h"
 
-namespace tfjob::op::kube {
+namespace tfjob::kube {
 namespace {
 
 using ::testing::HasSubstr;
@@ -221,4 +221,4 @@ TEST(FromHttpTest, OneMeaningPerCode) {
 }
 
 }  // namespace
-}  // namespace tfjob::op::kube
+}  // namespace tfjob::kube

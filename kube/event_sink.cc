@@ -1,6 +1,6 @@
-#include "operator/kube/event_sink.h"
+#include "kube/event_sink.h"
 
-namespace tfjob::op::kube {
+namespace tfjob::kube {
 
 namespace {
 const Resource kEventResource{"", "v1", "events"};
@@ -68,4 +68,4 @@ void EventSink::Run() {
   }
 }
 
-}  // namespace tfjob::op::kube
+}  // namespace tfjob::kube

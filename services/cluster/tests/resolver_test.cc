@@ -1,11 +1,11 @@
 // Resolver selection (TFJOB_CLUSTER_RESOLVER) and the TFJOB_SLURM_* options,
 // against fixed environments; nothing here touches the process environment.
-#include "services/runtime/cluster_resolver.h"
+#include "services/cluster/resolver.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-namespace tfjob::runtime {
+namespace tfjob::cluster {
 namespace {
 
 using ::testing::HasSubstr;
@@ -162,4 +162,4 @@ TEST(ResolveClusterTest, BadSlurmStep) {
 }
 
 }  // namespace
-}  // namespace tfjob::runtime
+}  // namespace tfjob::cluster

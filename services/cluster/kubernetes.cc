@@ -1,10 +1,10 @@
-#include "operator/kube/cluster_resolver.h"
+#include "services/cluster/kubernetes.h"
 
 #include <algorithm>
 #include <cctype>
 #include <thread>
 
-namespace tfjob::op::kube {
+namespace tfjob::cluster::kubernetes {
 namespace {
 
 struct PodAddress {
@@ -70,16 +70,16 @@ StatusOr<std::map<std::string, int64_t>> TfJobTaskCounts(const nlohmann::json& t
   return counts;
 }
 
-StatusOr<cluster::ClusterSpec> ResolveCluster(Client& client, const ResolverOptions& o) {
+StatusOr<ClusterSpec> ResolveCluster(kube::Client& client, const ResolverOptions& o) {
   if (o.job_selectors.empty()) return InvalidArgument("kubernetes resolver: no jobs to resolve");
   const auto deadline = std::chrono::steady_clock::now() + o.wait_timeout;
   while (true) {
     std::map<std::string, std::vector<std::string>> jobs;
     std::vector<std::string> not_ready;
     for (const auto& [job, selector] : o.job_selectors) {
-      ListOptions lo;
+      kube::ListOptions lo;
       lo.label_selector = selector;
-      auto list = client.List(kPods, o.ns, lo);
+      auto list = client.List(kube::kPods, o.ns, lo);
       if (!list.ok()) return list.status().WithContext("kubernetes resolver: listing pods " + selector + " in " + o.ns);
       std::vector<PodAddress> pods;
       for (const auto& item : list->value("items", nlohmann::json::array())) {
@@ -129,7 +129,7 @@ StatusOr<cluster::ClusterSpec> ResolveCluster(Client& client, const ResolverOpti
         addrs.push_back((v6 ? "[" + p.ip + "]" : p.ip) + ":" + std::to_string(p.port));
       }
     }
-    if (not_ready.empty()) return cluster::ClusterSpec::FromLists(jobs);
+    if (not_ready.empty()) return ClusterSpec::FromLists(jobs);
     if (std::chrono::steady_clock::now() >= deadline) {
       std::string names;
       for (const auto& n : not_ready) names += (names.empty() ? "" : ", ") + n;
@@ -140,4 +140,4 @@ StatusOr<cluster::ClusterSpec> ResolveCluster(Client& client, const ResolverOpti
   }
 }
 
-}  // namespace tfjob::op::kube
+}  // namespace tfjob::cluster::kubernetes

@@ -14,7 +14,7 @@
 //       TFJOB_SLURM_TASKS_PER_NODE  overrides SLURM_STEP_TASKS_PER_NODE
 //     TF_CONFIG is ignored under Slurm: the resolver was chosen explicitly.
 //   - "kubernetes": the pods of this process's TFJob, from the Kubernetes API
-//     (operator/kube/cluster_resolver.h): this pod's own labels give the job
+//     (services/cluster/kubernetes.h): this pod's own labels give the job
 //     (training.kubeflow.org/job-name) and the task (replica-type,
 //     replica-index); every other task is the pod that label selectors on
 //     those labels find, at its pod IP and tfjob-port, in numeric replica
@@ -52,7 +52,7 @@
 #include "services/cluster/cluster.h"
 #include "services/cluster/slurm.h"
 
-namespace tfjob::runtime {
+namespace tfjob::cluster {
 
 struct ResolvedCluster {
   cluster::ClusterConfig config;  // task is always set
@@ -73,4 +73,4 @@ StatusOr<ResolvedCluster> ResolveKubernetes(const cluster::Env& env);
 // Selects the resolver (see above) and runs it.
 StatusOr<ResolvedCluster> ResolveCluster(const cluster::Env& env);
 
-}  // namespace tfjob::runtime
+}  // namespace tfjob::cluster

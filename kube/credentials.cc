@@ -1,4 +1,4 @@
-#include "operator/kube/credentials.h"
+#include "kube/credentials.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -21,7 +21,7 @@
 
 extern char** environ;
 
-namespace tfjob::op::kube {
+namespace tfjob::kube {
 
 namespace {
 
@@ -290,4 +290,4 @@ StatusOr<AuthState> Credentials::Current() {
   return state_;
 }
 
-}  // namespace tfjob::op::kube
+}  // namespace tfjob::kube

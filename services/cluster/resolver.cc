@@ -1,4 +1,4 @@
-#include "services/runtime/cluster_resolver.h"
+#include "services/cluster/resolver.h"
 
 #include <algorithm>
 #include <charconv>
@@ -6,11 +6,11 @@
 #include <string_view>
 #include <utility>
 
-#include "operator/kube/cluster_resolver.h"
-#include "operator/kube/config.h"
-#include "operator/kube/rest_client.h"
+#include "services/cluster/kubernetes.h"
+#include "kube/config.h"
+#include "kube/rest_client.h"
 
-namespace tfjob::runtime {
+namespace tfjob::cluster {
 namespace {
 
 constexpr const char* kResolverVar = "TFJOB_CLUSTER_RESOLVER";
@@ -107,7 +107,7 @@ StatusOr<ResolvedCluster> ResolveKubernetes(const cluster::Env& env) {
   // Credentials: a kubeconfig when one is named (outside a pod, tests),
   // else the pod's service account.
   const std::string kubeconfig = env("KUBECONFIG").value_or("");
-  auto config = kubeconfig.empty() ? op::kube::InClusterConfig(env) : op::kube::LoadKubeconfig(kubeconfig);
+  auto config = kubeconfig.empty() ? kube::InClusterConfig(env) : kube::LoadKubeconfig(kubeconfig);
   if (!config.ok()) {
     // The resolver was asked for: not finding a cluster is bad input, not
     // "no cluster, run alone".
@@ -130,10 +130,10 @@ StatusOr<ResolvedCluster> ResolveKubernetes(const cluster::Env& env) {
   if (auto v = env("TFJOB_KUBERNETES_JOBS"); v && !v->empty()) {
     ASSIGN_OR_RETURN(jobs, ParseJobs(*v, "TFJOB_KUBERNETES_JOBS"));
   }
-  op::kube::RestOptions ro;
+  kube::RestOptions ro;
   ro.qps = 5;  // one task among many asking the same API server
   ro.burst = 10;
-  ASSIGN_OR_RETURN(std::unique_ptr<op::kube::RestClient> client, op::kube::RestClient::Create(*config, ro));
+  ASSIGN_OR_RETURN(std::unique_ptr<kube::RestClient> client, kube::RestClient::Create(*config, ro));
   const std::string rbac = " (the job's service account needs get and list on pods and get on tfjobs; "
                            "see docs/kubernetes-resolver.md)";
   auto api_error = [&](const Status& s, const std::string& request) {
@@ -145,7 +145,7 @@ StatusOr<ResolvedCluster> ResolveKubernetes(const cluster::Env& env) {
   };
 
   // This pod: its labels say which job and task it is.
-  auto self = client->Get(op::kube::kPods, ns, pod_name);
+  auto self = client->Get(kube::kPods, ns, pod_name);
   if (!self.ok()) return api_error(self.status(), "getting pod " + ns + "/" + pod_name);
   const nlohmann::json labels = self->value("metadata", nlohmann::json::object()).value("labels", nlohmann::json::object());
   auto label = [&](const char* key) -> StatusOr<std::string> {
@@ -168,9 +168,9 @@ StatusOr<ResolvedCluster> ResolveKubernetes(const cluster::Env& env) {
                            " is not chief, master, ps, worker or evaluator");
   }
   if (!jobs) {
-    auto tfjob = client->Get(op::kube::kTFJobs, ns, job_name);
+    auto tfjob = client->Get(kube::kTFJobs, ns, job_name);
     if (!tfjob.ok()) return api_error(tfjob.status(), "getting TFJob " + ns + "/" + job_name);
-    auto counts = op::kube::TfJobTaskCounts(*tfjob);
+    auto counts = cluster::kubernetes::TfJobTaskCounts(*tfjob);
     if (!counts.ok()) return InvalidArgument(what + ": " + counts.status().message());
     jobs = std::move(counts).value();
   }
@@ -179,14 +179,14 @@ StatusOr<ResolvedCluster> ResolveKubernetes(const cluster::Env& env) {
     return InvalidArgument(what + ": pod " + ns + "/" + pod_name + " is " + type + ":" + std::to_string(*index) +
                            ", which the job's layout does not have");
   }
-  op::kube::ResolverOptions o;
+  cluster::kubernetes::ResolverOptions o;
   o.ns = ns;
   std::vector<std::string> types;
   for (const auto& [t, n] : *jobs) types.push_back(t);
-  o.job_selectors = op::kube::TfJobSelectors(job_name, types);
+  o.job_selectors = cluster::kubernetes::TfJobSelectors(job_name, types);
   o.expected_tasks = *jobs;
   o.wait_timeout = wait;
-  auto spec = op::kube::ResolveCluster(*client, o);
+  auto spec = cluster::kubernetes::ResolveCluster(*client, o);
   if (!spec.ok()) {
     if (spec.status().code() == Code::kPermissionDenied || spec.status().code() == Code::kUnauthenticated) {
       return Status(spec.status().code(), spec.status().message() + rbac);
@@ -216,4 +216,4 @@ StatusOr<ResolvedCluster> ResolveCluster(const cluster::Env& env) {
   return ResolvedCluster{std::move(r->config), std::move(r->cuda_visible_devices)};
 }
 
-}  // namespace tfjob::runtime
+}  // namespace tfjob::cluster

@@ -34,9 +34,9 @@
 #include <sys/stat.h>
 
 #include "common/status.h"
-#include "operator/kube/config.h"
+#include "kube/config.h"
 
-namespace tfjob::op::kube {
+namespace tfjob::kube {
 
 // Wall-clock time source: credential expiry and the once-a-minute re-read
 // are judged by it, so tests can move time.
@@ -96,4 +96,4 @@ class Credentials {
   int64_t exec_runs_ = 0;
 };
 
-}  // namespace tfjob::op::kube
+}  // namespace tfjob::kube

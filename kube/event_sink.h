@@ -28,9 +28,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "operator/kube/client.h"
+#include "kube/client.h"
 
-namespace tfjob::op::kube {
+namespace tfjob::kube {
 
 class EventSink {
  public:
@@ -65,4 +65,4 @@ class EventSink {
   std::thread thread_;
 };
 
-}  // namespace tfjob::op::kube
+}  // namespace tfjob::kube

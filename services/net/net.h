@@ -1,7 +1,7 @@
-// TCP plumbing for the collective library: owned descriptors, listening
-// (dual-stack where the host has IPv6), connecting with a deadline, and
-// whole-buffer reads and writes on non-blocking sockets that give up at a
-// deadline. Addresses are "host:port" as TF_CONFIG writes them; IPv6
+// TCP plumbing shared by the data planes (the collectives and the parameter
+// server): owned descriptors, listening (dual-stack where the host has IPv6),
+// connecting with a deadline, and whole-buffer reads and writes on
+// non-blocking sockets that give up at a deadline. Addresses are "host:port" as TF_CONFIG writes them; IPv6
 // literals are bracketed ("[::1]:2222"). A connection can run TLS
 // (tls/tls.h): after StartTls every byte written or read through Send,
 // Sendv, Recv and the *All functions goes through the session, so the code
@@ -27,7 +27,7 @@
 #include "common/status.h"
 #include "services/tls/tls.h"
 
-namespace tfjob::collective::net {
+namespace tfjob::net {
 
 using Clock = std::chrono::steady_clock;
 
@@ -125,4 +125,4 @@ Status RecvMessage(const Fd& fd, google::protobuf::MessageLite& m, Clock::time_p
 // True when `fd` has data or a hang-up waiting (without consuming it).
 bool Readable(const Fd& fd);
 
-}  // namespace tfjob::collective::net
+}  // namespace tfjob::net

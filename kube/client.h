@@ -19,7 +19,7 @@
 
 #include "common/status.h"
 
-namespace tfjob::op::kube {
+namespace tfjob::kube {
 
 struct Resource {
   std::string group;    // "" for core
@@ -85,4 +85,4 @@ class Client {
 // HTTP status (and the API server's Status body) to a Status.
 Status FromHttp(int http_status, const std::string& body, const std::string& what);
 
-}  // namespace tfjob::op::kube
+}  // namespace tfjob::kube

@@ -1,9 +1,9 @@
-#include "operator/kube/informer.h"
+#include "kube/informer.h"
 
 #include <chrono>
 #include <iostream>
 
-namespace tfjob::op::kube {
+namespace tfjob::kube {
 
 std::string ObjectKey(const nlohmann::json& obj) {
   if (!obj.is_object() || !obj.contains("metadata") || !obj["metadata"].is_object()) return "";
@@ -293,4 +293,4 @@ void Informer::Run() {
   }
 }
 
-}  // namespace tfjob::op::kube
+}  // namespace tfjob::kube

@@ -20,9 +20,9 @@
 #include <thread>
 #include <vector>
 
-#include "operator/kube/client.h"
+#include "kube/client.h"
 
-namespace tfjob::op::kube {
+namespace tfjob::kube {
 
 class Informer {
  public:
@@ -92,4 +92,4 @@ class Informer {
 
 std::string ObjectKey(const nlohmann::json& obj);  // "ns/name"
 
-}  // namespace tfjob::op::kube
+}  // namespace tfjob::kube

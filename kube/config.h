@@ -17,7 +17,7 @@
 
 #include "common/status.h"
 
-namespace tfjob::op::kube {
+namespace tfjob::kube {
 
 // A kubeconfig user's exec credential plugin, as client-go runs it: the
 // command prints an ExecCredential (client.authentication.k8s.io/v1, or
@@ -65,4 +65,4 @@ StatusOr<ClusterConfig> InClusterConfig(const Env& env,
 std::string Base64Decode(const std::string& in);
 std::string Base64Encode(const std::string& in);
 
-}  // namespace tfjob::op::kube
+}  // namespace tfjob::kube

@@ -16,11 +16,11 @@
 #include <memory>
 #include <mutex>
 
-#include "operator/kube/client.h"
-#include "operator/kube/config.h"
-#include "operator/kube/credentials.h"
+#include "kube/client.h"
+#include "kube/config.h"
+#include "kube/credentials.h"
 
-namespace tfjob::op::kube {
+namespace tfjob::kube {
 
 // Time for the rate limiter: Now() and a sleep that lets it pass. Tests
 // inject one that records sleeps and advances its own time.
@@ -103,4 +103,4 @@ class RestClient final : public Client {
 
 std::string UrlEncode(const std::string& s);
 
-}  // namespace tfjob::op::kube
+}  // namespace tfjob::kube

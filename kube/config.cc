@@ -1,4 +1,4 @@
-#include "operator/kube/config.h"
+#include "kube/config.h"
 
 #include <filesystem>
 
@@ -7,7 +7,7 @@
 
 #include "common/files.h"
 
-namespace tfjob::op::kube {
+namespace tfjob::kube {
 
 std::string Base64Decode(const std::string& in) {
   static const std::string chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -205,4 +205,4 @@ StatusOr<ClusterConfig> InClusterConfig(const Env& env, const std::string& sa_di
   return c;
 }
 
-}  // namespace tfjob::op::kube
+}  // namespace tfjob::kube

@@ -4,7 +4,7 @@
 // expirationTimestamp), client certificates and CAs from files or inline
 // data over TLS, and TLS set-up errors that name the file and the reason.
 // Time is a fake wall clock the tests move.
-#include "operator/kube/credentials.h"
+#include "kube/credentials.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -18,12 +18,12 @@
 
 #include "common/files.h"
 #include "common/time.h"
-#include "operator/kube/rest_client.h"
+#include "kube/rest_client.h"
 #include "tests/support/apiserver/apiserver_double.h"
 #include "tests/support/apiserver/test_pki.h"
 #include "tests/support/subprocess.h"
 
-namespace tfjob::op::kube {
+namespace tfjob::kube {
 namespace {
 
 using json = nlohmann::json;
@@ -507,4 +507,4 @@ TEST_F(TlsTest, ExecPluginClientCertificate) {
 }
 
 }  // namespace
-}  // namespace tfjob::op::kube
+}  // namespace tfjob::kube

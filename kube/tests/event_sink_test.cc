@@ -2,7 +2,7 @@
 // written in the order recorded, Record never waits for the server, a full
 // queue drops (and counts) instead of growing, and a refused event is
 // dropped with one line on the log.
-#include "operator/kube/event_sink.h"
+#include "kube/event_sink.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,10 +10,10 @@
 #include <algorithm>
 #include <sstream>
 
-#include "operator/kube/rest_client.h"
+#include "kube/rest_client.h"
 #include "tests/support/apiserver/apiserver_double.h"
 
-namespace tfjob::op::kube {
+namespace tfjob::kube {
 namespace {
 
 using json = nlohmann::json;
@@ -90,4 +90,4 @@ TEST_F(EventSinkTest, AFullQueueDropsAndARefusedEventIsSaidOnce) {
 }
 
 }  // namespace
-}  // namespace tfjob::op::kube
+}  // namespace tfjob::kube

@@ -1,15 +1,15 @@
-#include "operator/kube/cluster_resolver.h"
+#include "services/cluster/kubernetes.h"
 
 #include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "operator/kube/rest_client.h"
+#include "kube/rest_client.h"
 #include "tests/support/apiserver/apiserver_double.h"
 #include "tests/support/wait.h"
 
-namespace tfjob::op::kube {
+namespace tfjob::cluster::kubernetes {
 namespace {
 
 using json = nlohmann::json;
@@ -30,12 +30,12 @@ class ResolverTest : public ::testing::Test {
  protected:
   void SetUp() override {
     server_ = *testing::ApiServerDouble::Start();
-    ClusterConfig c;
+    kube::ClusterConfig c;
     c.server = server_->url();
-    client_ = *RestClient::Create(c);
+    client_ = *kube::RestClient::Create(c);
   }
   std::unique_ptr<testing::ApiServerDouble> server_;
-  std::unique_ptr<RestClient> client_;
+  std::unique_ptr<kube::RestClient> client_;
 };
 
 TEST_F(ResolverTest, PodIpsInNumericReplicaIndexOrder) {
@@ -124,4 +124,4 @@ TEST(TfJobTaskCountsTest, KubeflowKeysLowerCasedReplicasDefaultToOneEvaluatorLef
 }
 
 }  // namespace
-}  // namespace tfjob::op::kube
+}  // namespace tfjob::cluster::kubernetes

@@ -1,9 +1,9 @@
-#include "operator/kube/workqueue.h"
+#include "kube/workqueue.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace tfjob::op::kube {
+namespace tfjob::kube {
 
 WorkQueue::WorkQueue(std::chrono::milliseconds base, std::chrono::milliseconds max, std::shared_ptr<WorkQueueMetrics> metrics)
     : base_(base), max_(max), metrics_(std::move(metrics)), timer_([this] { TimerLoop(); }) {}
@@ -139,4 +139,4 @@ void WorkQueue::TimerLoop() {
   }
 }
 
-}  // namespace tfjob::op::kube
+}  // namespace tfjob::kube
