@@ -23,6 +23,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <shared_mutex>
 #include <utility>
 
 #if defined(__clang__)
@@ -38,7 +39,11 @@
 #define TFJOB_ACQUIRED_AFTER(...) TFJOB_THREAD_ANNOTATION(acquired_after(__VA_ARGS__))
 #define TFJOB_ACQUIRED_BEFORE(...) TFJOB_THREAD_ANNOTATION(acquired_before(__VA_ARGS__))
 #define TFJOB_REQUIRES(...) TFJOB_THREAD_ANNOTATION(requires_capability(__VA_ARGS__))
+#define TFJOB_REQUIRES_SHARED(...) TFJOB_THREAD_ANNOTATION(requires_shared_capability(__VA_ARGS__))
 #define TFJOB_ACQUIRE(...) TFJOB_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
+#define TFJOB_ACQUIRE_SHARED(...) TFJOB_THREAD_ANNOTATION(acquire_shared_capability(__VA_ARGS__))
+#define TFJOB_RELEASE_SHARED(...) TFJOB_THREAD_ANNOTATION(release_shared_capability(__VA_ARGS__))
+#define TFJOB_RELEASE_GENERIC(...) TFJOB_THREAD_ANNOTATION(release_generic_capability(__VA_ARGS__))
 #define TFJOB_RELEASE(...) TFJOB_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
 #define TFJOB_TRY_ACQUIRE(...) TFJOB_THREAD_ANNOTATION(try_acquire_capability(__VA_ARGS__))
 #define TFJOB_EXCLUDES(...) TFJOB_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
@@ -119,6 +124,58 @@ class CondVar {
 
  private:
   std::condition_variable cv_;
+};
+
+// A reader-writer mutex (std::shared_mutex) the analysis can see. The
+// lower-case members make it a SharedMutex for the scoped locks below and
+// for the standard library.
+class TFJOB_CAPABILITY("mutex") SharedMutex {
+ public:
+  SharedMutex() = default;
+  SharedMutex(const SharedMutex&) = delete;
+  SharedMutex& operator=(const SharedMutex&) = delete;
+
+  void lock() TFJOB_ACQUIRE() { mu_.lock(); }
+  void unlock() TFJOB_RELEASE() { mu_.unlock(); }
+  void lock_shared() TFJOB_ACQUIRE_SHARED() { mu_.lock_shared(); }
+  void unlock_shared() TFJOB_RELEASE_SHARED() { mu_.unlock_shared(); }
+
+ private:
+  std::shared_mutex mu_;
+};
+
+// Exclusive ownership of any annotated reader-writer mutex for a scope.
+template <class M>
+class TFJOB_SCOPED_CAPABILITY WriterLock {
+ public:
+  explicit WriterLock(M& mu) TFJOB_ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
+  ~WriterLock() TFJOB_RELEASE() { mu_.unlock(); }
+  WriterLock(const WriterLock&) = delete;
+  WriterLock& operator=(const WriterLock&) = delete;
+
+ private:
+  M& mu_;
+};
+
+// Shared ownership for a scope, or until Unlock().
+template <class M>
+class TFJOB_SCOPED_CAPABILITY ReaderLock {
+ public:
+  explicit ReaderLock(M& mu) TFJOB_ACQUIRE_SHARED(mu) : mu_(mu) { mu_.lock_shared(); }
+  ~ReaderLock() TFJOB_RELEASE_GENERIC() {
+    if (held_) mu_.unlock_shared();
+  }
+  ReaderLock(const ReaderLock&) = delete;
+  ReaderLock& operator=(const ReaderLock&) = delete;
+
+  void Unlock() TFJOB_RELEASE_GENERIC() {
+    mu_.unlock_shared();
+    held_ = false;
+  }
+
+ private:
+  M& mu_;
+  bool held_ = true;
 };
 
 }  // namespace tfjob

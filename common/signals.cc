@@ -1,4 +1,5 @@
 #include "common/signals.h"
+#include "common/mutex.h"
 
 #include <signal.h>
 
@@ -21,7 +22,7 @@ SignalWatcher::SignalWatcher() {
       if (sigtimedwait(&set, nullptr, &tick) < 0) continue;
       std::vector<std::function<void()>> run;
       {
-        std::lock_guard g(mu_);
+        MutexLock g(mu_);
         if (stop_) continue;
         stop_ = true;
         run.swap(callbacks_);
@@ -36,7 +37,7 @@ SignalWatcher::~SignalWatcher() {
   {
     // Disarmed first: the role ended on its own, and the thread may take a
     // tick to notice quit_.
-    std::lock_guard g(grace_->mu);
+    MutexLock g(grace_->mu);
     grace_->period.reset();
     ++grace_->epoch;
   }
@@ -46,7 +47,7 @@ SignalWatcher::~SignalWatcher() {
 
 void SignalWatcher::OnStop(std::function<void()> fn) {
   {
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     if (!stop_) {
       callbacks_.push_back(std::move(fn));
       return;
@@ -57,7 +58,7 @@ void SignalWatcher::OnStop(std::function<void()> fn) {
 
 void SignalWatcher::ExitAfter(std::chrono::milliseconds grace) {
   {
-    std::lock_guard g(grace_->mu);
+    MutexLock g(grace_->mu);
     grace_->period = grace;
   }
   if (stop_) StartGraceTimer();
@@ -67,7 +68,7 @@ void SignalWatcher::StartGraceTimer() {
   std::chrono::milliseconds period;
   uint64_t epoch;
   {
-    std::lock_guard g(grace_->mu);
+    MutexLock g(grace_->mu);
     if (!grace_->period) return;
     period = *grace_->period;
     epoch = ++grace_->epoch;
@@ -77,7 +78,7 @@ void SignalWatcher::StartGraceTimer() {
   std::thread([grace = grace_, period, epoch] {
     std::this_thread::sleep_for(period);
     {
-      std::lock_guard g(grace->mu);
+      MutexLock g(grace->mu);
       if (epoch != grace->epoch) return;
     }
     std::fprintf(stderr, "stopping: the shutdown grace period ended; exiting now (exit code %d)\n", kExitStopped);

@@ -24,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
+
 namespace tfjob {
 
 // The exit code of a task a signal stopped before its work was done.
@@ -51,16 +53,16 @@ class SignalWatcher {
  private:
   // The grace timer's state, shared with its detached thread.
   struct Grace {
-    std::mutex mu;
-    std::optional<std::chrono::milliseconds> period;
-    uint64_t epoch = 0;  // only the timer started last (and not disarmed) fires
+    Mutex mu;
+    std::optional<std::chrono::milliseconds> period TFJOB_GUARDED_BY(mu);
+    uint64_t epoch TFJOB_GUARDED_BY(mu) = 0;  // only the timer started last (and not disarmed) fires
   };
   void StartGraceTimer();
 
   std::atomic<bool> stop_{false};
   std::atomic<bool> quit_{false};
-  std::mutex mu_;  // guards callbacks_
-  std::vector<std::function<void()>> callbacks_;
+  Mutex mu_;
+  std::vector<std::function<void()>> callbacks_ TFJOB_GUARDED_BY(mu_);
   std::shared_ptr<Grace> grace_ = std::make_shared<Grace>();
   std::thread thread_;
 };

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
+#include "common/mutex.h"
 #include "common/time.h"
 
 extern char** environ;
@@ -182,12 +183,12 @@ Credentials::Credentials(ClusterConfig config, Options options)
 }
 
 int64_t Credentials::exec_runs() const {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   return exec_runs_;
 }
 
 void Credentials::Invalidate() {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   invalid_ = true;
 }
 
@@ -274,7 +275,7 @@ Status Credentials::RunExec(SysTime now) {
 }
 
 StatusOr<AuthState> Credentials::Current() {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   const SysTime now = options_.clock ? options_.clock() : std::chrono::system_clock::now();
   if (config_.exec) {
     if (!have_exec_ || invalid_ || (refresh_at_ && now >= *refresh_at_)) {

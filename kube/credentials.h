@@ -33,6 +33,7 @@
 
 #include <sys/stat.h>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "kube/config.h"
 
@@ -79,21 +80,21 @@ class Credentials {
     int64_t mtime_ns = -1;
     bool operator==(const FileStamp&) const = default;
   };
-  Status RefreshTokenFile(std::chrono::system_clock::time_point now);
-  Status RunExec(std::chrono::system_clock::time_point now);
+  Status RefreshTokenFile(std::chrono::system_clock::time_point now) TFJOB_REQUIRES(mu_);
+  Status RunExec(std::chrono::system_clock::time_point now) TFJOB_REQUIRES(mu_);
 
   const ClusterConfig config_;
   const Options options_;
-  mutable std::mutex mu_;
-  AuthState state_;
-  bool invalid_ = false;
+  mutable Mutex mu_;
+  AuthState state_ TFJOB_GUARDED_BY(mu_);
+  bool invalid_ TFJOB_GUARDED_BY(mu_) = false;
   // Token file.
-  FileStamp stamp_;
-  std::optional<std::chrono::system_clock::time_point> read_at_;
+  FileStamp stamp_ TFJOB_GUARDED_BY(mu_);
+  std::optional<std::chrono::system_clock::time_point> read_at_ TFJOB_GUARDED_BY(mu_);
   // Exec plugin.
-  bool have_exec_ = false;
-  std::optional<std::chrono::system_clock::time_point> refresh_at_, expires_at_;
-  int64_t exec_runs_ = 0;
+  bool have_exec_ TFJOB_GUARDED_BY(mu_) = false;
+  std::optional<std::chrono::system_clock::time_point> refresh_at_ TFJOB_GUARDED_BY(mu_), expires_at_ TFJOB_GUARDED_BY(mu_);
+  int64_t exec_runs_ TFJOB_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tfjob::kube

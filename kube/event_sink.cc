@@ -1,4 +1,5 @@
 #include "kube/event_sink.h"
+#include "common/mutex.h"
 
 namespace tfjob::kube {
 
@@ -12,17 +13,17 @@ EventSink::EventSink(Client& client, std::ostream* log, size_t capacity, std::ch
 EventSink::~EventSink() {
   Flush(drain_);
   {
-    std::lock_guard l(mu_);
+    MutexLock l(mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   thread_.join();
   dropped_ += static_cast<int64_t>(queue_.size());
 }
 
 void EventSink::Record(const std::string& ns, nlohmann::json event) {
   {
-    std::lock_guard l(mu_);
+    MutexLock l(mu_);
     if (stopping_ || queue_.size() >= capacity_) {
       if (dropped_++ == 0 && log_ && !stopping_) {
         *log_ << "tfjob-operator: the event queue is full (" << capacity_
@@ -32,25 +33,25 @@ void EventSink::Record(const std::string& ns, nlohmann::json event) {
     }
     queue_.emplace_back(ns, std::move(event));
   }
-  cv_.notify_one();
+  cv_.NotifyOne();
 }
 
 bool EventSink::Flush(std::chrono::milliseconds timeout) {
-  std::unique_lock l(mu_);
-  return idle_.wait_for(l, timeout, [this] { return queue_.empty() && !busy_; });
+  MutexLock l(mu_);
+  return idle_.WaitFor(l, timeout, [this]() TFJOB_REQUIRES(mu_) { return queue_.empty() && !busy_; });
 }
 
 void EventSink::Run() {
-  std::unique_lock l(mu_);
+  MutexLock l(mu_);
   for (;;) {
-    cv_.wait(l, [this] { return stopping_ || !queue_.empty(); });
+    cv_.Wait(l, [this]() TFJOB_REQUIRES(mu_) { return stopping_ || !queue_.empty(); });
     if (stopping_) return;
     auto [ns, event] = std::move(queue_.front());
     queue_.pop_front();
     busy_ = true;
-    l.unlock();
+    l.Unlock();
     const Status s = client_.Create(kEventResource, ns, event).status();
-    l.lock();
+    l.Lock();
     busy_ = false;
     if (s.ok()) {
       ++written_;
@@ -64,7 +65,7 @@ void EventSink::Run() {
       }
       last_error_ = kind;
     }
-    if (queue_.empty()) idle_.notify_all();
+    if (queue_.empty()) idle_.NotifyAll();
   }
 }
 

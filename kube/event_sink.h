@@ -19,7 +19,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <ostream>
@@ -28,6 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/mutex.h"
 #include "kube/client.h"
 
 namespace tfjob::kube {
@@ -56,11 +56,11 @@ class EventSink {
   std::ostream* log_;
   const size_t capacity_;
   const std::chrono::milliseconds drain_;
-  std::mutex mu_;
-  std::condition_variable cv_, idle_;
-  std::deque<std::pair<std::string, nlohmann::json>> queue_;
-  bool busy_ = false, stopping_ = false;
-  std::string last_error_;
+  Mutex mu_;
+  CondVar cv_, idle_;
+  std::deque<std::pair<std::string, nlohmann::json>> queue_ TFJOB_GUARDED_BY(mu_);
+  bool busy_ TFJOB_GUARDED_BY(mu_) = false, stopping_ TFJOB_GUARDED_BY(mu_) = false;
+  std::string last_error_ TFJOB_GUARDED_BY(mu_);
   std::atomic<int64_t> written_{0}, dropped_{0};
   std::thread thread_;
 };

@@ -1,4 +1,5 @@
 #include "kube/informer.h"
+#include "common/mutex.h"
 
 #include <chrono>
 #include <iostream>
@@ -76,24 +77,24 @@ void Informer::Stop() {
 }
 
 std::string Informer::resource_version() const {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   return rv_;
 }
 
 std::optional<nlohmann::json> Informer::Get(const std::string& ns, const std::string& name) const {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   auto it = store_.find(ns + "/" + name);
   if (it == store_.end()) return std::nullopt;
   return Decode(it->second.cbor);
 }
 
 size_t Informer::size() const {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   return store_.size();
 }
 
 size_t Informer::encoded_bytes() const {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   size_t n = 0;
   for (const auto& [key, e] : store_) n += e.cbor.size();
   return n;
@@ -101,7 +102,7 @@ size_t Informer::encoded_bytes() const {
 
 std::vector<nlohmann::json> Informer::List(const std::string& ns, const std::map<std::string, std::string>& labels) const {
   std::vector<nlohmann::json> out;
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   // The index serves a list by its label in one namespace.
   if (!index_label_.empty() && !ns.empty() && labels.size() == 1 && labels.begin()->first == index_label_) {
     const auto keys = index_.find(ns + "/" + labels.begin()->second);
@@ -157,7 +158,7 @@ void Informer::EraseLocked(const std::string& key) {
 void Informer::Apply(const std::string& type, nlohmann::json obj) {
   const std::string key = ObjectKey(obj);
   {
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     if (const std::string rv = ResourceVersionOf(obj); !rv.empty()) rv_ = rv;
     if (type == "DELETED") {
       EraseLocked(key);
@@ -209,7 +210,7 @@ Status Informer::Relist() {
   // a DELETED event.
   std::map<std::string, std::string> old;
   {
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     for (const auto& [key, e] : store_) old[key] = e.resource_version;
   }
   // Deliver what changed while we were not watching.
@@ -217,7 +218,7 @@ Status Informer::Relist() {
     if (fresh.count(key)) continue;
     std::optional<nlohmann::json> gone;
     {
-      std::lock_guard g(mu_);
+      MutexLock g(mu_);
       const auto it = store_.find(key);
       if (it != store_.end()) gone = Decode(it->second.cbor);
     }
@@ -231,7 +232,7 @@ Status Informer::Relist() {
       Apply("MODIFIED", std::move(obj));
     }
   }
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   rv_ = rv;
   relists_.fetch_add(1);
   return Status::Ok();
@@ -274,7 +275,7 @@ void Informer::Run() {
     w.timeout_seconds = 60;
     Status s = client_.Watch(resource_, ns_, w, [&](const WatchEvent& ev) {
       if (ev.type == "BOOKMARK") {
-        std::lock_guard g(mu_);
+        MutexLock g(mu_);
         if (const std::string rv = ResourceVersionOf(ev.object); !rv.empty()) rv_ = rv;
         return true;
       }

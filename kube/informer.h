@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "kube/client.h"
 
 namespace tfjob::kube {
@@ -71,8 +72,8 @@ class Informer {
   Status Relist();
   nlohmann::json Transformed(const nlohmann::json& raw) const;
   void Apply(const std::string& type, nlohmann::json obj);  // obj transformed
-  void StoreLocked(const std::string& key, const nlohmann::json& obj);
-  void EraseLocked(const std::string& key);
+  void StoreLocked(const std::string& key, const nlohmann::json& obj) TFJOB_REQUIRES(mu_);
+  void EraseLocked(const std::string& key) TFJOB_REQUIRES(mu_);
 
   Client& client_;
   const Resource resource_;
@@ -80,11 +81,11 @@ class Informer {
   const Transform transform_;
   int64_t page_size_ = 500;
   std::vector<Handler> handlers_;
-  mutable std::mutex mu_;
-  std::map<std::string, Entry> store_;  // "ns/name"
+  mutable Mutex mu_;
+  std::map<std::string, Entry> store_ TFJOB_GUARDED_BY(mu_);  // "ns/name"
   std::string index_label_;
-  std::map<std::string, std::set<std::string>> index_;  // "ns/value" -> keys
-  std::string rv_;
+  std::map<std::string, std::set<std::string>> index_ TFJOB_GUARDED_BY(mu_);  // "ns/value" -> keys
+  std::string rv_ TFJOB_GUARDED_BY(mu_);
   std::atomic<bool> stop_{false}, synced_{false};
   std::atomic<int64_t> relists_{0};
   std::thread thread_;

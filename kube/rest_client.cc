@@ -1,4 +1,5 @@
 #include "kube/rest_client.h"
+#include "common/mutex.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -133,7 +134,7 @@ TokenBucket::TokenBucket(double qps, int burst, std::shared_ptr<RateClock> clock
       last_(clock_->Now()) {}
 
 void TokenBucket::Take() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   while (true) {
     const auto now = clock_->Now();
     tokens_ = std::min(burst_, tokens_ + std::chrono::duration<double>(now - last_).count() * qps_);
@@ -156,13 +157,13 @@ struct RestClient::Impl {
   RestOptions options;
   std::shared_ptr<Credentials> creds;
   std::unique_ptr<TokenBucket> limiter;
-  std::mutex mu;  // guards the three below
-  std::shared_ptr<http::client::http_client> client;
-  uint64_t client_generation = 0;
-  uint64_t checked_generation = 0;  // client certificates up to this one passed CheckTls
+  Mutex mu;
+  std::shared_ptr<http::client::http_client> client TFJOB_GUARDED_BY(mu);
+  uint64_t client_generation TFJOB_GUARDED_BY(mu) = 0;
+  uint64_t checked_generation TFJOB_GUARDED_BY(mu) = 0;  // client certificates up to this one passed CheckTls
 
   // A certificate from an exec plugin is checked like a static one, once.
-  Status CheckCertLocked(const AuthState& auth) {
+  Status CheckCertLocked(const AuthState& auth) TFJOB_REQUIRES(mu) {
     if (!IsHttps(config.server) || auth.cert_generation == checked_generation) return Status::Ok();
     if (!auth.client_cert_pem.empty()) RETURN_IF_ERROR(CheckTls("", "", auth));
     checked_generation = auth.cert_generation;
@@ -189,7 +190,7 @@ struct RestClient::Impl {
   // carry the current client certificate (a new one when it changed).
   StatusOr<std::pair<std::shared_ptr<http::client::http_client>, AuthState>> Prepare() {
     ASSIGN_OR_RETURN(AuthState auth, creds->Current());
-    std::lock_guard g(mu);
+    MutexLock g(mu);
     RETURN_IF_ERROR(CheckCertLocked(auth));
     if (!client || client_generation != auth.cert_generation) {
       try {
@@ -244,7 +245,11 @@ StatusOr<std::unique_ptr<RestClient>> RestClient::Create(const ClusterConfig& co
   c->on_response_ = options.on_response;
   c->impl_->creds = std::make_shared<Credentials>(config, options.credentials);
   c->impl_->limiter = std::make_unique<TokenBucket>(options.qps, options.burst, options.rate_clock);
-  c->impl_->checked_generation = config.client_cert_pem.empty() ? 0 : 1;  // checked above
+  {
+    // Nothing else sees the client yet; the lock is for the analysis.
+    MutexLock l(c->impl_->mu);
+    c->impl_->checked_generation = config.client_cert_pem.empty() ? 0 : 1;  // checked above
+  }
   try {
     // Validates the URL now; the first request makes the real client.
     http::client::http_client probe(config.server);
@@ -387,7 +392,7 @@ Status RestClient::WatchOnce(const Resource& r, const std::string& ns, const Wat
   auto auth = impl_->creds->Current();
   if (!auth.ok()) return auth.status().WithContext(what);
   {
-    std::lock_guard g(impl_->mu);
+    MutexLock g(impl_->mu);
     RETURN_IF_ERROR(impl_->CheckCertLocked(*auth).WithContext(what));
   }
   pplx::cancellation_token_source cts;

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 
+#include "common/mutex.h"
 #include "kube/client.h"
 #include "kube/config.h"
 #include "kube/credentials.h"
@@ -57,12 +58,12 @@ class TokenBucket {
   void Take();
 
  private:
-  std::mutex mu_;
+  Mutex mu_;
   std::shared_ptr<RateClock> clock_;
   const double qps_;
   const double burst_;
-  double tokens_;
-  std::chrono::steady_clock::time_point last_;
+  double tokens_ TFJOB_GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point last_ TFJOB_GUARDED_BY(mu_);
 };
 
 class RestClient final : public Client {

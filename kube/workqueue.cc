@@ -1,4 +1,5 @@
 #include "kube/workqueue.h"
+#include "common/mutex.h"
 
 #include <algorithm>
 #include <cmath>
@@ -16,11 +17,11 @@ WorkQueue::~WorkQueue() {
 void WorkQueue::EnqueueLocked(const std::string& key) {
   queue_.push_back(key);
   if (metrics_) metrics_->Depth(queue_.size());
-  cv_.notify_one();
+  cv_.NotifyOne();
 }
 
 void WorkQueue::Add(const std::string& key) {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   if (shutdown_ || dirty_.count(key)) return;
   dirty_.insert(key);
   added_at_.emplace(key, Clock::now());
@@ -34,16 +35,16 @@ void WorkQueue::AddAfter(const std::string& key, std::chrono::milliseconds delay
     Add(key);
     return;
   }
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   if (shutdown_) return;
   delayed_.emplace(std::chrono::steady_clock::now() + delay, key);
-  timer_cv_.notify_one();
+  timer_cv_.NotifyOne();
 }
 
 std::chrono::milliseconds WorkQueue::AddRateLimited(const std::string& key) {
   std::chrono::milliseconds delay;
   {
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     if (metrics_) metrics_->Retried();
     const int n = failures_[key]++;
     const double ms = static_cast<double>(base_.count()) * std::pow(2.0, std::min(n, 30));
@@ -54,19 +55,19 @@ std::chrono::milliseconds WorkQueue::AddRateLimited(const std::string& key) {
 }
 
 void WorkQueue::Forget(const std::string& key) {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   failures_.erase(key);
 }
 
 int WorkQueue::Retries(const std::string& key) const {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   auto it = failures_.find(key);
   return it == failures_.end() ? 0 : it->second;
 }
 
 std::optional<std::string> WorkQueue::Get() {
-  std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return shutdown_ || !queue_.empty(); });
+  MutexLock lock(mu_);
+  cv_.Wait(lock, [&]() TFJOB_REQUIRES(mu_) { return shutdown_ || !queue_.empty(); });
   if (queue_.empty()) return std::nullopt;
   std::string key = queue_.front();
   queue_.pop_front();
@@ -83,7 +84,7 @@ std::optional<std::string> WorkQueue::Get() {
 }
 
 void WorkQueue::Done(const std::string& key) {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   processing_.erase(key);
   if (auto it = started_at_.find(key); it != started_at_.end()) {
     if (metrics_) metrics_->Worked(std::chrono::duration<double>(Clock::now() - it->second).count());
@@ -93,7 +94,7 @@ void WorkQueue::Done(const std::string& key) {
 }
 
 std::pair<double, double> WorkQueue::InFlight() const {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   const auto now = Clock::now();
   double total = 0, longest = 0;
   for (const auto& [key, since] : started_at_) {
@@ -105,27 +106,27 @@ std::pair<double, double> WorkQueue::InFlight() const {
 }
 
 void WorkQueue::ShutDown() {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   shutdown_ = true;
-  cv_.notify_all();
-  timer_cv_.notify_all();
+  cv_.NotifyAll();
+  timer_cv_.NotifyAll();
 }
 
 size_t WorkQueue::Depth() const {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   return queue_.size();
 }
 
 void WorkQueue::TimerLoop() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   while (!shutdown_) {
     if (delayed_.empty()) {
-      timer_cv_.wait(lock);
+      timer_cv_.Wait(lock);
       continue;
     }
     const auto first = delayed_.begin()->first;
     if (std::chrono::steady_clock::now() < first) {
-      timer_cv_.wait_until(lock, first);
+      timer_cv_.WaitUntil(lock, first);
       continue;
     }
     std::string key = delayed_.begin()->second;

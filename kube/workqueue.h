@@ -9,7 +9,6 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
@@ -18,6 +17,8 @@
 #include <set>
 #include <string>
 #include <thread>
+
+#include "common/mutex.h"
 
 namespace tfjob::kube {
 
@@ -62,20 +63,20 @@ class WorkQueue {
  private:
   using Clock = std::chrono::steady_clock;
   // Under mu_: a key becomes waiting (queue_ gets it).
-  void EnqueueLocked(const std::string& key);
+  void EnqueueLocked(const std::string& key) TFJOB_REQUIRES(mu_);
   void TimerLoop();
 
   const std::chrono::milliseconds base_, max_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_, timer_cv_;
-  std::deque<std::string> queue_;
-  std::set<std::string> dirty_, processing_;
+  mutable Mutex mu_;
+  CondVar cv_, timer_cv_;
+  std::deque<std::string> queue_ TFJOB_GUARDED_BY(mu_);
+  std::set<std::string> dirty_ TFJOB_GUARDED_BY(mu_), processing_ TFJOB_GUARDED_BY(mu_);
   std::shared_ptr<WorkQueueMetrics> metrics_;
-  std::map<std::string, Clock::time_point> added_at_;       // dirty keys: when first added
-  std::map<std::string, Clock::time_point> started_at_;     // processing keys: when taken
-  std::map<std::string, int> failures_;
-  std::multimap<std::chrono::steady_clock::time_point, std::string> delayed_;
-  bool shutdown_ = false;
+  std::map<std::string, Clock::time_point> added_at_ TFJOB_GUARDED_BY(mu_);       // dirty keys: when first added
+  std::map<std::string, Clock::time_point> started_at_ TFJOB_GUARDED_BY(mu_);     // processing keys: when taken
+  std::map<std::string, int> failures_ TFJOB_GUARDED_BY(mu_);
+  std::multimap<std::chrono::steady_clock::time_point, std::string> delayed_ TFJOB_GUARDED_BY(mu_);
+  bool shutdown_ TFJOB_GUARDED_BY(mu_) = false;
   std::thread timer_;
 };
 

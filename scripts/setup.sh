@@ -14,7 +14,7 @@ PACKAGES=(
   python3-h5py python3-protobuf  # tests: reading .weights.h5 back; an independent TFRecord writer
   openmpi-bin libopenmpi-dev  # the OpenMPI peer of bench/allreduce.sh
   prometheus  # promtool and a real Prometheus for the monitoring tests
-  clang libclang-rt-14-dev libomp-14-dev  # scripts/fuzz.sh, scripts/sanitize.sh: libFuzzer, sanitizers, OpenMP
+  clang libclang-rt-14-dev libomp-14-dev  # scripts/fuzz.sh, scripts/sanitize.sh, scripts/thread-safety.sh: libFuzzer, sanitizers, OpenMP, -Wthread-safety
   etcd-server xz-utils openssl  # the real control plane of ../shared/envtest (tests/support/envtest.h)
 )
 

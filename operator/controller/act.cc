@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/pki.h"
 #include "common/token.h"
 #include "operator/api/codec.h"
@@ -55,13 +56,13 @@ bool SecretHas(const nlohmann::json& secret, std::string_view key) {
 constexpr size_t kMaxBatch = 16;
 void SlowStartBatch(size_t n, const std::function<bool(size_t)>& work) {
   size_t next = 0;
-  std::mutex mu;
+  Mutex mu;
   std::exception_ptr thrown;
   auto run = [&](size_t i) {
     try {
       return work(i);
     } catch (...) {
-      std::lock_guard g(mu);
+      MutexLock g(mu);
       if (!thrown) thrown = std::current_exception();
       return false;
     }
@@ -191,7 +192,7 @@ void Controller::Execute(const api::TFJob& job, const Plan& plan, Status& first_
                                  [](const Action* a) { return a->kind == Action::Kind::kCreatePod; }),
                   creates.end());
   }
-  std::mutex note_mu;
+  Mutex note_mu;
   auto create = [&](const Action& a) {
     const bool pod = a.kind == Action::Kind::kCreatePod;
     const kube::Resource& r = pod ? kube::kPods : kube::kServices;
@@ -210,7 +211,7 @@ void Controller::Execute(const api::TFJob& job, const Plan& plan, Status& first_
       if (s.ok()) return true;
     }
     event("Warning", pod ? "FailedCreatePod" : "FailedCreateService", "Error creating: " + ApiMessage(s));
-    std::lock_guard g(note_mu);
+    MutexLock g(note_mu);
     note(s);
     return false;
   };

@@ -6,6 +6,7 @@
 #include <functional>
 #include <iostream>
 
+#include "common/mutex.h"
 #include "common/time.h"
 #include "operator/api/codec.h"
 #include "operator/controller/cache.h"
@@ -151,7 +152,7 @@ Controller::Controller(kube::Client& client, ControllerOptions options, promethe
     if (type == "DELETED") {
       const auto& m = obj["metadata"];
       deleted_.Add(JobLabels(m.value("namespace", ""))).Increment();
-      std::lock_guard g(events_mu_);
+      MutexLock g(events_mu_);
       recorded_events_.erase(m.value("uid", ""));
     }
     queue_.Add(key);
@@ -168,7 +169,7 @@ Controller::Controller(kube::Client& client, ControllerOptions options, promethe
   }
   pods_.AddHandler([this](const std::string& type, const nlohmann::json& obj) {
     if (type == "DELETED") {
-      std::lock_guard g(expect_mu_);
+      MutexLock g(expect_mu_);
       deleted_uids_.erase(ViewPod(obj).uid);
     }
     EnqueueOwner(obj);
@@ -256,7 +257,7 @@ void Controller::Work() {
 
 void Controller::RecordEvent(const api::TFJob& job, const Event& e) {
   {
-    std::lock_guard g(events_mu_);
+    MutexLock g(events_mu_);
     auto& seen = recorded_events_[job.metadata.uid];
     // Bounded: a job that somehow keeps producing new messages does not
     // grow this without end.
@@ -333,7 +334,7 @@ Status Controller::Reconcile(const std::string& key, bool* requeue_after) {
   const std::map<std::string, std::string> selector{{std::string(api::kJobNameLabel), name}};
   std::vector<PodView> pods;
   {
-    std::lock_guard g(expect_mu_);
+    MutexLock g(expect_mu_);
     for (const auto& p : pods_.List(ns, selector)) {
       PodView v = ViewPod(p);
       if (deleted_uids_.count(v.uid)) v.deleting = true;
@@ -379,7 +380,7 @@ Status Controller::Reconcile(const std::string& key, bool* requeue_after) {
     CountTransitions(job, job.status, plan.status);
   }
   {
-    std::lock_guard g(expect_mu_);
+    MutexLock g(expect_mu_);
     for (const Action& a : plan.actions) {
       if (a.kind != Action::Kind::kDeletePod) continue;
       for (const auto& p : pods) {

@@ -38,6 +38,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "common/mutex.h"
 #include "operator/controller/planner.h"
 #include "kube/client.h"
 #include "kube/event_sink.h"
@@ -95,15 +96,15 @@ class Controller {
   // Deletion expectations: pods we deleted whose DELETED event the cache has
   // not shown yet. The planner sees them as deleting, so a stale cache never
   // makes it restart (and count) the same failed pod twice.
-  std::mutex expect_mu_;
-  std::set<std::string> deleted_uids_;
+  Mutex expect_mu_;
+  std::set<std::string> deleted_uids_ TFJOB_GUARDED_BY(expect_mu_);
   // Events already recorded, by job uid: a 64-bit hash of each one's
   // "type/reason/message", not the string (about a hundred bytes an event,
   // a dozen events a job; two messages of one job colliding would cost one
   // event). A
   // job's entry goes when the job does.
-  std::mutex events_mu_;
-  std::unordered_map<std::string, std::unordered_set<uint64_t>> recorded_events_;
+  Mutex events_mu_;
+  std::unordered_map<std::string, std::unordered_set<uint64_t>> recorded_events_ TFJOB_GUARDED_BY(events_mu_);
   kube::Informer jobs_, pods_, services_;
   // The jobs' PodGroups, when gang scheduling is on.
   std::unique_ptr<kube::Informer> pod_groups_;

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "common/files.h"
+#include "common/mutex.h"
 #include "common/pki.h"
 #include "operator/api/codec.h"
 #include "operator/api/defaults.h"
@@ -71,7 +72,7 @@ class Backend {
  public:
   // `sockets`: each replica's listening socket by pod name, kept by the
   // caller for the whole run (a restarted replica gets the same one).
-  Backend(const RunOptions& o, std::mutex& out_mu, const std::map<std::string, base::ListeningSocket>& sockets)
+  Backend(const RunOptions& o, Mutex& out_mu, const std::map<std::string, base::ListeningSocket>& sockets)
       : o_(o), out_mu_(out_mu), sockets_(sockets) {}
   ~Backend() {
     for (auto& [name, p] : pods_) Kill(*p);
@@ -181,7 +182,10 @@ class Backend {
   // only when it changes.
   void WriteTargets(const std::string& dir) {
     json targets = json::array();
-    for (const auto& [name, p] : pods_) {
+    for (const auto& entry : pods_) {
+      // A named reference, not a structured binding: clang 14 (the
+      // thread-safety check) cannot capture bindings in a lambda.
+      const auto& p = entry.second;
       const int port = p->metrics_port.load();
       if (port == 0) continue;
       auto label = [&](std::string_view k) {
@@ -328,12 +332,12 @@ class Backend {
   }
 
   void Say(const std::string& line) {
-    std::lock_guard g(out_mu_);
+    MutexLock g(out_mu_);
     *o_.out << line << std::endl;
   }
 
   const RunOptions& o_;
-  std::mutex& out_mu_;
+  Mutex& out_mu_;
   const std::map<std::string, base::ListeningSocket>& sockets_;
   std::map<std::string, std::unique_ptr<LocalPod>> pods_;
   std::string targets_written_;
@@ -453,7 +457,7 @@ int RunJob(const std::string& manifest, const RunOptions& o) {
     return "127.0.0.1:" + std::to_string(sockets[api::PodName(job.metadata.name, api::TypeLabel(spec), index)].port());
   };
 
-  std::mutex out_mu;
+  Mutex out_mu;
   Backend backend(o, out_mu, sockets);
   std::vector<ServiceView> services;
   std::map<std::string, std::string> seen;  // condition type -> "status reason"
@@ -462,7 +466,7 @@ int RunJob(const std::string& manifest, const RunOptions& o) {
   bool deleted = false;
   while (true) {
     if (o.stop && o.stop->load()) {
-      std::lock_guard g(out_mu);
+      MutexLock g(out_mu);
       out << "[tfjob] interrupted; stopping every replica" << std::endl;
       outcome = "interrupted";
       break;
@@ -475,7 +479,7 @@ int RunJob(const std::string& manifest, const RunOptions& o) {
         const std::string key = c.status + " " + c.reason;
         if (seen[c.type] == key) continue;
         seen[c.type] = key;
-        std::lock_guard g(out_mu);
+        MutexLock g(out_mu);
         out << "[tfjob] " << c.type << "=" << c.status << " (" << c.reason << "): " << c.message << std::endl;
       }
       json st = api::Encode(job).value("status", json::object());
@@ -528,13 +532,13 @@ int RunJob(const std::string& manifest, const RunOptions& o) {
     std::this_thread::sleep_for(o.tick);
   }
   if (backend.AnyRunning()) {
-    std::lock_guard g(out_mu);
+    MutexLock g(out_mu);
     out << "[tfjob] stopping replicas still running after the job finished" << std::endl;
   }
   backend.KillAll();
   backend.WritePidFiles(dir);
   (void)WriteFileAtomic(dir + "/prometheus-targets.json", "[]\n");  // nothing left to scrape
-  std::lock_guard g(out_mu);
+  MutexLock g(out_mu);
   out << "[tfjob] " << job.metadata.name << " " << outcome << "; status in " << dir << "/status.json" << std::endl;
   return outcome == api::kConditionSucceeded ? 0 : 1;
 }

@@ -1,4 +1,5 @@
 #include "services/base/exposition.h"
+#include "common/mutex.h"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -48,7 +49,7 @@ ProcessMetrics::ProcessMetrics(prometheus::Registry& r)
 }
 
 void ProcessMetrics::Refresh() {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
   const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
   std::ifstream stat("/proc/self/stat");

@@ -19,6 +19,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "common/mutex.h"
 #include "services/base/http_server.h"
 
 namespace tfjob::base {
@@ -48,9 +49,9 @@ class ProcessMetrics {
   void Refresh();
 
  private:
-  std::mutex mu_;
+  Mutex mu_;
   prometheus::Counter& cpu_;
-  double cpu_seen_ = 0;  // what cpu_ holds
+  double cpu_seen_ TFJOB_GUARDED_BY(mu_) = 0;  // what cpu_ holds
   prometheus::Gauge& resident_;
   prometheus::Gauge& virtual_;
   prometheus::Gauge& open_fds_;

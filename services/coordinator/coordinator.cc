@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/mutex.h"
 #include "services/rpc/rpc.h"
 
 namespace tfjob::coordinator {
@@ -29,20 +30,20 @@ uint64_t NewGeneration(uint64_t newer_than) {
 
 bool RemoteValue::ready() const {
   if (!state_) return false;
-  std::lock_guard g(state_->mu);
+  MutexLock g(state_->mu);
   return state_->done;
 }
 
 Status RemoteValue::Wait() const {
   if (!state_) return FailedPrecondition("empty RemoteValue");
-  std::unique_lock lock(state_->mu);
-  state_->cv.wait(lock, [&] { return state_->done; });
+  MutexLock lock(state_->mu);
+  state_->cv.Wait(lock, [&]() TFJOB_REQUIRES(state_->mu) { return state_->done; });
   return state_->status;
 }
 
 StatusOr<Result> RemoteValue::Fetch() const {
   RETURN_IF_ERROR(Wait());
-  std::lock_guard g(state_->mu);
+  MutexLock g(state_->mu);
   return state_->result;
 }
 
@@ -68,13 +69,13 @@ ClusterCoordinator::ClusterCoordinator(std::vector<std::string> addresses, Optio
 
 ClusterCoordinator::~ClusterCoordinator() {
   {
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     stopping_ = true;
   }
-  queue_cv_.notify_all();
+  queue_cv_.NotifyAll();
   for (auto& w : workers_) {
-    std::lock_guard g(w->mu);
-    w->cv.notify_all();
+    MutexLock g(w->mu);
+    w->cv.NotifyAll();
   }
   for (auto& t : threads_) t.join();
   CancelQueued(Cancelled("coordinator stopped"));
@@ -89,7 +90,7 @@ RemoteValue ClusterCoordinator::Schedule(const std::string& fn, const nlohmann::
   for (const Tensor& t : tensors) rpc::TensorToProto(t, c->request.add_args());
   std::optional<Status> aborted;
   {
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     // The same namespace and order give a restarted chief the same ids.
     c->id = namespace_ | (next_seq_++ & 0xffffffffULL);
     c->request.set_closure_id(c->id);
@@ -101,29 +102,29 @@ RemoteValue ClusterCoordinator::Schedule(const std::string& fn, const nlohmann::
   if (aborted) {
     CancelQueued(*aborted);
   } else {
-    queue_cv_.notify_one();
+    queue_cv_.NotifyOne();
   }
   return RemoteValue(c->value);
 }
 
 std::optional<Status> ClusterCoordinator::CheckStop() {
   if (options_.stop && options_.stop->load()) Stop(Cancelled("stopped by a signal"), /*cancel_in_flight=*/false);
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   return aborted_;
 }
 
 Status ClusterCoordinator::Join() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   while (pending_ != 0) {
     if (!options_.stop) {
-      idle_cv_.wait(lock);
+      idle_cv_.Wait(lock);
       continue;
     }
-    idle_cv_.wait_for(lock, std::chrono::milliseconds(100));
+    idle_cv_.WaitFor(lock, std::chrono::milliseconds(100));
     if (options_.stop->load() && !aborted_) {
-      lock.unlock();
+      lock.Unlock();
       CheckStop();
-      lock.lock();
+      lock.Lock();
     }
   }
   if (first_error_) {
@@ -136,7 +137,7 @@ Status ClusterCoordinator::Join() {
 
 void ClusterCoordinator::Stop(const Status& cause, bool cancel_in_flight) {
   {
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     if (aborted_) return;
     aborted_ = cause;
     no_more_work_ = true;
@@ -148,26 +149,26 @@ void ClusterCoordinator::Stop(const Status& cause, bool cancel_in_flight) {
     }
   }
   CancelQueued(cause);
-  queue_cv_.notify_all();
+  queue_cv_.NotifyAll();
   for (auto& w : workers_) {
-    std::lock_guard g(w->mu);
-    w->cv.notify_all();
+    MutexLock g(w->mu);
+    w->cv.NotifyAll();
   }
 }
 
 bool ClusterCoordinator::Done() const {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   return pending_ == 0;
 }
 
 Stats ClusterCoordinator::stats() const {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   return stats_;
 }
 
 std::shared_ptr<ClusterCoordinator::Closure> ClusterCoordinator::Pop() {
-  std::unique_lock lock(mu_);
-  queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+  MutexLock lock(mu_);
+  queue_cv_.Wait(lock, [&]() TFJOB_REQUIRES(mu_) { return stopping_ || !queue_.empty(); });
   if (stopping_) return nullptr;
   auto c = queue_.front();
   queue_.pop_front();
@@ -176,37 +177,37 @@ std::shared_ptr<ClusterCoordinator::Closure> ClusterCoordinator::Pop() {
 
 void ClusterCoordinator::Requeue(std::shared_ptr<Closure> c) {
   {
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     ++stats_.retried;
     if (options_.metrics) options_.metrics->RecordClosureRetried();
     queue_.push_front(std::move(c));
   }
-  queue_cv_.notify_one();
+  queue_cv_.NotifyOne();
 }
 
 void ClusterCoordinator::Finish(const std::shared_ptr<Closure>& c, Status s, Result r) {
   {
-    std::lock_guard g(c->value->mu);
+    MutexLock g(c->value->mu);
     c->value->done = true;
     c->value->status = s;
     c->value->result = std::move(r);
   }
-  c->value->cv.notify_all();
+  c->value->cv.NotifyAll();
   bool idle = false;
   {
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     --pending_;
     if (s.ok()) ++stats_.completed;
     else if (s.code() != Code::kCancelled) ++stats_.failed;
     idle = pending_ == 0;
   }
-  if (idle) idle_cv_.notify_all();
+  if (idle) idle_cv_.NotifyAll();
 }
 
 void ClusterCoordinator::CancelQueued(const Status& cause) {
   std::deque<std::shared_ptr<Closure>> dropped;
   {
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     dropped.swap(queue_);
   }
   for (auto& c : dropped) Finish(c, Cancelled("cancelled: " + cause.message()), {});
@@ -226,7 +227,7 @@ Status ClusterCoordinator::CreateResourcesOn(Worker& w, const ResourceSpec& spec
 Status ClusterCoordinator::ReplayResources(Worker& w) {
   std::vector<ResourceSpec> specs;
   {
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     specs = resources_;
   }
   for (const auto& spec : specs) RETURN_IF_ERROR(CreateResourcesOn(w, spec));
@@ -237,24 +238,24 @@ Status ClusterCoordinator::CreatePerWorkerDataset(const std::string& dataset_fn,
                                                   const std::string& resource) {
   ResourceSpec spec{dataset_fn, args.dump(), resource};
   {
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     resources_.push_back(spec);
   }
   for (auto& w : workers_) {
     // Wait until the worker has connected (its dispatcher threads probe it);
     // a worker connecting later gets the dataset from ReplayResources.
     const auto deadline = std::chrono::steady_clock::now() + options_.connect_timeout;
-    std::unique_lock lock(w->mu);
+    MutexLock lock(w->mu);
     while (!w->healthy && !stopping_.load()) {
-      lock.unlock();
+      lock.Unlock();
       const std::optional<Status> aborted = CheckStop();
-      lock.lock();
+      lock.Lock();
       if (aborted) return *aborted;
       if (std::chrono::steady_clock::now() >= deadline) {
         return Unavailable("worker " + w->address + " unreachable for " +
                            std::to_string(options_.connect_timeout.count() / 1000) + " s");
       }
-      w->cv.wait_for(lock, std::chrono::milliseconds(100));
+      w->cv.WaitFor(lock, std::chrono::milliseconds(100));
     }
     if (stopping_) return Cancelled("coordinator stopped");
     Status s = CreateResourcesOn(*w, spec);
@@ -270,15 +271,15 @@ bool ClusterCoordinator::Healthy(Worker& w) {
   proto::WorkerStatusResponse resp;
   auto ctx = rpc::Context(std::chrono::milliseconds(2000), options_.credentials);
   if (!w.stub->GetStatus(ctx.get(), req, &resp).ok()) return false;
-  std::lock_guard g(w.mu);
+  MutexLock g(w.mu);
   return resp.incarnation() == w.incarnation;
 }
 
 void ClusterCoordinator::Reconnect(Worker& w) {
   {
-    std::unique_lock lock(w.mu);
+    MutexLock lock(w.mu);
     if (w.reconnecting) {  // another dispatcher thread of this worker is on it
-      w.cv.wait(lock, [&] { return w.healthy || stopping_ || no_more_work_; });
+      w.cv.Wait(lock, [&]() TFJOB_REQUIRES(w.mu) { return w.healthy || stopping_ || no_more_work_; });
       return;
     }
     w.reconnecting = true;
@@ -290,12 +291,12 @@ void ClusterCoordinator::Reconnect(Worker& w) {
     auto ctx = rpc::Context(std::chrono::milliseconds(1000), options_.credentials);
     grpc::Status st = w.stub->GetStatus(ctx.get(), req, &resp);
     if (st.ok()) {
-      std::unique_lock lock(w.mu);
+      MutexLock lock(w.mu);
       if (w.incarnation != resp.incarnation()) {
         // A new process: its datasets are gone. Rebuild before taking work.
         Status s = ReplayResources(w);
         if (!s.ok()) {
-          lock.unlock();
+          lock.Unlock();
           if (s.code() != Code::kUnavailable && s.code() != Code::kDeadlineExceeded) {
             // The worker answers but cannot build them (a flag it cannot
             // honour, bad data): the job's error, raised by Join, as when
@@ -313,26 +314,26 @@ void ClusterCoordinator::Reconnect(Worker& w) {
     }
     std::this_thread::sleep_for(options_.probe_interval);
   }
-  std::lock_guard g(w.mu);
+  MutexLock g(w.mu);
   w.reconnecting = false;
-  w.cv.notify_all();
+  w.cv.NotifyAll();
 }
 
 void ClusterCoordinator::Loop(Worker& w) {
   while (true) {
     {
-      std::lock_guard g(mu_);
+      MutexLock g(mu_);
       if (stopping_) return;
     }
     bool healthy;
     {
-      std::lock_guard g(w.mu);
+      MutexLock g(w.mu);
       healthy = w.healthy;
     }
     if (!healthy && no_more_work_) {
       // Nothing will be scheduled again: idle until the coordinator goes.
-      std::unique_lock lock(mu_);
-      queue_cv_.wait(lock, [&] { return stopping_.load(); });
+      MutexLock lock(mu_);
+      queue_cv_.Wait(lock, [&] { return stopping_.load(); });
       return;
     }
     if (!healthy) {
@@ -345,22 +346,22 @@ void ClusterCoordinator::Loop(Worker& w) {
       // Another thread of this worker may have lost it while this one
       // waited for work: the closure goes back to the front for a healthy
       // worker, no attempt spent, rather than to a dead address.
-      std::lock_guard g(w.mu);
+      MutexLock g(w.mu);
       healthy = w.healthy;
     }
     if (!healthy) {
       {
-        std::lock_guard g(mu_);
+        MutexLock g(mu_);
         queue_.push_front(std::move(c));
       }
-      queue_cv_.notify_one();
+      queue_cv_.NotifyOne();
       continue;
     }
     proto::RunClosureResponse resp;
     auto ctx = rpc::Context(options_.rpc_timeout, options_.credentials);
     std::optional<Status> aborted;
     {
-      std::lock_guard g(mu_);
+      MutexLock g(mu_);
       aborted = aborted_;
       if (!aborted) in_flight_.insert(ctx.get());
     }
@@ -371,7 +372,7 @@ void ClusterCoordinator::Loop(Worker& w) {
     const auto sent = std::chrono::steady_clock::now();
     grpc::Status st = w.stub->RunClosure(ctx.get(), c->request, &resp);
     {
-      std::lock_guard g(mu_);
+      MutexLock g(mu_);
       in_flight_.erase(ctx.get());
       aborted = aborted_;
     }
@@ -388,10 +389,10 @@ void ClusterCoordinator::Loop(Worker& w) {
       // same process, is a slow closure, not a lost worker.
       const bool worker_lost = st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED || !Healthy(w);
       if (worker_lost) {
-        std::lock_guard g(w.mu);
+        MutexLock g(w.mu);
         if (w.healthy) {
           w.healthy = false;
-          std::lock_guard g2(mu_);
+          MutexLock g2(mu_);  // the order: a worker's mu, then mu_
           ++stats_.worker_failures;
           if (options_.metrics) options_.metrics->RecordWorkerFailure();
         }
@@ -401,7 +402,7 @@ void ClusterCoordinator::Loop(Worker& w) {
                                          " attempts; the limit is " + std::to_string(options_.max_attempts) + ")");
         bool first = false;
         {
-          std::lock_guard g(mu_);
+          MutexLock g(mu_);
           if (!first_error_) {
             first_error_ = err;
             first = true;
@@ -417,12 +418,12 @@ void ClusterCoordinator::Loop(Worker& w) {
     if (st.ok()) {
       bool restarted = false;
       {
-        std::lock_guard g(w.mu);
+        MutexLock g(w.mu);
         restarted = w.incarnation != 0 && resp.worker_incarnation() != w.incarnation;
         if (restarted) w.healthy = false;  // Reconnect rebuilds its resources
       }
       if (restarted) {
-        std::lock_guard g(mu_);
+        MutexLock g(mu_);
         ++stats_.worker_failures;
         if (options_.metrics) options_.metrics->RecordWorkerFailure();
       }
@@ -439,7 +440,7 @@ void ClusterCoordinator::Loop(Worker& w) {
     if (!err.ok()) {
       bool first = false;
       {
-        std::lock_guard g(mu_);
+        MutexLock g(mu_);
         if (!first_error_) {
           first_error_ = err;
           first = true;

@@ -27,7 +27,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -39,6 +38,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "proto/worker.grpc.pb.h"
 #include "services/metrics/runtime_metrics.h"
@@ -63,11 +63,11 @@ class RemoteValue {
  private:
   friend class ClusterCoordinator;
   struct State {
-    mutable std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    Status status;
-    Result result;
+    mutable Mutex mu;
+    CondVar cv;
+    bool done TFJOB_GUARDED_BY(mu) = false;
+    Status status TFJOB_GUARDED_BY(mu);
+    Result result TFJOB_GUARDED_BY(mu);
   };
   explicit RemoteValue(std::shared_ptr<State> s) : state_(std::move(s)) {}
   std::shared_ptr<State> state_;
@@ -154,11 +154,16 @@ class ClusterCoordinator {
     int index;
     std::string address;
     std::unique_ptr<proto::Worker::Stub> stub;
-    std::mutex mu;  // guards the fields below and resource (re)creation
-    std::condition_variable cv;
-    bool healthy = false;
-    bool reconnecting = false;
-    uint64_t incarnation = 0;
+    // Guards the fields below and the worker's resources: it is held across
+    // the CreateResources calls to the worker (CreateResourcesOn,
+    // ReplayResources), so a reconnect and CreatePerWorkerDataset never build
+    // one worker's datasets twice or half. Lock order: a Worker's mu before
+    // the coordinator's mu_, never the reverse, and never two workers' at once.
+    Mutex mu TFJOB_ACQUIRED_BEFORE(mu_);
+    CondVar cv;
+    bool healthy TFJOB_GUARDED_BY(mu) = false;
+    bool reconnecting TFJOB_GUARDED_BY(mu) = false;
+    uint64_t incarnation TFJOB_GUARDED_BY(mu) = 0;
   };
   struct ResourceSpec {
     std::string dataset_fn, args_json, resource;
@@ -169,8 +174,8 @@ class ClusterCoordinator {
   void Reconnect(Worker& w);
   // Whether the worker answers a health probe as the same process.
   bool Healthy(Worker& w);
-  Status CreateResourcesOn(Worker& w, const ResourceSpec& spec);
-  Status ReplayResources(Worker& w);
+  Status CreateResourcesOn(Worker& w, const ResourceSpec& spec) TFJOB_REQUIRES(w.mu);
+  Status ReplayResources(Worker& w) TFJOB_REQUIRES(w.mu);
   std::shared_ptr<Closure> Pop();
   void Requeue(std::shared_ptr<Closure> c);
   void Finish(const std::shared_ptr<Closure>& c, Status s, Result r);
@@ -187,18 +192,20 @@ class ClusterCoordinator {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> threads_;
 
-  mutable std::mutex mu_;
-  std::condition_variable queue_cv_, idle_cv_;
-  std::deque<std::shared_ptr<Closure>> queue_;
-  int64_t pending_ = 0;  // scheduled and not finished
-  std::optional<Status> first_error_;
-  std::optional<Status> aborted_;                 // set by Stop: no more work
+  // The queue and the job's counts. Taken after a Worker's mu, never before
+  // it; no call to another process is made while it is held.
+  mutable Mutex mu_;
+  CondVar queue_cv_, idle_cv_;
+  std::deque<std::shared_ptr<Closure>> queue_ TFJOB_GUARDED_BY(mu_);
+  int64_t pending_ TFJOB_GUARDED_BY(mu_) = 0;  // scheduled and not finished
+  std::optional<Status> first_error_ TFJOB_GUARDED_BY(mu_);
+  std::optional<Status> aborted_ TFJOB_GUARDED_BY(mu_);                 // set by Stop: no more work
   std::atomic<bool> no_more_work_{false};         // aborted_ is set (read without mu_)
-  std::set<grpc::ClientContext*> in_flight_;     // RunClosure calls, cancelled by Abort
+  std::set<grpc::ClientContext*> in_flight_ TFJOB_GUARDED_BY(mu_);     // RunClosure calls, cancelled by Abort
   std::atomic<bool> stopping_{false};
-  uint64_t next_seq_ = 1;
-  Stats stats_;
-  std::vector<ResourceSpec> resources_;
+  uint64_t next_seq_ TFJOB_GUARDED_BY(mu_) = 1;
+  Stats stats_ TFJOB_GUARDED_BY(mu_);
+  std::vector<ResourceSpec> resources_ TFJOB_GUARDED_BY(mu_);
 };
 
 }  // namespace tfjob::coordinator

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <exception>
 #include <limits>
@@ -13,6 +12,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/mutex.h"
 #include "services/tensor/ops.h"
 
 namespace tfjob::data {
@@ -476,10 +476,10 @@ class PrefetchIterator final : public Iterator {
 
   ~PrefetchIterator() override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       cancelled_ = true;
     }
-    space_.notify_all();
+    space_.NotifyAll();
     if (worker_.joinable()) worker_.join();
   }
 
@@ -495,15 +495,15 @@ class PrefetchIterator final : public Iterator {
   }
 
   NextResult Next() override {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (finished_) return std::nullopt;
-    ready_.wait(lock, [this] { return !buffer_.empty(); });
+    ready_.Wait(lock, [this]() TFJOB_REQUIRES(mu_) { return !buffer_.empty(); });
     NextResult r = std::move(buffer_.front());
     buffer_.pop_front();
-    lock.unlock();
-    space_.notify_one();
+    lock.Unlock();
+    space_.NotifyOne();
     if (r.ok() && !r->has_value()) {
-      lock.lock();
+      lock.Lock();
       finished_ = true;
     }
     return r;
@@ -513,8 +513,8 @@ class PrefetchIterator final : public Iterator {
   void Produce() {
     while (true) {
       {
-        std::unique_lock<std::mutex> lock(mu_);
-        space_.wait(lock, [this] { return cancelled_ || buffer_.size() < buffer_size_; });
+        MutexLock lock(mu_);
+        space_.Wait(lock, [this]() TFJOB_REQUIRES(mu_) { return cancelled_ || buffer_.size() < buffer_size_; });
         if (cancelled_) return;
       }
       // Upstream runs without the lock so the consumer can drain the buffer
@@ -522,23 +522,23 @@ class PrefetchIterator final : public Iterator {
       NextResult r = input_->Next();
       bool end = r.ok() && !r->has_value();
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         if (cancelled_) return;
         buffer_.push_back(std::move(r));
       }
-      ready_.notify_one();
+      ready_.NotifyOne();
       if (end) return;
     }
   }
 
   std::unique_ptr<Iterator> input_;
   const size_t buffer_size_;
-  std::mutex mu_;
-  std::condition_variable ready_;  // buffer became non-empty
-  std::condition_variable space_;  // buffer has room, or cancelled
-  std::deque<NextResult> buffer_;  // guarded by mu_
-  bool cancelled_ = false;         // guarded by mu_
-  bool finished_ = false;          // guarded by mu_; end of sequence was delivered
+  Mutex mu_;
+  CondVar ready_;  // buffer became non-empty
+  CondVar space_;  // buffer has room, or cancelled
+  std::deque<NextResult> buffer_ TFJOB_GUARDED_BY(mu_);
+  bool cancelled_ TFJOB_GUARDED_BY(mu_) = false;
+  bool finished_ TFJOB_GUARDED_BY(mu_) = false;  // end of sequence was delivered
   std::thread worker_;             // last: started after every other member exists
 };
 

@@ -7,6 +7,7 @@
 // stream-ordered allocator (cudaMallocAsync) with the pool's release
 // threshold raised, so a training step's temporaries are recycled instead of
 // going back to the driver, and allocating never waits for the device.
+#include "common/mutex.h"
 #include "services/gpu/gpu.h"
 
 #include <cublas_v2.h>
@@ -131,10 +132,10 @@ struct PerDevice {
   cudaStream_t compute = nullptr;
   cudaStream_t copy = nullptr;
   cublasHandle_t blas = nullptr;
-  std::mutex mu;  // guards the fields below (uploads may come from any thread)
-  std::vector<PinnedBlock> pinned;
-  float* ones = nullptr;
-  int64_t ones_size = 0;
+  Mutex mu;  // guards the fields below (uploads may come from any thread)
+  std::vector<PinnedBlock> pinned TFJOB_GUARDED_BY(mu);
+  float* ones TFJOB_GUARDED_BY(mu) = nullptr;
+  int64_t ones_size TFJOB_GUARDED_BY(mu) = 0;
 };
 
 class CudaBackend final : public Backend {
@@ -628,7 +629,7 @@ class CudaBackend final : public Backend {
   Status Stage(int device, PerDevice* d, const Tensor& host, Tensor& dst) {
     if (host.bytes() == 0) return Status::Ok();
     DeviceGuard g(device);
-    std::lock_guard<std::mutex> lock(d->mu);
+    MutexLock lock(d->mu);
     ASSIGN_OR_RETURN(PinnedBlock * b, AcquirePinned(d, host.bytes()));
     std::memcpy(b->host, host.raw(), host.bytes());
     RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(dst.raw(), b->host, host.bytes(), cudaMemcpyHostToDevice, d->copy),
@@ -638,8 +639,7 @@ class CudaBackend final : public Backend {
   }
 
   // A pinned block of at least `bytes` that no queued copy still reads.
-  // Called with d->mu held.
-  static StatusOr<PinnedBlock*> AcquirePinned(PerDevice* d, size_t bytes) {
+  static StatusOr<PinnedBlock*> AcquirePinned(PerDevice* d, size_t bytes) TFJOB_REQUIRES(d->mu) {
     PinnedBlock* best = nullptr;
     for (PinnedBlock& b : d->pinned) {
       if (b.bytes >= bytes && (!best || b.bytes < best->bytes) && cudaEventQuery(b.done) == cudaSuccess) best = &b;
@@ -683,7 +683,7 @@ class CudaBackend final : public Backend {
   }
 
   StatusOr<const float*> Ones(int device, PerDevice* d, int64_t n) {
-    std::lock_guard<std::mutex> lock(d->mu);
+    MutexLock lock(d->mu);
     if (d->ones_size >= n) return static_cast<const float*>(d->ones);
     DeviceGuard g(device);
     int64_t size = 1024;

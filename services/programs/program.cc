@@ -4,6 +4,7 @@
 #include <ostream>
 
 #include "services/programs/programs.h"
+#include "common/mutex.h"
 
 namespace tfjob::programs {
 
@@ -21,7 +22,7 @@ std::vector<std::shared_ptr<ps::PsClient>> ChiefContext::PsClients(std::optional
 }
 
 StatusOr<Claim> ChiefContext::ClaimCluster() const {
-  std::lock_guard g(claim_state->mu);
+  MutexLock g(claim_state->mu);
   if (claim_state->claim) return *claim_state->claim;
   // Patient: the PS tasks may still be starting.
   const auto clients = PsClients();
@@ -48,7 +49,7 @@ StatusOr<Claim> ChiefContext::ClaimCluster() const {
 }
 
 uint64_t ChiefContext::claimed_generation() const {
-  std::lock_guard g(claim_state->mu);
+  MutexLock g(claim_state->mu);
   return claim_state->claim ? claim_state->claim->generation : 0;
 }
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/signals.h"
 #include "common/status.h"
 #include "services/base/ports.h"
@@ -74,8 +75,8 @@ struct ChiefContext {
 
   // Shared by copies of the context: the one claim of this chief process.
   struct ClaimState {
-    std::mutex mu;
-    std::optional<Claim> claim;
+    Mutex mu;
+    std::optional<Claim> claim TFJOB_GUARDED_BY(mu);
   };
   std::shared_ptr<ClaimState> claim_state = std::make_shared<ClaimState>();
 };

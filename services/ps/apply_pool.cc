@@ -1,4 +1,5 @@
 #include "services/ps/apply_pool.h"
+#include "common/mutex.h"
 
 namespace tfjob::ps {
 
@@ -7,7 +8,7 @@ struct ApplyPool::Job {
   size_t n = 0;
   size_t next = 0;      // the next piece to hand out (under mu_)
   size_t finished = 0;  // pieces done (under mu_)
-  std::condition_variable done;
+  CondVar done;
 };
 
 ApplyPool::ApplyPool(int threads) {
@@ -16,10 +17,10 @@ ApplyPool::ApplyPool(int threads) {
 
 ApplyPool::~ApplyPool() {
   {
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   for (auto& t : threads_) t.join();
 }
 
@@ -32,33 +33,33 @@ void ApplyPool::Run(size_t n, const std::function<void(size_t)>& fn) {
   Job job;
   job.fn = &fn;
   job.n = n;
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   jobs_.push_back(&job);
-  cv_.notify_all();
+  cv_.NotifyAll();
   // The caller takes pieces too, then waits for the ones the pool took.
   while (job.next < job.n) {
     const size_t i = job.next++;
     if (job.next == job.n) std::erase(jobs_, &job);
-    lock.unlock();
+    lock.Unlock();
     fn(i);
-    lock.lock();
+    lock.Lock();
     ++job.finished;
   }
-  job.done.wait(lock, [&] { return job.finished == job.n; });
+  job.done.Wait(lock, [&] { return job.finished == job.n; });
 }
 
 void ApplyPool::Loop() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   while (true) {
-    cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+    cv_.Wait(lock, [&]() TFJOB_REQUIRES(mu_) { return stop_ || !jobs_.empty(); });
     if (stop_) return;
     Job* job = jobs_.front();
     const size_t i = job->next++;
     if (job->next == job->n) jobs_.pop_front();
-    lock.unlock();
+    lock.Unlock();
     (*job->fn)(i);
-    lock.lock();
-    if (++job->finished == job->n) job->done.notify_all();
+    lock.Lock();
+    if (++job->finished == job->n) job->done.NotifyAll();
   }
 }
 

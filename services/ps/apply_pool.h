@@ -8,13 +8,14 @@
 // their pieces share the pool.
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace tfjob::ps {
 
@@ -34,10 +35,10 @@ class ApplyPool {
   struct Job;
   void Loop();
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Job*> jobs_;  // jobs with pieces not yet taken
-  bool stop_ = false;
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<Job*> jobs_ TFJOB_GUARDED_BY(mu_);  // jobs with pieces not yet taken
+  bool stop_ TFJOB_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };
 

@@ -9,6 +9,7 @@
 
 #include <cstring>
 
+#include "common/mutex.h"
 #include "services/net/net.h"
 #include "services/ps/ps_service.h"
 
@@ -82,7 +83,7 @@ Status PsClient::Call(const char* what, const Req& req, Resp* resp, Fn fn) {
 
 StatusOr<std::unique_ptr<PsClient::Connection>> PsClient::TakeConnection(Clock::time_point deadline) {
   {
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     while (!idle_.empty()) {
       std::unique_ptr<Connection> c = std::move(idle_.back());
       idle_.pop_back();
@@ -121,7 +122,7 @@ StatusOr<std::unique_ptr<PsClient::Connection>> PsClient::TakeConnection(Clock::
 }
 
 void PsClient::GiveBack(std::unique_ptr<Connection> c) {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   idle_.push_back(std::move(c));
 }
 

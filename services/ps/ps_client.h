@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "proto/ps.grpc.pb.h"
 #include "services/model/spec.h"
@@ -117,8 +118,8 @@ class PsClient {
   std::string address_;
   ClientOptions options_;
   std::unique_ptr<proto::ParameterServer::Stub> stub_;
-  std::mutex mu_;
-  std::vector<std::unique_ptr<Connection>> idle_;
+  Mutex mu_;
+  std::vector<std::unique_ptr<Connection>> idle_ TFJOB_GUARDED_BY(mu_);
 };
 
 }  // namespace tfjob::ps

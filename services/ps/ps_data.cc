@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/mutex.h"
 #include "services/ps/ps_service.h"
 #include "services/tensor/eigen.h"
 #include "services/tensor/ops.h"
@@ -211,10 +212,10 @@ Status ParameterServerService::HandleCreate(Call& c) {
   proto::CreateVariableResponse resp;
   Status exists;
   {
-    std::unique_lock lock(table_mu_);
+    WriterLock lock(table_mu_);
     auto it = shards_.find(req.name());
     if (it != shards_.end()) {
-      std::shared_lock g(it->second->mu);
+      ReaderLock g(it->second->mu);
       if (it->second->value.shape() != d->shape || it->second->value.dtype() != d->dtype) {
         exists = AlreadyExists("variable \"" + req.name() + "\" exists as " + it->second->value.DebugString() +
                                ", not " + received.DebugString());
@@ -222,6 +223,7 @@ Status ParameterServerService::HandleCreate(Call& c) {
       resp.set_created(false);
     } else {
       auto shard = std::make_shared<Shard>();
+      WriterLock init(shard->mu);  // not shared yet; the lock is for the analysis
       shard->value = received.Clone();
       if (req.has_optimizer() && shard->value.dtype() == DType::kFloat32) {
         shard->optimizer.emplace(OptimizerFromProto(req.optimizer()));
@@ -259,33 +261,35 @@ Status ParameterServerService::HandlePull(Call& c) {
   if (req.rows_size() > 0) {
     // Picked rows: gathered under the read lock into this connection's
     // reused buffer, then sent from there with the lock released.
-    Shard& s = *shards[0];
+    Shard* const s = shards[0].get();
     Status refused;
     {
-      std::shared_lock g(s.mu);
-      const Tensor& v = s.value;
-      if (v.rank() < 1) {
+      ReaderLock g(s->mu);
+      // A pointer, not a reference: clang 14 loses the lock of a reference
+      // to a guarded member.
+      const Tensor* const v = &s->value;
+      if (v->rank() < 1) {
         refused = InvalidArgument("Pull \"" + req.names(0) + "\": a scalar has no rows");
       } else {
         for (int64_t r : req.rows()) {
-          if (r < 0 || r >= v.dim(0)) {
+          if (r < 0 || r >= v->dim(0)) {
             refused = InvalidArgument("Pull \"" + req.names(0) + "\": row " + std::to_string(r) + " outside [0, " +
-                                      std::to_string(v.dim(0)) + ")");
+                                      std::to_string(v->dim(0)) + ")");
             break;
           }
         }
       }
       if (refused.ok()) {
-        const int64_t row = v.dim(0) ? v.size() / v.dim(0) : 0;
+        const int64_t row = v->dim(0) ? v->size() / v->dim(0) : 0;
         const int64_t k = req.rows_size();
-        ASSIGN_OR_RETURN(c.staging.gathered, Reserve(std::move(c.staging.gathered), v.dtype(), k * row, 0));
-        const size_t rb = static_cast<size_t>(row) * DTypeSize(v.dtype());
+        ASSIGN_OR_RETURN(c.staging.gathered, Reserve(std::move(c.staging.gathered), v->dtype(), k * row, 0));
+        const size_t rb = static_cast<size_t>(row) * DTypeSize(v->dtype());
         std::byte* out = c.staging.gathered.raw();
-        for (int64_t i = 0; i < k; ++i) std::memcpy(out + i * rb, v.raw() + req.rows(static_cast<int>(i)) * rb, rb);
-        Shape shape = v.shape();
+        for (int64_t i = 0; i < k; ++i) std::memcpy(out + i * rb, v->raw() + req.rows(static_cast<int>(i)) * rb, rb);
+        Shape shape = v->shape();
         shape[0] = k;
         proto::Tensor* h = resp.add_values();
-        h->set_dtype(v.dtype() == DType::kInt64 ? proto::DTYPE_INT64 : proto::DTYPE_FLOAT32);
+        h->set_dtype(v->dtype() == DType::kInt64 ? proto::DTYPE_INT64 : proto::DTYPE_FLOAT32);
         for (int64_t d : shape) h->add_shape(d);
         f.payload_bytes = static_cast<uint64_t>(k) * rb;
       }
@@ -303,7 +307,7 @@ Status ParameterServerService::HandlePull(Call& c) {
   // variable's memory under its read lock (shapes never change once created).
   std::vector<size_t> bytes;
   for (auto& shard : shards) {
-    std::shared_lock g(shard->mu);
+    ReaderLock g(shard->mu);
     wire::HeaderOf(shard->value, resp.add_values());
     bytes.push_back(shard->value.bytes());
     f.payload_bytes += shard->value.bytes();
@@ -311,7 +315,7 @@ Status ParameterServerService::HandlePull(Call& c) {
   meta = resp.SerializeAsString();
   f.meta_bytes = static_cast<uint32_t>(meta.size());
   for (size_t i = 0; i < shards.size(); ++i) {
-    std::shared_lock g(shards[i]->mu);
+    ReaderLock g(shards[i]->mu);
     if (shards[i]->value.bytes() != bytes[i]) return Internal("Pull: a variable changed size while it was sent");
     iovec iov[3] = {{&f, sizeof f}, {meta.data(), meta.size()}, {shards[i]->value.raw(), bytes[i]}};
     std::span<iovec> send(iov, 3);
@@ -367,7 +371,7 @@ Status ParameterServerService::ApplyDense(Shard& s, int kind, const Tensor& valu
   }
   bounds.push_back(n);
   std::vector<Status> results(static_cast<size_t>(pieces));
-  apply_pool_.Run(static_cast<size_t>(pieces), [&](size_t k) {
+  apply_pool_.Run(static_cast<size_t>(pieces), [&](size_t k) TFJOB_REQUIRES(s.mu) {
     const int64_t a = bounds[k], b = bounds[k + 1];
     Tensor v = *var.Rows(a, b);
     const Tensor u = *upd.Rows(a, b);
@@ -442,7 +446,7 @@ Status ParameterServerService::HandlePush(Call& c) {
     }
     Status bad;
     {
-      std::shared_lock g(shard->mu);
+      ReaderLock g(shard->mu);
       if (u.rows_size() > 0) {
         const std::vector<int64_t> rows(u.rows().begin(), u.rows().end());
         bad = CheckRows(shard->value, rows, p.d.dtype, p.d.shape, u.name()).WithContext("Push");
@@ -486,7 +490,7 @@ Status ParameterServerService::HandlePush(Call& c) {
   auto apply = [&](size_t i) {
     Prepared& p = prepared[i];
     Shard& s = *p.shard;
-    std::unique_lock g(s.mu);
+    WriterLock g(s.mu);
     if (dedup && !Remember(s, key)) {
       duplicates.fetch_add(1);
       return;
@@ -512,9 +516,9 @@ Status ParameterServerService::HandlePush(Call& c) {
   {
     // A Fence waits for this apply to end; a push that a Fence overtook
     // while its payload arrived is refused here.
-    std::shared_lock fence_lock(fence_mu_);
+    ReaderLock fence_lock(fence_mu_);
     if (Status f = CheckPushFence(req.coordinator_incarnation(), req.closure_id()); !f.ok()) {
-      fence_lock.unlock();
+      fence_lock.Unlock();
       return Refuse(c, f);
     }
     if (prepared.size() > 1 && total >= kParallelApplyBytes) {

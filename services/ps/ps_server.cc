@@ -15,6 +15,7 @@
 
 #include <grpcpp/server_posix.h>
 
+#include "common/mutex.h"
 #include "services/ps/ps_service.h"
 #include "services/rpc/rpc.h"
 
@@ -129,7 +130,7 @@ void PsServer::AcceptLoop() {
     }
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     Reap();
     Connection& c = connections_.emplace_back();
     c.fd = fd;
@@ -166,7 +167,7 @@ void PsServer::Serve(Connection* c, std::string peer) {
       shutdown(c->fd, SHUT_RDWR);
     } else if (tls_ || std::memcmp(first, kHttp2Preface, 4) == 0) {
       // With TLS, gRPC checks the handshake itself and drops what is not TLS.
-      std::lock_guard g(mu_);
+      MutexLock g(mu_);
       if (grpc_open_) {
         // gRPC's event engine expects a non-blocking socket.
         fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL, 0) | O_NONBLOCK);
@@ -203,7 +204,7 @@ void PsServer::Reap() {
 
 void PsServer::Stop(std::chrono::milliseconds grace) {
   {
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     if (stopped_) return;
     stopped_ = true;
   }
@@ -218,7 +219,7 @@ void PsServer::Stop(std::chrono::milliseconds grace) {
   while (true) {
     bool waiting = false;
     {
-      std::lock_guard g(mu_);
+      MutexLock g(mu_);
       const bool late = std::chrono::steady_clock::now() >= deadline;
       for (Connection& c : connections_) {
         if (c.done.load() || c.to_grpc) continue;
@@ -239,7 +240,7 @@ void PsServer::Stop(std::chrono::milliseconds grace) {
   // Joined outside mu_: a connection thread may still be waiting for it.
   std::list<Connection> rest;
   {
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     rest.splice(rest.end(), connections_);
   }
   for (Connection& c : rest) {

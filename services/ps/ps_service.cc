@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "common/mutex.h"
 #include "services/checkpoint/checkpoint.h"
 #include "services/rpc/rpc.h"
 #include "services/tensor/eigen.h"
@@ -60,7 +61,7 @@ ParameterServerService::ParameterServerService(PsOptions options)
     : options_(options), incarnation_(rpc::NewIncarnation()), apply_pool_(ApplyThreads(options.apply_threads)) {}
 
 std::shared_ptr<ParameterServerService::Shard> ParameterServerService::Find(const std::string& name) {
-  std::shared_lock lock(table_mu_);
+  ReaderLock lock(table_mu_);
   auto it = shards_.find(name);
   return it == shards_.end() ? nullptr : it->second;
 }
@@ -102,7 +103,7 @@ grpc::Status ParameterServerService::Save(grpc::ServerContext* call, const proto
   if (!writer.ok()) return Err(writer.status());
   std::vector<std::pair<std::string, std::shared_ptr<Shard>>> shards;
   {
-    std::shared_lock lock(table_mu_);
+    ReaderLock lock(table_mu_);
     shards.assign(shards_.begin(), shards_.end());
   }
   // One shard copied at a time, written, dropped: saving needs memory for
@@ -111,7 +112,7 @@ grpc::Status ParameterServerService::Save(grpc::ServerContext* call, const proto
   for (const auto& [name, shard] : shards) {
     checkpoint::Entry e;
     {
-      std::shared_lock g(shard->mu);
+      ReaderLock g(shard->mu);
       e = checkpoint::Entry{name, shard->slots.iterations, {shard->value.Clone()}};
       for (const Tensor& t : shard->slots.slots) e.tensors.push_back(t.Clone());
     }
@@ -136,7 +137,7 @@ grpc::Status ParameterServerService::Restore(grpc::ServerContext* call, const pr
   for (const auto& e : check->entries) {
     auto shard = Find(e.name);
     if (!shard) return Err(NotFound("Restore: checkpoint has \"" + e.name + "\", which is not created here"));
-    std::shared_lock g(shard->mu);
+    ReaderLock g(shard->mu);
     bool ok = e.tensors.size() == 1 + shard->slots.slots.size() && e.tensors[0].first == shard->value.dtype() &&
               e.tensors[0].second == shard->value.shape();
     for (size_t k = 0; ok && k < shard->slots.slots.size(); ++k) ok = e.tensors[k + 1].second == shard->slots.slots[k].shape();
@@ -148,7 +149,7 @@ grpc::Status ParameterServerService::Restore(grpc::ServerContext* call, const pr
   auto install = [&]() {
     if (pending.name.empty()) return;
     auto shard = Find(pending.name);
-    std::unique_lock g(shard->mu);
+    WriterLock g(shard->mu);
     shard->value = pending.tensors[0];
     for (size_t i = 0; i < shard->slots.slots.size(); ++i) shard->slots.slots[i] = pending.tensors[i + 1];
     shard->slots.iterations = pending.iterations;
@@ -180,7 +181,7 @@ grpc::Status ParameterServerService::GetStatus(grpc::ServerContext* call, const 
                                                proto::StatusResponse* resp) {
   if (auto a = rpc::Authenticate(*call, options_.credentials); !a.ok()) return a;
   resp->set_incarnation(incarnation_);
-  std::shared_lock lock(table_mu_);
+  ReaderLock lock(table_mu_);
   for (const auto& [name, _] : shards_) resp->add_variables(name);
   resp->set_applied_updates(applied_.load());
   resp->set_fence(fence_.load());
@@ -194,7 +195,7 @@ grpc::Status ParameterServerService::Fence(grpc::ServerContext* call, const prot
   if (generation == 0) return Err(InvalidArgument("Fence: coordinator incarnation 0"));
   // Exclusive: waits for the pushes being applied, so none of the previous
   // chief's lands after this returns.
-  std::unique_lock g(fence_mu_);
+  WriterLock g(fence_mu_);
   const uint64_t previous = fence_.load();
   if (generation < previous) {
     return Err(FailedPrecondition("Fence: refused, chief generation " + std::to_string(generation) +
@@ -218,14 +219,14 @@ grpc::Status ParameterServerService::Shutdown(grpc::ServerContext* call, const p
 }
 
 void ParameterServerService::RequestShutdown() {
-  std::lock_guard g(shutdown_mu_);
+  MutexLock g(shutdown_mu_);
   shutdown_ = true;
-  shutdown_cv_.notify_all();
+  shutdown_cv_.NotifyAll();
 }
 
 void ParameterServerService::WaitForShutdown() {
-  std::unique_lock lock(shutdown_mu_);
-  shutdown_cv_.wait(lock, [&] { return shutdown_; });
+  MutexLock lock(shutdown_mu_);
+  shutdown_cv_.Wait(lock, [&]() TFJOB_REQUIRES(shutdown_mu_) { return shutdown_; });
 }
 
 

@@ -37,18 +37,17 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <unordered_set>
 
+#include "common/mutex.h"
 #include "proto/ps.grpc.pb.h"
 #include "services/net/net.h"
 #include "services/metrics/runtime_metrics.h"
@@ -111,11 +110,11 @@ class ParameterServerService final : public proto::ParameterServer::Service {
  private:
   struct Shard {
     RwLock mu;  // readers: pulls and saves; writers: updates and restores
-    Tensor value;
-    std::optional<model::Optimizer> optimizer;
-    model::SlotState slots;
-    std::unordered_set<uint64_t> seen;  // hashed (closure id, sequence)
-    std::deque<uint64_t> seen_order;
+    Tensor value TFJOB_GUARDED_BY(mu);
+    std::optional<model::Optimizer> optimizer TFJOB_GUARDED_BY(mu);
+    model::SlotState slots TFJOB_GUARDED_BY(mu);
+    std::unordered_set<uint64_t> seen TFJOB_GUARDED_BY(mu);  // hashed (closure id, sequence)
+    std::deque<uint64_t> seen_order TFJOB_GUARDED_BY(mu);
   };
   // Per data-plane connection: where pushed tensors are received, kept
   // between requests so big buffers are not allocated and page-faulted on
@@ -131,7 +130,7 @@ class ParameterServerService final : public proto::ParameterServer::Service {
   // <checkpoint_dir>/ckpt-<step>/<checkpoint_file>, or why there is none.
   StatusOr<std::string> CheckpointPath(int64_t step) const;
   // Returns false when this id was already applied (and records it otherwise).
-  bool Remember(Shard& s, uint64_t key);
+  bool Remember(Shard& s, uint64_t key) TFJOB_REQUIRES(s.mu);
   // FAILED_PRECONDITION when `generation` (non-zero) is older than the
   // fence: `what` comes from a chief a newer one replaced.
   Status CheckGeneration(uint64_t generation, const char* what) const;
@@ -150,7 +149,7 @@ class ParameterServerService final : public proto::ParameterServer::Service {
   Status Refuse(Call& c, const Status& why);
   // Applies a dense update (an Update::Kind) to `s`, whose write lock the
   // caller holds; with `split`, a big one in pieces on the apply pool.
-  Status ApplyDense(Shard& s, int kind, const Tensor& value, bool split);
+  Status ApplyDense(Shard& s, int kind, const Tensor& value, bool split) TFJOB_REQUIRES(s.mu);
   // Receives `bytes` of payload into staging tensor `into` at element
   // `offset`, growing it as bytes arrive; returns the view [offset, +n).
   StatusOr<Tensor> ReceiveInto(Call& c, Tensor& into, DType dtype, int64_t offset, const Shape& shape);
@@ -158,20 +157,20 @@ class ParameterServerService final : public proto::ParameterServer::Service {
   const PsOptions options_;
   const uint64_t incarnation_;
   ApplyPool apply_pool_;
-  std::shared_mutex table_mu_;
-  std::map<std::string, std::shared_ptr<Shard>> shards_;
+  SharedMutex table_mu_;
+  std::map<std::string, std::shared_ptr<Shard>> shards_ TFJOB_GUARDED_BY(table_mu_);
   std::atomic<int64_t> applied_{0};
   // Guards fence_ and closure_namespace_ against pushes being applied: a
   // push holds it shared from its last fence check to the end of its apply,
   // Fence holds it exclusively.
-  std::shared_mutex fence_mu_;
+  SharedMutex fence_mu_;
   std::atomic<uint64_t> fence_{0};  // the chief generation allowed to push (0: any)
-  uint32_t closure_namespace_ = 0;  // kept from the first Fence that proposed one
+  uint32_t closure_namespace_ TFJOB_GUARDED_BY(fence_mu_) = 0;  // kept from the first Fence that proposed one
   std::atomic<bool> completed_{false};
 
-  std::mutex shutdown_mu_;
-  std::condition_variable shutdown_cv_;
-  bool shutdown_ = false;
+  Mutex shutdown_mu_;
+  CondVar shutdown_cv_;
+  bool shutdown_ TFJOB_GUARDED_BY(shutdown_mu_) = false;
 };
 
 // A running PS: one listening socket whose connections go to gRPC (HTTP/2)
@@ -206,7 +205,7 @@ class PsServer {
   void AcceptLoop();
   void Serve(Connection* c, std::string peer);
   // Joins and closes finished connections (under mu_).
-  void Reap();
+  void Reap() TFJOB_REQUIRES(mu_);
 
   std::unique_ptr<ParameterServerService> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -219,10 +218,10 @@ class PsServer {
   int port_ = 0;
   std::thread acceptor_;
   std::atomic<bool> stopping_{false};
-  std::mutex mu_;  // guards connections_, grpc_open_
-  std::list<Connection> connections_;
-  bool grpc_open_ = true;
-  bool stopped_ = false;
+  Mutex mu_;  // guards connections_, grpc_open_
+  std::list<Connection> connections_ TFJOB_GUARDED_BY(mu_);
+  bool grpc_open_ TFJOB_GUARDED_BY(mu_) = true;
+  bool stopped_ TFJOB_GUARDED_BY(mu_) = false;
 };
 
 proto::Optimizer OptimizerToProto(const model::OptimizerSpec& spec);

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/flags.h"
+#include "common/mutex.h"
 #include "common/signals.h"
 #include "common/pki.h"
 #include "services/base/ports.h"
@@ -99,10 +100,10 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
   // Before any thread: a signal to the launcher becomes SIGTERM to every
   // task started so far (and to any started after it came).
   SignalWatcher signals;
-  std::mutex pids_mu;
+  Mutex pids_mu;
   std::vector<pid_t> pids;
   signals.OnStop([&] {
-    std::lock_guard g(pids_mu);
+    MutexLock g(pids_mu);
     for (pid_t p : pids) kill(p, SIGTERM);
   });
   Flags flags;
@@ -173,7 +174,7 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
   const std::string tls_dir = tls ? tls->path() : "";
   std::vector<std::string> argv{SelfExe()};
   argv.insert(argv.end(), rest.begin(), rest.end());
-  std::mutex out_mu;
+  Mutex out_mu;
   std::vector<std::unique_ptr<Child>> children;
   auto start = [&](const std::string& job, int64_t index) -> Status {
     cluster::ClusterConfig cfg{*spec, cluster::TaskId{job, index}, "cloud", ""};
@@ -184,7 +185,7 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
     c->name = job + ":" + std::to_string(index);
     c->pid = spawned.first;
     {
-      std::lock_guard g(pids_mu);
+      MutexLock g(pids_mu);
       pids.push_back(c->pid);
       if (signals.stop()) kill(c->pid, SIGTERM);
     }
@@ -199,13 +200,13 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
         pending.append(buf, static_cast<size_t>(n));
         size_t nl;
         while ((nl = pending.find('\n')) != std::string::npos) {
-          std::lock_guard g(out_mu);
+          MutexLock g(out_mu);
           out << prefix << pending.substr(0, nl + 1) << std::flush;
           pending.erase(0, nl + 1);
         }
       }
       if (!pending.empty()) {
-        std::lock_guard g(out_mu);
+        MutexLock g(out_mu);
         out << prefix << pending << "\n" << std::flush;
       }
       close(fd);
@@ -222,7 +223,7 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
   auto reap = [&](Child& c, int options) {
     if (c.exited) return true;
     // Under pids_mu: a reaped pid may be reused, and must no longer be signalled.
-    std::lock_guard g(pids_mu);
+    MutexLock g(pids_mu);
     pid_t r = waitpid(c.pid, &c.status, options);
     if (r == c.pid) {
       c.exited = true;
@@ -251,7 +252,7 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
     }
     if (!c->exited) {
       {
-        std::lock_guard g(out_mu);
+        MutexLock g(out_mu);
         err << "tfjob-runtime: " << c->name << " still running after " << lead << " finished; terminating it" << std::endl;
       }
       kill(c->pid, SIGTERM);
@@ -264,7 +265,7 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
         reap(*c, 0);
       }
     } else if (c->name != lead && !(WIFEXITED(c->status) && WEXITSTATUS(c->status) == 0)) {
-      std::lock_guard g(out_mu);
+      MutexLock g(out_mu);
       err << "tfjob-runtime: " << c->name << " exited with "
           << (WIFEXITED(c->status) ? "code " + std::to_string(WEXITSTATUS(c->status))
                                    : "signal " + std::to_string(WTERMSIG(c->status)))

@@ -1,4 +1,5 @@
 #include "services/tls/tls.h"
+#include "common/mutex.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -205,7 +206,7 @@ StatusOr<std::unique_ptr<Session>> Session::Handshake(const Config& config, int 
     }
   } restore{fd, flags};
 
-  std::lock_guard g(s->mu_);
+  MutexLock g(s->mu_);
   while (true) {
     ERR_clear_error();
     const int r = SSL_do_handshake(ssl);
@@ -256,17 +257,17 @@ int Session::FlushLocked() {
 }
 
 int Session::Flush() {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   return FlushLocked();
 }
 
 bool Session::Unsent() const {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   return out_off_ < out_.size();
 }
 
 bool Session::Buffered() const {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   return SSL_pending(ssl_) > 0;
 }
 
@@ -294,12 +295,12 @@ ssize_t Session::WriteLocked(const void* data, size_t n) {
 }
 
 ssize_t Session::Write(const void* data, size_t n) {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   return WriteLocked(data, n);
 }
 
 ssize_t Session::Writev(const iovec* iov, int iovcnt) {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   ssize_t total = 0;
   std::string& small = gather_;
   int i = 0;
@@ -330,7 +331,7 @@ ssize_t Session::Writev(const iovec* iov, int iovcnt) {
 }
 
 ssize_t Session::Read(void* data, size_t n) {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   if (n == 0) return 0;
   ERR_clear_error();
   errno = 0;

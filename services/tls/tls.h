@@ -25,6 +25,7 @@
 #include <optional>
 #include <string>
 
+#include "common/mutex.h"
 #include "common/pki.h"
 #include "common/status.h"
 
@@ -98,15 +99,15 @@ class Session {
 
  private:
   Session(SSL* ssl, int fd) : ssl_(ssl), fd_(fd) {}
-  int FlushLocked();
-  ssize_t WriteLocked(const void* data, size_t n);
+  int FlushLocked() TFJOB_REQUIRES(mu_);
+  ssize_t WriteLocked(const void* data, size_t n) TFJOB_REQUIRES(mu_);
 
-  mutable std::mutex mu_;
-  SSL* ssl_;
+  mutable Mutex mu_;
+  SSL* ssl_;  // used under mu_ (an opaque OpenSSL type: nothing to annotate)
   int fd_;
-  std::string out_;  // ciphertext not yet sent: out_[out_off_..]
-  size_t out_off_ = 0;
-  std::string gather_;  // Writev's small pieces, kept to reuse its capacity
+  std::string out_ TFJOB_GUARDED_BY(mu_);  // ciphertext not yet sent: out_[out_off_..]
+  size_t out_off_ TFJOB_GUARDED_BY(mu_) = 0;
+  std::string gather_ TFJOB_GUARDED_BY(mu_);  // Writev's small pieces, kept to reuse its capacity
 };
 
 }  // namespace tfjob::tls

@@ -1,5 +1,6 @@
 #include "services/worker/worker.h"
 
+#include "common/mutex.h"
 #include "services/rpc/rpc.h"
 
 namespace tfjob::worker {
@@ -34,27 +35,30 @@ WorkerState::WorkerState(WorkerEnv env) : env_(std::move(env)) {
 
 void WorkerState::SetResource(const std::string& name, std::unique_ptr<data::Iterator> it) {
   auto r = std::make_shared<Resource>();
-  r->it = std::move(it);
-  std::lock_guard g(mu_);
+  {
+    MutexLock init(r->mu);  // not shared yet; the lock is for the analysis
+    r->it = std::move(it);
+  }
+  MutexLock g(mu_);
   resources_[name] = std::move(r);
 }
 
 StatusOr<std::optional<data::Element>> WorkerState::Next(const std::string& name) {
   std::shared_ptr<Resource> r;
   {
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     auto it = resources_.find(name);
     if (it == resources_.end()) {
       return FailedPrecondition("worker " + std::to_string(env_.worker_index) + " has no resource \"" + name + "\"");
     }
     r = it->second;
   }
-  std::lock_guard g(r->mu);
+  MutexLock g(r->mu);
   return r->it->Next();
 }
 
 std::vector<std::string> WorkerState::ResourceNames() {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   std::vector<std::string> out;
   for (const auto& [k, _] : resources_) out.push_back(k);
   return out;
@@ -152,14 +156,14 @@ grpc::Status WorkerService::Shutdown(grpc::ServerContext* call, const proto::Wor
 }
 
 void WorkerService::RequestShutdown() {
-  std::lock_guard g(shutdown_mu_);
+  MutexLock g(shutdown_mu_);
   shutdown_ = true;
-  shutdown_cv_.notify_all();
+  shutdown_cv_.NotifyAll();
 }
 
 void WorkerService::WaitForShutdown() {
-  std::unique_lock lock(shutdown_mu_);
-  shutdown_cv_.wait(lock, [&] { return shutdown_; });
+  MutexLock lock(shutdown_mu_);
+  shutdown_cv_.Wait(lock, [&]() TFJOB_REQUIRES(shutdown_mu_) { return shutdown_; });
 }
 
 StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const std::string& address, const Registry& registry,

@@ -18,7 +18,6 @@
 // RequestShutdown with completed() false.
 #pragma once
 
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
@@ -28,6 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "proto/worker.grpc.pb.h"
 #include "services/data/dataset.h"
@@ -104,13 +104,13 @@ class WorkerState {
 
  private:
   struct Resource {
-    std::mutex mu;
-    std::unique_ptr<data::Iterator> it;
+    Mutex mu;
+    std::unique_ptr<data::Iterator> it TFJOB_GUARDED_BY(mu);
   };
   WorkerEnv env_;
   std::vector<std::shared_ptr<ps::PsClient>> ps_;
-  std::mutex mu_;
-  std::map<std::string, std::shared_ptr<Resource>> resources_;
+  Mutex mu_;
+  std::map<std::string, std::shared_ptr<Resource>> resources_ TFJOB_GUARDED_BY(mu_);
 };
 
 class WorkerService final : public proto::Worker::Service {
@@ -141,9 +141,9 @@ class WorkerService final : public proto::Worker::Service {
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> completed_{false};
   std::atomic<int64_t> closures_run_{0};
-  std::mutex shutdown_mu_;
-  std::condition_variable shutdown_cv_;
-  bool shutdown_ = false;
+  Mutex shutdown_mu_;
+  CondVar shutdown_cv_;
+  bool shutdown_ TFJOB_GUARDED_BY(shutdown_mu_) = false;
 };
 
 class WorkerServer {

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# clang's thread-safety analysis (-Wthread-safety) over every production
+# source, as CI runs it: each translation unit of BUILD_DIR's
+# compile_commands.json (a GCC build: its generated headers are reused) that
+# is not a test, a benchmark or a fuzzer is parsed by clang++ with the same
+# include paths and definitions, -fsyntax-only, and any thread-safety warning
+# is an error. Nothing is compiled to code, so it costs a fraction of a build.
+#
+# Before the tree, it checks that the check can fail: a member written
+# without its mutex must be refused.
+#
+# Usage: bash scripts/thread-safety.sh [BUILD_DIR]   (default: build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+db="$build/compile_commands.json"
+[[ -f $db ]] || { echo "thread-safety: $db not found: configure and build $build first" >&2; exit 2; }
+command -v clang++ > /dev/null || { echo "thread-safety: clang++ not found (Debian's clang; scripts/setup.sh installs it)" >&2; exit 2; }
+
+flags=(-std=c++20 -fsyntax-only -Wno-everything -Wthread-safety -Werror=thread-safety)
+
+probe=$(mktemp --suffix=.cc)
+trap 'rm -f "$probe"' EXIT
+cat > "$probe" <<'EOF'
+#include "common/mutex.h"
+struct Counter {
+  void Unguarded() { ++n; }
+  tfjob::Mutex mu;
+  int n TFJOB_GUARDED_BY(mu) = 0;
+};
+EOF
+if clang++ "${flags[@]}" -I. "$probe" 2> /dev/null; then
+  echo "thread-safety: the probe that writes a guarded member without its mutex was accepted: the check cannot fail" >&2
+  exit 1
+fi
+
+# One line per translation unit: the file, then its arguments (GCC-only
+# flags and the precompiled header left out), NUL-separated for xargs.
+python3 - "$db" "$PWD" > "$build/thread-safety.args" <<'EOF'
+import json, shlex, sys, os
+db, root = sys.argv[1], sys.argv[2]
+skip_parts = ("/tests/", "/bench/", "/fuzz/", "/examples/")
+drop = {"-Winvalid-pch", "-Wno-maybe-uninitialized", "-fno-fat-lto-objects"}
+for e in json.load(open(db)):
+    f = os.path.realpath(os.path.join(e["directory"], e["file"]))
+    if not f.startswith(root + "/") or not f.endswith(".cc"):
+        continue
+    rel = f[len(root):]
+    if any(p in rel for p in skip_parts) or rel.startswith("/build") or rel.startswith("/tests/"):
+        continue
+    args = e.get("arguments") or shlex.split(e["command"])
+    out, i = [], 1
+    while i < len(args):
+        a = args[i]
+        if a in ("-o", "-MF", "-MT", "-MQ"):
+            i += 2; continue
+        if a == "-include" and i + 1 < len(args) and "cmake_pch" in args[i + 1]:
+            i += 2; continue
+        if a in ("-c", "-MD") or a in drop or a.startswith("-march") or a == f or a == e["file"]:
+            i += 1; continue
+        out.append(a); i += 1
+    sys.stdout.write("\0".join([f] + out) + "\n")
+EOF
+
+count=$(wc -l < "$build/thread-safety.args")
+echo "thread-safety: clang++ -Wthread-safety over $count production sources"
+fail=0
+# Two parsers at a time: clang's front end on these sources takes about a
+# gigabyte each.
+python3 - "$build/thread-safety.args" "${flags[@]}" <<'EOF' || fail=1
+import subprocess, sys, concurrent.futures, os
+path, flags = sys.argv[1], sys.argv[2:]
+jobs = []
+for line in open(path, "rb").read().decode().splitlines():
+    parts = line.split("\0")
+    jobs.append((parts[0], parts[1:]))
+def run(job):
+    f, args = job
+    p = subprocess.run(["clang++"] + args + flags + ["-Wno-unknown-warning-option", f],
+                       capture_output=True, text=True)
+    return f, p.returncode, p.stderr
+bad = 0
+with concurrent.futures.ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as ex:
+    for f, rc, err in ex.map(run, jobs):
+        if rc != 0:
+            bad += 1
+            sys.stderr.write(err)
+print(f"thread-safety: {len(jobs) - bad} clean, {bad} with errors")
+sys.exit(1 if bad else 0)
+EOF
+exit $fail
