@@ -1,6 +1,9 @@
 // The synchronous strategies: one_device, mirrored, central_storage and
-// multi_worker_mirrored, as one class parameterised by where the variables
-// live and how gradients are combined.
+// multi_worker_mirrored, as one strategy parameterised by where the
+// variables live and how gradients are combined. Its parts: the step
+// (sync_step.h), the gradient reduction (gradient_reduction.h), the
+// group's recovery (group_recovery.h) and the variable copies
+// (sync_variables.h); sync.cc puts them together with input and checkpoints.
 //
 // Each step takes the global batch of that step (GlobalBatches, so every
 // replica of every process agrees on it) and gives replica g of R rows
