@@ -2,15 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <future>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <thread>
 
+#include "common/mutex.h"
 #include "services/model/keras_model.h"
 #include "services/strategy/devices.h"
 #include "services/strategy/input.h"
@@ -33,40 +32,40 @@ class IoQueue {
   // Runs what is still queued, then stops.
   ~IoQueue() {
     {
-      std::lock_guard g(mu_);
+      MutexLock l(mu_);
       stop_ = true;
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
     thread_.join();
   }
-  std::future<Status> Run(std::function<Status()> fn) {
+  std::future<Status> Run(std::function<Status()> fn) TFJOB_EXCLUDES(mu_) {
     std::packaged_task<Status()> task(std::move(fn));
     std::future<Status> f = task.get_future();
     {
-      std::lock_guard g(mu_);
+      MutexLock l(mu_);
       tasks_.push_back(std::move(task));
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
     return f;
   }
 
  private:
-  void Loop() {
-    std::unique_lock lock(mu_);
+  void Loop() TFJOB_EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     while (true) {
-      cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
+      cv_.Wait(lock, [&]() TFJOB_REQUIRES(mu_) { return stop_ || !tasks_.empty(); });
       if (tasks_.empty()) return;
       std::packaged_task<Status()> task = std::move(tasks_.front());
       tasks_.pop_front();
-      lock.unlock();
+      lock.Unlock();
       task();
-      lock.lock();
+      lock.Lock();
     }
   }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::packaged_task<Status()>> tasks_;
-  bool stop_ = false;
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<std::packaged_task<Status()>> tasks_ TFJOB_GUARDED_BY(mu_);
+  bool stop_ TFJOB_GUARDED_BY(mu_) = false;
   std::thread thread_;  // last: started once the rest exists
 };
 
@@ -85,22 +84,24 @@ struct Step {
 // the dataset function), idle models and value buffers to reuse, the network
 // thread, and the next step's batch and values when prefetching.
 struct WorkerFitState {
-  std::mutex mu;
-  std::optional<model::JobConfig> job;
-  std::vector<std::string> names;  // the model's variables, in order
-  std::optional<Placement> placement;
-  std::shared_ptr<VariableStore> store;
-  std::optional<RowPlan> plan;
-  bool prefetch = true;
+  Mutex mu;
+  std::optional<model::JobConfig> job TFJOB_GUARDED_BY(mu);
+  std::vector<std::string> names TFJOB_GUARDED_BY(mu);  // the model's variables, in order
+  std::optional<Placement> placement TFJOB_GUARDED_BY(mu);
+  std::shared_ptr<VariableStore> store TFJOB_GUARDED_BY(mu);
+  std::optional<RowPlan> plan TFJOB_GUARDED_BY(mu);
+  bool prefetch TFJOB_GUARDED_BY(mu) = true;
   // Where this worker computes (--device: devices.h); the variables are
   // pulled to and the gradients pushed from the host either way.
-  Device device;
-  uint64_t generation = 0;  // bumped each time the dataset is (re)built
-  std::vector<std::unique_ptr<model::Model>> idle;
-  std::vector<std::shared_ptr<std::vector<Tensor>>> free_values;
-  std::optional<Step> prefetched;
-  uint64_t prefetched_generation = 0;
-  std::unique_ptr<IoQueue> io;  // last: destroyed first, finishing what uses the rest
+  Device device TFJOB_GUARDED_BY(mu);
+  uint64_t generation TFJOB_GUARDED_BY(mu) = 0;  // bumped each time the dataset is (re)built
+  std::vector<std::unique_ptr<model::Model>> idle TFJOB_GUARDED_BY(mu);
+  std::vector<std::shared_ptr<std::vector<Tensor>>> free_values TFJOB_GUARDED_BY(mu);
+  std::optional<Step> prefetched TFJOB_GUARDED_BY(mu);
+  uint64_t prefetched_generation TFJOB_GUARDED_BY(mu) = 0;
+  // Last: destroyed first, finishing what uses the rest. The queue itself
+  // is used outside the lock; only the pointer is guarded.
+  std::unique_ptr<IoQueue> io TFJOB_GUARDED_BY(mu);
 };
 
 // Takes the next batch, renumbers its ids for a row plan, and pulls (now,
@@ -137,7 +138,7 @@ StatusOr<Step> PrepareStep(worker::ClosureContext& ctx, WorkerFitState& state, c
     }
   }
   {
-    std::lock_guard g(state.mu);
+    MutexLock l(state.mu);
     if (!state.free_values.empty()) {
       step.values = std::move(state.free_values.back());
       state.free_values.pop_back();
@@ -206,201 +207,240 @@ StatusOr<model::Model::Output> ComputeOnDevice(model::Model& m, const model::Job
   return out;
 }
 
-}  // namespace
+// The training dataset function: the job (with its model, or Keras JSON
+// beside it), the variables' placement and this worker's shard of the
+// input; what the closures keep starts again for the new dataset.
+StatusOr<data::Dataset> BuildTrainDataset(WorkerFitState& state, const worker::WorkerEnv& env,
+                                          const nlohmann::json& a) {
+  std::optional<model::ModelSpec> keras;
+  if (a.contains("keras_model") && !a["keras_model"].is_null()) {
+    ASSIGN_OR_RETURN(keras, model::ParseKerasModel(a["keras_model"], a.value("keras_model_source", "keras model")));
+  }
+  ASSIGN_OR_RETURN(model::JobConfig job, model::ParseJobConfig(a.at("config"), a.at("source").get<std::string>(),
+                                                               keras ? &*keras : nullptr));
+  SetComputeThreads(static_cast<int>(a.value("threads", int64_t{1})));
+  ASSIGN_OR_RETURN(Partitioner part, ParsePartitioner(a.at("partitioner").get<std::string>()));
+  ASSIGN_OR_RETURN(auto m, model::Model::Create(job.model, job.loss));
+  ASSIGN_OR_RETURN(Placement placement, PlaceModel(*m, a.at("num_ps").get<int64_t>(), part));
+  // Each worker reads its shard of a multi-file source (auto_shard_policy).
+  const InputShard shard{a.value("num_workers", int64_t{1}), env.worker_index};
+  ASSIGN_OR_RETURN(Examples ex, LoadExamples(job.data.train, a.at("data_dir").get<std::string>(), *m, shard));
+  std::optional<RowPlan> plan = PlanRows(job, *m, a.value("pull_rows", true));
+  ASSIGN_OR_RETURN(DeviceChoice choice, ParseDeviceChoice(a.value("device", std::string("auto"))));
+  ASSIGN_OR_RETURN(DevicePlan devices, PlanDevices(choice, StrategyKind::kParameterServer, 1, false,
+                                                   static_cast<int>(env.worker_index), m->CheckDeviceSupport()));
+  // Each worker shuffles its own way, as per-worker datasets do in TF.
+  job.seed += 7919 * (env.worker_index + 1);
+  data::Dataset ds = TrainingPipeline(ex, job).Repeat();
+  MutexLock l(state.mu);
+  state.job = job;
+  state.names = VariableNames(*m);
+  state.placement = std::move(placement);
+  state.store.reset();  // made by the next closure, which has the PS clients
+  state.plan = plan;
+  state.prefetch = a.value("prefetch", true);
+  state.device = devices.devices.empty() ? Device::Cpu() : devices.devices[0];
+  ++state.generation;
+  state.idle.clear();
+  state.free_values.clear();
+  state.prefetched.reset();
+  if (!state.io) state.io = std::make_unique<IoQueue>();
+  return ds;
+}
 
-Status RegisterParameterServerWorker(worker::Registry& r) {
-  auto state = std::make_shared<WorkerFitState>();
-  RETURN_IF_ERROR(r.AddDataset(kTrainDataset, [state](const worker::WorkerEnv& env,
-                                                      const nlohmann::json& a) -> StatusOr<data::Dataset> {
-    // The model comes with the job, or as Keras JSON beside it.
-    std::optional<model::ModelSpec> keras;
-    if (a.contains("keras_model") && !a["keras_model"].is_null()) {
-      ASSIGN_OR_RETURN(keras, model::ParseKerasModel(a["keras_model"], a.value("keras_model_source", "keras model")));
-    }
-    ASSIGN_OR_RETURN(model::JobConfig job, model::ParseJobConfig(a.at("config"), a.at("source").get<std::string>(),
-                                                                 keras ? &*keras : nullptr));
-    SetComputeThreads(static_cast<int>(a.value("threads", int64_t{1})));
-    ASSIGN_OR_RETURN(Partitioner part, ParsePartitioner(a.at("partitioner").get<std::string>()));
-    ASSIGN_OR_RETURN(auto m, model::Model::Create(job.model, job.loss));
-    ASSIGN_OR_RETURN(Placement placement, PlaceModel(*m, a.at("num_ps").get<int64_t>(), part));
-    // Each worker reads its shard of a multi-file source (auto_shard_policy).
-    const InputShard shard{a.value("num_workers", int64_t{1}), env.worker_index};
-    ASSIGN_OR_RETURN(Examples ex,
-                     LoadExamples(job.data.train, a.at("data_dir").get<std::string>(), *m, shard));
-    std::optional<RowPlan> plan = PlanRows(job, *m, a.value("pull_rows", true));
-    ASSIGN_OR_RETURN(DeviceChoice choice, ParseDeviceChoice(a.value("device", std::string("auto"))));
-    ASSIGN_OR_RETURN(DevicePlan devices,
-                     PlanDevices(choice, StrategyKind::kParameterServer, 1, false,
-                                           static_cast<int>(env.worker_index), m->CheckDeviceSupport()));
-    // Each worker shuffles its own way, as per-worker datasets do in TF.
-    job.seed += 7919 * (env.worker_index + 1);
-    data::Dataset ds = TrainingPipeline(ex, job).Repeat();
-    std::lock_guard g(state->mu);
-    state->job = job;
-    state->names = VariableNames(*m);
-    state->placement = std::move(placement);
-    state->store.reset();  // made by the next closure, which has the PS clients
-    state->plan = plan;
-    state->prefetch = a.value("prefetch", true);
-    state->device = devices.devices.empty() ? Device::Cpu() : devices.devices[0];
-    ++state->generation;
-    state->idle.clear();
-    state->free_values.clear();
-    state->prefetched.reset();
-    if (!state->io) state->io = std::make_unique<IoQueue>();
-    return ds;
-  }));
-  return r.AddClosure(kTrainClosure, [state](worker::ClosureContext& ctx, const nlohmann::json& a,
-                                             const std::vector<Tensor>&) -> StatusOr<worker::ClosureResult> {
-    std::unique_ptr<model::Model> m;
-    model::JobConfig job;
-    std::vector<std::string> names;
-    std::optional<RowPlan> plan;
-    std::shared_ptr<VariableStore> store;
-    std::optional<Step> cur;
-    bool prefetch;
-    Device device;
-    uint64_t generation;
-    IoQueue* io;
-    {
-      std::lock_guard g(state->mu);
-      if (!state->job) return FailedPrecondition("fit: this worker has no training dataset yet");
-      job = *state->job;
-      names = state->names;
-      plan = state->plan;
-      if (!state->store) state->store = std::make_shared<VariableStore>(*state->placement, ctx.ps());
-      store = state->store;
-      prefetch = state->prefetch;
-      device = state->device;
-      generation = state->generation;
-      io = prefetch ? state->io.get() : nullptr;
-      if (!state->idle.empty()) {
-        m = std::move(state->idle.back());
-        state->idle.pop_back();
-      }
-      // The step another closure pulled ahead, if it is of this dataset.
-      if (state->prefetched && state->prefetched_generation == generation) cur = std::move(state->prefetched);
-      state->prefetched.reset();
-    }
-    if (!m) {
-      // With a row plan the worker's model has the compact table.
-      model::ModelSpec spec = job.model;
-      if (plan) spec.layers[0].input_dim = plan->capacity;
-      ASSIGN_OR_RETURN(m, model::Model::Create(spec, job.loss));
-    }
-    BatchStats stats;
-    stats.metrics.resize(job.metrics.size());
-    // On a GPU the closure's loss and metric sums accumulate there.
-    Tensor device_stats;
-    if (!device.is_cpu()) {
-      ASSIGN_OR_RETURN(device_stats,
-                       Tensor::Create(DType::kFloat32, {model::Model::StatsSize(job.metrics.size())}, device));
-    }
+// One run of the training closure: a few steps (pull, compute, push) of
+// this worker's dataset, with the worker's state taken at the start and
+// its model and the step pulled ahead given back at the end.
+class TrainClosure {
+ public:
+  TrainClosure(WorkerFitState& state, worker::ClosureContext& ctx) : state_(state), ctx_(ctx) {}
+
+  StatusOr<worker::ClosureResult> Run(const nlohmann::json& a) {
+    RETURN_IF_ERROR(TakeState());
+    RETURN_IF_ERROR(Prepare());
     const int64_t steps = a.value("steps", int64_t{1});
-    int64_t examples = 0, pulled_bytes = 0;
-    // Pushes in flight; every one must have landed before the closure says
-    // it is done, so a worker killed at any point loses no update (the
-    // re-run closure re-sends them, and the PS applies each once).
-    std::vector<std::future<Status>> pushes;
-    auto finish = [&](Status s) -> Status {
-      for (auto& f : pushes) {
-        Status p = f.get();
-        if (s.ok()) s = p;
-      }
-      return s;
-    };
-    auto recycle = [&](Step& step) {
-      if (!step.values) return;
-      std::lock_guard g(state->mu);
-      if (state->generation == generation) state->free_values.push_back(std::move(step.values));
-    };
+    Status failed = WaitForPushes(RunSteps(steps));
+    if (failed.ok() && !device_.is_cpu()) failed = ReadDeviceStats();
+    GiveBack(failed.ok());
+    RETURN_IF_ERROR(failed);
+    nlohmann::json result = StatsToJson(stats_, steps, examples_);
+    result["pulled_bytes"] = pulled_bytes_;
+    return worker::ClosureResult{result, {}};
+  }
+
+ private:
+  // What this closure needs of the worker's state, an idle model, and the
+  // step another closure pulled ahead if it is of this dataset.
+  Status TakeState() TFJOB_EXCLUDES(state_.mu) {
+    MutexLock l(state_.mu);
+    if (!state_.job) return FailedPrecondition("fit: this worker has no training dataset yet");
+    job_ = *state_.job;
+    names_ = state_.names;
+    plan_ = state_.plan;
+    if (!state_.store) state_.store = std::make_shared<VariableStore>(*state_.placement, ctx_.ps());
+    store_ = state_.store;
+    prefetch_ = state_.prefetch;
+    device_ = state_.device;
+    generation_ = state_.generation;
+    io_ = prefetch_ ? state_.io.get() : nullptr;
+    if (!state_.idle.empty()) {
+      m_ = std::move(state_.idle.back());
+      state_.idle.pop_back();
+    }
+    if (state_.prefetched && state_.prefetched_generation == generation_) cur_ = std::move(state_.prefetched);
+    state_.prefetched.reset();
+    return Status::Ok();
+  }
+
+  // A model when no idle one was left, and the closure's loss and metric
+  // sums (on a GPU they accumulate there).
+  Status Prepare() {
+    if (!m_) {
+      // With a row plan the worker's model has the compact table.
+      model::ModelSpec spec = job_.model;
+      if (plan_) spec.layers[0].input_dim = plan_->capacity;
+      ASSIGN_OR_RETURN(m_, model::Model::Create(spec, job_.loss));
+    }
+    stats_.metrics.resize(job_.metrics.size());
+    if (!device_.is_cpu()) {
+      ASSIGN_OR_RETURN(device_stats_,
+                       Tensor::Create(DType::kFloat32, {model::Model::StatsSize(job_.metrics.size())}, device_));
+    }
+    return Status::Ok();
+  }
+
+  // The first error stops the closure.
+  Status RunSteps(int64_t steps) {
     Status failed;
     for (int64_t s = 0; s < steps && failed.ok(); ++s) {
-      if (!cur) {
-        auto prepared = PrepareStep(ctx, *state, plan, names, store, io);
-        if (!prepared.ok()) {
-          failed = prepared.status();
-          break;
-        }
-        cur = std::move(prepared).value();
+      if (!cur_) {
+        auto prepared = PrepareStep(ctx_, state_, plan_, names_, store_, io_);
+        if (!prepared.ok()) return prepared.status();
+        cur_ = std::move(prepared).value();
       }
-      if (Status pulled = cur->pulled.get(); !pulled.ok()) {
-        failed = pulled;
-        break;
-      }
-      // Prefetch: the next step's batch and values (the next closure's, after
-      // the last step) come in while this one computes.
+      if (Status pulled = cur_->pulled.get(); !pulled.ok()) return pulled;
+      // Prefetch: the next step's batch and values (the next closure's,
+      // after the last step) come in while this one computes.
       std::optional<Step> next;
       Status next_status;
-      if (prefetch) {
-        auto prepared = PrepareStep(ctx, *state, plan, names, store, io);
+      if (prefetch_) {
+        auto prepared = PrepareStep(ctx_, state_, plan_, names_, store_, io_);
         if (prepared.ok()) {
           next = std::move(prepared).value();
         } else {
           next_status = prepared.status();
         }
       }
-      auto out = device.is_cpu() ? m->ComputeGradients(*cur->values, cur->x, cur->batch[1])
-                                 : ComputeOnDevice(*m, job, device, *cur->values, cur->x, cur->batch[1], device_stats);
+      auto out = device_.is_cpu()
+                     ? m_->ComputeGradients(*cur_->values, cur_->x, cur_->batch[1])
+                     : ComputeOnDevice(*m_, job_, device_, *cur_->values, cur_->x, cur_->batch[1], device_stats_);
       if (!out.ok()) {
-        failed = out.status();
-        recycle(*cur);
-        cur = std::move(next);
-        break;
+        Recycle(*cur_);
+        cur_ = std::move(next);
+        return out.status();
       }
-      std::vector<VariableStore::Grad> grads;
-      for (size_t i = 0; i < names.size(); ++i) grads.push_back({names[i], std::move(out->grads[i])});
-      if (plan && grads[plan->var].grad.sparse) {
-        // Back from the compact table's rows to the real table's.
-        model::Gradient& g = grads[plan->var].grad;
-        Tensor global = Tensor::Zeros(DType::kInt64, g.indices.shape());
-        const int64_t* local = g.indices.data<int64_t>();
-        for (int64_t i = 0; i < g.indices.size(); ++i) global.data<int64_t>()[i] = cur->rows[static_cast<size_t>(local[i])];
-        g.indices = global;
-      }
-      const uint32_t sequence = static_cast<uint32_t>(s);
-      if (io) {
-        pushes.push_back(io->Run([store, id = ctx.closure_id(), generation = ctx.generation(), sequence,
-                                  grads = std::move(grads)]() -> Status {
-          return store->PushGradients(id, sequence, grads, generation).status();
-        }));
-      } else {
-        failed = store->PushGradients(ctx.closure_id(), sequence, grads, ctx.generation()).status();
-      }
-      if (failed.ok() && device.is_cpu()) failed = RecordBatch(*out, cur->batch[1], job.metrics, stats);
-      examples += cur->batch[0].dim(0);
-      pulled_bytes += cur->pulled_bytes;
-      recycle(*cur);
-      cur = std::move(next);
+      failed = Push(*out, static_cast<uint32_t>(s));
+      if (failed.ok() && device_.is_cpu()) failed = RecordBatch(*out, cur_->batch[1], job_.metrics, stats_);
+      examples_ += cur_->batch[0].dim(0);
+      pulled_bytes_ += cur_->pulled_bytes;
+      Recycle(*cur_);
+      cur_ = std::move(next);
       if (failed.ok()) failed = next_status;
     }
-    failed = finish(failed);
-    if (failed.ok() && !device.is_cpu()) {
-      auto sums = device_stats.ToDevice(Device::Cpu());
-      if (sums.ok()) {
-        const float* f = sums->data<float>();
-        stats.loss = {f[0], f[1]};
-        for (size_t k = 0; k < stats.metrics.size(); ++k) stats.metrics[k] = {f[2 + 2 * k], f[3 + 2 * k]};
-        if (!std::isfinite(f[0])) failed = InvalidArgument("loss is " + std::to_string(f[0]) + " (diverged)");
-      } else {
-        failed = sums.status();
-      }
+    return failed;
+  }
+
+  // Pushes the current step's gradients, on the network thread when there
+  // is one (OK once queued; WaitForPushes has the outcome).
+  Status Push(model::Model::Output& out, uint32_t sequence) {
+    std::vector<VariableStore::Grad> grads;
+    for (size_t i = 0; i < names_.size(); ++i) grads.push_back({names_[i], std::move(out.grads[i])});
+    if (plan_ && grads[plan_->var].grad.sparse) {
+      // Back from the compact table's rows to the real table's.
+      model::Gradient& g = grads[plan_->var].grad;
+      Tensor global = Tensor::Zeros(DType::kInt64, g.indices.shape());
+      const int64_t* local = g.indices.data<int64_t>();
+      for (int64_t i = 0; i < g.indices.size(); ++i) global.data<int64_t>()[i] = cur_->rows[static_cast<size_t>(local[i])];
+      g.indices = global;
     }
-    {
-      std::lock_guard g(state->mu);
-      // A model (and what was pulled ahead) of an older dataset is dropped:
-      // its table may have another shape.
-      if (state->generation == generation) state->idle.push_back(std::move(m));
-      // What was pulled ahead is the next closure's first step.
-      if (cur && failed.ok() && state->generation == generation) {
-        state->prefetched = std::move(cur);
-        state->prefetched_generation = generation;
-      }
+    if (!io_) return store_->PushGradients(ctx_.closure_id(), sequence, grads, ctx_.generation()).status();
+    pushes_.push_back(io_->Run([store = store_, id = ctx_.closure_id(), generation = ctx_.generation(), sequence,
+                                grads = std::move(grads)]() -> Status {
+      return store->PushGradients(id, sequence, grads, generation).status();
+    }));
+    return Status::Ok();
+  }
+
+  // Every push in flight must have landed before the closure says it is
+  // done, so a worker killed at any point loses no update (the re-run
+  // closure re-sends them, and the PS applies each once).
+  Status WaitForPushes(Status s) {
+    for (auto& f : pushes_) {
+      Status p = f.get();
+      if (s.ok()) s = p;
     }
-    RETURN_IF_ERROR(failed);
-    nlohmann::json result = StatsToJson(stats, steps, examples);
-    result["pulled_bytes"] = pulled_bytes;
-    return worker::ClosureResult{result, {}};
+    return s;
+  }
+
+  Status ReadDeviceStats() {
+    ASSIGN_OR_RETURN(Tensor sums, device_stats_.ToDevice(Device::Cpu()));
+    const float* f = sums.data<float>();
+    stats_.loss = {f[0], f[1]};
+    for (size_t k = 0; k < stats_.metrics.size(); ++k) stats_.metrics[k] = {f[2 + 2 * k], f[3 + 2 * k]};
+    if (!std::isfinite(f[0])) return InvalidArgument("loss is " + std::to_string(f[0]) + " (diverged)");
+    return Status::Ok();
+  }
+
+  // A step's value buffers, for the next step of the same dataset.
+  void Recycle(Step& step) TFJOB_EXCLUDES(state_.mu) {
+    if (!step.values) return;
+    MutexLock l(state_.mu);
+    if (state_.generation == generation_) state_.free_values.push_back(std::move(step.values));
+  }
+
+  void GiveBack(bool ok) TFJOB_EXCLUDES(state_.mu) {
+    MutexLock l(state_.mu);
+    // A model (and what was pulled ahead) of an older dataset is dropped:
+    // its table may have another shape.
+    if (state_.generation == generation_) state_.idle.push_back(std::move(m_));
+    // What was pulled ahead is the next closure's first step.
+    if (cur_ && ok && state_.generation == generation_) {
+      state_.prefetched = std::move(cur_);
+      state_.prefetched_generation = generation_;
+    }
+  }
+
+  WorkerFitState& state_;
+  worker::ClosureContext& ctx_;
+  // Taken from state_ by TakeState.
+  model::JobConfig job_;
+  std::vector<std::string> names_;
+  std::optional<RowPlan> plan_;
+  std::shared_ptr<VariableStore> store_;
+  bool prefetch_ = true;
+  Device device_;
+  uint64_t generation_ = 0;
+  IoQueue* io_ = nullptr;  // with prefetching: the worker's network thread
+  std::unique_ptr<model::Model> m_;
+  std::optional<Step> cur_;  // the step to compute next
+  // The closure's progress.
+  BatchStats stats_;
+  Tensor device_stats_;
+  int64_t examples_ = 0;
+  int64_t pulled_bytes_ = 0;
+  std::vector<std::future<Status>> pushes_;
+};
+
+}  // namespace
+
+Status RegisterParameterServerWorker(worker::Registry& r) {
+  auto state = std::make_shared<WorkerFitState>();
+  RETURN_IF_ERROR(r.AddDataset(kTrainDataset, [state](const worker::WorkerEnv& env, const nlohmann::json& a) {
+    return BuildTrainDataset(*state, env, a);
+  }));
+  return r.AddClosure(kTrainClosure, [state](worker::ClosureContext& ctx, const nlohmann::json& a,
+                                             const std::vector<Tensor>&) -> StatusOr<worker::ClosureResult> {
+    return TrainClosure(*state, ctx).Run(a);
   });
 }
 

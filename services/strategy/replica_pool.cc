@@ -5,34 +5,34 @@
 namespace tfjob::strategy {
 
 ReplicaPool::ReplicaPool(int replicas) : size_(std::max(1, replicas)) {
-  for (int i = 1; i < size_; ++i) {
-    threads_.emplace_back([this, i] {
-      uint64_t seen = 0;
-      while (true) {
-        const std::function<void(int)>* fn;
-        {
-          std::unique_lock lk(mu_);
-          start_cv_.wait(lk, [&] { return stop_ || generation_ != seen; });
-          if (stop_) return;
-          seen = generation_;
-          fn = fn_;
-        }
-        (*fn)(i);
-        {
-          std::lock_guard g(mu_);
-          if (--running_ == 0) done_cv_.notify_all();
-        }
-      }
-    });
+  for (int i = 1; i < size_; ++i) threads_.emplace_back([this, i] { Worker(i); });
+}
+
+void ReplicaPool::Worker(int replica) {
+  uint64_t seen = 0;
+  while (true) {
+    const std::function<void(int)>* fn;
+    {
+      MutexLock l(mu_);
+      start_cv_.Wait(l, [&]() TFJOB_REQUIRES(mu_) { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      fn = fn_;
+    }
+    (*fn)(replica);
+    {
+      MutexLock l(mu_);
+      if (--running_ == 0) done_cv_.NotifyAll();
+    }
   }
 }
 
 ReplicaPool::~ReplicaPool() {
   {
-    std::lock_guard g(mu_);
+    MutexLock l(mu_);
     stop_ = true;
   }
-  start_cv_.notify_all();
+  start_cv_.NotifyAll();
   for (auto& t : threads_) t.join();
 }
 
@@ -42,15 +42,15 @@ void ReplicaPool::Run(const std::function<void(int)>& fn) {
     return;
   }
   {
-    std::lock_guard g(mu_);
+    MutexLock l(mu_);
     fn_ = &fn;
     running_ = size_ - 1;
     ++generation_;
   }
-  start_cv_.notify_all();
+  start_cv_.NotifyAll();
   fn(0);
-  std::unique_lock lk(mu_);
-  done_cv_.wait(lk, [&] { return running_ == 0; });
+  MutexLock l(mu_);
+  done_cv_.Wait(l, [&]() TFJOB_REQUIRES(mu_) { return running_ == 0; });
 }
 
 }  // namespace tfjob::strategy
