@@ -22,9 +22,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/child_process.h"
 #include "common/status.h"
-
-extern char** environ;
 
 namespace tfjob::bench {
 
@@ -44,35 +43,19 @@ class Child {
  public:
   static StatusOr<std::unique_ptr<Child>> Spawn(const std::vector<std::string>& argv,
                                                 const std::vector<std::string>& env_extra) {
-    // Everything the child needs is built before fork: after it, only
-    // async-signal-safe calls (this process may already run gRPC threads).
-    std::vector<char*> args, envp;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    for (char** e = environ; *e; ++e) {
-      const std::string_view entry(*e);
-      const bool overridden = std::any_of(env_extra.begin(), env_extra.end(), [&](const std::string& kv) {
-        return entry.substr(0, entry.find('=') + 1) == std::string_view(kv).substr(0, kv.find('=') + 1);
-      });
-      if (!overridden) envp.push_back(*e);
+    ChildOptions o;
+    o.argv = argv;
+    for (const auto& kv : env_extra) {
+      const size_t eq = kv.find('=');
+      o.env[kv.substr(0, eq)] = eq == std::string::npos ? "" : kv.substr(eq + 1);
     }
-    for (const auto& kv : env_extra) envp.push_back(const_cast<char*>(kv.c_str()));
-    envp.push_back(nullptr);
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) return Internal(Errno("pipe"));
-    pid_t pid = fork();
-    if (pid < 0) return Internal(Errno("fork"));
-    if (pid == 0) {
-      // Dies with this process, even if it is killed (e.g. by timeout(1)).
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      dup2(fds[1], 1);
-      execve(args[0], args.data(), envp.data());
-      _exit(127);
-    }
-    close(fds[1]);
+    // Dies with this process, even if it is killed (e.g. by timeout(1)).
+    o.die_with_parent = true;
+    o.output = ChildOptions::Output::kStdout;
+    ASSIGN_OR_RETURN(SpawnedChild spawned, SpawnChild(o));
     auto c = std::unique_ptr<Child>(new Child());
-    c->pid_ = pid;
-    c->fd_ = fds[0];
+    c->pid_ = spawned.pid;
+    c->fd_ = spawned.out_fd;
     c->name_ = argv[0];
     return c;
   }

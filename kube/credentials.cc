@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,11 +15,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/child_process.h"
 #include "common/files.h"
 #include "common/mutex.h"
 #include "common/time.h"
 
-extern char** environ;
 
 namespace tfjob::kube {
 
@@ -62,61 +61,25 @@ struct PluginResult {
 // and a blocked mask is inherited across exec).
 StatusOr<PluginResult> RunPlugin(const ExecConfig& x, const std::string& exec_info, std::chrono::seconds timeout) {
   const std::string what = "exec plugin \"" + x.command + "\" (" + x.where + ")";
-  std::vector<std::string> env_strings;
-  std::set<std::string> overridden{"KUBERNETES_EXEC_INFO"};
-  for (const auto& [k, v] : x.env) overridden.insert(k);
-  for (char** e = environ; e && *e; ++e) {
-    std::string kv = *e;
-    if (!overridden.count(kv.substr(0, kv.find('=')))) env_strings.push_back(std::move(kv));
-  }
-  for (const auto& [k, v] : x.env) env_strings.push_back(k + "=" + v);
-  env_strings.push_back("KUBERNETES_EXEC_INFO=" + exec_info);
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> args{x.command};
-  args.insert(args.end(), x.args.begin(), x.args.end());
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
-  int out_pipe[2], err_pipe[2];
-  if (pipe2(out_pipe, O_CLOEXEC) != 0) return Internal(what + ": pipe: " + std::strerror(errno));
-  if (pipe2(err_pipe, O_CLOEXEC) != 0) {
-    close(out_pipe[0]);
-    close(out_pipe[1]);
-    return Internal(what + ": pipe: " + std::strerror(errno));
-  }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  for (int sig : {SIGTERM, SIGINT, SIGPIPE, SIGCHLD}) sigaddset(&defaults, sig);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  pid_t pid = -1;
-  const int rc = posix_spawnp(&pid, x.command.c_str(), &actions, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  close(out_pipe[1]);
-  close(err_pipe[1]);
-  if (rc != 0) {
-    close(out_pipe[0]);
-    close(err_pipe[0]);
-    std::string m = what + ": cannot run it: " + std::strerror(rc);
+  ChildOptions c;
+  c.argv = {x.command};
+  c.argv.insert(c.argv.end(), x.args.begin(), x.args.end());
+  for (const auto& [k, v] : x.env) c.env[k] = v;
+  c.env["KUBERNETES_EXEC_INFO"] = exec_info;
+  c.output = ChildOptions::Output::kSeparate;
+  c.null_stdin = true;
+  c.default_signals = true;
+  auto spawned = SpawnChild(c);
+  if (!spawned.ok()) {
+    // The reason alone ("No such file or directory"): `what` names the plugin.
+    const std::string why = spawned.status().message();
+    std::string m = what + ": cannot run it: " + why.substr(why.rfind(": ") + 2);
     if (!x.install_hint.empty()) m += " (" + FirstLine(x.install_hint) + ")";
     return Status(Code::kUnauthenticated, m);
   }
-
+  const pid_t pid = spawned->pid;
   PluginResult r;
-  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  pollfd fds[2] = {{spawned->out_fd, POLLIN, 0}, {spawned->err_fd, POLLIN, 0}};
   std::string* sinks[2] = {&r.out, &r.err};
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   bool timed_out = false;
@@ -146,13 +109,11 @@ StatusOr<PluginResult> RunPlugin(const ExecConfig& x, const std::string& exec_in
     if (f.fd >= 0) close(f.fd);
   }
   if (timed_out) kill(pid, SIGKILL);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  const int exit_code = WaitForExit(pid);
   if (timed_out) {
     return Status(Code::kUnauthenticated, what + ": no answer within " + std::to_string(timeout.count()) + " s");
   }
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.exit_code = exit_code;
   return r;
 }
 

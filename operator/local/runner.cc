@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <poll.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -18,6 +17,7 @@
 #include <string_view>
 #include <thread>
 
+#include "common/child_process.h"
 #include "common/files.h"
 #include "common/mutex.h"
 #include "common/pki.h"
@@ -62,6 +62,7 @@ struct LocalPod {
   std::atomic<int> metrics_port{0};
   pid_t pid = -1;
   int fd = -1;
+  bool start_failed = false;  // it could not be started: Poll takes it as exit code 127
   std::thread pump;
   std::string phase = "Pending";
   std::optional<int> exit_code;
@@ -107,10 +108,15 @@ class Backend {
   // Reaps exited processes, restarting in place where the pod's policy says.
   void Poll() {
     for (auto& [name, p] : pods_) {
-      if (p->pid <= 0) continue;
-      int status = 0;
-      if (waitpid(p->pid, &status, WNOHANG) != p->pid) continue;
-      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      int code = 127;
+      if (p->start_failed) {
+        p->start_failed = false;
+      } else {
+        if (p->pid <= 0) continue;
+        int status = 0;
+        if (waitpid(p->pid, &status, WNOHANG) != p->pid) continue;
+        code = ExitCodeOf(status);
+      }
       p->pid = -1;
       p->exit_code = code;
       Say("[" + name + "] exited with code " + std::to_string(code));
@@ -235,57 +241,33 @@ class Backend {
     p.phase = "Running";
     p.exit_code.reset();
     p.metrics_port = 0;
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) {
-      p.phase = "Failed";
-      p.exit_code = 127;
+    ChildOptions c;
+    c.argv = p.argv;
+    if (!c.argv.empty()) c.argv[0] = Resolve(c.argv[0]);
+    // Replicas are placed by the TF_CONFIG this runner gives them, even
+    // when the user's shell selects another resolver (e.g. Slurm's).
+    c.unset_env = {"TFJOB_CLUSTER_RESOLVER", base::kListenFdEnv};
+    c.env = p.env;
+    // The socket at the replica's TF_CONFIG address, already listening: the
+    // replica serves on it (services/base/ports.h).
+    if (p.listen_fd >= 0) base::PassListenerToChild(p.listen_fd, c);
+    // A replica dies with the runner, even a SIGKILLed one: nothing is left
+    // running that no runner watches. (Spawned by this thread, the one that
+    // starts every replica and lives as long as the run.)
+    c.die_with_parent = true;
+    c.own_process_group = true;
+    auto spawned = SpawnChild(c);
+    if (!spawned.ok()) {
+      // As a container that cannot start: its reason in its log, exit code
+      // 127, and the restart policy decides (the next Poll).
+      Say("[" + p.name + "] tfjob run: " +
+          (c.argv.empty() ? std::string("the tensorflow container has no command") : spawned.status().message()));
+      p.start_failed = true;
       return;
     }
-    const std::vector<std::string> argv = [&] {
-      std::vector<std::string> a = p.argv;
-      if (!a.empty()) a[0] = Resolve(a[0]);
-      return a;
-    }();
-    const pid_t runner = getpid();
-    pid_t pid = fork();
-    if (pid == 0) {
-      // A replica dies with the runner, even a SIGKILLed one: nothing is
-      // left running that no runner watches. (Set by this thread, the one
-      // that forks every replica and lives as long as the run.)
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != runner) _exit(127);  // the runner died before prctl
-      setpgid(0, 0);
-      dup2(fds[1], 1);
-      dup2(fds[1], 2);
-      // Replicas are placed by the TF_CONFIG this runner gives them, even
-      // when the user's shell selects another resolver (e.g. Slurm's).
-      unsetenv("TFJOB_CLUSTER_RESOLVER");
-      unsetenv(base::kListenFdEnv);
-      for (const auto& [k, v] : p.env) setenv(k.c_str(), v.c_str(), 1);
-      // The socket at the replica's TF_CONFIG address, already listening:
-      // the replica serves on it (services/base/ports.h).
-      if (p.listen_fd >= 0 && !base::PassToChild(p.listen_fd)) {
-        const char msg[] = "tfjob run: cannot pass the listening socket to the replica\n";
-        (void)!write(2, msg, sizeof msg - 1);
-        _exit(127);
-      }
-      if (argv.empty()) {
-        const char msg[] = "tfjob run: the tensorflow container has no command\n";
-        (void)!write(2, msg, sizeof msg - 1);
-        _exit(127);
-      }
-      std::vector<char*> args;
-      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      execvp(args[0], args.data());
-      const std::string msg = "tfjob run: cannot execute \"" + argv[0] + "\": " + std::strerror(errno) + "\n";
-      (void)!write(2, msg.data(), msg.size());
-      _exit(127);
-    }
-    close(fds[1]);
-    p.pid = pid;
-    p.fd = fds[0];
-    p.pump = std::thread([this, &p, fd = fds[0], prefix = "[" + p.name + "] "] {
+    p.pid = spawned->pid;
+    p.fd = spawned->out_fd;
+    p.pump = std::thread([this, &p, fd = p.fd, prefix = "[" + p.name + "] "] {
       std::string pending;
       char buf[4096];
       ssize_t n;

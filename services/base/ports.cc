@@ -136,16 +136,10 @@ StatusOr<ListeningSocket> ListeningSocket::Adopt(int fd, const std::string& what
   return s;
 }
 
-bool PassToChild(int fd) {
-  if (fd == kChildListenFd) {
-    // dup2 onto itself keeps close-on-exec set: clear it instead.
-    if (fcntl(fd, F_SETFD, 0) != 0) return false;
-  } else if (dup2(fd, kChildListenFd) < 0) {
-    return false;
-  }
-  setenv(kListenFdEnv, "3", 1);
-  static_assert(kChildListenFd == 3, "the value set above");
-  return true;
+void PassListenerToChild(int fd, ChildOptions& child) {
+  static_assert(kChildListenFd == 3, "the value kListenFdEnv says");
+  child.pass_fds.emplace_back(fd, kChildListenFd);
+  child.env[kListenFdEnv] = "3";
 }
 
 StatusOr<std::optional<ListeningSocket>> InheritedListener(const EnvFn& env) {

@@ -10,17 +10,18 @@
 //   launcher (tfjob-runtime local, tfjob run)        child (tfjob-runtime)
 //   ListeningSocket::Listen("127.0.0.1", 0) -> P     TFJOB_LISTEN_FD=3
 //   TF_CONFIG names 127.0.0.1:P                      InheritedListener(env)
-//   fork; PassToChild(fd) (fd 3 + env); exec         serves on fd 3, port P
+//   SpawnChild, PassListenerToChild (fd 3 + env)     serves on fd 3, port P
 //
 // Ownership: ListeningSocket owns its descriptor (closed on destruction,
-// close-on-exec while owned). Thread-safety: plain values; PassToChild is
-// for the child between fork and exec. Failure: Status codes below.
+// close-on-exec while owned). Thread-safety: plain values. Failure: Status
+// codes below.
 #pragma once
 
 #include <functional>
 #include <optional>
 #include <string>
 
+#include "common/child_process.h"
 #include "common/status.h"
 
 namespace tfjob::base {
@@ -65,10 +66,9 @@ class ListeningSocket {
   std::string address_;
 };
 
-// In a child, after fork and before exec: makes `fd` the child's
-// kChildListenFd, inherited across exec, and sets kListenFdEnv. Returns false
-// when dup2 fails (the child should then exit).
-bool PassToChild(int fd);
+// Hands `fd` to a child about to be spawned: it arrives as the child's
+// kChildListenFd, named by kListenFdEnv.
+void PassListenerToChild(int fd, ChildOptions& child);
 
 using EnvFn = std::function<std::optional<std::string>(const std::string&)>;
 // The listening socket a launcher passed down (kListenFdEnv), or nullopt

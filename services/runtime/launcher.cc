@@ -1,7 +1,6 @@
 #include "services/runtime/launcher.h"
 
 #include <fcntl.h>
-#include <sys/prctl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/child_process.h"
 #include "common/flags.h"
 #include "common/mutex.h"
 #include "common/signals.h"
@@ -54,43 +54,26 @@ std::string SelfExe() {
 
 // Starts argv with TF_CONFIG and, when `listen_fd` >= 0, that listening
 // socket as its own (services/base/ports.h); its stdout+stderr go through a
-// pipe.
+// pipe. The task dies with the launcher, even a SIGKILLed one.
 StatusOr<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& argv, const std::string& tf_config,
                                       const std::string& token, const std::string& tls_dir, int listen_fd) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return Internal(std::string("pipe: ") + std::strerror(errno));
-  const pid_t launcher = getpid();
-  pid_t pid = fork();
-  if (pid < 0) return Internal(std::string("fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    // The task dies with the launcher, even a SIGKILLed one.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != launcher) _exit(127);
-    dup2(fds[1], 1);
-    dup2(fds[1], 2);
-    setenv("TF_CONFIG", tf_config.c_str(), 1);
-    // The run's task token (services/rpc/auth.h), whatever the shell had.
-    setenv(rpc::kTokenEnv, token.c_str(), 1);
-    unsetenv(rpc::kTokenFileEnv);
-    // The run's TLS material with --tls, else none (whatever the shell had).
-    if (tls_dir.empty()) {
-      unsetenv(pki::kTlsDirEnv);
-    } else {
-      setenv(pki::kTlsDirEnv, tls_dir.c_str(), 1);
-    }
-    // The children's roles come from this TF_CONFIG even when the launcher
-    // itself was started with another resolver selected.
-    unsetenv("TFJOB_CLUSTER_RESOLVER");
-    unsetenv(base::kListenFdEnv);
-    if (listen_fd >= 0 && !base::PassToChild(listen_fd)) _exit(127);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
+  ChildOptions c;
+  c.argv = argv;
+  c.env["TF_CONFIG"] = tf_config;
+  // The run's task token (services/rpc/auth.h), whatever the shell had.
+  c.env[rpc::kTokenEnv] = token;
+  // The children's roles come from this TF_CONFIG even when the launcher
+  // itself was started with another resolver selected.
+  c.unset_env = {rpc::kTokenFileEnv, "TFJOB_CLUSTER_RESOLVER", base::kListenFdEnv};
+  // The run's TLS material with --tls, else none (whatever the shell had).
+  if (tls_dir.empty()) {
+    c.unset_env.push_back(pki::kTlsDirEnv);
+  } else {
+    c.env[pki::kTlsDirEnv] = tls_dir;
   }
-  close(fds[1]);
-  return std::make_pair(pid, fds[0]);
+  if (listen_fd >= 0) base::PassListenerToChild(listen_fd, c);
+  ASSIGN_OR_RETURN(SpawnedChild child, SpawnChild(c));
+  return std::make_pair(child.pid, child.out_fd);
 }
 
 }  // namespace
@@ -236,7 +219,7 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
     Child& chief = **std::find_if(children.begin(), children.end(), [&](const auto& c) { return c->name == lead; });
     // Polled, not a blocking wait: the signal forwarder takes pids_mu too.
     while (!reap(chief, WNOHANG)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    rc = WIFEXITED(chief.status) ? WEXITSTATUS(chief.status) : 128 + WTERMSIG(chief.status);
+    rc = ExitCodeOf(chief.status);
   } else {
     ReportError(started, err);
   }

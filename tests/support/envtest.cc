@@ -1,5 +1,7 @@
 #include "tests/support/envtest.h"
 
+#include "common/child_process.h"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -99,10 +101,12 @@ ControlPlane* ControlPlane::Shared(std::string* why) {
   // control plane once the process is gone (setsid: it outlives us).
   const std::string watchdog = "while kill -0 " + std::to_string(getpid()) + " 2>/dev/null; do sleep 1; done; \"" +
                                cp->kit_ + "/stop-control-plane.sh\" \"" + cp->dir_ + "\" >/dev/null 2>&1";
-  if (fork() == 0) {
-    setsid();
-    execl("/bin/bash", "bash", "-c", watchdog.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
+  ChildOptions w;
+  w.argv = {"/bin/bash", "-c", watchdog};
+  w.output = ChildOptions::Output::kInherit;
+  w.new_session = true;
+  if (auto started = SpawnChild(w); !started.ok()) {
+    ADD_FAILURE() << "envtest: the control plane's watchdog: " << started.status();
   }
   shared = std::move(cp);
   return shared.get();

@@ -1,5 +1,7 @@
 #include "tests/support/process.h"
 
+#include "common/child_process.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -11,27 +13,22 @@
 namespace tfjob::testing {
 
 Process::Process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env, int fd3) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return;
-  pid_ = fork();
-  if (pid_ == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
-    dup2(fds[1], 1);
-    dup2(fds[1], 2);
-    if (fd3 == 3) {
-      fcntl(3, F_SETFD, 0);  // dup2 onto itself would keep close-on-exec
-    } else if (fd3 >= 0) {
-      dup2(fd3, 3);
-    }
-    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
-    _exit(127);
+  ChildOptions c;
+  c.argv = argv;
+  c.env = env;  // never outlives the test: die_with_parent
+  if (fd3 >= 0) c.pass_fds.emplace_back(fd3, 3);
+  auto spawned = SpawnChild(c);
+  if (!spawned.ok()) {
+    // As a shell reports a program it cannot run: exit code 127, the reason
+    // in the output.
+    output_ = spawned.status().message() + "\n";
+    status_ = W_EXITCODE(127, 0);
+    reaped_ = true;
+    ended_ = true;
+    return;
   }
-  close(fds[1]);
-  fd_ = fds[0];
+  pid_ = spawned->pid;
+  fd_ = spawned->out_fd;
   reader_ = std::thread([this] {
     char buf[4096];
     ssize_t n;

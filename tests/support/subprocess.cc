@@ -1,5 +1,7 @@
 #include "tests/support/subprocess.h"
 
+#include "common/child_process.h"
+
 #include <fstream>
 
 #include <fcntl.h>
@@ -15,36 +17,28 @@
 
 #include <gtest/gtest.h>
 
-extern char** environ;
 
 namespace tfjob::testing {
 
 RunResult Run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
               const std::string& cwd, const std::vector<int>& inherit) {
   RunResult r;
-  int out_pipe[2], err_pipe[2];
-  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
+  ChildOptions c;
+  c.argv = argv;
+  c.env = env;
+  c.cwd = cwd;
+  c.output = ChildOptions::Output::kSeparate;
+  c.die_with_parent = false;  // as before: a command a test runs may outlive its thread
+  for (int fd : inherit) c.pass_fds.emplace_back(fd, fd);
+  auto spawned = SpawnChild(c);
+  if (!spawned.ok()) {
+    // As a shell reports a program it cannot run.
     r.exit_code = 127;
-    r.err = "pipe failed";
+    r.err = "exec " + (argv.empty() ? std::string() : argv[0]) + ": " + spawned.status().message() + "\n";
     return r;
   }
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(out_pipe[1], 1);
-    dup2(err_pipe[1], 2);
-    if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(127);
-    for (int fd : inherit) fcntl(fd, F_SETFD, 0);
-    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
-    std::string msg = std::string("exec ") + argv[0] + ": " + std::strerror(errno) + "\n";
-    (void)!write(2, msg.data(), msg.size());
-    _exit(127);
-  }
-  close(out_pipe[1]);
-  close(err_pipe[1]);
+  const pid_t pid = spawned->pid;
+  int out_pipe[2] = {spawned->out_fd, -1}, err_pipe[2] = {spawned->err_fd, -1};
   pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
   std::string* sinks[2] = {&r.out, &r.err};
   int open_fds = 2;
@@ -66,10 +60,7 @@ RunResult Run(const std::vector<std::string>& argv, const std::map<std::string, 
       }
     }
   }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.exit_code = WaitForExit(pid);
   return r;
 }
 

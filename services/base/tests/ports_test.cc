@@ -89,19 +89,16 @@ TEST(InheritedListener, UnsetIsNoneAndGarbageIsInvalid) {
 // The launcher's side and the child's side, across a real fork and exec:
 // the child (sh) sees fd 3 open and TFJOB_LISTEN_FD=3, and a listener
 // adopted from it has the launcher's port.
-TEST(PassToChild, TheChildFindsTheSocketAtFdThree) {
+TEST(PassListenerToChild, TheChildFindsTheSocketAtFdThree) {
   auto s = ListeningSocket::Listen("127.0.0.1", 0);
   ASSERT_TRUE(s.ok()) << s.status();
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    if (!PassToChild(s->fd())) _exit(3);
-    execl("/bin/sh", "sh", "-c", "test \"$TFJOB_LISTEN_FD\" = 3 && test -e /proc/self/fd/3", static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  ChildOptions c;
+  c.argv = {"/bin/sh", "-c", "test \"$TFJOB_LISTEN_FD\" = 3 && test -e /proc/self/fd/3"};
+  c.output = ChildOptions::Output::kInherit;
+  PassListenerToChild(s->fd(), c);
+  auto child = SpawnChild(c);
+  ASSERT_TRUE(child.ok()) << child.status();
+  EXPECT_EQ(WaitForExit(child->pid), 0);
 
   // In this process: adopt a duplicate as a child would adopt fd 3.
   const int dup = ::dup(s->fd());
