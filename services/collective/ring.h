@@ -21,20 +21,24 @@
 // closes): UNAVAILABLE naming it. Whoever fails first sends ABORT both ways
 // round the ring with the cause, so every member reports the same one.
 //
-// Ownership: owns both connections and the keepalive thread. Thread-safety:
-// one operation at a time; Abort may be called from any thread. Failure: see
-// communicator.h; after a failed operation the caller's tensors hold
-// unspecified values.
+// The pieces: ring_plan.h says which chunk goes where in which step (pure);
+// ring_link.h moves frames, keeps the link alive and aborts; ring.cc runs one
+// operation's plan over the link, a send cursor and a receive cursor
+// advanced from one poll loop.
+//
+// Ownership: owns its RingLink (both connections and the keepalive thread).
+// Thread-safety: one operation at a time; Abort and error may be called from
+// any thread. Failure: see communicator.h; after a failed operation the
+// caller's tensors hold unspecified values.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
-#include <mutex>
+#include <cstdint>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "services/collective/communicator.h"
+#include "services/collective/ring_link.h"
+#include "services/collective/ring_plan.h"
 #include "services/net/net.h"
 
 namespace tfjob::collective {
@@ -72,60 +76,31 @@ class RingCommunicator final : public Communicator {
   Status error() const;
 
  private:
-  struct Piece {
-    std::byte* data = nullptr;
-    size_t bytes = 0;
-    bool reduce = false;  // recv: sum float32 into data instead of copying
-  };
-  struct Plan {
-    std::vector<Piece> sends;
-    std::vector<int> send_after;  // index of the recv each send waits for, or -1
-    std::vector<Piece> recvs;
-  };
-
+  const Peer& self() const { return members_[static_cast<size_t>(rank_)]; }
   const Peer& next() const { return members_[static_cast<size_t>((rank_ + 1) % size())]; }
   const Peer& prev() const { return members_[static_cast<size_t>((rank_ + size() - 1) % size())]; }
+  RingPosition position() const { return {rank_, size(), options_.chunk_bytes}; }
 
   // Runs one operation: exchanges descriptors with the neighbours, then the
   // plan's pieces. Fails (and aborts the ring) on any error.
   Status Execute(const std::string& op, uint32_t dtype, uint64_t count, int64_t root, std::span<Tensor* const> shapes,
-                 const Plan& plan);
-  Status ExecuteLocked(const std::string& descriptor, const std::string& shapes_text, const Plan& plan);
+                 const RingPlan& plan);
+  // The poll loop of one operation: `descriptor` (a serialized
+  // proto::OpDescriptor) goes first and must match prev's, then the plan.
+  Status RunPlan(const std::string& descriptor, const RingPlan& plan);
   Status Fail(const Status& s);
-  Status ReadReverse();
 
-  void AppendAllReducePlan(float* data, int64_t count, Plan& plan) const;
-  void AppendAllGatherPlan(std::byte* out, size_t block_bytes, Plan& plan) const;
-  void AppendBroadcastPlan(std::byte* data, size_t bytes, int root, Plan& plan) const;
   Status ReduceBuffer(float* data, int64_t count, std::span<Tensor* const> shapes);
   Status BroadcastBuffer(std::byte* data, size_t bytes, int root, std::span<Tensor* const> shapes);
-
-  void KeepaliveLoop();
 
   const int rank_;
   const std::vector<Peer> members_;
   const int64_t generation_;
-  net::Fd to_next_, from_prev_;
   const Options options_;
   uint64_t sequence_ = 0;
   std::vector<std::byte> staging_;  // one received chunk being summed
   std::vector<std::byte> bucket_;   // small tensors packed together
-
-  // The send link is shared with the keepalive thread.
-  std::mutex send_mu_;
-  bool frame_open_ = false;  // the op thread is part way through a frame
-  std::string pending_;      // the tail of a keepalive that did not fit
-  net::Clock::time_point last_send_;
-  size_t open_frame_left_ = 0;  // bytes of the open frame not yet written
-
-  mutable std::mutex error_mu_;
-  Status error_;
-  std::atomic<bool> failed_{false};
-
-  std::mutex stop_mu_;
-  std::condition_variable stop_cv_;
-  bool stop_ = false;
-  std::thread keepalive_;
+  RingLink link_;
 };
 
 }  // namespace tfjob::collective
