@@ -97,17 +97,17 @@ Group::Group(std::vector<Peer> members, int rank, Options options, net::Listener
 Group::~Group() {
   comm_.reset();
   {
-    std::lock_guard g(mu_);
+    MutexLock l(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (acceptor_.joinable()) acceptor_.join();
 }
 
 void Group::AcceptLoop() {
   while (true) {
     {
-      std::lock_guard g(mu_);
+      MutexLock l(mu_);
       if (stop_) return;
     }
     pollfd p{listener_.fd.get(), POLLIN, 0};
@@ -150,16 +150,16 @@ void Group::HandleConnection(net::Fd fd) {
       (void)net::SendMessage(fd, m, Clock::now() + kHelloTimeout, "");
       return;
     }
-    std::lock_guard g(mu_);
+    MutexLock l(mu_);
     Join& j = joins_[hello.rank()];
     j = Join{std::move(fd), hello.rank(), hello.generation(), hello.step(), hello.incarnation()};
-    cv_.notify_all();
+    cv_.NotifyAll();
     return;
   }
   if (hello.kind() == proto::CollectiveHello::LINK && same_group && authentic) {
-    std::lock_guard g(mu_);
+    MutexLock l(mu_);
     links_[{hello.generation(), hello.rank()}] = std::move(fd);
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
 }
 
@@ -188,7 +188,7 @@ StatusOr<Group::Formation> Group::Form(int64_t step) {
 }
 
 StatusOr<Group::Formation> Group::Lead(int64_t step, Clock::time_point deadline) {
-  std::unique_lock lk(mu_);
+  MutexLock l(mu_);
   joins_[0] = Join{net::Fd(), 0, generation_, step, incarnation_};
   auto last_waiting = Clock::time_point{};
   size_t told = 0;
@@ -230,7 +230,7 @@ StatusOr<Group::Formation> Group::Lead(int64_t step, Clock::time_point deadline)
       }
       last_waiting = now;
     }
-    cv_.wait_for(lk, std::chrono::milliseconds(50));
+    cv_.WaitFor(l, std::chrono::milliseconds(50));
   }
   Formation f;
   int64_t newest = 0;
@@ -320,7 +320,7 @@ StatusOr<std::unique_ptr<RingCommunicator>> Group::Connect(int64_t generation, C
   const uint32_t prev_rank = static_cast<uint32_t>((rank_ + n - 1) % n);
   // Links of the previous generation are dead.
   {
-    std::lock_guard g(mu_);
+    MutexLock l(mu_);
     for (auto it = links_.begin(); it != links_.end();) {
       it = it->first.first < generation ? links_.erase(it) : std::next(it);
     }
@@ -342,9 +342,9 @@ StatusOr<std::unique_ptr<RingCommunicator>> Group::Connect(int64_t generation, C
   RETURN_IF_ERROR(net::SendMessage(to_next, hello, deadline, next.Describe()));
   net::Fd from_prev;
   {
-    std::unique_lock lk(mu_);
+    MutexLock l(mu_);
     const auto key = std::make_pair(generation, prev_rank);
-    if (!cv_.wait_until(lk, deadline, [&] { return links_.count(key) > 0; })) {
+    if (!cv_.WaitUntil(l, deadline, [&]() TFJOB_REQUIRES(mu_) { return links_.count(key) > 0; })) {
       return Unavailable("collective: " + members_[prev_rank].Describe() + " did not connect for generation " +
                          std::to_string(generation) + " within " + Seconds(options_.timeout) + " s");
     }

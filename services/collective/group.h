@@ -17,21 +17,21 @@
 // Ownership: the Group owns its listening socket, a thread accepting
 // connections on it, and the current generation's communicator.
 // Thread-safety: Form and comm() from one thread; the acceptor runs on its
-// own. Failure: Form fails after Options::rendezvous_timeout with an error
-// naming the member that never came (DEADLINE_EXCEEDED), or the leader that
-// could not be reached (UNAVAILABLE); members started from different
-// cluster specs are refused (INVALID_ARGUMENT).
+// own and hands joins and links to Form under mu_. Failure: Form fails
+// after Options::rendezvous_timeout with an error naming the member that
+// never came (DEADLINE_EXCEEDED), or the leader that could not be reached
+// (UNAVAILABLE); members started from different cluster specs are refused
+// (INVALID_ARGUMENT).
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "services/cluster/cluster.h"
 #include "services/collective/communicator.h"
@@ -67,7 +67,7 @@ class Group {
   // Forms the group (again): see above. `step` is how many training steps
   // this member's state has completed. The previous generation's
   // communicator is closed first (its neighbours are told).
-  StatusOr<Formation> Form(int64_t step);
+  StatusOr<Formation> Form(int64_t step) TFJOB_EXCLUDES(mu_);
 
   // The current generation's communicator; null before the first Form.
   Communicator* comm() { return comm_.get(); }
@@ -88,11 +88,12 @@ class Group {
     uint64_t incarnation = 0;
   };
 
-  void AcceptLoop();
-  void HandleConnection(net::Fd fd);
-  StatusOr<Formation> Lead(int64_t step, net::Clock::time_point deadline);
+  void AcceptLoop() TFJOB_EXCLUDES(mu_);
+  void HandleConnection(net::Fd fd) TFJOB_EXCLUDES(mu_);
+  StatusOr<Formation> Lead(int64_t step, net::Clock::time_point deadline) TFJOB_EXCLUDES(mu_);
   StatusOr<Formation> Follow(int64_t step, net::Clock::time_point deadline);
-  StatusOr<std::unique_ptr<RingCommunicator>> Connect(int64_t generation, net::Clock::time_point deadline);
+  StatusOr<std::unique_ptr<RingCommunicator>> Connect(int64_t generation, net::Clock::time_point deadline)
+      TFJOB_EXCLUDES(mu_);
   std::string Names(const std::vector<int>& ranks) const;
 
   const std::vector<Peer> members_;
@@ -105,11 +106,12 @@ class Group {
   int64_t generation_ = 0;  // the last one this member was part of
   std::unique_ptr<RingCommunicator> comm_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::map<uint32_t, Join> joins_;                         // leader: by rank
-  std::map<std::pair<int64_t, uint32_t>, net::Fd> links_;  // (generation, from rank)
+  // What the acceptor thread hands to Form.
+  Mutex mu_;
+  CondVar cv_;
+  bool stop_ TFJOB_GUARDED_BY(mu_) = false;
+  std::map<uint32_t, Join> joins_ TFJOB_GUARDED_BY(mu_);                         // leader: by rank
+  std::map<std::pair<int64_t, uint32_t>, net::Fd> links_ TFJOB_GUARDED_BY(mu_);  // (generation, from rank)
   std::thread acceptor_;
 };
 

@@ -104,13 +104,13 @@ LocalGroup::~LocalGroup() = default;
 Communicator* LocalGroup::member(int rank) { return members_.at(static_cast<size_t>(rank)).get(); }
 
 void LocalGroup::Abort(const Status& reason) {
-  std::lock_guard g(mu_);
+  MutexLock l(mu_);
   if (error_.ok()) error_ = reason;
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 Status LocalGroup::Arrive(int rank, bool agree) {
-  std::unique_lock lk(mu_);
+  MutexLock l(mu_);
   if (!error_.ok()) return error_;
   const uint64_t phase = phase_;
   here_[static_cast<size_t>(rank)] = true;
@@ -121,11 +121,11 @@ Status LocalGroup::Arrive(int rank, bool agree) {
       if (Status s = Agree(); !s.ok()) error_ = s;
     }
     ++phase_;
-    cv_.notify_all();
+    cv_.NotifyAll();
     return error_;
   }
   const bool done =
-      cv_.wait_for(lk, options_.timeout, [&] { return phase_ != phase || !error_.ok(); });
+      cv_.WaitFor(l, options_.timeout, [&]() TFJOB_REQUIRES(mu_) { return phase_ != phase || !error_.ok(); });
   if (phase_ != phase) return error_;
   if (!error_.ok()) return error_;
   if (!done) {
@@ -135,7 +135,7 @@ Status LocalGroup::Arrive(int rank, bool agree) {
     }
     error_ = DeadlineExceeded("collective: replica " + missing + " did not reach the operation within " +
                               std::to_string(options_.timeout.count() / 1000.0).substr(0, 5) + " s");
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   return error_;
 }

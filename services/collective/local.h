@@ -14,11 +14,10 @@
 // fails every current and later operation with its reason.
 #pragma once
 
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "common/mutex.h"
 #include "services/collective/communicator.h"
 
 namespace tfjob::collective {
@@ -34,7 +33,7 @@ class LocalGroup {
   // Replica `rank`'s communicator, valid while the group lives.
   Communicator* member(int rank);
   // A replica that cannot go on calls this so the others do not wait for it.
-  void Abort(const Status& reason);
+  void Abort(const Status& reason) TFJOB_EXCLUDES(mu_);
 
  private:
   class Member;
@@ -51,21 +50,27 @@ class LocalGroup {
   // naming the missing ones after the timeout, or the abort reason. With
   // `agree`, the last to arrive checks the published calls before anyone is
   // released, so no replica reads another's call after it may have gone.
-  Status Arrive(int rank, bool agree = false);
-  // Every replica's call matches replica 0's; with the lock held.
-  Status Agree() const;
+  Status Arrive(int rank, bool agree = false) TFJOB_EXCLUDES(mu_);
+  // Every replica's call matches replica 0's. Run by the last replica to
+  // arrive, with the lock held and before the phase changes, so every other
+  // replica still waits in Arrive and its call still stands.
+  Status Agree() const TFJOB_REQUIRES(mu_);
 
   const int size_;
   const Options options_;
   std::vector<std::unique_ptr<Member>> members_;
+  // Not guarded by mu_: slot r is written by replica r alone before it
+  // arrives at a barrier, and read by the others only between that barrier
+  // and the next, which orders the accesses.
   std::vector<Call> calls_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int arrived_ = 0;
-  uint64_t phase_ = 0;
-  std::vector<bool> here_;
-  Status error_;
+  // The barrier.
+  Mutex mu_;
+  CondVar cv_;
+  int arrived_ TFJOB_GUARDED_BY(mu_) = 0;
+  uint64_t phase_ TFJOB_GUARDED_BY(mu_) = 0;
+  std::vector<bool> here_ TFJOB_GUARDED_BY(mu_);
+  Status error_ TFJOB_GUARDED_BY(mu_);
 };
 
 }  // namespace tfjob::collective
