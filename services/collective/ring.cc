@@ -132,13 +132,15 @@ struct RecvCursor {
   // A whole header has arrived: checks it and says where its payload goes;
   // false for a keepalive, which has none.
   StatusOr<bool> StartFrame() {
-    const std::string from = context.prev.Describe();
-    if ((header.type & 0xffff0000u) != wire::kFrameMagic) return DataLoss("collective: corrupt frame from " + from);
+    auto from = [&] { return context.prev.Describe(); };  // for errors only: frames are the hot path
+    if ((header.type & 0xffff0000u) != wire::kFrameMagic) return DataLoss("collective: corrupt frame from " + from());
     if (header.type == wire::kKeepalive) return false;
     if (header.type == wire::kAbort || header.type == wire::kOp) {
-      if (header.length > wire::kMaxControlPayload) return DataLoss("collective: oversized control frame from " + from);
+      if (header.length > wire::kMaxControlPayload) {
+        return DataLoss("collective: oversized control frame from " + from());
+      }
       if (header.type == wire::kOp && op_received) {
-        return InvalidArgument("collective: " + from + " started operation #" + std::to_string(context.sequence + 1) +
+        return InvalidArgument("collective: " + from() + " started operation #" + std::to_string(context.sequence + 1) +
                                " while " + context.self.Describe() + " was still receiving #" +
                                std::to_string(context.sequence) + ": the members disagree on the operation");
       }
@@ -147,11 +149,13 @@ struct RecvCursor {
       left = header.length;
       return true;
     }
-    if (header.type != wire::kData) return DataLoss("collective: unknown frame type from " + from);
-    if (!op_received || received >= plan.recvs.size()) return DataLoss("collective: unexpected data frame from " + from);
+    if (header.type != wire::kData) return DataLoss("collective: unknown frame type from " + from());
+    if (!op_received || received >= plan.recvs.size()) {
+      return DataLoss("collective: unexpected data frame from " + from());
+    }
     const RingPiece& p = plan.recvs[received];
     if (header.length != p.bytes) {
-      return InvalidArgument("collective: " + from + " sent a chunk of " + std::to_string(header.length) +
+      return InvalidArgument("collective: " + from() + " sent a chunk of " + std::to_string(header.length) +
                              " bytes where " + std::to_string(p.bytes) + " were expected");
     }
     if (p.reduce && staging.size() < p.bytes) staging.resize(p.bytes);

@@ -18,8 +18,8 @@
 // the operation away anyway).
 //
 // Liveness: while the operation's thread sends nothing, a keepalive goes out
-// every timeout/4, so a neighbour that computes between operations still
-// counts as alive.
+// every timeout/4, so that next still hears from this member while it
+// computes or writes a checkpoint between operations.
 //
 // Ownership: owns both connections and the keepalive thread; the destructor
 // stops and joins the thread, then reads (and drops) what the neighbours
@@ -28,9 +28,9 @@
 // Thread-safety: Send, Receive, ReadReverse, NextClosed and the descriptor
 // accessors are for one operation thread at a time; Fail, error and failed
 // from any thread. Failure: Send and Receive return UNAVAILABLE naming the
-// neighbour whose connection failed or closed; ReadReverse returns the
-// neighbour's ABORT as a Status; the first Status given to Fail is error()
-// from then on.
+// neighbour whose connection failed or closed; ReadReverse returns next's
+// ABORT as a Status (UNAVAILABLE if next closed instead, DATA_LOSS for any
+// other frame); the first Status given to Fail is error() from then on.
 #pragma once
 
 #include <atomic>

@@ -34,8 +34,8 @@ RingPlan AllReducePlan(const RingPosition& at, float* data, int64_t count) {
     std::vector<RingPiece> out;
     const int64_t begin = off[static_cast<size_t>(seg)], end = off[static_cast<size_t>(seg) + 1];
     for (int64_t o = begin; o < end; o += chunk) {
-      out.push_back({reinterpret_cast<std::byte*>(data + o), static_cast<size_t>(std::min(chunk, end - o)) * sizeof(float),
-                     reduce});
+      const size_t bytes = static_cast<size_t>(std::min(chunk, end - o)) * sizeof(float);
+      out.push_back({reinterpret_cast<std::byte*>(data + o), bytes, reduce});
     }
     return out;
   };

@@ -181,7 +181,9 @@ TEST(RingPlanTest, BroadcastFlowsFromTheRootAroundTheRingOnce) {
     std::iota(reinterpret_cast<unsigned char*>(data[static_cast<size_t>(root)].data()),
               reinterpret_cast<unsigned char*>(data[static_cast<size_t>(root)].data()) + 1000, 0);
     std::vector<RingPlan> plans;
-    for (int r = 0; r < n; ++r) plans.push_back(BroadcastPlan({r, n, 256}, data[static_cast<size_t>(r)].data(), 1000, root));
+    for (int r = 0; r < n; ++r) {
+      plans.push_back(BroadcastPlan({r, n, 256}, data[static_cast<size_t>(r)].data(), 1000, root));
+    }
     const RingPlan& first = plans[static_cast<size_t>(root)];
     const RingPlan& last = plans[static_cast<size_t>((root + n - 1) % n)];
     EXPECT_TRUE(first.recvs.empty()) << "the root receives nothing";
@@ -191,7 +193,9 @@ TEST(RingPlanTest, BroadcastFlowsFromTheRootAroundTheRingOnce) {
     const RingPlan& middle = plans[static_cast<size_t>((root + 1) % n)];
     for (size_t c = 0; c < middle.sends.size(); ++c) EXPECT_EQ(middle.send_after[c], static_cast<int>(c));
     RunRing(plans);
-    for (int r = 0; r < n; ++r) EXPECT_EQ(data[static_cast<size_t>(r)], data[static_cast<size_t>(root)]) << "member " << r;
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(data[static_cast<size_t>(r)], data[static_cast<size_t>(root)]) << "member " << r;
+    }
   }
 }
 
