@@ -1,10 +1,19 @@
 // tfjob-operator: watches TFJobs and runs them as pods and services.
+//
+// main is the steps below, in the order they always ran: the command line
+// into Options, the API clients, the controller, leader election, the
+// metrics and health servers, then the controller until a signal (or lost
+// leadership) stops it. Every failure is a message on stderr and exit code
+// 2 (a bad flag, a missing file or API) or 1 (anything else); see Fail.
 #include <malloc.h>
 
+#include <chrono>
 #include <csignal>
 #include <fstream>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include <unistd.h>
@@ -46,9 +55,7 @@ std::string PodNamespace() {
   return ns;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+void TuneMalloc() {
   // Two malloc arenas, not glibc's 8 per core: the informers, workers and
   // HTTP threads would each keep an arena of freed watch-event buffers,
   // which at 10,000 cached pods was most of the operator's resident memory
@@ -60,9 +67,29 @@ int main(int argc, char** argv) {
   // rise to the largest one seen and put the next ones on the heap.
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);
   mallopt(M_TRIM_THRESHOLD, 512 * 1024);
-  // Before any library starts threads: SIGTERM/SIGINT become an orderly stop.
-  SignalWatcher signals;
+}
 
+// The command line, checked and typed, with the environment's fallbacks
+// ($KUBECONFIG, $CUSTOM_CLUSTER_DOMAIN) applied.
+struct Options {
+  std::string kubeconfig, context, ns;
+  int workers = 0;
+  double qps = 0;
+  int burst = 0;
+  bool task_auth = false, task_tls = false, network_policy = false;
+  std::string cluster_domain, gang_scheduler;
+  std::string metrics_address, health_address;
+  bool leader_elect = false;
+  std::string leader_election_namespace;
+  // The Lease timings are read with the rest but, as before the split, a
+  // bad one is reported only under --leader-elect and only after the
+  // clients and the controller were built: the first error, in
+  // lease / renew / retry order.
+  Status leader_timing_error;
+  std::chrono::milliseconds lease_duration{}, renew_deadline{}, retry_period{};
+};
+
+Flags DeclareFlags() {
   Flags flags;
   flags.Value("kubeconfig", "kubeconfig file (default $KUBECONFIG, else in-cluster)")
       .Value("context", "kubeconfig context (default: current)")
@@ -85,6 +112,38 @@ int main(int argc, char** argv) {
       .Value("gang-scheduler-name", "gang scheduling, as Kubeflow's: volcano (scheduling.volcano.sh/v1beta1 PodGroups), "
                                     "or the scheduler-plugins scheduler's name, e.g. scheduler-plugins "
                                     "(scheduling.x-k8s.io/v1alpha1 PodGroups); empty: off");
+  return flags;
+}
+
+StatusOr<bool> TrueOrFalse(const Flags& flags, const std::string& name) {
+  const std::string v = flags.Get(name);
+  if (v == "true") return true;
+  if (v == "false") return false;
+  return InvalidArgument("flag --" + name + ": \"" + v + "\" is not true or false");
+}
+
+// Seconds (fractions allowed) to milliseconds; renew deadline and retry
+// period default to client-go's 10 s and 2 s of 15 s, scaled to the lease.
+Status ReadLeaderTimings(const Flags& flags, Options& o) {
+  auto seconds = [&](const std::string& name, double fallback) -> StatusOr<std::chrono::milliseconds> {
+    double v = fallback;
+    if (!flags.Get(name).empty()) {
+      ASSIGN_OR_RETURN(v, flags.GetDouble(name));
+    }
+    if (!(v > 0) || v > 1e6) return InvalidArgument("flag --" + name + ": must be a positive number of seconds");
+    return std::chrono::milliseconds(static_cast<int64_t>(v * 1000));
+  };
+  ASSIGN_OR_RETURN(o.lease_duration, seconds("leader-election-lease-duration", 15));
+  const double lease_s = static_cast<double>(o.lease_duration.count()) / 1000;
+  ASSIGN_OR_RETURN(o.renew_deadline, seconds("leader-election-renew-deadline", lease_s * 2 / 3));
+  ASSIGN_OR_RETURN(o.retry_period, seconds("leader-election-retry-period", lease_s * 2 / 15));
+  return Status::Ok();
+}
+
+// Reads the command line into *o. Returns the exit code when the process
+// ends here: 0 after --help or --version, Fail's code for a bad flag.
+std::optional<int> ParseCommandLine(int argc, char** argv, Options& o) {
+  Flags flags = DeclareFlags();
   const std::string usage = "usage: tfjob-operator [flags]\n" + flags.Usage();
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -108,17 +167,11 @@ int main(int argc, char** argv) {
   if (!workers.ok()) return Fail(workers.status());
   if (!qps.ok()) return Fail(qps.status());
   if (!burst.ok()) return Fail(burst.status());
-  auto boolean = [&](const std::string& name) -> StatusOr<bool> {
-    const std::string v = flags.Get(name);
-    if (v == "true") return true;
-    if (v == "false") return false;
-    return InvalidArgument("flag --" + name + ": \"" + v + "\" is not true or false");
-  };
-  auto task_auth = boolean("task-auth");
+  auto task_auth = TrueOrFalse(flags, "task-auth");
   if (!task_auth.ok()) return Fail(task_auth.status());
-  auto network_policy = boolean("network-policy");
+  auto network_policy = TrueOrFalse(flags, "network-policy");
   if (!network_policy.ok()) return Fail(network_policy.status());
-  auto task_tls = boolean("task-tls");
+  auto task_tls = TrueOrFalse(flags, "task-tls");
   if (!task_tls.ok()) return Fail(task_tls.status());
   // The TLS material lives in the task-auth Secret, and a job whose tasks
   // check certificates but not tokens is not a configuration to offer.
@@ -126,153 +179,175 @@ int main(int argc, char** argv) {
     return Fail(InvalidArgument("flag --task-tls=true needs --task-auth=true (the job's TLS material is kept in its "
                                 "task-auth Secret)"));
   }
+  o.workers = static_cast<int>(*workers);
+  o.qps = *qps;
+  o.burst = static_cast<int>(*burst);
+  o.task_auth = *task_auth;
+  o.task_tls = *task_tls;
+  o.network_policy = *network_policy;
+  o.kubeconfig = flags.Get("kubeconfig");
+  if (o.kubeconfig.empty()) o.kubeconfig = Getenv("KUBECONFIG").value_or("");
+  o.context = flags.Get("context");
+  o.ns = flags.Get("namespace");
+  // Kubeflow's training-operator reads CUSTOM_CLUSTER_DOMAIN; the flag wins.
+  o.cluster_domain = flags.Get("cluster-domain");
+  if (o.cluster_domain.empty()) o.cluster_domain = Getenv("CUSTOM_CLUSTER_DOMAIN").value_or("");
+  o.gang_scheduler = flags.Get("gang-scheduler-name");
+  o.metrics_address = flags.Get("metrics-bind-address");
+  o.health_address = flags.Get("health-probe-bind-address");
+  o.leader_elect = flags.GetBool("leader-elect");
+  o.leader_election_namespace = flags.Get("leader-election-namespace");
+  if (o.leader_elect) o.leader_timing_error = ReadLeaderTimings(flags, o);
+  return std::nullopt;
+}
 
-  std::string kubeconfig = flags.Get("kubeconfig");
-  if (kubeconfig.empty()) kubeconfig = Getenv("KUBECONFIG").value_or("");
-  auto config = kubeconfig.empty() ? kube::InClusterConfig(Getenv) : kube::LoadKubeconfig(kubeconfig, flags.Get("context"));
-  if (!config.ok()) return Fail(config.status());
-  prometheus::Registry registry;
+// The controller's client (also the Lease's) and the events' own.
+struct Clients {
+  std::unique_ptr<kube::RestClient> api;
+  // Events go through a client of their own, with its own token bucket, off
+  // the reconcile path (controller-runtime's event recorder has its own
+  // clientset): a job's creation events never delay its pods.
+  std::unique_ptr<kube::RestClient> events;
+};
+
+// Both clients count their requests in the registry's
+// rest_client_requests_total, which must outlive them.
+StatusOr<Clients> BuildClients(const kube::ClusterConfig& config, const Options& o, prometheus::Registry& registry) {
   // client-go's rest_client_requests_total{code,method,host}.
   auto& rest_requests = prometheus::BuildCounter()
                             .Name("rest_client_requests_total")
                             .Help("Number of HTTP requests, partitioned by status code, method, and host.")
                             .Register(registry);
   const std::string host = [&] {
-    std::string h = config->server.substr(config->server.find("://") == std::string::npos ? 0 : config->server.find("://") + 3);
+    std::string h = config.server.substr(config.server.find("://") == std::string::npos ? 0 : config.server.find("://") + 3);
     return h.substr(0, h.find('/'));
   }();
   kube::RestOptions ro;
-  ro.qps = *qps;
-  ro.burst = static_cast<int>(*burst);
+  ro.qps = o.qps;
+  ro.burst = o.burst;
   ro.on_response = [&rest_requests, host](const std::string& method, const std::string& code) {
     rest_requests.Add({{"code", code}, {"method", method}, {"host", host}}).Increment();
   };
-  auto client = kube::RestClient::Create(*config, ro);
-  if (!client.ok()) return Fail(client.status());
-  // Events go through a client of their own, with its own token bucket, off
-  // the reconcile path (controller-runtime's event recorder has its own
-  // clientset): a job's creation events never delay its pods.
-  auto event_client = kube::RestClient::Create(*config, ro);
-  if (!event_client.ok()) return Fail(event_client.status());
-  kube::EventSink events(**event_client, &std::cerr);
+  Clients c;
+  ASSIGN_OR_RETURN(c.api, kube::RestClient::Create(config, ro));
+  ASSIGN_OR_RETURN(c.events, kube::RestClient::Create(config, ro));
+  return c;
+}
 
-  base::ProcessMetrics process(registry);
-  auto& api_requests = prometheus::BuildGauge()
-                           .Name("tfjob_operator_api_requests")
-                           .Help("Kubernetes API requests sent")
-                           .Register(registry)
-                           .Add({});
-  auto& leader_gauge =
-      prometheus::BuildGauge().Name("tfjob_operator_leader").Help("1 while this replica leads").Register(registry).Add({});
+// INVALID_ARGUMENT when --gang-scheduler-name names a scheduler whose
+// PodGroup CRD the API server does not serve.
+StatusOr<op::controller::ControllerOptions> ControllerOptionsFor(const Options& o, kube::Client& client,
+                                                                 kube::EventSink* events) {
   op::controller::ControllerOptions co;
-  co.ns = flags.Get("namespace");
-  co.workers = static_cast<int>(*workers);
-  co.events = &events;
-  // Kubeflow's training-operator reads CUSTOM_CLUSTER_DOMAIN; the flag wins.
-  co.planner.cluster_domain = flags.Get("cluster-domain");
-  if (co.planner.cluster_domain.empty()) co.planner.cluster_domain = Getenv("CUSTOM_CLUSTER_DOMAIN").value_or("");
-  co.planner.task_auth = *task_auth;
-  co.planner.task_tls = *task_tls;
-  co.planner.gang_scheduler = flags.Get("gang-scheduler-name");
+  co.ns = o.ns;
+  co.workers = o.workers;
+  co.events = events;
+  co.planner.cluster_domain = o.cluster_domain;
+  co.planner.task_auth = o.task_auth;
+  co.planner.task_tls = o.task_tls;
+  co.planner.gang_scheduler = o.gang_scheduler;
   if (!co.planner.gang_scheduler.empty()) {
     // Said at start-up rather than as an informer that never syncs: the
     // scheduler's PodGroup CRD must be installed.
     const auto r = op::controller::PodGroupResourceFor(co.planner.gang_scheduler);
     kube::ListOptions one;
     one.limit = 1;
-    Status served = (*client)->List({r.group, r.version, "podgroups"}, co.ns, one).status();
+    Status served = client.List({r.group, r.version, "podgroups"}, co.ns, one).status();
     if (served.code() == Code::kNotFound) {
-      return Fail(InvalidArgument("flag --gang-scheduler-name " + co.planner.gang_scheduler + ": the API server does not serve " +
-                                  r.group + "/" + r.version + " podgroups; install the scheduler's CRDs"));
+      return InvalidArgument("flag --gang-scheduler-name " + co.planner.gang_scheduler + ": the API server does not serve " +
+                             r.group + "/" + r.version + " podgroups; install the scheduler's CRDs");
     }
   }
-  co.planner.network_policy = *network_policy;
-  op::controller::Controller controller(**client, co, registry);
+  co.planner.network_policy = o.network_policy;
+  return co;
+}
 
-  const std::atomic<bool>& stop = signals.stop();
-
-  std::optional<op::LeaderElector> elector;
-  if (flags.GetBool("leader-elect")) {
-    char hostname[256] = {};
-    gethostname(hostname, sizeof hostname - 1);
-    op::LeaderOptions lo;
-    // controller-runtime's default: the operator's own namespace.
-    lo.ns = flags.Get("leader-election-namespace");
-    if (lo.ns.empty()) lo.ns = PodNamespace();
-    if (lo.ns.empty()) lo.ns = co.ns;
-    if (lo.ns.empty()) {
-      return Fail(InvalidArgument("flag --leader-elect: give --leader-election-namespace (outside a pod there is no "
-                                  "namespace of the operator's own to keep the Lease in)"));
-    }
-    lo.identity = std::string(hostname) + "_" + std::to_string(getpid());
-    lo.log = &std::cerr;
-    // client-go's leader_election_master_status{name}.
-    auto& master = prometheus::BuildGauge()
-                       .Name("leader_election_master_status")
-                       .Help("Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 "
-                             "indicates master. 'name' is the string used to identify the lease. Please make sure to "
-                             "group by name.")
-                       .Register(registry)
-                       .Add({{"name", lo.name}});
-    lo.on_started_leading = [&master] { master.Set(1); };
-    lo.on_stopped_leading = [&master] { master.Set(0); };
-    // Seconds (fractions allowed) to milliseconds; renew deadline and retry
-    // period default to client-go's 10 s and 2 s of 15 s, scaled to the lease.
-    auto seconds = [&](const std::string& name, double fallback) -> StatusOr<std::chrono::milliseconds> {
-      double v = fallback;
-      if (!flags.Get(name).empty()) {
-        ASSIGN_OR_RETURN(v, flags.GetDouble(name));
-      }
-      if (!(v > 0) || v > 1e6) return InvalidArgument("flag --" + name + ": must be a positive number of seconds");
-      return std::chrono::milliseconds(static_cast<int64_t>(v * 1000));
-    };
-    auto lease = seconds("leader-election-lease-duration", 15);
-    if (!lease.ok()) return Fail(lease.status());
-    const double lease_s = static_cast<double>(lease->count()) / 1000;
-    auto renew = seconds("leader-election-renew-deadline", lease_s * 2 / 3);
-    if (!renew.ok()) return Fail(renew.status());
-    auto retry = seconds("leader-election-retry-period", lease_s * 2 / 15);
-    if (!retry.ok()) return Fail(retry.status());
-    lo.lease_duration = *lease;
-    lo.renew_deadline = *renew;
-    lo.retry_period = *retry;
-    if (Status s = ValidateLeaderOptions(lo); !s.ok()) return Fail(s);
-    elector.emplace(**client, lo);
+// The Lease's settings under --leader-elect; registers client-go's
+// leader_election_master_status in `registry`, which the callbacks set.
+StatusOr<op::LeaderOptions> LeaderOptionsFor(const Options& o, prometheus::Registry& registry) {
+  char hostname[256] = {};
+  gethostname(hostname, sizeof hostname - 1);
+  op::LeaderOptions lo;
+  // controller-runtime's default: the operator's own namespace.
+  lo.ns = o.leader_election_namespace;
+  if (lo.ns.empty()) lo.ns = PodNamespace();
+  if (lo.ns.empty()) lo.ns = o.ns;
+  if (lo.ns.empty()) {
+    return InvalidArgument("flag --leader-elect: give --leader-election-namespace (outside a pod there is no "
+                           "namespace of the operator's own to keep the Lease in)");
   }
+  lo.identity = std::string(hostname) + "_" + std::to_string(getpid());
+  lo.log = &std::cerr;
+  // client-go's leader_election_master_status{name}.
+  auto& master = prometheus::BuildGauge()
+                     .Name("leader_election_master_status")
+                     .Help("Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 "
+                           "indicates master. 'name' is the string used to identify the lease. Please make sure to "
+                           "group by name.")
+                     .Register(registry)
+                     .Add({{"name", lo.name}});
+  lo.on_started_leading = [&master] { master.Set(1); };
+  lo.on_stopped_leading = [&master] { master.Set(0); };
+  RETURN_IF_ERROR(o.leader_timing_error);
+  lo.lease_duration = o.lease_duration;
+  lo.renew_deadline = o.renew_deadline;
+  lo.retry_period = o.retry_period;
+  RETURN_IF_ERROR(ValidateLeaderOptions(lo));
+  return lo;
+}
+
+// The /metrics and the /healthz + /readyz servers. Their handlers hold
+// references to everything passed in, so the servers must go first.
+struct Servers {
+  std::unique_ptr<base::HttpServer> metrics, health;
+};
+
+StatusOr<Servers> StartServing(const Options& o, const prometheus::Registry& registry, const Clients& clients,
+                               base::ProcessMetrics& process, prometheus::Gauge& api_requests,
+                               op::controller::Controller& controller, const std::optional<op::LeaderElector>& elector) {
   using base::HttpResponse;
-  auto metrics_http = base::HttpServer::Start(
-      flags.Get("metrics-bind-address"),
+  Servers s;
+  auto metrics = base::HttpServer::Start(
+      o.metrics_address,
       {{"/metrics", base::MetricsHandler(registry, [&] {
-         api_requests.Set(static_cast<double>((*client)->requests() + (*event_client)->requests()));
+         api_requests.Set(static_cast<double>(clients.api->requests() + clients.events->requests()));
          process.Refresh();
          controller.RefreshMetrics();
        })}});
-  if (!metrics_http.ok()) return Fail(metrics_http.status().WithContext("flag --metrics-bind-address"));
-  auto health_http = base::HttpServer::Start(
-      flags.Get("health-probe-bind-address"),
+  if (!metrics.ok()) return metrics.status().WithContext("flag --metrics-bind-address");
+  s.metrics = std::move(*metrics);
+  auto health = base::HttpServer::Start(
+      o.health_address,
       {{"/healthz", [] { return HttpResponse{200, "ok\n"}; }},
        {"/readyz", [&] {
           // A standby replica (not leading) is ready: it can take over.
           const bool ready = (elector && !elector->IsLeader()) || controller.Ready();
           return ready ? HttpResponse{200, "ok\n"} : HttpResponse{503, "caches not synced\n"};
         }}});
-  if (!health_http.ok()) return Fail(health_http.status().WithContext("flag --health-probe-bind-address"));
-  std::cout << "tfjob-operator: metrics on :" << (*metrics_http)->port() << ", health probes on :"
-            << (*health_http)->port() << std::endl;
+  if (!health.ok()) return health.status().WithContext("flag --health-probe-bind-address");
+  s.health = std::move(*health);
+  return s;
+}
 
+// Leadership (when elected), then the controller until `stop` or lost
+// leadership; then the orderly shutdown. Returns the exit code: 0, or 1
+// when leadership was lost.
+int RunUntilStopped(const Options& o, const std::string& server, const std::atomic<bool>& stop,
+                    op::controller::Controller& controller, std::optional<op::LeaderElector>& elector,
+                    prometheus::Gauge& leader_gauge, Servers& servers) {
   if (elector) {
     std::cout << "tfjob-operator: waiting for leadership" << std::endl;
     if (!elector->Acquire(stop)) return 0;
     leader_gauge.Set(1);
   }
-  std::cout << "tfjob-operator: watching " << (co.ns.empty() ? std::string("all namespaces") : "namespace " + co.ns)
-            << " on " << config->server << std::endl;
+  std::cout << "tfjob-operator: watching " << (o.ns.empty() ? std::string("all namespaces") : "namespace " + o.ns)
+            << " on " << server << std::endl;
   controller.Start();
   // Every few seconds, freed heap pages go back to the kernel (glibc only
   // gives back the top of a heap by itself): after a burst of watch events
   // the parsed objects are gone but their pages would stay resident
   // (docs/operations.md).
-  // A jthread: asked to stop and joined on every way out of main.
+  // A jthread: asked to stop and joined on every way out of this function.
   std::jthread trimmer([&stop](std::stop_token done) {
     for (int tick = 1; !stop && !done.stop_requested(); ++tick) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -287,12 +362,55 @@ int main(int argc, char** argv) {
   }
   controller.Stop();
   if (elector) elector->Release();
-  metrics_http->reset();
-  health_http->reset();
+  servers.metrics.reset();
+  servers.health.reset();
   if (lost) {
     std::cerr << "tfjob-operator: lost leadership; exiting" << std::endl;
     return 1;
   }
   std::cout << "tfjob-operator: shut down" << std::endl;
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  TuneMalloc();
+  // Before any library starts threads: SIGTERM/SIGINT become an orderly stop.
+  SignalWatcher signals;
+
+  Options o;
+  if (std::optional<int> exit_code = ParseCommandLine(argc, argv, o)) return *exit_code;
+  auto config = o.kubeconfig.empty() ? kube::InClusterConfig(Getenv) : kube::LoadKubeconfig(o.kubeconfig, o.context);
+  if (!config.ok()) return Fail(config.status());
+  // The registry outlives everything that registers in it (declared first,
+  // destroyed last).
+  prometheus::Registry registry;
+  auto clients = BuildClients(*config, o, registry);
+  if (!clients.ok()) return Fail(clients.status());
+  kube::EventSink events(*clients->events, &std::cerr);
+
+  base::ProcessMetrics process(registry);
+  auto& api_requests = prometheus::BuildGauge()
+                           .Name("tfjob_operator_api_requests")
+                           .Help("Kubernetes API requests sent")
+                           .Register(registry)
+                           .Add({});
+  auto& leader_gauge =
+      prometheus::BuildGauge().Name("tfjob_operator_leader").Help("1 while this replica leads").Register(registry).Add({});
+  auto co = ControllerOptionsFor(o, *clients->api, &events);
+  if (!co.ok()) return Fail(co.status());
+  op::controller::Controller controller(*clients->api, *co, registry);
+
+  std::optional<op::LeaderElector> elector;
+  if (o.leader_elect) {
+    auto lo = LeaderOptionsFor(o, registry);
+    if (!lo.ok()) return Fail(lo.status());
+    elector.emplace(*clients->api, *lo);
+  }
+  auto servers = StartServing(o, registry, *clients, process, api_requests, controller, elector);
+  if (!servers.ok()) return Fail(servers.status());
+  std::cout << "tfjob-operator: metrics on :" << servers->metrics->port() << ", health probes on :"
+            << servers->health->port() << std::endl;
+  return RunUntilStopped(o, config->server, signals.stop(), controller, elector, leader_gauge, *servers);
 }
