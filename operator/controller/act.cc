@@ -91,9 +91,6 @@ void Controller::Execute(const api::TFJob& job, const Plan& plan, Status& first_
   auto note = [&](Status s) {
     if (!s.ok() && first_error.ok()) first_error = s;
   };
-  auto event = [&](const char* type, const char* reason, const std::string& message) {
-    RecordEvent(job, Event{type, reason, message});
-  };
   // The restart counts first: a restart is never carried out uncounted.
   for (const Action& a : plan.actions) {
     if (a.kind != Action::Kind::kPatchJob) continue;
@@ -106,82 +103,17 @@ void Controller::Execute(const api::TFJob& job, const Plan& plan, Status& first_
   bool secret_failed = false;  // the planner puts the Secret before the pods
   std::vector<const Action*> creates;
   for (const Action& a : plan.actions) {
-    switch (a.kind) {
-      case Action::Kind::kPatchJob: break;
-      case Action::Kind::kCreatePod:
-      case Action::Kind::kCreateService:
-        // After every other action (the Secret, the PodGroup they need):
-        // below, in slow-start batches.
-        creates.push_back(&a);
-        break;
-      case Action::Kind::kDeletePod:
-      case Action::Kind::kDeleteService: {
-        const bool pod = a.kind == Action::Kind::kDeletePod;
-        Status s = client_.Delete(pod ? kube::kPods : kube::kServices, ns, a.name);
-        if (s.ok()) {
-          event("Normal", pod ? "SuccessfulDeletePod" : "SuccessfulDeleteService",
-                std::string(pod ? "Deleted pod: " : "Deleted service: ") + a.name);
-        } else if (s.code() != Code::kNotFound) {
-          event("Warning", pod ? "FailedDeletePod" : "FailedDeleteService", "Error deleting: " + ApiMessage(s));
-          note(s);
-        }
-        break;
-      }
-      case Action::Kind::kAdoptPod:
-      case Action::Kind::kAdoptService: {
-        auto r = client_.MergePatch(a.kind == Action::Kind::kAdoptPod ? kube::kPods : kube::kServices, ns, a.name, a.object, false);
-        // Gone (or replaced: the uid precondition) is fine: nothing to adopt.
-        if (!r.ok() && r.status().code() != Code::kNotFound && r.status().code() != Code::kInvalidArgument &&
-            r.status().code() != Code::kAborted) {
-          note(r.status());
-        }
-        break;
-      }
-      case Action::Kind::kDeleteJob: {
-        Status s = client_.Delete(kube::kTFJobs, ns, a.name);
-        if (s.ok()) {
-          event("Normal", "SuccessfulDeleteJob", "Deleted job: " + a.name);
-        } else if (s.code() != Code::kNotFound) {
-          event("Warning", "FailedDeleteJob", "Error deleting: " + ApiMessage(s));
-          note(s);
-        }
-        break;
-      }
-      case Action::Kind::kCreateSecret: {
-        Status s = EnsureSecret(job, a);
-        if (!s.ok()) {
-          note(s);
-          secret_failed = true;
-        }
-        break;
-      }
-      case Action::Kind::kCreateNetworkPolicy: {
-        auto r = client_.Create(kube::kNetworkPolicies, ns, a.object);
-        if (!r.ok() && r.status().code() != Code::kAlreadyExists) note(r.status());
-        break;
-      }
-      case Action::Kind::kCreatePodGroup: {
-        auto r = client_.Create(pod_group_resource_, ns, a.object);
-        if (!r.ok() && r.status().code() != Code::kAlreadyExists) note(r.status());
-        break;
-      }
-      case Action::Kind::kUpdatePodGroup: {
-        // A 409 (the scheduler wrote in between) requeues; the next plan
-        // starts from the newer object.
-        note(client_.Update(pod_group_resource_, ns, a.object).status());
-        break;
-      }
-      case Action::Kind::kDeletePodGroup: {
-        event("Normal", "JobTerminated", "Job has been terminated. Deleting PodGroup");
-        Status s = client_.Delete(pod_group_resource_, ns, a.name);
-        if (s.ok() || s.code() == Code::kNotFound) {
-          event("Normal", "SuccessfulDeletePodGroup", "Deleted PodGroup: " + a.name);
-        } else {
-          event("Warning", "FailedDeletePodGroup", "Error deleting: " + ApiMessage(s));
-          note(s);
-        }
-        break;
-      }
+    if (a.kind == Action::Kind::kPatchJob) continue;
+    if (a.kind == Action::Kind::kCreatePod || a.kind == Action::Kind::kCreateService) {
+      // After every other action (the Secret, the PodGroup they need):
+      // below, in slow-start batches.
+      creates.push_back(&a);
+      continue;
+    }
+    Status s = ExecuteAction(job, a);
+    if (!s.ok()) {
+      note(s);
+      if (a.kind == Action::Kind::kCreateSecret) secret_failed = true;
     }
   }
   if (secret_failed) {
@@ -192,27 +124,110 @@ void Controller::Execute(const api::TFJob& job, const Plan& plan, Status& first_
                                  [](const Action* a) { return a->kind == Action::Kind::kCreatePod; }),
                   creates.end());
   }
+  CreateInBatches(job, creates, first_error);
+}
+
+Status Controller::ExecuteAction(const api::TFJob& job, const Action& a) {
+  const std::string& ns = job.metadata.namespace_;
+  auto event = [&](const char* type, const char* reason, const std::string& message) {
+    RecordEvent(job, Event{type, reason, message});
+  };
+  switch (a.kind) {
+    case Action::Kind::kPatchJob:
+    case Action::Kind::kCreatePod:
+    case Action::Kind::kCreateService:
+      return Status::Ok();  // Execute's own: before and after these
+    case Action::Kind::kDeletePod:
+    case Action::Kind::kDeleteService: {
+      const bool pod = a.kind == Action::Kind::kDeletePod;
+      Status s = client_.Delete(pod ? kube::kPods : kube::kServices, ns, a.name);
+      if (s.ok()) {
+        event("Normal", pod ? "SuccessfulDeletePod" : "SuccessfulDeleteService",
+              std::string(pod ? "Deleted pod: " : "Deleted service: ") + a.name);
+      } else if (s.code() != Code::kNotFound) {
+        event("Warning", pod ? "FailedDeletePod" : "FailedDeleteService", "Error deleting: " + ApiMessage(s));
+        return s;
+      }
+      return Status::Ok();
+    }
+    case Action::Kind::kAdoptPod:
+    case Action::Kind::kAdoptService: {
+      auto r = client_.MergePatch(a.kind == Action::Kind::kAdoptPod ? kube::kPods : kube::kServices, ns, a.name, a.object, false);
+      // Gone (or replaced: the uid precondition) is fine: nothing to adopt.
+      if (!r.ok() && r.status().code() != Code::kNotFound && r.status().code() != Code::kInvalidArgument &&
+          r.status().code() != Code::kAborted) {
+        return r.status();
+      }
+      return Status::Ok();
+    }
+    case Action::Kind::kDeleteJob: {
+      Status s = client_.Delete(kube::kTFJobs, ns, a.name);
+      if (s.ok()) {
+        event("Normal", "SuccessfulDeleteJob", "Deleted job: " + a.name);
+      } else if (s.code() != Code::kNotFound) {
+        event("Warning", "FailedDeleteJob", "Error deleting: " + ApiMessage(s));
+        return s;
+      }
+      return Status::Ok();
+    }
+    case Action::Kind::kCreateSecret:
+      return EnsureSecret(job, a);
+    case Action::Kind::kCreateNetworkPolicy: {
+      auto r = client_.Create(kube::kNetworkPolicies, ns, a.object);
+      if (!r.ok() && r.status().code() != Code::kAlreadyExists) return r.status();
+      return Status::Ok();
+    }
+    case Action::Kind::kCreatePodGroup: {
+      auto r = client_.Create(pod_group_resource_, ns, a.object);
+      if (!r.ok() && r.status().code() != Code::kAlreadyExists) return r.status();
+      return Status::Ok();
+    }
+    case Action::Kind::kUpdatePodGroup:
+      // A 409 (the scheduler wrote in between) requeues; the next plan
+      // starts from the newer object.
+      return client_.Update(pod_group_resource_, ns, a.object).status();
+    case Action::Kind::kDeletePodGroup: {
+      event("Normal", "JobTerminated", "Job has been terminated. Deleting PodGroup");
+      Status s = client_.Delete(pod_group_resource_, ns, a.name);
+      if (s.ok() || s.code() == Code::kNotFound) {
+        event("Normal", "SuccessfulDeletePodGroup", "Deleted PodGroup: " + a.name);
+        return Status::Ok();
+      }
+      event("Warning", "FailedDeletePodGroup", "Error deleting: " + ApiMessage(s));
+      return s;
+    }
+  }
+  return Status::Ok();
+}
+
+Status Controller::CreateOne(const api::TFJob& job, const Action& a) {
+  const bool pod = a.kind == Action::Kind::kCreatePod;
+  const kube::Resource& r = pod ? kube::kPods : kube::kServices;
+  auto created = client_.Create(r, job.metadata.namespace_, a.object);
+  if (created.ok()) {
+    RecordEvent(job, Event{"Normal", pod ? "SuccessfulCreatePod" : "SuccessfulCreateService",
+                           std::string(pod ? "Created pod: " : "Created service: ") + a.name});
+    return Status::Ok();
+  }
+  Status s = created.status();
+  if (s.code() == Code::kAlreadyExists) {
+    // Ours already (a stale cache) is success; an orphan is adopted (the
+    // next pass sees it owned); another owner's is an error the user must
+    // see: the index cannot be filled.
+    s = ClaimExisting(job, r, a.name);
+    if (s.ok()) return s;
+  }
+  RecordEvent(job, Event{"Warning", pod ? "FailedCreatePod" : "FailedCreateService", "Error creating: " + ApiMessage(s)});
+  return s;
+}
+
+void Controller::CreateInBatches(const api::TFJob& job, const std::vector<const Action*>& creates, Status& first_error) {
   Mutex note_mu;
   auto create = [&](const Action& a) {
-    const bool pod = a.kind == Action::Kind::kCreatePod;
-    const kube::Resource& r = pod ? kube::kPods : kube::kServices;
-    auto created = client_.Create(r, ns, a.object);
-    if (created.ok()) {
-      event("Normal", pod ? "SuccessfulCreatePod" : "SuccessfulCreateService",
-            std::string(pod ? "Created pod: " : "Created service: ") + a.name);
-      return true;
-    }
-    Status s = created.status();
-    if (s.code() == Code::kAlreadyExists) {
-      // Ours already (a stale cache) is success; an orphan is adopted (the
-      // next pass sees it owned); another owner's is an error the user must
-      // see: the index cannot be filled.
-      s = ClaimExisting(job, r, a.name);
-      if (s.ok()) return true;
-    }
-    event("Warning", pod ? "FailedCreatePod" : "FailedCreateService", "Error creating: " + ApiMessage(s));
+    Status s = CreateOne(job, a);
+    if (s.ok()) return true;
     MutexLock g(note_mu);
-    note(s);
+    if (first_error.ok()) first_error = s;
     return false;
   };
   // Services and pods as two independent sequences, side by side: a pod

@@ -77,7 +77,21 @@ class Controller {
  private:
   void Work();
   void EnqueueOwner(const nlohmann::json& obj);
+  // Carries out a plan: the restart counts first (nothing else when that
+  // fails), then the other actions in order, then the creates. The first
+  // error goes to first_error (when that is still OK); every other action
+  // is still tried. Rethrows, on the caller's thread, what a create threw.
   void Execute(const api::TFJob& job, const Plan& plan, Status& first_error);
+  // One action other than kPatchJob and the creates, with its events: the
+  // error to requeue for, OK when done (an object already gone or already
+  // there counts as done where Kubeflow counts it so).
+  Status ExecuteAction(const api::TFJob& job, const Action& a);
+  // The plan's pod and service creates: the two kinds side by side, each in
+  // slow-start batches (act.cc); the first failure goes to first_error.
+  void CreateInBatches(const api::TFJob& job, const std::vector<const Action*>& creates, Status& first_error);
+  // One pod or service create, with its event: OK when created, or found
+  // present and ours (see ClaimExisting). Called from several threads.
+  Status CreateOne(const api::TFJob& job, const Action& a);
   // The job's task-auth Secret with a token and, with task_tls, the job's
   // TLS material; an existing one keeps what it has and gets what it lacks.
   Status EnsureSecret(const api::TFJob& job, const Action& create);
