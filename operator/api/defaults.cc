@@ -42,7 +42,7 @@ std::string CanonicalKey(const ReplicaSpec& spec) {
 void SetDefaults(TFJob& job) {
   RunPolicy& rp = job.spec.run_policy;
   // Kubeflow defaults only an unset policy; "" written out stays "" (and
-  // cleans like All: planner.cc CleanPolicy).
+  // cleans like All: planner_status.cc CleanPolicy).
   if (!rp.clean_pod_policy) rp.clean_pod_policy = std::string(kCleanPodPolicyNone);
   if (!job.spec.success_policy) job.spec.success_policy = std::string(kSuccessPolicyDefault);
 

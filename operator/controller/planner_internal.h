@@ -1,7 +1,8 @@
 // What the planner's files share (views.cc, conditions.cc, builders.cc,
-// pod_group.cc, planner.cc, and the reconciler's adoption patch); not for
-// use outside operator/controller. Pure functions of their arguments:
-// thread-compatible, and they never throw on any JSON they are given.
+// pod_group.cc, planner.cc, planner_status.cc, and the reconciler's adoption
+// patch); not for use outside operator/controller. Pure functions of their
+// arguments: thread-compatible, and they never throw on any JSON they are
+// given.
 #pragma once
 
 #include <map>
