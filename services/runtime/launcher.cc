@@ -76,26 +76,23 @@ StatusOr<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& argv, cons
   return std::make_pair(child.pid, child.out_fd);
 }
 
-}  // namespace
+// What `local` was asked for: the launcher's own flags, then the program
+// and its arguments.
+struct LocalOptions {
+  int64_t ps = 0, workers = 2;
+  std::string host;
+  bool tls = false;
+  std::vector<std::string> program;  // program name, then its arguments
+};
 
-int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& programs, std::ostream& out,
-             std::ostream& err) {
-  // Before any thread: a signal to the launcher becomes SIGTERM to every
-  // task started so far (and to any started after it came).
-  SignalWatcher signals;
-  Mutex pids_mu;
-  std::vector<pid_t> pids;
-  signals.OnStop([&] {
-    MutexLock g(pids_mu);
-    for (pid_t p : pids) kill(p, SIGTERM);
-  });
+StatusOr<LocalOptions> ParseLocalFlags(const std::vector<std::string>& args, const programs::ProgramList& programs) {
   Flags flags;
   flags.Value("ps", "parameter servers (0: the workers train together, multi-worker mirrored)", "0")
       .Value("workers", "workers", "2")
       .Value("host", "the address every task listens on and TF_CONFIG names (IPv4 or IPv6)", "127.0.0.1")
       .Bool("tls", "mutual TLS between the tasks, with a CA and certificate made for this run");
   // Flags before the program name belong to the launcher.
-  std::vector<std::string> mine, rest;
+  std::vector<std::string> mine;
   size_t i = 0;
   for (; i < args.size(); ++i) {
     if (args[i] == "--") {
@@ -108,154 +105,225 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
     const bool takes_value = !flags.IsBool(args[i].substr(2));
     if (takes_value && args[i].find('=') == std::string::npos && i + 1 < args.size()) mine.push_back(args[++i]);
   }
-  rest.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
-  if (Status s = flags.Parse(mine); !s.ok()) return ReportError(s, err);
-  auto nps = flags.GetInt("ps");
-  auto nworkers = flags.GetInt("workers");
-  if (!nps.ok()) return ReportError(nps.status(), err);
-  if (!nworkers.ok()) return ReportError(nworkers.status(), err);
-  if (*nps < 0 || *nps > 64) return ReportError(InvalidArgument("local: --ps must be in 0..64"), err);
-  if (*nworkers < 1 || *nworkers > 64) return ReportError(InvalidArgument("local: --workers must be in 1..64"), err);
-  if (rest.empty()) return ReportError(InvalidArgument("local: no program given (e.g. -- counter --increments 1,2,3)"), err);
+  LocalOptions o;
+  o.program.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+  RETURN_IF_ERROR(flags.Parse(mine));
+  ASSIGN_OR_RETURN(o.ps, flags.GetInt("ps"));
+  ASSIGN_OR_RETURN(o.workers, flags.GetInt("workers"));
+  o.host = flags.Get("host");
+  o.tls = flags.GetBool("tls");
+  if (o.ps < 0 || o.ps > 64) return InvalidArgument("local: --ps must be in 0..64");
+  if (o.workers < 1 || o.workers > 64) return InvalidArgument("local: --workers must be in 1..64");
+  if (o.program.empty()) return InvalidArgument("local: no program given (e.g. -- counter --increments 1,2,3)");
   bool known = false;
-  for (const auto& p : programs) known |= p->name() == rest[0];
-  if (!known) return ReportError(InvalidArgument("local: unknown program \"" + rest[0] + "\""), err);
+  for (const auto& p : programs) known |= p->name() == o.program[0];
+  if (!known) return InvalidArgument("local: unknown program \"" + o.program[0] + "\"");
+  return o;
+}
 
-  // Every task's listening socket, bound here so TF_CONFIG can name its
-  // port before the task starts; the task inherits it and serves on it.
-  std::map<std::string, std::vector<std::string>> jobs;
+// Every task's listening socket, bound here so TF_CONFIG can name its port
+// before the task starts; the task inherits it and serves on it. With
+// parameter servers the chief coordinates; without, the workers form the
+// whole cluster and worker 0 leads it (as in a Kubeflow TFJob of workers
+// only).
+struct BoundCluster {
+  cluster::ClusterSpec spec;
   std::map<std::string, base::ListeningSocket> sockets;  // "job:index" -> socket, until handed over
-  auto add = [&](const std::string& job, int64_t n) -> Status {
+};
+
+StatusOr<BoundCluster> BindCluster(const LocalOptions& o) {
+  std::map<std::string, std::vector<std::string>> jobs;
+  BoundCluster b;
+  const std::pair<std::string, int64_t> counts[] = {{"chief", o.ps > 0 ? 1 : 0}, {"ps", o.ps}, {"worker", o.workers}};
+  for (const auto& [job, n] : counts) {
     for (int64_t k = 0; k < n; ++k) {
-      ASSIGN_OR_RETURN(base::ListeningSocket s, base::ListeningSocket::Listen(flags.Get("host"), 0));
-      jobs[job].push_back(s.address());
-      sockets[job + ":" + std::to_string(k)] = std::move(s);
+      auto s = base::ListeningSocket::Listen(o.host, 0);
+      if (!s.ok()) return s.status().WithContext("local: flag --host");
+      jobs[job].push_back(s->address());
+      b.sockets[job + ":" + std::to_string(k)] = std::move(s).value();
     }
-    return Status::Ok();
-  };
-  // With parameter servers the chief coordinates; without, the workers
-  // form the whole cluster and worker 0 leads it (as in a Kubeflow TFJob of
-  // workers only).
-  const bool with_chief = *nps > 0;
-  for (auto [job, n] : {std::pair<std::string, int64_t>{"chief", with_chief ? 1 : 0}, {"ps", *nps}, {"worker", *nworkers}}) {
-    if (n == 0) continue;
-    if (Status s = add(job, n); !s.ok()) return ReportError(s.WithContext("local: flag --host"), err);
   }
-  auto spec = cluster::ClusterSpec::FromLists(jobs);
-  if (!spec.ok()) return ReportError(spec.status(), err);
+  ASSIGN_OR_RETURN(b.spec, cluster::ClusterSpec::FromLists(jobs));
+  return b;
+}
+
+// The running tasks: started, their output copied to `out` line by line,
+// reaped, and stopped when the lead is done.
+class TaskSet {
+ public:
+  TaskSet(std::ostream& out, std::ostream& err, SignalWatcher& signals) : out_(out), err_(err), signals_(signals) {
+    // A signal to the launcher becomes SIGTERM to every task started so
+    // far (and to any started after it came: Start checks).
+    signals_.OnStop([this] {
+      MutexLock g(pids_mu_);
+      for (pid_t p : pids_) kill(p, SIGTERM);
+    });
+  }
+  ~TaskSet() {
+    for (auto& c : children_) {
+      if (c->pump.joinable()) c->pump.join();
+    }
+  }
+
+  // `quiet_prefix`: the lead's lines go out as they are, the others' as
+  // "[job:index] line".
+  Status Start(const std::vector<std::string>& argv, const std::string& name, const std::string& tf_config,
+               const std::string& token, const std::string& tls_dir, base::ListeningSocket socket, bool lead) {
+    ASSIGN_OR_RETURN(auto spawned, Spawn(argv, tf_config, token, tls_dir, socket.fd()));
+    auto c = std::make_unique<Child>();
+    c->name = name;
+    c->pid = spawned.first;
+    {
+      MutexLock g(pids_mu_);
+      pids_.push_back(c->pid);
+      if (signals_.stop()) kill(c->pid, SIGTERM);
+    }
+    c->out_fd = spawned.second;
+    c->pump = std::thread([this, fd = c->out_fd, prefix = lead ? std::string() : "[" + name + "] "] { Pump(fd, prefix); });
+    children_.push_back(std::move(c));
+    return Status::Ok();
+  }
+
+  // The lead's exit code, once it exits.
+  int WaitFor(const std::string& lead) {
+    Child& c = Find(lead);
+    // Polled, not a blocking wait: the signal forwarder takes pids_mu_ too.
+    while (!Reap(c, WNOHANG)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return ExitCodeOf(c.status);
+  }
+
+  // The chief shuts the cluster down when training is complete (workers
+  // that train together finish with worker 0): the tasks get `grace`, then
+  // nothing is left running. Says which task was still running or failed.
+  void StopAll(const std::string& lead, std::chrono::seconds grace) {
+    const auto deadline = std::chrono::steady_clock::now() + grace;
+    for (auto& c : children_) {
+      while (!Reap(*c, WNOHANG) && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      if (!c->exited) {
+        Say("tfjob-runtime: " + c->name + " still running after " + lead + " finished; terminating it");
+        Terminate(*c);
+      } else if (c->name != lead && !(WIFEXITED(c->status) && WEXITSTATUS(c->status) == 0)) {
+        Say("tfjob-runtime: " + c->name + " exited with " +
+            (WIFEXITED(c->status) ? "code " + std::to_string(WEXITSTATUS(c->status))
+                                  : "signal " + std::to_string(WTERMSIG(c->status))));
+      }
+    }
+  }
+
+ private:
+  Child& Find(const std::string& name) {
+    return **std::find_if(children_.begin(), children_.end(), [&](const auto& c) { return c->name == name; });
+  }
+
+  bool Reap(Child& c, int options) {
+    if (c.exited) return true;
+    // Under pids_mu_: a reaped pid may be reused, and must no longer be signalled.
+    MutexLock g(pids_mu_);
+    if (waitpid(c.pid, &c.status, options) == c.pid) {
+      c.exited = true;
+      std::erase(pids_, c.pid);
+    }
+    return c.exited;
+  }
+
+  void Terminate(Child& c) {
+    kill(c.pid, SIGTERM);
+    const auto hard = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    while (!Reap(c, WNOHANG) && std::chrono::steady_clock::now() < hard) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (!c.exited) {
+      kill(c.pid, SIGKILL);
+      Reap(c, 0);
+    }
+  }
+
+  void Say(const std::string& line) {
+    MutexLock g(out_mu_);
+    err_ << line << std::endl;
+  }
+
+  void Pump(int fd, const std::string& prefix) {
+    std::string pending;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
+      if (n < 0) continue;
+      pending.append(buf, static_cast<size_t>(n));
+      size_t nl;
+      while ((nl = pending.find('\n')) != std::string::npos) {
+        MutexLock g(out_mu_);
+        out_ << prefix << pending.substr(0, nl + 1) << std::flush;
+        pending.erase(0, nl + 1);
+      }
+    }
+    if (!pending.empty()) {
+      MutexLock g(out_mu_);
+      out_ << prefix << pending << "\n" << std::flush;
+    }
+    close(fd);
+  }
+
+  std::ostream& out_;
+  std::ostream& err_;
+  SignalWatcher& signals_;
+  Mutex out_mu_;  // one line at a time on out_ and err_
+  Mutex pids_mu_;
+  std::vector<pid_t> pids_ TFJOB_GUARDED_BY(pids_mu_);  // started and not reaped
+  std::vector<std::unique_ptr<Child>> children_;        // the launcher's thread only
+};
+
+}  // namespace
+
+int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& programs, std::ostream& out,
+             std::ostream& err) {
+  // Before any thread (SignalWatcher's rule).
+  SignalWatcher signals;
+  auto options = ParseLocalFlags(args, programs);
+  if (!options.ok()) return ReportError(options.status(), err);
+  auto bound = BindCluster(*options);
+  if (!bound.ok()) return ReportError(bound.status(), err);
 
   // One task token per run: the tasks accept only each other.
   const std::string token = rpc::NewToken();
   // With --tls, a CA and certificate for this run only, in a private
   // directory removed when the run ends.
   std::unique_ptr<pki::TempTlsDir> tls;
-  if (flags.GetBool("tls")) {
+  if (options->tls) {
     auto made = pki::TempTlsDir::Make("tfjob-runtime-local");
     if (!made.ok()) return ReportError(made.status().WithContext("local --tls"), err);
     tls = std::move(made).value();
   }
   const std::string tls_dir = tls ? tls->path() : "";
   std::vector<std::string> argv{SelfExe()};
-  argv.insert(argv.end(), rest.begin(), rest.end());
-  Mutex out_mu;
-  std::vector<std::unique_ptr<Child>> children;
-  auto start = [&](const std::string& job, int64_t index) -> Status {
-    cluster::ClusterConfig cfg{*spec, cluster::TaskId{job, index}, "cloud", ""};
-    // The child has its own copy from here on; the launcher's goes.
-    base::ListeningSocket socket = std::move(sockets[job + ":" + std::to_string(index)]);
-    ASSIGN_OR_RETURN(auto spawned, Spawn(argv, cluster::ToTfConfigJson(cfg), token, tls_dir, socket.fd()));
-    auto c = std::make_unique<Child>();
-    c->name = job + ":" + std::to_string(index);
-    c->pid = spawned.first;
-    {
-      MutexLock g(pids_mu);
-      pids.push_back(c->pid);
-      if (signals.stop()) kill(c->pid, SIGTERM);
-    }
-    c->out_fd = spawned.second;
-    const bool chief = job == (with_chief ? "chief" : "worker") && index == 0;
-    c->pump = std::thread([fd = c->out_fd, prefix = chief ? std::string() : "[" + c->name + "] ", &out, &out_mu] {
-      std::string pending;
-      char buf[4096];
-      ssize_t n;
-      while ((n = read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
-        if (n < 0) continue;
-        pending.append(buf, static_cast<size_t>(n));
-        size_t nl;
-        while ((nl = pending.find('\n')) != std::string::npos) {
-          MutexLock g(out_mu);
-          out << prefix << pending.substr(0, nl + 1) << std::flush;
-          pending.erase(0, nl + 1);
-        }
-      }
-      if (!pending.empty()) {
-        MutexLock g(out_mu);
-        out << prefix << pending << "\n" << std::flush;
-      }
-      close(fd);
-    });
-    children.push_back(std::move(c));
-    return Status::Ok();
-  };
-  Status started;
-  for (int64_t k = 0; k < *nps && started.ok(); ++k) started = start("ps", k);
-  for (int64_t k = 0; k < *nworkers && started.ok(); ++k) started = start("worker", k);
-  if (started.ok() && with_chief) started = start("chief", 0);
+  argv.insert(argv.end(), options->program.begin(), options->program.end());
+  const bool with_chief = options->ps > 0;
   const std::string lead = with_chief ? "chief:0" : "worker:0";
 
-  auto reap = [&](Child& c, int options) {
-    if (c.exited) return true;
-    // Under pids_mu: a reaped pid may be reused, and must no longer be signalled.
-    MutexLock g(pids_mu);
-    pid_t r = waitpid(c.pid, &c.status, options);
-    if (r == c.pid) {
-      c.exited = true;
-      std::erase(pids, c.pid);
-    }
-    return c.exited;
+  TaskSet tasks(out, err, signals);
+  auto start = [&](const std::string& job, int64_t index) {
+    const std::string name = job + ":" + std::to_string(index);
+    const cluster::ClusterConfig cfg{bound->spec, cluster::TaskId{job, index}, "cloud", ""};
+    // The child has its own copy from here on; the launcher's goes.
+    return tasks.Start(argv, name, cluster::ToTfConfigJson(cfg), token, tls_dir,
+                       std::move(bound->sockets[name]), name == lead);
   };
+  Status started;
+  for (int64_t k = 0; k < options->ps && started.ok(); ++k) started = start("ps", k);
+  for (int64_t k = 0; k < options->workers && started.ok(); ++k) started = start("worker", k);
+  if (started.ok() && with_chief) started = start("chief", 0);
+
   int rc = 1;
   if (started.ok()) {
-    Child& chief = **std::find_if(children.begin(), children.end(), [&](const auto& c) { return c->name == lead; });
-    // Polled, not a blocking wait: the signal forwarder takes pids_mu too.
-    while (!reap(chief, WNOHANG)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    rc = ExitCodeOf(chief.status);
+    rc = tasks.WaitFor(lead);
   } else {
     ReportError(started, err);
   }
-  // The chief shuts the cluster down when training is complete (workers
-  // that train together finish with worker 0): give the tasks a grace
-  // period, then make sure nothing is left running. A lead that failed
-  // shuts nothing down (a restarted chief would need the cluster), and this
-  // launcher restarts nobody: stop the rest at once.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(rc == 0 ? 10 : 0);
-  for (auto& c : children) {
-    while (!reap(*c, WNOHANG) && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    if (!c->exited) {
-      {
-        MutexLock g(out_mu);
-        err << "tfjob-runtime: " << c->name << " still running after " << lead << " finished; terminating it" << std::endl;
-      }
-      kill(c->pid, SIGTERM);
-      const auto hard = std::chrono::steady_clock::now() + std::chrono::seconds(3);
-      while (!reap(*c, WNOHANG) && std::chrono::steady_clock::now() < hard) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      if (!c->exited) {
-        kill(c->pid, SIGKILL);
-        reap(*c, 0);
-      }
-    } else if (c->name != lead && !(WIFEXITED(c->status) && WEXITSTATUS(c->status) == 0)) {
-      MutexLock g(out_mu);
-      err << "tfjob-runtime: " << c->name << " exited with "
-          << (WIFEXITED(c->status) ? "code " + std::to_string(WEXITSTATUS(c->status))
-                                   : "signal " + std::to_string(WTERMSIG(c->status)))
-          << std::endl;
-    }
-  }
-  for (auto& c : children) c->pump.join();
+  // A lead that failed shuts nothing down (a restarted chief would need the
+  // cluster), and this launcher restarts nobody: stop the rest at once.
+  tasks.StopAll(lead, std::chrono::seconds(rc == 0 ? 10 : 0));
   return rc;
 }
 
