@@ -364,165 +364,209 @@ bool Finished(const api::JobStatus& s, std::string* which) {
   return false;
 }
 
-}  // namespace
-
-int RunJob(const std::string& manifest, const RunOptions& o) {
-  std::ostream& out = *o.out;
-  std::ostream& err = *o.err;
+// The manifest as the operator would hold it: decoded, defaulted and
+// validated. The error is the line `tfjob` prints (exit code 2).
+StatusOr<api::TFJob> LoadJob(const std::string& manifest) {
   auto decoded = api::ReadTfJobManifest(manifest);
-  if (!decoded.ok()) {
-    err << "tfjob: error: " << decoded.status().message() << std::endl;
-    return 2;
-  }
+  if (!decoded.ok()) return decoded.status();
   api::TFJob job = std::move(decoded).value();
   if (job.metadata.namespace_.empty()) job.metadata.namespace_ = "default";
   job.metadata.uid = kUid;
   api::SetDefaults(job);
   // The operator's validation, with the operator's message.
   if (auto errors = api::Validate(job); !errors.empty()) {
-    err << "tfjob: error: TFJob " << job.metadata.namespace_ << "/" << job.metadata.name
-        << " is invalid: " << api::ToMessage(errors) << std::endl;
+    return InvalidArgument("TFJob " + job.metadata.namespace_ + "/" + job.metadata.name +
+                           " is invalid: " + api::ToMessage(errors));
+  }
+  return job;
+}
+
+// One listening socket per replica for the whole run, at the address its
+// TF_CONFIG names: bound here and kept, so no other process can take the
+// port, and handed to the replica at every (re)start.
+StatusOr<std::map<std::string, base::ListeningSocket>> BindReplicas(const api::TFJob& job) {
+  std::map<std::string, base::ListeningSocket> sockets;
+  for (const auto& spec : job.spec.replica_specs) {
+    for (int i = 0; i < api::ReplicasOrDefault(spec); ++i) {
+      ASSIGN_OR_RETURN(base::ListeningSocket s, base::ListeningSocket::Listen("127.0.0.1", 0));
+      sockets[api::PodName(job.metadata.name, api::TypeLabel(spec), i)] = std::move(s);
+    }
+  }
+  return sockets;
+}
+
+// One PKI for the run: a CA that signs the one certificate every replica
+// presents and then is gone. The directory is the run's own (0700), so only
+// this user reads the key; an absolute path, so a replica that changes
+// directory still finds it.
+StatusOr<std::string> MakeRunTls(const std::string& dir, const std::string& job_name) {
+  std::error_code ec;
+  const std::string tls_dir = std::filesystem::absolute(dir + "/tls", ec).lexically_normal().string();
+  if (!ec) std::filesystem::create_directories(tls_dir, ec);
+  if (!ec) std::filesystem::permissions(tls_dir, std::filesystem::perms::owner_all, ec);
+  if (ec) return Internal("cannot create TLS directory " + tls_dir + ": " + ec.message());
+  auto pki = pki::NewJobPki(job_name);
+  Status written = pki.ok() ? pki::WriteTlsDir(tls_dir, *pki) : pki.status();
+  if (!written.ok()) return Internal("TLS material for the run: " + written.message());
+  return tls_dir;
+}
+
+// The run's loop state, and the plan's actions carried out on one machine.
+class LocalRun {
+ public:
+  LocalRun(api::TFJob job, const RunOptions& o, std::string dir, std::map<std::string, base::ListeningSocket> sockets,
+           std::string tls_dir)
+      : job_(std::move(job)), o_(o), dir_(std::move(dir)), sockets_(std::move(sockets)), token_(NewToken()),
+        tls_dir_(std::move(tls_dir)), backend_(o, out_mu_, sockets_) {
+    // The run makes its own token and TLS material and has no network to
+    // police.
+    popts_.task_auth = false;
+    popts_.task_tls = false;
+    popts_.network_policy = false;
+    popts_.address = [this](const api::ReplicaSpec& spec, int index) {
+      return "127.0.0.1:" +
+             std::to_string(sockets_[api::PodName(job_.metadata.name, api::TypeLabel(spec), index)].port());
+    };
+  }
+
+  // Plans and acts until the job is done, then stops what still runs. The
+  // exit code of `tfjob run`.
+  int Run() {
+    while (!Interrupted()) {
+      backend_.Poll();
+      controller::Plan plan =
+          controller::PlanJob(job_, backend_.Views(), services_, std::chrono::system_clock::now(), popts_);
+      if (plan.status_changed) UpdateStatus(plan.status);
+      for (const Action& a : plan.actions) Apply(a);
+      backend_.RefuseWhileDown();
+      backend_.WritePidFiles(dir_);
+      backend_.WriteTargets(dir_);
+      if (Done()) break;
+      std::this_thread::sleep_for(o_.tick);
+    }
+    if (backend_.AnyRunning()) Say("[tfjob] stopping replicas still running after the job finished");
+    backend_.KillAll();
+    backend_.WritePidFiles(dir_);
+    (void)WriteFileAtomic(dir_ + "/prometheus-targets.json", "[]\n");  // nothing left to scrape
+    Say("[tfjob] " + job_.metadata.name + " " + outcome_ + "; status in " + dir_ + "/status.json");
+    return outcome_ == api::kConditionSucceeded ? 0 : 1;
+  }
+
+ private:
+  void Say(const std::string& line) {
+    MutexLock g(out_mu_);
+    *o_.out << line << std::endl;
+  }
+
+  bool Interrupted() {
+    if (!o_.stop || !o_.stop->load()) return false;
+    Say("[tfjob] interrupted; stopping every replica");
+    outcome_ = "interrupted";
+    return true;
+  }
+
+  // Each condition that changed, once, and the status file.
+  void UpdateStatus(const api::JobStatus& status) {
+    job_.status = status;
+    for (const auto& c : job_.status.conditions) {
+      const std::string key = c.status + " " + c.reason;
+      if (seen_[c.type] == key) continue;
+      seen_[c.type] = key;
+      Say("[tfjob] " + c.type + "=" + c.status + " (" + c.reason + "): " + c.message);
+    }
+    json st = api::Encode(job_).value("status", json::object());
+    (void)WriteFileAtomic(dir_ + "/status.json", st.dump(2) + "\n");
+  }
+
+  void Apply(const Action& a) {
+    switch (a.kind) {
+      case Action::Kind::kCreatePod: backend_.Create(WithRunnerEnv(a.object, job_.metadata.name, token_, tls_dir_)); break;
+      case Action::Kind::kDeletePod: backend_.Delete(a.name); break;
+      case Action::Kind::kCreateService: services_.push_back(controller::ViewService(a.object)); break;
+      case Action::Kind::kDeleteService:
+        std::erase_if(services_, [&](const ServiceView& s) { return s.name == a.name; });
+        break;
+      case Action::Kind::kDeleteJob: deleted_ = true; break;
+      case Action::Kind::kPatchJob: {  // annotations (the ExitCode restart counts)
+        const json& annotations = a.object.value("metadata", json::object()).value("annotations", json::object());
+        for (auto it = annotations.begin(); it != annotations.end(); ++it) {
+          if (it->is_string()) job_.metadata.annotations[it.key()] = it->get<std::string>();
+        }
+        break;
+      }
+      case Action::Kind::kAdoptPod:  // no orphans: the runner made every replica
+      case Action::Kind::kAdoptService:
+      case Action::Kind::kCreateSecret:
+      case Action::Kind::kCreateNetworkPolicy:
+      case Action::Kind::kCreatePodGroup:  // no gang scheduler on one machine
+      case Action::Kind::kUpdatePodGroup:
+      case Action::Kind::kDeletePodGroup: break;
+    }
+  }
+
+  // Done once the job finished and nothing runs (PS tasks exit when the
+  // chief says training is complete), the TTL, if any, has passed, or the
+  // grace period is over. A failed job has nothing to wait for: its PS
+  // tasks and workers never exit by themselves (they wait for a chief).
+  bool Done() {
+    if (!finished_at_ && Finished(job_.status, &outcome_)) finished_at_ = std::chrono::steady_clock::now();
+    if (!finished_at_) return false;
+    const bool ttl_pending = job_.spec.run_policy.ttl_seconds_after_finished && !deleted_;
+    const bool failed = outcome_ == api::kConditionFailed;
+    return ((!backend_.AnyRunning() || failed) && !ttl_pending) || deleted_ ||
+           std::chrono::steady_clock::now() - *finished_at_ > o_.finish_grace;
+  }
+
+  api::TFJob job_;
+  const RunOptions& o_;
+  const std::string dir_;
+  std::map<std::string, base::ListeningSocket> sockets_;
+  // One task token for the run: every replica gets it, nobody else has it.
+  const std::string token_;
+  const std::string tls_dir_;
+  controller::PlannerOptions popts_;
+  Mutex out_mu_;  // one line at a time on the run's output (the pumps write too)
+  Backend backend_;
+  std::vector<ServiceView> services_;
+  std::map<std::string, std::string> seen_;  // condition type -> "status reason"
+  std::optional<std::chrono::steady_clock::time_point> finished_at_;
+  std::string outcome_;
+  bool deleted_ = false;
+};
+
+}  // namespace
+
+int RunJob(const std::string& manifest, const RunOptions& o) {
+  std::ostream& err = *o.err;
+  auto job = LoadJob(manifest);
+  if (!job.ok()) {
+    err << "tfjob: error: " << job.status().message() << std::endl;
     return 2;
   }
   std::string dir = o.state_dir;
-  if (dir.empty()) dir = "/tmp/tfjob-run-" + job.metadata.name + "-" + std::to_string(getpid());
+  if (dir.empty()) dir = "/tmp/tfjob-run-" + job->metadata.name + "-" + std::to_string(getpid());
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
     err << "tfjob: error: cannot create state directory " << dir << ": " << ec.message() << std::endl;
     return 2;
   }
-
-  // One listening socket per replica for the whole run, at the address its
-  // TF_CONFIG names: bound here and kept, so no other process can take the
-  // port, and handed to the replica at every (re)start.
-  std::map<std::string, base::ListeningSocket> sockets;
-  for (const auto& spec : job.spec.replica_specs) {
-    for (int i = 0; i < api::ReplicasOrDefault(spec); ++i) {
-      auto s = base::ListeningSocket::Listen("127.0.0.1", 0);
-      if (!s.ok()) {
-        err << "tfjob: error: " << s.status().message() << std::endl;
-        return 1;
-      }
-      sockets[api::PodName(job.metadata.name, api::TypeLabel(spec), i)] = std::move(s).value();
-    }
+  auto sockets = BindReplicas(*job);
+  if (!sockets.ok()) {
+    err << "tfjob: error: " << sockets.status().message() << std::endl;
+    return 1;
   }
-  // One task token for the run: every replica gets it, nobody else has it.
-  const std::string token = NewToken();
-  // Likewise one PKI: a CA that signs the one certificate every replica
-  // presents and then is gone. The directory is the run's own (0700), so
-  // only this user reads the key; an absolute path, so a replica that
-  // changes directory still finds it.
   std::string tls_dir;
   if (o.task_tls) {
-    tls_dir = std::filesystem::absolute(dir + "/tls", ec).lexically_normal().string();
-    if (!ec) std::filesystem::create_directories(tls_dir, ec);
-    if (!ec) std::filesystem::permissions(tls_dir, std::filesystem::perms::owner_all, ec);
-    if (ec) {
-      err << "tfjob: error: cannot create TLS directory " << tls_dir << ": " << ec.message() << std::endl;
+    auto made = MakeRunTls(dir, job->metadata.name);
+    if (!made.ok()) {
+      err << "tfjob: error: " << made.status().message() << std::endl;
       return 1;
     }
-    auto pki = pki::NewJobPki(job.metadata.name);
-    Status written = pki.ok() ? pki::WriteTlsDir(tls_dir, *pki) : pki.status();
-    if (!written.ok()) {
-      err << "tfjob: error: TLS material for the run: " << written.message() << std::endl;
-      return 1;
-    }
+    tls_dir = *made;
   }
-  controller::PlannerOptions popts;
-  // The run makes its own token and TLS material (above) and has no network
-  // to police.
-  popts.task_auth = false;
-  popts.task_tls = false;
-  popts.network_policy = false;
-  popts.address = [&](const api::ReplicaSpec& spec, int index) {
-    return "127.0.0.1:" + std::to_string(sockets[api::PodName(job.metadata.name, api::TypeLabel(spec), index)].port());
-  };
-
-  Mutex out_mu;
-  Backend backend(o, out_mu, sockets);
-  std::vector<ServiceView> services;
-  std::map<std::string, std::string> seen;  // condition type -> "status reason"
-  std::optional<std::chrono::steady_clock::time_point> finished_at;
-  std::string outcome;
-  bool deleted = false;
-  while (true) {
-    if (o.stop && o.stop->load()) {
-      MutexLock g(out_mu);
-      out << "[tfjob] interrupted; stopping every replica" << std::endl;
-      outcome = "interrupted";
-      break;
-    }
-    backend.Poll();
-    controller::Plan plan = controller::PlanJob(job, backend.Views(), services, std::chrono::system_clock::now(), popts);
-    if (plan.status_changed) {
-      job.status = plan.status;
-      for (const auto& c : job.status.conditions) {
-        const std::string key = c.status + " " + c.reason;
-        if (seen[c.type] == key) continue;
-        seen[c.type] = key;
-        MutexLock g(out_mu);
-        out << "[tfjob] " << c.type << "=" << c.status << " (" << c.reason << "): " << c.message << std::endl;
-      }
-      json st = api::Encode(job).value("status", json::object());
-      (void)WriteFileAtomic(dir + "/status.json", st.dump(2) + "\n");
-    }
-    for (const Action& a : plan.actions) {
-      switch (a.kind) {
-        case Action::Kind::kCreatePod: {
-          backend.Create(WithRunnerEnv(a.object, job.metadata.name, token, tls_dir));
-          break;
-        }
-        case Action::Kind::kDeletePod: backend.Delete(a.name); break;
-        case Action::Kind::kCreateService: services.push_back(controller::ViewService(a.object)); break;
-        case Action::Kind::kDeleteService:
-          std::erase_if(services, [&](const ServiceView& s) { return s.name == a.name; });
-          break;
-        case Action::Kind::kDeleteJob: deleted = true; break;
-        case Action::Kind::kPatchJob: {  // annotations (the ExitCode restart counts)
-          const json& annotations = a.object.value("metadata", json::object()).value("annotations", json::object());
-          for (auto it = annotations.begin(); it != annotations.end(); ++it) {
-            if (it->is_string()) job.metadata.annotations[it.key()] = it->get<std::string>();
-          }
-          break;
-        }
-        case Action::Kind::kAdoptPod:  // no orphans: the runner made every replica
-        case Action::Kind::kAdoptService:
-        case Action::Kind::kCreateSecret:
-        case Action::Kind::kCreateNetworkPolicy:
-        case Action::Kind::kCreatePodGroup:  // no gang scheduler on one machine
-        case Action::Kind::kUpdatePodGroup:
-        case Action::Kind::kDeletePodGroup: break;
-      }
-    }
-    backend.RefuseWhileDown();
-    backend.WritePidFiles(dir);
-    backend.WriteTargets(dir);
-    if (!finished_at && Finished(job.status, &outcome)) finished_at = std::chrono::steady_clock::now();
-    if (finished_at) {
-      // Done once nothing runs (PS tasks exit when the chief says training
-      // is complete), the TTL, if any, has passed, or the grace period is
-      // over. A failed job has nothing to wait for: its PS tasks and
-      // workers never exit by themselves (they wait for a chief).
-      const bool ttl_pending = job.spec.run_policy.ttl_seconds_after_finished && !deleted;
-      const bool failed = outcome == api::kConditionFailed;
-      if (((!backend.AnyRunning() || failed) && !ttl_pending) || deleted ||
-          std::chrono::steady_clock::now() - *finished_at > o.finish_grace) {
-        break;
-      }
-    }
-    std::this_thread::sleep_for(o.tick);
-  }
-  if (backend.AnyRunning()) {
-    MutexLock g(out_mu);
-    out << "[tfjob] stopping replicas still running after the job finished" << std::endl;
-  }
-  backend.KillAll();
-  backend.WritePidFiles(dir);
-  (void)WriteFileAtomic(dir + "/prometheus-targets.json", "[]\n");  // nothing left to scrape
-  MutexLock g(out_mu);
-  out << "[tfjob] " << job.metadata.name << " " << outcome << "; status in " << dir << "/status.json" << std::endl;
-  return outcome == api::kConditionSucceeded ? 0 : 1;
+  LocalRun run(std::move(job).value(), o, dir, std::move(sockets).value(), tls_dir);
+  return run.Run();
 }
 
 }  // namespace tfjob::op::local
