@@ -133,6 +133,23 @@ StatusOr<SpawnedChild> SpawnChild(const ChildOptions& o) {
   return SpawnedChild{pid, out.fd[0], err.fd[0]};
 }
 
+void ForEachLine(int fd, const std::function<void(const std::string&)>& line) {
+  std::string pending;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
+    if (n < 0) continue;
+    pending.append(buf, static_cast<size_t>(n));
+    size_t start = 0, nl;
+    while ((nl = pending.find('\n', start)) != std::string::npos) {
+      line(pending.substr(start, nl - start));
+      start = nl + 1;
+    }
+    pending.erase(0, start);
+  }
+  if (!pending.empty()) line(pending);
+}
+
 int ExitCodeOf(int wait_status) {
   if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
   if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);

@@ -19,6 +19,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -76,6 +77,11 @@ StatusOr<SpawnedChild> SpawnChild(const ChildOptions& options);
 // Waits for `pid` (retrying on EINTR) and returns its exit code, or 128 + the
 // signal that ended it, as a shell reports it. -1 if it cannot be waited for.
 int WaitForExit(pid_t pid);
+
+// Reads `fd` to its end (retrying EINTR) and calls `line` with each line,
+// without its '\n'; a last line without one is passed too. Does not close
+// `fd`. For the threads that copy a child's output somewhere.
+void ForEachLine(int fd, const std::function<void(const std::string&)>& line);
 
 // The exit code in a waitpid status: WEXITSTATUS, or 128 + the signal.
 int ExitCodeOf(int wait_status);

@@ -111,5 +111,17 @@ TEST(SpawnChildTest, ASignalledChildExitsWith128PlusTheSignal) {
   EXPECT_EQ(WaitForExit(c->pid), 137);
 }
 
+TEST(ForEachLineTest, EveryLineOnceAndTheLastWithoutANewline) {
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  const std::string text = "one\n\ntwo\nthree";
+  ASSERT_EQ(write(p[1], text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  close(p[1]);
+  std::vector<std::string> lines;
+  ForEachLine(p[0], [&](const std::string& l) { lines.push_back(l); });
+  close(p[0]);
+  EXPECT_EQ(lines, (std::vector<std::string>{"one", "", "two", "three"}));
+}
+
 }  // namespace
 }  // namespace tfjob

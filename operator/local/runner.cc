@@ -268,23 +268,12 @@ class Backend {
     p.pid = spawned->pid;
     p.fd = spawned->out_fd;
     p.pump = std::thread([this, &p, fd = p.fd, prefix = "[" + p.name + "] "] {
-      std::string pending;
-      char buf[4096];
-      ssize_t n;
-      while ((n = read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
-        if (n < 0) continue;
-        pending.append(buf, static_cast<size_t>(n));
-        size_t nl;
-        while ((nl = pending.find('\n')) != std::string::npos) {
-          const std::string line = pending.substr(0, nl);
-          Say(prefix + line);
-          if (const int port = MetricsPortIn(line); port > 0 && p.metrics_port.exchange(port) != port) {
-            Say("[tfjob] " + p.name + ": metrics on 127.0.0.1:" + std::to_string(port));
-          }
-          pending.erase(0, nl + 1);
+      ForEachLine(fd, [&](const std::string& line) {
+        Say(prefix + line);
+        if (const int port = MetricsPortIn(line); port > 0 && p.metrics_port.exchange(port) != port) {
+          Say("[tfjob] " + p.name + ": metrics on 127.0.0.1:" + std::to_string(port));
         }
-      }
-      if (!pending.empty()) Say(prefix + pending);
+      });
       close(fd);
     });
   }

@@ -109,7 +109,9 @@ class ParameterServerService final : public proto::ParameterServer::Service {
 
  private:
   struct Shard {
-    RwLock mu;  // readers: pulls and saves; writers: updates and restores
+    // Readers: pulls and saves; writers: updates and restores. Lock order:
+    // taken after table_mu_ and after fence_mu_, never before them.
+    RwLock mu;
     Tensor value TFJOB_GUARDED_BY(mu);
     std::optional<model::Optimizer> optimizer TFJOB_GUARDED_BY(mu);
     model::SlotState slots TFJOB_GUARDED_BY(mu);
@@ -157,12 +159,12 @@ class ParameterServerService final : public proto::ParameterServer::Service {
   const PsOptions options_;
   const uint64_t incarnation_;
   ApplyPool apply_pool_;
-  SharedMutex table_mu_;
+  SharedMutex table_mu_;  // before any Shard::mu
   std::map<std::string, std::shared_ptr<Shard>> shards_ TFJOB_GUARDED_BY(table_mu_);
   std::atomic<int64_t> applied_{0};
   // Guards fence_ and closure_namespace_ against pushes being applied: a
   // push holds it shared from its last fence check to the end of its apply,
-  // Fence holds it exclusively.
+  // Fence holds it exclusively. Taken before the shards' mu.
   SharedMutex fence_mu_;
   std::atomic<uint64_t> fence_{0};  // the chief generation allowed to push (0: any)
   uint32_t closure_namespace_ TFJOB_GUARDED_BY(fence_mu_) = 0;  // kept from the first Fence that proposed one

@@ -246,23 +246,10 @@ class TaskSet {
   }
 
   void Pump(int fd, const std::string& prefix) {
-    std::string pending;
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
-      if (n < 0) continue;
-      pending.append(buf, static_cast<size_t>(n));
-      size_t nl;
-      while ((nl = pending.find('\n')) != std::string::npos) {
-        MutexLock g(out_mu_);
-        out_ << prefix << pending.substr(0, nl + 1) << std::flush;
-        pending.erase(0, nl + 1);
-      }
-    }
-    if (!pending.empty()) {
+    ForEachLine(fd, [&](const std::string& line) {
       MutexLock g(out_mu_);
-      out_ << prefix << pending << "\n" << std::flush;
-    }
+      out_ << prefix << line << "\n" << std::flush;
+    });
     close(fd);
   }
 

@@ -280,12 +280,16 @@ StatusOr<Tensor> ArgMax(const Tensor& a) {
   return out;
 }
 
-StatusOr<Tensor> Softmax(const Tensor& a) {
-  RETURN_IF_ERROR(NeedRowsLastAxis(a, "Softmax"));
+namespace {
+
+// Softmax or log-softmax over the last axis, both shifted by the row's
+// maximum so exp never overflows.
+StatusOr<Tensor> SoftmaxRows(const Tensor& a, bool log, const char* what) {
+  RETURN_IF_ERROR(NeedRowsLastAxis(a, what));
   if (!a.on_cpu()) {
-    ASSIGN_OR_RETURN(device::Backend * be, DeviceOf("Softmax", {&a}));
+    ASSIGN_OR_RETURN(device::Backend * be, DeviceOf(what, {&a}));
     ASSIGN_OR_RETURN(Tensor out, Empty(DType::kFloat32, a.shape(), a.device()));
-    if (a.size() > 0) RETURN_IF_ERROR(be->Softmax(a, false, out));
+    if (a.size() > 0) RETURN_IF_ERROR(be->Softmax(a, log, out));
     return out;
   }
   Tensor out = Tensor::Zeros(DType::kFloat32, a.shape());
@@ -293,29 +297,22 @@ StatusOr<Tensor> Softmax(const Tensor& a) {
   int64_t n = a.dim(-1), rows = a.size() / n;
   Eigen::Map<const RowMatrix> x(a.data<float>(), rows, n);
   Eigen::Map<RowMatrix> o(out.data<float>(), rows, n);
-  o = (x.colwise() - x.rowwise().maxCoeff()).array().exp().matrix();
-  o.array().colwise() /= o.rowwise().sum().array();
+  if (log) {
+    o = x.colwise() - x.rowwise().maxCoeff();
+    Eigen::VectorXf lse = o.array().exp().rowwise().sum().log();
+    o.colwise() -= lse;
+  } else {
+    o = (x.colwise() - x.rowwise().maxCoeff()).array().exp().matrix();
+    o.array().colwise() /= o.rowwise().sum().array();
+  }
   return out;
 }
 
-StatusOr<Tensor> LogSoftmax(const Tensor& a) {
-  RETURN_IF_ERROR(NeedRowsLastAxis(a, "LogSoftmax"));
-  if (!a.on_cpu()) {
-    ASSIGN_OR_RETURN(device::Backend * be, DeviceOf("LogSoftmax", {&a}));
-    ASSIGN_OR_RETURN(Tensor out, Empty(DType::kFloat32, a.shape(), a.device()));
-    if (a.size() > 0) RETURN_IF_ERROR(be->Softmax(a, true, out));
-    return out;
-  }
-  Tensor out = Tensor::Zeros(DType::kFloat32, a.shape());
-  if (a.size() == 0) return out;
-  int64_t n = a.dim(-1), rows = a.size() / n;
-  Eigen::Map<const RowMatrix> x(a.data<float>(), rows, n);
-  Eigen::Map<RowMatrix> o(out.data<float>(), rows, n);
-  o = x.colwise() - x.rowwise().maxCoeff();
-  Eigen::VectorXf lse = o.array().exp().rowwise().sum().log();
-  o.colwise() -= lse;
-  return out;
-}
+}  // namespace
+
+StatusOr<Tensor> Softmax(const Tensor& a) { return SoftmaxRows(a, false, "Softmax"); }
+
+StatusOr<Tensor> LogSoftmax(const Tensor& a) { return SoftmaxRows(a, true, "LogSoftmax"); }
 
 StatusOr<Tensor> Gather(const Tensor& params, const Tensor& indices) {
   RETURN_IF_ERROR(NeedIndices(indices, "Gather"));
