@@ -1,45 +1,20 @@
+// The Dataset handle (dataset.h) and its one in-memory source, FromTensors;
+// the transformations' nodes live in transformations.cc and prefetch.cc.
 #include "services/data/dataset.h"
 
-#include <algorithm>
-#include <atomic>
-#include <deque>
-#include <exception>
-#include <limits>
-#include <mutex>
-#include <random>
 #include <string>
-#include <system_error>
-#include <thread>
 #include <utility>
 
-#include "common/mutex.h"
-#include "services/tensor/ops.h"
+#include "services/data/dataset_node.h"
 
 namespace tfjob::data {
 
-// A node of the dataset graph. Nodes are immutable once built (the shuffle
-// epoch counter is the one deliberate exception and is atomic), which is what
-// makes a Dataset safe to share between threads.
-class DatasetImpl : public std::enable_shared_from_this<DatasetImpl> {
- public:
-  virtual ~DatasetImpl() = default;
-  virtual StatusOr<std::unique_ptr<Iterator>> MakeIterator() const = 0;
-  virtual int64_t Cardinality() const = 0;
-};
+using internal::NodePtr;
+using internal::NextResult;
+using internal::Self;
+using internal::Str;
 
 namespace {
-
-using NodePtr = std::shared_ptr<const DatasetImpl>;
-using NextResult = StatusOr<std::optional<Element>>;
-
-std::string Str(int64_t v) { return std::to_string(v); }
-
-// Iterators hold their node by shared_ptr so they stay valid after every
-// Dataset handle is gone.
-template <typename Node>
-std::shared_ptr<const Node> Self(const Node* node) {
-  return std::static_pointer_cast<const Node>(node->shared_from_this());
-}
 
 // ---------------------------------------------------------------- FromTensors
 
@@ -103,515 +78,6 @@ StatusOr<std::unique_ptr<Iterator>> FromTensorsNode::MakeIterator() const {
   return std::unique_ptr<Iterator>(std::make_unique<FromTensorsIterator>(Self(this)));
 }
 
-// ------------------------------------------------------------------------ Map
-
-using MapFn = std::function<StatusOr<Element>(Element)>;
-
-class MapNode final : public DatasetImpl {
- public:
-  MapNode(NodePtr input, MapFn fn) : input_(std::move(input)), fn_(std::move(fn)) {}
-
-  static StatusOr<NodePtr> Make(NodePtr input, MapFn fn) {
-    if (!fn) return InvalidArgument("map: the function is empty");
-    return NodePtr(std::make_shared<MapNode>(std::move(input), std::move(fn)));
-  }
-
-  StatusOr<std::unique_ptr<Iterator>> MakeIterator() const override;
-  int64_t Cardinality() const override { return input_->Cardinality(); }
-
-  const MapFn& fn() const { return fn_; }
-  const NodePtr& input() const { return input_; }
-
- private:
-  NodePtr input_;
-  MapFn fn_;
-};
-
-class MapIterator final : public Iterator {
- public:
-  MapIterator(std::shared_ptr<const MapNode> node, std::unique_ptr<Iterator> input)
-      : node_(std::move(node)), input_(std::move(input)) {}
-
-  NextResult Next() override {
-    ASSIGN_OR_RETURN(std::optional<Element> in, input_->Next());
-    if (!in) return std::nullopt;
-    // User code must not unwind through the pipeline (it may be running on a
-    // prefetch thread, where an exception would terminate the process).
-    try {
-      StatusOr<Element> out = node_->fn()(std::move(*in));
-      if (!out.ok()) return out.status();
-      return std::move(out).value();
-    } catch (const std::exception& ex) {
-      return Internal(std::string("map: the function threw: ") + ex.what());
-    } catch (...) {
-      return Internal("map: the function threw a non-standard exception");
-    }
-  }
-
- private:
-  std::shared_ptr<const MapNode> node_;
-  std::unique_ptr<Iterator> input_;
-};
-
-StatusOr<std::unique_ptr<Iterator>> MapNode::MakeIterator() const {
-  ASSIGN_OR_RETURN(std::unique_ptr<Iterator> in, input_->MakeIterator());
-  return std::unique_ptr<Iterator>(std::make_unique<MapIterator>(Self(this), std::move(in)));
-}
-
-// -------------------------------------------------------------------- Shuffle
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-class ShuffleNode final : public DatasetImpl {
- public:
-  ShuffleNode(NodePtr input, int64_t buffer_size, uint64_t seed, bool reshuffle)
-      : input_(std::move(input)), buffer_size_(buffer_size), seed_(seed), reshuffle_(reshuffle) {}
-
-  static StatusOr<NodePtr> Make(NodePtr input, int64_t buffer_size, uint64_t seed, bool reshuffle) {
-    if (buffer_size < 1) return InvalidArgument("shuffle: buffer_size " + Str(buffer_size) + " must be >= 1");
-    return NodePtr(std::make_shared<ShuffleNode>(std::move(input), buffer_size, seed, reshuffle));
-  }
-
-  StatusOr<std::unique_ptr<Iterator>> MakeIterator() const override;
-  int64_t Cardinality() const override { return input_->Cardinality(); }
-
- private:
-  NodePtr input_;
-  int64_t buffer_size_;
-  uint64_t seed_;
-  bool reshuffle_;
-  // Counts iterators so each epoch gets its own order; the only mutable
-  // state in a node, hence atomic.
-  mutable std::atomic<uint64_t> epochs_{0};
-};
-
-class ShuffleIterator final : public Iterator {
- public:
-  ShuffleIterator(std::unique_ptr<Iterator> input, int64_t buffer_size, uint64_t rng_seed)
-      : input_(std::move(input)), buffer_size_(buffer_size), rng_(rng_seed) {}
-
-  NextResult Next() override {
-    while (!input_done_ && static_cast<int64_t>(buffer_.size()) < buffer_size_) {
-      ASSIGN_OR_RETURN(std::optional<Element> e, input_->Next());
-      if (!e) {
-        input_done_ = true;
-        input_.reset();  // releases upstream resources (e.g. prefetch threads) early
-        break;
-      }
-      buffer_.push_back(std::move(*e));
-    }
-    if (buffer_.empty()) return std::nullopt;
-    // mt19937_64 is specified bit-for-bit by the standard, unlike the
-    // distributions, so the order is the same with every standard library.
-    // The modulo bias of a 64-bit draw is negligible for any buffer size.
-    size_t i = static_cast<size_t>(rng_() % buffer_.size());
-    Element out = std::move(buffer_[i]);
-    if (i + 1 != buffer_.size()) buffer_[i] = std::move(buffer_.back());
-    buffer_.pop_back();
-    return out;
-  }
-
- private:
-  std::unique_ptr<Iterator> input_;
-  int64_t buffer_size_;
-  std::mt19937_64 rng_;
-  std::vector<Element> buffer_;
-  bool input_done_ = false;
-};
-
-StatusOr<std::unique_ptr<Iterator>> ShuffleNode::MakeIterator() const {
-  uint64_t epoch = reshuffle_ ? epochs_.fetch_add(1, std::memory_order_relaxed) : 0;
-  ASSIGN_OR_RETURN(std::unique_ptr<Iterator> in, input_->MakeIterator());
-  uint64_t rng_seed = SplitMix64(seed_ ^ SplitMix64(epoch));
-  return std::unique_ptr<Iterator>(std::make_unique<ShuffleIterator>(std::move(in), buffer_size_, rng_seed));
-}
-
-// ---------------------------------------------------------------------- Batch
-
-class BatchNode final : public DatasetImpl {
- public:
-  BatchNode(NodePtr input, int64_t batch_size, bool drop_remainder)
-      : input_(std::move(input)), batch_size_(batch_size), drop_remainder_(drop_remainder) {}
-
-  static StatusOr<NodePtr> Make(NodePtr input, int64_t batch_size, bool drop_remainder) {
-    if (batch_size < 1) return InvalidArgument("batch: batch_size " + Str(batch_size) + " must be >= 1");
-    return NodePtr(std::make_shared<BatchNode>(std::move(input), batch_size, drop_remainder));
-  }
-
-  StatusOr<std::unique_ptr<Iterator>> MakeIterator() const override;
-
-  int64_t Cardinality() const override {
-    int64_t n = input_->Cardinality();
-    if (n < 0) return n;
-    return drop_remainder_ ? n / batch_size_ : n / batch_size_ + (n % batch_size_ != 0 ? 1 : 0);
-  }
-
- private:
-  NodePtr input_;
-  int64_t batch_size_;
-  bool drop_remainder_;
-};
-
-class BatchIterator final : public Iterator {
- public:
-  BatchIterator(std::unique_ptr<Iterator> input, int64_t batch_size, bool drop_remainder)
-      : input_(std::move(input)), batch_size_(batch_size), drop_remainder_(drop_remainder) {}
-
-  NextResult Next() override {
-    if (input_done_) return std::nullopt;
-    std::vector<Element> parts;
-    while (static_cast<int64_t>(parts.size()) < batch_size_) {
-      // On an upstream error the partial batch is dropped, as tf.data does:
-      // a batch mixing elements from before and after the error has no
-      // meaningful position.
-      ASSIGN_OR_RETURN(std::optional<Element> e, input_->Next());
-      if (!e) {
-        input_done_ = true;
-        input_.reset();
-        break;
-      }
-      parts.push_back(std::move(*e));
-    }
-    if (parts.empty()) return std::nullopt;
-    if (drop_remainder_ && static_cast<int64_t>(parts.size()) < batch_size_) return std::nullopt;
-    return Stack(parts);
-  }
-
- private:
-  static NextResult Stack(const std::vector<Element>& parts) {
-    const Element& first = parts.front();
-    for (size_t i = 1; i < parts.size(); ++i) {
-      if (parts[i].size() != first.size()) {
-        return InvalidArgument("batch: element " + std::to_string(i) + " of the batch has " +
-                               std::to_string(parts[i].size()) + " components, element 0 has " +
-                               std::to_string(first.size()));
-      }
-      for (size_t c = 0; c < first.size(); ++c) {
-        const Tensor& t = parts[i][c];
-        if (t.dtype() != first[c].dtype() || t.shape() != first[c].shape()) {
-          return InvalidArgument("batch: component " + std::to_string(c) + " of element " + std::to_string(i) +
-                                 " of the batch is " + t.DebugString() + ", element 0 has " +
-                                 first[c].DebugString());
-        }
-      }
-    }
-    Element out;
-    out.reserve(first.size());
-    std::vector<Tensor> column(parts.size());
-    for (size_t c = 0; c < first.size(); ++c) {
-      for (size_t i = 0; i < parts.size(); ++i) column[i] = parts[i][c];
-      StatusOr<Tensor> stacked = ops::Stack(column);
-      if (!stacked.ok()) return stacked.status().WithContext("batch: component " + std::to_string(c));
-      out.push_back(std::move(stacked).value());
-    }
-    return out;
-  }
-
-  std::unique_ptr<Iterator> input_;
-  int64_t batch_size_;
-  bool drop_remainder_;
-  bool input_done_ = false;
-};
-
-StatusOr<std::unique_ptr<Iterator>> BatchNode::MakeIterator() const {
-  ASSIGN_OR_RETURN(std::unique_ptr<Iterator> in, input_->MakeIterator());
-  return std::unique_ptr<Iterator>(std::make_unique<BatchIterator>(std::move(in), batch_size_, drop_remainder_));
-}
-
-// --------------------------------------------------------------------- Repeat
-
-class RepeatNode final : public DatasetImpl {
- public:
-  RepeatNode(NodePtr input, int64_t count) : input_(std::move(input)), count_(count) {}
-
-  static StatusOr<NodePtr> Make(NodePtr input, int64_t count) {
-    if (count < -1) return InvalidArgument("repeat: count " + Str(count) + " must be >= 0, or -1 for forever");
-    return NodePtr(std::make_shared<RepeatNode>(std::move(input), count));
-  }
-
-  StatusOr<std::unique_ptr<Iterator>> MakeIterator() const override;
-
-  int64_t Cardinality() const override {
-    if (count_ == 0) return 0;
-    int64_t n = input_->Cardinality();
-    if (n == 0) return 0;
-    if (n < 0) return n;
-    if (count_ == -1) return kInfiniteCardinality;
-    if (n > std::numeric_limits<int64_t>::max() / count_) return kUnknownCardinality;
-    return n * count_;
-  }
-
-  const NodePtr& input() const { return input_; }
-  int64_t count() const { return count_; }
-
- private:
-  NodePtr input_;
-  int64_t count_;
-};
-
-class RepeatIterator final : public Iterator {
- public:
-  explicit RepeatIterator(std::shared_ptr<const RepeatNode> node) : node_(std::move(node)) {}
-
-  NextResult Next() override {
-    while (!done_) {
-      if (!inner_) {
-        if (node_->count() >= 0 && pass_ >= node_->count()) break;
-        ASSIGN_OR_RETURN(inner_, node_->input()->MakeIterator());
-        pass_active_ = false;
-      }
-      NextResult r = inner_->Next();
-      if (!r.ok() || r->has_value()) {
-        pass_active_ = true;
-        return r;
-      }
-      inner_.reset();
-      ++pass_;
-      // A pass that yielded nothing will yield nothing again; repeating it
-      // forever would spin without producing anything.
-      if (!pass_active_ && node_->count() < 0) break;
-    }
-    done_ = true;
-    return std::nullopt;
-  }
-
- private:
-  std::shared_ptr<const RepeatNode> node_;
-  std::unique_ptr<Iterator> inner_;
-  int64_t pass_ = 0;
-  bool pass_active_ = false;
-  bool done_ = false;
-};
-
-StatusOr<std::unique_ptr<Iterator>> RepeatNode::MakeIterator() const {
-  return std::unique_ptr<Iterator>(std::make_unique<RepeatIterator>(Self(this)));
-}
-
-// ----------------------------------------------------------------------- Take
-
-class TakeNode final : public DatasetImpl {
- public:
-  TakeNode(NodePtr input, int64_t count) : input_(std::move(input)), count_(count) {}
-
-  static StatusOr<NodePtr> Make(NodePtr input, int64_t count) {
-    if (count < -1) return InvalidArgument("take: count " + Str(count) + " must be >= 0, or -1 for all");
-    return NodePtr(std::make_shared<TakeNode>(std::move(input), count));
-  }
-
-  StatusOr<std::unique_ptr<Iterator>> MakeIterator() const override;
-
-  int64_t Cardinality() const override {
-    int64_t n = input_->Cardinality();
-    if (count_ == -1) return n;
-    if (n == kUnknownCardinality) return n;
-    if (n == kInfiniteCardinality) return count_;
-    return std::min(n, count_);
-  }
-
- private:
-  NodePtr input_;
-  int64_t count_;
-};
-
-class TakeIterator final : public Iterator {
- public:
-  TakeIterator(std::unique_ptr<Iterator> input, int64_t count) : input_(std::move(input)), count_(count) {}
-
-  NextResult Next() override {
-    if (!input_) return std::nullopt;
-    if (count_ >= 0 && taken_ >= count_) {
-      input_.reset();  // stops upstream work (e.g. a prefetch thread) we no longer need
-      return std::nullopt;
-    }
-    NextResult r = input_->Next();
-    if (r.ok() && !r->has_value()) {
-      input_.reset();
-      return r;
-    }
-    // An error stands in for the element it replaced, so it uses up a slot.
-    ++taken_;
-    return r;
-  }
-
- private:
-  std::unique_ptr<Iterator> input_;
-  int64_t count_;
-  int64_t taken_ = 0;
-};
-
-StatusOr<std::unique_ptr<Iterator>> TakeNode::MakeIterator() const {
-  if (count_ == 0) return std::unique_ptr<Iterator>(std::make_unique<TakeIterator>(nullptr, 0));
-  ASSIGN_OR_RETURN(std::unique_ptr<Iterator> in, input_->MakeIterator());
-  return std::unique_ptr<Iterator>(std::make_unique<TakeIterator>(std::move(in), count_));
-}
-
-// ------------------------------------------------------------------- Prefetch
-
-class PrefetchNode final : public DatasetImpl {
- public:
-  PrefetchNode(NodePtr input, int64_t buffer_size) : input_(std::move(input)), buffer_size_(buffer_size) {}
-
-  static StatusOr<NodePtr> Make(NodePtr input, int64_t buffer_size) {
-    if (buffer_size < 1) return InvalidArgument("prefetch: buffer_size " + Str(buffer_size) + " must be >= 1");
-    return NodePtr(std::make_shared<PrefetchNode>(std::move(input), buffer_size));
-  }
-
-  StatusOr<std::unique_ptr<Iterator>> MakeIterator() const override;
-  int64_t Cardinality() const override { return input_->Cardinality(); }
-
- private:
-  NodePtr input_;
-  int64_t buffer_size_;
-};
-
-class PrefetchIterator final : public Iterator {
- public:
-  PrefetchIterator(std::unique_ptr<Iterator> input, int64_t buffer_size)
-      : input_(std::move(input)), buffer_size_(static_cast<size_t>(buffer_size)) {}
-
-  ~PrefetchIterator() override {
-    {
-      MutexLock lock(mu_);
-      cancelled_ = true;
-    }
-    space_.NotifyAll();
-    if (worker_.joinable()) worker_.join();
-  }
-
-  // Separate from the constructor so a failure to create the thread is a
-  // Status rather than an exception.
-  Status Start() {
-    try {
-      worker_ = std::thread([this] { Produce(); });
-    } catch (const std::system_error& ex) {
-      return ResourceExhausted(std::string("prefetch: cannot start the background thread: ") + ex.what());
-    }
-    return Status::Ok();
-  }
-
-  NextResult Next() override {
-    MutexLock lock(mu_);
-    if (finished_) return std::nullopt;
-    ready_.Wait(lock, [this]() TFJOB_REQUIRES(mu_) { return !buffer_.empty(); });
-    NextResult r = std::move(buffer_.front());
-    buffer_.pop_front();
-    lock.Unlock();
-    space_.NotifyOne();
-    if (r.ok() && !r->has_value()) {
-      lock.Lock();
-      finished_ = true;
-    }
-    return r;
-  }
-
- private:
-  void Produce() {
-    while (true) {
-      {
-        MutexLock lock(mu_);
-        space_.Wait(lock, [this]() TFJOB_REQUIRES(mu_) { return cancelled_ || buffer_.size() < buffer_size_; });
-        if (cancelled_) return;
-      }
-      // Upstream runs without the lock so the consumer can drain the buffer
-      // meanwhile; only this thread touches input_.
-      NextResult r = input_->Next();
-      bool end = r.ok() && !r->has_value();
-      {
-        MutexLock lock(mu_);
-        if (cancelled_) return;
-        buffer_.push_back(std::move(r));
-      }
-      ready_.NotifyOne();
-      if (end) return;
-    }
-  }
-
-  std::unique_ptr<Iterator> input_;
-  const size_t buffer_size_;
-  Mutex mu_;
-  CondVar ready_;  // buffer became non-empty
-  CondVar space_;  // buffer has room, or cancelled
-  std::deque<NextResult> buffer_ TFJOB_GUARDED_BY(mu_);
-  bool cancelled_ TFJOB_GUARDED_BY(mu_) = false;
-  bool finished_ TFJOB_GUARDED_BY(mu_) = false;  // end of sequence was delivered
-  std::thread worker_;             // last: started after every other member exists
-};
-
-StatusOr<std::unique_ptr<Iterator>> PrefetchNode::MakeIterator() const {
-  ASSIGN_OR_RETURN(std::unique_ptr<Iterator> in, input_->MakeIterator());
-  auto it = std::make_unique<PrefetchIterator>(std::move(in), buffer_size_);
-  RETURN_IF_ERROR(it->Start());
-  return std::unique_ptr<Iterator>(std::move(it));
-}
-
-// ---------------------------------------------------------------------- Shard
-
-class ShardNode final : public DatasetImpl {
- public:
-  ShardNode(NodePtr input, int64_t num_shards, int64_t index)
-      : input_(std::move(input)), num_shards_(num_shards), index_(index) {}
-
-  static StatusOr<NodePtr> Make(NodePtr input, int64_t num_shards, int64_t index) {
-    if (num_shards < 1) return InvalidArgument("shard: num_shards " + Str(num_shards) + " must be >= 1");
-    if (index < 0 || index >= num_shards) {
-      return InvalidArgument("shard: index " + Str(index) + " is outside [0, " + Str(num_shards) + ")");
-    }
-    return NodePtr(std::make_shared<ShardNode>(std::move(input), num_shards, index));
-  }
-
-  StatusOr<std::unique_ptr<Iterator>> MakeIterator() const override;
-
-  int64_t Cardinality() const override {
-    int64_t n = input_->Cardinality();
-    if (n < 0) return n;
-    return n / num_shards_ + (index_ < n % num_shards_ ? 1 : 0);
-  }
-
- private:
-  NodePtr input_;
-  int64_t num_shards_;
-  int64_t index_;
-};
-
-class ShardIterator final : public Iterator {
- public:
-  ShardIterator(std::unique_ptr<Iterator> input, int64_t num_shards, int64_t index)
-      : input_(std::move(input)), num_shards_(num_shards), index_(index) {}
-
-  NextResult Next() override {
-    while (input_) {
-      // An error keeps the position of the element it replaced, so every
-      // shard sees the same numbering whatever fails upstream and the error
-      // surfaces in exactly one shard (as the element would have).
-      bool wanted = position_ % num_shards_ == index_;
-      NextResult r = input_->Next();
-      if (r.ok() && !r->has_value()) {
-        input_.reset();
-        break;
-      }
-      ++position_;
-      if (wanted) return r;
-    }
-    return std::nullopt;
-  }
-
- private:
-  std::unique_ptr<Iterator> input_;
-  int64_t num_shards_;
-  int64_t index_;
-  int64_t position_ = 0;
-};
-
-StatusOr<std::unique_ptr<Iterator>> ShardNode::MakeIterator() const {
-  ASSIGN_OR_RETURN(std::unique_ptr<Iterator> in, input_->MakeIterator());
-  return std::unique_ptr<Iterator>(std::make_unique<ShardIterator>(std::move(in), num_shards_, index_));
-}
-
 }  // namespace
 
 // -------------------------------------------------------------------- Dataset
@@ -622,10 +88,12 @@ Dataset::Dataset(Status error) : status_(std::move(error)) {
   if (status_.ok()) status_ = Internal("Dataset::FromError called with an OK status");
 }
 
-template <typename Node, typename... Args>
-Dataset Dataset::Derive(Args&&... args) const {
+template <typename... Params, typename... Args>
+Dataset Dataset::Derive(StatusOr<std::shared_ptr<const DatasetImpl>> (*make)(std::shared_ptr<const DatasetImpl>,
+                                                                          Params...),
+                        Args&&... args) const {
   if (!status_.ok()) return *this;
-  StatusOr<NodePtr> node = Node::Make(impl_, std::forward<Args>(args)...);
+  StatusOr<NodePtr> node = make(impl_, std::forward<Args>(args)...);
   if (!node.ok()) return Dataset(node.status());
   return Dataset(std::move(node).value());
 }
@@ -645,24 +113,26 @@ StatusOr<std::unique_ptr<Iterator>> Dataset::MakeIterator() const {
 
 int64_t Dataset::Cardinality() const { return status_.ok() ? impl_->Cardinality() : kUnknownCardinality; }
 
-Dataset Dataset::Map(std::function<StatusOr<Element>(Element)> fn) const { return Derive<MapNode>(std::move(fn)); }
+Dataset Dataset::Map(std::function<StatusOr<Element>(Element)> fn) const {
+  return Derive(internal::MakeMapNode, std::move(fn));
+}
 
 Dataset Dataset::Shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each_iteration) const {
-  return Derive<ShuffleNode>(buffer_size, seed, reshuffle_each_iteration);
+  return Derive(internal::MakeShuffleNode, buffer_size, seed, reshuffle_each_iteration);
 }
 
 Dataset Dataset::Batch(int64_t batch_size, bool drop_remainder) const {
-  return Derive<BatchNode>(batch_size, drop_remainder);
+  return Derive(internal::MakeBatchNode, batch_size, drop_remainder);
 }
 
-Dataset Dataset::Repeat(int64_t count) const { return Derive<RepeatNode>(count); }
+Dataset Dataset::Repeat(int64_t count) const { return Derive(internal::MakeRepeatNode, count); }
 
-Dataset Dataset::Take(int64_t count) const { return Derive<TakeNode>(count); }
+Dataset Dataset::Take(int64_t count) const { return Derive(internal::MakeTakeNode, count); }
 
-Dataset Dataset::Prefetch(int64_t buffer_size) const { return Derive<PrefetchNode>(buffer_size); }
+Dataset Dataset::Prefetch(int64_t buffer_size) const { return Derive(internal::MakePrefetchNode, buffer_size); }
 
 Dataset Dataset::Shard(int64_t num_shards, int64_t index) const {
-  return Derive<ShardNode>(num_shards, index);
+  return Derive(internal::MakeShardNode, num_shards, index);
 }
 
 }  // namespace tfjob::data

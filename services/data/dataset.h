@@ -95,9 +95,11 @@ class Dataset {
  private:
   explicit Dataset(std::shared_ptr<const DatasetImpl> impl);
   explicit Dataset(Status error);
-  // Shared by transformations: propagate our error, else build the node.
-  template <typename Node, typename... Args>
-  Dataset Derive(Args&&... args) const;
+  // Shared by transformations: propagate our error, else build the node
+  // over this one with `make` (a factory of services/data/dataset_node.h).
+  template <typename... Params, typename... Args>
+  Dataset Derive(StatusOr<std::shared_ptr<const DatasetImpl>> (*make)(std::shared_ptr<const DatasetImpl>, Params...),
+                 Args&&... args) const;
 
   std::shared_ptr<const DatasetImpl> impl_;  // null iff !status_.ok()
   Status status_;
