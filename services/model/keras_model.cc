@@ -240,6 +240,118 @@ Status Lookup(Config& c, LayerSpec& s, bool strings) {
   return Status::Ok();
 }
 
+// Dropout: a rate in [0, 1) and an optional seed; noise_shape is not supported.
+Status DropoutLayer(Config& c, LayerSpec& s) {
+  s.type = LayerType::kDropout;
+  RETURN_IF_ERROR(c.Common(s));
+  const json* rate = c.Take("rate");
+  if (!rate || !rate->is_number()) return c.Error("argument rate is missing");
+  s.rate = rate->get<double>();
+  if (!(s.rate >= 0 && s.rate < 1)) return c.Error("argument rate=" + Dump(*rate) + " must be in [0, 1)");
+  RETURN_IF_ERROR(c.Int("seed", s.seed));
+  RETURN_IF_ERROR(c.Null("noise_shape"));
+  return Status::Ok();
+}
+
+// BatchNormalization over one axis with per-replica batch statistics: the
+// default initializers only, no renormalization or regularizers.
+Status BatchNormalizationLayer(Config& c, LayerSpec& s) {
+  s.type = LayerType::kBatchNormalization;
+  RETURN_IF_ERROR(c.Common(s));
+  const json* axis = c.Take("axis");
+  if (axis) {
+    const json& a = axis->is_array() && axis->size() == 1 ? (*axis)[0] : *axis;
+    if (!a.is_number_integer()) return c.Error("argument axis=" + Dump(*axis) + " is not supported (one axis)");
+    s.axis = a.get<int64_t>();
+  }
+  RETURN_IF_ERROR(c.Number("momentum", s.momentum));
+  RETURN_IF_ERROR(c.Number("epsilon", s.epsilon));
+  RETURN_IF_ERROR(c.Bool("center", s.center));
+  RETURN_IF_ERROR(c.Bool("scale", s.scale));
+  RETURN_IF_ERROR(c.Initializer("beta_initializer", {"Zeros", "zeros"}));
+  RETURN_IF_ERROR(c.Initializer("gamma_initializer", {"Ones", "ones"}));
+  RETURN_IF_ERROR(c.Initializer("moving_mean_initializer", {"Zeros", "zeros"}));
+  RETURN_IF_ERROR(c.Initializer("moving_variance_initializer", {"Ones", "ones"}));
+  for (const char* k : {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint",
+                        "renorm_clipping", "virtual_batch_size", "adjustment"}) {
+    RETURN_IF_ERROR(c.Null(k));
+  }
+  RETURN_IF_ERROR(c.Only("synchronized", {false}, "batch statistics are per replica"));
+  RETURN_IF_ERROR(c.Only("renorm", {false}, "only false"));
+  (void)c.Take("renorm_momentum");  // unused without renorm
+  (void)c.Take("fused");            // an implementation choice, same result
+  return Status::Ok();
+}
+
+// Reshape to a fixed target shape (without the batch dimension).
+Status ReshapeLayer(Config& c, LayerSpec& s) {
+  s.type = LayerType::kReshape;
+  RETURN_IF_ERROR(c.Common(s));
+  const json* t = c.Take("target_shape");
+  if (!t || !t->is_array() || t->empty()) return c.Error("argument target_shape is missing");
+  for (const json& d : *t) {
+    if (!d.is_number_integer()) return c.Error("argument target_shape=" + Dump(*t) + " is not a list of integers");
+    s.target_shape.push_back(d.get<int64_t>());
+  }
+  return Status::Ok();
+}
+
+// Embedding with Keras' default uniform initializer; no masking, no sparse
+// gradients, no regularizers.
+Status EmbeddingLayer(Config& c, LayerSpec& s) {
+  s.type = LayerType::kEmbedding;
+  RETURN_IF_ERROR(c.Common(s));
+  RETURN_IF_ERROR(c.Int("input_dim", s.input_dim, true));
+  RETURN_IF_ERROR(c.Int("output_dim", s.output_dim, true));
+  RETURN_IF_ERROR(c.Initializer("embeddings_initializer", {"RandomUniform", "uniform", "random_uniform"},
+                                [](const json& cfg) {
+                                  return cfg.value("minval", -0.05) == -0.05 && cfg.value("maxval", 0.05) == 0.05;
+                                }));
+  for (const char* k : {"embeddings_regularizer", "activity_regularizer", "embeddings_constraint", "lora_rank",
+                        "quantization_config"}) {
+    RETURN_IF_ERROR(c.Null(k));
+  }
+  RETURN_IF_ERROR(c.Only("mask_zero", {false}, "only false"));
+  RETURN_IF_ERROR(c.Only("sparse", {false}, "only false"));
+  (void)c.Take("input_length");  // Keras 2: the input shape says it
+  return Status::Ok();
+}
+
+// Normalization over the last axis or over everything (axis=None), with the
+// mean and variance given in the config (adapt() is not supported).
+Status NormalizationLayer(Config& c, LayerSpec& s) {
+  s.type = LayerType::kNormalization;
+  RETURN_IF_ERROR(c.Common(s));
+  auto it = c.Take("axis");
+  if (!it) {
+    // null: one scalar mean and variance (Keras' axis=None)
+    s.axis_none = true;
+  } else {
+    const json& a = it->is_array() && it->size() == 1 ? (*it)[0] : *it;
+    if (!(a.is_number_integer() && a.get<int64_t>() == -1)) {
+      return c.Error("argument axis=" + Dump(*it) + " is not supported (-1 or null)");
+    }
+  }
+  for (const char* k : {"mean", "variance"}) {
+    const json* v = c.Take(k);
+    if (!v) continue;
+    std::vector<double>& out = std::string(k) == "mean" ? s.mean : s.variance;
+    if (v->is_number()) {
+      out = {v->get<double>()};
+    } else if (v->is_array()) {
+      for (const json& x : *v) {
+        if (!x.is_number()) return c.Error("argument " + std::string(k) + "=" + Dump(*v) + " is not a list of numbers");
+        out.push_back(x.get<double>());
+      }
+    } else {
+      return c.Error("argument " + std::string(k) + "=" + Dump(*v) + " is not a number or a list of them");
+    }
+  }
+  if (s.mean.size() != s.variance.size()) return c.Error("arguments mean and variance must be given together");
+  RETURN_IF_ERROR(c.Bool("invert", s.invert));
+  return Status::Ok();
+}
+
 // One layer's config into `s`.
 Status Layer(const std::string& cls, Config& c, LayerSpec& s) {
   if (cls == "Dense") {
@@ -283,94 +395,15 @@ Status Layer(const std::string& cls, Config& c, LayerSpec& s) {
     RETURN_IF_ERROR(c.Common(s));
     RETURN_IF_ERROR(Activation(c, s, true));
   } else if (cls == "Dropout") {
-    s.type = LayerType::kDropout;
-    RETURN_IF_ERROR(c.Common(s));
-    const json* rate = c.Take("rate");
-    if (!rate || !rate->is_number()) return c.Error("argument rate is missing");
-    s.rate = rate->get<double>();
-    if (!(s.rate >= 0 && s.rate < 1)) return c.Error("argument rate=" + Dump(*rate) + " must be in [0, 1)");
-    RETURN_IF_ERROR(c.Int("seed", s.seed));
-    RETURN_IF_ERROR(c.Null("noise_shape"));
+    RETURN_IF_ERROR(DropoutLayer(c, s));
   } else if (cls == "BatchNormalization") {
-    s.type = LayerType::kBatchNormalization;
-    RETURN_IF_ERROR(c.Common(s));
-    const json* axis = c.Take("axis");
-    if (axis) {
-      const json& a = axis->is_array() && axis->size() == 1 ? (*axis)[0] : *axis;
-      if (!a.is_number_integer()) return c.Error("argument axis=" + Dump(*axis) + " is not supported (one axis)");
-      s.axis = a.get<int64_t>();
-    }
-    RETURN_IF_ERROR(c.Number("momentum", s.momentum));
-    RETURN_IF_ERROR(c.Number("epsilon", s.epsilon));
-    RETURN_IF_ERROR(c.Bool("center", s.center));
-    RETURN_IF_ERROR(c.Bool("scale", s.scale));
-    RETURN_IF_ERROR(c.Initializer("beta_initializer", {"Zeros", "zeros"}));
-    RETURN_IF_ERROR(c.Initializer("gamma_initializer", {"Ones", "ones"}));
-    RETURN_IF_ERROR(c.Initializer("moving_mean_initializer", {"Zeros", "zeros"}));
-    RETURN_IF_ERROR(c.Initializer("moving_variance_initializer", {"Ones", "ones"}));
-    for (const char* k : {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint",
-                          "renorm_clipping", "virtual_batch_size", "adjustment"}) {
-      RETURN_IF_ERROR(c.Null(k));
-    }
-    RETURN_IF_ERROR(c.Only("synchronized", {false}, "batch statistics are per replica"));
-    RETURN_IF_ERROR(c.Only("renorm", {false}, "only false"));
-    (void)c.Take("renorm_momentum");  // unused without renorm
-    (void)c.Take("fused");            // an implementation choice, same result
+    RETURN_IF_ERROR(BatchNormalizationLayer(c, s));
   } else if (cls == "Reshape") {
-    s.type = LayerType::kReshape;
-    RETURN_IF_ERROR(c.Common(s));
-    const json* t = c.Take("target_shape");
-    if (!t || !t->is_array() || t->empty()) return c.Error("argument target_shape is missing");
-    for (const json& d : *t) {
-      if (!d.is_number_integer()) return c.Error("argument target_shape=" + Dump(*t) + " is not a list of integers");
-      s.target_shape.push_back(d.get<int64_t>());
-    }
+    RETURN_IF_ERROR(ReshapeLayer(c, s));
   } else if (cls == "Embedding") {
-    s.type = LayerType::kEmbedding;
-    RETURN_IF_ERROR(c.Common(s));
-    RETURN_IF_ERROR(c.Int("input_dim", s.input_dim, true));
-    RETURN_IF_ERROR(c.Int("output_dim", s.output_dim, true));
-    RETURN_IF_ERROR(c.Initializer("embeddings_initializer", {"RandomUniform", "uniform", "random_uniform"},
-                                  [](const json& cfg) {
-                                    return cfg.value("minval", -0.05) == -0.05 && cfg.value("maxval", 0.05) == 0.05;
-                                  }));
-    for (const char* k : {"embeddings_regularizer", "activity_regularizer", "embeddings_constraint", "lora_rank",
-                          "quantization_config"}) {
-      RETURN_IF_ERROR(c.Null(k));
-    }
-    RETURN_IF_ERROR(c.Only("mask_zero", {false}, "only false"));
-    RETURN_IF_ERROR(c.Only("sparse", {false}, "only false"));
-    (void)c.Take("input_length");  // Keras 2: the input shape says it
+    RETURN_IF_ERROR(EmbeddingLayer(c, s));
   } else if (cls == "Normalization") {
-    s.type = LayerType::kNormalization;
-    RETURN_IF_ERROR(c.Common(s));
-    auto it = c.Take("axis");
-    if (!it) {
-      // null: one scalar mean and variance (Keras' axis=None)
-      s.axis_none = true;
-    } else {
-      const json& a = it->is_array() && it->size() == 1 ? (*it)[0] : *it;
-      if (!(a.is_number_integer() && a.get<int64_t>() == -1)) {
-        return c.Error("argument axis=" + Dump(*it) + " is not supported (-1 or null)");
-      }
-    }
-    for (const char* k : {"mean", "variance"}) {
-      const json* v = c.Take(k);
-      if (!v) continue;
-      std::vector<double>& out = std::string(k) == "mean" ? s.mean : s.variance;
-      if (v->is_number()) {
-        out = {v->get<double>()};
-      } else if (v->is_array()) {
-        for (const json& x : *v) {
-          if (!x.is_number()) return c.Error("argument " + std::string(k) + "=" + Dump(*v) + " is not a list of numbers");
-          out.push_back(x.get<double>());
-        }
-      } else {
-        return c.Error("argument " + std::string(k) + "=" + Dump(*v) + " is not a number or a list of them");
-      }
-    }
-    if (s.mean.size() != s.variance.size()) return c.Error("arguments mean and variance must be given together");
-    RETURN_IF_ERROR(c.Bool("invert", s.invert));
+    RETURN_IF_ERROR(NormalizationLayer(c, s));
   } else if (cls == "StringLookup" || cls == "IntegerLookup") {
     const bool strings = cls == "StringLookup";
     s.type = strings ? LayerType::kStringLookup : LayerType::kIntegerLookup;
