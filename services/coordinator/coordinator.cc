@@ -319,37 +319,33 @@ void ClusterCoordinator::Reconnect(Worker& w) {
   w.cv.NotifyAll();
 }
 
+bool ClusterCoordinator::MarkedHealthy(Worker& w) {
+  MutexLock g(w.mu);
+  return w.healthy;
+}
+
 void ClusterCoordinator::Loop(Worker& w) {
   while (true) {
     {
       MutexLock g(mu_);
       if (stopping_) return;
     }
-    bool healthy;
-    {
-      MutexLock g(w.mu);
-      healthy = w.healthy;
-    }
-    if (!healthy && no_more_work_) {
-      // Nothing will be scheduled again: idle until the coordinator goes.
-      MutexLock lock(mu_);
-      queue_cv_.Wait(lock, [&] { return stopping_.load(); });
-      return;
-    }
-    if (!healthy) {
+    if (!MarkedHealthy(w)) {
+      if (no_more_work_) {
+        // Nothing will be scheduled again: idle until the coordinator goes.
+        MutexLock lock(mu_);
+        queue_cv_.Wait(lock, [&] { return stopping_.load(); });
+        return;
+      }
       Reconnect(w);
       continue;
     }
     std::shared_ptr<Closure> c = Pop();
     if (!c) return;
-    {
-      // Another thread of this worker may have lost it while this one
-      // waited for work: the closure goes back to the front for a healthy
-      // worker, no attempt spent, rather than to a dead address.
-      MutexLock g(w.mu);
-      healthy = w.healthy;
-    }
-    if (!healthy) {
+    // Another thread of this worker may have lost it while this one waited
+    // for work: the closure goes back to the front for a healthy worker, no
+    // attempt spent, rather than to a dead address.
+    if (!MarkedHealthy(w)) {
       {
         MutexLock g(mu_);
         queue_.push_front(std::move(c));
@@ -357,107 +353,117 @@ void ClusterCoordinator::Loop(Worker& w) {
       queue_cv_.NotifyOne();
       continue;
     }
-    proto::RunClosureResponse resp;
-    auto ctx = rpc::Context(options_.rpc_timeout, options_.credentials);
-    std::optional<Status> aborted;
-    {
-      MutexLock g(mu_);
-      aborted = aborted_;
-      if (!aborted) in_flight_.insert(ctx.get());
-    }
-    if (aborted) {
-      Finish(c, *aborted, {});
-      continue;
-    }
-    const auto sent = std::chrono::steady_clock::now();
-    grpc::Status st = w.stub->RunClosure(ctx.get(), c->request, &resp);
-    {
-      MutexLock g(mu_);
-      in_flight_.erase(ctx.get());
-      aborted = aborted_;
-    }
-    if (options_.metrics) {
-      options_.metrics->RecordClosure(std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count());
-    }
-    if (!st.ok() && aborted) {
-      Finish(c, *aborted, {});
-      continue;
-    }
-    if (!st.ok() && IsWorkerFailure(st.error_code())) {
-      const Status why = rpc::FromGrpc(st, "closure " + c->request.function() + " on worker " + w.address);
-      // A call past its deadline from a worker that still answers, as the
-      // same process, is a slow closure, not a lost worker.
-      const bool worker_lost = st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED || !Healthy(w);
-      if (worker_lost) {
-        MutexLock g(w.mu);
-        if (w.healthy) {
-          w.healthy = false;
-          MutexLock g2(mu_);  // the order: a worker's mu, then mu_
-          ++stats_.worker_failures;
-          if (options_.metrics) options_.metrics->RecordWorkerFailure();
-        }
-      }
-      if (++c->attempts >= options_.max_attempts) {
-        const Status err(why.code(), why.message() + " (failed " + std::to_string(c->attempts) +
-                                         " attempts; the limit is " + std::to_string(options_.max_attempts) + ")");
-        bool first = false;
-        {
-          MutexLock g(mu_);
-          if (!first_error_) {
-            first_error_ = err;
-            first = true;
-          }
-        }
-        if (first) CancelQueued(err);
-        Finish(c, err, {});
-        continue;
-      }
-      Requeue(std::move(c));
-      continue;
-    }
-    if (st.ok()) {
-      bool restarted = false;
-      {
-        MutexLock g(w.mu);
-        restarted = w.incarnation != 0 && resp.worker_incarnation() != w.incarnation;
-        if (restarted) w.healthy = false;  // Reconnect rebuilds its resources
-      }
-      if (restarted) {
-        MutexLock g(mu_);
-        ++stats_.worker_failures;
-        if (options_.metrics) options_.metrics->RecordWorkerFailure();
-      }
-      if (restarted && resp.error_code() != 0) {
-        Requeue(std::move(c));
-        continue;
-      }
-    }
-    Status err = !st.ok() ? rpc::FromGrpc(st, "closure " + c->request.function() + " on worker " + w.address)
-                 : resp.error_code() != 0
-                     ? Status(static_cast<Code>(resp.error_code()),
-                              "closure " + c->request.function() + " on worker " + w.address + ": " + resp.error_message())
-                     : Status::Ok();
-    if (!err.ok()) {
-      bool first = false;
-      {
-        MutexLock g(mu_);
-        if (!first_error_) {
-          first_error_ = err;
-          first = true;
-        }
-      }
-      if (first) CancelQueued(err);
-      Finish(c, err, {});
-      continue;
-    }
-    Result r;
-    r.json = nlohmann::json::parse(resp.result_json().empty() ? "null" : resp.result_json(), nullptr, false);
-    for (const auto& t : resp.results()) {
-      auto v = rpc::TensorFromProto(t);
-      if (v.ok()) r.tensors.push_back(std::move(v).value());
-    }
-    Finish(c, Status::Ok(), std::move(r));
+    RunOn(w, std::move(c));
   }
+}
+
+void ClusterCoordinator::RunOn(Worker& w, std::shared_ptr<Closure> c) {
+  proto::RunClosureResponse resp;
+  auto ctx = rpc::Context(options_.rpc_timeout, options_.credentials);
+  std::optional<Status> aborted;
+  {
+    MutexLock g(mu_);
+    aborted = aborted_;
+    if (!aborted) in_flight_.insert(ctx.get());
+  }
+  if (aborted) {
+    Finish(c, *aborted, {});
+    return;
+  }
+  const auto sent = std::chrono::steady_clock::now();
+  grpc::Status st = w.stub->RunClosure(ctx.get(), c->request, &resp);
+  {
+    MutexLock g(mu_);
+    in_flight_.erase(ctx.get());
+    aborted = aborted_;
+  }
+  if (options_.metrics) {
+    options_.metrics->RecordClosure(std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count());
+  }
+  if (!st.ok() && aborted) {
+    Finish(c, *aborted, {});
+    return;
+  }
+  if (!st.ok() && IsWorkerFailure(st.error_code())) {
+    OnCallFailed(w, std::move(c), st);
+    return;
+  }
+  if (st.ok() && NoteRestart(w, resp) && resp.error_code() != 0) {
+    Requeue(std::move(c));
+    return;
+  }
+  Complete(w, c, st, resp);
+}
+
+void ClusterCoordinator::OnCallFailed(Worker& w, std::shared_ptr<Closure> c, const grpc::Status& st) {
+  const Status why = rpc::FromGrpc(st, "closure " + c->request.function() + " on worker " + w.address);
+  // A call past its deadline from a worker that still answers, as the
+  // same process, is a slow closure, not a lost worker.
+  const bool worker_lost = st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED || !Healthy(w);
+  if (worker_lost) {
+    MutexLock g(w.mu);
+    if (w.healthy) {
+      w.healthy = false;
+      MutexLock g2(mu_);  // the order: a worker's mu, then mu_
+      ++stats_.worker_failures;
+      if (options_.metrics) options_.metrics->RecordWorkerFailure();
+    }
+  }
+  if (++c->attempts >= options_.max_attempts) {
+    const Status err(why.code(), why.message() + " (failed " + std::to_string(c->attempts) +
+                                     " attempts; the limit is " + std::to_string(options_.max_attempts) + ")");
+    FailJob(c, err);
+    return;
+  }
+  Requeue(std::move(c));
+}
+
+bool ClusterCoordinator::NoteRestart(Worker& w, const proto::RunClosureResponse& resp) {
+  bool restarted = false;
+  {
+    MutexLock g(w.mu);
+    restarted = w.incarnation != 0 && resp.worker_incarnation() != w.incarnation;
+    if (restarted) w.healthy = false;  // Reconnect rebuilds its resources
+  }
+  if (restarted) {
+    MutexLock g(mu_);
+    ++stats_.worker_failures;
+    if (options_.metrics) options_.metrics->RecordWorkerFailure();
+  }
+  return restarted;
+}
+
+void ClusterCoordinator::Complete(Worker& w, const std::shared_ptr<Closure>& c, const grpc::Status& st,
+                                  const proto::RunClosureResponse& resp) {
+  Status err = !st.ok() ? rpc::FromGrpc(st, "closure " + c->request.function() + " on worker " + w.address)
+               : resp.error_code() != 0
+                   ? Status(static_cast<Code>(resp.error_code()),
+                            "closure " + c->request.function() + " on worker " + w.address + ": " + resp.error_message())
+                   : Status::Ok();
+  if (!err.ok()) {
+    FailJob(c, err);
+    return;
+  }
+  Result r;
+  r.json = nlohmann::json::parse(resp.result_json().empty() ? "null" : resp.result_json(), nullptr, false);
+  for (const auto& t : resp.results()) {
+    auto v = rpc::TensorFromProto(t);
+    if (v.ok()) r.tensors.push_back(std::move(v).value());
+  }
+  Finish(c, Status::Ok(), std::move(r));
+}
+
+void ClusterCoordinator::FailJob(const std::shared_ptr<Closure>& c, const Status& err) {
+  bool first = false;
+  {
+    MutexLock g(mu_);
+    if (!first_error_) {
+      first_error_ = err;
+      first = true;
+    }
+  }
+  if (first) CancelQueued(err);
+  Finish(c, err, {});
 }
 
 void ClusterCoordinator::ShutdownWorkers() {

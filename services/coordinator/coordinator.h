@@ -169,7 +169,25 @@ class ClusterCoordinator {
     std::string dataset_fn, args_json, resource;
   };
 
+  // A worker thread: runs queued closures on `w` until the coordinator stops,
+  // reconnecting when the worker is lost.
   void Loop(Worker& w);
+  // The steps of one closure on `w`. None is called with a lock held; those
+  // that take both take w.mu before mu_.
+  bool MarkedHealthy(Worker& w) TFJOB_EXCLUDES(w.mu);
+  void RunOn(Worker& w, std::shared_ptr<Closure> c) TFJOB_EXCLUDES(w.mu, mu_);
+  // The call failed as a lost worker would: marks it lost unless it still
+  // answers, then retries the closure or, past max_attempts, fails the job.
+  void OnCallFailed(Worker& w, std::shared_ptr<Closure> c, const grpc::Status& st) TFJOB_EXCLUDES(w.mu, mu_);
+  // Whether the worker answered as a new process (so its resources are gone);
+  // if so, marks it for Reconnect and counts a worker failure.
+  bool NoteRestart(Worker& w, const proto::RunClosureResponse& resp) TFJOB_EXCLUDES(w.mu, mu_);
+  // Finishes the closure with the call's result or error.
+  void Complete(Worker& w, const std::shared_ptr<Closure>& c, const grpc::Status& st,
+                const proto::RunClosureResponse& resp) TFJOB_EXCLUDES(mu_);
+  // Finishes the closure with `err`; the job's first error also cancels the
+  // queued closures.
+  void FailJob(const std::shared_ptr<Closure>& c, const Status& err) TFJOB_EXCLUDES(mu_);
   // Probes until the worker answers; rebuilds resources on a new incarnation.
   void Reconnect(Worker& w);
   // Whether the worker answers a health probe as the same process.
