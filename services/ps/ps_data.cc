@@ -410,36 +410,30 @@ Status ParameterServerService::CheckPushFence(uint64_t generation, uint64_t clos
                             std::to_string(fence) + " holds this parameter server)");
 }
 
-Status ParameterServerService::HandlePush(Call& c) {
-  proto::PushRequest req;
-  if (!req.ParseFromString(c.meta)) return Refuse(c, InvalidArgument("Push: malformed request"));
-  // Checked now, so a fenced push's payload is skipped unread, and again
-  // under fence_mu_ when it is applied.
-  if (Status f = CheckPushFence(req.coordinator_incarnation(), req.closure_id()); !f.ok()) return Refuse(c, f);
-  // Everything is checked before a byte of payload is read, and the payload
-  // is read whole before anything is applied: a bad request, or one whose
-  // connection breaks, changes nothing.
-  struct Prepared {
-    std::shared_ptr<Shard> shard;
-    const proto::Update* update;
-    wire::Described d;
-    Tensor rows;  // int64 [k] for a sparse update
-    Tensor value;
-  };
-  std::vector<Prepared> prepared;
+// Everything about an update that is known before its payload is read.
+struct ParameterServerService::PushUpdate {
+  std::shared_ptr<Shard> shard;
+  const proto::Update* update;
+  wire::Described d;
+  Tensor rows;  // int64 [k] for a sparse update
+  Tensor value;
+};
+
+Status ParameterServerService::PreparePush(const proto::PushRequest& req, std::vector<PushUpdate>& prepared,
+                                           uint64_t& total) {
   prepared.reserve(static_cast<size_t>(req.updates_size()));
-  uint64_t total = 0;
+  total = 0;
   for (const proto::Update& u : req.updates()) {
     auto shard = Find(u.name());
-    if (!shard) return Refuse(c, NotFound("Push: no variable \"" + u.name() + "\" on this parameter server"));
+    if (!shard) return NotFound("Push: no variable \"" + u.name() + "\" on this parameter server");
     auto d = wire::Describe(u.value(), options_.max_tensor_bytes);
-    if (!d.ok()) return Refuse(c, d.status().WithContext("Push \"" + u.name() + "\""));
+    if (!d.ok()) return d.status().WithContext("Push \"" + u.name() + "\"");
     if (d->bytes > options_.max_request_bytes - std::min(total, options_.max_request_bytes)) {
-      return Refuse(c, InvalidArgument("Push: the updates claim more than the limit of " +
-                                       std::to_string(options_.max_request_bytes) + " bytes per request"));
+      return InvalidArgument("Push: the updates claim more than the limit of " +
+                             std::to_string(options_.max_request_bytes) + " bytes per request");
     }
     total += d->bytes;
-    Prepared p{shard, &u, std::move(d).value(), {}, {}};
+    PushUpdate p{shard, &u, std::move(d).value(), {}, {}};
     if (u.rows_size() > 0) {
       p.rows = Tensor::Zeros(DType::kInt64, {u.rows_size()});
       std::copy(u.rows().begin(), u.rows().end(), p.rows.data<int64_t>());
@@ -458,20 +452,50 @@ Status ParameterServerService::HandlePush(Call& c) {
         bad = FailedPrecondition("Push \"" + u.name() + "\": variable has no optimizer to apply gradients with");
       }
     }
-    // Answered with no lock held: the answer goes over the network.
-    if (!bad.ok()) return Refuse(c, bad);
+    // Returned with no lock held: the caller answers over the network.
+    if (!bad.ok()) return bad;
     if (u.kind() != proto::Update::APPLY_GRADIENT && u.kind() != proto::Update::ASSIGN_ADD &&
         u.kind() != proto::Update::ASSIGN) {
-      return Refuse(c, InvalidArgument("Push \"" + u.name() + "\": unknown update kind " + std::to_string(u.kind())));
+      return InvalidArgument("Push \"" + u.name() + "\": unknown update kind " + std::to_string(u.kind()));
     }
     prepared.push_back(std::move(p));
   }
+  return Status::Ok();
+}
+
+Status ParameterServerService::ApplyPushUpdate(Shard& s, const PushUpdate& p, bool split) {
+  if (p.update->rows_size() == 0) return ApplyDense(s, p.update->kind(), p.value, split);
+  switch (p.update->kind()) {
+    case proto::Update::APPLY_GRADIENT: return s.optimizer->ApplySparse(s.value, p.rows, p.value, s.slots);
+    case proto::Update::ASSIGN_ADD: return ops::ScatterAdd(s.value, p.rows, p.value);
+    default: {  // ASSIGN
+      const int64_t row = s.value.dim(0) ? s.value.size() / s.value.dim(0) : 0;
+      const size_t rb = static_cast<size_t>(row) * DTypeSize(s.value.dtype());
+      const int64_t* r = p.rows.data<int64_t>();
+      for (int64_t j = 0; j < p.rows.size(); ++j) std::memcpy(s.value.raw() + r[j] * rb, p.value.raw() + j * rb, rb);
+      return Status::Ok();
+    }
+  }
+}
+
+Status ParameterServerService::HandlePush(Call& c) {
+  proto::PushRequest req;
+  if (!req.ParseFromString(c.meta)) return Refuse(c, InvalidArgument("Push: malformed request"));
+  // Checked now, so a fenced push's payload is skipped unread, and again
+  // under fence_mu_ when it is applied.
+  if (Status f = CheckPushFence(req.coordinator_incarnation(), req.closure_id()); !f.ok()) return Refuse(c, f);
+  // Everything is checked before a byte of payload is read, and the payload
+  // is read whole before anything is applied: a bad request, or one whose
+  // connection breaks, changes nothing.
+  std::vector<PushUpdate> prepared;
+  uint64_t total = 0;
+  if (Status bad = PreparePush(req, prepared, total); !bad.ok()) return Refuse(c, bad);
   if (total != c.frame.payload_bytes) {
     return Refuse(c, InvalidArgument("Push: the updates' tensors need " + std::to_string(total) +
                                      " bytes, the request carries " + std::to_string(c.frame.payload_bytes)));
   }
   int64_t f32_at = 0, i64_at = 0;
-  for (Prepared& p : prepared) {
+  for (PushUpdate& p : prepared) {
     const bool i64 = p.d.dtype == DType::kInt64;
     int64_t& at = i64 ? i64_at : f32_at;
     ASSIGN_OR_RETURN(p.value, ReceiveInto(c, i64 ? c.staging.i64 : c.staging.f32, p.d.dtype, at, p.d.shape));
@@ -488,28 +512,14 @@ Status ParameterServerService::HandlePush(Call& c) {
   // what one pass gives. A push of several updates runs them side by side.
   const bool split = prepared.size() == 1 && total >= kParallelApplyBytes;
   auto apply = [&](size_t i) {
-    Prepared& p = prepared[i];
+    PushUpdate& p = prepared[i];
     Shard& s = *p.shard;
     WriterLock g(s.mu);
     if (dedup && !Remember(s, key)) {
       duplicates.fetch_add(1);
       return;
     }
-    Status st;
-    if (p.update->rows_size() > 0) {
-      switch (p.update->kind()) {
-        case proto::Update::APPLY_GRADIENT: st = s.optimizer->ApplySparse(s.value, p.rows, p.value, s.slots); break;
-        case proto::Update::ASSIGN_ADD: st = ops::ScatterAdd(s.value, p.rows, p.value); break;
-        default: {  // ASSIGN
-          const int64_t row = s.value.dim(0) ? s.value.size() / s.value.dim(0) : 0;
-          const size_t rb = static_cast<size_t>(row) * DTypeSize(s.value.dtype());
-          const int64_t* r = p.rows.data<int64_t>();
-          for (int64_t j = 0; j < p.rows.size(); ++j) std::memcpy(s.value.raw() + r[j] * rb, p.value.raw() + j * rb, rb);
-        }
-      }
-    } else {
-      st = ApplyDense(s, p.update->kind(), p.value, split);
-    }
+    const Status st = ApplyPushUpdate(s, p, split);
     results[i] = st;
     if (st.ok()) applied_.fetch_add(1, std::memory_order_relaxed);
   };

@@ -46,6 +46,7 @@
 #include <string>
 #include <thread>
 #include <unordered_set>
+#include <vector>
 
 #include "common/mutex.h"
 #include "proto/ps.grpc.pb.h"
@@ -146,6 +147,16 @@ class ParameterServerService final : public proto::ParameterServer::Service {
   Status HandleCreate(Call& c);
   Status HandlePull(Call& c);
   Status HandlePush(Call& c);
+  struct PushUpdate;  // one update of a push, checked, and then its payload
+  // HandlePush's checks, before any payload is read: every update of `req`
+  // names a variable it fits and a known kind, and the updates' tensors stay
+  // within the request limit. Fills `prepared` (payloads not yet received)
+  // and `total` (the payload bytes they need); a non-OK return is the reason
+  // to refuse the request, with nothing changed.
+  Status PreparePush(const proto::PushRequest& req, std::vector<PushUpdate>& prepared, uint64_t& total);
+  // Applies one received update to `s` (its shard), whose write lock the
+  // caller holds; `split` as for ApplyDense.
+  Status ApplyPushUpdate(Shard& s, const PushUpdate& p, bool split) TFJOB_REQUIRES(s.mu);
   // Refuses the request in `c` with `why`, skipping its payload when it is
   // small enough to read past, so the connection stays usable.
   Status Refuse(Call& c, const Status& why);
