@@ -155,6 +155,98 @@ int ServeWorker(const cluster::ClusterConfig& cfg, const cluster::ClusterSpec& t
   return Ended("worker", cfg.task->index, (*server)->service().completed(), out);
 }
 
+// How long the chief waits, from the environment.
+struct Timeouts {
+  // TFJOB_CONNECT_TIMEOUT_SECONDS: how long the chief waits for peers that do
+  // not answer yet (default 300).
+  std::chrono::milliseconds connect{300000};
+  // TFJOB_PS_TIMEOUT_SECONDS: once training runs, how long the chief waits
+  // for a parameter server that stopped answering (default 30).
+  std::chrono::milliseconds ps{30000};
+};
+
+StatusOr<Timeouts> ParseTimeouts(const cluster::Env& env) {
+  Timeouts t;
+  if (auto v = env("TFJOB_CONNECT_TIMEOUT_SECONDS")) {
+    char* end = nullptr;
+    const double secs = std::strtod(v->c_str(), &end);
+    if (v->empty() || *end != '\0' || secs <= 0) {
+      return InvalidArgument("TFJOB_CONNECT_TIMEOUT_SECONDS: \"" + *v + "\" is not a positive number");
+    }
+    t.connect = std::chrono::milliseconds(static_cast<int64_t>(secs * 1000));
+  }
+  if (auto v = env("TFJOB_PS_TIMEOUT_SECONDS")) {
+    char* end = nullptr;
+    const double secs = std::strtod(v->c_str(), &end);
+    if (v->empty() || *end != '\0' || !(secs > 0) || secs > 86400) {
+      return InvalidArgument("TFJOB_PS_TIMEOUT_SECONDS: \"" + Elide(*v) +
+                             "\" is not a number of seconds in (0, 86400]");
+    }
+    t.ps = std::chrono::milliseconds(static_cast<int64_t>(secs * 1000));
+  }
+  return t;
+}
+
+// The listening socket a launcher handed down (services/base/ports.h) must
+// be at this task's own port, or the others could not reach it.
+Status CheckInheritedListener(const cluster::ClusterConfig& cfg,
+                              const std::optional<base::ListeningSocket>& listener) {
+  const std::string& type = cfg.task->type;
+  if (!listener || !cfg.cluster.HasJob(type)) return Status::Ok();
+  auto self = cfg.cluster.Address(type, cfg.task->index);
+  if (!self.ok()) return self.status();
+  auto hp = net::SplitAddress(*self);
+  if (!hp.ok()) return hp.status();
+  if (hp->port != listener->port()) {
+    return InvalidArgument(std::string(base::kListenFdEnv) + ": the socket listens on port " +
+                           std::to_string(listener->port()) + ", but TF_CONFIG puts " + type + ":" +
+                           std::to_string(cfg.task->index) + " at " + *self);
+  }
+  return Status::Ok();
+}
+
+// Without parameter servers, the chief and the workers train together
+// (TensorFlow's MultiWorkerMirroredStrategy): every one runs the program.
+int RunCollectiveRole(programs::Program& program, const std::vector<std::string>& args,
+                      const cluster::ClusterConfig& cfg, const cluster::ClusterSpec& training,
+                      const rpc::Credentials& credentials, runtime_metrics::RuntimeMetrics* metrics,
+                      std::optional<base::ListeningSocket>& listener, std::chrono::milliseconds connect_timeout,
+                      SignalWatcher& signals, std::ostream& out, std::ostream& err) {
+  auto members = collective::MembersFromCluster(training);
+  if (!members.ok()) return ReportError(members.status(), err);
+  auto rank = collective::RankOf(*members, cfg.task->type, cfg.task->index);
+  if (!rank.ok()) return ReportError(rank.status(), err);
+  std::shared_ptr<base::ListeningSocket> inherited;
+  if (listener) inherited = std::make_shared<base::ListeningSocket>(std::move(*listener));
+  programs::CollectiveContext ctx{*members, *rank, &out,   &err,     connect_timeout,
+                                  metrics,  credentials, &signals, inherited};
+  return program.RunCollective(args, ctx);
+}
+
+// The chief of a job with parameter servers: runs the program as the
+// coordinator of the workers, and ends the cluster once training completes.
+int RunChiefRole(programs::Program& program, const std::vector<std::string>& args,
+                 const cluster::ClusterSpec& training, const rpc::Credentials& credentials,
+                 runtime_metrics::RuntimeMetrics* metrics, const Timeouts& timeouts, SignalWatcher& signals,
+                 std::ostream& out, std::ostream& err) {
+  programs::ChiefContext ctx{Addresses(training, cluster::kPs), Addresses(training, cluster::kWorker), {}, &out, &err};
+  ctx.connect_timeout = timeouts.connect;
+  ctx.coordinator_options.connect_timeout = timeouts.connect;
+  ctx.credentials = credentials;
+  ctx.coordinator_options.credentials = credentials;
+  ctx.metrics = metrics;
+  ctx.coordinator_options.metrics = metrics;
+  ctx.signals = &signals;
+  ctx.ps_timeout = timeouts.ps;
+  if (ctx.worker_addresses.empty()) return ReportError(InvalidArgument("TF_CONFIG: the cluster has no \"worker\" tasks"), err);
+  const int rc = program.RunChief(args, ctx);
+  // Training is complete: the PS tasks and workers may exit (0), so a
+  // finished job leaves nothing running. Any other end leaves them up: a
+  // restarted chief (OnFailure, ExitCode) finds them and goes on.
+  if (rc == 0) ShutdownCluster(ctx.ps_addresses, ctx.worker_addresses, ctx.credentials, ctx.claimed_generation());
+  return rc;
+}
+
 }  // namespace
 
 void ShutdownCluster(const std::vector<std::string>& ps, const std::vector<std::string>& workers,
@@ -183,28 +275,8 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
   // inside Kubernetes' default 30 s (programs may set their own).
   SignalWatcher signals;
   signals.ExitAfter(kDefaultShutdownGrace);
-  // TFJOB_CONNECT_TIMEOUT_SECONDS: how long the chief waits for peers that do
-  // not answer yet (default 300).
-  std::chrono::milliseconds connect_timeout{300000};
-  if (auto v = env("TFJOB_CONNECT_TIMEOUT_SECONDS")) {
-    char* end = nullptr;
-    const double secs = std::strtod(v->c_str(), &end);
-    if (v->empty() || *end != '\0' || secs <= 0) {
-      return ReportError(InvalidArgument("TFJOB_CONNECT_TIMEOUT_SECONDS: \"" + *v + "\" is not a positive number"), err);
-    }
-    connect_timeout = std::chrono::milliseconds(static_cast<int64_t>(secs * 1000));
-  }
-  // TFJOB_PS_TIMEOUT_SECONDS: once training runs, how long the chief waits
-  // for a parameter server that stopped answering (default 30).
-  std::chrono::milliseconds ps_timeout{30000};
-  if (auto v = env("TFJOB_PS_TIMEOUT_SECONDS")) {
-    char* end = nullptr;
-    const double secs = std::strtod(v->c_str(), &end);
-    if (v->empty() || *end != '\0' || !(secs > 0) || secs > 86400) {
-      return ReportError(InvalidArgument("TFJOB_PS_TIMEOUT_SECONDS: \"" + Elide(*v) + "\" is not a number of seconds in (0, 86400]"), err);
-    }
-    ps_timeout = std::chrono::milliseconds(static_cast<int64_t>(secs * 1000));
-  }
+  auto timeouts = ParseTimeouts(env);
+  if (!timeouts.ok()) return ReportError(timeouts.status(), err);
   // TF_CONFIG, or the Slurm step when TFJOB_CLUSTER_RESOLVER=slurm.
   auto resolved = cluster::ResolveCluster(env);
   if (resolved.status().code() == Code::kNotFound) {
@@ -213,7 +285,7 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
     if (!local.ok()) return ReportError(local.status(), err);
     programs::ChiefContext ctx{(*local)->ps_addresses(), (*local)->worker_addresses(), {}, &out, &err};
     ctx.signals = &signals;
-    ctx.ps_timeout = ps_timeout;
+    ctx.ps_timeout = timeouts->ps;
     return program.RunChief(args, ctx);
   }
   if (!resolved.ok()) return ReportError(resolved.status(), err);
@@ -242,60 +314,23 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
   auto exporter = runtime_metrics::Exporter::Start(*metrics_config, out);
   if (!exporter.ok()) return ReportError(exporter.status(), err);
   runtime_metrics::RuntimeMetrics* metrics = (*exporter)->metrics();
-  // The listening socket a launcher handed down (services/base/ports.h):
-  // it must be at this task's own port, or the others could not reach it.
   auto listener = base::InheritedListener(env);
   if (!listener.ok()) return ReportError(listener.status(), err);
-  if (*listener && cfg->cluster.HasJob(type)) {
-    auto self = cfg->cluster.Address(type, cfg->task->index);
-    if (!self.ok()) return ReportError(self.status(), err);
-    auto hp = net::SplitAddress(*self);
-    if (!hp.ok()) return ReportError(hp.status(), err);
-    if (hp->port != (*listener)->port()) {
-      return ReportError(InvalidArgument(std::string(base::kListenFdEnv) + ": the socket listens on port " +
-                                         std::to_string((*listener)->port()) + ", but TF_CONFIG puts " + type + ":" +
-                                         std::to_string(cfg->task->index) + " at " + *self),
-                         err);
-    }
-  }
+  if (Status s = CheckInheritedListener(*cfg, *listener); !s.ok()) return ReportError(s, err);
   if (type == cluster::kPs) {
     auto max_bytes = MaxTensorBytes(env);
     if (!max_bytes.ok()) return ReportError(max_bytes.status(), err);
     return ServePs(*cfg, program, args, *credentials, metrics, *listener, *max_bytes, signals, out, err);
   }
-  // Without parameter servers, the chief and the workers train together
-  // (TensorFlow's MultiWorkerMirroredStrategy): every one runs the program.
   if ((type == cluster::kWorker || cluster::IsChief(type)) && !training.HasJob(cluster::kPs)) {
-    auto members = collective::MembersFromCluster(training);
-    if (!members.ok()) return ReportError(members.status(), err);
-    auto rank = collective::RankOf(*members, type, cfg->task->index);
-    if (!rank.ok()) return ReportError(rank.status(), err);
-    std::shared_ptr<base::ListeningSocket> inherited;
-    if (*listener) inherited = std::make_shared<base::ListeningSocket>(std::move(**listener));
-    programs::CollectiveContext ctx{*members, *rank, &out,    &err,     connect_timeout,
-                                    metrics,  *credentials, &signals, inherited};
-    return program.RunCollective(args, ctx);
+    return RunCollectiveRole(program, args, *cfg, training, *credentials, metrics, *listener, timeouts->connect, signals,
+                             out, err);
   }
   if (type == cluster::kWorker) {
     return ServeWorker(*cfg, training, all, *credentials, metrics, *listener, signals, out, err);
   }
   if (cluster::IsChief(type)) {
-    programs::ChiefContext ctx{Addresses(training, cluster::kPs), Addresses(training, cluster::kWorker), {}, &out, &err};
-    ctx.connect_timeout = connect_timeout;
-    ctx.coordinator_options.connect_timeout = connect_timeout;
-    ctx.credentials = *credentials;
-    ctx.coordinator_options.credentials = *credentials;
-    ctx.metrics = metrics;
-    ctx.coordinator_options.metrics = metrics;
-    ctx.signals = &signals;
-    ctx.ps_timeout = ps_timeout;
-    if (ctx.worker_addresses.empty()) return ReportError(InvalidArgument("TF_CONFIG: the cluster has no \"worker\" tasks"), err);
-    const int rc = program.RunChief(args, ctx);
-    // Training is complete: the PS tasks and workers may exit (0), so a
-    // finished job leaves nothing running. Any other end leaves them up: a
-    // restarted chief (OnFailure, ExitCode) finds them and goes on.
-    if (rc == 0) ShutdownCluster(ctx.ps_addresses, ctx.worker_addresses, ctx.credentials, ctx.claimed_generation());
-    return rc;
+    return RunChiefRole(program, args, training, *credentials, metrics, *timeouts, signals, out, err);
   }
   if (type == cluster::kEvaluator) {
     // Reads the chief's checkpoints only: it needs no PS or worker.
