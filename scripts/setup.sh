@@ -15,6 +15,7 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev  # the OpenMPI peer of bench/allreduce.sh
   prometheus  # promtool and a real Prometheus for the monitoring tests
   clang libclang-rt-14-dev libomp-14-dev  # scripts/fuzz.sh, scripts/sanitize.sh, scripts/thread-safety.sh: libFuzzer, sanitizers, OpenMP, -Wthread-safety
+  clang-format  # scripts/format.sh: the house style (.clang-format)
   etcd-server xz-utils openssl  # the real control plane of ../shared/envtest (tests/support/envtest.h)
 )
 
