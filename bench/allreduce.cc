@@ -117,7 +117,8 @@ Status RunMember(const Flags& f) {
   const char* impl = o.tls ? "tfjob-ring-tls" : "tfjob-ring";
   net::Listener listener;
   listener.fd = net::Fd(static_cast<int>(fd));
-  ASSIGN_OR_RETURN(std::unique_ptr<Group> group, Group::Create(members, static_cast<int>(rank), o, std::move(listener)));
+  ASSIGN_OR_RETURN(std::unique_ptr<Group> group,
+                   Group::Create(members, static_cast<int>(rank), o, std::move(listener)));
   RETURN_IF_ERROR(group->Form(0).status());
   collective::Communicator& comm = *group->comm();
 
@@ -152,8 +153,8 @@ Status RunMember(const Flags& f) {
     auto t0 = Clock::now();
     RETURN_IF_ERROR(comm.AllReduce(t, ReduceOp::kSum));
     ASSIGN_OR_RETURN(double one, Slowest(comm, Elapsed(t0)));
-    const int64_t iters =
-        std::clamp<int64_t>(static_cast<int64_t>(std::ceil(seconds / std::max(one, 1e-6))), 3, std::max<int64_t>(3, max_iters));
+    const int64_t iters = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(seconds / std::max(one, 1e-6))), 3,
+                                              std::max<int64_t>(3, max_iters));
 
     RETURN_IF_ERROR(comm.Barrier());
     t0 = Clock::now();
@@ -191,10 +192,10 @@ Status RunGroup(int n, const Flags& f, const std::string& tls_dir) {
   std::vector<std::unique_ptr<Child>> children;
   for (int r = 0; r < n; ++r) {
     const int fd = listeners[static_cast<size_t>(r)].fd.get();
-    std::vector<std::string> argv = {exe,           "--member",   "--rank",       std::to_string(r),
-                                     "--members",   list,         "--listen-fd",  std::to_string(fd),
-                                     "--sizes-mib", f.Get("sizes-mib"), "--seconds", f.Get("seconds"),
-                                     "--max-iters", f.Get("max-iters")};
+    std::vector<std::string> argv = {
+        exe,         "--member",       "--rank",           std::to_string(r), "--members",
+        list,        "--listen-fd",    std::to_string(fd), "--sizes-mib",     f.Get("sizes-mib"),
+        "--seconds", f.Get("seconds"), "--max-iters",      f.Get("max-iters")};
     for (const std::string opt : {"chunk-kib", "bucket-mib"}) {
       if (f.Has(opt)) {
         argv.push_back("--" + opt);
@@ -218,11 +219,12 @@ Status RunGroup(int n, const Flags& f, const std::string& tls_dir) {
     while (true) {
       auto line = children[static_cast<size_t>(r)]->ReadLine(patience);
       if (!line.ok()) {
-        return Internal("member " + std::to_string(r) + " of " + std::to_string(n) + " ended without finishing: " +
-                        line.status().message());
+        return Internal("member " + std::to_string(r) + " of " + std::to_string(n) +
+                        " ended without finishing: " + line.status().message());
       }
       if (*line == "done") break;
-      if (line->rfind("error:", 0) == 0) return Internal("member " + std::to_string(r) + " of " + std::to_string(n) + ": " + *line);
+      if (line->rfind("error:", 0) == 0)
+        return Internal("member " + std::to_string(r) + " of " + std::to_string(n) + ": " + *line);
       if (r == 0) std::cout << *line << std::endl;
     }
   }

@@ -75,8 +75,10 @@ class Child {
         buf_.erase(0, nl + 1);
         return line;
       }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
-      if (left <= 0) return DeadlineExceeded(name_ + ": no output line within " + std::to_string(timeout.count()) + " ms");
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+      if (left <= 0)
+        return DeadlineExceeded(name_ + ": no output line within " + std::to_string(timeout.count()) + " ms");
       pollfd p{fd_, POLLIN, 0};
       const int r = poll(&p, 1, static_cast<int>(left));
       if (r < 0 && errno == EINTR) continue;

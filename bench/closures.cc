@@ -56,10 +56,10 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kNoop = "bench/noop";
 
 Status RegisterNoop(worker::Registry& r) {
-  return r.AddClosure(kNoop, [](worker::ClosureContext&, const nlohmann::json&,
-                                const std::vector<Tensor>&) -> StatusOr<worker::ClosureResult> {
-    return worker::ClosureResult{};
-  });
+  return r.AddClosure(
+      kNoop,
+      [](worker::ClosureContext&, const nlohmann::json&,
+         const std::vector<Tensor>&) -> StatusOr<worker::ClosureResult> { return worker::ClosureResult{}; });
 }
 
 // --serve-worker: one worker until a Shutdown RPC arrives.

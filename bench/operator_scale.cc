@@ -52,9 +52,11 @@ namespace {
 const kube::Resource kNamespaces{"", "v1", "namespaces"};
 
 json Job(const std::string& ns, int i) {
-  json container{{"name", "tensorflow"}, {"image", "tfjob/runtime-cpu:0.1.0"}, {"command", {"tfjob-runtime", "counter"}}};
+  json container{
+      {"name", "tensorflow"}, {"image", "tfjob/runtime-cpu:0.1.0"}, {"command", {"tfjob-runtime", "counter"}}};
   auto replica = [&](int n) {
-    return json{{"replicas", n}, {"restartPolicy", "OnFailure"},
+    return json{{"replicas", n},
+                {"restartPolicy", "OnFailure"},
                 {"template", {{"spec", {{"containers", json::array({container})}}}}}};
   };
   return {{"apiVersion", "kubeflow.org/v1"},
@@ -134,8 +136,10 @@ struct Result {
 // What the bench's watches saw, stamped on arrival.
 class Observer {
  public:
-  explicit Observer(int jobs) : pods_seen_(static_cast<size_t>(jobs)), running_(static_cast<size_t>(jobs)),
-                                succeeded_(static_cast<size_t>(jobs)) {}
+  explicit Observer(int jobs)
+      : pods_seen_(static_cast<size_t>(jobs)),
+        running_(static_cast<size_t>(jobs)),
+        succeeded_(static_cast<size_t>(jobs)) {}
 
   void OnPod(const std::string& type, const json& pod) {
     if (type != "ADDED") return;
@@ -237,10 +241,10 @@ tfjob::Status Parallel(int n, int threads, const std::function<tfjob::Status(int
 }
 
 struct Setup {
-  std::string backend;      // "real API server" or "API-server double"
-  std::string kubeconfig;   // admin
-  bool garbage_collector;   // deleting a job deletes its pods
-  bool namespaces;          // namespaces are objects to create first
+  std::string backend;     // "real API server" or "API-server double"
+  std::string kubeconfig;  // admin
+  bool garbage_collector;  // deleting a job deletes its pods
+  bool namespaces;         // namespaces are objects to create first
 };
 
 Result RunOne(const Setup& setup, int jobs, const tfjob::Flags& flags, const std::string& ns) {
@@ -270,8 +274,15 @@ Result RunOne(const Setup& setup, int jobs, const tfjob::Flags& flags, const std
     }
   }
 
-  std::vector<std::string> args{flags.Get("operator"), "--kubeconfig", setup.kubeconfig, "--namespace", ns,
-                                "--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0"};
+  std::vector<std::string> args{flags.Get("operator"),
+                                "--kubeconfig",
+                                setup.kubeconfig,
+                                "--namespace",
+                                ns,
+                                "--metrics-bind-address",
+                                "127.0.0.1:0",
+                                "--health-probe-bind-address",
+                                "127.0.0.1:0"};
   for (const char* f : {"workers", "qps", "burst"}) {
     if (!flags.Get(f).empty()) {
       args.push_back(std::string("--") + f);
@@ -307,11 +318,12 @@ Result RunOne(const Setup& setup, int jobs, const tfjob::Flags& flags, const std
   const int threads = static_cast<int>(*flags.GetInt("client-threads"));
   std::vector<Clock::time_point> created(static_cast<size_t>(jobs));
   const auto t0 = Clock::now();
-  if (auto s = Parallel(jobs, threads, [&](int i) {
-        auto res = c.Create(kube::kTFJobs, ns, Job(ns, i));
-        created[static_cast<size_t>(i)] = Clock::now();
-        return res.ok() ? tfjob::Status::Ok() : res.status();
-      });
+  if (auto s = Parallel(jobs, threads,
+                        [&](int i) {
+                          auto res = c.Create(kube::kTFJobs, ns, Job(ns, i));
+                          created[static_cast<size_t>(i)] = Clock::now();
+                          return res.ok() ? tfjob::Status::Ok() : res.status();
+                        });
       !s.ok()) {
     r.why = "create: " + s.ToString();
     return r;
@@ -333,13 +345,16 @@ Result RunOne(const Setup& setup, int jobs, const tfjob::Flags& flags, const std
   r.create_p99 = Percentile(create_latency, 0.99);
 
   // 2. Every pod Running, as the kubelet would report it.
-  const json running{{"status", {{"phase", "Running"}, {"containerStatuses", ContainerStatus({{"running", json::object()}}, true)}}}};
+  const json running{
+      {"status", {{"phase", "Running"}, {"containerStatuses", ContainerStatus({{"running", json::object()}}, true)}}}};
   std::vector<json> all = pods.List(ns);
   if (r.why.empty()) {
-    if (auto s = Parallel(static_cast<int>(all.size()), threads, [&](int i) {
-          auto res = c.MergePatch(kube::kPods, ns, all[static_cast<size_t>(i)]["metadata"]["name"], running, true);
-          return res.ok() ? tfjob::Status::Ok() : res.status();
-        });
+    if (auto s = Parallel(static_cast<int>(all.size()), threads,
+                          [&](int i) {
+                            auto res = c.MergePatch(kube::kPods, ns, all[static_cast<size_t>(i)]["metadata"]["name"],
+                                                    running, true);
+                            return res.ok() ? tfjob::Status::Ok() : res.status();
+                          });
         !s.ok()) {
       r.why = "pod status: " + s.ToString();
     }
@@ -351,16 +366,19 @@ Result RunOne(const Setup& setup, int jobs, const tfjob::Flags& flags, const std
   const long rss_full = ProcStatusKiB(op.pid(), "VmRSS:");
 
   // 3. Every chief Succeeded.
-  const json done{{"status",
-                   {{"phase", "Succeeded"},
-                    {"containerStatuses", ContainerStatus({{"terminated", {{"exitCode", 0}, {"reason", "Completed"}}}}, false)}}}};
+  const json done{
+      {"status",
+       {{"phase", "Succeeded"},
+        {"containerStatuses", ContainerStatus({{"terminated", {{"exitCode", 0}, {"reason", "Completed"}}}}, false)}}}};
   std::vector<Clock::time_point> chief_done(static_cast<size_t>(jobs));
   if (r.why.empty()) {
-    if (auto s = Parallel(jobs, threads, [&](int i) {
-          auto res = c.MergePatch(kube::kPods, ns, "job-" + std::to_string(i) + "-chief-0", done, true);
-          chief_done[static_cast<size_t>(i)] = Clock::now();
-          return res.ok() ? tfjob::Status::Ok() : res.status();
-        });
+    if (auto s = Parallel(jobs, threads,
+                          [&](int i) {
+                            auto res =
+                                c.MergePatch(kube::kPods, ns, "job-" + std::to_string(i) + "-chief-0", done, true);
+                            chief_done[static_cast<size_t>(i)] = Clock::now();
+                            return res.ok() ? tfjob::Status::Ok() : res.status();
+                          });
         !s.ok()) {
       r.why = "chief status: " + s.ToString();
     }
@@ -371,7 +389,8 @@ Result RunOne(const Setup& setup, int jobs, const tfjob::Flags& flags, const std
   std::vector<double> success_latency;
   for (int i = 0; i < jobs; ++i) {
     if (auto at = seen.Succeeded(i)) {
-      success_latency.push_back(std::max(0.0, std::chrono::duration<double>(*at - chief_done[static_cast<size_t>(i)]).count()));
+      success_latency.push_back(
+          std::max(0.0, std::chrono::duration<double>(*at - chief_done[static_cast<size_t>(i)]).count()));
     }
   }
   r.success_p50 = Percentile(success_latency, 0.5);
@@ -383,14 +402,16 @@ Result RunOne(const Setup& setup, int jobs, const tfjob::Flags& flags, const std
   // and the events among them (written by their own client).
   const kube::Resource events{"", "v1", "events"};
   int64_t event_count = -1;
-  WaitUntil([&] {
-    auto list = c.List(events, ns, {});
-    const int64_t n = list.ok() && (*list)["items"].is_array() ? static_cast<int64_t>((*list)["items"].size()) : -1;
-    const bool settled = n == event_count;
-    event_count = n;
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    return settled;
-  }, 60);
+  WaitUntil(
+      [&] {
+        auto list = c.List(events, ns, {});
+        const int64_t n = list.ok() && (*list)["items"].is_array() ? static_cast<int64_t>((*list)["items"].size()) : -1;
+        const bool settled = n == event_count;
+        event_count = n;
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        return settled;
+      },
+      60);
   r.requests = RequestsByMethod(t::HttpGet(metrics, "/metrics").body);
   for (auto& [verb, n] : r.requests) {
     n /= jobs;
@@ -399,7 +420,8 @@ Result RunOne(const Setup& setup, int jobs, const tfjob::Flags& flags, const std
   r.events_per_job = static_cast<double>(event_count) / jobs;
 
   // 4. Delete every job; where there is a garbage collector, it deletes the pods.
-  if (auto s = Parallel(jobs, threads, [&](int i) { return c.Delete(kube::kTFJobs, ns, "job-" + std::to_string(i), "Background"); });
+  if (auto s = Parallel(jobs, threads,
+                        [&](int i) { return c.Delete(kube::kTFJobs, ns, "job-" + std::to_string(i), "Background"); });
       !s.ok() && r.why.empty()) {
     r.why = "delete: " + s.ToString();
   }
@@ -489,7 +511,9 @@ int main(int argc, char** argv) {
   }
   const std::string backends = flags.Get("backends");
   std::vector<Result> results;
-  auto flag_or = [&](const char* f, const char* d) { return flags.Get(f).empty() ? std::string(d) + " (default)" : flags.Get(f); };
+  auto flag_or = [&](const char* f, const char* d) {
+    return flags.Get(f).empty() ? std::string(d) + " (default)" : flags.Get(f);
+  };
   std::printf("Operator scale: N TFJobs of 1 chief + 1 PS + 3 workers; operator --workers %s --qps %s --burst %s\n",
               flag_or("workers", "2").c_str(), flag_or("qps", "100").c_str(), flag_or("burst", "200").c_str());
   std::printf("%-18s %6s %9s %13s %13s %9s %9s %9s %9s %7s %6s %5s\n", "backend", "N", "all pods", "create p50/p99",
@@ -505,11 +529,15 @@ int main(int argc, char** argv) {
     auto crd = cp->Kubectl({"apply", "--server-side", "-f", t::SourceDir() + "/crds/kubeflow.org_tfjobs.yaml"});
     // Polled: `kubectl wait` fails outright when it looks before the CRD
     // has any condition.
-    const bool established = crd.exit_code == 0 && WaitUntil([&] {
-      return cp->Kubectl({"get", "crd", "tfjobs.kubeflow.org", "-o",
-                          "jsonpath={.status.conditions[?(@.type==\"Established\")].status}"})
-                 .out == "True";
-    }, 60);
+    const bool established =
+        crd.exit_code == 0 &&
+        WaitUntil(
+            [&] {
+              return cp->Kubectl({"get", "crd", "tfjobs.kubeflow.org", "-o",
+                                  "jsonpath={.status.conditions[?(@.type==\"Established\")].status}"})
+                         .out == "True";
+            },
+            60);
     if (!established) {
       std::cerr << "bench/operator_scale: installing the TFJob CRD failed: " << crd.err << std::endl;
       return 1;
@@ -559,8 +587,9 @@ int main(int argc, char** argv) {
                   workload <= 1.1 * 14 ? "within 10% of 14 (met)" : "over 10% above 14 (missed)");
     verdict += req;
   }
-  std::printf("verdict: %s;%s\n", all_ok ? "every run completed, no duplicate pod, no missed transition"
-                                         : "a run did not complete, or had a duplicate or a missed transition",
+  std::printf("verdict: %s;%s\n",
+              all_ok ? "every run completed, no duplicate pod, no missed transition"
+                     : "a run did not complete, or had a duplicate or a missed transition",
               verdict.c_str());
   return all_ok ? 0 : 1;
 }

@@ -193,8 +193,9 @@ class RawClient {
 };
 
 void Print(const std::string& impl, int64_t rep, size_t bytes, const Measurement& m) {
-  const double gbps = m.seconds > 0 ? 2.0 * static_cast<double>(bytes) * static_cast<double>(m.iterations) / m.seconds / 1e9 : 0;
-  nlohmann::json j{{"impl", impl}, {"rep", rep}, {"bytes", bytes}, {"iterations", m.iterations},
+  const double gbps =
+      m.seconds > 0 ? 2.0 * static_cast<double>(bytes) * static_cast<double>(m.iterations) / m.seconds / 1e9 : 0;
+  nlohmann::json j{{"impl", impl},         {"rep", rep},  {"bytes", bytes}, {"iterations", m.iterations},
                    {"seconds", m.seconds}, {"gbps", gbps}};
   std::cout << j.dump() << std::endl;
 }
@@ -247,7 +248,8 @@ Status Run(const Flags& flags) {
     const std::string address = "127.0.0.1:" + std::to_string(listener.port);
     const nlohmann::json tf_config{{"cluster", {{"ps", {address}}}}, {"task", {{"type", "ps"}, {"index", 0}}}};
     fcntl(listener.fd.get(), F_SETFD, 0);
-    std::vector<std::string> env = {"TF_CONFIG=" + tf_config.dump(), "TFJOB_LISTEN_FD=" + std::to_string(listener.fd.get())};
+    std::vector<std::string> env = {"TF_CONFIG=" + tf_config.dump(),
+                                    "TFJOB_LISTEN_FD=" + std::to_string(listener.fd.get())};
     if (tls) env.push_back(std::string(pki::kTlsDirEnv) + "=" + tls->path());
     auto spawned = Child::Spawn({flags.Get("runtime"), "counter"}, env);
     listener.fd.Reset();  // the PS has its own copy
@@ -275,8 +277,10 @@ Status Run(const Flags& flags) {
     const int64_t elems = mib * (1 << 20) / 4;
     Tensor d = Tensor::Zeros(DType::kFloat32, {elems});
     for (float& x : d.flat<float>()) x = 1.0f;
-    if (ps) RETURN_IF_ERROR(ps->CreateVariable("bench/v" + std::to_string(mib), Tensor::Zeros(DType::kFloat32, {elems}),
-                                               std::nullopt).status());
+    if (ps)
+      RETURN_IF_ERROR(
+          ps->CreateVariable("bench/v" + std::to_string(mib), Tensor::Zeros(DType::kFloat32, {elems}), std::nullopt)
+              .status());
     deltas.push_back(std::move(d));
   }
 
@@ -317,8 +321,10 @@ Status Run(const Flags& flags) {
     if (result.ok()) {
       // Sanity: every push added 1.0 to every element of the variable.
       auto v = ps->Pull({"bench/v" + std::to_string(sizes[0])});
-      if (!v.ok()) result = v.status();
-      else if ((*v)[0].data<float>()[0] < 1.0f) result = Internal("the PS did not apply the pushes");
+      if (!v.ok())
+        result = v.status();
+      else if ((*v)[0].data<float>()[0] < 1.0f)
+        result = Internal("the PS did not apply the pushes");
     }
     (void)ps->Shutdown();
     ps_proc->Reap(std::chrono::milliseconds(5000));

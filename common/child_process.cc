@@ -41,8 +41,8 @@ std::vector<std::string> ChildEnvironment(const ChildOptions& o) {
 }
 
 // In the child, after fork: async-signal-safe calls only. Never returns.
-[[noreturn]] void BecomeChild(const ChildOptions& o, pid_t parent, int out_w, int err_w, int status_w, char* const* argv,
-                              char* const* envp) {
+[[noreturn]] void BecomeChild(const ChildOptions& o, pid_t parent, int out_w, int err_w, int status_w,
+                              char* const* argv, char* const* envp) {
   if (o.die_with_parent && !o.new_session) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);  // the parent died before prctl

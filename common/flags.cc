@@ -65,7 +65,8 @@ StatusOr<int64_t> Flags::GetInt(const std::string& name) const {
   errno = 0;
   char* end = nullptr;
   long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || errno == ERANGE) return InvalidArgument("flag --" + name + ": not an integer: \"" + v + "\"");
+  if (v.empty() || *end != '\0' || errno == ERANGE)
+    return InvalidArgument("flag --" + name + ": not an integer: \"" + v + "\"");
   return static_cast<int64_t>(x);
 }
 

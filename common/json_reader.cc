@@ -11,12 +11,18 @@ std::string TypeName(const nlohmann::json& j) { return j.type_name(); }
 
 template <typename T>
 constexpr const char* Expected() {
-  if constexpr (std::is_same_v<T, std::string>) return "a string";
-  else if constexpr (std::is_same_v<T, int64_t>) return "an integer";
-  else if constexpr (std::is_same_v<T, double>) return "a number";
-  else if constexpr (std::is_same_v<T, bool>) return "a boolean";
-  else if constexpr (std::is_same_v<T, std::vector<int64_t>>) return "an array of integers";
-  else return "an array of strings";
+  if constexpr (std::is_same_v<T, std::string>)
+    return "a string";
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return "an integer";
+  else if constexpr (std::is_same_v<T, double>)
+    return "a number";
+  else if constexpr (std::is_same_v<T, bool>)
+    return "a boolean";
+  else if constexpr (std::is_same_v<T, std::vector<int64_t>>)
+    return "an array of integers";
+  else
+    return "an array of strings";
 }
 
 template <typename T>
@@ -58,16 +64,14 @@ bool Convert(const nlohmann::json& j, T& out) {
 
 JsonReader::JsonReader(const nlohmann::json& obj, std::string path) : obj_(obj), path_(std::move(path)) {
   if (!obj_.is_object()) {
-    status_ = InvalidArgument((path_.empty() ? std::string("document") : path_) +
-                              ": expected an object, got " + TypeName(obj_));
+    status_ = InvalidArgument((path_.empty() ? std::string("document") : path_) + ": expected an object, got " +
+                              TypeName(obj_));
   }
 }
 
 bool JsonReader::Has(const std::string& key) const { return obj_.is_object() && obj_.contains(key); }
 
-std::string JsonReader::FieldPath(const std::string& key) const {
-  return path_.empty() ? key : path_ + "." + key;
-}
+std::string JsonReader::FieldPath(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
 
 template <typename T>
 Status JsonReader::Get(const std::string& key, T& out, bool required) {

@@ -108,8 +108,8 @@ class CondVar {
   }
   // The predicate's value at return, as std::condition_variable's.
   template <class Clock, class Duration, class Pred>
-  bool WaitUntil(MutexLock& l, const std::chrono::time_point<Clock, Duration>& deadline, Pred pred)
-      TFJOB_NO_THREAD_SAFETY_ANALYSIS {
+  bool WaitUntil(MutexLock& l, const std::chrono::time_point<Clock, Duration>& deadline,
+                 Pred pred) TFJOB_NO_THREAD_SAFETY_ANALYSIS {
     return cv_.wait_until(l.lock_, deadline, std::move(pred));
   }
   template <class Rep, class Period>
@@ -117,8 +117,8 @@ class CondVar {
     return cv_.wait_for(l.lock_, timeout) == std::cv_status::no_timeout;
   }
   template <class Rep, class Period, class Pred>
-  bool WaitFor(MutexLock& l, const std::chrono::duration<Rep, Period>& timeout, Pred pred)
-      TFJOB_NO_THREAD_SAFETY_ANALYSIS {
+  bool WaitFor(MutexLock& l, const std::chrono::duration<Rep, Period>& timeout,
+               Pred pred) TFJOB_NO_THREAD_SAFETY_ANALYSIS {
     return cv_.wait_for(l.lock_, timeout, std::move(pred));
   }
 

@@ -114,13 +114,15 @@ StatusOr<KeyPair> Issue(const std::string& cn, const std::vector<std::pair<std::
   X509_NAME* name = X509_get_subject_name(c.get());
   X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8, reinterpret_cast<const unsigned char*>(cn.c_str()), -1, -1, 0);
   X509_set_issuer_name(c.get(), issuer ? X509_get_subject_name(issuer_cert.get()) : name);
-  for (const auto& [ext, value] : extensions) RETURN_IF_ERROR(AddExt(c.get(), issuer ? issuer_cert.get() : c.get(), ext, value));
+  for (const auto& [ext, value] : extensions)
+    RETURN_IF_ERROR(AddExt(c.get(), issuer ? issuer_cert.get() : c.get(), ext, value));
   if (X509_sign(c.get(), issuer ? issuer_key.get() : key.get(), EVP_sha256()) <= 0) return Fail("signing " + cn);
   KeyPair out;
   ASSIGN_OR_RETURN(out.cert_pem, Pem([&](BIO* b) { return PEM_write_bio_X509(b, c.get()); }, "certificate"));
-  ASSIGN_OR_RETURN(out.key_pem, Pem([&](BIO* b) {
-                     return PEM_write_bio_PrivateKey(b, key.get(), nullptr, nullptr, 0, nullptr, nullptr);
-                   }, "private key"));
+  ASSIGN_OR_RETURN(
+      out.key_pem,
+      Pem([&](BIO* b) { return PEM_write_bio_PrivateKey(b, key.get(), nullptr, nullptr, 0, nullptr, nullptr); },
+          "private key"));
   return out;
 }
 

@@ -91,23 +91,32 @@ inline Status ResourceExhausted(std::string m) { return {Code::kResourceExhauste
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(const T& v) : v_(v) {}                 // NOLINT: implicit by design
-  StatusOr(T&& v) : v_(std::move(v)) {}           // NOLINT
-  StatusOr(Status s) : v_(std::move(s)) {         // NOLINT
+  StatusOr(const T& v) : v_(v) {}          // NOLINT: implicit by design
+  StatusOr(T&& v) : v_(std::move(v)) {}    // NOLINT
+  StatusOr(Status s) : v_(std::move(s)) {  // NOLINT
     assert(!std::get<Status>(v_).ok() && "StatusOr built from OK status");
     if (std::get<Status>(v_).ok()) v_ = Status(Code::kInternal, "StatusOr built from OK status");
   }
   template <typename U>
-    requires(std::is_convertible_v<U &&, T> && !std::is_same_v<std::decay_t<U>, Status> &&
-             !std::is_same_v<std::decay_t<U>, T> && !std::is_same_v<std::decay_t<U>, StatusOr<T>>)
-  StatusOr(U&& u) : v_(T(std::forward<U>(u))) {}  // NOLINT
+  requires(std::is_convertible_v<U&&, T> && !std::is_same_v<std::decay_t<U>, Status> &&
+           !std::is_same_v<std::decay_t<U>, T> && !std::is_same_v<std::decay_t<U>, StatusOr<T>>) StatusOr(U&& u)
+      : v_(T(std::forward<U>(u))) {}  // NOLINT
 
   bool ok() const { return std::holds_alternative<T>(v_); }
   Status status() const { return ok() ? Status() : std::get<Status>(v_); }
 
-  T& value() & { assert(ok()); return std::get<T>(v_); }
-  const T& value() const& { assert(ok()); return std::get<T>(v_); }
-  T&& value() && { assert(ok()); return std::get<T>(std::move(v_)); }
+  T& value() & {
+    assert(ok());
+    return std::get<T>(v_);
+  }
+  const T& value() const& {
+    assert(ok());
+    return std::get<T>(v_);
+  }
+  T&& value() && {
+    assert(ok());
+    return std::get<T>(std::move(v_));
+  }
 
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
@@ -124,10 +133,10 @@ class [[nodiscard]] StatusOr {
 #define TFJOB_CONCAT_INNER(a, b) a##b
 #define TFJOB_CONCAT(a, b) TFJOB_CONCAT_INNER(a, b)
 
-#define RETURN_IF_ERROR(expr)                 \
-  do {                                        \
-    ::tfjob::Status _st = (expr);             \
-    if (!_st.ok()) return _st;                \
+#define RETURN_IF_ERROR(expr)     \
+  do {                            \
+    ::tfjob::Status _st = (expr); \
+    if (!_st.ok()) return _st;    \
   } while (0)
 
 #define ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \

@@ -122,8 +122,8 @@ void JobConfigs(const fs::path& root) {
 }
 
 void TfJobs(const fs::path& root) {
-  for (const fs::path& rel : Inputs(root, {"examples", "operator/api/tests/testdata", "tests/support/apiserver/tests/testdata"},
-                                    ".yaml")) {
+  for (const fs::path& rel :
+       Inputs(root, {"examples", "operator/api/tests/testdata", "tests/support/apiserver/tests/testdata"}, ".yaml")) {
     const std::string text = Must(ReadFile((root / rel).string()), rel.string());
     Put("tfjob_yaml", FlatName(rel), text);
     // Invalid manifests are seeds too; only their JSON form needs a parse.
@@ -156,9 +156,11 @@ Tensor Ints(Shape shape) {
 }
 
 void Tensors() {
-  const std::vector<std::pair<std::string, Tensor>> tensors = {
-      {"float_2x3", Floats({2, 3})}, {"int64_4", Ints({4})}, {"scalar", Tensor::Scalar(3.5f)},
-      {"empty_0x5", Floats({0, 5})}, {"float_2x1x2", Floats({2, 1, 2})}};
+  const std::vector<std::pair<std::string, Tensor>> tensors = {{"float_2x3", Floats({2, 3})},
+                                                               {"int64_4", Ints({4})},
+                                                               {"scalar", Tensor::Scalar(3.5f)},
+                                                               {"empty_0x5", Floats({0, 5})},
+                                                               {"float_2x1x2", Floats({2, 1, 2})}};
   for (const auto& [name, t] : tensors) {
     proto::Tensor p;
     rpc::TensorToProto(t, &p);
@@ -203,60 +205,62 @@ void KerasModels(const fs::path& root) {
   for (const fs::path& rel : Inputs(root, {"examples/keras"}, ".json")) {
     Put("keras_model", FlatName(rel), Must(ReadFile((root / rel).string()), rel.string()));
   }
-// Data-plane conversations as a PsClient sends them: a hello, then frames
-// (services/ps/wire.h) whose tensors travel raw after the meta.
-std::string Frame(uint32_t magic, uint32_t kind, const std::string& meta, const std::string& payload) {
-  ps::wire::Frame f{magic, kind, static_cast<uint32_t>(meta.size()), 0, payload.size()};
-  std::string out(reinterpret_cast<const char*>(&f), sizeof f);
-  return out + meta + payload;
-}
-std::string Hello(const std::string& token = "") { return Frame(ps::wire::kHelloMagic, ps::wire::kVersion, token, ""); }
-std::string Request(ps::wire::Op op, const google::protobuf::MessageLite& meta, const std::vector<Tensor>& tensors) {
-  std::string payload;
-  for (const Tensor& t : tensors) payload.append(reinterpret_cast<const char*>(t.raw()), t.bytes());
-  return Frame(ps::wire::kRequestMagic, static_cast<uint32_t>(op), meta.SerializeAsString(), payload);
-}
-std::string Create(const std::string& name, const Tensor& t, bool adam) {
-  proto::CreateVariableRequest r;
-  r.set_name(name);
-  ps::wire::HeaderOf(t, r.mutable_initial_value());
-  if (adam) {
-    model::OptimizerSpec o;
-    o.type = model::OptimizerType::kAdam;
-    *r.mutable_optimizer() = ps::OptimizerToProto(o);
+  // Data-plane conversations as a PsClient sends them: a hello, then frames
+  // (services/ps/wire.h) whose tensors travel raw after the meta.
+  std::string Frame(uint32_t magic, uint32_t kind, const std::string& meta, const std::string& payload) {
+    ps::wire::Frame f{magic, kind, static_cast<uint32_t>(meta.size()), 0, payload.size()};
+    std::string out(reinterpret_cast<const char*>(&f), sizeof f);
+    return out + meta + payload;
   }
-  return Request(ps::wire::Op::kCreateVariable, r, {t});
-}
-std::string Push(uint64_t closure, proto::Update::Kind kind, const std::string& name, const Tensor& value,
-                 const std::vector<int64_t>& rows = {}) {
-  proto::PushRequest r;
-  r.set_closure_id(closure);
-  proto::Update* u = r.add_updates();
-  u->set_name(name);
-  u->set_kind(kind);
-  ps::wire::HeaderOf(value, u->mutable_value());
-  for (int64_t row : rows) u->add_rows(row);
-  return Request(ps::wire::Op::kPush, r, {value});
-}
-std::string Pull(const std::vector<std::string>& names, const std::vector<int64_t>& rows = {}) {
-  proto::PullRequest r;
-  for (const auto& n : names) r.add_names(n);
-  for (int64_t row : rows) r.add_rows(row);
-  return Request(ps::wire::Op::kPull, r, {});
-}
+  std::string Hello(const std::string& token = "") {
+    return Frame(ps::wire::kHelloMagic, ps::wire::kVersion, token, "");
+  }
+  std::string Request(ps::wire::Op op, const google::protobuf::MessageLite& meta, const std::vector<Tensor>& tensors) {
+    std::string payload;
+    for (const Tensor& t : tensors) payload.append(reinterpret_cast<const char*>(t.raw()), t.bytes());
+    return Frame(ps::wire::kRequestMagic, static_cast<uint32_t>(op), meta.SerializeAsString(), payload);
+  }
+  std::string Create(const std::string& name, const Tensor& t, bool adam) {
+    proto::CreateVariableRequest r;
+    r.set_name(name);
+    ps::wire::HeaderOf(t, r.mutable_initial_value());
+    if (adam) {
+      model::OptimizerSpec o;
+      o.type = model::OptimizerType::kAdam;
+      *r.mutable_optimizer() = ps::OptimizerToProto(o);
+    }
+    return Request(ps::wire::Op::kCreateVariable, r, {t});
+  }
+  std::string Push(uint64_t closure, proto::Update::Kind kind, const std::string& name, const Tensor& value,
+                   const std::vector<int64_t>& rows = {}) {
+    proto::PushRequest r;
+    r.set_closure_id(closure);
+    proto::Update* u = r.add_updates();
+    u->set_name(name);
+    u->set_kind(kind);
+    ps::wire::HeaderOf(value, u->mutable_value());
+    for (int64_t row : rows) u->add_rows(row);
+    return Request(ps::wire::Op::kPush, r, {value});
+  }
+  std::string Pull(const std::vector<std::string>& names, const std::vector<int64_t>& rows = {}) {
+    proto::PullRequest r;
+    for (const auto& n : names) r.add_names(n);
+    for (int64_t row : rows) r.add_rows(row);
+    return Request(ps::wire::Op::kPull, r, {});
+  }
 
-void PsData() {
-  Put("ps_data", "hello_only.bin", Hello());
-  Put("ps_data", "create_add_pull.bin",
-      Hello() + Create("w", Floats({2, 3}), false) + Push(0, proto::Update::ASSIGN_ADD, "w", Floats({2, 3})) +
-          Pull({"w"}));
-  Put("ps_data", "adam_sparse_rows.bin",
-      Hello() + Create("emb", Floats({4, 2}), true) +
-          Push(7, proto::Update::APPLY_GRADIENT, "emb", Floats({2, 2}), {3, 1}) +
-          Push(7, proto::Update::APPLY_GRADIENT, "emb", Floats({2, 2}), {3, 1}) + Pull({"emb"}, {1, 3, 3}));
-  Put("ps_data", "int64_assign.bin",
-      Hello() + Create("c", Ints({3}), false) + Push(1, proto::Update::ASSIGN, "c", Ints({3})) + Pull({"c", "c"}));
-}
+  void PsData() {
+    Put("ps_data", "hello_only.bin", Hello());
+    Put("ps_data", "create_add_pull.bin",
+        Hello() + Create("w", Floats({2, 3}), false) + Push(0, proto::Update::ASSIGN_ADD, "w", Floats({2, 3})) +
+            Pull({"w"}));
+    Put("ps_data", "adam_sparse_rows.bin",
+        Hello() + Create("emb", Floats({4, 2}), true) +
+            Push(7, proto::Update::APPLY_GRADIENT, "emb", Floats({2, 2}), {3, 1}) +
+            Push(7, proto::Update::APPLY_GRADIENT, "emb", Floats({2, 2}), {3, 1}) + Pull({"emb"}, {1, 3, 3}));
+    Put("ps_data", "int64_assign.bin",
+        Hello() + Create("c", Ints({3}), false) + Push(1, proto::Update::ASSIGN, "c", Ints({3})) + Pull({"c", "c"}));
+  }
 
 }  // namespace
 

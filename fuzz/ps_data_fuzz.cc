@@ -29,10 +29,8 @@ bool RefusalCode(uint32_t code) {
     case tfjob::Code::kNotFound:
     case tfjob::Code::kAlreadyExists:
     case tfjob::Code::kFailedPrecondition:
-    case tfjob::Code::kUnauthenticated:
-      return true;
-    default:
-      return false;
+    case tfjob::Code::kUnauthenticated: return true;
+    default: return false;
   }
 }
 

@@ -20,8 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     const std::string again = tfjob::cluster::ToTfConfigJson(*config);
     tfjob::StatusOr<ClusterConfig> reparsed = tfjob::cluster::ParseTfConfig(again, requirement);
-    tfjob::fuzz::Check(reparsed.ok(), "serialised TF_CONFIG does not parse: " + again + ": " +
-                                          reparsed.status().ToString());
+    tfjob::fuzz::Check(reparsed.ok(),
+                       "serialised TF_CONFIG does not parse: " + again + ": " + reparsed.status().ToString());
     tfjob::fuzz::Check(*reparsed == *config, "serialised TF_CONFIG parses differently: " + again);
   }
   return 0;

@@ -74,14 +74,16 @@ void ReadOne(const std::string& bytes) {
     const Code code = cols.status().code();
     fuzz::Check(code == Code::kDataLoss || code == Code::kInvalidArgument,
                 "ReadExamples: unexpected " + cols.status().ToString());
-    fuzz::Check(cols.status().message().rfind(Path(), 0) == 0, "error does not name the file: " + cols.status().message());
+    fuzz::Check(cols.status().message().rfind(Path(), 0) == 0,
+                "error does not name the file: " + cols.status().message());
     return;
   }
   fuzz::Check(cols->size() == specs.size(), "wrong number of columns");
   const int64_t rows = (*cols)[0].rows;
   fuzz::Check(static_cast<int64_t>((*cols)[0].floats.size()) == rows * 4, "image column has the wrong size");
   fuzz::Check((*cols)[1].shape.size() == 1 && (*cols)[1].shape[0] <= 3, "words padded past max_length");
-  fuzz::Check(static_cast<int64_t>((*cols)[1].strings.size()) == rows * (*cols)[1].shape[0], "words column has the wrong size");
+  fuzz::Check(static_cast<int64_t>((*cols)[1].strings.size()) == rows * (*cols)[1].shape[0],
+              "words column has the wrong size");
   fuzz::Check(static_cast<int64_t>((*cols)[2].ints.size()) == rows, "label column has the wrong size");
 }
 

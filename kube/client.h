@@ -68,7 +68,8 @@ class Client {
   virtual StatusOr<nlohmann::json> Create(const Resource& r, const std::string& ns, const nlohmann::json& obj) = 0;
   // PUT; `obj` carries metadata.resourceVersion for optimistic concurrency.
   virtual StatusOr<nlohmann::json> Update(const Resource& r, const std::string& ns, const nlohmann::json& obj) = 0;
-  virtual StatusOr<nlohmann::json> UpdateStatus(const Resource& r, const std::string& ns, const nlohmann::json& obj) = 0;
+  virtual StatusOr<nlohmann::json> UpdateStatus(const Resource& r, const std::string& ns,
+                                                const nlohmann::json& obj) = 0;
   // RFC 7386 merge patch, of the object or (status=true) its status subresource.
   virtual StatusOr<nlohmann::json> MergePatch(const Resource& r, const std::string& ns, const std::string& name,
                                               const nlohmann::json& patch, bool status = false) = 0;

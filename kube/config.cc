@@ -132,7 +132,8 @@ StatusOr<ClusterConfig> LoadKubeconfig(const std::string& path, const std::strin
     const std::string cluster_name = ctx["context"]["cluster"].as<std::string>("");
     const std::string user_name = ctx["context"]["user"].as<std::string>("");
     YAML::Node cluster = Named(doc["clusters"], cluster_name);
-    if (!cluster || !cluster["cluster"]) return NotFound(path + ": clusters: no cluster named \"" + cluster_name + "\"");
+    if (!cluster || !cluster["cluster"])
+      return NotFound(path + ": clusters: no cluster named \"" + cluster_name + "\"");
     ClusterConfig c;
     const YAML::Node cl = cluster["cluster"];
     c.server = cl["server"].as<std::string>("");

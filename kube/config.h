@@ -32,15 +32,15 @@ struct ExecConfig {
   std::vector<std::pair<std::string, std::string>> env;  // added to the operator's environment
   std::string install_hint;                              // shown when the command cannot be run
   bool provide_cluster_info = false;                     // KUBERNETES_EXEC_INFO carries spec.cluster
-  std::string where;  // "<kubeconfig>: users[NAME].user.exec", for error messages
+  std::string where;                                     // "<kubeconfig>: users[NAME].user.exec", for error messages
 };
 
 struct ClusterConfig {
-  std::string server;            // "https://10.0.0.1:443" or "http://127.0.0.1:8080"
-  std::string ca_pem;            // PEM of the CA bundle; empty: system roots
+  std::string server;  // "https://10.0.0.1:443" or "http://127.0.0.1:8080"
+  std::string ca_pem;  // PEM of the CA bundle; empty: system roots
   std::string client_cert_pem;
   std::string client_key_pem;
-  std::string token;             // bearer token (for token_file: its contents when loaded)
+  std::string token;  // bearer token (for token_file: its contents when loaded)
   bool insecure_skip_tls_verify = false;
   std::string default_namespace = "default";
   // Where each PEM came from, for TLS errors: the file's path, or

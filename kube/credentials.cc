@@ -20,7 +20,6 @@
 #include "common/mutex.h"
 #include "common/time.h"
 
-
 namespace tfjob::kube {
 
 namespace {
@@ -85,7 +84,8 @@ StatusOr<PluginResult> RunPlugin(const ExecConfig& x, const std::string& exec_in
   bool timed_out = false;
   int open_fds = 2;
   while (open_fds > 0) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       timed_out = true;
       break;

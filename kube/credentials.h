@@ -44,7 +44,7 @@ namespace tfjob::kube {
 using WallClock = std::function<std::chrono::system_clock::time_point()>;
 
 struct AuthState {
-  std::string bearer_token;  // "" when none
+  std::string bearer_token;                     // "" when none
   std::string client_cert_pem, client_key_pem;  // "" when none
   // Where the certificate came from, for TLS errors.
   std::string client_cert_origin, client_key_origin;
@@ -56,7 +56,7 @@ struct AuthState {
 class Credentials {
  public:
   struct Options {
-    WallClock clock;  // default: the system clock
+    WallClock clock;                        // default: the system clock
     std::chrono::seconds exec_timeout{60};  // a plugin running longer is killed
   };
 
@@ -93,7 +93,8 @@ class Credentials {
   std::optional<std::chrono::system_clock::time_point> read_at_ TFJOB_GUARDED_BY(mu_);
   // Exec plugin.
   bool have_exec_ TFJOB_GUARDED_BY(mu_) = false;
-  std::optional<std::chrono::system_clock::time_point> refresh_at_ TFJOB_GUARDED_BY(mu_), expires_at_ TFJOB_GUARDED_BY(mu_);
+  std::optional<std::chrono::system_clock::time_point> refresh_at_ TFJOB_GUARDED_BY(mu_), expires_at_
+      TFJOB_GUARDED_BY(mu_);
   int64_t exec_runs_ TFJOB_GUARDED_BY(mu_) = 0;
 };
 

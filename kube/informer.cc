@@ -19,7 +19,8 @@ namespace {
 std::string ResourceVersionOf(const nlohmann::json& obj) {
   if (!obj.is_object() || !obj.contains("metadata") || !obj["metadata"].is_object()) return "";
   const auto& m = obj["metadata"];
-  return m.contains("resourceVersion") && m["resourceVersion"].is_string() ? m["resourceVersion"].get<std::string>() : "";
+  return m.contains("resourceVersion") && m["resourceVersion"].is_string() ? m["resourceVersion"].get<std::string>()
+                                                                           : "";
 }
 
 std::string Encode(const nlohmann::json& obj) {
@@ -100,7 +101,8 @@ size_t Informer::encoded_bytes() const {
   return n;
 }
 
-std::vector<nlohmann::json> Informer::List(const std::string& ns, const std::map<std::string, std::string>& labels) const {
+std::vector<nlohmann::json> Informer::List(const std::string& ns,
+                                           const std::map<std::string, std::string>& labels) const {
   std::vector<nlohmann::json> out;
   MutexLock g(mu_);
   // The index serves a list by its label in one namespace.
@@ -273,15 +275,18 @@ void Informer::Run() {
     w.label_selector = selector_;
     w.resource_version = resource_version();
     w.timeout_seconds = 60;
-    Status s = client_.Watch(resource_, ns_, w, [&](const WatchEvent& ev) {
-      if (ev.type == "BOOKMARK") {
-        MutexLock g(mu_);
-        if (const std::string rv = ResourceVersionOf(ev.object); !rv.empty()) rv_ = rv;
-        return true;
-      }
-      Apply(ev.type, Transformed(ev.object));
-      return !stop_.load();
-    }, stop_);
+    Status s = client_.Watch(
+        resource_, ns_, w,
+        [&](const WatchEvent& ev) {
+          if (ev.type == "BOOKMARK") {
+            MutexLock g(mu_);
+            if (const std::string rv = ResourceVersionOf(ev.object); !rv.empty()) rv_ = rv;
+            return true;
+          }
+          Apply(ev.type, Transformed(ev.object));
+          return !stop_.load();
+        },
+        stop_);
     if (stop_) break;
     if (s.code() == Code::kFailedPrecondition) {
       need_list = true;  // 410 Gone: our version was compacted away

@@ -1,9 +1,9 @@
 // A list+watch cache of one resource (optionally one namespace and a label
 // selector), as client-go's informer: list (in pages of limit/continue, 500
 // objects by default, as client-go's pager; an expired continue token
-// restarts the list unpaginated), then watch from the list's resourceVersion; bookmarks advance the version; a 410 Gone or a broken
-// watch leads to a relist (with backoff), and the relist's differences are
-// delivered as events, so nothing is missed.
+// restarts the list unpaginated), then watch from the list's resourceVersion; bookmarks advance the version; a 410 Gone
+// or a broken watch leads to a relist (with backoff), and the relist's differences are delivered as events, so nothing
+// is missed.
 //
 // Ownership: borrows the Client, which must outlive the informer; owns its
 // thread (Start / Stop). Thread-safety: Get/List/HasSynced from any thread;
@@ -65,9 +65,9 @@ class Informer {
  private:
   void Run();
   struct Entry {
-    std::string cbor;             // the transformed object
+    std::string cbor;  // the transformed object
     std::string resource_version;
-    std::string index_value;      // the index label's value ("" when absent)
+    std::string index_value;  // the index label's value ("" when absent)
   };
   Status Relist();
   nlohmann::json Transformed(const nlohmann::json& raw) const;

@@ -145,7 +145,8 @@ void TokenBucket::Take() {
       tokens_ = std::max(0.0, tokens_ - 1);
       return;
     }
-    const auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>((1 - tokens_) / qps_));
+    const auto wait =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>((1 - tokens_) / qps_));
     // Others wait behind this one: the lock is held, as client-go's limiter
     // serves waiters in order.
     clock_->SleepFor(std::max(wait, std::chrono::nanoseconds(1)));
@@ -176,13 +177,13 @@ struct RestClient::Impl {
     cc.set_validate_certificates(!config.insecure_skip_tls_verify);
     // Checked by CheckTls before any client is made with them, so the
     // errors this callback would meet have been reported already.
-    cc.set_ssl_context_callback([ca = config.ca_pem, cert = auth.client_cert_pem,
-                                 key = auth.client_key_pem](boost::asio::ssl::context& ctx) {
-      boost::system::error_code ec;
-      if (!ca.empty()) ctx.add_certificate_authority(boost::asio::buffer(ca), ec);
-      if (!cert.empty()) ctx.use_certificate_chain(boost::asio::buffer(cert), ec);
-      if (!key.empty()) ctx.use_private_key(boost::asio::buffer(key), boost::asio::ssl::context::pem, ec);
-    });
+    cc.set_ssl_context_callback(
+        [ca = config.ca_pem, cert = auth.client_cert_pem, key = auth.client_key_pem](boost::asio::ssl::context& ctx) {
+          boost::system::error_code ec;
+          if (!ca.empty()) ctx.add_certificate_authority(boost::asio::buffer(ca), ec);
+          if (!cert.empty()) ctx.use_certificate_chain(boost::asio::buffer(cert), ec);
+          if (!key.empty()) ctx.use_private_key(boost::asio::buffer(key), boost::asio::ssl::context::pem, ec);
+        });
     return cc;
   }
 
@@ -263,8 +264,9 @@ RestClient::~RestClient() = default;
 
 Credentials& RestClient::credentials() { return *impl_->creds; }
 
-StatusOr<nlohmann::json> RestClient::Send(const std::string& method, const std::string& path, const nlohmann::json* body,
-                                          const std::string& content_type, const std::string& what) {
+StatusOr<nlohmann::json> RestClient::Send(const std::string& method, const std::string& path,
+                                          const nlohmann::json* body, const std::string& content_type,
+                                          const std::string& what) {
   for (int attempt = 0;; ++attempt) {
     impl_->limiter->Take();
     requests_.fetch_add(1, std::memory_order_relaxed);
@@ -324,8 +326,8 @@ std::string Query(const ListOptions& o) {
 }
 
 std::string NameOf(const nlohmann::json& obj) {
-  if (obj.is_object() && obj.contains("metadata") && obj["metadata"].is_object() &&
-      obj["metadata"].contains("name") && obj["metadata"]["name"].is_string()) {
+  if (obj.is_object() && obj.contains("metadata") && obj["metadata"].is_object() && obj["metadata"].contains("name") &&
+      obj["metadata"]["name"].is_string()) {
     return obj["metadata"]["name"].get<std::string>();
   }
   return "";
@@ -354,7 +356,8 @@ StatusOr<nlohmann::json> RestClient::Update(const Resource& r, const std::string
 StatusOr<nlohmann::json> RestClient::UpdateStatus(const Resource& r, const std::string& ns, const nlohmann::json& obj) {
   const std::string name = NameOf(obj);
   if (name.empty()) return InvalidArgument("update status " + r.plural + ": object has no metadata.name");
-  return Send("PUT", r.Path(ns, name, "status"), &obj, "application/json", "update status of " + r.plural + " " + ns + "/" + name);
+  return Send("PUT", r.Path(ns, name, "status"), &obj, "application/json",
+              "update status of " + r.plural + " " + ns + "/" + name);
 }
 
 StatusOr<nlohmann::json> RestClient::MergePatch(const Resource& r, const std::string& ns, const std::string& name,
@@ -363,9 +366,11 @@ StatusOr<nlohmann::json> RestClient::MergePatch(const Resource& r, const std::st
               "patch " + r.plural + " " + ns + "/" + name);
 }
 
-Status RestClient::Delete(const Resource& r, const std::string& ns, const std::string& name, const std::string& propagation) {
+Status RestClient::Delete(const Resource& r, const std::string& ns, const std::string& name,
+                          const std::string& propagation) {
   nlohmann::json opts{{"kind", "DeleteOptions"}, {"apiVersion", "v1"}, {"propagationPolicy", propagation}};
-  return Send("DELETE", r.Path(ns, name), &opts, "application/json", "delete " + r.plural + " " + ns + "/" + name).status();
+  return Send("DELETE", r.Path(ns, name), &opts, "application/json", "delete " + r.plural + " " + ns + "/" + name)
+      .status();
 }
 
 Status RestClient::Watch(const Resource& r, const std::string& ns, const WatchOptions& o,
@@ -412,7 +417,7 @@ Status RestClient::WatchOnce(const Resource& r, const std::string& ns, const Wat
   } join{done, canceller};
   try {
     http::client::http_client client(impl_->config.server,
-                                      impl_->ClientConfig(std::chrono::seconds(o.timeout_seconds + 30), *auth));
+                                     impl_->ClientConfig(std::chrono::seconds(o.timeout_seconds + 30), *auth));
     http::http_request req("GET");
     req.set_request_uri(r.Path(ns) + q);
     impl_->Authorize(req, *auth);
@@ -451,7 +456,7 @@ Status RestClient::WatchOnce(const Resource& r, const std::string& ns, const Wat
       const size_t want = std::clamp<size_t>(buf.in_avail(), 1, chunk.size());
       const size_t n = buf.getn(chunk.data(), want).get();
       if (n == 0) {
-        handle(pending);  // a last line without its newline
+        handle(pending);                      // a last line without its newline
         return ended.value_or(Status::Ok());  // the server ended the watch
       }
       pending.append(reinterpret_cast<const char*>(chunk.data()), n);

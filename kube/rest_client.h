@@ -78,7 +78,8 @@ class RestClient final : public Client {
   StatusOr<nlohmann::json> UpdateStatus(const Resource& r, const std::string& ns, const nlohmann::json& obj) override;
   StatusOr<nlohmann::json> MergePatch(const Resource& r, const std::string& ns, const std::string& name,
                                       const nlohmann::json& patch, bool status) override;
-  Status Delete(const Resource& r, const std::string& ns, const std::string& name, const std::string& propagation) override;
+  Status Delete(const Resource& r, const std::string& ns, const std::string& name,
+                const std::string& propagation) override;
   Status Watch(const Resource& r, const std::string& ns, const WatchOptions& o,
                const std::function<bool(const WatchEvent&)>& on_event, const std::atomic<bool>& stop) override;
 
@@ -89,8 +90,8 @@ class RestClient final : public Client {
  private:
   struct Impl;
   RestClient() = default;
-  StatusOr<nlohmann::json> Send(const std::string& method, const std::string& path_and_query, const nlohmann::json* body,
-                                const std::string& content_type, const std::string& what);
+  StatusOr<nlohmann::json> Send(const std::string& method, const std::string& path_and_query,
+                                const nlohmann::json* body, const std::string& content_type, const std::string& what);
   Status WatchOnce(const Resource& r, const std::string& ns, const WatchOptions& o,
                    const std::function<bool(const WatchEvent&)>& on_event, const std::atomic<bool>& stop,
                    bool* unauthorized);

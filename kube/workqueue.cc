@@ -6,7 +6,8 @@
 
 namespace tfjob::kube {
 
-WorkQueue::WorkQueue(std::chrono::milliseconds base, std::chrono::milliseconds max, std::shared_ptr<WorkQueueMetrics> metrics)
+WorkQueue::WorkQueue(std::chrono::milliseconds base, std::chrono::milliseconds max,
+                     std::shared_ptr<WorkQueueMetrics> metrics)
     : base_(base), max_(max), metrics_(std::move(metrics)), timer_([this] { TimerLoop(); }) {}
 
 WorkQueue::~WorkQueue() {

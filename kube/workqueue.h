@@ -27,11 +27,11 @@ namespace tfjob::kube {
 class WorkQueueMetrics {
  public:
   virtual ~WorkQueueMetrics() = default;
-  virtual void Added() = 0;                  // a key queued that was not queued yet
-  virtual void Depth(size_t depth) = 0;      // keys waiting
-  virtual void Queued(double seconds) = 0;   // from its first add to its Get
-  virtual void Worked(double seconds) = 0;   // from its Get to its Done
-  virtual void Retried() = 0;                // an AddRateLimited
+  virtual void Added() = 0;                 // a key queued that was not queued yet
+  virtual void Depth(size_t depth) = 0;     // keys waiting
+  virtual void Queued(double seconds) = 0;  // from its first add to its Get
+  virtual void Worked(double seconds) = 0;  // from its Get to its Done
+  virtual void Retried() = 0;               // an AddRateLimited
 };
 
 class WorkQueue {
@@ -72,8 +72,8 @@ class WorkQueue {
   std::deque<std::string> queue_ TFJOB_GUARDED_BY(mu_);
   std::set<std::string> dirty_ TFJOB_GUARDED_BY(mu_), processing_ TFJOB_GUARDED_BY(mu_);
   std::shared_ptr<WorkQueueMetrics> metrics_;
-  std::map<std::string, Clock::time_point> added_at_ TFJOB_GUARDED_BY(mu_);       // dirty keys: when first added
-  std::map<std::string, Clock::time_point> started_at_ TFJOB_GUARDED_BY(mu_);     // processing keys: when taken
+  std::map<std::string, Clock::time_point> added_at_ TFJOB_GUARDED_BY(mu_);    // dirty keys: when first added
+  std::map<std::string, Clock::time_point> started_at_ TFJOB_GUARDED_BY(mu_);  // processing keys: when taken
   std::map<std::string, int> failures_ TFJOB_GUARDED_BY(mu_);
   std::multimap<std::chrono::steady_clock::time_point, std::string> delayed_ TFJOB_GUARDED_BY(mu_);
   bool shutdown_ TFJOB_GUARDED_BY(mu_) = false;

@@ -157,14 +157,17 @@ bool LeaderElector::Acquire(const std::atomic<bool>& stop) {
     if (options_.log) {
       const std::string where = options_.ns + "/" + options_.name;
       if (s.code() != Code::kFailedPrecondition) {
-        *options_.log << "tfjob-operator: leader election: cannot acquire Lease " << where << ": " << s.message() << std::endl;
+        *options_.log << "tfjob-operator: leader election: cannot acquire Lease " << where << ": " << s.message()
+                      << std::endl;
       } else if (s.message() != last_holder) {
         last_holder = s.message();
-        *options_.log << "tfjob-operator: leader election: Lease " << where << " " << s.message() << "; waiting" << std::endl;
+        *options_.log << "tfjob-operator: leader election: Lease " << where << " " << s.message() << "; waiting"
+                      << std::endl;
       }
     }
     const double factor = 1.0 + std::max(0.0, options_.jitter_factor) * options_.uniform();
-    options_.clock->SleepFor(std::chrono::duration_cast<std::chrono::nanoseconds>(options_.retry_period * factor), stop);
+    options_.clock->SleepFor(std::chrono::duration_cast<std::chrono::nanoseconds>(options_.retry_period * factor),
+                             stop);
   }
   return false;
 }

@@ -95,23 +95,31 @@ Flags DeclareFlags() {
       .Value("context", "kubeconfig context (default: current)")
       .Value("namespace", "watch only this namespace (default: all)")
       .Bool("leader-elect", "run only while holding the coordination.k8s.io/v1 Lease")
-      .Value("leader-election-namespace", "namespace of the Lease (default: the pod's namespace in a cluster, else --namespace)")
-      .Value("leader-election-lease-duration", "seconds a standby waits, after it last saw the Lease change, before taking it over", "15")
-      .Value("leader-election-renew-deadline", "seconds the leader retries a renewal before giving leadership up (default: 2/3 of the lease duration)")
-      .Value("leader-election-retry-period", "seconds between attempts to acquire or renew (default: 2/15 of the lease duration)")
+      .Value("leader-election-namespace",
+             "namespace of the Lease (default: the pod's namespace in a cluster, else --namespace)")
+      .Value("leader-election-lease-duration",
+             "seconds a standby waits, after it last saw the Lease change, before taking it over", "15")
+      .Value("leader-election-renew-deadline",
+             "seconds the leader retries a renewal before giving leadership up (default: 2/3 of the lease duration)")
+      .Value("leader-election-retry-period",
+             "seconds between attempts to acquire or renew (default: 2/15 of the lease duration)")
       .Value("metrics-bind-address", "address for /metrics", ":8080")
       .Value("health-probe-bind-address", "address for /healthz and /readyz", ":8081")
       .Value("workers", "concurrent reconciles", "2")
       .Value("qps", "API requests per second (docs/operations.md)", "100")
       .Value("burst", "API request burst", "200")
-      .Value("cluster-domain", "DNS suffix for TF_CONFIG addresses (default: $CUSTOM_CLUSTER_DOMAIN, else none: {pod}.{ns}.svc)")
+      .Value("cluster-domain",
+             "DNS suffix for TF_CONFIG addresses (default: $CUSTOM_CLUSTER_DOMAIN, else none: {pod}.{ns}.svc)")
       .Value("task-auth", "true: a Secret per TFJob holds a task token every task-to-task call must carry", "true")
-      .Value("task-tls", "true: a per-job CA and certificate, kept in the job's task-auth Secret, for mutual TLS "
-                         "between a job's tasks (needs --task-auth)", "false")
+      .Value("task-tls",
+             "true: a per-job CA and certificate, kept in the job's task-auth Secret, for mutual TLS "
+             "between a job's tasks (needs --task-auth)",
+             "false")
       .Value("network-policy", "true: a NetworkPolicy per TFJob lets only the job's pods reach its tfjob-port", "false")
-      .Value("gang-scheduler-name", "gang scheduling, as Kubeflow's: volcano (scheduling.volcano.sh/v1beta1 PodGroups), "
-                                    "or the scheduler-plugins scheduler's name, e.g. scheduler-plugins "
-                                    "(scheduling.x-k8s.io/v1alpha1 PodGroups); empty: off");
+      .Value("gang-scheduler-name",
+             "gang scheduling, as Kubeflow's: volcano (scheduling.volcano.sh/v1beta1 PodGroups), "
+             "or the scheduler-plugins scheduler's name, e.g. scheduler-plugins "
+             "(scheduling.x-k8s.io/v1alpha1 PodGroups); empty: off");
   return flags;
 }
 
@@ -176,8 +184,9 @@ std::optional<int> ParseCommandLine(int argc, char** argv, Options& o) {
   // The TLS material lives in the task-auth Secret, and a job whose tasks
   // check certificates but not tokens is not a configuration to offer.
   if (*task_tls && !*task_auth) {
-    return Fail(InvalidArgument("flag --task-tls=true needs --task-auth=true (the job's TLS material is kept in its "
-                                "task-auth Secret)"));
+    return Fail(
+        InvalidArgument("flag --task-tls=true needs --task-auth=true (the job's TLS material is kept in its "
+                        "task-auth Secret)"));
   }
   o.workers = static_cast<int>(*workers);
   o.qps = *qps;
@@ -219,7 +228,8 @@ StatusOr<Clients> BuildClients(const kube::ClusterConfig& config, const Options&
                             .Help("Number of HTTP requests, partitioned by status code, method, and host.")
                             .Register(registry);
   const std::string host = [&] {
-    std::string h = config.server.substr(config.server.find("://") == std::string::npos ? 0 : config.server.find("://") + 3);
+    std::string h =
+        config.server.substr(config.server.find("://") == std::string::npos ? 0 : config.server.find("://") + 3);
     return h.substr(0, h.find('/'));
   }();
   kube::RestOptions ro;
@@ -254,8 +264,9 @@ StatusOr<op::controller::ControllerOptions> ControllerOptionsFor(const Options& 
     one.limit = 1;
     Status served = client.List({r.group, r.version, "podgroups"}, co.ns, one).status();
     if (served.code() == Code::kNotFound) {
-      return InvalidArgument("flag --gang-scheduler-name " + co.planner.gang_scheduler + ": the API server does not serve " +
-                             r.group + "/" + r.version + " podgroups; install the scheduler's CRDs");
+      return InvalidArgument("flag --gang-scheduler-name " + co.planner.gang_scheduler +
+                             ": the API server does not serve " + r.group + "/" + r.version +
+                             " podgroups; install the scheduler's CRDs");
     }
   }
   co.planner.network_policy = o.network_policy;
@@ -273,17 +284,19 @@ StatusOr<op::LeaderOptions> LeaderOptionsFor(const Options& o, prometheus::Regis
   if (lo.ns.empty()) lo.ns = PodNamespace();
   if (lo.ns.empty()) lo.ns = o.ns;
   if (lo.ns.empty()) {
-    return InvalidArgument("flag --leader-elect: give --leader-election-namespace (outside a pod there is no "
-                           "namespace of the operator's own to keep the Lease in)");
+    return InvalidArgument(
+        "flag --leader-elect: give --leader-election-namespace (outside a pod there is no "
+        "namespace of the operator's own to keep the Lease in)");
   }
   lo.identity = std::string(hostname) + "_" + std::to_string(getpid());
   lo.log = &std::cerr;
   // client-go's leader_election_master_status{name}.
   auto& master = prometheus::BuildGauge()
                      .Name("leader_election_master_status")
-                     .Help("Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 "
-                           "indicates master. 'name' is the string used to identify the lease. Please make sure to "
-                           "group by name.")
+                     .Help(
+                         "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 "
+                         "indicates master. 'name' is the string used to identify the lease. Please make sure to "
+                         "group by name.")
                      .Register(registry)
                      .Add({{"name", lo.name}});
   lo.on_started_leading = [&master] { master.Set(1); };
@@ -304,26 +317,29 @@ struct Servers {
 
 StatusOr<Servers> StartServing(const Options& o, const prometheus::Registry& registry, const Clients& clients,
                                base::ProcessMetrics& process, prometheus::Gauge& api_requests,
-                               op::controller::Controller& controller, const std::optional<op::LeaderElector>& elector) {
+                               op::controller::Controller& controller,
+                               const std::optional<op::LeaderElector>& elector) {
   using base::HttpResponse;
   Servers s;
   auto metrics = base::HttpServer::Start(
       o.metrics_address,
       {{"/metrics", base::MetricsHandler(registry, [&] {
-         api_requests.Set(static_cast<double>(clients.api->requests() + clients.events->requests()));
-         process.Refresh();
-         controller.RefreshMetrics();
-       })}});
+          api_requests.Set(static_cast<double>(clients.api->requests() + clients.events->requests()));
+          process.Refresh();
+          controller.RefreshMetrics();
+        })}});
   if (!metrics.ok()) return metrics.status().WithContext("flag --metrics-bind-address");
   s.metrics = std::move(*metrics);
   auto health = base::HttpServer::Start(
-      o.health_address,
-      {{"/healthz", [] { return HttpResponse{200, "ok\n"}; }},
-       {"/readyz", [&] {
-          // A standby replica (not leading) is ready: it can take over.
-          const bool ready = (elector && !elector->IsLeader()) || controller.Ready();
-          return ready ? HttpResponse{200, "ok\n"} : HttpResponse{503, "caches not synced\n"};
-        }}});
+      o.health_address, {{"/healthz",
+                          [] {
+                            return HttpResponse{200, "ok\n"};
+                          }},
+                         {"/readyz", [&] {
+                            // A standby replica (not leading) is ready: it can take over.
+                            const bool ready = (elector && !elector->IsLeader()) || controller.Ready();
+                            return ready ? HttpResponse{200, "ok\n"} : HttpResponse{503, "caches not synced\n"};
+                          }}});
   if (!health.ok()) return health.status().WithContext("flag --health-probe-bind-address");
   s.health = std::move(*health);
   return s;
@@ -396,8 +412,11 @@ int main(int argc, char** argv) {
                            .Help("Kubernetes API requests sent")
                            .Register(registry)
                            .Add({});
-  auto& leader_gauge =
-      prometheus::BuildGauge().Name("tfjob_operator_leader").Help("1 while this replica leads").Register(registry).Add({});
+  auto& leader_gauge = prometheus::BuildGauge()
+                           .Name("tfjob_operator_leader")
+                           .Help("1 while this replica leads")
+                           .Register(registry)
+                           .Add({});
   auto co = ControllerOptionsFor(o, *clients->api, &events);
   if (!co.ok()) return Fail(co.status());
   op::controller::Controller controller(*clients->api, *co, registry);
@@ -410,7 +429,7 @@ int main(int argc, char** argv) {
   }
   auto servers = StartServing(o, registry, *clients, process, api_requests, controller, elector);
   if (!servers.ok()) return Fail(servers.status());
-  std::cout << "tfjob-operator: metrics on :" << servers->metrics->port() << ", health probes on :"
-            << servers->health->port() << std::endl;
+  std::cout << "tfjob-operator: metrics on :" << servers->metrics->port()
+            << ", health probes on :" << servers->health->port() << std::endl;
   return RunUntilStopped(o, config->server, signals.stop(), controller, elector, leader_gauge, *servers);
 }

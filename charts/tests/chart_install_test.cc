@@ -143,7 +143,8 @@ class ChartInstall : public ::testing::Test {
     if (Exists("", "namespace/" + ns)) return;
     Kubectl({"create", "namespace", ns});
     // The ServiceAccount admission plugin refuses pods until "default" exists.
-    ASSERT_TRUE(Eventually([&] { return Exists(ns, "serviceaccount/default"); })) << "no default ServiceAccount in " << ns;
+    ASSERT_TRUE(Eventually([&] { return Exists(ns, "serviceaccount/default"); }))
+        << "no default ServiceAccount in " << ns;
   }
 
   // A kubeconfig for the chart's ServiceAccount: the control plane's server
@@ -206,8 +207,8 @@ class ChartInstall : public ::testing::Test {
                                                     {"ready", phase == "Running"},
                                                     {"restartCount", 0},
                                                     {"state", state}}})}};
-    Kubectl({"patch", "pod", pod, "-n", ns, "--subresource=status", "--type=merge", "-p",
-             json{{"status", status}}.dump()});
+    Kubectl(
+        {"patch", "pod", pod, "-n", ns, "--subresource=status", "--type=merge", "-p", json{{"status", status}}.dump()});
   }
 
   void Run(const InstallCase& c);
@@ -247,8 +248,8 @@ spec:
   }
 
   // ---- helm install ----
-  std::vector<std::string> install{"install", kRelease, ChartDir(), "--namespace", kReleaseNamespace,
-                                   "--create-namespace"};
+  std::vector<std::string> install{"install",     kRelease,          ChartDir(),
+                                   "--namespace", kReleaseNamespace, "--create-namespace"};
   for (const auto& s : c.sets) install.insert(install.end(), {"--set", s});
   t::RunResult r = Helm(install);
   ASSERT_EQ(r.exit_code, 0) << "helm " << Join(install) << "\n" << r.out << r.err;
@@ -277,8 +278,8 @@ spec:
   ASSERT_FALSE(HasFailure());
   // The identity is really confined: outside the chart's rules it is refused
   // (so an operator that is never refused below is within them).
-  r = t::Run({t::ToolPath("kubectl"), "--kubeconfig", kubeconfig, "--cache-dir", dir_ + "/kube-cache", "get",
-              "secrets", "-n", "kube-system"});
+  r = t::Run({t::ToolPath("kubectl"), "--kubeconfig", kubeconfig, "--cache-dir", dir_ + "/kube-cache", "get", "secrets",
+              "-n", "kube-system"});
   EXPECT_NE(r.exit_code, 0) << r.out;
   EXPECT_THAT(r.err, HasSubstr("forbidden")) << r.err;
   // The Deployment's args, with the two listen addresses moved to ports the
@@ -301,7 +302,8 @@ spec:
   ASSERT_TRUE(Eventually([&] {
     json lease = GetJson({"get", "lease", "tfjob-operator-leader", "-n", kReleaseNamespace});
     return lease.is_object() && !lease["spec"].value("holderIdentity", "").empty();
-  })) << op_->output() << CanI(kReleaseNamespace);
+  })) << op_->output()
+      << CanI(kReleaseNamespace);
   ASSERT_TRUE(op_->WaitForLine("tfjob-operator: watching ")) << op_->output();
 
   // ---- a distributed example job ----
@@ -317,7 +319,8 @@ spec:
   ASSERT_FALSE(chief.empty()) << kExample << " has no Chief";
   ASSERT_TRUE(Eventually([&] {
     return List(c.job_ns, "pods").size() == replicas && List(c.job_ns, "services").size() == replicas;
-  })) << op_->output() << CanI(c.job_ns);
+  })) << op_->output()
+      << CanI(c.job_ns);
   ASSERT_TRUE(Eventually([&] { return HasCondition(c.job_ns, "Created"); })) << op_->output() << CanI(c.job_ns);
   if (c.tls) {
     json secret = GetJson({"get", "secret", std::string(kJob) + "-tfjob-auth", "-n", c.job_ns});
@@ -340,13 +343,15 @@ spec:
   ASSERT_TRUE(Eventually([&] {
     auto pods = List(c.job_ns, "pods");
     return pods.size() == 1 && pods[0]["metadata"]["name"] == chief;
-  })) << op_->output() << CanI(c.job_ns);
+  })) << op_->output()
+      << CanI(c.job_ns);
   // Events are recorded without a word in the output when refused: look.
   ASSERT_TRUE(Eventually([&] {
     json events = GetJson({"get", "events", "-n", c.job_ns, "--field-selector",
                            std::string("involvedObject.kind=TFJob,involvedObject.name=") + kJob});
     return events.contains("items") && !events["items"].empty();
-  })) << op_->output() << CanI(c.job_ns);
+  })) << op_->output()
+      << CanI(c.job_ns);
 
   EXPECT_EQ(op_->Stop(SIGTERM), 0) << op_->output();
   const std::string out = op_->output();

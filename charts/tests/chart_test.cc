@@ -174,7 +174,8 @@ void ExpectWellFormed(const Rendered& r) {
     EXPECT_TRUE(std::regex_match(name, std::regex("[a-z0-9]([-a-z0-9.]*[a-z0-9])?"))) << d.source << ": " << name;
     const std::string kind = o.value("kind", "");
     if (!kClusterScoped.count(kind)) {
-      EXPECT_FALSE(o["metadata"].value("namespace", "").empty()) << d.source << ": namespaced " << kind << " without namespace";
+      EXPECT_FALSE(o["metadata"].value("namespace", "").empty())
+          << d.source << ": namespaced " << kind << " without namespace";
     }
     EXPECT_TRUE(seen.insert({kind, o["metadata"].value("namespace", "") + "/" + name}).second)
         << d.source << ": duplicate " << kind << " " << name;
@@ -183,16 +184,26 @@ void ExpectWellFormed(const Rendered& r) {
 
 // ---- Rendering --------------------------------------------------------------
 
-const std::vector<std::string> kAllOn = {
-    "serviceMonitor.enabled=true", "grafanaDashboard.enabled=true", "metrics.service.enabled=true",
-    "leaderElection.enabled=true", "replicaCount=2", "serviceAccount.annotations.team=ml",
-    "operator.clusterDomain=cluster.local", "nodeSelector.pool=cpu", "podAnnotations.note=x",
-    "serviceMonitor.labels.release=prometheus", "grafanaDashboard.labels.team=ml", "taskAuth.enabled=true",
-    "taskAuth.tls=true", "networkPolicy.enabled=true", "gangScheduler.name=volcano", "leaderElection.renewDeadlineSeconds=8",
-    "leaderElection.retryPeriodSeconds=1.5"};
-const std::vector<std::string> kAllOff = {"serviceMonitor.enabled=false", "grafanaDashboard.enabled=false",
+const std::vector<std::string> kAllOn = {"serviceMonitor.enabled=true",
+                                         "grafanaDashboard.enabled=true",
+                                         "metrics.service.enabled=true",
+                                         "leaderElection.enabled=true",
+                                         "replicaCount=2",
+                                         "serviceAccount.annotations.team=ml",
+                                         "operator.clusterDomain=cluster.local",
+                                         "nodeSelector.pool=cpu",
+                                         "podAnnotations.note=x",
+                                         "serviceMonitor.labels.release=prometheus",
+                                         "grafanaDashboard.labels.team=ml",
+                                         "taskAuth.enabled=true",
+                                         "taskAuth.tls=true",
+                                         "networkPolicy.enabled=true",
+                                         "gangScheduler.name=volcano",
+                                         "leaderElection.renewDeadlineSeconds=8",
+                                         "leaderElection.retryPeriodSeconds=1.5"};
+const std::vector<std::string> kAllOff = {"serviceMonitor.enabled=false",  "grafanaDashboard.enabled=false",
                                           "metrics.service.enabled=false", "leaderElection.enabled=false",
-                                          "taskAuth.enabled=false", "taskAuth.tls=false",
+                                          "taskAuth.enabled=false",        "taskAuth.tls=false",
                                           "networkPolicy.enabled=false"};
 
 std::vector<std::string> With(std::vector<std::string> a, const std::vector<std::string>& b) {
@@ -212,8 +223,8 @@ std::vector<std::string> Args(const json& dep);
 TEST_F(Chart, DefaultsRenderTheOperatorWithAClusterRole) {
   Rendered r = Render({});
   ExpectWellFormed(r);
-  EXPECT_EQ(Kinds(r), (std::set<std::string>{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-                                             "Service", "Deployment"}));
+  EXPECT_EQ(Kinds(r), (std::set<std::string>{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
+                                             "RoleBinding", "Service", "Deployment"}));
   const json& dep = r.One("Deployment");
   EXPECT_EQ(dep["metadata"]["name"], "tfjob-tfjob-operator");
   EXPECT_EQ(dep["metadata"]["namespace"], kReleaseNamespace);
@@ -226,8 +237,8 @@ TEST_F(Chart, EveryToggleOnRendersEveryOptionalObject) {
     SCOPED_TRACE("watchNamespace=" + ns);
     Rendered r = Render(With(kAllOn, {"watchNamespace=" + ns}));
     ExpectWellFormed(r);
-    std::set<std::string> want{"ServiceAccount", "Role", "RoleBinding", "Service", "Deployment", "ServiceMonitor",
-                               "ConfigMap"};
+    std::set<std::string> want{"ServiceAccount", "Role",           "RoleBinding", "Service",
+                               "Deployment",     "ServiceMonitor", "ConfigMap"};
     if (ns.empty()) want.insert({"ClusterRole", "ClusterRoleBinding"});
     EXPECT_EQ(Kinds(r), want);
     const json& dep = r.One("Deployment");
@@ -320,8 +331,10 @@ TEST_F(Chart, GangSchedulingAddsExactlyThePodGroupRule) {
     const std::string kind = ns.empty() ? "ClusterRole" : "Role";
     auto rules = [&](const Rendered& r) { return OperatorRules(r, kind); };
     const Rendered off = Render({"watchNamespace=" + ns});
-    for (const auto& [name, group] : std::vector<std::pair<std::string, std::string>>{
-             {"volcano", "scheduling.volcano.sh"}, {"scheduler-plugins", "scheduling.x-k8s.io"}, {"coscheduler", "scheduling.x-k8s.io"}}) {
+    for (const auto& [name, group] :
+         std::vector<std::pair<std::string, std::string>>{{"volcano", "scheduling.volcano.sh"},
+                                                          {"scheduler-plugins", "scheduling.x-k8s.io"},
+                                                          {"coscheduler", "scheduling.x-k8s.io"}}) {
       SCOPED_TRACE(name);
       const Rendered on = Render({"watchNamespace=" + ns, "gangScheduler.name=" + name});
       json expected = rules(off);
@@ -629,9 +642,9 @@ TEST_P(ChartRbac, GrantsExactlyWhatTheOperatorUses) {
   const std::string gang = GetParam().gang;
   const bool tls = GetParam().tls;
   const std::string job_ns = watch_ns.empty() ? "team-b" : watch_ns;
-  Rendered r = Render({"watchNamespace=" + watch_ns, "leaderElection.enabled=true",
-                       "leaderElection.leaseDurationSeconds=2", "gangScheduler.name=" + gang,
-                       std::string("taskAuth.tls=") + (tls ? "true" : "false")});
+  Rendered r =
+      Render({"watchNamespace=" + watch_ns, "leaderElection.enabled=true", "leaderElection.leaseDurationSeconds=2",
+              "gangScheduler.name=" + gang, std::string("taskAuth.tls=") + (tls ? "true" : "false")});
   ASSERT_FALSE(r.docs.empty());
   const std::vector<Grant> grants = Grants(r);
   ASSERT_FALSE(grants.empty());
@@ -643,8 +656,9 @@ TEST_P(ChartRbac, GrantsExactlyWhatTheOperatorUses) {
   auto& api = **server;
   const std::string dir = t::MakeTempDir("chart-rbac-" + (watch_ns.empty() ? std::string("cluster") : watch_ns) +
                                          (gang.empty() ? "" : "-" + gang) + (tls ? "-tls" : ""));
-  const std::string podgroups = gang.empty() ? "" : gang == "volcano" ? "podgroups.scheduling.volcano.sh"
-                                                                      : "podgroups.scheduling.x-k8s.io";
+  const std::string podgroups = gang.empty()        ? ""
+                                : gang == "volcano" ? "podgroups.scheduling.volcano.sh"
+                                                    : "podgroups.scheduling.x-k8s.io";
   ASSERT_TRUE(api.WriteKubeconfig(dir + "/kubeconfig").ok());
   // The rendered args, with the two listen addresses moved to local ports
   // the operator binds itself (the pod's :8080/:8081 may be taken on this
@@ -690,17 +704,17 @@ TEST_P(ChartRbac, GrantsExactlyWhatTheOperatorUses) {
                            {"training.kubeflow.org/operator-name", "tfjob-controller"},
                            {"training.kubeflow.org/replica-type", "worker"},
                            {"training.kubeflow.org/replica-index", "1"}};
-  const json token_env = json::array(
-      {{{"name", "TFJOB_AUTH_TOKEN"},
-        {"valueFrom", {{"secretKeyRef", {{"name", "ttl-tfjob-auth"}, {"key", "token"}}}}}}});
-  ASSERT_TRUE(api.Create("pods", job_ns,
-                         {{"apiVersion", "v1"},
-                          {"kind", "Pod"},
-                          {"metadata", {{"name", "ttl-worker-1"}, {"namespace", job_ns}, {"labels", orphan_labels}}},
-                          {"spec",
-                           {{"containers",
-                             json::array({{{"name", "tensorflow"}, {"image", "x"}, {"env", token_env}}})}}}})
-                  .ok());
+  const json token_env =
+      json::array({{{"name", "TFJOB_AUTH_TOKEN"},
+                    {"valueFrom", {{"secretKeyRef", {{"name", "ttl-tfjob-auth"}, {"key", "token"}}}}}}});
+  ASSERT_TRUE(
+      api.Create(
+             "pods", job_ns,
+             {{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata", {{"name", "ttl-worker-1"}, {"namespace", job_ns}, {"labels", orphan_labels}}},
+              {"spec", {{"containers", json::array({{{"name", "tensorflow"}, {"image", "x"}, {"env", token_env}}})}}}})
+          .ok());
   ASSERT_TRUE(api.Create("services", job_ns,
                          {{"apiVersion", "v1"},
                           {"kind", "Service"},

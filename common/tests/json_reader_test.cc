@@ -48,8 +48,7 @@ TEST(JsonReaderTest, NamesMissingWrongAndUnknownFields) {
   double lr = 0.01, momentum = 0;
   EXPECT_TRUE(r.Optional("learning_rate", lr).ok());
   EXPECT_EQ(lr, 0.01);
-  EXPECT_EQ(r.Optional("momentum", momentum).message(),
-            "optimizer.momentum: expected a number, got \"high\"");
+  EXPECT_EQ(r.Optional("momentum", momentum).message(), "optimizer.momentum: expected a number, got \"high\"");
   std::string type;
   EXPECT_EQ(r.Required("type", type).message(), "optimizer.type: required field is missing");
   EXPECT_EQ(r.Finish().message(), "optimizer.learning_rat: unknown field");
@@ -66,8 +65,7 @@ TEST(JsonReaderTest, NonObjectIsAnError) {
 TEST(JsonReaderTest, ParseErrorsNameSourceAndOffset) {
   auto r = ParseJson("{\"a\": 1,,}", "job.json");
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("job.json: malformed JSON at byte 9"), std::string::npos)
-      << r.status().message();
+  EXPECT_NE(r.status().message().find("job.json: malformed JSON at byte 9"), std::string::npos) << r.status().message();
   auto missing = ReadJsonFile("/nonexistent/job.json");
   EXPECT_EQ(missing.status().code(), Code::kNotFound);
   EXPECT_EQ(missing.status().message(), "/nonexistent/job.json: cannot open file");

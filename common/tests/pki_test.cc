@@ -84,7 +84,7 @@ TEST(PkiTest, WriteTlsDirWritesTheThreeFilesAndKeepsTheKeyPrivate) {
   EXPECT_EQ(read(kCaFile), p->ca_pem);
   EXPECT_EQ(read(kCertFile), p->cert_pem);
   EXPECT_EQ(read(kKeyFile), p->key_pem);
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(stat((dir + "/" + kKeyFile).c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   const Status missing = WriteTlsDir(dir + "/no/such/dir", *p);

@@ -131,8 +131,10 @@ std::vector<Stage> Stages(const std::vector<Instruction>& instructions) {
       }
       std::vector<std::string> paths;
       for (const auto& x : w) {
-        if (x.rfind("--from=", 0) == 0) c.from = x.substr(7);
-        else if (x.rfind("--", 0) != 0) paths.push_back(x);
+        if (x.rfind("--from=", 0) == 0)
+          c.from = x.substr(7);
+        else if (x.rfind("--", 0) != 0)
+          paths.push_back(x);
       }
       if (paths.size() >= 2) {
         c.dest = paths.back();
@@ -175,7 +177,7 @@ bool Ignored(const std::set<std::string>& patterns, const std::string& rel) {
 }
 
 bool Executable(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
 }
 
@@ -238,8 +240,8 @@ TEST_P(Dockerfile, CopiesOnlyWhatExistsAndRunsAsNonRoot) {
         } else {
           bool written = false;
           for (const auto& run : b.runs) written |= run.args.find(src) != std::string::npos;
-          EXPECT_TRUE(written) << where << ": " << src << " is neither in the build context nor written by a RUN of stage "
-                               << c.from;
+          EXPECT_TRUE(written) << where << ": " << src
+                               << " is neither in the build context nor written by a RUN of stage " << c.from;
         }
       }
     }
@@ -290,7 +292,8 @@ TEST(DockerExamples, ManifestPathsExistInTheCopiedTree) {
                          (c.sources[0] == "examples/" || c.sources[0] == "examples") &&
                          (c.dest == "/opt/tfjob/examples/" || c.dest == "/opt/tfjob/examples");
     }
-    EXPECT_TRUE(copies_examples) << "docker/" << image << ": the final stage does not COPY examples/ /opt/tfjob/examples/";
+    EXPECT_TRUE(copies_examples) << "docker/" << image
+                                 << ": the final stage does not COPY examples/ /opt/tfjob/examples/";
   }
   const std::regex ref(R"(/opt/tfjob/examples/([A-Za-z0-9_./-]+))");
   int seen = 0;

@@ -26,7 +26,7 @@ namespace {
 
 using programs::ReportError;
 
-const std::vector<std::string> kVocabulary = {"avenger", "ironman", "batman",       "hulk",
+const std::vector<std::string> kVocabulary = {"avenger",   "ironman",  "batman",       "hulk",
                                               "spiderman", "kingkong", "wonder_woman", "thor"};
 constexpr int64_t kEmbeddingDim = 20;
 constexpr int64_t kBagSize = 3;
@@ -104,56 +104,70 @@ class CustomLoop final : public programs::Program {
   std::string usage() const override { return "custom_loop [--epochs N] [--steps-per-epoch N] [--summary-json OUT]"; }
 
   Status RegisterWorker(worker::Registry& r) override {
-    RETURN_IF_ERROR(r.AddDataset(kData, [](const worker::WorkerEnv& env, const nlohmann::json& a) -> StatusOr<data::Dataset> {
-      auto [words, labels] = ToyExamples(a.value("examples", int64_t{200}), 1000 + static_cast<uint64_t>(env.worker_index));
-      std::vector<int64_t> ids;
-      for (const auto& bag : words) for (const auto& w : bag) ids.push_back(Lookup(w));
-      const int64_t n = static_cast<int64_t>(labels.size());
-      ASSIGN_OR_RETURN(Tensor x, Tensor::FromVector({n, kBagSize}, ids));
-      ASSIGN_OR_RETURN(Tensor y, Tensor::FromVector({n}, labels));
-      return data::Dataset::FromTensors({x, y}).Shuffle(n, static_cast<uint64_t>(env.worker_index)).Batch(32).Repeat();
-    }));
-    return r.AddClosure(kStep, [](worker::ClosureContext& ctx, const nlohmann::json& a,
-                                  const std::vector<Tensor>&) -> StatusOr<worker::ClosureResult> {
-      strategy::VariableStore store(Place(a.at("num_ps").get<int64_t>()), ctx.ps());
-      ASSIGN_OR_RETURN(std::optional<data::Element> e, ctx.Next(kData));
-      if (!e) return OutOfRange("custom_loop: dataset ended");
-      const Tensor& x = (*e)[0];
-      const Tensor& y = (*e)[1];
-      // Only the rows this batch uses are fetched, from the shards holding them.
-      std::vector<int64_t> unique(x.data<int64_t>(), x.data<int64_t>() + x.size());
-      std::sort(unique.begin(), unique.end());
-      unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
-      std::map<int64_t, int64_t> compact;
-      for (size_t i = 0; i < unique.size(); ++i) compact[unique[i]] = static_cast<int64_t>(i);
-      Tensor local_ids = Tensor::Zeros(DType::kInt64, x.shape());
-      for (int64_t i = 0; i < x.size(); ++i) local_ids.data<int64_t>()[i] = compact[x.data<int64_t>()[i]];
+    RETURN_IF_ERROR(
+        r.AddDataset(kData, [](const worker::WorkerEnv& env, const nlohmann::json& a) -> StatusOr<data::Dataset> {
+          auto [words, labels] =
+              ToyExamples(a.value("examples", int64_t{200}), 1000 + static_cast<uint64_t>(env.worker_index));
+          std::vector<int64_t> ids;
+          for (const auto& bag : words)
+            for (const auto& w : bag) ids.push_back(Lookup(w));
+          const int64_t n = static_cast<int64_t>(labels.size());
+          ASSIGN_OR_RETURN(Tensor x, Tensor::FromVector({n, kBagSize}, ids));
+          ASSIGN_OR_RETURN(Tensor y, Tensor::FromVector({n}, labels));
+          return data::Dataset::FromTensors({x, y})
+              .Shuffle(n, static_cast<uint64_t>(env.worker_index))
+              .Batch(32)
+              .Repeat();
+        }));
+    return r.AddClosure(
+        kStep,
+        [](worker::ClosureContext& ctx, const nlohmann::json& a,
+           const std::vector<Tensor>&) -> StatusOr<worker::ClosureResult> {
+          strategy::VariableStore store(Place(a.at("num_ps").get<int64_t>()), ctx.ps());
+          ASSIGN_OR_RETURN(std::optional<data::Element> e, ctx.Next(kData));
+          if (!e) return OutOfRange("custom_loop: dataset ended");
+          const Tensor& x = (*e)[0];
+          const Tensor& y = (*e)[1];
+          // Only the rows this batch uses are fetched, from the shards holding them.
+          std::vector<int64_t> unique(x.data<int64_t>(), x.data<int64_t>() + x.size());
+          std::sort(unique.begin(), unique.end());
+          unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+          std::map<int64_t, int64_t> compact;
+          for (size_t i = 0; i < unique.size(); ++i) compact[unique[i]] = static_cast<int64_t>(i);
+          Tensor local_ids = Tensor::Zeros(DType::kInt64, x.shape());
+          for (int64_t i = 0; i < x.size(); ++i) local_ids.data<int64_t>()[i] = compact[x.data<int64_t>()[i]];
 
-      ASSIGN_OR_RETURN(Tensor rows, store.Lookup("embedding/embeddings", unique));
-      ASSIGN_OR_RETURN(std::vector<Tensor> dense, store.Pull({"dense/kernel", "dense/bias"}));
-      ASSIGN_OR_RETURN(auto m, model::Model::Create(Spec(static_cast<int64_t>(unique.size())), Loss()));
-      std::vector<Tensor> values{rows, dense[0], dense[1]};
-      ASSIGN_OR_RETURN(model::Model::Output out, m->ComputeGradients(values, local_ids, y));
-      // Back from batch-local rows to the vocabulary's rows.
-      model::Gradient emb = out.grads[0];
-      for (int64_t i = 0; i < emb.indices.size(); ++i) emb.indices.data<int64_t>()[i] = unique[emb.indices.data<int64_t>()[i]];
-      // With the closure's id (applied once however often it re-runs) and
-      // its chief's generation (refused once a newer chief took over).
-      RETURN_IF_ERROR(store.PushGradients(ctx.closure_id(), 0,
-                                          {{"embedding/embeddings", emb}, {"dense/kernel", out.grads[1]}, {"dense/bias", out.grads[2]}},
-                                          ctx.generation())
-                          .status());
-      model::MetricState acc;
-      RETURN_IF_ERROR(model::UpdateMetric(model::MetricType::kBinaryAccuracy, out.predictions, y, out.logits, acc));
-      return worker::ClosureResult{{{"correct", acc.total}, {"count", acc.count}, {"loss", out.loss}}, {}};
-    });
+          ASSIGN_OR_RETURN(Tensor rows, store.Lookup("embedding/embeddings", unique));
+          ASSIGN_OR_RETURN(std::vector<Tensor> dense, store.Pull({"dense/kernel", "dense/bias"}));
+          ASSIGN_OR_RETURN(auto m, model::Model::Create(Spec(static_cast<int64_t>(unique.size())), Loss()));
+          std::vector<Tensor> values{rows, dense[0], dense[1]};
+          ASSIGN_OR_RETURN(model::Model::Output out, m->ComputeGradients(values, local_ids, y));
+          // Back from batch-local rows to the vocabulary's rows.
+          model::Gradient emb = out.grads[0];
+          for (int64_t i = 0; i < emb.indices.size(); ++i)
+            emb.indices.data<int64_t>()[i] = unique[emb.indices.data<int64_t>()[i]];
+          // With the closure's id (applied once however often it re-runs) and
+          // its chief's generation (refused once a newer chief took over).
+          RETURN_IF_ERROR(
+              store
+                  .PushGradients(
+                      ctx.closure_id(), 0,
+                      {{"embedding/embeddings", emb}, {"dense/kernel", out.grads[1]}, {"dense/bias", out.grads[2]}},
+                      ctx.generation())
+                  .status());
+          model::MetricState acc;
+          RETURN_IF_ERROR(model::UpdateMetric(model::MetricType::kBinaryAccuracy, out.predictions, y, out.logits, acc));
+          return worker::ClosureResult{{{"correct", acc.total}, {"count", acc.count}, {"loss", out.loss}}, {}};
+        });
   }
 
   int RunChief(const std::vector<std::string>& args, const programs::ChiefContext& ctx) override {
     std::ostream& out = *ctx.out;
     std::ostream& err = *ctx.err;
     Flags flags;
-    flags.Value("epochs", "epochs", "20").Value("steps-per-epoch", "steps per epoch", "20").Value("summary-json", "write results here");
+    flags.Value("epochs", "epochs", "20")
+        .Value("steps-per-epoch", "steps per epoch", "20")
+        .Value("summary-json", "write results here");
     if (Status s = flags.Parse(args); !s.ok()) return ReportError(s, err);
     auto epochs = flags.GetInt("epochs");
     auto steps = flags.GetInt("steps-per-epoch");
@@ -180,7 +194,8 @@ class CustomLoop final : public programs::Program {
       auto v = clients[s.ps]->Pull({s.name});
       if (!v.ok()) return ReportError(v.status(), err);
       const Shape& sh = (*v)[0].shape();
-      out << "embedding shard " << s.name << " on ps " << s.ps << ": shape (" << sh[0] << ", " << sh[1] << ")" << std::endl;
+      out << "embedding shard " << s.name << " on ps " << s.ps << ": shape (" << sh[0] << ", " << sh[1] << ")"
+          << std::endl;
       shards.push_back({{"name", s.name}, {"ps", s.ps}, {"shape", sh}});
     }
 

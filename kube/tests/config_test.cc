@@ -74,9 +74,11 @@ TEST(KubeconfigTest, ClientCertificateFiles) {
   const std::string d = Dir("certs");
   Write(d + "/cert.pem", "CERT");
   Write(d + "/key.pem", "KEY");
-  Write(d + "/config", "current-context: x\nclusters: [{name: c, cluster: {server: 'https://h:1'}}]\n"
-                       "contexts: [{name: x, context: {cluster: c, user: u}}]\n"
-                       "users: [{name: u, user: {client-certificate: cert.pem, client-key: " + d + "/key.pem}}]\n");
+  Write(d + "/config",
+        "current-context: x\nclusters: [{name: c, cluster: {server: 'https://h:1'}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\n"
+        "users: [{name: u, user: {client-certificate: cert.pem, client-key: " +
+            d + "/key.pem}}]\n");
   auto c = LoadKubeconfig(d + "/config");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->client_cert_pem, "CERT");
@@ -94,8 +96,10 @@ TEST(KubeconfigTest, ErrorsNameTheFileAndField) {
   auto s = LoadKubeconfig(d + "/wrong").status();
   EXPECT_EQ(s.code(), Code::kNotFound);
   EXPECT_THAT(s.message(), HasSubstr("no cluster named \"nope\""));
-  Write(d + "/nofile", "current-context: x\nclusters: [{name: c, cluster: {server: 'https://h:1', certificate-authority: /no/ca.pem}}]\n"
-                       "contexts: [{name: x, context: {cluster: c, user: u}}]\n");
+  Write(
+      d + "/nofile",
+      "current-context: x\nclusters: [{name: c, cluster: {server: 'https://h:1', certificate-authority: /no/ca.pem}}]\n"
+      "contexts: [{name: x, context: {cluster: c, user: u}}]\n");
   EXPECT_THAT(LoadKubeconfig(d + "/nofile").status().message(), HasSubstr("certificate-authority"));
 }
 
@@ -103,8 +107,9 @@ TEST(KubeconfigTest, ExecPluginsAndWhereCredentialsComeFrom) {
   const std::string d = Dir("exec");
   Write(d + "/ca.pem", "CA");
   Write(d + "/token", "tok\n");
-  const std::string head = "current-context: x\nclusters: [{name: c, cluster: {server: 'https://h:1', certificate-authority: ca.pem}}]\n"
-                           "contexts: [{name: x, context: {cluster: c, user: u}}]\n";
+  const std::string head =
+      "current-context: x\nclusters: [{name: c, cluster: {server: 'https://h:1', certificate-authority: ca.pem}}]\n"
+      "contexts: [{name: x, context: {cluster: c, user: u}}]\n";
   Write(d + "/config", head + R"(users:
 - name: u
   user:
@@ -131,15 +136,17 @@ TEST(KubeconfigTest, ExecPluginsAndWhereCredentialsComeFrom) {
   EXPECT_TRUE(c->token.empty());
 
   // A bare command name is left to PATH; v1beta1 is accepted.
-  Write(d + "/bare", head + "users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1beta1, "
-                            "command: aws, args: [eks, get-token]}}}]\n");
+  Write(d + "/bare", head +
+                         "users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1beta1, "
+                         "command: aws, args: [eks, get-token]}}}]\n");
   c = LoadKubeconfig(d + "/bare");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->exec->command, "aws");
 
   // A token file is kept as the source, for re-reads.
-  Write(d + "/tokenfile", head + "users: [{name: u, user: {tokenFile: token, client-certificate-data: Q0VSVA==, "
-                                 "client-key-data: S0VZ}}]\n");
+  Write(d + "/tokenfile", head +
+                              "users: [{name: u, user: {tokenFile: token, client-certificate-data: Q0VSVA==, "
+                              "client-key-data: S0VZ}}]\n");
   c = LoadKubeconfig(d + "/tokenfile");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->token_file, d + "/token");
@@ -151,8 +158,9 @@ TEST(KubeconfigTest, ExecPluginsAndWhereCredentialsComeFrom) {
 
 TEST(KubeconfigTest, UnusableUsersAreErrorsNamingTheField) {
   const std::string d = Dir("badexec");
-  const std::string head = "current-context: x\nclusters: [{name: c, cluster: {server: 'https://h:1'}}]\n"
-                           "contexts: [{name: x, context: {cluster: c, user: u}}]\n";
+  const std::string head =
+      "current-context: x\nclusters: [{name: c, cluster: {server: 'https://h:1'}}]\n"
+      "contexts: [{name: x, context: {cluster: c, user: u}}]\n";
   auto error = [&](const std::string& user) {
     Write(d + "/config", head + "users: [{name: u, user: " + user + "}]\n");
     return LoadKubeconfig(d + "/config").status();
@@ -162,8 +170,9 @@ TEST(KubeconfigTest, UnusableUsersAreErrorsNamingTheField) {
               HasSubstr("is not client.authentication.k8s.io/v1 or v1beta1"));
   EXPECT_THAT(error("{exec: {apiVersion: client.authentication.k8s.io/v1}}").message(),
               HasSubstr("users[u].user.exec.command: missing"));
-  EXPECT_THAT(error("{exec: {apiVersion: client.authentication.k8s.io/v1, command: x, interactiveMode: Always}}").message(),
-              HasSubstr("interactiveMode: Always needs a terminal"));
+  EXPECT_THAT(
+      error("{exec: {apiVersion: client.authentication.k8s.io/v1, command: x, interactiveMode: Always}}").message(),
+      HasSubstr("interactiveMode: Always needs a terminal"));
   EXPECT_THAT(error("{token: t, exec: {apiVersion: client.authentication.k8s.io/v1, command: x}}").message(),
               HasSubstr("exec and token (or tokenFile) are mutually exclusive"));
   EXPECT_THAT(error("{auth-provider: {name: gcp}}").message(),

@@ -57,8 +57,9 @@ std::string Indent(const std::string& yaml, int spaces) {
 // A kubeconfig with one cluster, one user and a context joining them.
 std::string Kubeconfig(const std::string& server, const std::string& cluster_extra, const std::string& user) {
   return "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: c\n  cluster:\n    server: " + server +
-         "\n" + Indent(cluster_extra, 4) + "contexts:\n- name: c\n  context: {cluster: c, user: u}\nusers:\n- name: u\n" +
-         "  user:\n" + (user.empty() ? "    {}\n" : Indent(user, 4));
+         "\n" + Indent(cluster_extra, 4) +
+         "contexts:\n- name: c\n  context: {cluster: c, user: u}\nusers:\n- name: u\n" + "  user:\n" +
+         (user.empty() ? "    {}\n" : Indent(user, 4));
 }
 
 class FakeClock {
@@ -255,8 +256,8 @@ TEST_F(CredentialsTest, ExecPluginTokenIsRenewedBeforeItExpires) {
   WriteExecutable(dir_ + "/plugin.sh", kTokenPlugin);
   Write(dir_ + "/expiry", "2030-01-01T00:10:00Z");  // ten minutes: renewed a minute early
   // A command with a '/' is relative to the kubeconfig's directory.
-  auto client = ClientFor(Kubeconfig(server_->url(), "",
-                                     ExecUser("./plugin.sh", dir_, "  provideClusterInfo: true\n  interactiveMode: Never\n")));
+  auto client = ClientFor(Kubeconfig(
+      server_->url(), "", ExecUser("./plugin.sh", dir_, "  provideClusterInfo: true\n  interactiveMode: Never\n")));
   ASSERT_TRUE(client);
   ASSERT_TRUE(ListPods(*client).ok());
   EXPECT_EQ(Seen(), (Seen_t{{200, "exec-token-1"}}));
@@ -294,7 +295,8 @@ echo '{"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecCredentia
 )");
   ClusterConfig c;
   c.server = "http://127.0.0.1:1";
-  c.exec = ExecConfig{"client.authentication.k8s.io/v1beta1", dir_ + "/plugin.sh", {}, {{"STATE", dir_}}, "", false, "test"};
+  c.exec =
+      ExecConfig{"client.authentication.k8s.io/v1beta1", dir_ + "/plugin.sh", {}, {{"STATE", dir_}}, "", false, "test"};
   Credentials creds(c, {clock_.fn(), 60s});
   EXPECT_EQ(creds.Current()->bearer_token, "t1");
   clock_.Advance(std::chrono::hours(24 * 365));
@@ -310,7 +312,8 @@ TEST_F(CredentialsTest, ExecPluginFailuresAreClearErrors) {
     WriteExecutable(dir_ + "/p.sh", "#!/bin/sh\n" + script + "\n");
     ClusterConfig c;
     c.server = "http://127.0.0.1:1";
-    c.exec = ExecConfig{"client.authentication.k8s.io/v1", dir_ + "/p.sh", {}, {}, hint, false, "kc: users[u].user.exec"};
+    c.exec =
+        ExecConfig{"client.authentication.k8s.io/v1", dir_ + "/p.sh", {}, {}, hint, false, "kc: users[u].user.exec"};
     return Credentials(c, {clock_.fn(), 60s}).Current().status();
   };
   Status s = run("echo 'error: run login first' >&2; exit 3");
@@ -320,18 +323,25 @@ TEST_F(CredentialsTest, ExecPluginFailuresAreClearErrors) {
   s = run("echo not json");
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("not a JSON ExecCredential: not json"));
-  s = run(R"(echo '{"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecCredential","status":{"token":"x"}}')");
+  s = run(
+      R"(echo '{"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecCredential","status":{"token":"x"}}')");
   EXPECT_THAT(s.message(), HasSubstr("configured for client.authentication.k8s.io/v1 but returned apiVersion "
                                      "\"client.authentication.k8s.io/v1beta1\""));
   s = run(R"(echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{}}')");
   EXPECT_THAT(s.message(), HasSubstr("neither a token nor a client certificate"));
-  s = run(R"(echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"x","expirationTimestamp":"soon"}}')");
+  s = run(
+      R"(echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"x","expirationTimestamp":"soon"}}')");
   EXPECT_THAT(s.message(), HasSubstr("expirationTimestamp \"soon\" is not an RFC 3339 time"));
 
   ClusterConfig missing;
   missing.server = "http://127.0.0.1:1";
-  missing.exec = ExecConfig{"client.authentication.k8s.io/v1", "no-such-auth-plugin-xyz", {}, {}, "Install it with: apt-get install xyz",
-                            false, "kc: users[u].user.exec"};
+  missing.exec = ExecConfig{"client.authentication.k8s.io/v1",
+                            "no-such-auth-plugin-xyz",
+                            {},
+                            {},
+                            "Install it with: apt-get install xyz",
+                            false,
+                            "kc: users[u].user.exec"};
   s = Credentials(missing, {clock_.fn(), 60s}).Current().status();
   EXPECT_EQ(s.code(), Code::kUnauthenticated);
   EXPECT_THAT(s.message(), HasSubstr("exec plugin \"no-such-auth-plugin-xyz\""));
@@ -441,7 +451,8 @@ TEST_F(TlsTest, BadTlsFilesAreReportedWithTheFileAndReason) {
   s = create("certificate-authority: broken.crt", "");
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("certificate authority " + dir_ + "/broken.crt: "));
-  EXPECT_GT(s.message().size(), (std::string("kubernetes client: TLS: certificate authority ") + dir_ + "/broken.crt: ").size());
+  EXPECT_GT(s.message().size(),
+            (std::string("kubernetes client: TLS: certificate authority ") + dir_ + "/broken.crt: ").size());
 
   s = create("certificate-authority: ca.crt", "client-certificate: garbage.crt\nclient-key: client.key");
   EXPECT_THAT(s.message(), HasSubstr("client certificate " + dir_ + "/garbage.crt: "));
@@ -452,8 +463,8 @@ TEST_F(TlsTest, BadTlsFilesAreReportedWithTheFileAndReason) {
   auto other = pki_.Client("someone-else");
   ASSERT_TRUE(other.ok());
   Write(dir_ + "/other.key", other->key_pem);
-  s = create("certificate-authority: ca.crt", "client-certificate-data: " + Base64Encode(client_.cert_pem) +
-                                                  "\nclient-key: other.key");
+  s = create("certificate-authority: ca.crt",
+             "client-certificate-data: " + Base64Encode(client_.cert_pem) + "\nclient-key: other.key");
   EXPECT_THAT(s.message(), HasSubstr("client key " + dir_ + "/other.key does not match client certificate " + dir_ +
                                      "/kubeconfig: users[u].user.client-certificate-data"));
 
@@ -472,12 +483,11 @@ TEST_F(TlsTest, ExecPluginClientCertificate) {
   auto second = pki_.Client("exec-user-2");
   ASSERT_TRUE(first.ok() && second.ok());
   auto credential = [](const t::KeyPair& kp, const std::string& expiry) {
-    return json{{"apiVersion", "client.authentication.k8s.io/v1"},
-                {"kind", "ExecCredential"},
-                {"status",
-                 {{"clientCertificateData", kp.cert_pem},
-                  {"clientKeyData", kp.key_pem},
-                  {"expirationTimestamp", expiry}}}}
+    return json{
+        {"apiVersion", "client.authentication.k8s.io/v1"},
+        {"kind", "ExecCredential"},
+        {"status",
+         {{"clientCertificateData", kp.cert_pem}, {"clientKeyData", kp.key_pem}, {"expirationTimestamp", expiry}}}}
         .dump();
   };
   Write(dir_ + "/credential.json", credential(*first, "2030-01-01T01:00:00Z"));
@@ -494,11 +504,11 @@ TEST_F(TlsTest, ExecPluginClientCertificate) {
   EXPECT_EQ(ClientNames(), std::vector<std::string>{"200 exec-user-2"});
   EXPECT_EQ(client->credentials().exec_runs(), 2);
   // A plugin certificate whose key does not match is refused before use.
-  Write(dir_ + "/credential.json", json{{"apiVersion", "client.authentication.k8s.io/v1"},
-                                        {"kind", "ExecCredential"},
-                                        {"status", {{"clientCertificateData", first->cert_pem},
-                                                    {"clientKeyData", second->key_pem}}}}
-                                       .dump());
+  Write(dir_ + "/credential.json",
+        json{{"apiVersion", "client.authentication.k8s.io/v1"},
+             {"kind", "ExecCredential"},
+             {"status", {{"clientCertificateData", first->cert_pem}, {"clientKeyData", second->key_pem}}}}
+            .dump());
   client->credentials().Invalidate();
   s = ListPods(*client);
   EXPECT_EQ(s.code(), Code::kInvalidArgument) << s;

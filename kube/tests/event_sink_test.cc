@@ -44,7 +44,8 @@ class EventSinkTest : public ::testing::Test {
 TEST_F(EventSinkTest, WritesInOrderWithoutMakingTheRecorderWait) {
   // The server holds the first event write for 2 s: a recorder that waited
   // for its writes would find at least one written when Record returns.
-  ASSERT_TRUE(server_->InjectFault({.method = "POST", .path_regex = ".*/events", .code = 0, .count = 1, .delay = 2s}).ok());
+  ASSERT_TRUE(
+      server_->InjectFault({.method = "POST", .path_regex = ".*/events", .code = 0, .count = 1, .delay = 2s}).ok());
   std::ostringstream log;
   EventSink sink(*client_, &log);
   for (int i = 0; i < 20; ++i) sink.Record("default", Event(i));
@@ -66,7 +67,8 @@ TEST_F(EventSinkTest, WritesInOrderWithoutMakingTheRecorderWait) {
 TEST_F(EventSinkTest, AFullQueueDropsAndARefusedEventIsSaidOnce) {
   // The server holds the first write for a while: the queue (capacity 3)
   // fills behind it and the rest are dropped, not queued without bound.
-  ASSERT_TRUE(server_->InjectFault({.method = "POST", .path_regex = ".*/events", .code = 0, .count = 1, .delay = 500ms}).ok());
+  ASSERT_TRUE(
+      server_->InjectFault({.method = "POST", .path_regex = ".*/events", .code = 0, .count = 1, .delay = 500ms}).ok());
   std::ostringstream log;
   {
     EventSink sink(*client_, &log, /*capacity=*/3);

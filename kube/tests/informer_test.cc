@@ -16,9 +16,11 @@ using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
 json Pod(const std::string& name, const std::string& job) {
-  return {{"apiVersion", "v1"}, {"kind", "Pod"},
-          {"metadata", {{"name", name}, {"namespace", "default"}, {"labels", {{"training.kubeflow.org/job-name", job}}}}},
-          {"spec", {{"containers", json::array({{{"name", "c"}, {"image", "i"}}})}}}};
+  return {
+      {"apiVersion", "v1"},
+      {"kind", "Pod"},
+      {"metadata", {{"name", name}, {"namespace", "default"}, {"labels", {{"training.kubeflow.org/job-name", job}}}}},
+      {"spec", {{"containers", json::array({{{"name", "c"}, {"image", "i"}}})}}}};
 }
 
 class InformerTest : public ::testing::Test {
@@ -56,7 +58,8 @@ TEST_F(InformerTest, ListsWatchesAndSurvivesDroppedWatchesAndCompaction) {
   const int64_t relists = inf.relists();
   server_->DropWatches();
   ASSERT_TRUE(server_->Delete("pods", "default", "a").ok());
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(server_->Create("pods", "default", Pod(std::string("p").append(std::to_string(i)), "j")).ok());
+  for (int i = 0; i < 10; ++i)
+    ASSERT_TRUE(server_->Create("pods", "default", Pod(std::string("p").append(std::to_string(i)), "j")).ok());
   server_->CompactNow();
   ASSERT_TRUE(server_->WaitFor([&] { return inf.List("default").size() == 11 && !inf.Get("default", "a"); }, 15s))
       << inf.List("default").size();
@@ -108,7 +111,8 @@ TEST_F(InformerTest, NonAsciiTextSurvivesRequestBodiesAndWatchLines) {
 // Paginated lists: the informer reads in pages of limit/continue and ends up
 // with every object.
 TEST_F(InformerTest, ListsInPages) {
-  for (int i = 0; i < 7; ++i) ASSERT_TRUE(server_->Create("pods", "default", Pod(std::string("p").append(std::to_string(i)), "j")).ok());
+  for (int i = 0; i < 7; ++i)
+    ASSERT_TRUE(server_->Create("pods", "default", Pod(std::string("p").append(std::to_string(i)), "j")).ok());
   server_->ClearRequests();
   Informer inf(*client_, kPods, "default", "training.kubeflow.org/job-name");
   inf.SetPageSize(3);
@@ -134,15 +138,21 @@ TEST_F(InformerTest, ListsInPages) {
 class BetweenPages : public Client {
  public:
   BetweenPages(Client& c, std::function<void()> after_first_page) : c_(c), after_(std::move(after_first_page)) {}
-  StatusOr<json> Get(const Resource& r, const std::string& ns, const std::string& n) override { return c_.Get(r, ns, n); }
+  StatusOr<json> Get(const Resource& r, const std::string& ns, const std::string& n) override {
+    return c_.Get(r, ns, n);
+  }
   StatusOr<json> List(const Resource& r, const std::string& ns, const ListOptions& o) override {
     lists.push_back(o);
     auto out = c_.List(r, ns, o);
     if (lists.size() == 1 && after_) after_();
     return out;
   }
-  StatusOr<json> Create(const Resource& r, const std::string& ns, const json& o) override { return c_.Create(r, ns, o); }
-  StatusOr<json> Update(const Resource& r, const std::string& ns, const json& o) override { return c_.Update(r, ns, o); }
+  StatusOr<json> Create(const Resource& r, const std::string& ns, const json& o) override {
+    return c_.Create(r, ns, o);
+  }
+  StatusOr<json> Update(const Resource& r, const std::string& ns, const json& o) override {
+    return c_.Update(r, ns, o);
+  }
   StatusOr<json> UpdateStatus(const Resource& r, const std::string& ns, const json& o) override {
     return c_.UpdateStatus(r, ns, o);
   }
@@ -167,10 +177,12 @@ class BetweenPages : public Client {
 // A continue token compacted away between pages (410) restarts the list
 // without pages, as client-go's pager does; nothing is lost or duplicated.
 TEST_F(InformerTest, ExpiredContinueTokenFallsBackToAFullList) {
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(server_->Create("pods", "default", Pod(std::string("p").append(std::to_string(i)), "j")).ok());
+  for (int i = 0; i < 5; ++i)
+    ASSERT_TRUE(server_->Create("pods", "default", Pod(std::string("p").append(std::to_string(i)), "j")).ok());
   BetweenPages client(*client_, [&] {
     ASSERT_TRUE(server_->Delete("pods", "default", "p4").ok());
-    for (int i = 0; i < 6; ++i) ASSERT_TRUE(server_->Create("pods", "default", Pod(std::string("q").append(std::to_string(i)), "j")).ok());
+    for (int i = 0; i < 6; ++i)
+      ASSERT_TRUE(server_->Create("pods", "default", Pod(std::string("q").append(std::to_string(i)), "j")).ok());
     server_->CompactNow();
   });
   Informer inf(client, kPods, "default", "training.kubeflow.org/job-name");
@@ -253,12 +265,16 @@ TEST_F(InformerTest, RestClientAppliesQpsAndBurst) {
 TEST_F(InformerTest, IndexedEncodedCacheAndAQuietRelist) {
   for (int j = 0; j < 3; ++j) {
     for (int i = 0; i < 4; ++i) {
-      ASSERT_TRUE(server_->Create("pods", "default", Pod("j" + std::to_string(j) + "-" + std::to_string(i), "j" + std::to_string(j))).ok());
+      ASSERT_TRUE(server_
+                      ->Create("pods", "default",
+                               Pod("j" + std::to_string(j) + "-" + std::to_string(i), "j" + std::to_string(j)))
+                      .ok());
     }
   }
   // The transform keeps the metadata only.
-  Informer inf(*client_, kPods, "default", "training.kubeflow.org/job-name",
-               [](json o) { return json{{"metadata", o["metadata"]}}; });
+  Informer inf(*client_, kPods, "default", "training.kubeflow.org/job-name", [](json o) {
+    return json{{"metadata", o["metadata"]}};
+  });
   inf.SetIndexLabel("training.kubeflow.org/job-name");
   std::atomic<int> events{0};
   inf.AddHandler([&](const std::string&, const json&) { ++events; });
@@ -282,11 +298,16 @@ TEST_F(InformerTest, IndexedEncodedCacheAndAQuietRelist) {
 
   // A pod deleted and one relabelled move in the index.
   ASSERT_TRUE(server_->Delete("pods", "default", "j1-0").ok());
-  ASSERT_TRUE(server_->MergePatch("pods", "default", "j1-1", {{"metadata", {{"labels", {{"training.kubeflow.org/job-name", "j2"}}}}}}).ok());
-  ASSERT_TRUE(server_->WaitFor([&] {
-    return inf.List("default", {{"training.kubeflow.org/job-name", "j1"}}).size() == 2 &&
-           inf.List("default", {{"training.kubeflow.org/job-name", "j2"}}).size() == 5;
-  }, 10s));
+  ASSERT_TRUE(server_
+                  ->MergePatch("pods", "default", "j1-1",
+                               {{"metadata", {{"labels", {{"training.kubeflow.org/job-name", "j2"}}}}}})
+                  .ok());
+  ASSERT_TRUE(server_->WaitFor(
+      [&] {
+        return inf.List("default", {{"training.kubeflow.org/job-name", "j1"}}).size() == 2 &&
+               inf.List("default", {{"training.kubeflow.org/job-name", "j2"}}).size() == 5;
+      },
+      10s));
 
   // Nothing changes, the watch drops, the informer lists again: no event.
   ASSERT_TRUE(server_->WaitFor([&] { return events.load() == 14; }, 10s));

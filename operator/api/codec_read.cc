@@ -43,9 +43,7 @@ StatusOr<std::optional<int64_t>> ReadInt(const json* v, const std::string& path,
 
 }  // namespace
 
-std::string ChildPath(const std::string& path, const std::string& key) {
-  return path.empty() ? key : path + "." + key;
-}
+std::string ChildPath(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
 
 std::string IndexPath(const std::string& path, size_t i) { return path + "[" + std::to_string(i) + "]"; }
 

@@ -94,8 +94,7 @@ bool ParseGoInt(const std::string& s, json& out) {
   }
   if (negative) {
     if (value > static_cast<unsigned __int128>(INT64_MAX) + 1) return false;
-    out = value == static_cast<unsigned __int128>(INT64_MAX) + 1 ? INT64_MIN
-                                                                  : -static_cast<int64_t>(value);
+    out = value == static_cast<unsigned __int128>(INT64_MAX) + 1 ? INT64_MIN : -static_cast<int64_t>(value);
     return true;
   }
   if (value <= static_cast<unsigned __int128>(INT64_MAX)) {
@@ -136,8 +135,8 @@ bool IsYamlFloat(const std::string& s) {
 }
 
 bool IsNonFinite(const std::string& s) {
-  return IsOneOf(s, {".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf", "-.INF", ".nan", ".NaN",
-                     ".NAN"});
+  return IsOneOf(
+      s, {".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf", "-.INF", ".nan", ".NaN", ".NAN"});
 }
 
 // Well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing past
@@ -331,8 +330,7 @@ class JsonBuilder : public YAML::EventHandler {
 
   // Adds a finished value (of `size` values) to the enclosing container, or
   // makes it the document root.
-  void Add(json v, size_t size, const YAML::Mark& mark, YAML::anchor_t anchor, bool merge_key,
-           bool counted = false) {
+  void Add(json v, size_t size, const YAML::Mark& mark, YAML::anchor_t anchor, bool merge_key, bool counted = false) {
     if (!counted) Count(size, mark);
     if (anchor != 0) anchors_[anchor] = {v, size};
     if (stack_.empty()) {

@@ -115,8 +115,8 @@ StatusOr<std::string> TfConfig(const TFJob& job, std::string_view ns, ReplicaTyp
   const ReplicaSpec* self = job.Find(type);
   if (!self) return InvalidArgument("TFJob has no " + std::string(CanonicalName(type)) + " replicas");
   if (index < 0 || index >= ReplicasOrDefault(*self)) {
-    return InvalidArgument(std::string(CanonicalName(type)) + " index " + std::to_string(index) +
-                           " out of range [0, " + std::to_string(ReplicasOrDefault(*self)) + ")");
+    return InvalidArgument(std::string(CanonicalName(type)) + " index " + std::to_string(index) + " out of range [0, " +
+                           std::to_string(ReplicasOrDefault(*self)) + ")");
   }
 
   // Every replica type makes up "cluster", the evaluator included

@@ -64,8 +64,7 @@ std::string ServiceName(std::string_view job, std::string_view type_label, int i
 std::map<std::string, std::string> JobLabels(std::string_view job);
 // JobLabels plus replica-type, replica-index, and job-role=master when
 // `is_master`.
-std::map<std::string, std::string> Labels(std::string_view job, std::string_view type_label, int index,
-                                          bool is_master);
+std::map<std::string, std::string> Labels(std::string_view job, std::string_view type_label, int index, bool is_master);
 // "training.kubeflow.org/job-name={job},training.kubeflow.org/replica-type={type_label}":
 // the selector a KubernetesClusterResolver uses, and replicaStatuses[].selector.
 std::string Selector(std::string_view job, std::string_view type_label);

@@ -149,9 +149,9 @@ struct ReplicaSpec {
   std::optional<ReplicaType> type;
   // The key was "Master" (any case): type is kChief.
   bool master_alias = false;
-  std::optional<int32_t> replicas;     // unset means 1
-  std::string restart_policy;          // "" means unset (Never)
-  nlohmann::json template_json;        // the pod template, whole; null when absent
+  std::optional<int32_t> replicas;  // unset means 1
+  std::string restart_policy;       // "" means unset (Never)
+  nlohmann::json template_json;     // the pod template, whole; null when absent
 
   bool operator==(const ReplicaSpec&) const = default;
 };
@@ -200,7 +200,7 @@ struct ReplicaStatus {
   // Extension (not in Kubeflow): pods the operator re-created for this
   // replica type (ExitCode restarts), so backoffLimit can count them.
   int32_t restarts = 0;
-  std::string selector;          // "k=v,k=v" (names.h Selector)
+  std::string selector;           // "k=v,k=v" (names.h Selector)
   nlohmann::json label_selector;  // deprecated upstream; passed through; null when absent
 
   bool operator==(const ReplicaStatus&) const = default;

@@ -108,9 +108,9 @@ void ValidateReplicaSpec(std::vector<FieldError>& errors, const ReplicaSpec& spe
                              "must be no more than 1: a TFJob has a single chief"));
   }
   if (!spec.restart_policy.empty() && !ParseRestartPolicy(spec.restart_policy)) {
-    errors.push_back(NotSupported(role_path + ".restartPolicy", spec.restart_policy,
-                                  {kRestartPolicyAlways, kRestartPolicyOnFailure, kRestartPolicyNever,
-                                   kRestartPolicyExitCode}));
+    errors.push_back(
+        NotSupported(role_path + ".restartPolicy", spec.restart_policy,
+                     {kRestartPolicyAlways, kRestartPolicyOnFailure, kRestartPolicyNever, kRestartPolicyExitCode}));
   }
 
   const std::string containers_path = role_path + ".template.spec.containers";
@@ -130,8 +130,8 @@ void ValidateReplicaSpec(std::vector<FieldError>& errors, const ReplicaSpec& spe
     }
   }
   if (!has_tensorflow) {
-    errors.push_back(Required(containers_path, "must have at least one container with name " +
-                                                   std::string(kDefaultContainerName)));
+    errors.push_back(
+        Required(containers_path, "must have at least one container with name " + std::string(kDefaultContainerName)));
   }
 }
 
@@ -213,12 +213,11 @@ std::vector<FieldError> Validate(const TFJob& job) {
                              "must be an object"));
   }
   if (rp.managed_by && *rp.managed_by != kManagedByKubeflow && *rp.managed_by != kManagedByMultiKueue) {
-    errors.push_back(NotSupported("spec.runPolicy.managedBy", *rp.managed_by,
-                                  {kManagedByKubeflow, kManagedByMultiKueue}));
+    errors.push_back(
+        NotSupported("spec.runPolicy.managedBy", *rp.managed_by, {kManagedByKubeflow, kManagedByMultiKueue}));
   }
 
-  if (const auto& sp = job.spec.success_policy;
-      sp && *sp != kSuccessPolicyDefault && *sp != kSuccessPolicyAllWorkers) {
+  if (const auto& sp = job.spec.success_policy; sp && *sp != kSuccessPolicyDefault && *sp != kSuccessPolicyAllWorkers) {
     errors.push_back(NotSupported("spec.successPolicy", *sp, {kSuccessPolicyDefault, kSuccessPolicyAllWorkers}));
   }
 

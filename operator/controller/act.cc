@@ -30,7 +30,6 @@ std::string ApiMessage(const Status& s) {
   return colon == std::string::npos ? m : m.substr(colon + 2);
 }
 
-
 // Whether a Secret read back holds `key`: the API server keeps it in
 // `data` (stringData is write-only); the test double keeps what was written.
 bool SecretHas(const nlohmann::json& secret, std::string_view key) {
@@ -135,8 +134,7 @@ Status Controller::ExecuteAction(const api::TFJob& job, const Action& a) {
   switch (a.kind) {
     case Action::Kind::kPatchJob:
     case Action::Kind::kCreatePod:
-    case Action::Kind::kCreateService:
-      return Status::Ok();  // Execute's own: before and after these
+    case Action::Kind::kCreateService: return Status::Ok();  // Execute's own: before and after these
     case Action::Kind::kDeletePod:
     case Action::Kind::kDeleteService: {
       const bool pod = a.kind == Action::Kind::kDeletePod;
@@ -152,7 +150,8 @@ Status Controller::ExecuteAction(const api::TFJob& job, const Action& a) {
     }
     case Action::Kind::kAdoptPod:
     case Action::Kind::kAdoptService: {
-      auto r = client_.MergePatch(a.kind == Action::Kind::kAdoptPod ? kube::kPods : kube::kServices, ns, a.name, a.object, false);
+      auto r = client_.MergePatch(a.kind == Action::Kind::kAdoptPod ? kube::kPods : kube::kServices, ns, a.name,
+                                  a.object, false);
       // Gone (or replaced: the uid precondition) is fine: nothing to adopt.
       if (!r.ok() && r.status().code() != Code::kNotFound && r.status().code() != Code::kInvalidArgument &&
           r.status().code() != Code::kAborted) {
@@ -170,8 +169,7 @@ Status Controller::ExecuteAction(const api::TFJob& job, const Action& a) {
       }
       return Status::Ok();
     }
-    case Action::Kind::kCreateSecret:
-      return EnsureSecret(job, a);
+    case Action::Kind::kCreateSecret: return EnsureSecret(job, a);
     case Action::Kind::kCreateNetworkPolicy: {
       auto r = client_.Create(kube::kNetworkPolicies, ns, a.object);
       if (!r.ok() && r.status().code() != Code::kAlreadyExists) return r.status();
@@ -217,11 +215,13 @@ Status Controller::CreateOne(const api::TFJob& job, const Action& a) {
     s = ClaimExisting(job, r, a.name);
     if (s.ok()) return s;
   }
-  RecordEvent(job, Event{"Warning", pod ? "FailedCreatePod" : "FailedCreateService", "Error creating: " + ApiMessage(s)});
+  RecordEvent(job,
+              Event{"Warning", pod ? "FailedCreatePod" : "FailedCreateService", "Error creating: " + ApiMessage(s)});
   return s;
 }
 
-void Controller::CreateInBatches(const api::TFJob& job, const std::vector<const Action*>& creates, Status& first_error) {
+void Controller::CreateInBatches(const api::TFJob& job, const std::vector<const Action*>& creates,
+                                 Status& first_error) {
   Mutex note_mu;
   auto create = [&](const Action& a) {
     Status s = CreateOne(job, a);
@@ -259,7 +259,8 @@ void Controller::CreateInBatches(const api::TFJob& job, const std::vector<const 
 Status Controller::ClaimExisting(const api::TFJob& job, const kube::Resource& r, const std::string& name) {
   const std::string& ns = job.metadata.namespace_;
   auto existing = client_.Get(r, ns, name);
-  if (existing.status().code() == Code::kNotFound) return Unavailable(r.plural + " " + ns + "/" + name + " was just deleted");
+  if (existing.status().code() == Code::kNotFound)
+    return Unavailable(r.plural + " " + ns + "/" + name + " was just deleted");
   // Without the right to look (an older RBAC), assume our own stale cache,
   // as before: the next pass sees the object.
   if (existing.status().code() == Code::kPermissionDenied) return Status::Ok();
@@ -269,7 +270,8 @@ Status Controller::ClaimExisting(const api::TFJob& job, const kube::Resource& r,
   const bool ours_by_labels = v.labels.count(std::string(api::kJobNameLabel)) &&
                               v.labels.at(std::string(api::kJobNameLabel)) == job.metadata.name;
   if (v.controller_uid.empty() && ours_by_labels && !v.deleting) {
-    const nlohmann::json patch{{"metadata", {{"uid", v.uid}, {"ownerReferences", nlohmann::json::array({internal::OwnerRef(job)})}}}};
+    const nlohmann::json patch{
+        {"metadata", {{"uid", v.uid}, {"ownerReferences", nlohmann::json::array({internal::OwnerRef(job)})}}}};
     return client_.MergePatch(r, ns, name, patch, false).status();
   }
   // Kubeflow's message for this create: the API server's "already exists".

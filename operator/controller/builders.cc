@@ -29,8 +29,11 @@ std::string LabelOf(const std::map<std::string, std::string>& labels, std::strin
 }
 
 nlohmann::json OwnerRef(const TFJob& job) {
-  return {{"apiVersion", std::string(api::kApiVersion)}, {"kind", std::string(api::kKind)},
-          {"name", job.metadata.name}, {"uid", job.metadata.uid}, {"controller", true},
+  return {{"apiVersion", std::string(api::kApiVersion)},
+          {"kind", std::string(api::kKind)},
+          {"name", job.metadata.name},
+          {"uid", job.metadata.uid},
+          {"controller", true},
           {"blockOwnerDeletion", true}};
 }
 
@@ -83,13 +86,16 @@ void SetNamed(nlohmann::json& obj, const char* list, const nlohmann::json& item,
 void AddTlsVolume(const TFJob& job, nlohmann::json& pod_spec) {
   nlohmann::json items = nlohmann::json::array();
   for (const char* key : {pki::kCaFile, pki::kCertFile, pki::kKeyFile}) items.push_back({{"key", key}, {"path", key}});
-  SetNamed(pod_spec, "volumes",
-           {{"name", std::string(api::kTlsVolumeName)},
-            {"secret", {{"secretName", api::AuthSecretName(job.metadata.name)}, {"items", items}, {"defaultMode", 0444}}}});
+  SetNamed(
+      pod_spec, "volumes",
+      {{"name", std::string(api::kTlsVolumeName)},
+       {"secret", {{"secretName", api::AuthSecretName(job.metadata.name)}, {"items", items}, {"defaultMode", 0444}}}});
   for (auto& c : pod_spec["containers"]) {
     if (!c.is_object() || c.value("name", "") != api::kDefaultContainerName) continue;
     SetNamed(c, "volumeMounts",
-             {{"name", std::string(api::kTlsVolumeName)}, {"mountPath", std::string(api::kTlsMountPath)}, {"readOnly", true}},
+             {{"name", std::string(api::kTlsVolumeName)},
+              {"mountPath", std::string(api::kTlsMountPath)},
+              {"readOnly", true}},
              "mountPath");
   }
   SetEnv(pod_spec, {{"name", pki::kTlsDirEnv}, {"value", std::string(api::kTlsMountPath)}});
@@ -151,7 +157,8 @@ StatusOr<nlohmann::json> BuildPod(const TFJob& job, const ReplicaSpec& spec, int
   if (!meta.is_object()) meta = nlohmann::json::object();
   nlohmann::json labels = meta.value("labels", nlohmann::json::object());
   if (!labels.is_object()) labels = nlohmann::json::object();
-  for (const auto& [k, v] : api::Labels(job.metadata.name, type, index, api::IsMasterRole(job, spec, index))) labels[k] = v;
+  for (const auto& [k, v] : api::Labels(job.metadata.name, type, index, api::IsMasterRole(job, spec, index)))
+    labels[k] = v;
   meta["labels"] = labels;
   meta["name"] = api::PodName(job.metadata.name, type, index);
   meta["namespace"] = job.metadata.namespace_;
@@ -174,10 +181,11 @@ StatusOr<nlohmann::json> BuildPod(const TFJob& job, const ReplicaSpec& spec, int
   }
   // A job of one replica has no peers to authenticate.
   if (opt.task_auth && api::NeedsTfConfig(job)) {
-    SetEnv(pod_spec, {{"name", std::string(api::kAuthTokenEnv)},
-                      {"valueFrom",
-                       {{"secretKeyRef",
-                         {{"name", api::AuthSecretName(job.metadata.name)}, {"key", std::string(api::kAuthSecretKey)}}}}}});
+    SetEnv(pod_spec,
+           {{"name", std::string(api::kAuthTokenEnv)},
+            {"valueFrom",
+             {{"secretKeyRef",
+               {{"name", api::AuthSecretName(job.metadata.name)}, {"key", std::string(api::kAuthSecretKey)}}}}}});
     if (opt.task_tls) AddTlsVolume(job, pod_spec);
   }
   // Kubeflow's DecoratePodTemplateSpec: the gang scheduler unless the

@@ -40,15 +40,23 @@ const prometheus::Labels kQueue{{"name", std::string(api::kOperatorName)},
 // controller-runtime's reconcile_time_seconds buckets.
 prometheus::Histogram::BucketBoundaries ReconcileTimeBuckets() {
   return {0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5,
-          1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 60};
+          1.75,  2.0,  2.5,   3.0,  3.5, 4.0,  4.5, 5,    6,   7,    8,   9,    10,  15,  20,  25,  30,  40,  50,   60};
 }
 
 // controller-runtime's workqueue metrics: latencies in 10^-8 .. 10^3 s buckets.
 class QueueMetrics final : public kube::WorkQueueMetrics {
  public:
   explicit QueueMetrics(prometheus::Registry& r)
-      : depth_(prometheus::BuildGauge().Name("workqueue_depth").Help("Current depth of workqueue").Register(r).Add(kQueue)),
-        adds_(prometheus::BuildCounter().Name("workqueue_adds_total").Help("Total number of adds handled by workqueue").Register(r).Add(kQueue)),
+      : depth_(prometheus::BuildGauge()
+                   .Name("workqueue_depth")
+                   .Help("Current depth of workqueue")
+                   .Register(r)
+                   .Add(kQueue)),
+        adds_(prometheus::BuildCounter()
+                  .Name("workqueue_adds_total")
+                  .Help("Total number of adds handled by workqueue")
+                  .Register(r)
+                  .Add(kQueue)),
         queued_(prometheus::BuildHistogram()
                     .Name("workqueue_queue_duration_seconds")
                     .Help("How long in seconds an item stays in workqueue before being requested")
@@ -59,7 +67,11 @@ class QueueMetrics final : public kube::WorkQueueMetrics {
                     .Help("How long in seconds processing an item from workqueue takes.")
                     .Register(r)
                     .Add(kQueue, base::ExponentialBuckets(10e-9, 10, 12))),
-        retries_(prometheus::BuildCounter().Name("workqueue_retries_total").Help("Total number of retries handled by workqueue").Register(r).Add(kQueue)) {}
+        retries_(prometheus::BuildCounter()
+                     .Name("workqueue_retries_total")
+                     .Help("Total number of retries handled by workqueue")
+                     .Register(r)
+                     .Add(kQueue)) {}
   void Added() override { adds_.Increment(); }
   void Depth(size_t d) override { depth_.Set(static_cast<double>(d)); }
   void Queued(double s) override { queued_.Observe(s); }
@@ -100,7 +112,8 @@ Controller::Controller(kube::Client& client, ControllerOptions options, promethe
                  .Name("tfjob_operator_workqueue_depth")
                  .Help("TFJob keys waiting to be reconciled")
                  .Register(reg)),
-      cr_reconcile_total_(Counter(reg, "controller_runtime_reconcile_total", "Total number of reconciliations per controller")),
+      cr_reconcile_total_(
+          Counter(reg, "controller_runtime_reconcile_total", "Total number of reconciliations per controller")),
       cr_reconcile_errors_(Counter(reg, "controller_runtime_reconcile_errors_total",
                                    "Total number of reconciliation errors per controller")
                                .Add(kController)),
@@ -121,13 +134,14 @@ Controller::Controller(kube::Client& client, ControllerOptions options, promethe
                              .Help("Number of currently used workers per controller")
                              .Register(reg)
                              .Add(kController)),
-      unfinished_work_(prometheus::BuildGauge()
-                           .Name("workqueue_unfinished_work_seconds")
-                           .Help("How many seconds of work has been done that is in progress and hasn't been observed by "
-                                 "work_duration. Large values indicate stuck threads. One can deduce the number of stuck "
-                                 "threads by observing the rate at which this increases.")
-                           .Register(reg)
-                           .Add(kQueue)),
+      unfinished_work_(
+          prometheus::BuildGauge()
+              .Name("workqueue_unfinished_work_seconds")
+              .Help("How many seconds of work has been done that is in progress and hasn't been observed by "
+                    "work_duration. Large values indicate stuck threads. One can deduce the number of stuck "
+                    "threads by observing the rate at which this increases.")
+              .Register(reg)
+              .Add(kQueue)),
       longest_running_(prometheus::BuildGauge()
                            .Name("workqueue_longest_running_processor_seconds")
                            .Help("How many seconds has the longest running processor for workqueue been running.")
@@ -163,8 +177,8 @@ Controller::Controller(kube::Client& client, ControllerOptions options, promethe
     pod_group_resource_ = kube::Resource{r.group, r.version, "podgroups"};
     // A PodGroup's phase (Volcano admitting the gang) or an edit of its spec
     // brings its job back.
-    pod_groups_ = std::make_unique<kube::Informer>(client, pod_group_resource_, options_.ns,
-                                                   std::string(api::kJobNameLabel));
+    pod_groups_ =
+        std::make_unique<kube::Informer>(client, pod_group_resource_, options_.ns, std::string(api::kJobNameLabel));
     pod_groups_->AddHandler(owner);
   }
   pods_.AddHandler([this](const std::string& type, const nlohmann::json& obj) {
@@ -269,8 +283,11 @@ void Controller::RecordEvent(const api::TFJob& job, const Event& e) {
                     {"kind", "Event"},
                     {"metadata", {{"generateName", job.metadata.name + "."}, {"namespace", job.metadata.namespace_}}},
                     {"involvedObject",
-                     {{"apiVersion", std::string(api::kApiVersion)}, {"kind", std::string(api::kKind)},
-                      {"name", job.metadata.name}, {"namespace", job.metadata.namespace_}, {"uid", job.metadata.uid}}},
+                     {{"apiVersion", std::string(api::kApiVersion)},
+                      {"kind", std::string(api::kKind)},
+                      {"name", job.metadata.name},
+                      {"namespace", job.metadata.namespace_},
+                      {"uid", job.metadata.uid}}},
                     {"type", e.type},
                     {"reason", e.reason},
                     {"message", e.message},
@@ -292,9 +309,11 @@ void Controller::CountTransitions(const api::TFJob& job, const api::JobStatus& b
   // series after the first time).
   for (auto* family : {&created_, &deleted_, &successful_, &failed_, &restarted_}) family->Add(labels);
   if (!Has(before, api::kConditionCreated) && Has(after, api::kConditionCreated)) created_.Add(labels).Increment();
-  if (!IsTrue(before, api::kConditionSucceeded) && IsTrue(after, api::kConditionSucceeded)) successful_.Add(labels).Increment();
+  if (!IsTrue(before, api::kConditionSucceeded) && IsTrue(after, api::kConditionSucceeded))
+    successful_.Add(labels).Increment();
   if (!IsTrue(before, api::kConditionFailed) && IsTrue(after, api::kConditionFailed)) failed_.Add(labels).Increment();
-  if (!IsTrue(before, api::kConditionRestarting) && IsTrue(after, api::kConditionRestarting)) restarted_.Add(labels).Increment();
+  if (!IsTrue(before, api::kConditionRestarting) && IsTrue(after, api::kConditionRestarting))
+    restarted_.Add(labels).Increment();
 }
 
 void Controller::RefreshMetrics() {
@@ -324,10 +343,12 @@ Status Controller::Reconcile(const std::string& key, bool* requeue_after) {
     }
     const std::string now = FormatRfc3339(std::chrono::system_clock::now());
     nlohmann::json patch{{"status",
-                          {{"conditions", nlohmann::json::array({{{"type", "Failed"}, {"status", "True"},
-                                                                   {"reason", std::string(api::kReasonFailedValidation)},
-                                                                   {"message", msg}, {"lastUpdateTime", now},
-                                                                   {"lastTransitionTime", now}}})}}}};
+                          {{"conditions", nlohmann::json::array({{{"type", "Failed"},
+                                                                  {"status", "True"},
+                                                                  {"reason", std::string(api::kReasonFailedValidation)},
+                                                                  {"message", msg},
+                                                                  {"lastUpdateTime", now},
+                                                                  {"lastTransitionTime", now}}})}}}};
     return client_.MergePatch(kube::kTFJobs, ns, name, patch, true).status();
   }
   const api::TFJob& job = *decoded;
@@ -364,7 +385,8 @@ Status Controller::Reconcile(const std::string& key, bool* requeue_after) {
     if (live.status().code() == Code::kNotFound) return Status::Ok();
     if (!live.ok()) return live.status();
     const auto& meta = (*live)["metadata"];
-    if (!meta.is_object() || meta.value("uid", "") != job.metadata.uid) return Status::Ok();  // a new job by that name: its own events follow
+    if (!meta.is_object() || meta.value("uid", "") != job.metadata.uid)
+      return Status::Ok();  // a new job by that name: its own events follow
     if (meta.contains("deletionTimestamp")) return Status::Ok();
   }
   // Record, then act: the status (with any restart it counts) is written
@@ -376,7 +398,7 @@ Status Controller::Reconcile(const std::string& key, bool* requeue_after) {
     updated.status = plan.status;
     auto r = client_.UpdateStatus(kube::kTFJobs, ns, api::Encode(updated));
     if (r.status().code() == Code::kNotFound) return Status::Ok();  // deleted: its DELETED event follows
-    if (!r.ok()) return r.status();  // the watch brings the newer version; we plan again
+    if (!r.ok()) return r.status();                                 // the watch brings the newer version; we plan again
     CountTransitions(job, job.status, plan.status);
   }
   {

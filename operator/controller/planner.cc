@@ -40,8 +40,10 @@ void SelectOwned(Pass& p, const std::vector<PodView>& all_pods, const std::vecto
            LabelOf(labels, api::kOperatorNameLabel) == api::kOperatorName;
   };
   auto adopt = [&](Action::Kind kind, const std::string& object_name, const std::string& uid) {
-    p.adoptions.push_back({kind, object_name,
-                           {{"metadata", {{"uid", uid}, {"ownerReferences", nlohmann::json::array({OwnerRef(job)})}}}}});
+    p.adoptions.push_back(
+        {kind,
+         object_name,
+         {{"metadata", {{"uid", uid}, {"ownerReferences", nlohmann::json::array({OwnerRef(job)})}}}}});
   };
   // Pods and services alike: the job's own, and its orphans, adopted.
   auto select = [&](const auto& all, auto& kept, Action::Kind adoption) {
@@ -137,12 +139,13 @@ Plan Finish(Pass& p) {
 // has nothing to act on (Kubeflow ignores it silently).
 void NoteCreated(Pass& p) {
   if (FindCondition(p.st, api::kConditionCreated)) return;
-  SetCondition(p.st, api::kConditionCreated, api::kConditionTrue, api::kReasonCreated, "TFJob " + p.name + " is created.",
-               p.now);
+  SetCondition(p.st, api::kConditionCreated, api::kConditionTrue, api::kReasonCreated,
+               "TFJob " + p.name + " is created.", p.now);
   if (p.options.gang_scheduler.empty() && p.job.spec.run_policy.scheduling_policy.is_object()) {
     p.b.Event("Warning", "SchedulingPolicyIgnored",
-              "TFJob " + p.name + " has runPolicy.schedulingPolicy, but the operator runs without "
-              "--gang-scheduler-name: no PodGroup is created");
+              "TFJob " + p.name +
+                  " has runPolicy.schedulingPolicy, but the operator runs without "
+                  "--gang-scheduler-name: no PodGroup is created");
   }
 }
 
@@ -272,7 +275,8 @@ bool PlanReplica(Pass& p, Outcome& out, const ReplicaSpec& spec) {
   ReplicaCounts c;
   for (int i = 0; i < n; ++i) {
     if (!o.have_service.count(i)) {
-      p.b.plan.actions.push_back({Action::Kind::kCreateService, api::ServiceName(p.name, type, i), BuildService(p.job, spec, i)});
+      p.b.plan.actions.push_back(
+          {Action::Kind::kCreateService, api::ServiceName(p.name, type, i), BuildService(p.job, spec, i)});
     }
     auto it = o.by_index.find(i);
     if (it == o.by_index.end()) {

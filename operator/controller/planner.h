@@ -72,7 +72,7 @@ struct PodView {
   // ImagePullBackOff; else its newest condition that is not True), as an
   // event's reason and message. Empty when nothing is wrong.
   std::string abnormal_reason, abnormal_message;
-  bool deleting = false;      // metadata.deletionTimestamp set
+  bool deleting = false;       // metadata.deletionTimestamp set
   std::string controller_uid;  // ownerReference with controller=true
   // The tensorflow container has the task token variable: false for pods
   // made by training-operator (or with --task-auth off).
@@ -142,8 +142,8 @@ struct Action {
     kPatchJob
   };
   Kind kind;
-  std::string name;         // object to create or delete
-  nlohmann::json object;    // for creates: the full object
+  std::string name;       // object to create or delete
+  nlohmann::json object;  // for creates: the full object
 };
 
 struct Event {
@@ -182,10 +182,10 @@ struct PlannerOptions {
 struct Plan {
   std::vector<Action> actions;
   std::vector<Event> events;
-  api::JobStatus status;      // the status the job should have
+  api::JobStatus status;        // the status the job should have
   bool status_changed = false;  // differs from the observed one (ignoring lastReconcileTime)
   std::optional<std::chrono::seconds> requeue_after;
-  bool skipped = false;       // managed by another controller, or being deleted
+  bool skipped = false;  // managed by another controller, or being deleted
 };
 
 // `pod_group`: the job's PodGroup when gang scheduling is on and it exists.

@@ -46,11 +46,13 @@ nlohmann::json BuildAuthSecret(const api::TFJob& job);
 nlohmann::json BuildNetworkPolicy(const api::TFJob& job);
 // The pod of replica `spec` number `index` (an error: TF_CONFIG or the
 // template cannot be built).
-StatusOr<nlohmann::json> BuildPod(const api::TFJob& job, const api::ReplicaSpec& spec, int index, const PlannerOptions& opt);
+StatusOr<nlohmann::json> BuildPod(const api::TFJob& job, const api::ReplicaSpec& spec, int index,
+                                  const PlannerOptions& opt);
 nlohmann::json BuildService(const api::TFJob& job, const api::ReplicaSpec& spec, int index);
 
 // ---- gang scheduling (pod_group.cc) ----
 bool IsVolcano(const PlannerOptions& o);
-nlohmann::json DesiredPodGroup(const api::TFJob& job, const PlannerOptions& opt, const std::optional<PodGroupView>& existing);
+nlohmann::json DesiredPodGroup(const api::TFJob& job, const PlannerOptions& opt,
+                               const std::optional<PodGroupView>& existing);
 
 }  // namespace tfjob::op::controller::internal

@@ -81,7 +81,10 @@ struct Builder {
 // moved.
 struct Pass {
   Pass(const api::TFJob& original, Time now_tp)
-      : original(original), job(Defaulted(original)), now_tp(now_tp), now(FormatRfc3339(now_tp)),
+      : original(original),
+        job(Defaulted(original)),
+        now_tp(now_tp),
+        now(FormatRfc3339(now_tp)),
         name(job.metadata.name),
         qualified(job.metadata.namespace_.empty() ? name : job.metadata.namespace_ + "/" + name) {}
   Pass(const Pass&) = delete;
@@ -115,7 +118,7 @@ struct Outcome {
   bool running = false, succeeded = false;
   std::map<std::string, api::ReplicaStatus> statuses;
   std::map<std::string, int32_t> restart_counts;  // by key, after this pass
-  bool cannot_build = false;  // a pod could not be built: the job has failed
+  bool cannot_build = false;                      // a pod could not be built: the job has failed
 };
 
 // ---- the job's phase (planner_status.cc) ----

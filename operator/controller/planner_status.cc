@@ -50,7 +50,8 @@ std::map<std::string, int32_t> AnnotatedRestarts(const TFJob& job) {
   const auto j = nlohmann::json::parse(it->second, nullptr, false);
   if (!j.is_object()) return out;
   for (auto e = j.begin(); e != j.end(); ++e) {
-    if (e->is_number_integer() && e->get<int64_t>() >= 0 && e->get<int64_t>() <= INT32_MAX) out[e.key()] = e->get<int32_t>();
+    if (e->is_number_integer() && e->get<int64_t>() >= 0 && e->get<int64_t>() <= INT32_MAX)
+      out[e.key()] = e->get<int32_t>();
   }
   return out;
 }
@@ -129,8 +130,9 @@ bool PlanLimits(Pass& p, int64_t restarts) {
   const bool past_deadline = deadline && start && p.now_tp - *start >= std::chrono::seconds(*deadline);
   if (!past_backoff && !past_deadline) return false;
   // Kubeflow's words (JobFailed for the backoff limit and the deadline).
-  const std::string msg = past_backoff ? "Job " + p.name + " has failed because it has reached the specified backoff limit"
-                                       : "Job " + p.name + " has failed because it was active longer than specified deadline";
+  const std::string msg = past_backoff
+                              ? "Job " + p.name + " has failed because it has reached the specified backoff limit"
+                              : "Job " + p.name + " has failed because it was active longer than specified deadline";
   p.b.KillActive();
   p.b.Cleanup(CleanPolicy(p.job));
   SetCondition(p.st, api::kConditionFailed, api::kConditionTrue, api::kReasonFailed, msg, p.now);
@@ -157,7 +159,8 @@ void RecordRestarts(Pass& p, const std::map<std::string, int32_t>& annotated, co
     if (count > 0) j[key] = count;
   }
   p.b.plan.actions.insert(p.b.plan.actions.begin(),
-                          {Action::Kind::kPatchJob, p.name,
+                          {Action::Kind::kPatchJob,
+                           p.name,
                            {{"metadata", {{"annotations", {{std::string(api::kRestartsAnnotation), j.dump()}}}}}}});
 }
 
@@ -198,7 +201,8 @@ void Conclude(Pass& p, const Outcome& out) {
     return;
   }
   if (!out.restarting_msg.empty()) {
-    SetCondition(p.st, api::kConditionRestarting, api::kConditionTrue, api::kReasonRestarting, out.restarting_msg, p.now);
+    SetCondition(p.st, api::kConditionRestarting, api::kConditionTrue, api::kReasonRestarting, out.restarting_msg,
+                 p.now);
   } else if (out.running) {
     SetCondition(p.st, api::kConditionRunning, api::kConditionTrue, api::kReasonRunning,
                  "TFJob " + p.qualified + " is running.", p.now);

@@ -62,12 +62,22 @@ std::optional<Quantity> ParseQuantity(const nlohmann::json& v) {
   }
   if (digits == 0) return std::nullopt;
   const std::string suffix = text.substr(i);
-  static const std::map<std::string, std::pair<__int128, bool>> kSuffixes = {
-      {"", {1, false}}, {"n", {0, false}}, {"u", {0, false}}, {"m", {0, false}}, {"k", {1000, false}},
-      {"M", {1000000, false}}, {"G", {1000000000, false}}, {"T", {1000000000000LL, false}},
-      {"P", {1000000000000000LL, false}}, {"E", {1000000000000000000LL, false}},
-      {"Ki", {1LL << 10, true}}, {"Mi", {1LL << 20, true}}, {"Gi", {1LL << 30, true}}, {"Ti", {1LL << 40, true}},
-      {"Pi", {1LL << 50, true}}, {"Ei", {1LL << 60, true}}};
+  static const std::map<std::string, std::pair<__int128, bool>> kSuffixes = {{"", {1, false}},
+                                                                             {"n", {0, false}},
+                                                                             {"u", {0, false}},
+                                                                             {"m", {0, false}},
+                                                                             {"k", {1000, false}},
+                                                                             {"M", {1000000, false}},
+                                                                             {"G", {1000000000, false}},
+                                                                             {"T", {1000000000000LL, false}},
+                                                                             {"P", {1000000000000000LL, false}},
+                                                                             {"E", {1000000000000000000LL, false}},
+                                                                             {"Ki", {1LL << 10, true}},
+                                                                             {"Mi", {1LL << 20, true}},
+                                                                             {"Gi", {1LL << 30, true}},
+                                                                             {"Ti", {1LL << 40, true}},
+                                                                             {"Pi", {1LL << 50, true}},
+                                                                             {"Ei", {1LL << 60, true}}};
   Quantity q;
   const __int128 base = whole * 1000000000 + frac * (1000000000 / frac_scale);  // nanos of the number itself
   if (suffix == "n" || suffix == "u" || suffix == "m") {
@@ -118,8 +128,8 @@ std::string FormatQuantity(const Quantity& q) {
     }
     return Int128(bytes) + kBinary[k];
   }
-  static const std::pair<int, const char*> kDecimal[] = {{18, "E"}, {15, "P"}, {12, "T"}, {9, "G"}, {6, "M"}, {3, "k"},
-                                                         {0, ""},   {-3, "m"}, {-6, "u"}, {-9, "n"}};
+  static const std::pair<int, const char*> kDecimal[] = {{18, "E"}, {15, "P"}, {12, "T"}, {9, "G"},  {6, "M"},
+                                                         {3, "k"},  {0, ""},   {-3, "m"}, {-6, "u"}, {-9, "n"}};
   if (q.nanos == 0) return "0";
   for (const auto& [exp, suffix] : kDecimal) {
     __int128 unit = 1;
@@ -146,8 +156,8 @@ std::optional<nlohmann::json> MinResources(const TFJob& job, int64_t min_member)
       if (!containers.is_array()) continue;
       for (const auto& c : containers) {
         const nlohmann::json& resources = Field(c, "resources");
-        const nlohmann::json& list = Field(resources, "requests").is_object() ? Field(resources, "requests")
-                                                                               : Field(resources, "limits");
+        const nlohmann::json& list =
+            Field(resources, "requests").is_object() ? Field(resources, "requests") : Field(resources, "limits");
         if (!list.is_object()) continue;
         for (auto it = list.begin(); it != list.end(); ++it) {
           auto q = ParseQuantity(*it);
@@ -176,7 +186,8 @@ std::optional<nlohmann::json> MinResources(const TFJob& job, int64_t min_member)
 // takes scheduleTimeoutSeconds instead of a queue and a priority class.
 // minResources is passed through when given, else computed from the pods'
 // requests as Kubeflow does (MinResources). Validation has checked the types.
-nlohmann::json DesiredPodGroup(const TFJob& job, const PlannerOptions& opt, const std::optional<PodGroupView>& existing) {
+nlohmann::json DesiredPodGroup(const TFJob& job, const PlannerOptions& opt,
+                               const std::optional<PodGroupView>& existing) {
   int64_t min_member = 0;
   for (const ReplicaSpec& s : job.spec.replica_specs) {
     if (s.type) min_member += api::ReplicasOrDefault(s);
@@ -189,7 +200,8 @@ nlohmann::json DesiredPodGroup(const TFJob& job, const PlannerOptions& opt, cons
   if (min_member != 0) spec["minMember"] = min_member;
   if (IsVolcano(opt)) {
     std::string queue = "default";
-    if (field("queue").is_string() && !field("queue").get<std::string>().empty()) queue = field("queue").get<std::string>();
+    if (field("queue").is_string() && !field("queue").get<std::string>().empty())
+      queue = field("queue").get<std::string>();
     if (existing) {
       const std::string kept = Str(Field(existing->object, "spec"), "queue");
       if (!kept.empty()) queue = kept;

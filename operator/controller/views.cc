@@ -100,14 +100,16 @@ PodView ViewPod(const nlohmann::json& pod) {
       const auto& code = Field(term, "exitCode");
       if (code.is_number_integer() && code.get<int64_t>() != 0) {
         v.abnormal_reason = Str(term, "reason");
-        v.abnormal_message = "Error pod " + v.name + " container " + Str(cs, "name") + " exitCode: " +
-                             std::to_string(code.get<int64_t>()) + " terminated message: " + Str(term, "message");
+        v.abnormal_message = "Error pod " + v.name + " container " + Str(cs, "name") +
+                             " exitCode: " + std::to_string(code.get<int64_t>()) +
+                             " terminated message: " + Str(term, "message");
         return true;
       }
       const auto& waiting = Field(Field(cs, "state"), "waiting");
       if (!Str(waiting, "message").empty()) {
         v.abnormal_reason = Str(waiting, "reason");
-        v.abnormal_message = "Error pod " + v.name + " container " + Str(cs, "name") + " waiting message: " + Str(waiting, "message");
+        v.abnormal_message =
+            "Error pod " + v.name + " container " + Str(cs, "name") + " waiting message: " + Str(waiting, "message");
         return true;
       }
     }

@@ -22,15 +22,17 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   tfjob::Flags flags;
   flags.Value("state-dir", "where status.json and <pod>.pid files go (default: a new /tmp directory)")
-      .Bool("task-tls", "mutual TLS between the replicas: a CA and certificate for this run in <state-dir>/tls, "
-                        "named by TFJOB_TLS_DIR in every replica's environment");
-  const std::string usage = "usage: tfjob run MANIFEST.yaml [--state-dir DIR] [--task-tls]\n"
-                            "       tfjob --help | --version\n"
-                            "Runs a TFJob manifest on this machine under the operator's rules: one process per\n"
-                            "replica, TF_CONFIG on 127.0.0.1. Exits 0 when the job Succeeded, 1 when it Failed,\n"
-                            "2 for an invalid manifest.\n"
-                            "flags of run:\n" +
-                            flags.Usage();
+      .Bool("task-tls",
+            "mutual TLS between the replicas: a CA and certificate for this run in <state-dir>/tls, "
+            "named by TFJOB_TLS_DIR in every replica's environment");
+  const std::string usage =
+      "usage: tfjob run MANIFEST.yaml [--state-dir DIR] [--task-tls]\n"
+      "       tfjob --help | --version\n"
+      "Runs a TFJob manifest on this machine under the operator's rules: one process per\n"
+      "replica, TF_CONFIG on 127.0.0.1. Exits 0 when the job Succeeded, 1 when it Failed,\n"
+      "2 for an invalid manifest.\n"
+      "flags of run:\n" +
+      flags.Usage();
   if (!args.empty() && (args[0] == "--help" || args[0] == "-h" || args[0] == "help")) {
     std::cout << usage;
     return 0;

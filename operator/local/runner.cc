@@ -83,7 +83,8 @@ class Backend {
     auto p = std::make_unique<LocalPod>();
     const auto& meta = pod["metadata"];
     p->name = meta.value("name", "");
-    for (auto it = meta["labels"].begin(); it != meta["labels"].end(); ++it) p->labels[it.key()] = it->get<std::string>();
+    for (auto it = meta["labels"].begin(); it != meta["labels"].end(); ++it)
+      p->labels[it.key()] = it->get<std::string>();
     p->restart_policy = pod["spec"].value("restartPolicy", "Never");
     if (auto s = sockets_.find(p->name); s != sockets_.end()) p->listen_fd = s->second.fd();
     for (const auto& c : pod["spec"].value("containers", json::array())) {
@@ -405,8 +406,13 @@ class LocalRun {
  public:
   LocalRun(api::TFJob job, const RunOptions& o, std::string dir, std::map<std::string, base::ListeningSocket> sockets,
            std::string tls_dir)
-      : job_(std::move(job)), o_(o), dir_(std::move(dir)), sockets_(std::move(sockets)), token_(NewToken()),
-        tls_dir_(std::move(tls_dir)), backend_(o, out_mu_, sockets_) {
+      : job_(std::move(job)),
+        o_(o),
+        dir_(std::move(dir)),
+        sockets_(std::move(sockets)),
+        token_(NewToken()),
+        tls_dir_(std::move(tls_dir)),
+        backend_(o, out_mu_, sockets_) {
     // The run makes its own token and TLS material and has no network to
     // police.
     popts_.task_auth = false;
@@ -469,7 +475,9 @@ class LocalRun {
 
   void Apply(const Action& a) {
     switch (a.kind) {
-      case Action::Kind::kCreatePod: backend_.Create(WithRunnerEnv(a.object, job_.metadata.name, token_, tls_dir_)); break;
+      case Action::Kind::kCreatePod:
+        backend_.Create(WithRunnerEnv(a.object, job_.metadata.name, token_, tls_dir_));
+        break;
       case Action::Kind::kDeletePod: backend_.Delete(a.name); break;
       case Action::Kind::kCreateService: services_.push_back(controller::ViewService(a.object)); break;
       case Action::Kind::kDeleteService:

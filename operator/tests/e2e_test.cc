@@ -33,7 +33,8 @@ class OperatorE2E : public ::testing::Test {
     auto s = ApiServerDouble::Start();
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = std::move(s).value();
-    dir_ = t::MakeTempDir("operator-e2e-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    dir_ =
+        t::MakeTempDir("operator-e2e-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     ASSERT_TRUE(server_->WriteKubeconfig(dir_ + "/kubeconfig").ok());
     StartOperator();
   }
@@ -46,9 +47,9 @@ class OperatorE2E : public ::testing::Test {
   // Its endpoints on ports it binds itself (port 0): StartOperator reads
   // which from its start-up line.
   std::unique_ptr<t::Process> Operator(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv{t::BinDir() + "/tfjob-operator", "--kubeconfig", dir_ + "/kubeconfig", "--namespace",
-                                  "default", "--metrics-bind-address", "127.0.0.1:0",
-                                  "--health-probe-bind-address", "127.0.0.1:0"};
+    std::vector<std::string> argv{
+        t::BinDir() + "/tfjob-operator", "--kubeconfig", dir_ + "/kubeconfig",          "--namespace", "default",
+        "--metrics-bind-address",        "127.0.0.1:0",  "--health-probe-bind-address", "127.0.0.1:0"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return std::make_unique<t::Process>(argv, op_env_);
   }
@@ -128,10 +129,11 @@ TEST_F(OperatorE2E, CounterExampleRunsToSuccess) {
   EXPECT_EQ(pod["metadata"]["labels"]["training.kubeflow.org/replica-type"], "worker");
   EXPECT_EQ(pod["metadata"]["labels"]["training.kubeflow.org/replica-index"], "2");
   EXPECT_EQ(pod["metadata"]["labels"]["training.kubeflow.org/operator-name"], "tfjob-controller");
-  EXPECT_EQ(Env(pod, "TF_CONFIG"),
-            R"({"cluster":{"chief":["counter-chief-0.default.svc:2222"],"ps":["counter-ps-0.default.svc:2222"],)"
-            R"("worker":["counter-worker-0.default.svc:2222","counter-worker-1.default.svc:2222","counter-worker-2.default.svc:2222"]},)"
-            R"("task":{"type":"worker","index":2},"environment":"cloud"})");
+  EXPECT_EQ(
+      Env(pod, "TF_CONFIG"),
+      R"({"cluster":{"chief":["counter-chief-0.default.svc:2222"],"ps":["counter-ps-0.default.svc:2222"],)"
+      R"("worker":["counter-worker-0.default.svc:2222","counter-worker-1.default.svc:2222","counter-worker-2.default.svc:2222"]},)"
+      R"("task":{"type":"worker","index":2},"environment":"cloud"})");
   EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["uid"], created["metadata"]["uid"]);
   EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["controller"], true);
   EXPECT_EQ(pod["spec"]["restartPolicy"], "OnFailure");
@@ -171,8 +173,10 @@ TEST_F(OperatorE2E, CounterExampleRunsToSuccess) {
     return false;
   }));
   const std::string m = Metrics();
-  EXPECT_THAT(m, HasSubstr("training_operator_jobs_created_total{framework=\"tensorflow\",job_namespace=\"default\"} 1"));
-  EXPECT_THAT(m, HasSubstr("training_operator_jobs_successful_total{framework=\"tensorflow\",job_namespace=\"default\"} 1"));
+  EXPECT_THAT(m,
+              HasSubstr("training_operator_jobs_created_total{framework=\"tensorflow\",job_namespace=\"default\"} 1"));
+  EXPECT_THAT(
+      m, HasSubstr("training_operator_jobs_successful_total{framework=\"tensorflow\",job_namespace=\"default\"} 1"));
   auto ready = t::Run({"curl", "-s", "http://127.0.0.1:" + std::to_string(health_port_) + "/readyz"});
   EXPECT_EQ(ready.out, "ok\n");
 }
@@ -246,12 +250,13 @@ TEST_F(OperatorE2E, TaskTlsPutsTheJobsPkiInItsSecretAndMountsIt) {
 TEST_F(OperatorE2E, TaskTlsAddsTheKeysToASecretMadeWithoutThem) {
   op_->Stop(SIGTERM);
   const std::string token(64, 'a');
-  ASSERT_TRUE(server_->Create("secrets", "default",
-                              {{"apiVersion", "v1"},
-                               {"kind", "Secret"},
-                               {"type", "Opaque"},
-                               {"metadata", {{"name", "old-tfjob-auth"}, {"namespace", "default"}}},
-                               {"stringData", {{"token", token}}}})
+  ASSERT_TRUE(server_
+                  ->Create("secrets", "default",
+                           {{"apiVersion", "v1"},
+                            {"kind", "Secret"},
+                            {"type", "Opaque"},
+                            {"metadata", {{"name", "old-tfjob-auth"}, {"namespace", "default"}}},
+                            {"stringData", {{"token", token}}}})
                   .ok());
   ASSERT_TRUE(server_->InjectFault({"PUT", ".*/secrets/old-tfjob-auth", 409, 1}).ok());
   StartOperator({"--task-tls=true"});
@@ -318,8 +323,9 @@ TEST_F(OperatorE2E, TaskTlsWithoutTaskAuthIsAClearError) {
                    "--task-auth=false", "--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address",
                    "127.0.0.1:0"});
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
-  EXPECT_EQ(r.err, "tfjob-operator: error: flag --task-tls=true needs --task-auth=true (the job's TLS material is kept "
-                   "in its task-auth Secret)\n");
+  EXPECT_EQ(r.err,
+            "tfjob-operator: error: flag --task-tls=true needs --task-auth=true (the job's TLS material is kept "
+            "in its task-auth Secret)\n");
 }
 
 TEST_F(OperatorE2E, ExitCodePolicyRecreatesOnSignalsAndFailsOnErrors) {
@@ -332,10 +338,12 @@ TEST_F(OperatorE2E, ExitCodePolicyRecreatesOnSignalsAndFailsOnErrors) {
     return p.ok() && (*p)["metadata"]["uid"] != uid;
   })) << op_->output();
   ASSERT_TRUE(Eventually([&] { return Job("ec")["status"]["replicaStatuses"]["Worker"].value("restarts", 0) == 1; }))
-      << Job("ec")["status"].dump() << "\n" << op_->output();
+      << Job("ec")["status"].dump() << "\n"
+      << op_->output();
   SetPhase("ec-worker-0", "Failed", 1);  // an application error: permanent
   ASSERT_TRUE(Eventually([&] { return HasCondition("ec", "Failed"); })) << op_->output();
-  EXPECT_THAT(Metrics(), HasSubstr("training_operator_jobs_failed_total{framework=\"tensorflow\",job_namespace=\"default\"} 1"));
+  EXPECT_THAT(Metrics(),
+              HasSubstr("training_operator_jobs_failed_total{framework=\"tensorflow\",job_namespace=\"default\"} 1"));
 }
 
 TEST_F(OperatorE2E, InvalidJobFailsNamingTheField) {
@@ -371,7 +379,8 @@ TEST_F(OperatorE2E, SuspendCreatesNothingUntilResumed) {
   Submit(job);
   ASSERT_TRUE(Eventually([&] { return HasCondition("sus", "Suspended"); })) << op_->output();
   EXPECT_TRUE(Pods("sus").empty());
-  ASSERT_TRUE(server_->MergePatch("tfjobs", "default", "sus", json{{"spec", {{"runPolicy", {{"suspend", false}}}}}}).ok());
+  ASSERT_TRUE(
+      server_->MergePatch("tfjobs", "default", "sus", json{{"spec", {{"runPolicy", {{"suspend", false}}}}}}).ok());
   ASSERT_TRUE(Eventually([&] { return Pods("sus").size() == 1; })) << op_->output();
   EXPECT_TRUE(Eventually([&] { return !HasCondition("sus", "Suspended"); }));
 }
@@ -404,14 +413,16 @@ TEST_F(OperatorE2E, LeaderElectionOneActiveReplicaAndFailover) {
   op_.reset();
   const std::vector<std::string> le{"--leader-elect", "--leader-election-lease-duration", "2"};
   auto a = Operator(le);
-  ASSERT_TRUE(Eventually([&] { return server_->Get("leases", "default", "tfjob-operator-leader").ok(); })) << a->output();
+  ASSERT_TRUE(Eventually([&] { return server_->Get("leases", "default", "tfjob-operator-leader").ok(); }))
+      << a->output();
   auto b = Operator(le);
   Submit(SmallJob("le", "Never", 2));
   ASSERT_TRUE(Eventually([&] { return Pods("le").size() == 2; })) << a->output() << b->output();
   // Identities end in "_<pid>" (appended: GCC 12 misreports "_" + string).
   const std::string a_id = std::string("_").append(std::to_string(a->pid()));
   const std::string b_id = std::string("_").append(std::to_string(b->pid()));
-  const std::string first = server_->Get("leases", "default", "tfjob-operator-leader").value()["spec"]["holderIdentity"];
+  const std::string first =
+      server_->Get("leases", "default", "tfjob-operator-leader").value()["spec"]["holderIdentity"];
   EXPECT_THAT(first, HasSubstr(a_id));
   EXPECT_THAT(b->output(), ::testing::Not(HasSubstr("watching")));  // the standby does not reconcile
   // The leader dies without releasing the lease; the standby takes over once
@@ -425,7 +436,8 @@ TEST_F(OperatorE2E, LeaderElectionOneActiveReplicaAndFailover) {
   ASSERT_TRUE(Eventually([&] { return HasCondition("le", "Succeeded"); })) << b->output();
   EXPECT_EQ(b->Stop(SIGTERM), 0) << b->output();
   // A clean shutdown hands the lease back.
-  EXPECT_EQ(server_->Get("leases", "default", "tfjob-operator-leader").value()["spec"].value("holderIdentity", "x"), "");
+  EXPECT_EQ(server_->Get("leases", "default", "tfjob-operator-leader").value()["spec"].value("holderIdentity", "x"),
+            "");
 }
 
 // The manifests in examples/operator, each driven through its policy.
@@ -438,7 +450,8 @@ TEST_F(OperatorE2E, ExamplePsWorkersSucceedsOnWorkerZero) {
   SetPhase("ps-workers-worker-0", "Succeeded", 0);
   ASSERT_TRUE(Eventually([&] { return HasCondition("ps-workers", "Succeeded"); })) << op_->output();
   EXPECT_EQ(Pods("ps-workers").size(), 5u);  // cleanPodPolicy defaults to None
-  EXPECT_EQ(server_->Get("pods", "default", "ps-workers-worker-0").value()["metadata"]["labels"]["training.kubeflow.org/job-role"],
+  EXPECT_EQ(server_->Get("pods", "default", "ps-workers-worker-0")
+                .value()["metadata"]["labels"]["training.kubeflow.org/job-role"],
             "master");
 }
 
@@ -473,12 +486,13 @@ TEST_F(OperatorE2E, CustomClusterDomainAndDynamicWorkers) {
   job["spec"]["enableDynamicWorker"] = true;
   Submit(job);
   ASSERT_TRUE(Eventually([&] { return Pods("full").size() == 5 && Pods("sparse").size() == 5; })) << op_->output();
-  EXPECT_EQ(Env(server_->Get("pods", "default", "full-evaluator-0").value(), "TF_CONFIG"),
-            R"({"cluster":{"chief":["full-chief-0.default.svc.cluster.local:2222"],)"
-            R"("evaluator":["full-evaluator-0.default.svc.cluster.local:2222"],)"
-            R"("ps":["full-ps-0.default.svc.cluster.local:2222"],)"
-            R"("worker":["full-worker-0.default.svc.cluster.local:2222","full-worker-1.default.svc.cluster.local:2222"]},)"
-            R"("task":{"type":"evaluator","index":0},"environment":"cloud"})");
+  EXPECT_EQ(
+      Env(server_->Get("pods", "default", "full-evaluator-0").value(), "TF_CONFIG"),
+      R"({"cluster":{"chief":["full-chief-0.default.svc.cluster.local:2222"],)"
+      R"("evaluator":["full-evaluator-0.default.svc.cluster.local:2222"],)"
+      R"("ps":["full-ps-0.default.svc.cluster.local:2222"],)"
+      R"("worker":["full-worker-0.default.svc.cluster.local:2222","full-worker-1.default.svc.cluster.local:2222"]},)"
+      R"("task":{"type":"evaluator","index":0},"environment":"cloud"})");
   EXPECT_EQ(Env(server_->Get("pods", "default", "sparse-worker-1").value(), "TF_CONFIG"),
             R"({"cluster":{"worker":{"1":"sparse-worker-1.default.svc.cluster.local:2222"},)"
             R"("ps":["sparse-ps-0.default.svc.cluster.local:2222"]},"task":{"type":"worker","index":1}})");
@@ -516,7 +530,8 @@ TEST_F(OperatorE2E, GangSchedulingWithVolcano) {
   EXPECT_EQ(pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"], "gang");
   EXPECT_EQ(pod["metadata"]["annotations"]["volcano.sh/task-spec"], "worker");
   // Someone edits the PodGroup: the operator restores the job's spec.
-  ASSERT_TRUE(server_->MergePatch("podgroups.scheduling.volcano.sh", "default", "gang", {{"spec", {{"minMember", 1}}}}).ok());
+  ASSERT_TRUE(
+      server_->MergePatch("podgroups.scheduling.volcano.sh", "default", "gang", {{"spec", {{"minMember", 1}}}}).ok());
   ASSERT_TRUE(Eventually([&] {
     return server_->Get("podgroups.scheduling.volcano.sh", "default", "gang").value()["spec"]["minMember"] == 4;
   })) << op_->output();
@@ -584,7 +599,9 @@ TEST_F(OperatorE2E, ExampleExitCodeCountsRestartsAgainstBackoffLimit) {
       ASSERT_TRUE(Eventually([&] {
         auto p = server_->Get("pods", "default", "exitcode-worker-1");
         return p.ok() && (*p)["metadata"]["uid"] != uid;
-      })) << "round " << round << "\n" << op_->output();
+      })) << "round "
+          << round << "\n"
+          << op_->output();
     }
   }
   // The third restart reaches backoffLimit 3: the job fails and stops.
@@ -620,7 +637,9 @@ TEST_F(OperatorE2E, ExampleSuspend) {
   Submit(Manifest("examples/operator/suspend.yaml"));
   ASSERT_TRUE(Eventually([&] { return HasCondition("suspended", "Suspended"); })) << op_->output();
   EXPECT_TRUE(Pods("suspended").empty());
-  ASSERT_TRUE(server_->MergePatch("tfjobs", "default", "suspended", json{{"spec", {{"runPolicy", {{"suspend", false}}}}}}).ok());
+  ASSERT_TRUE(
+      server_->MergePatch("tfjobs", "default", "suspended", json{{"spec", {{"runPolicy", {{"suspend", false}}}}}})
+          .ok());
   ASSERT_TRUE(Eventually([&] { return Pods("suspended").size() == 2; })) << op_->output();
 }
 

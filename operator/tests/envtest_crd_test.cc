@@ -127,10 +127,10 @@ TEST_F(EnvtestCrd, TheReplicaCelRulesStillApply) {
 // queue be set or dropped). Re-sending the same values is an update like any
 // other.
 TEST_F(EnvtestCrd, ManagedByAndQueueAreImmutable) {
-  const std::string worker = "    Worker:\n      template:\n        spec:\n          containers:\n"
-                             "            - name: tensorflow\n              image: tfjob/runtime-cpu:0.1.0\n";
-  ASSERT_EQ(ApplyWith(JobYaml("plain", worker, "  runPolicy:\n    schedulingPolicy:\n      queue: q1\n"), {})
-                .exit_code,
+  const std::string worker =
+      "    Worker:\n      template:\n        spec:\n          containers:\n"
+      "            - name: tensorflow\n              image: tfjob/runtime-cpu:0.1.0\n";
+  ASSERT_EQ(ApplyWith(JobYaml("plain", worker, "  runPolicy:\n    schedulingPolicy:\n      queue: q1\n"), {}).exit_code,
             0);
   ASSERT_EQ(ApplyWith(JobYaml("owned", worker, "  runPolicy:\n    managedBy: kubeflow.org/training-operator\n"), {})
                 .exit_code,
@@ -152,7 +152,8 @@ TEST_F(EnvtestCrd, ManagedByAndQueueAreImmutable) {
   EXPECT_THAT(r.err, HasSubstr("field is immutable"));
   EXPECT_FALSE(Get("tfjob", "plain")["spec"]["runPolicy"].contains("managedBy"));
   EXPECT_EQ(Get("tfjob", "owned")["spec"]["runPolicy"]["managedBy"], "kubeflow.org/training-operator");
-  r = patch("owned", "merge", R"({"spec":{"runPolicy":{"managedBy":"kubeflow.org/training-operator","backoffLimit":3}}})");
+  r = patch("owned", "merge",
+            R"({"spec":{"runPolicy":{"managedBy":"kubeflow.org/training-operator","backoffLimit":3}}})");
   EXPECT_EQ(r.exit_code, 0) << r.err;
 
   r = patch("plain", "merge", R"({"spec":{"runPolicy":{"schedulingPolicy":{"queue":"q2"}}}})");

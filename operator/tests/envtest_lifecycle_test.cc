@@ -77,9 +77,10 @@ TEST_F(EnvtestLifecycle, EventsTellWhatTheOperatorDidInDescribe) {
   StartOperator();
   Apply(JobYaml("told", Replica("Worker", 2, "ExitCode"), "  runPolicy: {backoffLimit: 3}\n"));
   ASSERT_TRUE(Eventually([&] { return Pods("told").size() == 2 && Services("told").size() == 2; })) << op_->output();
-  Apply(JobYaml("overridden", "    Worker:\n      replicas: 1\n      restartPolicy: Never\n      template:\n"
-                              "        spec:\n          restartPolicy: Always\n          containers:\n"
-                              "            - name: tensorflow\n              image: tfjob/runtime-cpu:0.1.0\n"));
+  Apply(JobYaml("overridden",
+                "    Worker:\n      replicas: 1\n      restartPolicy: Never\n      template:\n"
+                "        spec:\n          restartPolicy: Always\n          containers:\n"
+                "            - name: tensorflow\n              image: tfjob/runtime-cpu:0.1.0\n"));
   ASSERT_TRUE(Eventually([&] {
     return HasEvent("told", "Normal", "SuccessfulCreatePod", "Created pod: told-worker-1") &&
            HasEvent("told", "Normal", "SuccessfulCreateService", "Created service: told-worker-1");
@@ -93,10 +94,15 @@ TEST_F(EnvtestLifecycle, EventsTellWhatTheOperatorDidInDescribe) {
   SetPodStatus("told-worker-0",
                {{"phase", "Pending"},
                 {"containerStatuses",
-                 json::array({{{"name", "tensorflow"}, {"image", "tfjob/runtime-cpu:0.1.0"}, {"imageID", ""},
-                               {"ready", false}, {"restartCount", 0},
-                               {"state", {{"waiting", {{"reason", "ImagePullBackOff"},
-                                                       {"message", "Back-off pulling image \"tfjob/runtime-cpu:0.1.0\""}}}}}}})}});
+                 json::array({{{"name", "tensorflow"},
+                               {"image", "tfjob/runtime-cpu:0.1.0"},
+                               {"imageID", ""},
+                               {"ready", false},
+                               {"restartCount", 0},
+                               {"state",
+                                {{"waiting",
+                                  {{"reason", "ImagePullBackOff"},
+                                   {"message", "Back-off pulling image \"tfjob/runtime-cpu:0.1.0\""}}}}}}})}});
   ASSERT_TRUE(Eventually([&] {
     return HasEvent("told", "Warning", "ImagePullBackOff",
                     "Error pod told-worker-0 container tensorflow waiting message: Back-off pulling image");
@@ -148,7 +154,8 @@ TEST_F(EnvtestLifecycle, APodTheServerRefusesIsAFailedCreatePodWarningInDescribe
 
   Kubectl({"patch", "-n", ns_, "resourcequota", "two-pods", "--type=merge", "-p", R"({"spec":{"hard":{"pods":"2"}}})"});
   ASSERT_TRUE(Eventually([&] { return Pods("quota").size() == 2; }, std::chrono::seconds(60)))
-      << "the refused pod was not created once the quota allowed it\n" << op_->output();
+      << "the refused pod was not created once the quota allowed it\n"
+      << op_->output();
 
   // Requests above limits: valid for the CRD's schema, invalid for a pod.
   Apply(JobYaml("invalid", Replica("Worker", 1, "Never",
@@ -156,7 +163,8 @@ TEST_F(EnvtestLifecycle, APodTheServerRefusesIsAFailedCreatePodWarningInDescribe
   Kubectl({"delete", "quota", "two-pods", "-n", ns_});
   ASSERT_TRUE(Eventually([&] {
     return HasEvent("invalid", "Warning", "FailedCreatePod", "must be less than or equal to cpu limit");
-  })) << op_->output() << ::testing::PrintToString(EventLines("invalid"));
+  })) << op_->output()
+      << ::testing::PrintToString(EventLines("invalid"));
   described = Describe("invalid");
   EXPECT_THAT(described, HasSubstr("FailedCreatePod"));
   EXPECT_THAT(described, HasSubstr("must be less than or equal to cpu limit"));
@@ -175,20 +183,24 @@ TEST_F(EnvtestLifecycle, OrphansLeftByCascadeOrphanAreAdoptedByTheRecreatedJob) 
   AllRunning("adopt");
   std::map<std::string, std::string> uids;
   for (const auto& o : Pods("adopt")) uids[o["metadata"]["name"]] = o["metadata"]["uid"];
-  for (const auto& o : Services("adopt")) uids["svc/" + o["metadata"]["name"].get<std::string>()] = o["metadata"]["uid"];
+  for (const auto& o : Services("adopt"))
+    uids["svc/" + o["metadata"]["name"].get<std::string>()] = o["metadata"]["uid"];
   const std::string old_owner = Uid("tfjob", "adopt");
 
   Kubectl({"delete", "tfjob", "adopt", "-n", ns_, "--cascade=orphan"});
-  ASSERT_TRUE(Eventually([&] {
-    if (TryGet("tfjob", "adopt")) return false;
-    for (const auto& o : Pods("adopt")) {
-      if (o["metadata"].contains("ownerReferences")) return false;
-    }
-    for (const auto& o : Services("adopt")) {
-      if (o["metadata"].contains("ownerReferences")) return false;
-    }
-    return true;
-  }, kGarbageCollectorTimeout)) << "the garbage collector did not orphan the job's pods and services";
+  ASSERT_TRUE(Eventually(
+      [&] {
+        if (TryGet("tfjob", "adopt")) return false;
+        for (const auto& o : Pods("adopt")) {
+          if (o["metadata"].contains("ownerReferences")) return false;
+        }
+        for (const auto& o : Services("adopt")) {
+          if (o["metadata"].contains("ownerReferences")) return false;
+        }
+        return true;
+      },
+      kGarbageCollectorTimeout))
+      << "the garbage collector did not orphan the job's pods and services";
 
   Apply(job);
   ASSERT_TRUE(Eventually([&] {
@@ -229,10 +241,13 @@ TEST_F(EnvtestLifecycle, DeletingTheJobLetsTheGarbageCollectorDeleteItsPodsAndSe
   }
   Kubectl({"delete", "tfjob", "background", "-n", ns_, "--wait=false"});
   Kubectl({"delete", "tfjob", "foreground", "-n", ns_, "--cascade=foreground", "--wait=false"});
-  ASSERT_TRUE(Eventually([&] {
-    return Pods("background").empty() && Services("background").empty() && Pods("foreground").empty() &&
-           Services("foreground").empty() && !TryGet("tfjob", "background") && !TryGet("tfjob", "foreground");
-  }, kGarbageCollectorTimeout)) << op_->output();
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return Pods("background").empty() && Services("background").empty() && Pods("foreground").empty() &&
+               Services("foreground").empty() && !TryGet("tfjob", "background") && !TryGet("tfjob", "foreground");
+      },
+      kGarbageCollectorTimeout))
+      << op_->output();
 }
 
 // The operator killed mid-job and started again: what happened while it
@@ -254,7 +269,8 @@ TEST_F(EnvtestLifecycle, TheOperatorRestartedMidJobCarriesOnWithoutDuplicates) {
   ASSERT_TRUE(Eventually([&] {
     const std::string now = Uid("pod", "survive-worker-1");
     return !now.empty() && now != w1;
-  })) << "the pod that failed while the operator was down was not re-created\n" << op_->output();
+  })) << "the pod that failed while the operator was down was not re-created\n"
+      << op_->output();
   EXPECT_EQ(Uid("pod", "survive-chief-0"), chief);
   EXPECT_EQ(Uid("pod", "survive-worker-0"), w0);
   EXPECT_EQ(Pods("survive").size(), 3u);
@@ -278,9 +294,11 @@ TEST_F(EnvtestLifecycle, TheApiServerRestartedMidJob) {
   EXPECT_TRUE(op_->running()) << op_->output();
   Apply(JobYaml("after", Replica("Worker", 1)));
   ASSERT_TRUE(Eventually([&] { return Pods("after").size() == 1; }, std::chrono::seconds(60)))
-      << "no pod for a job submitted after the restart\n" << op_->output();
+      << "no pod for a job submitted after the restart\n"
+      << op_->output();
   SetPhase("before-worker-0", "Succeeded", 0);
-  ASSERT_TRUE(Eventually([&] { return HasCondition("before", "Succeeded"); }, std::chrono::seconds(60))) << op_->output();
+  ASSERT_TRUE(Eventually([&] { return HasCondition("before", "Succeeded"); }, std::chrono::seconds(60)))
+      << op_->output();
   EXPECT_EQ(Pods("before").size(), 2u);
   EXPECT_TRUE(op_->running()) << op_->output();
 }
@@ -303,7 +321,8 @@ TEST_F(EnvtestLifecycle, TwoOperatorsElectOneLeaderAndTheStandbyTakesOverWhenItI
   EXPECT_THAT(b->output(), Not(HasSubstr("watching")));  // the standby does not reconcile
   EXPECT_EQ(a->Stop(SIGKILL), 128 + SIGKILL);
   ASSERT_TRUE(Eventually([&] { return holder().find("_" + std::to_string(b->pid())) != std::string::npos; }))
-      << holder() << "\n" << b->output();
+      << holder() << "\n"
+      << b->output();
   SetPhase("elect-worker-0", "Succeeded", 0);
   ASSERT_TRUE(Eventually([&] { return HasCondition("elect", "Succeeded"); })) << b->output();
   EXPECT_EQ(Pods("elect").size(), 2u);
@@ -331,12 +350,14 @@ TEST_F(EnvtestLifecycle, VolcanoAdmitsTheGangBeforePodsAndTheClockStart) {
   // is Go's map order).
   EXPECT_EQ(group["spec"]["minResources"], json({{"cpu", "3"}, {"memory", "2Gi"}}));
   EXPECT_EQ(group["metadata"]["ownerReferences"][0]["uid"], Uid("tfjob", "gang"));
-  Kubectl({"patch", "-n", ns_, pg, "gang", "--subresource=status", "--type=merge", "-p", R"({"status":{"phase":"Pending"}})"});
+  Kubectl({"patch", "-n", ns_, pg, "gang", "--subresource=status", "--type=merge", "-p",
+           R"({"status":{"phase":"Pending"}})"});
   std::this_thread::sleep_for(std::chrono::seconds(1));  // time to act, were it going to
   EXPECT_TRUE(Pods("gang").empty());
   EXPECT_FALSE(Get("tfjob", "gang").value("status", json::object()).contains("startTime"));
 
-  Kubectl({"patch", "-n", ns_, pg, "gang", "--subresource=status", "--type=merge", "-p", R"({"status":{"phase":"Inqueue"}})"});
+  Kubectl({"patch", "-n", ns_, pg, "gang", "--subresource=status", "--type=merge", "-p",
+           R"({"status":{"phase":"Inqueue"}})"});
   ASSERT_TRUE(Eventually([&] { return Pods("gang").size() == 4; })) << op_->output();
   EXPECT_TRUE(Eventually([&] { return Get("tfjob", "gang").value("status", json::object()).contains("startTime"); }));
   const json pod = Get("pod", "gang-worker-1");
@@ -368,8 +389,8 @@ TEST_F(EnvtestLifecycle, SchedulerPluginsPodGroupIsOwnedByTheJob) {
   EXPECT_EQ(pod["spec"]["schedulerName"], "scheduler-plugins");
   EXPECT_EQ(pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"], "coscheduled");
   Kubectl({"delete", "tfjob", "coscheduled", "-n", ns_});
-  ASSERT_TRUE(Eventually([&] { return !TryGet(pg, "coscheduled") && Pods("coscheduled").empty(); },
-                         kGarbageCollectorTimeout));
+  ASSERT_TRUE(
+      Eventually([&] { return !TryGet(pg, "coscheduled") && Pods("coscheduled").empty(); }, kGarbageCollectorTimeout));
 }
 
 // Kubeflow's CRD knows no `restarts` in replicaStatuses and prunes it; the
@@ -427,7 +448,8 @@ TEST_F(EnvtestLifecycle, ExitCodeRestartsAreCountedUnderKubeflowsStatusSchema) {
   EXPECT_FALSE(HasCondition("counted", "Failed"));
   SetPhase("counted-worker-0", "Failed", 143);
   ASSERT_TRUE(Eventually([&] { return HasCondition("counted", "Failed"); }))
-      << "the second re-creation did not reach backoffLimit 2 under Kubeflow's CRD\n" << op_->output();
+      << "the second re-creation did not reach backoffLimit 2 under Kubeflow's CRD\n"
+      << op_->output();
   StopOperator();
 
   restore();
@@ -443,13 +465,15 @@ TEST_F(EnvtestLifecycle, AJobTrainingOperatorStartedCarriesOnUnderThisOperator) 
   Apply(JobYaml("inflight", Replica("Chief", 1, "ExitCode") + Replica("Worker", 2, "ExitCode")));
   const std::string uid = Uid("tfjob", "inflight");
   ASSERT_FALSE(uid.empty());
-  const json owner = {{"apiVersion", "kubeflow.org/v1"}, {"kind", "TFJob"},       {"name", "inflight"},
-                      {"uid", uid},                      {"controller", true},    {"blockOwnerDeletion", true}};
+  const json owner = {
+      {"apiVersion", "kubeflow.org/v1"}, {"kind", "TFJob"}, {"name", "inflight"}, {"uid", uid}, {"controller", true},
+      {"blockOwnerDeletion", true}};
   const std::string s = "." + ns_ + ".svc:2222";
-  const std::string cluster = R"({"cluster":{"chief":["inflight-chief-0)" + s + R"("],"worker":["inflight-worker-0)" + s +
-                              R"(","inflight-worker-1)" + s + R"("]},)";
+  const std::string cluster = R"({"cluster":{"chief":["inflight-chief-0)" + s + R"("],"worker":["inflight-worker-0)" +
+                              s + R"(","inflight-worker-1)" + s + R"("]},)";
   std::map<std::string, std::string> uids;
-  for (const auto& [type, index] : std::vector<std::pair<std::string, int>>{{"chief", 0}, {"worker", 0}, {"worker", 1}}) {
+  for (const auto& [type, index] :
+       std::vector<std::pair<std::string, int>>{{"chief", 0}, {"worker", 0}, {"worker", 1}}) {
     const std::string name = "inflight-" + type + "-" + std::to_string(index);
     json labels = {{"training.kubeflow.org/operator-name", "tfjob-controller"},
                    {"training.kubeflow.org/job-name", "inflight"},
@@ -457,19 +481,18 @@ TEST_F(EnvtestLifecycle, AJobTrainingOperatorStartedCarriesOnUnderThisOperator) 
                    {"training.kubeflow.org/replica-index", std::to_string(index)}};
     json pod_labels = labels;
     if (type == "chief") pod_labels["training.kubeflow.org/job-role"] = "master";
-    const std::string tf_config =
-        cluster + R"("task":{"type":")" + type + R"(","index":)" + std::to_string(index) + R"(},"environment":"cloud"})";
+    const std::string tf_config = cluster + R"("task":{"type":")" + type + R"(","index":)" + std::to_string(index) +
+                                  R"(},"environment":"cloud"})";
     const json pod = {
         {"apiVersion", "v1"},
         {"kind", "Pod"},
         {"metadata", {{"name", name}, {"labels", pod_labels}, {"ownerReferences", json::array({owner})}}},
         {"spec",
          {{"restartPolicy", "Never"},
-          {"containers",
-           json::array({{{"name", "tensorflow"},
-                         {"image", "tfjob/runtime-cpu:0.1.0"},
-                         {"ports", json::array({{{"name", "tfjob-port"}, {"containerPort", 2222}}})},
-                         {"env", json::array({{{"name", "TF_CONFIG"}, {"value", tf_config}}})}}})}}}};
+          {"containers", json::array({{{"name", "tensorflow"},
+                                       {"image", "tfjob/runtime-cpu:0.1.0"},
+                                       {"ports", json::array({{{"name", "tfjob-port"}, {"containerPort", 2222}}})},
+                                       {"env", json::array({{{"name", "TF_CONFIG"}, {"value", tf_config}}})}}})}}}};
     const json svc = {{"apiVersion", "v1"},
                       {"kind", "Service"},
                       {"metadata", {{"name", name}, {"labels", labels}, {"ownerReferences", json::array({owner})}}},
@@ -484,11 +507,14 @@ TEST_F(EnvtestLifecycle, AJobTrainingOperatorStartedCarriesOnUnderThisOperator) 
   }
   Kubectl({"patch", "-n", ns_, "tfjob", "inflight", "--subresource=status", "--type=merge", "-p",
            json{{"status",
-                 {{"conditions",
-                   json::array({{{"type", "Created"}, {"status", "True"}, {"reason", "TFJobCreated"},
-                                 {"message", "TFJob inflight is created."}},
-                                {{"type", "Running"}, {"status", "True"}, {"reason", "TFJobRunning"},
-                                 {"message", "TFJob " + ns_ + "/inflight is running."}}})},
+                 {{"conditions", json::array({{{"type", "Created"},
+                                               {"status", "True"},
+                                               {"reason", "TFJobCreated"},
+                                               {"message", "TFJob inflight is created."}},
+                                              {{"type", "Running"},
+                                               {"status", "True"},
+                                               {"reason", "TFJobRunning"},
+                                               {"message", "TFJob " + ns_ + "/inflight is running."}}})},
                   {"replicaStatuses", {{"Chief", {{"active", 1}}}, {"Worker", {{"active", 2}}}}}}}}
                .dump()});
 
@@ -519,17 +545,18 @@ TEST_F(EnvtestLifecycle, AJobTrainingOperatorStartedCarriesOnUnderThisOperator) 
 // entry lets TFJobs in and leaves the other kinds' entries.
 TEST_F(EnvtestLifecycle, TheMoveFromTrainingOperatorRemovesOnlyItsTfJobWebhook) {
   auto entry = [](const std::string& kind) {
-    return json{{"admissionReviewVersions", {"v1"}},
-                {"clientConfig",
-                 {{"service",
-                   {{"name", "training-operator"}, {"namespace", "kubeflow"},
-                    {"path", "/validate-kubeflow-org-v1-" + kind}}}}},
-                {"failurePolicy", "Fail"},
-                {"name", "validator." + kind + ".training-operator.kubeflow.org"},
-                {"rules",
-                 json::array({{{"apiGroups", {"kubeflow.org"}}, {"apiVersions", {"v1"}},
-                               {"operations", {"CREATE", "UPDATE"}}, {"resources", {kind + "s"}}}})},
-                {"sideEffects", "None"}};
+    return json{
+        {"admissionReviewVersions", {"v1"}},
+        {"clientConfig",
+         {{"service",
+           {{"name", "training-operator"}, {"namespace", "kubeflow"}, {"path", "/validate-kubeflow-org-v1-" + kind}}}}},
+        {"failurePolicy", "Fail"},
+        {"name", "validator." + kind + ".training-operator.kubeflow.org"},
+        {"rules", json::array({{{"apiGroups", {"kubeflow.org"}},
+                                {"apiVersions", {"v1"}},
+                                {"operations", {"CREATE", "UPDATE"}},
+                                {"resources", {kind + "s"}}}})},
+        {"sideEffects", "None"}};
   };
   const json config = {{"apiVersion", "admissionregistration.k8s.io/v1"},
                        {"kind", "ValidatingWebhookConfiguration"},
@@ -537,8 +564,10 @@ TEST_F(EnvtestLifecycle, TheMoveFromTrainingOperatorRemovesOnlyItsTfJobWebhook) 
                        {"webhooks", json::array({entry("pytorchjob"), entry("tfjob"), entry("xgboostjob")})}};
   struct Guard {
     t::ControlPlane* cp;
-    ~Guard() { cp->Kubectl({"delete", "validatingwebhookconfiguration", "validator.training-operator.kubeflow.org",
-                            "--ignore-not-found"}); }
+    ~Guard() {
+      cp->Kubectl({"delete", "validatingwebhookconfiguration", "validator.training-operator.kubeflow.org",
+                   "--ignore-not-found"});
+    }
   } guard{cp_};
   ASSERT_EQ(cp_->Apply(config.dump()).exit_code, 0);
   const std::string job = JobYaml("moved", Replica("Worker", 1));
@@ -558,9 +587,8 @@ TEST_F(EnvtestLifecycle, TheMoveFromTrainingOperatorRemovesOnlyItsTfJobWebhook) 
       "  --type=json -p \"[{\\\"op\\\":\\\"remove\\\",\\\"path\\\":\\\"/webhooks/$((i-1))\\\"}]\"\n";
   const std::string path = dir_ + "/step2.sh";
   std::ofstream(path) << script;
-  const auto r = t::Run({"/bin/bash", path},
-                        {{"KUBECONFIG", cp_->admin_kubeconfig()},
-                         {"PATH", kubectl.substr(0, kubectl.rfind('/')) + ":/usr/bin:/bin"}});
+  const auto r = t::Run({"/bin/bash", path}, {{"KUBECONFIG", cp_->admin_kubeconfig()},
+                                              {"PATH", kubectl.substr(0, kubectl.rfind('/')) + ":/usr/bin:/bin"}});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   ASSERT_TRUE(Eventually([&] { return Apply(job, /*may_fail=*/true).exit_code == 0; }))
       << "TFJobs still refused after step 2";

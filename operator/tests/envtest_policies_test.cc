@@ -52,13 +52,15 @@ TEST_F(EnvtestPolicies, ExitCodeRecreatesRetryableFailuresAndFailsOnPermanentOne
   ASSERT_TRUE(Eventually([&] {
     const std::string now = Uid("exitcode-worker-1");
     return !now.empty() && now != first;
-  })) << "a pod killed by a signal was not re-created\n" << op_->output();
+  })) << "a pod killed by a signal was not re-created\n"
+      << op_->output();
   const std::string second = Uid("exitcode-worker-0");
   SetPodStatus("exitcode-worker-0", {{"phase", "Failed"}, {"reason", "Evicted"}});
   ASSERT_TRUE(Eventually([&] {
     const std::string now = Uid("exitcode-worker-0");
     return !now.empty() && now != second;
-  })) << "a pod that failed before its container ran was not re-created\n" << op_->output();
+  })) << "a pod that failed before its container ran was not re-created\n"
+      << op_->output();
   AllRunning("exitcode");
   SetPhase("exitcode-worker-1", "Failed", 1);
   ASSERT_TRUE(Eventually([&] { return HasCondition("exitcode", "Failed"); })) << op_->output();
@@ -72,7 +74,8 @@ TEST_F(EnvtestPolicies, NeverFailsTheJobOnAFailedReplica) {
   AllRunning("never");
   SetPhase("never-worker-0", "Failed", 137);
   ASSERT_TRUE(Eventually([&] { return HasCondition("never", "Failed"); })) << op_->output();
-  EXPECT_EQ(ConditionMessage("never", "Failed"), "TFJob " + ns_ + "/never has failed because 1 Worker replica(s) failed.");
+  EXPECT_EQ(ConditionMessage("never", "Failed"),
+            "TFJob " + ns_ + "/never has failed because 1 Worker replica(s) failed.");
   EXPECT_EQ(Uid("never-worker-0").empty(), false);  // not re-created
 }
 
@@ -84,9 +87,12 @@ TEST_F(EnvtestPolicies, BackoffLimitCountsOnFailureRestartsAndExitCodeRecreation
   ASSERT_TRUE(Eventually([&] { return Pods("onfailure").size() == 1 && Pods("recreated").size() == 1; }));
   SetPodStatus("onfailure-worker-0",
                {{"phase", "Running"},
-                {"containerStatuses",
-                 json::array({{{"name", "tensorflow"}, {"image", "x"}, {"imageID", ""}, {"ready", true}, {"restartCount", 2},
-                               {"state", {{"running", json::object()}}}}})}});
+                {"containerStatuses", json::array({{{"name", "tensorflow"},
+                                                    {"image", "x"},
+                                                    {"imageID", ""},
+                                                    {"ready", true},
+                                                    {"restartCount", 2},
+                                                    {"state", {{"running", json::object()}}}}})}});
   ASSERT_TRUE(Eventually([&] { return HasCondition("onfailure", "Failed"); })) << op_->output();
   EXPECT_THAT(ConditionMessage("onfailure", "Failed"), HasSubstr("backoff limit"));
 
@@ -112,7 +118,8 @@ TEST_F(EnvtestPolicies, ActiveDeadlineFailsTheJobOnTimeAndStopsItsPods) {
   ASSERT_TRUE(Eventually([&] { return Pods("deadline").size() == 3; }));
   AllRunning("deadline");
   SetPhase("deadline-worker-2", "Succeeded", 0);
-  ASSERT_TRUE(Eventually([&] { return HasCondition("deadline", "Failed"); }, std::chrono::seconds(20))) << op_->output();
+  ASSERT_TRUE(Eventually([&] { return HasCondition("deadline", "Failed"); }, std::chrono::seconds(20)))
+      << op_->output();
   EXPECT_THAT(ConditionMessage("deadline", "Failed"),
               HasSubstr("Job deadline has failed because it was active longer than specified deadline"));
   auto stopped = [&](const std::string& pod) {
@@ -146,7 +153,8 @@ TEST_F(EnvtestPolicies, ADrainedPodIsRecreatedInsteadOfFailingTheJob) {
   ASSERT_TRUE(Eventually([&] {
     const std::string now = Uid("drained-worker-1");
     return !now.empty() && now != first;
-  })) << "the drained pod was not re-created\n" << op_->output();
+  })) << "the drained pod was not re-created\n"
+      << op_->output();
   EXPECT_FALSE(HasCondition("drained", "Failed"));
   AllRunning("drained");
   SetPhase("drained-worker-0", "Succeeded", 0);
@@ -164,7 +172,8 @@ TEST_F(EnvtestPolicies, TtlDeletesTheJobAndTheGarbageCollectorItsPods) {
   // deletion by a moment.
   EXPECT_TRUE(Eventually([&] {
     bool said = false;
-    for (const auto& e : Events("ttl")) said |= e.value("reason", "") == "SuccessfulDeleteJob" && e.value("message", "") == "Deleted job: ttl";
+    for (const auto& e : Events("ttl"))
+      said |= e.value("reason", "") == "SuccessfulDeleteJob" && e.value("message", "") == "Deleted job: ttl";
     return said;
   })) << "no SuccessfulDeleteJob event";
   ASSERT_TRUE(Eventually([&] { return Pods("ttl").empty() && Services("ttl").empty(); }, kGarbageCollectorTimeout))
@@ -214,8 +223,11 @@ TEST_F(EnvtestPolicies, CleanPodPolicyDecidesWhichPodsAFinishedJobKeeps) {
     auto p = TryGet("pod", pod);
     return !p || (*p)["metadata"].contains("deletionTimestamp");
   };
-  ASSERT_TRUE(Eventually([&] { return HasCondition("clean-all", "Succeeded") && deleting("clean-all-chief-0") && deleting("clean-all-worker-0"); }));
-  ASSERT_TRUE(Eventually([&] { return HasCondition("clean-running", "Succeeded") && deleting("clean-running-worker-0"); }));
+  ASSERT_TRUE(Eventually([&] {
+    return HasCondition("clean-all", "Succeeded") && deleting("clean-all-chief-0") && deleting("clean-all-worker-0");
+  }));
+  ASSERT_TRUE(
+      Eventually([&] { return HasCondition("clean-running", "Succeeded") && deleting("clean-running-worker-0"); }));
   EXPECT_FALSE(deleting("clean-running-chief-0"));
   ASSERT_TRUE(Eventually([&] { return HasCondition("clean-none", "Succeeded"); }));
   EXPECT_FALSE(deleting("clean-none-chief-0"));
@@ -242,9 +254,9 @@ TEST_F(EnvtestPolicies, DynamicWorkersGetTheSparseTfConfig) {
   Apply(JobYaml("elastic", Replica("PS", 1) + Replica("Worker", 2), "  enableDynamicWorker: true\n"));
   ASSERT_TRUE(Eventually([&] { return Pods("elastic").size() == 3; })) << op_->output();
   const std::string s = "." + ns_ + ".svc:2222";
-  EXPECT_EQ(Env(Get("pod", "elastic-worker-1"), "TF_CONFIG"),
-            R"({"cluster":{"worker":{"1":"elastic-worker-1)" + s + R"("},"ps":["elastic-ps-0)" + s +
-                R"("]},"task":{"type":"worker","index":1}})");
+  EXPECT_EQ(Env(Get("pod", "elastic-worker-1"), "TF_CONFIG"), R"({"cluster":{"worker":{"1":"elastic-worker-1)" + s +
+                                                                  R"("},"ps":["elastic-ps-0)" + s +
+                                                                  R"("]},"task":{"type":"worker","index":1}})");
   EXPECT_EQ(Env(Get("pod", "elastic-ps-0"), "TF_CONFIG"),
             R"({"cluster":{"worker":{},"ps":["elastic-ps-0)" + s + R"("]},"task":{"type":"ps","index":0}})");
 }

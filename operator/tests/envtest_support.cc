@@ -60,7 +60,8 @@ void RealApiServerTest::SetUp() {
   dir_ = t::MakeTempDir("envtest-" + ns_);
   Kubectl({"create", "namespace", ns_});
   // The ServiceAccount admission plugin refuses pods until "default" exists.
-  ASSERT_TRUE(Eventually([&] { return TryGet("serviceaccount", "default").has_value(); })) << "no default ServiceAccount in " << ns_;
+  ASSERT_TRUE(Eventually([&] { return TryGet("serviceaccount", "default").has_value(); }))
+      << "no default ServiceAccount in " << ns_;
 }
 
 void RealApiServerTest::TearDown() {
@@ -70,9 +71,15 @@ void RealApiServerTest::TearDown() {
 
 std::unique_ptr<t::Process> RealApiServerTest::OperatorProcess(const std::vector<std::string>& extra,
                                                                const std::string& kubeconfig) {
-  std::vector<std::string> argv{t::BinDir() + "/tfjob-operator", "--kubeconfig",
-                                kubeconfig.empty() ? cp_->admin_kubeconfig() : kubeconfig, "--namespace", ns_,
-                                "--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0"};
+  std::vector<std::string> argv{t::BinDir() + "/tfjob-operator",
+                                "--kubeconfig",
+                                kubeconfig.empty() ? cp_->admin_kubeconfig() : kubeconfig,
+                                "--namespace",
+                                ns_,
+                                "--metrics-bind-address",
+                                "127.0.0.1:0",
+                                "--health-probe-bind-address",
+                                "127.0.0.1:0"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return std::make_unique<t::Process>(argv);
 }
@@ -165,18 +172,20 @@ bool RealApiServerTest::HasCondition(const std::string& job, const std::string& 
 }
 
 void RealApiServerTest::SetPodStatus(const std::string& pod, const json& status) {
-  Kubectl({"patch", "-n", ns_, "pod", pod, "--subresource=status", "--type=merge", "-p", json{{"status", status}}.dump()});
+  Kubectl(
+      {"patch", "-n", ns_, "pod", pod, "--subresource=status", "--type=merge", "-p", json{{"status", status}}.dump()});
 }
 
 void RealApiServerTest::SetPhase(const std::string& pod, const std::string& phase, std::optional<int> exit_code) {
   json status{{"phase", phase}};
   if (exit_code) {
-    status["containerStatuses"] = json::array({{{"name", "tensorflow"},
-                                                {"image", "tfjob/runtime-cpu:0.1.0"},
-                                                {"imageID", ""},
-                                                {"ready", false},
-                                                {"restartCount", 0},
-                                                {"state", {{"terminated", {{"exitCode", *exit_code}, {"reason", "Error"}}}}}}});
+    status["containerStatuses"] =
+        json::array({{{"name", "tensorflow"},
+                      {"image", "tfjob/runtime-cpu:0.1.0"},
+                      {"imageID", ""},
+                      {"ready", false},
+                      {"restartCount", 0},
+                      {"state", {{"terminated", {{"exitCode", *exit_code}, {"reason", "Error"}}}}}}});
   } else if (phase == "Running") {
     status["containerStatuses"] = json::array({{{"name", "tensorflow"},
                                                 {"image", "tfjob/runtime-cpu:0.1.0"},

@@ -51,7 +51,8 @@ class RealApiServerTest : public ::testing::Test {
   bool Eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = std::chrono::seconds(30));
   std::string Metrics();
   // A TFJob manifest: `replicas` is YAML for tfReplicaSpecs' entries.
-  static std::string JobYaml(const std::string& name, const std::string& replica_specs, const std::string& extra_spec = "");
+  static std::string JobYaml(const std::string& name, const std::string& replica_specs,
+                             const std::string& extra_spec = "");
   static std::string Replica(const std::string& type, int n, const std::string& policy = "Never",
                              const std::string& container_extra = "");
 

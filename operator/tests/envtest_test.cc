@@ -69,14 +69,19 @@ TEST_F(EnvtestOperator, MetricsHaveKubeflowsAndControllerRuntimesSeries) {
         std::string("controller_runtime_reconcile_panics_total{controller=\"tfjob-controller\"} 0"),
         std::string("workqueue_depth{controller=\"tfjob-controller\",name=\"tfjob-controller\"}"),
         std::string("workqueue_adds_total{controller=\"tfjob-controller\",name=\"tfjob-controller\"}"),
-        std::string("workqueue_queue_duration_seconds_count{controller=\"tfjob-controller\",name=\"tfjob-controller\"}"),
+        std::string(
+            "workqueue_queue_duration_seconds_count{controller=\"tfjob-controller\",name=\"tfjob-controller\"}"),
         std::string("workqueue_work_duration_seconds_count{controller=\"tfjob-controller\",name=\"tfjob-controller\"}"),
         std::string("workqueue_retries_total{controller=\"tfjob-controller\",name=\"tfjob-controller\"}"),
         std::string("workqueue_unfinished_work_seconds{controller=\"tfjob-controller\",name=\"tfjob-controller\"}"),
-        std::string("workqueue_longest_running_processor_seconds{controller=\"tfjob-controller\",name=\"tfjob-controller\"}"),
-        std::string("rest_client_requests_total{code=\"201\",host=\"") + cp_->server().substr(8) + "\",method=\"POST\"}",
-        std::string("process_cpu_seconds_total"), std::string("process_resident_memory_bytes"),
-        std::string("process_open_fds"), std::string("process_start_time_seconds")}) {
+        std::string(
+            "workqueue_longest_running_processor_seconds{controller=\"tfjob-controller\",name=\"tfjob-controller\"}"),
+        std::string("rest_client_requests_total{code=\"201\",host=\"") + cp_->server().substr(8) +
+            "\",method=\"POST\"}",
+        std::string("process_cpu_seconds_total"),
+        std::string("process_resident_memory_bytes"),
+        std::string("process_open_fds"),
+        std::string("process_start_time_seconds")}) {
     EXPECT_THAT(m, HasSubstr(series)) << series;
   }
   const std::string file = dir_ + "/metrics.txt";
@@ -101,7 +106,8 @@ TEST_F(EnvtestOperator, LeaderElectionSaysWhyItCannotAcquire) {
   cfg["contexts"][0]["context"]["user"] = "nobody";
   std::ofstream(kubeconfig) << cfg.dump();
   op_ = OperatorProcess({"--leader-elect", "--leader-election-lease-duration", "2"}, kubeconfig);
-  ASSERT_TRUE(op_->WaitForLine("leader election: cannot acquire Lease " + ns_ + "/tfjob-operator-leader", std::chrono::seconds(30)))
+  ASSERT_TRUE(op_->WaitForLine("leader election: cannot acquire Lease " + ns_ + "/tfjob-operator-leader",
+                               std::chrono::seconds(30)))
       << op_->output();
   EXPECT_THAT(op_->output(), HasSubstr("forbidden"));
   StopOperator();

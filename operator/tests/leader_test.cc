@@ -170,7 +170,8 @@ class Ledger {
   }
   std::string Dump() {
     std::string s;
-    for (const auto& e : events()) s += e.who + (e.started ? " started" : " stopped") + " at " + std::to_string(e.at) + "s\n";
+    for (const auto& e : events())
+      s += e.who + (e.started ? " started" : " stopped") + " at " + std::to_string(e.at) + "s\n";
     return s;
   }
 
@@ -310,10 +311,9 @@ TEST_P(LeaderElectionTest, SkewedClocksStillSeeOneLeaderAtATime) {
   EXPECT_EQ(ledger_->max_leaders(), 1) << ledger_->Dump();
 }
 
-INSTANTIATE_TEST_SUITE_P(Skew, LeaderElectionTest, ::testing::Values(90, -90, 3600),
-                         [](const auto& info) {
-                           return (info.param < 0 ? "Behind" : "Ahead") + std::to_string(std::abs(info.param)) + "s";
-                         });
+INSTANTIATE_TEST_SUITE_P(Skew, LeaderElectionTest, ::testing::Values(90, -90, 3600), [](const auto& info) {
+  return (info.param < 0 ? "Behind" : "Ahead") + std::to_string(std::abs(info.param)) + "s";
+});
 
 // The API-server double, a client of it, and virtual time that moves only
 // when the test thread sleeps: for driving electors step by step.
@@ -397,7 +397,7 @@ TEST(LeaderStepTest, AcquireRetriesAreJitteredAsClientGos) {
   const double start = vt.Seconds();
   ASSERT_TRUE(b.Acquire(never));
   EXPECT_GE(vt.Seconds() - start, 15.0);  // a's lease, from b's first sight of it
-  ASSERT_GE(clock->sleeps.size(), 4u);  // waits under 4.4 s that add up to 15 s
+  ASSERT_GE(clock->sleeps.size(), 4u);    // waits under 4.4 s that add up to 15 s
   std::set<int64_t> distinct;
   for (auto d : clock->sleeps) {
     EXPECT_GE(d, 2s);

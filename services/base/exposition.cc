@@ -36,10 +36,26 @@ ProcessMetrics::ProcessMetrics(prometheus::Registry& r)
                .Help("Total user and system CPU time spent in seconds.")
                .Register(r)
                .Add({})),
-      resident_(prometheus::BuildGauge().Name("process_resident_memory_bytes").Help("Resident memory size in bytes.").Register(r).Add({})),
-      virtual_(prometheus::BuildGauge().Name("process_virtual_memory_bytes").Help("Virtual memory size in bytes.").Register(r).Add({})),
-      open_fds_(prometheus::BuildGauge().Name("process_open_fds").Help("Number of open file descriptors.").Register(r).Add({})),
-      max_fds_(prometheus::BuildGauge().Name("process_max_fds").Help("Maximum number of open file descriptors.").Register(r).Add({})),
+      resident_(prometheus::BuildGauge()
+                    .Name("process_resident_memory_bytes")
+                    .Help("Resident memory size in bytes.")
+                    .Register(r)
+                    .Add({})),
+      virtual_(prometheus::BuildGauge()
+                   .Name("process_virtual_memory_bytes")
+                   .Help("Virtual memory size in bytes.")
+                   .Register(r)
+                   .Add({})),
+      open_fds_(prometheus::BuildGauge()
+                    .Name("process_open_fds")
+                    .Help("Number of open file descriptors.")
+                    .Register(r)
+                    .Add({})),
+      max_fds_(prometheus::BuildGauge()
+                   .Name("process_max_fds")
+                   .Help("Maximum number of open file descriptors.")
+                   .Register(r)
+                   .Add({})),
       start_time_(prometheus::BuildGauge()
                       .Name("process_start_time_seconds")
                       .Help("Start time of the process since unix epoch in seconds.")
@@ -76,8 +92,8 @@ void ProcessMetrics::Refresh() {
   }
   std::error_code ec;
   double fds = 0;
-  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec); !ec && it != std::filesystem::directory_iterator();
-       it.increment(ec)) {
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
     ++fds;
   }
   open_fds_.Set(fds);

@@ -42,7 +42,7 @@ struct HttpServer::Impl {
 };
 
 StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& bind,
-                                                         std::map<std::string, HttpHandler> routes) {
+                                                        std::map<std::string, HttpHandler> routes) {
   ASSIGN_OR_RETURN(Bind b, ParseBind(bind));
   std::unique_ptr<HttpServer> s(new HttpServer());
   s->impl_ = std::make_unique<Impl>();

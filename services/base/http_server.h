@@ -35,7 +35,8 @@ class HttpServer {
  public:
   // `bind` is ":PORT" (every interface), "HOST:PORT", "[IPV6]:PORT", or a bare "PORT".
   // Port 0 picks a free port; port() tells which.
-  static StatusOr<std::unique_ptr<HttpServer>> Start(const std::string& bind, std::map<std::string, HttpHandler> routes);
+  static StatusOr<std::unique_ptr<HttpServer>> Start(const std::string& bind,
+                                                     std::map<std::string, HttpHandler> routes);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

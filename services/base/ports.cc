@@ -68,7 +68,8 @@ int ListeningSocket::Release() {
 }
 
 StatusOr<ListeningSocket> ListeningSocket::Listen(const std::string& host, int port) {
-  const std::string where = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  const std::string where =
+      (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
   if (port < 0 || port > 65535) return InvalidArgument("listen on " + where + ": port must be in 0..65535");
   sockaddr_storage ss{};
   socklen_t len = 0;

@@ -231,9 +231,7 @@ class ChunkReader {
   }
 
  private:
-  Status Truncated() const {
-    return DataLoss(name_ + ": checkpoint truncated at offset " + std::to_string(offset_));
-  }
+  Status Truncated() const { return DataLoss(name_ + ": checkpoint truncated at offset " + std::to_string(offset_)); }
 
   // Exactly n file bytes, counted in the offset and the Adler-32.
   Status Exact(void* p, size_t n) {
@@ -268,7 +266,8 @@ class ChunkReader {
       }
       char extra;
       ASSIGN_OR_RETURN(size_t more, src_.Read(&extra, 1));
-      if (more != 0) return DataLoss(name_ + ": unexpected bytes after the end record at offset " + std::to_string(offset_));
+      if (more != 0)
+        return DataLoss(name_ + ": unexpected bytes after the end record at offset " + std::to_string(offset_));
       buf_.clear();
       pos_ = 0;
       end_ = true;
@@ -345,7 +344,8 @@ Status DecodeAll(ChunkReader& r, const std::string& name, Mode mode, std::vector
       const int64_t elements = NumElements(shape);
       // Checked before anything is allocated: the file must hold the bytes.
       if (elements < 0 || static_cast<uint64_t>(elements) > r.available() / DTypeSize(dtype)) {
-        return DataLoss(name + ": tensor " + ShapeString(shape) + " of \"" + e.name + "\" is larger than the rest of the file");
+        return DataLoss(name + ": tensor " + ShapeString(shape) + " of \"" + e.name +
+                        "\" is larger than the rest of the file");
       }
       const size_t bytes = static_cast<size_t>(elements) * DTypeSize(dtype);
       if (mode == Mode::kLoad) {
@@ -379,7 +379,8 @@ Status DecodeAll(ChunkReader& r, const std::string& name, Mode mode, std::vector
 StatusOr<std::pair<int, uint64_t>> Open(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    return errno == ENOENT ? NotFound(path + ": cannot open file") : DataLoss(path + ": cannot open: " + std::strerror(errno));
+    return errno == ENOENT ? NotFound(path + ": cannot open file")
+                           : DataLoss(path + ": cannot open: " + std::strerror(errno));
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0) {

@@ -73,7 +73,8 @@ StatusOr<std::string> Manager::Prepare(int64_t step) const {
   return d.string();
 }
 
-Status Manager::Commit(int64_t step, bool final, const nlohmann::json& state, const std::vector<std::string>& files) const {
+Status Manager::Commit(int64_t step, bool final, const nlohmann::json& state,
+                       const std::vector<std::string>& files) const {
   const fs::path d = fs::path(dir_) / (kPrefix + std::to_string(step));
   nlohmann::json meta{{"step", step}, {"final", final}, {"state", state}, {"files", nlohmann::json::array()}};
   for (const std::string& f : files) {

@@ -35,9 +35,9 @@ namespace tfjob::checkpoint {
 struct Committed {
   int64_t step = 0;
   bool final = false;
-  std::string dir;                  // DIR/ckpt-<step>
-  std::vector<std::string> files;   // full paths, in commit order
-  nlohmann::json state;             // the program's own JSON
+  std::string dir;                 // DIR/ckpt-<step>
+  std::vector<std::string> files;  // full paths, in commit order
+  nlohmann::json state;            // the program's own JSON
 };
 
 // INVALID_ARGUMENT naming `dir` when this process cannot create files in

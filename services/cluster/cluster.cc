@@ -43,9 +43,7 @@ size_t JobRank(const std::string& job) {
   return kNotARole;
 }
 
-bool IsHostChar(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_';
-}
+bool IsHostChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_'; }
 
 bool AllDigits(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
@@ -302,9 +300,8 @@ Status ValidateAddress(const std::string& address) {
 
 Status ValidateJobName(const std::string& job) {
   bool ok = !job.empty() && std::isalpha(static_cast<unsigned char>(job[0])) &&
-            std::all_of(job.begin(), job.end(), [](char c) {
-              return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-            });
+            std::all_of(job.begin(), job.end(),
+                        [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
   if (!ok) {
     return InvalidArgument("invalid job name " + Quote(job) + "; expected a letter followed by letters, digits or '_'");
   }
@@ -440,7 +437,8 @@ std::string ToTfConfigJson(const ClusterConfig& config) {
   }
   out += '}';
   if (config.task) {
-    out += ",\"task\":{\"type\":" + QuoteWhole(config.task->type) + ",\"index\":" + std::to_string(config.task->index) + "}";
+    out += ",\"task\":{\"type\":" + QuoteWhole(config.task->type) + ",\"index\":" + std::to_string(config.task->index) +
+           "}";
   }
   if (!config.environment.empty()) out += ",\"environment\":" + QuoteWhole(config.environment);
   if (!config.rpc_layer.empty()) out += ",\"rpc_layer\":" + QuoteWhole(config.rpc_layer);
@@ -453,9 +451,8 @@ StatusOr<ClusterConfig> FromEnv(const Env& env, TaskRequirement requirement) {
   std::optional<std::string> value = env("TF_CONFIG");
   // Launchers that run a single replica leave TF_CONFIG unset or empty; both
   // mean "no cluster" (TF would fail to parse the empty string).
-  if (!value || std::all_of(value->begin(), value->end(), [](char c) {
-        return std::isspace(static_cast<unsigned char>(c));
-      })) {
+  if (!value ||
+      std::all_of(value->begin(), value->end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); })) {
     return NotFound("TF_CONFIG is not set");
   }
   return ParseTfConfig(*value, requirement);

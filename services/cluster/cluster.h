@@ -142,8 +142,7 @@ enum class TaskRequirement { kRequired, kOptional };
 // TaskRequirement::kRequired a missing "task"; a task type that is missing,
 // not one of the five roles, or (evaluator apart) not in the cluster; an
 // index that is missing, not an integer, negative or not a task of the job.
-StatusOr<ClusterConfig> ParseTfConfig(const std::string& json,
-                                      TaskRequirement task = TaskRequirement::kRequired);
+StatusOr<ClusterConfig> ParseTfConfig(const std::string& json, TaskRequirement task = TaskRequirement::kRequired);
 
 // Compact TF_CONFIG in the operator's byte layout: keys cluster, task,
 // environment, rpc_layer (the last three only when set), jobs in

@@ -86,7 +86,8 @@ StatusOr<ClusterSpec> ResolveCluster(kube::Client& client, const ResolverOptions
         PodAddress p;
         const auto& meta = item.value("metadata", nlohmann::json::object());
         p.name = Str(meta, "name");
-        const std::string idx = Str(meta.value("labels", nlohmann::json::object()), "training.kubeflow.org/replica-index");
+        const std::string idx =
+            Str(meta.value("labels", nlohmann::json::object()), "training.kubeflow.org/replica-index");
         char* end = nullptr;
         p.index = idx.empty() ? -1 : std::strtoll(idx.c_str(), &end, 10);
         if (!idx.empty() && *end != '\0') p.index = -1;

@@ -134,8 +134,9 @@ StatusOr<ResolvedCluster> ResolveKubernetes(const cluster::Env& env) {
   ro.qps = 5;  // one task among many asking the same API server
   ro.burst = 10;
   ASSIGN_OR_RETURN(std::unique_ptr<kube::RestClient> client, kube::RestClient::Create(*config, ro));
-  const std::string rbac = " (the job's service account needs get and list on pods and get on tfjobs; "
-                           "see docs/kubernetes-resolver.md)";
+  const std::string rbac =
+      " (the job's service account needs get and list on pods and get on tfjobs; "
+      "see docs/kubernetes-resolver.md)";
   auto api_error = [&](const Status& s, const std::string& request) {
     std::string m = what + ": " + request + ": " + s.message();
     if (s.code() == Code::kPermissionDenied || s.code() == Code::kUnauthenticated) m += rbac;
@@ -147,7 +148,8 @@ StatusOr<ResolvedCluster> ResolveKubernetes(const cluster::Env& env) {
   // This pod: its labels say which job and task it is.
   auto self = client->Get(kube::kPods, ns, pod_name);
   if (!self.ok()) return api_error(self.status(), "getting pod " + ns + "/" + pod_name);
-  const nlohmann::json labels = self->value("metadata", nlohmann::json::object()).value("labels", nlohmann::json::object());
+  const nlohmann::json labels =
+      self->value("metadata", nlohmann::json::object()).value("labels", nlohmann::json::object());
   auto label = [&](const char* key) -> StatusOr<std::string> {
     if (!labels.contains(key) || !labels[key].is_string() || labels[key].get<std::string>().empty()) {
       return InvalidArgument(what + ": pod " + ns + "/" + pod_name + " has no label " + key +
@@ -206,7 +208,8 @@ StatusOr<ResolvedCluster> ResolveCluster(const cluster::Env& env) {
   }
   if (resolver == "kubernetes") return ResolveKubernetes(env);
   if (resolver != "slurm") {
-    return InvalidArgument(std::string(kResolverVar) + ": " + Quoted(resolver) + " is not tf_config, slurm or kubernetes");
+    return InvalidArgument(std::string(kResolverVar) + ": " + Quoted(resolver) +
+                           " is not tf_config, slurm or kubernetes");
   }
   ASSIGN_OR_RETURN(cluster::SlurmOptions options, SlurmOptionsFromEnv(env));
   StatusOr<cluster::SlurmResolution> r = cluster::ResolveSlurm(options, env);

@@ -105,7 +105,8 @@ Status ValidateOptions(const SlurmOptions& o) {
     return InvalidArgument("Slurm: tasks_per_node " + std::to_string(*o.tasks_per_node) + " is not from 1 to " +
                            std::to_string(kMaxTasks));
   }
-  for (auto [name, value] : {std::pair{"gpus_per_node", o.gpus_per_node}, std::pair{"gpus_per_task", o.gpus_per_task}}) {
+  for (auto [name, value] :
+       {std::pair{"gpus_per_node", o.gpus_per_node}, std::pair{"gpus_per_task", o.gpus_per_task}}) {
     if (value && (*value < 0 || *value > kMaxGpusPerNode)) {
       return InvalidArgument(std::string("Slurm: ") + name + " " + std::to_string(*value) + " is not from 0 to " +
                              std::to_string(kMaxGpusPerNode));
@@ -211,7 +212,8 @@ StatusOr<std::vector<int64_t>> ExpandTasksPerNode(const std::string& text) {
       repeat = shaped ? ParseCount(suffix.substr(2, suffix.size() - 3)) : std::nullopt;
     }
     if (!tasks || !repeat) return bad("entry " + Quote(part) + " is not N or N(xM)");
-    if (*tasks > kMaxTasks) return bad("entry " + Quote(part) + " has more than " + std::to_string(kMaxTasks) + " tasks");
+    if (*tasks > kMaxTasks)
+      return bad("entry " + Quote(part) + " has more than " + std::to_string(kMaxTasks) + " tasks");
     if (*repeat == 0) return bad("entry " + Quote(part) + " repeats zero times");
     if (*repeat > kMaxHosts - static_cast<int64_t>(counts.size())) {
       return bad("describes more than " + std::to_string(kMaxHosts) + " nodes");
@@ -294,8 +296,7 @@ StatusOr<SlurmResolution> ResolveSlurm(const SlurmOptions& options, const Env& e
     return InvalidArgument("Slurm: gpus_per_node is " + std::to_string(gpus_per_node) + " but CUDA_VISIBLE_DEVICES " +
                            Quote(visible_text) + " lists " + std::to_string(visible.size()));
   }
-  const int64_t gpus_per_task =
-      options.gpus_per_task.value_or(max_per_node > 0 ? gpus_per_node / max_per_node : 0);
+  const int64_t gpus_per_task = options.gpus_per_task.value_or(max_per_node > 0 ? gpus_per_node / max_per_node : 0);
   // max_per_node * gpus_per_task > gpus_per_node, without overflow.
   if (gpus_per_task > 0 && max_per_node > gpus_per_node / gpus_per_task) {
     return InvalidArgument("Slurm: a node runs up to " + std::to_string(max_per_node) + " tasks taking " +

@@ -60,7 +60,8 @@ Status Communicator::BroadcastBytes(std::string& bytes, int root) {
   Tensor* lp[] = {&len};
   RETURN_IF_ERROR(Broadcast(lp, root));
   const int64_t n = len.data<int64_t>()[0];
-  if (n < 0 || n > (int64_t{1} << 32)) return Internal("collective: broadcast length " + std::to_string(n) + " out of range");
+  if (n < 0 || n > (int64_t{1} << 32))
+    return Internal("collective: broadcast length " + std::to_string(n) + " out of range");
   // Bytes travel as int64 words (the tensor dtypes the wire knows).
   const int64_t words = (n + 7) / 8;
   ASSIGN_OR_RETURN(Tensor buf, Tensor::Create(DType::kInt64, {words}));

@@ -52,7 +52,8 @@ StatusOr<std::vector<Peer>> MembersFromCluster(const cluster::ClusterSpec& c) {
       out.push_back({std::string(job) + ":" + std::to_string(i), address});
     }
   }
-  if (out.empty()) return InvalidArgument("TF_CONFIG: the cluster has no \"chief\" or \"worker\" tasks to form a group");
+  if (out.empty())
+    return InvalidArgument("TF_CONFIG: the cluster has no \"chief\" or \"worker\" tasks to form a group");
   return out;
 }
 
@@ -127,8 +128,8 @@ void Group::HandleConnection(net::Fd fd) {
   }
   proto::CollectiveHello hello;
   if (!net::RecvMessage(fd, hello, Clock::now() + kHelloTimeout, "a connecting member").ok()) return;
-  const bool same_group = hello.group_size() == members_.size() && hello.fingerprint() == fingerprint_ &&
-                          hello.rank() < members_.size();
+  const bool same_group =
+      hello.group_size() == members_.size() && hello.fingerprint() == fingerprint_ && hello.rank() < members_.size();
   // Checked first, and the refusal says nothing else about this group.
   const bool authentic = options_.token.empty() || rpc::TokenMatches(hello.token(), options_.token);
   if (hello.kind() == proto::CollectiveHello::JOIN) {
@@ -277,7 +278,8 @@ StatusOr<Group::Formation> Group::Follow(int64_t step, Clock::time_point deadlin
       last = fd.status();
       break;
     }
-    if (options_.tls && !(last = net::StartTls(*fd, *options_.tls, tls::Role::kClient, deadline, leader.Describe())).ok()) {
+    if (options_.tls &&
+        !(last = net::StartTls(*fd, *options_.tls, tls::Role::kClient, deadline, leader.Describe())).ok()) {
       continue;
     }
     if (!(last = net::SendMessage(*fd, hello, deadline, leader.Describe())).ok()) continue;
@@ -303,7 +305,8 @@ StatusOr<Group::Formation> Group::Follow(int64_t step, Clock::time_point deadlin
       }
       waiting = m.waiting();
     }
-    if (Clock::now() + std::chrono::milliseconds(100) < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (Clock::now() + std::chrono::milliseconds(100) < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   std::string why = "collective: no group formed within " + Seconds(options_.rendezvous_timeout) + " s";
   if (!waiting.empty()) {
@@ -330,7 +333,8 @@ StatusOr<std::unique_ptr<RingCommunicator>> Group::Connect(int64_t generation, C
   deadline = std::min(deadline, Clock::now() + options_.timeout);
   ASSIGN_OR_RETURN(net::Fd to_next, net::Connect(next.address, deadline, "collective: " + next.name + " at"));
   if (options_.tls) {
-    RETURN_IF_ERROR(net::StartTls(to_next, *options_.tls, tls::Role::kClient, deadline, "collective: " + next.Describe()));
+    RETURN_IF_ERROR(
+        net::StartTls(to_next, *options_.tls, tls::Role::kClient, deadline, "collective: " + next.Describe()));
   }
   proto::CollectiveHello hello;
   hello.set_kind(proto::CollectiveHello::LINK);
@@ -351,7 +355,8 @@ StatusOr<std::unique_ptr<RingCommunicator>> Group::Connect(int64_t generation, C
     from_prev = std::move(links_.at(key));
     links_.erase(key);
   }
-  return std::make_unique<RingCommunicator>(rank_, members_, generation, std::move(to_next), std::move(from_prev), options_);
+  return std::make_unique<RingCommunicator>(rank_, members_, generation, std::move(to_next), std::move(from_prev),
+                                            options_);
 }
 
 }  // namespace tfjob::collective

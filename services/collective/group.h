@@ -61,8 +61,8 @@ class Group {
 
   struct Formation {
     int64_t generation = 0;
-    int source_rank = 0;          // the member holding the newest state
-    std::vector<int64_t> steps;   // each member's step as it joined, by rank
+    int source_rank = 0;         // the member holding the newest state
+    std::vector<int64_t> steps;  // each member's step as it joined, by rank
   };
   // Forms the group (again): see above. `step` is how many training steps
   // this member's state has completed. The previous generation's

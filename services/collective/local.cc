@@ -95,7 +95,10 @@ class LocalGroup::Member final : public Communicator {
 };
 
 LocalGroup::LocalGroup(int size, Options options)
-    : size_(std::max(1, size)), options_(options), calls_(static_cast<size_t>(size_)), here_(static_cast<size_t>(size_)) {
+    : size_(std::max(1, size)),
+      options_(options),
+      calls_(static_cast<size_t>(size_)),
+      here_(static_cast<size_t>(size_)) {
   for (int r = 0; r < size_; ++r) members_.push_back(std::make_unique<Member>(*this, r));
 }
 

@@ -71,7 +71,8 @@ class NcclCommunicator final : public Communicator {
     RETURN_IF_ERROR(error_);
     size_t bytes = 0;
     for (Tensor* t : tensors) {
-      if (t->dtype() != DType::kFloat32) return Fail(InvalidArgument("collective: all_reduce takes float32 tensors, got " + t->DebugString()));
+      if (t->dtype() != DType::kFloat32)
+        return Fail(InvalidArgument("collective: all_reduce takes float32 tensors, got " + t->DebugString()));
       bytes += t->bytes();
     }
     RETURN_IF_ERROR(Agree("all_reduce", tensors, -1));
@@ -82,15 +83,17 @@ class NcclCommunicator final : public Communicator {
       RETURN_IF_ERROR(Enqueue(ncclGroupStart(), "ncclGroupStart"));
       for (Tensor* t : tensors) {
         if (t->size() == 0) continue;
-        RETURN_IF_ERROR(Enqueue(ncclAllReduce(t->raw(), t->raw(), static_cast<size_t>(t->size()), ncclFloat, red, comm_, stream_),
-                                "ncclAllReduce"));
+        RETURN_IF_ERROR(
+            Enqueue(ncclAllReduce(t->raw(), t->raw(), static_cast<size_t>(t->size()), ncclFloat, red, comm_, stream_),
+                    "ncclAllReduce"));
       }
       RETURN_IF_ERROR(Enqueue(ncclGroupEnd(), "ncclGroupEnd"));
       return Wait("all_reduce");
     }
     RETURN_IF_ERROR(Stage(tensors, bytes, true));
-    RETURN_IF_ERROR(Enqueue(ncclAllReduce(device_buf_, device_buf_, bytes / sizeof(float), ncclFloat, red, comm_, stream_),
-                            "ncclAllReduce"));
+    RETURN_IF_ERROR(
+        Enqueue(ncclAllReduce(device_buf_, device_buf_, bytes / sizeof(float), ncclFloat, red, comm_, stream_),
+                "ncclAllReduce"));
     return Unstage(tensors, bytes);
   }
 
@@ -107,9 +110,11 @@ class NcclCommunicator final : public Communicator {
     RETURN_IF_ERROR(Reserve(block * static_cast<size_t>(size())));
     std::memcpy(host_buf_, in.raw(), block);
     std::byte* send = static_cast<std::byte*>(device_buf_) + static_cast<size_t>(rank()) * block;
-    RETURN_IF_ERROR(Enqueue(cudaMemcpyAsync(send, host_buf_, block, cudaMemcpyHostToDevice, stream_), "copy to device"));
+    RETURN_IF_ERROR(
+        Enqueue(cudaMemcpyAsync(send, host_buf_, block, cudaMemcpyHostToDevice, stream_), "copy to device"));
     RETURN_IF_ERROR(Enqueue(ncclAllGather(send, device_buf_, block, ncclInt8, comm_, stream_), "ncclAllGather"));
-    RETURN_IF_ERROR(Enqueue(cudaMemcpyAsync(host_buf_, device_buf_, out.bytes(), cudaMemcpyDeviceToHost, stream_), "copy to host"));
+    RETURN_IF_ERROR(
+        Enqueue(cudaMemcpyAsync(host_buf_, device_buf_, out.bytes(), cudaMemcpyDeviceToHost, stream_), "copy to host"));
     RETURN_IF_ERROR(Wait("all_gather"));
     std::memcpy(out.raw(), host_buf_, out.bytes());
     return out;
@@ -117,7 +122,8 @@ class NcclCommunicator final : public Communicator {
 
   Status Broadcast(std::span<Tensor* const> tensors, int root) override {
     RETURN_IF_ERROR(error_);
-    if (root < 0 || root >= size()) return Fail(InvalidArgument("collective: broadcast from rank " + std::to_string(root)));
+    if (root < 0 || root >= size())
+      return Fail(InvalidArgument("collective: broadcast from rank " + std::to_string(root)));
     size_t bytes = 0;
     for (Tensor* t : tensors) bytes += t->bytes();
     RETURN_IF_ERROR(Agree("broadcast", tensors, root));
@@ -126,13 +132,15 @@ class NcclCommunicator final : public Communicator {
       RETURN_IF_ERROR(Enqueue(ncclGroupStart(), "ncclGroupStart"));
       for (Tensor* t : tensors) {
         if (t->bytes() == 0) continue;
-        RETURN_IF_ERROR(Enqueue(ncclBroadcast(t->raw(), t->raw(), t->bytes(), ncclInt8, root, comm_, stream_), "ncclBroadcast"));
+        RETURN_IF_ERROR(
+            Enqueue(ncclBroadcast(t->raw(), t->raw(), t->bytes(), ncclInt8, root, comm_, stream_), "ncclBroadcast"));
       }
       RETURN_IF_ERROR(Enqueue(ncclGroupEnd(), "ncclGroupEnd"));
       return Wait("broadcast");
     }
     RETURN_IF_ERROR(Stage(tensors, bytes, rank() == root));
-    RETURN_IF_ERROR(Enqueue(ncclBroadcast(device_buf_, device_buf_, bytes, ncclInt8, root, comm_, stream_), "ncclBroadcast"));
+    RETURN_IF_ERROR(
+        Enqueue(ncclBroadcast(device_buf_, device_buf_, bytes, ncclInt8, root, comm_, stream_), "ncclBroadcast"));
     return Unstage(tensors, bytes);
   }
 
@@ -150,7 +158,8 @@ class NcclCommunicator final : public Communicator {
   Status Check(ncclResult_t r, const std::string& what) {
     if (r == ncclSuccess || r == ncclInProgress) return Status::Ok();
     const Code code = r == ncclInvalidArgument || r == ncclInvalidUsage ? Code::kInvalidArgument : Code::kUnavailable;
-    return Status(code, "collective (nccl): " + what + ": " + ncclGetErrorString(r) + " (" + ncclGetLastError(comm_) + ")");
+    return Status(code,
+                  "collective (nccl): " + what + ": " + ncclGetErrorString(r) + " (" + ncclGetLastError(comm_) + ")");
   }
 
   // True when every tensor lives on this member's CUDA device (reduced in
@@ -162,13 +171,14 @@ class NcclCommunicator final : public Communicator {
     for (Tensor* t : tensors) {
       if (t->on_cpu()) continue;
       if (t->device() != Device::Cuda(device_)) {
-        return Fail(InvalidArgument("collective (nccl): tensor " + t->DebugString() + " is not on this member's cuda:" +
-                                    std::to_string(device_)));
+        return Fail(InvalidArgument("collective (nccl): tensor " + t->DebugString() +
+                                    " is not on this member's cuda:" + std::to_string(device_)));
       }
       ++on;
     }
     if (on == 0) return false;
-    if (on != tensors.size()) return Fail(InvalidArgument("collective (nccl): host and device tensors in one operation"));
+    if (on != tensors.size())
+      return Fail(InvalidArgument("collective (nccl): host and device tensors in one operation"));
     ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(Device::Cuda(device_)));
     Status s = b->Synchronize(device_);
     if (!s.ok()) return Fail(s);
@@ -189,7 +199,8 @@ class NcclCommunicator final : public Communicator {
       if (r == ncclSuccess) return Status::Ok();
       if (r != ncclInProgress) return Fail(Check(r, what));
       if (Clock::now() > deadline) {
-        return Fail(DeadlineExceeded("collective (nccl): " + what + " took longer than the timeout: a member is hung or gone"));
+        return Fail(
+            DeadlineExceeded("collective (nccl): " + what + " took longer than the timeout: a member is hung or gone"));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
@@ -216,7 +227,8 @@ class NcclCommunicator final : public Communicator {
       ncclCommGetAsyncError(comm_, &r);
       if (r != ncclSuccess && r != ncclInProgress) return Fail(Check(r, what));
       if (Clock::now() > deadline) {
-        return Fail(DeadlineExceeded("collective (nccl): " + what + " did not finish within the timeout: a member is hung or gone"));
+        return Fail(DeadlineExceeded("collective (nccl): " + what +
+                                     " did not finish within the timeout: a member is hung or gone"));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
@@ -247,7 +259,8 @@ class NcclCommunicator final : public Communicator {
   }
 
   Status Unstage(std::span<Tensor* const> tensors, size_t bytes) {
-    RETURN_IF_ERROR(Enqueue(cudaMemcpyAsync(host_buf_, device_buf_, bytes, cudaMemcpyDeviceToHost, stream_), "copy to host"));
+    RETURN_IF_ERROR(
+        Enqueue(cudaMemcpyAsync(host_buf_, device_buf_, bytes, cudaMemcpyDeviceToHost, stream_), "copy to host"));
     RETURN_IF_ERROR(Wait("operation"));
     size_t o = 0;
     for (Tensor* t : tensors) {
@@ -270,9 +283,10 @@ class NcclCommunicator final : public Communicator {
     const int64_t* a = all->data<int64_t>();
     for (int r = 0; r < size(); ++r) {
       if (a[3 * r] != mine[0] || a[3 * r + 1] != mine[1] || a[3 * r + 2] != mine[2]) {
-        return Fail(InvalidArgument("collective: members disagree on " + op + ": rank " + std::to_string(r) + " passed " +
-                                    std::to_string(a[3 * r]) + " elements, rank " + std::to_string(rank()) + " " +
-                                    std::to_string(count) + " (" + ShapesString(tensors) + ")"));
+        return Fail(InvalidArgument("collective: members disagree on " + op + ": rank " + std::to_string(r) +
+                                    " passed " + std::to_string(a[3 * r]) + " elements, rank " +
+                                    std::to_string(rank()) + " " + std::to_string(count) + " (" +
+                                    ShapesString(tensors) + ")"));
       }
     }
     return Status::Ok();
@@ -315,7 +329,6 @@ StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(Communicator& contr
   return std::unique_ptr<Communicator>(std::move(c));
 }
 
-
 namespace {
 
 // One GPU of a process whose GPUs reduce among themselves (MirroredStrategy
@@ -328,8 +341,10 @@ class NcclLocalMember final : public Communicator {
       : comm_(comm), rank_(rank), size_(size), device_(device), o_(o) {}
   ~NcclLocalMember() override {
     if (comm_) {
-      if (failed_) ncclCommAbort(comm_);
-      else ncclCommDestroy(comm_);
+      if (failed_)
+        ncclCommAbort(comm_);
+      else
+        ncclCommDestroy(comm_);
     }
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -352,8 +367,9 @@ class NcclLocalMember final : public Communicator {
     for (Tensor* t : tensors) {
       if (t->dtype() != DType::kFloat32) return Fail(InvalidArgument("collective: all_reduce takes float32 tensors"));
       if (t->size() == 0) continue;
-      RETURN_IF_ERROR(Nccl(ncclAllReduce(t->raw(), t->raw(), static_cast<size_t>(t->size()), ncclFloat, red, comm_, stream_),
-                           "ncclAllReduce"));
+      RETURN_IF_ERROR(
+          Nccl(ncclAllReduce(t->raw(), t->raw(), static_cast<size_t>(t->size()), ncclFloat, red, comm_, stream_),
+               "ncclAllReduce"));
     }
     RETURN_IF_ERROR(Nccl(ncclGroupEnd(), "ncclGroupEnd"));
     return Wait("all_reduce");
@@ -373,12 +389,14 @@ class NcclLocalMember final : public Communicator {
   }
 
   Status Broadcast(std::span<Tensor* const> tensors, int root) override {
-    if (root < 0 || root >= size_) return Fail(InvalidArgument("collective: broadcast from rank " + std::to_string(root)));
+    if (root < 0 || root >= size_)
+      return Fail(InvalidArgument("collective: broadcast from rank " + std::to_string(root)));
     RETURN_IF_ERROR(Ready(tensors));
     RETURN_IF_ERROR(Nccl(ncclGroupStart(), "ncclGroupStart"));
     for (Tensor* t : tensors) {
       if (t->bytes() == 0) continue;
-      RETURN_IF_ERROR(Nccl(ncclBroadcast(t->raw(), t->raw(), t->bytes(), ncclInt8, root, comm_, stream_), "ncclBroadcast"));
+      RETURN_IF_ERROR(
+          Nccl(ncclBroadcast(t->raw(), t->raw(), t->bytes(), ncclInt8, root, comm_, stream_), "ncclBroadcast"));
     }
     RETURN_IF_ERROR(Nccl(ncclGroupEnd(), "ncclGroupEnd"));
     return Wait("broadcast");
@@ -401,8 +419,8 @@ class NcclLocalMember final : public Communicator {
     RETURN_IF_ERROR(error_);
     for (Tensor* t : tensors) {
       if (t->device() != Device::Cuda(device_)) {
-        return Fail(InvalidArgument("collective (nccl): tensor " + t->DebugString() + " is not on this replica's cuda:" +
-                                    std::to_string(device_)));
+        return Fail(InvalidArgument("collective (nccl): tensor " + t->DebugString() +
+                                    " is not on this replica's cuda:" + std::to_string(device_)));
       }
     }
     ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(Device::Cuda(device_)));
@@ -425,7 +443,8 @@ class NcclLocalMember final : public Communicator {
       if (e == cudaSuccess) return Status::Ok();
       if (e != cudaErrorNotReady) return Fail(FromCuda(e, what));
       if (Clock::now() > deadline) {
-        return Fail(DeadlineExceeded("collective (nccl): " + what + " did not finish within the timeout: a replica is hung"));
+        return Fail(
+            DeadlineExceeded("collective (nccl): " + what + " did not finish within the timeout: a replica is hung"));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
@@ -447,7 +466,8 @@ class NcclLocalMember final : public Communicator {
 
 }  // namespace
 
-StatusOr<std::vector<std::unique_ptr<Communicator>>> MakeNcclLocalGroup(const std::vector<int>& devices, Options options) {
+StatusOr<std::vector<std::unique_ptr<Communicator>>> MakeNcclLocalGroup(const std::vector<int>& devices,
+                                                                        Options options) {
   RETURN_IF_ERROR(NcclAvailable());
   if (devices.empty()) return InvalidArgument("collective (nccl): no devices");
   std::vector<ncclComm_t> comms(devices.size(), nullptr);
@@ -458,8 +478,8 @@ StatusOr<std::vector<std::unique_ptr<Communicator>>> MakeNcclLocalGroup(const st
   }
   std::vector<std::unique_ptr<Communicator>> out;
   for (size_t i = 0; i < devices.size(); ++i) {
-    auto m = std::make_unique<NcclLocalMember>(comms[i], static_cast<int>(i), static_cast<int>(devices.size()), devices[i],
-                                               options);
+    auto m = std::make_unique<NcclLocalMember>(comms[i], static_cast<int>(i), static_cast<int>(devices.size()),
+                                               devices[i], options);
     RETURN_IF_ERROR(m->Init());
     out.push_back(std::move(m));
   }

@@ -41,6 +41,7 @@ StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(Communicator& contr
 // own thread, every operation on device tensors (on that member's GPU) in
 // place. A replica that does not join an operation makes the others'
 // DEADLINE_EXCEEDED after options.timeout.
-StatusOr<std::vector<std::unique_ptr<Communicator>>> MakeNcclLocalGroup(const std::vector<int>& devices, Options options);
+StatusOr<std::vector<std::unique_ptr<Communicator>>> MakeNcclLocalGroup(const std::vector<int>& devices,
+                                                                        Options options);
 
 }  // namespace tfjob::collective

@@ -335,8 +335,8 @@ Status RingCommunicator::AllReduce(std::span<Tensor* const> tensors, ReduceOp op
           std::memcpy(bucket_.data() + o, tensors[k]->raw(), tensors[k]->bytes());
           o += tensors[k]->bytes();
         }
-        RETURN_IF_ERROR(ReduceBuffer(reinterpret_cast<float*>(bucket_.data()), static_cast<int64_t>(bytes / sizeof(float)),
-                                     tensors.subspan(i, j - i)));
+        RETURN_IF_ERROR(ReduceBuffer(reinterpret_cast<float*>(bucket_.data()),
+                                     static_cast<int64_t>(bytes / sizeof(float)), tensors.subspan(i, j - i)));
         o = 0;
         for (size_t k = i; k < j; ++k) {
           std::memcpy(tensors[k]->raw(), bucket_.data() + o, tensors[k]->bytes());
@@ -367,7 +367,8 @@ StatusOr<Tensor> RingCommunicator::AllGather(const Tensor& in) {
   const RingPlan plan = AllGatherPlan(position(), out.raw(), block);
   Tensor copy = in;
   Tensor* shapes[] = {&copy};
-  RETURN_IF_ERROR(Execute("all_gather", static_cast<uint32_t>(in.dtype()), static_cast<uint64_t>(in.size()), -1, shapes, plan));
+  RETURN_IF_ERROR(
+      Execute("all_gather", static_cast<uint32_t>(in.dtype()), static_cast<uint64_t>(in.size()), -1, shapes, plan));
   return out;
 }
 

@@ -19,7 +19,8 @@ bool IsWorkerFailure(grpc::StatusCode c) {
 uint64_t NewGeneration(uint64_t newer_than) {
   static std::atomic<uint64_t> last{0};
   const uint64_t now = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
   uint64_t prev = last.load();
   uint64_t g;
   do {
@@ -81,7 +82,8 @@ ClusterCoordinator::~ClusterCoordinator() {
   CancelQueued(Cancelled("coordinator stopped"));
 }
 
-RemoteValue ClusterCoordinator::Schedule(const std::string& fn, const nlohmann::json& args, const std::vector<Tensor>& tensors) {
+RemoteValue ClusterCoordinator::Schedule(const std::string& fn, const nlohmann::json& args,
+                                         const std::vector<Tensor>& tensors) {
   auto c = std::make_shared<Closure>();
   c->value = std::make_shared<RemoteValue::State>();
   c->request.set_function(fn);
@@ -197,8 +199,10 @@ void ClusterCoordinator::Finish(const std::shared_ptr<Closure>& c, Status s, Res
   {
     MutexLock g(mu_);
     --pending_;
-    if (s.ok()) ++stats_.completed;
-    else if (s.code() != Code::kCancelled) ++stats_.failed;
+    if (s.ok())
+      ++stats_.completed;
+    else if (s.code() != Code::kCancelled)
+      ++stats_.failed;
     idle = pending_ == 0;
   }
   if (idle) idle_cv_.NotifyAll();
@@ -437,8 +441,8 @@ void ClusterCoordinator::Complete(Worker& w, const std::shared_ptr<Closure>& c, 
                                   const proto::RunClosureResponse& resp) {
   Status err = !st.ok() ? rpc::FromGrpc(st, "closure " + c->request.function() + " on worker " + w.address)
                : resp.error_code() != 0
-                   ? Status(static_cast<Code>(resp.error_code()),
-                            "closure " + c->request.function() + " on worker " + w.address + ": " + resp.error_message())
+                   ? Status(static_cast<Code>(resp.error_code()), "closure " + c->request.function() + " on worker " +
+                                                                      w.address + ": " + resp.error_message())
                    : Status::Ok();
   if (!err.ok()) {
     FailJob(c, err);

@@ -106,9 +106,9 @@ struct Options {
 struct Stats {
   int64_t scheduled = 0;
   int64_t completed = 0;
-  int64_t retried = 0;         // re-queued after a worker failure
+  int64_t retried = 0;  // re-queued after a worker failure
   int64_t worker_failures = 0;
-  int64_t failed = 0;          // closures that returned an error
+  int64_t failed = 0;  // closures that returned an error
 };
 
 // A generation newer than `newer_than` and than any earlier call's: the
@@ -123,7 +123,8 @@ class ClusterCoordinator {
   ClusterCoordinator(const ClusterCoordinator&) = delete;
   ClusterCoordinator& operator=(const ClusterCoordinator&) = delete;
 
-  RemoteValue Schedule(const std::string& fn, const nlohmann::json& args = nullptr, const std::vector<Tensor>& tensors = {});
+  RemoteValue Schedule(const std::string& fn, const nlohmann::json& args = nullptr,
+                       const std::vector<Tensor>& tensors = {});
   // Waits for every scheduled closure; returns the first error once.
   // After Abort (or Options::stop), returns the abort's cause promptly.
   Status Join();
@@ -217,9 +218,9 @@ class ClusterCoordinator {
   std::deque<std::shared_ptr<Closure>> queue_ TFJOB_GUARDED_BY(mu_);
   int64_t pending_ TFJOB_GUARDED_BY(mu_) = 0;  // scheduled and not finished
   std::optional<Status> first_error_ TFJOB_GUARDED_BY(mu_);
-  std::optional<Status> aborted_ TFJOB_GUARDED_BY(mu_);                 // set by Stop: no more work
-  std::atomic<bool> no_more_work_{false};         // aborted_ is set (read without mu_)
-  std::set<grpc::ClientContext*> in_flight_ TFJOB_GUARDED_BY(mu_);     // RunClosure calls, cancelled by Abort
+  std::optional<Status> aborted_ TFJOB_GUARDED_BY(mu_);             // set by Stop: no more work
+  std::atomic<bool> no_more_work_{false};                           // aborted_ is set (read without mu_)
+  std::set<grpc::ClientContext*> in_flight_ TFJOB_GUARDED_BY(mu_);  // RunClosure calls, cancelled by Abort
   std::atomic<bool> stopping_{false};
   uint64_t next_seq_ TFJOB_GUARDED_BY(mu_) = 1;
   Stats stats_ TFJOB_GUARDED_BY(mu_);

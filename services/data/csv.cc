@@ -148,8 +148,9 @@ StatusOr<CsvData> LoadCsv(const std::string& path, const CsvOptions& opts) {
       } else if (opts.label_column >= 0 && opts.label_column < num_columns) {
         label_index = opts.label_column;
       } else {
-        return at.Error(line_no, 1, "label_column " + std::to_string(opts.label_column) + " is outside [0, " +
-                                        std::to_string(num_columns) + ") for " + Quote(line));
+        return at.Error(line_no, 1,
+                        "label_column " + std::to_string(opts.label_column) + " is outside [0, " +
+                            std::to_string(num_columns) + ") for " + Quote(line));
       }
       if (opts.header) {
         for (std::string_view c : cells) out.column_names.push_back(Unquote(c));
@@ -225,7 +226,8 @@ StatusOr<std::vector<std::string>> SplitQuoted(std::string_view line, char delim
       }
       while (i < line.size() && line[i] != delimiter) {
         if (line[i] != ' ' && line[i] != '\t') {
-          return at.Error(line_no, static_cast<int64_t>(out.size()) + 1, "text after a closing quote in " + Quote(line));
+          return at.Error(line_no, static_cast<int64_t>(out.size()) + 1,
+                          "text after a closing quote in " + Quote(line));
         }
         ++i;
       }
@@ -292,8 +294,9 @@ StatusOr<int64_t> CsvColumn(const CsvTable& t, const std::string& name) {
   std::string known;
   for (const auto& n : t.column_names) known += (known.empty() ? "" : ", ") + n;
   return InvalidArgument(t.path + ": no column " + Quote(name) +
-                         (known.empty() ? " (no header: name columns by index, 0.." + std::to_string(t.num_columns - 1) + ")"
-                                        : " (columns: " + known + ")"));
+                         (known.empty()
+                              ? " (no header: name columns by index, 0.." + std::to_string(t.num_columns - 1) + ")"
+                              : " (columns: " + known + ")"));
 }
 
 StatusOr<Tensor> CsvNumbers(const CsvTable& t, const std::vector<int64_t>& cols, DType dtype) {

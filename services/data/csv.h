@@ -30,8 +30,8 @@ struct CsvOptions {
 };
 
 struct CsvData {
-  Tensor features;  // float32 [n, f]: every column except the label, in file order
-  Tensor labels;    // int64 [n] or float32 [n]
+  Tensor features;                        // float32 [n, f]: every column except the label, in file order
+  Tensor labels;                          // int64 [n] or float32 [n]
   std::vector<std::string> column_names;  // from the header (quotes removed); empty without one
 };
 

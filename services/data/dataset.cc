@@ -9,8 +9,8 @@
 
 namespace tfjob::data {
 
-using internal::NodePtr;
 using internal::NextResult;
+using internal::NodePtr;
 using internal::Self;
 using internal::Str;
 
@@ -90,7 +90,7 @@ Dataset::Dataset(Status error) : status_(std::move(error)) {
 
 template <typename... Params, typename... Args>
 Dataset Dataset::Derive(StatusOr<std::shared_ptr<const DatasetImpl>> (*make)(std::shared_ptr<const DatasetImpl>,
-                                                                          Params...),
+                                                                             Params...),
                         Args&&... args) const {
   if (!status_.ok()) return *this;
   StatusOr<NodePtr> node = make(impl_, std::forward<Args>(args)...);

@@ -34,9 +34,15 @@ int64_t Count(const tensorflow::Feature& f) {
 
 void Append(const tensorflow::Feature& f, Column& c) {
   switch (c.type) {
-    case FeatureType::kFloat32: c.floats.insert(c.floats.end(), f.float_list().value().begin(), f.float_list().value().end()); break;
-    case FeatureType::kInt64: c.ints.insert(c.ints.end(), f.int64_list().value().begin(), f.int64_list().value().end()); break;
-    case FeatureType::kString: c.strings.insert(c.strings.end(), f.bytes_list().value().begin(), f.bytes_list().value().end()); break;
+    case FeatureType::kFloat32:
+      c.floats.insert(c.floats.end(), f.float_list().value().begin(), f.float_list().value().end());
+      break;
+    case FeatureType::kInt64:
+      c.ints.insert(c.ints.end(), f.int64_list().value().begin(), f.int64_list().value().end());
+      break;
+    case FeatureType::kString:
+      c.strings.insert(c.strings.end(), f.bytes_list().value().begin(), f.bytes_list().value().end());
+      break;
   }
 }
 
@@ -99,8 +105,8 @@ Status ExampleDecoder::Add(std::string_view record, const std::string& where) {
                              ShapeString(s.shape) + " needs " + std::to_string(NumElements(s.shape)));
     }
     if (s.var_len && s.max_length >= 0 && n > s.max_length) {
-      return InvalidArgument(where + ": " + feature + " has " + std::to_string(n) + " values, more than its max_length " +
-                             std::to_string(s.max_length));
+      return InvalidArgument(where + ": " + feature + " has " + std::to_string(n) +
+                             " values, more than its max_length " + std::to_string(s.max_length));
     }
     found[i] = &f;
   }
@@ -136,9 +142,15 @@ std::vector<Column> ExampleDecoder::Finish() && {
     int64_t at = 0;
     for (int64_t n : lengths_[i]) {
       switch (c.type) {
-        case FeatureType::kFloat32: padded.floats.insert(padded.floats.end(), c.floats.begin() + at, c.floats.begin() + at + n); break;
-        case FeatureType::kInt64: padded.ints.insert(padded.ints.end(), c.ints.begin() + at, c.ints.begin() + at + n); break;
-        case FeatureType::kString: padded.strings.insert(padded.strings.end(), c.strings.begin() + at, c.strings.begin() + at + n); break;
+        case FeatureType::kFloat32:
+          padded.floats.insert(padded.floats.end(), c.floats.begin() + at, c.floats.begin() + at + n);
+          break;
+        case FeatureType::kInt64:
+          padded.ints.insert(padded.ints.end(), c.ints.begin() + at, c.ints.begin() + at + n);
+          break;
+        case FeatureType::kString:
+          padded.strings.insert(padded.strings.end(), c.strings.begin() + at, c.strings.begin() + at + n);
+          break;
       }
       AppendDefault(s, padded, width - n);
       at += n;
@@ -194,8 +206,8 @@ StatusOr<std::vector<Column>> ReadExamples(const ShardPlan& plan, Compression co
       ASSIGN_OR_RETURN(std::optional<std::string> data, reader->Next());
       if (!data) break;
       if (position % plan.record_stride != plan.record_offset) continue;
-      RETURN_IF_ERROR(decoder.Add(*data, path + ": record " + std::to_string(record) + " at offset " +
-                                             std::to_string(offset)));
+      RETURN_IF_ERROR(
+          decoder.Add(*data, path + ": record " + std::to_string(record) + " at offset " + std::to_string(offset)));
     }
   }
   return std::move(decoder).Finish();

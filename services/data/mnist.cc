@@ -74,8 +74,7 @@ StatusOr<size_t> ReadSome(gzFile f, const std::string& path, uint8_t* dst, size_
 
 // Reads exactly `n` bytes; `expected_total` is the stream length the header
 // implies so far, reported when the stream ends early.
-Status ReadExact(gzFile f, const std::string& path, uint8_t* dst, size_t n, uint64_t* offset,
-                 uint64_t expected_total) {
+Status ReadExact(gzFile f, const std::string& path, uint8_t* dst, size_t n, uint64_t* offset, uint64_t expected_total) {
   ASSIGN_OR_RETURN(size_t got, ReadSome(f, path, dst, n, offset));
   if (got < n) {
     int zerr = Z_OK;
@@ -133,8 +132,10 @@ StatusOr<IdxArray> ReadIdx(const std::string& path, uint32_t expected_magic) {
     uint32_t d = BigEndian32(dim_bytes + 4 * i);
     out.dims.push_back(d);
     // Checked per step: eight 32-bit dims can overflow 64 bits.
-    if (d != 0 && payload > kMaxPayloadBytes / d) payload = kMaxPayloadBytes + 1;
-    else payload *= d;
+    if (d != 0 && payload > kMaxPayloadBytes / d)
+      payload = kMaxPayloadBytes + 1;
+    else
+      payload *= d;
   }
   if (payload > kMaxPayloadBytes) {
     return InvalidArgument(path + ": dims " + ShapeString(out.dims) +

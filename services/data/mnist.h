@@ -53,7 +53,7 @@ inline constexpr uint32_t kMnistLabelsMagic = 0x00000801;
 // pair. Checks the magics, 28x28 images, equal counts, and that every label in
 // the file is 0..9 (the error names the label's byte offset); a range outside
 // [0, n] is OUT_OF_RANGE.
-StatusOr<MnistSplit> LoadMnist(const std::string& images_path, const std::string& labels_path,
-                               int64_t begin = 0, int64_t end = -1);
+StatusOr<MnistSplit> LoadMnist(const std::string& images_path, const std::string& labels_path, int64_t begin = 0,
+                               int64_t end = -1);
 
 }  // namespace tfjob::data

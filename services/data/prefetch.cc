@@ -101,7 +101,7 @@ class PrefetchIterator final : public Iterator {
   std::deque<NextResult> buffer_ TFJOB_GUARDED_BY(mu_);
   bool cancelled_ TFJOB_GUARDED_BY(mu_) = false;
   bool finished_ TFJOB_GUARDED_BY(mu_) = false;  // end of sequence was delivered
-  std::thread worker_;             // last: started after every other member exists
+  std::thread worker_;                           // last: started after every other member exists
 };
 
 StatusOr<std::unique_ptr<Iterator>> PrefetchNode::MakeIterator() const {

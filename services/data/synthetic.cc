@@ -50,8 +50,8 @@ StatusOr<SyntheticData> MakeSynthetic(const SyntheticOptions& opts) {
   if (opts.feature_shape.empty()) return InvalidArgument("synthetic: feature_shape must not be empty");
   for (int64_t d : opts.feature_shape) {
     if (d < 1) {
-      return InvalidArgument("synthetic: feature_shape " + ShapeString(opts.feature_shape) +
-                             " has dim " + std::to_string(d) + "; every dim must be >= 1");
+      return InvalidArgument("synthetic: feature_shape " + ShapeString(opts.feature_shape) + " has dim " +
+                             std::to_string(d) + "; every dim must be >= 1");
     }
   }
   if (!std::isfinite(opts.noise) || opts.noise < 0) {

@@ -22,7 +22,7 @@ struct SyntheticOptions {
   std::vector<int64_t> feature_shape = {16};  // non-empty, every dim >= 1
   int64_t num_classes = 2;                    // >= 2
   uint64_t seed = 0;
-  double noise = 0.5;                         // std-dev around each centre; finite, >= 0
+  double noise = 0.5;  // std-dev around each centre; finite, >= 0
 };
 
 struct SyntheticData {

@@ -138,8 +138,8 @@ StatusOr<size_t> TfRecordReader::Read(char* dst, size_t n) {
     if (rc == Z_STREAM_END) {
       z_->ended = true;
     } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
-      return DataLoss(path_ + ": corrupt " + Name(compression_) + " stream at offset " + std::to_string(offset_) + ": " +
-                      (z_->z.msg ? z_->z.msg : "inflate failed"));
+      return DataLoss(path_ + ": corrupt " + Name(compression_) + " stream at offset " + std::to_string(offset_) +
+                      ": " + (z_->z.msg ? z_->z.msg : "inflate failed"));
     }
   }
   return done;

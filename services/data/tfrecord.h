@@ -61,8 +61,8 @@ class TfRecordReader {
   std::FILE* f_;
   struct Inflater;
   std::unique_ptr<Inflater> z_;
-  std::vector<char> in_;   // compressed bytes read, not yet inflated
-  uint64_t offset_ = 0;    // uncompressed bytes of whole records consumed
+  std::vector<char> in_;  // compressed bytes read, not yet inflated
+  uint64_t offset_ = 0;   // uncompressed bytes of whole records consumed
 };
 
 // Writes `records` as one TFRecord file (for tests and tools); the file is

@@ -205,8 +205,7 @@ class BatchIterator final : public Iterator {
         const Tensor& t = parts[i][c];
         if (t.dtype() != first[c].dtype() || t.shape() != first[c].shape()) {
           return InvalidArgument("batch: component " + std::to_string(c) + " of element " + std::to_string(i) +
-                                 " of the batch is " + t.DebugString() + ", element 0 has " +
-                                 first[c].DebugString());
+                                 " of the batch is " + t.DebugString() + ", element 0 has " + first[c].DebugString());
         }
       }
     }

@@ -31,7 +31,8 @@ using internal::PerDevice;
 using internal::SameSize;
 
 Status NeedF32(const Tensor& t, const char* op) {
-  if (t.dtype() != DType::kFloat32) return InvalidArgument(std::string(op) + ": expected float32, got " + t.DebugString());
+  if (t.dtype() != DType::kFloat32)
+    return InvalidArgument(std::string(op) + ": expected float32, got " + t.DebugString());
   return Status::Ok();
 }
 
@@ -64,8 +65,8 @@ StatusOr<math::Window> ToWindow(const device::Window2D& w, const char* op) {
       w.pad_top >= w.window_h || w.pad_left >= w.window_w) {
     return InvalidArgument(std::string(op) + ": invalid window geometry");
   }
-  return math::Window{w.batch, w.height, w.width, w.channels, w.window_h, w.window_w, w.stride_h,
-                      w.stride_w, w.out_h, w.out_w, w.pad_top, w.pad_left};
+  return math::Window{w.batch,    w.height,   w.width, w.channels, w.window_h, w.window_w,
+                      w.stride_h, w.stride_w, w.out_h, w.out_w,    w.pad_top,  w.pad_left};
 }
 
 Status NeedSize(const Tensor& t, int64_t n, const char* op, const char* what) {
@@ -126,11 +127,11 @@ class CudaBackend final : public Backend {
     // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the
     // same buffers, operands swapped.
     const float alpha = 1.f;
-    return Blas(cublasSgemm(d->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                            static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b.data<float>(),
-                            static_cast<int>(b.dim(1)), a.data<float>(), static_cast<int>(a.dim(1)), &beta,
-                            c.data<float>(), static_cast<int>(n)),
-                "cublasSgemm");
+    return Blas(
+        cublasSgemm(d->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
+                    static_cast<int>(m), static_cast<int>(k), &alpha, b.data<float>(), static_cast<int>(b.dim(1)),
+                    a.data<float>(), static_cast<int>(a.dim(1)), &beta, c.data<float>(), static_cast<int>(n)),
+        "cublasSgemm");
   }
 
   Status Transpose(const Tensor& a, Tensor& out) override {
@@ -145,8 +146,9 @@ class CudaBackend final : public Backend {
     RETURN_IF_ERROR(NeedF32(bias, "BiasAdd"));
     if (bias.size() == 0 || y.size() % bias.size() != 0) return InvalidArgument("BiasAdd: bias does not divide y");
     ASSIGN_OR_RETURN(PerDevice * d, Get(y));
-    return Launch(kernels::BiasAdd(y.data<float>(), bias.data<float>(), y.size() / bias.size(), bias.size(), d->compute),
-                  "BiasAdd");
+    return Launch(
+        kernels::BiasAdd(y.data<float>(), bias.data<float>(), y.size() / bias.size(), bias.size(), d->compute),
+        "BiasAdd");
   }
 
   Status ColumnSum(const Tensor& x, Tensor& out) override {
@@ -172,7 +174,8 @@ class CudaBackend final : public Backend {
     RETURN_IF_ERROR(NeedF32(a, "Unary"));
     RETURN_IF_ERROR(SameSize(a, out, "Unary"));
     ASSIGN_OR_RETURN(PerDevice * d, Get(out));
-    return Launch(kernels::Unary(static_cast<int>(op), a.data<float>(), out.data<float>(), a.size(), d->compute), "Unary");
+    return Launch(kernels::Unary(static_cast<int>(op), a.data<float>(), out.data<float>(), a.size(), d->compute),
+                  "Unary");
   }
 
   Status BinaryOp(device::Binary op, const Tensor& a, const Tensor& b, Tensor& out) override {
@@ -209,18 +212,18 @@ class CudaBackend final : public Backend {
     RETURN_IF_ERROR(SameSize(y, grad, "ActivationBackward"));
     ASSIGN_OR_RETURN(PerDevice * d, Get(grad));
     const int64_t cols = y.rank() ? y.dim(-1) : 1, rows = cols ? y.size() / cols : 0;
-    return Launch(kernels::ActivationGrad(static_cast<int>(kind), y.data<float>(), grad.data<float>(), rows, cols,
-                                          d->compute),
-                  "ActivationBackward");
+    return Launch(
+        kernels::ActivationGrad(static_cast<int>(kind), y.data<float>(), grad.data<float>(), rows, cols, d->compute),
+        "ActivationBackward");
   }
 
   Status ReduceAxis(device::Reduce op, const Tensor& a, int64_t outer, int64_t n, int64_t inner, Tensor& out) override {
     RETURN_IF_ERROR(NeedF32(a, "Reduce"));
     if (outer * n * inner != a.size() || out.size() != outer * inner) return InvalidArgument("Reduce: bad view");
     ASSIGN_OR_RETURN(PerDevice * d, Get(out));
-    return Launch(kernels::ReduceAxis(static_cast<int>(op), a.data<float>(), out.data<float>(), outer, n, inner,
-                                      d->compute),
-                  "Reduce");
+    return Launch(
+        kernels::ReduceAxis(static_cast<int>(op), a.data<float>(), out.data<float>(), outer, n, inner, d->compute),
+        "Reduce");
   }
 
   Status ArgMax(const Tensor& a, Tensor& out) override {
@@ -238,8 +241,8 @@ class CudaBackend final : public Backend {
     const int64_t rows = params.rank() ? params.dim(0) : 0, row = rows ? params.size() / rows : 0;
     if (out.size() != indices.size() * row) return InvalidArgument("Gather: bad output size");
     ASSIGN_OR_RETURN(PerDevice * d, Get(out));
-    return Launch(kernels::Gather(params.data<float>(), indices.data<int64_t>(), out.data<float>(), indices.size(), rows,
-                                  row, d->compute),
+    return Launch(kernels::Gather(params.data<float>(), indices.data<int64_t>(), out.data<float>(), indices.size(),
+                                  rows, row, d->compute),
                   "Gather");
   }
 
@@ -250,8 +253,8 @@ class CudaBackend final : public Backend {
     const int64_t rows = ref.rank() ? ref.dim(0) : 0, row = rows ? ref.size() / rows : 0;
     if (updates.size() != indices.size() * row) return InvalidArgument("ScatterAdd: updates do not match indices");
     ASSIGN_OR_RETURN(PerDevice * d, Get(ref));
-    return Launch(kernels::ScatterAdd(ref.data<float>(), indices.data<int64_t>(), updates.data<float>(),
-                                      indices.size(), rows, row, d->compute),
+    return Launch(kernels::ScatterAdd(ref.data<float>(), indices.data<int64_t>(), updates.data<float>(), indices.size(),
+                                      rows, row, d->compute),
                   "ScatterAdd");
   }
 
@@ -288,10 +291,10 @@ class CudaBackend final : public Backend {
       return InvalidArgument("EmbeddingBackward: bad shapes");
     }
     ASSIGN_OR_RETURN(PerDevice * d, Get(values));
-    return Launch(kernels::EmbeddingBackward(dy.data<float>(), positions.data<int64_t>(), offsets.data<int64_t>(),
-                                             values.dim(0), divisor, scale, values.dim(1), values.data<float>(),
-                                             d->compute),
-                  "EmbeddingBackward");
+    return Launch(
+        kernels::EmbeddingBackward(dy.data<float>(), positions.data<int64_t>(), offsets.data<int64_t>(), values.dim(0),
+                                   divisor, scale, values.dim(1), values.data<float>(), d->compute),
+        "EmbeddingBackward");
   }
 
   Status Im2Col(const Tensor& x, const device::Window2D& w, Tensor& patches) override {
@@ -330,9 +333,9 @@ class CudaBackend final : public Backend {
       RETURN_IF_ERROR(device::CheckSameDevice("Pool2D", {&y, argmax}));
     }
     ASSIGN_OR_RETURN(PerDevice * d, Get(y));
-    return Launch(kernels::Pool2D(g, max, x.data<float>(), y.data<float>(), max ? argmax->data<int64_t>() : nullptr,
-                                  d->compute),
-                  "Pool2D");
+    return Launch(
+        kernels::Pool2D(g, max, x.data<float>(), y.data<float>(), max ? argmax->data<int64_t>() : nullptr, d->compute),
+        "Pool2D");
   }
 
   Status Pool2DBackward(bool max, const Tensor& dy, const Tensor* argmax, const device::Window2D& w,
@@ -374,8 +377,8 @@ class CudaBackend final : public Backend {
     if (mean.size() == 0 || x.size() % mean.size() != 0) return InvalidArgument("Moments: mean does not divide x");
     RETURN_IF_ERROR(device::CheckSameDevice("Moments", {&x, &mean, &variance}));
     ASSIGN_OR_RETURN(PerDevice * d, Get(mean));
-    return Launch(kernels::Moments(x.data<float>(), mean.data<float>(), variance.data<float>(),
-                                   x.size() / mean.size(), mean.size(), d->compute),
+    return Launch(kernels::Moments(x.data<float>(), mean.data<float>(), variance.data<float>(), x.size() / mean.size(),
+                                   mean.size(), d->compute),
                   "Moments");
   }
 
@@ -408,8 +411,8 @@ class CudaBackend final : public Backend {
     const int64_t rows = pred.dim(0), cols = rows ? pred.size() / rows : 0;
     ASSIGN_OR_RETURN(Tensor scratch, Tensor::CreateUninitialized(DType::kFloat32, {rows}, pred.device()));
     ASSIGN_OR_RETURN(PerDevice * d, Get(stats));
-    return Launch(kernels::Metric(static_cast<int>(metric), logits, pred.data<float>(), target.data<float>(), rows, cols,
-                                  scratch.data<float>(), stats.data<float>(), slot, d->compute),
+    return Launch(kernels::Metric(static_cast<int>(metric), logits, pred.data<float>(), target.data<float>(), rows,
+                                  cols, scratch.data<float>(), stats.data<float>(), slot, d->compute),
                   "Metric");
   }
 

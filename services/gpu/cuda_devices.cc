@@ -86,7 +86,8 @@ Status CudaDevices::Init(int device, PerDevice* d) {
   cudaMemPool_t pool;
   RETURN_IF_ERROR(Cuda(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool"));
   uint64_t keep = std::numeric_limits<uint64_t>::max();
-  RETURN_IF_ERROR(Cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute"));
+  RETURN_IF_ERROR(
+      Cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute"));
   RETURN_IF_ERROR(Blas(cublasCreate(&d->blas), "cublasCreate"));
   RETURN_IF_ERROR(Blas(cublasSetStream(d->blas, d->compute), "cublasSetStream"));
   // Full float32 products (no TF32), as the CPU and PyTorch's default compute them.
@@ -99,8 +100,8 @@ StatusOr<std::shared_ptr<std::byte[]>> CudaDevices::Allocate(int device, PerDevi
   DeviceGuard g(device);
   void* p = nullptr;
   // Never a zero-byte allocation: every tensor has a distinct address.
-  RETURN_IF_ERROR(Cuda(cudaMallocAsync(&p, bytes == 0 ? 256 : bytes, stream), "cudaMallocAsync (" +
-                                                                                   std::to_string(bytes) + " bytes)"));
+  RETURN_IF_ERROR(Cuda(cudaMallocAsync(&p, bytes == 0 ? 256 : bytes, stream),
+                       "cudaMallocAsync (" + std::to_string(bytes) + " bytes)"));
   cudaStream_t compute = d->compute;
   return std::shared_ptr<std::byte[]>(static_cast<std::byte*>(p), [device, compute](std::byte* q) {
     DeviceGuard g2(device);
@@ -154,9 +155,9 @@ Status CudaDevices::CopyOnDevice(const Tensor& src, Tensor& dst) {
   }
   // Another device: wait for the source's queued work first.
   RETURN_IF_ERROR(Synchronize(src.device().index));
-  return Cuda(cudaMemcpyPeerAsync(dst.raw(), dst.device().index, src.raw(), src.device().index, src.bytes(),
-                                  d->compute),
-              "cudaMemcpyPeerAsync");
+  return Cuda(
+      cudaMemcpyPeerAsync(dst.raw(), dst.device().index, src.raw(), src.device().index, src.bytes(), d->compute),
+      "cudaMemcpyPeerAsync");
 }
 
 Status CudaDevices::Synchronize(int device) {
@@ -232,8 +233,9 @@ StatusOr<const float*> CudaDevices::Ones(int device, PerDevice* d, int64_t n) {
   int64_t size = 1024;
   while (size < n) size <<= 1;
   float* p = nullptr;
-  RETURN_IF_ERROR(Cuda(cudaMallocAsync(reinterpret_cast<void**>(&p), static_cast<size_t>(size) * sizeof(float), d->compute),
-                       "cudaMallocAsync (ones)"));
+  RETURN_IF_ERROR(
+      Cuda(cudaMallocAsync(reinterpret_cast<void**>(&p), static_cast<size_t>(size) * sizeof(float), d->compute),
+           "cudaMallocAsync (ones)"));
   RETURN_IF_ERROR(Launch(kernels::Fill(p, size, 1.f, d->compute), "Fill (ones)"));
   if (d->ones) cudaFreeAsync(d->ones, d->compute);
   d->ones = p;

@@ -96,8 +96,10 @@ TFJOB_HD void Update(const Opt& o, float& w, float g, float* s0, float* s1, floa
       }
       float m = o.momentum * *s0 - o.lr * g;
       *s0 = m;
-      if (o.nesterov) w += o.momentum * m - o.lr * g;
-      else w += m;
+      if (o.nesterov)
+        w += o.momentum * m - o.lr * g;
+      else
+        w += m;
       return;
     }
     case 1: {
@@ -155,11 +157,11 @@ TFJOB_HD void Update(const Opt& o, float& w, float g, float* s0, float* s1, floa
 // multiply-add can be fused (max pooling, the forward sums), else to the
 // last bit.
 struct Window {
-  int64_t n, h, w, c;   // input [n, h, w, c]
-  int64_t kh, kw;       // window
-  int64_t sh, sw;       // strides
-  int64_t oh, ow;       // output pixels
-  int64_t pt, pl;       // padding before (top, left)
+  int64_t n, h, w, c;  // input [n, h, w, c]
+  int64_t kh, kw;      // window
+  int64_t sh, sw;      // strides
+  int64_t oh, ow;      // output pixels
+  int64_t pt, pl;      // padding before (top, left)
 };
 
 // Output positions o along one axis whose window covers input position v:
@@ -217,7 +219,8 @@ TFJOB_HD void PoolWindow(const Window& g, int64_t oy, int64_t ox, int64_t& y0, i
 // greater replaces), and *arg receives its flat input offset. Average: the
 // divisor counts real inputs only.
 TFJOB_HD float PoolAt(const Window& g, bool max, const float* x, int64_t i, int64_t* arg) {
-  const int64_t ch = i % g.c, rest = i / g.c, ox = rest % g.ow, rest2 = rest / g.ow, oy = rest2 % g.oh, b = rest2 / g.oh;
+  const int64_t ch = i % g.c, rest = i / g.c, ox = rest % g.ow, rest2 = rest / g.ow, oy = rest2 % g.oh,
+                b = rest2 / g.oh;
   int64_t y0, y1, x0, x1;
   PoolWindow(g, oy, ox, y0, y1, x0, x1);
   float acc = 0.f;

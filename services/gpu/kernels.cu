@@ -18,20 +18,19 @@ unsigned Blocks(int64_t n) {
   return static_cast<unsigned>(b < 1 ? 1 : (b > 8192 ? 8192 : b));
 }
 
-#define TFJOB_FOR(i, n) \
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += static_cast<int64_t>(blockDim.x) * gridDim.x)
+#define TFJOB_FOR(i, n)                                                                  \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x)
 
 int Done() { return static_cast<int>(cudaGetLastError()); }
 
-__device__ __forceinline__ int64_t ClampIndex(int64_t i, int64_t rows) { return i < 0 ? 0 : (i >= rows ? rows - 1 : i); }
-
-__global__ void AxpyK(int64_t n, float alpha, const float* x, float* y) {
-  TFJOB_FOR(i, n) y[i] += alpha * x[i];
+__device__ __forceinline__ int64_t ClampIndex(int64_t i, int64_t rows) {
+  return i < 0 ? 0 : (i >= rows ? rows - 1 : i);
 }
 
-__global__ void FillK(float* p, int64_t n, float v) {
-  TFJOB_FOR(i, n) p[i] = v;
-}
+__global__ void AxpyK(int64_t n, float alpha, const float* x, float* y) { TFJOB_FOR(i, n) y[i] += alpha * x[i]; }
+
+__global__ void FillK(float* p, int64_t n, float v) { TFJOB_FOR(i, n) p[i] = v; }
 
 __global__ void UnaryK(int op, const float* a, float* out, int64_t n) {
   TFJOB_FOR(i, n) out[i] = math::Unary(op, a[i]);
@@ -44,9 +43,7 @@ __global__ void BinaryK(int op, const float* a, const float* b, float* out, int6
   }
 }
 
-__global__ void ScaleK(const float* a, float s, float* out, int64_t n) {
-  TFJOB_FOR(i, n) out[i] = a[i] * s;
-}
+__global__ void ScaleK(const float* a, float s, float* out, int64_t n) { TFJOB_FOR(i, n) out[i] = a[i] * s; }
 
 __global__ void TransposeK(const float* a, float* out, int64_t rows, int64_t cols) {
   TFJOB_FOR(i, rows * cols) {
@@ -119,7 +116,8 @@ __global__ void ReduceBlockK(int op, const float* a, float* out, int64_t outer, 
     __syncthreads();
     for (int s = blockDim.x / 2; s > 0; s >>= 1) {
       if (static_cast<int>(threadIdx.x) < s) {
-        part[threadIdx.x] = op == 2 ? fmaxf(part[threadIdx.x], part[threadIdx.x + s]) : part[threadIdx.x] + part[threadIdx.x + s];
+        part[threadIdx.x] =
+            op == 2 ? fmaxf(part[threadIdx.x], part[threadIdx.x + s]) : part[threadIdx.x] + part[threadIdx.x + s];
       }
       __syncthreads();
     }
@@ -187,8 +185,8 @@ __global__ void EmbeddingBackwardK(const float* dy, const int64_t* positions, co
 }
 
 // Per-row loss terms (and gradients), the same formulas as losses.cc.
-__global__ void LossRowsK(int loss, bool from_logits, const float* pred, const float* target, float* grad,
-                          int64_t rows, int64_t cols, float* row_loss) {
+__global__ void LossRowsK(int loss, bool from_logits, const float* pred, const float* target, float* grad, int64_t rows,
+                          int64_t cols, float* row_loss) {
   const float n = static_cast<float>(rows * cols);
   const float inv_b = 1.f / static_cast<float>(rows);
   TFJOB_FOR(r, rows) {
@@ -267,8 +265,8 @@ __global__ void FoldK(const float* terms, int64_t rows, float denominator, float
   }
 }
 
-__global__ void MetricRowsK(int metric, bool logits, const float* pred, const float* target, int64_t rows,
-                            int64_t cols, float* row_correct) {
+__global__ void MetricRowsK(int metric, bool logits, const float* pred, const float* target, int64_t rows, int64_t cols,
+                            float* row_correct) {
   TFJOB_FOR(r, rows) {
     const float* p = pred + r * cols;
     const float* y = target + r * cols;
@@ -291,9 +289,7 @@ __global__ void MetricRowsK(int metric, bool logits, const float* pred, const fl
 }
 
 __global__ void OptimizerDenseK(math::Opt o, float* w, const float* g, float* s0, float* s1, float* s2, int64_t n) {
-  TFJOB_FOR(i, n) {
-    math::Update(o, w[i], g[i], s0 ? s0 + i : nullptr, s1 ? s1 + i : nullptr, s2 ? s2 + i : nullptr);
-  }
+  TFJOB_FOR(i, n) { math::Update(o, w[i], g[i], s0 ? s0 + i : nullptr, s1 ? s1 + i : nullptr, s2 ? s2 + i : nullptr); }
 }
 
 __global__ void OptimizerRowsK(math::Opt o, float* w, const int64_t* ids, const float* values, float* s0, float* s1,
@@ -312,7 +308,6 @@ __global__ void OptimizerMaskedK(math::Opt o, float* w, const float* g, const fl
     }
   }
 }
-
 
 __global__ void Im2ColK(math::Window g, const float* x, float* p, int64_t n) {
   TFJOB_FOR(i, n) p[i] = math::Im2ColAt(g, x, i);
@@ -432,9 +427,9 @@ int ArgMax(const float* a, int64_t* out, int64_t rows, int64_t cols, void* strea
   return Done();
 }
 
-int Gather(const float* params, const int64_t* ids, float* out, int64_t nids, int64_t rows, int64_t row,
-           void* stream) {
-  if (nids * row > 0 && rows > 0) GatherK<<<Blocks(nids * row), kThreads, 0, S(stream)>>>(params, ids, out, nids, rows, row);
+int Gather(const float* params, const int64_t* ids, float* out, int64_t nids, int64_t rows, int64_t row, void* stream) {
+  if (nids * row > 0 && rows > 0)
+    GatherK<<<Blocks(nids * row), kThreads, 0, S(stream)>>>(params, ids, out, nids, rows, row);
   return Done();
 }
 
@@ -460,7 +455,7 @@ int EmbeddingForward(const float* table, const int64_t* ids, float* out, int64_t
                      float scale, int64_t dim, int64_t vocab, void* stream) {
   if (out_rows * dim > 0 && vocab > 0) {
     EmbeddingForwardK<<<Blocks(out_rows * dim), kThreads, 0, S(stream)>>>(table, ids, out, out_rows, bag, combine,
-                                                                            scale, dim, vocab);
+                                                                          scale, dim, vocab);
   }
   return Done();
 }
@@ -469,7 +464,7 @@ int EmbeddingBackward(const float* dy, const int64_t* positions, const int64_t* 
                       float scale, int64_t dim, float* values, void* stream) {
   if (k * dim > 0) {
     EmbeddingBackwardK<<<Blocks(k * dim), kThreads, 0, S(stream)>>>(dy, positions, offsets, k, divisor, scale, dim,
-                                                                     values);
+                                                                    values);
   }
   return Done();
 }
@@ -485,8 +480,8 @@ int Loss(int loss, bool from_logits, const float* pred, const float* target, flo
   return Done();
 }
 
-int Metric(int metric, bool logits, const float* pred, const float* target, int64_t rows, int64_t cols,
-           float* scratch, float* stats, int64_t slot, void* stream) {
+int Metric(int metric, bool logits, const float* pred, const float* target, int64_t rows, int64_t cols, float* scratch,
+           float* stats, int64_t slot, void* stream) {
   if (rows == 0) return Done();
   MetricRowsK<<<Blocks(rows), kThreads, 0, S(stream)>>>(metric, logits, pred, target, rows, cols, scratch);
   const float counted = metric == 0 ? static_cast<float>(rows) : static_cast<float>(rows * cols);

@@ -31,8 +31,7 @@ int ActivationGrad(int kind, const float* y, float* g, int64_t rows, int64_t col
 // op: 0 sum, 1 mean, 2 max; a is [outer, n, inner], out [outer, inner].
 int ReduceAxis(int op, const float* a, float* out, int64_t outer, int64_t n, int64_t inner, void* stream);
 int ArgMax(const float* a, int64_t* out, int64_t rows, int64_t cols, void* stream);
-int Gather(const float* params, const int64_t* ids, float* out, int64_t nids, int64_t rows, int64_t row,
-           void* stream);
+int Gather(const float* params, const int64_t* ids, float* out, int64_t nids, int64_t rows, int64_t row, void* stream);
 int ScatterAdd(float* ref, const int64_t* ids, const float* updates, int64_t nids, int64_t rows, int64_t row,
                void* stream);
 int CastToInt(const float* a, int64_t* out, int64_t n, void* stream);
@@ -63,8 +62,8 @@ int Loss(int loss, bool from_logits, const float* pred, const float* target, flo
 // metric: 0 argmax match, 1 binary (threshold 0 for logits, else 0.5;
 // target positive when >= 0.5), 2 exact equality. scratch holds `rows`
 // floats. stats[slot] += correct; stats[slot + 1] += counted.
-int Metric(int metric, bool logits, const float* pred, const float* target, int64_t rows, int64_t cols,
-           float* scratch, float* stats, int64_t slot, void* stream);
+int Metric(int metric, bool logits, const float* pred, const float* target, int64_t rows, int64_t cols, float* scratch,
+           float* stats, int64_t slot, void* stream);
 
 int OptimizerDense(const math::Opt& o, float* w, const float* g, float* s0, float* s1, float* s2, int64_t n,
                    void* stream);

@@ -31,8 +31,8 @@ RuntimeMetrics::RuntimeMetrics(Identity id, WallClock now)
       now_(std::move(now)),
       steps_(Counter(registry_, "tfjob_runtime_steps_total", "Training steps completed (chief)")),
       examples_(Counter(registry_, "tfjob_runtime_examples_total", "Training examples processed (chief)")),
-      examples_per_second_(Gauge(registry_, "tfjob_runtime_examples_per_second",
-                                 "Training throughput over the last epoch (chief)")),
+      examples_per_second_(
+          Gauge(registry_, "tfjob_runtime_examples_per_second", "Training throughput over the last epoch (chief)")),
       loss_(Gauge(registry_, "tfjob_runtime_loss", "Mean training loss over the last epoch (chief)")),
       closure_latency_(Histogram(registry_, "tfjob_runtime_closure_latency_seconds",
                                  "Scheduled closures' round trip to a worker (coordinator)")),
@@ -46,7 +46,8 @@ RuntimeMetrics::RuntimeMetrics(Identity id, WallClock now)
       checkpoint_step_(Gauge(registry_, "tfjob_runtime_last_checkpoint_step", "Training step of the last checkpoint")),
       evaluation_(Gauge(registry_, "tfjob_runtime_evaluation",
                         "Evaluation results of the latest evaluated checkpoint (label metric)")),
-      evaluated_step_(Gauge(registry_, "tfjob_runtime_evaluated_step", "Training step of the latest evaluated checkpoint")),
+      evaluated_step_(
+          Gauge(registry_, "tfjob_runtime_evaluated_step", "Training step of the latest evaluated checkpoint")),
       ps_received_(Counter(registry_, "tfjob_runtime_ps_received_bytes_total",
                            "Request bytes a parameter server received, by RPC method")),
       ps_sent_(Counter(registry_, "tfjob_runtime_ps_sent_bytes_total",
@@ -54,8 +55,8 @@ RuntimeMetrics::RuntimeMetrics(Identity id, WallClock now)
       ps_latency_(Histogram(registry_, "tfjob_runtime_ps_rpc_latency_seconds",
                             "Time a parameter server spent serving an RPC, by method")),
       worker_closures_(Counter(registry_, "tfjob_runtime_worker_closures_total", "Closures a worker executed")),
-      worker_closure_seconds_(Histogram(registry_, "tfjob_runtime_worker_closure_seconds",
-                                        "Time a worker spent executing one closure")) {
+      worker_closure_seconds_(
+          Histogram(registry_, "tfjob_runtime_worker_closure_seconds", "Time a worker spent executing one closure")) {
   // Each role's own counters start at zero (see the header).
   const std::string& t = id_.task_type;
   if (t == "chief" || t == "master" || t == "local") {
@@ -161,8 +162,14 @@ StatusOr<std::unique_ptr<Exporter>> Exporter::Start(const ExporterConfig& config
   RuntimeMetrics* m = e->metrics_.get();
   std::map<std::string, base::HttpHandler> routes{
       {"/metrics", base::MetricsHandler(m->registry(), [m] { m->UpdateScrapeTimeGauges(); })},
-      {"/healthz", [] { return base::HttpResponse{200, "ok\n"}; }},
-      {"/readyz", [] { return base::HttpResponse{200, "ok\n"}; }},
+      {"/healthz",
+       [] {
+         return base::HttpResponse{200, "ok\n"};
+       }},
+      {"/readyz",
+       [] {
+         return base::HttpResponse{200, "ok\n"};
+       }},
   };
   // Appended, not "lit" + std::string&&: GCC 12 reports a false -Wrestrict there.
   std::string listen = ":";

@@ -57,7 +57,8 @@ struct Identity {
 class RuntimeMetrics {
  public:
   using WallClock = std::function<std::chrono::system_clock::time_point()>;
-  explicit RuntimeMetrics(Identity id, WallClock now = [] { return std::chrono::system_clock::now(); });
+  explicit RuntimeMetrics(
+      Identity id, WallClock now = [] { return std::chrono::system_clock::now(); });
 
   const Identity& identity() const { return id_; }
 

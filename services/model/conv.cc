@@ -135,7 +135,8 @@ class Conv2D final : public Layer {
     RETURN_IF_ERROR(ActivateBackward(spec_.activation, y_, dy));
     const int64_t k = kh_ * kw_ * c_, rows = batch_ * oh_ * ow_;
     ASSIGN_OR_RETURN(Tensor d2, dy.Reshape({rows, spec_.filters}));
-    ASSIGN_OR_RETURN(Tensor dk, Tensor::CreateUninitialized(DType::kFloat32, {kh_, kw_, c_, spec_.filters}, dy.device()));
+    ASSIGN_OR_RETURN(Tensor dk,
+                     Tensor::CreateUninitialized(DType::kFloat32, {kh_, kw_, c_, spec_.filters}, dy.device()));
     ASSIGN_OR_RETURN(Tensor dk2, dk.Reshape({k, spec_.filters}));
     RETURN_IF_ERROR(b->MatMul(patches_, true, d2, false, dk2, 0.f));
     grads[0] = Gradient{false, dk, {}, {}};
@@ -152,7 +153,8 @@ class Conv2D final : public Layer {
     // orders this product after the one above that reads them).
     ASSIGN_OR_RETURN(Tensor k2, params[0].Reshape({k, spec_.filters}));
     RETURN_IF_ERROR(b->MatMul(d2, false, k2, true, patches_, 0.f));
-    ASSIGN_OR_RETURN(Tensor dx, Tensor::CreateUninitialized(DType::kFloat32, WithBatch(batch_, in_shape_), dy.device()));
+    ASSIGN_OR_RETURN(Tensor dx,
+                     Tensor::CreateUninitialized(DType::kFloat32, WithBatch(batch_, in_shape_), dy.device()));
     RETURN_IF_ERROR(b->Col2Im(patches_, Geometry2D(batch_), dx));
     patches_ = Tensor();
     return dx;

@@ -57,8 +57,10 @@ StatusOr<LayerSpec> ParseLayer(const nlohmann::json& j, const std::string& path,
     RETURN_IF_ERROR(Positive(r.FieldPath("output_dim"), s.output_dim));
     std::string combiner;
     RETURN_IF_ERROR(r.Optional("combiner", combiner));
-    if (combiner == "sum") s.combiner = Combiner::kSum;
-    else if (combiner == "mean") s.combiner = Combiner::kMean;
+    if (combiner == "sum")
+      s.combiner = Combiner::kSum;
+    else if (combiner == "mean")
+      s.combiner = Combiner::kMean;
     else if (!combiner.empty()) {
       return InvalidArgument(r.FieldPath("combiner") + ": unknown combiner \"" + combiner + "\" (known: sum, mean)");
     }
@@ -72,8 +74,8 @@ StatusOr<LayerSpec> ParseLayer(const nlohmann::json& j, const std::string& path,
   } else {
     ASSIGN_OR_RETURN(bool more, ParseMoreLayers(type, j, r, dir, s, base, activation));
     if (!more) {
-      return InvalidArgument(r.FieldPath("type") + ": unknown layer type \"" + type + "\" (known: " +
-                             KnownLayerTypes() + ")");
+      return InvalidArgument(r.FieldPath("type") + ": unknown layer type \"" + type +
+                             "\" (known: " + KnownLayerTypes() + ")");
     }
   }
   auto act = ParseActivation(activation);
@@ -94,14 +96,21 @@ StatusOr<ModelSpec> ParseModel(const nlohmann::json& j, const std::string& path,
   if (!r.Has("input_shape")) return InvalidArgument(r.FieldPath("input_shape") + ": required field is missing");
   RETURN_IF_ERROR(r.Optional("input_shape", m.input_shape));
   for (int64_t d : m.input_shape) {
-    if (d <= 0) return InvalidArgument(r.FieldPath("input_shape") + ": dimensions must be > 0, got " + ShapeString(m.input_shape));
+    if (d <= 0)
+      return InvalidArgument(r.FieldPath("input_shape") + ": dimensions must be > 0, got " +
+                             ShapeString(m.input_shape));
   }
   std::string dtype = "float32";
   RETURN_IF_ERROR(r.Optional("input_dtype", dtype));
-  if (dtype == "float32") m.input_dtype = DType::kFloat32;
-  else if (dtype == "int64") m.input_dtype = DType::kInt64;
-  else if (dtype == "string") m.input_dtype = DType::kInt64, m.string_input = true;
-  else return InvalidArgument(r.FieldPath("input_dtype") + ": unknown dtype \"" + dtype + "\" (known: float32, int64, string)");
+  if (dtype == "float32")
+    m.input_dtype = DType::kFloat32;
+  else if (dtype == "int64")
+    m.input_dtype = DType::kInt64;
+  else if (dtype == "string")
+    m.input_dtype = DType::kInt64, m.string_input = true;
+  else
+    return InvalidArgument(r.FieldPath("input_dtype") + ": unknown dtype \"" + dtype +
+                           "\" (known: float32, int64, string)");
   const nlohmann::json* layers = r.Child("layers");
   if (!layers) return InvalidArgument(r.FieldPath("layers") + ": required field is missing");
   if (!layers->is_array() || layers->empty()) {
@@ -109,7 +118,8 @@ StatusOr<ModelSpec> ParseModel(const nlohmann::json& j, const std::string& path,
   }
   std::map<std::string, int> counts;
   for (size_t i = 0; i < layers->size(); ++i) {
-    ASSIGN_OR_RETURN(LayerSpec l, ParseLayer((*layers)[i], r.FieldPath("layers") + "[" + std::to_string(i) + "]", dir, counts));
+    ASSIGN_OR_RETURN(LayerSpec l,
+                     ParseLayer((*layers)[i], r.FieldPath("layers") + "[" + std::to_string(i) + "]", dir, counts));
     m.layers.push_back(std::move(l));
   }
   RETURN_IF_ERROR(r.Finish());
@@ -154,11 +164,16 @@ StatusOr<OptimizerSpec> ParseOptimizer(const nlohmann::json& j, const std::strin
   }
   const std::string field = r ? r->FieldPath("type") : path;
   const std::string n = Lower(type);
-  if (n == "sgd") s.type = OptimizerType::kSGD;
-  else if (n == "adagrad") s.type = OptimizerType::kAdagrad;
-  else if (n == "rmsprop") s.type = OptimizerType::kRMSprop;
-  else if (n == "adam") s.type = OptimizerType::kAdam;
-  else return InvalidArgument(field + ": unknown optimizer \"" + type + "\" (known: SGD, Adagrad, RMSprop, Adam)");
+  if (n == "sgd")
+    s.type = OptimizerType::kSGD;
+  else if (n == "adagrad")
+    s.type = OptimizerType::kAdagrad;
+  else if (n == "rmsprop")
+    s.type = OptimizerType::kRMSprop;
+  else if (n == "adam")
+    s.type = OptimizerType::kAdam;
+  else
+    return InvalidArgument(field + ": unknown optimizer \"" + type + "\" (known: SGD, Adagrad, RMSprop, Adam)");
   if (s.type != OptimizerType::kSGD) s.learning_rate = 0.001;
   if (!r) return s;
 
@@ -204,13 +219,18 @@ StatusOr<std::vector<MetricType>> ParseMetrics(const nlohmann::json& j, const st
     const std::string field = path + "[" + std::to_string(i) + "]";
     if (!j[i].is_string()) return InvalidArgument(field + ": expected a metric name");
     const std::string n = Lower(j[i].get<std::string>());
-    if (n == "accuracy" || n == "acc") out.push_back(AccuracyForLoss(loss));
-    else if (n == "binaryaccuracy") out.push_back(MetricType::kBinaryAccuracy);
-    else if (n == "sparsecategoricalaccuracy") out.push_back(MetricType::kSparseCategoricalAccuracy);
-    else if (n == "categoricalaccuracy") out.push_back(MetricType::kCategoricalAccuracy);
+    if (n == "accuracy" || n == "acc")
+      out.push_back(AccuracyForLoss(loss));
+    else if (n == "binaryaccuracy")
+      out.push_back(MetricType::kBinaryAccuracy);
+    else if (n == "sparsecategoricalaccuracy")
+      out.push_back(MetricType::kSparseCategoricalAccuracy);
+    else if (n == "categoricalaccuracy")
+      out.push_back(MetricType::kCategoricalAccuracy);
     else {
-      return InvalidArgument(field + ": unknown metric \"" + j[i].get<std::string>() +
-                             "\" (known: accuracy, binary_accuracy, sparse_categorical_accuracy, categorical_accuracy)");
+      return InvalidArgument(
+          field + ": unknown metric \"" + j[i].get<std::string>() +
+          "\" (known: accuracy, binary_accuracy, sparse_categorical_accuracy, categorical_accuracy)");
     }
   }
   return out;

@@ -182,9 +182,12 @@ Status Activation(Config& c, LayerSpec& s, bool required = false) {
 Status Padding(Config& c, LayerSpec& s) {
   std::string p = "valid";
   RETURN_IF_ERROR(c.String("padding", p));
-  if (p == "valid") s.padding = Padding::kValid;
-  else if (p == "same") s.padding = Padding::kSame;
-  else return c.Error("argument padding=\"" + p + "\" is not supported (valid, same)");
+  if (p == "valid")
+    s.padding = Padding::kValid;
+  else if (p == "same")
+    s.padding = Padding::kSame;
+  else
+    return c.Error("argument padding=\"" + p + "\" is not supported (valid, same)");
   return c.Only("data_format", {"channels_last"}, "only channels_last (NHWC)");
 }
 
@@ -204,8 +207,9 @@ Status Lookup(Config& c, LayerSpec& s, bool strings) {
   (void)c.Take("has_input_vocabulary");
   const json* v = c.Take("vocabulary");
   if (!v || !v->is_array()) {
-    return c.Error("argument vocabulary must be a list of terms (a layer adapted in Keras keeps its vocabulary in "
-                   "assets, which to_json() does not write)");
+    return c.Error(
+        "argument vocabulary must be a list of terms (a layer adapted in Keras keeps its vocabulary in "
+        "assets, which to_json() does not write)");
   }
   for (const json& t : *v) {
     if (strings && t.is_string()) {
@@ -225,7 +229,8 @@ Status Lookup(Config& c, LayerSpec& s, bool strings) {
     } else if (!strings && t->is_number_integer()) {
       (mask ? l.int_mask_token : l.int_oov_token) = t->get<int64_t>();
     } else {
-      return c.Error("argument " + std::string(key) + "=" + Dump(*t) + " is not " + (strings ? "a string" : "an integer"));
+      return c.Error("argument " + std::string(key) + "=" + Dump(*t) + " is not " +
+                     (strings ? "a string" : "an integer"));
     }
     if (mask) l.has_mask = true;
   }
@@ -234,8 +239,8 @@ Status Lookup(Config& c, LayerSpec& s, bool strings) {
   auto table = Lookup::Create(l, strings);
   if (!table.ok()) return c.Error(table.status().message());
   if (max_tokens > 0 && table->vocabulary_size() > max_tokens) {
-    return c.Error("the vocabulary has " + std::to_string(table->vocabulary_size()) + " entries, more than max_tokens " +
-                   std::to_string(max_tokens));
+    return c.Error("the vocabulary has " + std::to_string(table->vocabulary_size()) +
+                   " entries, more than max_tokens " + std::to_string(max_tokens));
   }
   return Status::Ok();
 }
@@ -303,10 +308,9 @@ Status EmbeddingLayer(Config& c, LayerSpec& s) {
   RETURN_IF_ERROR(c.Common(s));
   RETURN_IF_ERROR(c.Int("input_dim", s.input_dim, true));
   RETURN_IF_ERROR(c.Int("output_dim", s.output_dim, true));
-  RETURN_IF_ERROR(c.Initializer("embeddings_initializer", {"RandomUniform", "uniform", "random_uniform"},
-                                [](const json& cfg) {
-                                  return cfg.value("minval", -0.05) == -0.05 && cfg.value("maxval", 0.05) == 0.05;
-                                }));
+  RETURN_IF_ERROR(c.Initializer(
+      "embeddings_initializer", {"RandomUniform", "uniform", "random_uniform"},
+      [](const json& cfg) { return cfg.value("minval", -0.05) == -0.05 && cfg.value("maxval", 0.05) == 0.05; }));
   for (const char* k : {"embeddings_regularizer", "activity_regularizer", "embeddings_constraint", "lora_rank",
                         "quantization_config"}) {
     RETURN_IF_ERROR(c.Null(k));
@@ -410,7 +414,8 @@ Status Layer(const std::string& cls, Config& c, LayerSpec& s) {
     RETURN_IF_ERROR(c.Common(s, /*lookup=*/true));
     RETURN_IF_ERROR(Lookup(c, s, strings));
   } else {
-    return c.Error("unsupported layer " + cls + " (supported: Dense, Embedding, Activation, Flatten, Conv2D, "
+    return c.Error("unsupported layer " + cls +
+                   " (supported: Dense, Embedding, Activation, Flatten, Conv2D, "
                    "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Dropout, BatchNormalization, Reshape, "
                    "Normalization, StringLookup, IntegerLookup)");
   }
@@ -446,7 +451,8 @@ Status InputDType(const json* dtype, const std::string& where, ModelSpec& m) {
     m.input_dtype = DType::kInt64;
     m.string_input = true;
   } else {
-    return InvalidArgument(where + ": input dtype " + Dump(*dtype) + " is not supported (float32, int64, int32, string)");
+    return InvalidArgument(where + ": input dtype " + Dump(*dtype) +
+                           " is not supported (float32, int64, int32, string)");
   }
   return Status::Ok();
 }
@@ -495,7 +501,8 @@ StatusOr<ModelSpec> Parse(const json& doc, const std::string& source) {
       ASSIGN_OR_RETURN(m.input_shape, InputShape(cfg[key], where + ": " + key));
       RETURN_IF_ERROR(InputDType(cfg.contains("dtype") ? &cfg["dtype"] : nullptr, where, m));
       for (const char* k : {"sparse", "ragged", "optional"}) {
-        if (cfg.contains(k) && cfg[k] != false) return InvalidArgument(where + ": argument " + k + "=true is not supported");
+        if (cfg.contains(k) && cfg[k] != false)
+          return InvalidArgument(where + ": argument " + k + "=true is not supported");
       }
       have_input = true;
       continue;
@@ -514,7 +521,8 @@ StatusOr<ModelSpec> Parse(const json& doc, const std::string& source) {
       have_input = true;
     } else if (m.layers.empty() && !have_input && l.contains("build_config") &&
                l["build_config"].contains("input_shape")) {
-      ASSIGN_OR_RETURN(m.input_shape, InputShape(l["build_config"]["input_shape"], where + ": build_config.input_shape"));
+      ASSIGN_OR_RETURN(m.input_shape,
+                       InputShape(l["build_config"]["input_shape"], where + ": build_config.input_shape"));
       have_input = true;
     }
     LayerSpec s;

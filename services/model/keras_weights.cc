@@ -53,7 +53,8 @@ class Writer {
       ASSIGN_OR_RETURN(parent, Group(path.substr(0, slash)));
       leaf = path.substr(slash + 1);
     }
-    auto g = std::make_unique<Handle>(H5Gcreate2(parent, leaf.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    auto g =
+        std::make_unique<Handle>(H5Gcreate2(parent, leaf.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
     if (!g->ok()) return Internal(path_ + ": HDF5 cannot create group /" + path);
     const hid_t id = g->get();
     groups_.emplace(path, std::move(g));
@@ -64,8 +65,9 @@ class Writer {
   Status Dataset(const std::string& group, const std::string& name, const Shape& shape, const void* data, bool int64) {
     ASSIGN_OR_RETURN(hid_t g, Group(group));
     std::vector<hsize_t> dims(shape.begin(), shape.end());
-    Handle space(shape.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
-                 H5Sclose);
+    Handle space(
+        shape.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+        H5Sclose);
     if (!space.ok()) return Internal(path_ + ": HDF5 cannot make a dataspace for " + group + "/" + name);
     const hid_t file_type = int64 ? H5T_STD_I64LE : H5T_IEEE_F32LE;
     const hid_t mem_type = int64 ? H5T_NATIVE_INT64 : H5T_NATIVE_FLOAT;

@@ -53,7 +53,8 @@ Status ParseLookup(const nlohmann::json& j, JsonReader& r, const std::string& di
   const std::string vocab_field = r.FieldPath("vocabulary");
   const nlohmann::json* vocab = r.Child("vocabulary");
   if (!vocab) {
-    return InvalidArgument(vocab_field + ": required field is missing (a list of terms, or a vocabulary file; "
+    return InvalidArgument(vocab_field +
+                           ": required field is missing (a list of terms, or a vocabulary file; "
                            "adapting a lookup to the data is not supported)");
   }
   if (vocab->is_string()) {
@@ -82,8 +83,8 @@ Status ParseLookup(const nlohmann::json& j, JsonReader& r, const std::string& di
     } else if (!strings && t->is_number_integer()) {
       (mask ? l.int_mask_token : l.int_oov_token) = t->get<int64_t>();
     } else {
-      return InvalidArgument(r.FieldPath(key) + ": expected " + (strings ? "a string" : "an integer") + " or null, got " +
-                             t->dump());
+      return InvalidArgument(r.FieldPath(key) + ": expected " + (strings ? "a string" : "an integer") +
+                             " or null, got " + t->dump());
     }
     if (mask) l.has_mask = true;
   }
@@ -106,8 +107,8 @@ std::string KnownLayerTypes() {
          "Dropout, BatchNormalization, Reshape, Normalization, StringLookup, IntegerLookup";
 }
 
-StatusOr<bool> ParseMoreLayers(const std::string& type, const nlohmann::json& j, JsonReader& r,
-                               const std::string& dir, LayerSpec& s, std::string& base, std::string& activation) {
+StatusOr<bool> ParseMoreLayers(const std::string& type, const nlohmann::json& j, JsonReader& r, const std::string& dir,
+                               LayerSpec& s, std::string& base, std::string& activation) {
   std::string padding;
   if (type == "Conv2D") {
     s.type = LayerType::kConv2D;
@@ -177,7 +178,8 @@ StatusOr<bool> ParseMoreLayers(const std::string& type, const nlohmann::json& j,
     (void)r.Child("mean");
     (void)r.Child("variance");
     if (s.mean.size() != s.variance.size()) {
-      return InvalidArgument(r.FieldPath("variance") + ": mean and variance must be given together, with as many values");
+      return InvalidArgument(r.FieldPath("variance") +
+                             ": mean and variance must be given together, with as many values");
     }
     for (double v : s.variance) {
       if (!(v >= 0)) return InvalidArgument(r.FieldPath("variance") + ": must be >= 0");
@@ -207,7 +209,8 @@ StatusOr<ExampleFeatureSpec> ParseFeature(const nlohmann::json& j, const std::st
   RETURN_IF_ERROR(r.Required("name", f.name));
   RETURN_IF_ERROR(r.Required("dtype", f.dtype));
   if (f.dtype != "float32" && f.dtype != "int64" && f.dtype != "string") {
-    return InvalidArgument(r.FieldPath("dtype") + ": unknown dtype \"" + f.dtype + "\" (known: float32, int64, string)");
+    return InvalidArgument(r.FieldPath("dtype") + ": unknown dtype \"" + f.dtype +
+                           "\" (known: float32, int64, string)");
   }
   RETURN_IF_ERROR(r.Optional("shape", f.shape));
   for (int64_t d : f.shape) {
@@ -256,10 +259,12 @@ Status ParseTfRecordSource(const nlohmann::json& j, JsonReader& r, DataSourceSpe
   }
   const nlohmann::json* features = r.Child("features");
   if (!features || !features->is_array() || features->empty()) {
-    return InvalidArgument(r.FieldPath("features") + ": required: a list of the features that make up the model's input");
+    return InvalidArgument(r.FieldPath("features") +
+                           ": required: a list of the features that make up the model's input");
   }
   for (size_t i = 0; i < features->size(); ++i) {
-    ASSIGN_OR_RETURN(ExampleFeatureSpec f, ParseFeature((*features)[i], r.FieldPath("features") + "[" + std::to_string(i) + "]"));
+    ASSIGN_OR_RETURN(ExampleFeatureSpec f,
+                     ParseFeature((*features)[i], r.FieldPath("features") + "[" + std::to_string(i) + "]"));
     s.features.push_back(std::move(f));
   }
   const nlohmann::json* label = r.Child("label");
@@ -280,7 +285,8 @@ Status ParseSourceExtras(const nlohmann::json& j, JsonReader& r, const std::stri
   if (s.kind == DataSourceKind::kCsv) {
     if (const nlohmann::json* cols = r.Child("feature_columns")) {
       if (!cols->is_array() || cols->empty()) {
-        return InvalidArgument(r.FieldPath("feature_columns") + ": expected a non-empty list of column names or indices");
+        return InvalidArgument(r.FieldPath("feature_columns") +
+                               ": expected a non-empty list of column names or indices");
       }
       for (const auto& c : *cols) {
         if (c.is_string()) {
@@ -288,7 +294,8 @@ Status ParseSourceExtras(const nlohmann::json& j, JsonReader& r, const std::stri
         } else if (c.is_number_integer() && c.get<int64_t>() >= 0) {
           s.feature_columns.push_back(std::to_string(c.get<int64_t>()));
         } else {
-          return InvalidArgument(r.FieldPath("feature_columns") + ": expected column names or indices, got " + c.dump());
+          return InvalidArgument(r.FieldPath("feature_columns") + ": expected column names or indices, got " +
+                                 c.dump());
         }
       }
     }

@@ -39,8 +39,8 @@ namespace tfjob::model {
 // finishes), `base` with the default name's stem ("conv2d") and
 // `activation` with Conv2D's, as written. Returns false when `type` is none
 // of these layers. `dir` is the job file's directory, for vocabulary files.
-StatusOr<bool> ParseMoreLayers(const std::string& type, const nlohmann::json& j, JsonReader& r,
-                               const std::string& dir, LayerSpec& s, std::string& base, std::string& activation);
+StatusOr<bool> ParseMoreLayers(const std::string& type, const nlohmann::json& j, JsonReader& r, const std::string& dir,
+                               LayerSpec& s, std::string& base, std::string& activation);
 
 // Every layer type a job may name, for messages.
 std::string KnownLayerTypes();

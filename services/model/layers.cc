@@ -9,9 +9,7 @@
 
 namespace tfjob::model {
 
-Status Layer::Error(const std::string& what) const {
-  return InvalidArgument("layer \"" + spec_.name + "\": " + what);
-}
+Status Layer::Error(const std::string& what) const { return InvalidArgument("layer \"" + spec_.name + "\": " + what); }
 
 namespace {
 
@@ -38,7 +36,8 @@ class Dense final : public Layer {
   }
 
   std::vector<VariableSpec> Variables() const override {
-    std::vector<VariableSpec> v{{spec_.name + "/kernel", {in_features_, spec_.units}, Initializer::kGlorotUniform, false}};
+    std::vector<VariableSpec> v{
+        {spec_.name + "/kernel", {in_features_, spec_.units}, Initializer::kGlorotUniform, false}};
     if (spec_.use_bias) v.push_back({spec_.name + "/bias", {spec_.units}, Initializer::kZeros, false});
     return v;
   }
@@ -46,8 +45,8 @@ class Dense final : public Layer {
   StatusOr<Tensor> Forward(std::span<const Tensor> params, const Tensor& x, bool) override {
     if (x.dtype() != DType::kFloat32 || x.rank() != static_cast<int>(in_shape_.size()) + 1 ||
         !std::equal(in_shape_.begin(), in_shape_.end(), x.shape().begin() + 1)) {
-      return Error("expected input " + std::string(DTypeName(DType::kFloat32)) +
-                   ShapeString(WithBatch(-1, in_shape_)) + ", got " + x.DebugString());
+      return Error("expected input " + std::string(DTypeName(DType::kFloat32)) + ShapeString(WithBatch(-1, in_shape_)) +
+                   ", got " + x.DebugString());
     }
     const Tensor& w = params[0];
     int64_t rows = x.size() / std::max<int64_t>(in_features_, 1);
@@ -206,7 +205,8 @@ class Embedding final : public Layer {
     const int64_t* ids = ids_.data<int64_t>();
     const bool combined = spec_.combiner != Combiner::kNone;
     const int64_t expect_rows = combined ? ids_.dim(0) : ids_.size();
-    if (dy.size() != expect_rows * d) return Error("gradient shape " + ShapeString(dy.shape()) + " does not match output");
+    if (dy.size() != expect_rows * d)
+      return Error("gradient shape " + ShapeString(dy.shape()) + " does not match output");
     const float scale = spec_.combiner == Combiner::kMean ? 1.f / static_cast<float>(bag_) : 1.f;
 
     // Distinct ids in ascending order, so gradients are deterministic.
@@ -280,7 +280,8 @@ class Embedding final : public Layer {
     ASSIGN_OR_RETURN(Tensor off_dev, off.ToDevice(dy.device()));
     ASSIGN_OR_RETURN(Tensor values, DeviceEmpty(DType::kFloat32, {k, spec_.output_dim}, dy.device()));
     const float scale = spec_.combiner == Combiner::kMean ? 1.f / static_cast<float>(bag_) : 1.f;
-    RETURN_IF_ERROR(b->EmbeddingBackward(dy, pos_dev, off_dev, combined ? std::max<int64_t>(bag_, 1) : 1, scale, values));
+    RETURN_IF_ERROR(
+        b->EmbeddingBackward(dy, pos_dev, off_dev, combined ? std::max<int64_t>(bag_, 1) : 1, scale, values));
     grads[0] = Gradient{true, {}, indices_dev, values};
     return Tensor();
   }

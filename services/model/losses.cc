@@ -14,8 +14,8 @@ std::string_view Name(LossType t) { return LossName(t); }
 // Labels as float32 with the prediction's element count.
 StatusOr<Tensor> DenseLabels(LossType t, const Tensor& pred, const Tensor& labels) {
   if (labels.size() != pred.size() || labels.rank() < 1 || labels.dim(0) != pred.dim(0)) {
-    return InvalidArgument(std::string(Name(t)) + ": labels " + labels.DebugString() +
-                           " do not match predictions " + pred.DebugString());
+    return InvalidArgument(std::string(Name(t)) + ": labels " + labels.DebugString() + " do not match predictions " +
+                           pred.DebugString());
   }
   if (labels.dtype() == DType::kFloat32) return labels;
   Tensor f = Tensor::Zeros(DType::kFloat32, labels.shape());

@@ -12,7 +12,8 @@ StatusOr<int64_t> LabelAt(const Tensor& labels, int64_t i) {
 
 int64_t ArgMaxRow(const float* row, int64_t n) {
   int64_t best = 0;
-  for (int64_t j = 1; j < n; ++j) if (row[j] > row[best]) best = j;
+  for (int64_t j = 1; j < n; ++j)
+    if (row[j] > row[best]) best = j;
   return best;
 }
 
@@ -79,7 +80,8 @@ Status UpdateMetric(MetricType t, const Tensor& pred, const Tensor& labels, bool
     case MetricType::kAccuracy: {
       if (labels.size() != pred.size()) return InvalidArgument("accuracy: labels do not match predictions");
       for (int64_t i = 0; i < pred.size(); ++i) {
-        float y = labels.dtype() == DType::kInt64 ? static_cast<float>(labels.data<int64_t>()[i]) : labels.data<float>()[i];
+        float y =
+            labels.dtype() == DType::kInt64 ? static_cast<float>(labels.data<int64_t>()[i]) : labels.data<float>()[i];
         state.total += p[i] == y ? 1 : 0;
       }
       state.count += static_cast<double>(pred.size());

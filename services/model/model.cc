@@ -24,7 +24,8 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelSpec& spec, const Loss
   LayerSpec* last = &m->spec_.layers.back();
   const bool probs = !loss.from_logits;
   if (probs && (last->type == LayerType::kDense || last->type == LayerType::kActivation)) {
-    const bool cce = loss.type == LossType::kSparseCategoricalCrossentropy || loss.type == LossType::kCategoricalCrossentropy;
+    const bool cce =
+        loss.type == LossType::kSparseCategoricalCrossentropy || loss.type == LossType::kCategoricalCrossentropy;
     if ((cce && last->activation == Activation::kSoftmax) ||
         (loss.type == LossType::kBinaryCrossentropy && last->activation == Activation::kSigmoid)) {
       m->output_activation_ = last->activation;
@@ -38,8 +39,10 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelSpec& spec, const Loss
     // the StringLookup then passes the int64 ids on.
     const LayerSpec& first = spec.layers.front();
     if (first.type != LayerType::kStringLookup || first.lookup.invert) {
-      return InvalidArgument(first.path + ": model.input_dtype \"string\" needs a StringLookup (invert false) as the "
-                             "first layer, got " + std::string(LayerTypeName(first.type)));
+      return InvalidArgument(first.path +
+                             ": model.input_dtype \"string\" needs a StringLookup (invert false) as the "
+                             "first layer, got " +
+                             std::string(LayerTypeName(first.type)));
     }
     m->spec_.input_dtype = DType::kInt64;
   }
@@ -49,9 +52,11 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelSpec& spec, const Loss
   bool vars_before = false;
   for (size_t l = 0; l < m->spec_.layers.size(); ++l) {
     const LayerSpec& ls = m->spec_.layers[l];
-    if (!names.insert(ls.name).second) return InvalidArgument(ls.path + ".name: duplicate layer name \"" + ls.name + "\"");
+    if (!names.insert(ls.name).second)
+      return InvalidArgument(ls.path + ".name: duplicate layer name \"" + ls.name + "\"");
     if (ls.type == LayerType::kStringLookup && (l > 0 || !spec.string_input)) {
-      return InvalidArgument(ls.path + ": a StringLookup takes strings, which only the model's input holds: make it "
+      return InvalidArgument(ls.path +
+                             ": a StringLookup takes strings, which only the model's input holds: make it "
                              "the first layer and set model.input_dtype to \"string\"");
     }
     auto made = MakeLayer(ls);
@@ -128,8 +133,8 @@ StatusOr<Tensor> Model::Forward(std::span<const Tensor> values, const Tensor& x,
   }
   for (size_t i = 0; i < values.size(); ++i) {
     if (values[i].dtype() != DType::kFloat32 || values[i].shape() != variables_[i].shape) {
-      return InvalidArgument("variable " + variables_[i].name + " should be float32" + ShapeString(variables_[i].shape) +
-                             ", got " + values[i].DebugString());
+      return InvalidArgument("variable " + variables_[i].name + " should be float32" +
+                             ShapeString(variables_[i].shape) + ", got " + values[i].DebugString());
     }
   }
   RETURN_IF_ERROR(CheckInput(x));
@@ -201,8 +206,7 @@ Status Model::CheckDeviceSupport() const {
       case LayerType::kAveragePooling2D:
       case LayerType::kGlobalAveragePooling2D:
       case LayerType::kBatchNormalization:
-      case LayerType::kDropout:
-        continue;
+      case LayerType::kDropout: continue;
       case LayerType::kStringLookup:
       case LayerType::kIntegerLookup:
       case LayerType::kNormalization:
@@ -225,8 +229,8 @@ StatusOr<Tensor> Model::Targets(const Tensor& labels) const {
   if (training_loss_.type == LossType::kSparseCategoricalCrossentropy) {
     const int64_t classes = pred.back();
     for (int64_t b = 0; b < labels.dim(0); ++b) {
-      const int64_t id = labels.dtype() == DType::kInt64 ? labels.data<int64_t>()[b]
-                                                          : static_cast<int64_t>(labels.data<float>()[b]);
+      const int64_t id =
+          labels.dtype() == DType::kInt64 ? labels.data<int64_t>()[b] : static_cast<int64_t>(labels.data<float>()[b]);
       out[b * classes + id] = 1.f;
     }
     return t;
@@ -249,13 +253,14 @@ Status Model::DeviceLossAndMetrics(const Tensor& pred, const Tensor& targets, Te
     return InvalidArgument("targets " + targets.DebugString() + " do not match predictions " + pred.DebugString());
   }
   if (stats.size() != StatsSize(metrics.size())) {
-    return InvalidArgument("stats " + stats.DebugString() + " should have " + std::to_string(StatsSize(metrics.size())) +
-                           " elements");
+    return InvalidArgument("stats " + stats.DebugString() + " should have " +
+                           std::to_string(StatsSize(metrics.size())) + " elements");
   }
   ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(pred.device()));
-  const device::Loss kind = training_loss_.type == LossType::kMeanSquaredError    ? device::Loss::kMeanSquaredError
-                            : training_loss_.type == LossType::kBinaryCrossentropy ? device::Loss::kBinaryCrossentropy
-                                                                                   : device::Loss::kCategoricalCrossentropy;
+  const device::Loss kind = training_loss_.type == LossType::kMeanSquaredError ? device::Loss::kMeanSquaredError
+                            : training_loss_.type == LossType::kBinaryCrossentropy
+                                ? device::Loss::kBinaryCrossentropy
+                                : device::Loss::kCategoricalCrossentropy;
   if (grad) {
     RETURN_IF_ERROR(b->LossAndGradient(kind, training_loss_.from_logits, pred, targets, *grad, stats, 0));
   } else {
@@ -335,10 +340,12 @@ int64_t Model::adapt_count(size_t l) const {
 
 void Model::Summary(std::ostream& os) const {
   os << "Model: sequential\n";
-  os << std::left << std::setw(28) << "Layer (type)" << std::setw(22) << "Output Shape" << "Param #\n";
+  os << std::left << std::setw(28) << "Layer (type)" << std::setw(22) << "Output Shape"
+     << "Param #\n";
   for (size_t l = 0; l < layers_.size(); ++l) {
     int64_t params = 0;
-    for (size_t i = 0; i < layer_vars_[l].second; ++i) params += NumElements(variables_[layer_vars_[l].first + i].shape);
+    for (size_t i = 0; i < layer_vars_[l].second; ++i)
+      params += NumElements(variables_[layer_vars_[l].first + i].shape);
     Shape s{-1};
     s.insert(s.end(), layer_output_shapes_[l].begin(), layer_output_shapes_[l].end());
     std::string shape = ShapeString(s);

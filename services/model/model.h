@@ -70,8 +70,8 @@ class Model {
 
   struct Output {
     float loss = 0;
-    Tensor predictions;   // what metrics see
-    bool logits = false;  // predictions are pre-activation
+    Tensor predictions;           // what metrics see
+    bool logits = false;          // predictions are pre-activation
     std::vector<Gradient> grads;  // one per variable; empty for Evaluate
   };
   // Forward, loss and backward for one batch.

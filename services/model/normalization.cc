@@ -89,7 +89,8 @@ class BatchNormalization final : public Layer {
                             std::span<Gradient> grads) override {
     if (!training_) return Error("backward needs a training forward pass (batch statistics)");
     if (dy.shape() != xhat_.shape()) {
-      return Error("gradient shape " + ShapeString(dy.shape()) + " does not match output " + ShapeString(xhat_.shape()));
+      return Error("gradient shape " + ShapeString(dy.shape()) + " does not match output " +
+                   ShapeString(xhat_.shape()));
     }
     if (!dy.on_cpu()) return BackwardOnDevice(params, dy, need_input_grad, grads);
     const Params p = Split(params);
@@ -116,10 +117,9 @@ class BatchNormalization final : public Layer {
     const Array mean_dxhat_xhat = dgamma * p.gamma / m;
     Tensor dx = Tensor::Zeros(DType::kFloat32, dy.shape());
     Eigen::Map<RowMatrix> DX(dx.data<float>(), rows_, c_);
-    DX.array() = (((D.array().rowwise() * p.gamma).rowwise() - mean_dxhat) -
-                  (H.array().rowwise() * mean_dxhat_xhat))
-                     .rowwise() *
-                 inv_;
+    DX.array() =
+        (((D.array().rowwise() * p.gamma).rowwise() - mean_dxhat) - (H.array().rowwise() * mean_dxhat_xhat)).rowwise() *
+        inv_;
     return dx;
   }
 
@@ -358,7 +358,9 @@ class Normalization final : public AdaptableLayer {
 
 }  // namespace
 
-std::unique_ptr<Layer> MakeBatchNormalization(const LayerSpec& spec) { return std::make_unique<BatchNormalization>(spec); }
+std::unique_ptr<Layer> MakeBatchNormalization(const LayerSpec& spec) {
+  return std::make_unique<BatchNormalization>(spec);
+}
 std::unique_ptr<Layer> MakeNormalization(const LayerSpec& spec) { return std::make_unique<Normalization>(spec); }
 
 }  // namespace tfjob::model::internal

@@ -114,8 +114,10 @@ void Optimizer::UpdateRange(Tensor& var, int64_t off, const float* gp, int64_t n
       const float mu = static_cast<float>(spec_.momentum);
       Arr m = slot(0);
       m = mu * m - lr * g;
-      if (spec_.nesterov) w += mu * m - lr * g;
-      else w += m;
+      if (spec_.nesterov)
+        w += mu * m - lr * g;
+      else
+        w += m;
       break;
     }
     case OptimizerType::kAdagrad: {
@@ -181,7 +183,8 @@ Status Optimizer::ApplyDense(Tensor& var, const Tensor& grad, SlotState& st) con
   return Status::Ok();
 }
 
-Status Optimizer::CheckDevice(const Tensor& var, std::initializer_list<const Tensor*> others, const SlotState& st) const {
+Status Optimizer::CheckDevice(const Tensor& var, std::initializer_list<const Tensor*> others,
+                              const SlotState& st) const {
   for (const Tensor* t : others) RETURN_IF_ERROR(device::CheckSameDevice(name(), {&var, t}));
   for (const Tensor& s : st.slots) RETURN_IF_ERROR(device::CheckSameDevice(name(), {&var, &s}));
   return Status::Ok();

@@ -17,7 +17,8 @@ class Pooling2D final : public Layer {
 
   StatusOr<Shape> Build(const Shape& in, DType dtype) override {
     if (dtype != DType::kFloat32) return Error("expects float32 input, got " + std::string(DTypeName(dtype)));
-    if (in.size() != 3) return Error("expects input [height, width, channels] per example (NHWC), got " + ShapeString(in));
+    if (in.size() != 3)
+      return Error("expects input [height, width, channels] per example (NHWC), got " + ShapeString(in));
     in_shape_ = in;
     h_ = in[0], w_ = in[1], c_ = in[2];
     if (spec_.type == LayerType::kGlobalAveragePooling2D) {
@@ -103,7 +104,8 @@ class Pooling2D final : public Layer {
     float* d = dx.data<float>();
     const float* g = dy.data<float>();
     if (spec_.type == LayerType::kGlobalAveragePooling2D) {
-      if (dy.size() != batch_ * c_) return Error("gradient shape " + ShapeString(dy.shape()) + " does not match output");
+      if (dy.size() != batch_ * c_)
+        return Error("gradient shape " + ShapeString(dy.shape()) + " does not match output");
       const float inv = 1.f / static_cast<float>(h_ * w_);
       for (int64_t b = 0; b < batch_; ++b) {
         for (int64_t p = 0; p < h_ * w_; ++p) {
@@ -150,9 +152,9 @@ class Pooling2D final : public Layer {
   StatusOr<Tensor> ForwardOnDevice(const Tensor& x) {
     ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(x.device()));
     if (spec_.type == LayerType::kGlobalAveragePooling2D) {
-      ASSIGN_OR_RETURN(Tensor y, Tensor::CreateUninitialized(
-                                     DType::kFloat32, spec_.keepdims ? Shape{batch_, 1, 1, c_} : Shape{batch_, c_},
-                                     x.device()));
+      ASSIGN_OR_RETURN(Tensor y,
+                       Tensor::CreateUninitialized(
+                           DType::kFloat32, spec_.keepdims ? Shape{batch_, 1, 1, c_} : Shape{batch_, c_}, x.device()));
       RETURN_IF_ERROR(b->ReduceAxis(device::Reduce::kMean, x, batch_, h_ * w_, c_, y));
       return y;
     }
@@ -167,9 +169,11 @@ class Pooling2D final : public Layer {
 
   StatusOr<Tensor> BackwardOnDevice(const Tensor& dy) {
     ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(dy.device()));
-    ASSIGN_OR_RETURN(Tensor dx, Tensor::CreateUninitialized(DType::kFloat32, WithBatch(batch_, in_shape_), dy.device()));
+    ASSIGN_OR_RETURN(Tensor dx,
+                     Tensor::CreateUninitialized(DType::kFloat32, WithBatch(batch_, in_shape_), dy.device()));
     if (spec_.type == LayerType::kGlobalAveragePooling2D) {
-      if (dy.size() != batch_ * c_) return Error("gradient shape " + ShapeString(dy.shape()) + " does not match output");
+      if (dy.size() != batch_ * c_)
+        return Error("gradient shape " + ShapeString(dy.shape()) + " does not match output");
       RETURN_IF_ERROR(b->BroadcastAxis(dy, batch_, h_ * w_, c_, 1.f / static_cast<float>(h_ * w_), dx));
       return dx;
     }

@@ -79,7 +79,8 @@ int64_t Lookup::vocabulary_size() const {
 StatusOr<int64_t> Lookup::Oov(uint64_t bucket_hash, const std::string& shown) const {
   const int64_t n = spec_.num_oov_indices;
   if (n == 0) {
-    return InvalidArgument(shown + " is not in the vocabulary, and num_oov_indices is 0 (all inputs must be in "
+    return InvalidArgument(shown +
+                           " is not in the vocabulary, and num_oov_indices is 0 (all inputs must be in "
                            "the vocabulary; set num_oov_indices to 1 to map unknown terms to an OOV index)");
   }
   if (n == 1) return oov_start();

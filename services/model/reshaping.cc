@@ -57,7 +57,8 @@ class Dropout final : public Layer {
   StatusOr<Tensor> Backward(std::span<const Tensor>, Tensor dy, bool need_input_grad, std::span<Gradient>) override {
     if (!need_input_grad) return Tensor();
     if (mask_.size() == 0) return dy;
-    if (dy.shape() != mask_.shape()) return Error("gradient shape " + ShapeString(dy.shape()) + " does not match output");
+    if (dy.shape() != mask_.shape())
+      return Error("gradient shape " + ShapeString(dy.shape()) + " does not match output");
     if (!dy.on_cpu() || !mask_.on_cpu()) return ops::Mul(dy, mask_);
     AsArray(dy) *= AsArray(mask_);
     return dy;

@@ -13,10 +13,21 @@
 namespace tfjob::model {
 
 enum class LayerType {
-  kDense, kEmbedding, kActivation, kFlatten,
+  kDense,
+  kEmbedding,
+  kActivation,
+  kFlatten,
   // conv.cc, pooling.cc, normalization.cc, reshaping.cc, preprocessing.cc
-  kConv2D, kMaxPooling2D, kAveragePooling2D, kGlobalAveragePooling2D, kDropout, kBatchNormalization, kReshape,
-  kStringLookup, kIntegerLookup, kNormalization,
+  kConv2D,
+  kMaxPooling2D,
+  kAveragePooling2D,
+  kGlobalAveragePooling2D,
+  kDropout,
+  kBatchNormalization,
+  kReshape,
+  kStringLookup,
+  kIntegerLookup,
+  kNormalization,
 };
 enum class Combiner { kNone, kSum, kMean };
 enum class Padding { kValid, kSame };
@@ -25,16 +36,16 @@ enum class Padding { kValid, kSame };
 // 0 is the mask token when there is one, then num_oov_indices OOV indices,
 // then the vocabulary in order.
 struct LookupSpec {
-  std::vector<std::string> tokens;      // StringLookup's vocabulary
-  std::vector<int64_t> int_tokens;      // IntegerLookup's
-  std::string vocabulary_file;          // where the tokens came from, if a file
+  std::vector<std::string> tokens;  // StringLookup's vocabulary
+  std::vector<int64_t> int_tokens;  // IntegerLookup's
+  std::string vocabulary_file;      // where the tokens came from, if a file
   int64_t num_oov_indices = 1;
-  bool has_mask = false;                // mask_token is not null
-  std::string mask_token;               // StringLookup
-  int64_t int_mask_token = 0;           // IntegerLookup
-  std::string oov_token = "[UNK]";      // returned by invert for OOV indices
+  bool has_mask = false;            // mask_token is not null
+  std::string mask_token;           // StringLookup
+  int64_t int_mask_token = 0;       // IntegerLookup
+  std::string oov_token = "[UNK]";  // returned by invert for OOV indices
   int64_t int_oov_token = -1;
-  bool invert = false;                  // indices -> vocabulary
+  bool invert = false;  // indices -> vocabulary
 };
 
 struct LayerSpec {
@@ -91,7 +102,12 @@ struct ModelSpec {
   std::vector<LayerSpec> layers;
 };
 
-enum class LossType { kMeanSquaredError, kBinaryCrossentropy, kSparseCategoricalCrossentropy, kCategoricalCrossentropy };
+enum class LossType {
+  kMeanSquaredError,
+  kBinaryCrossentropy,
+  kSparseCategoricalCrossentropy,
+  kCategoricalCrossentropy
+};
 
 struct LossSpec {
   LossType type = LossType::kSparseCategoricalCrossentropy;
@@ -103,16 +119,16 @@ enum class OptimizerType { kSGD, kAdagrad, kRMSprop, kAdam };
 // Defaults are Keras' (keras.optimizers.*).
 struct OptimizerSpec {
   OptimizerType type = OptimizerType::kSGD;
-  double learning_rate = 0.01;  // SGD's; the parser applies 0.001 for the others
-  double momentum = 0.0;        // SGD, RMSprop
-  bool nesterov = false;        // SGD
-  double rho = 0.9;             // RMSprop
-  bool centered = false;        // RMSprop
-  double epsilon = 1e-7;        // Adagrad, RMSprop, Adam
+  double learning_rate = 0.01;             // SGD's; the parser applies 0.001 for the others
+  double momentum = 0.0;                   // SGD, RMSprop
+  bool nesterov = false;                   // SGD
+  double rho = 0.9;                        // RMSprop
+  bool centered = false;                   // RMSprop
+  double epsilon = 1e-7;                   // Adagrad, RMSprop, Adam
   double initial_accumulator_value = 0.1;  // Adagrad
-  double beta_1 = 0.9;          // Adam
-  double beta_2 = 0.999;        // Adam
-  bool amsgrad = false;         // Adam
+  double beta_1 = 0.9;                     // Adam
+  double beta_2 = 0.999;                   // Adam
+  bool amsgrad = false;                    // Adam
 };
 
 enum class MetricType { kAccuracy, kBinaryAccuracy, kSparseCategoricalAccuracy, kCategoricalAccuracy };

@@ -89,7 +89,8 @@ StatusOr<HostPort> SplitAddress(const std::string& address) {
   }
   HostPort hp;
   hp.host = address.substr(0, colon);
-  if (hp.host.size() >= 2 && hp.host.front() == '[' && hp.host.back() == ']') hp.host = hp.host.substr(1, hp.host.size() - 2);
+  if (hp.host.size() >= 2 && hp.host.front() == '[' && hp.host.back() == ']')
+    hp.host = hp.host.substr(1, hp.host.size() - 2);
   const std::string port = address.substr(colon + 1);
   if (port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     return InvalidArgument("address \"" + address + "\": bad port");
@@ -112,8 +113,9 @@ StatusOr<Listener> Listen(const std::string& host, int port) {
   if (rc != 0) return InvalidArgument("listen on " + host + ":" + service + ": " + gai_strerror(rc));
   std::vector<addrinfo*> candidates;
   for (addrinfo* a = res; a; a = a->ai_next) candidates.push_back(a);
-  std::stable_sort(candidates.begin(), candidates.end(),
-                   [any](addrinfo* a, addrinfo* b) { return any && a->ai_family == AF_INET6 && b->ai_family != AF_INET6; });
+  std::stable_sort(candidates.begin(), candidates.end(), [any](addrinfo* a, addrinfo* b) {
+    return any && a->ai_family == AF_INET6 && b->ai_family != AF_INET6;
+  });
   std::string last = "no address";
   for (addrinfo* a : candidates) {
     Fd fd(socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
@@ -241,7 +243,8 @@ Status RecvAll(const Fd& fd, void* data, size_t n, Clock::time_point deadline, c
   return Status::Ok();
 }
 
-Status SendMessage(const Fd& fd, const google::protobuf::MessageLite& m, Clock::time_point deadline, const std::string& peer) {
+Status SendMessage(const Fd& fd, const google::protobuf::MessageLite& m, Clock::time_point deadline,
+                   const std::string& peer) {
   std::string body;
   if (!m.SerializeToString(&body)) return Internal("collective: cannot serialise a control message");
   std::string frame(8, '\0');
@@ -252,10 +255,12 @@ Status SendMessage(const Fd& fd, const google::protobuf::MessageLite& m, Clock::
   return SendAll(fd, frame.data(), frame.size(), deadline, peer);
 }
 
-Status RecvMessage(const Fd& fd, google::protobuf::MessageLite& m, Clock::time_point deadline, const std::string& peer) {
+Status RecvMessage(const Fd& fd, google::protobuf::MessageLite& m, Clock::time_point deadline,
+                   const std::string& peer) {
   uint32_t head[2];
   RETURN_IF_ERROR(RecvAll(fd, head, sizeof head, deadline, peer));
-  if (head[0] != kMessageMagic) return InvalidArgument("collective: " + peer + " sent something that is not a control message");
+  if (head[0] != kMessageMagic)
+    return InvalidArgument("collective: " + peer + " sent something that is not a control message");
   if (head[1] > kMaxMessageBytes) {
     return InvalidArgument("collective: " + peer + " sent a control message of " + std::to_string(head[1]) + " bytes");
   }

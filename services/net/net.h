@@ -119,7 +119,8 @@ Status SendAll(const Fd& fd, const void* data, size_t n, Clock::time_point deadl
 Status RecvAll(const Fd& fd, void* data, size_t n, Clock::time_point deadline, const std::string& peer);
 
 // Control messages: u32 magic "TFJG" | u32 length | message (at most 1 MiB).
-Status SendMessage(const Fd& fd, const google::protobuf::MessageLite& m, Clock::time_point deadline, const std::string& peer);
+Status SendMessage(const Fd& fd, const google::protobuf::MessageLite& m, Clock::time_point deadline,
+                   const std::string& peer);
 Status RecvMessage(const Fd& fd, google::protobuf::MessageLite& m, Clock::time_point deadline, const std::string& peer);
 
 // True when `fd` has data or a hang-up waiting (without consuming it).

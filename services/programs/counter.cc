@@ -41,25 +41,29 @@ class Counter final : public Program {
   }
 
   Status RegisterWorker(worker::Registry& r) override {
-    return r.AddClosure(kIncrement, [](worker::ClosureContext& ctx, const nlohmann::json& a,
-                                       const std::vector<Tensor>&) -> StatusOr<worker::ClosureResult> {
-      if (!a.is_object() || !a.contains("x") || !a.contains("ps") || !a.contains("var")) {
-        return InvalidArgument("counter/increment: args need x, ps and var");
-      }
-      const int64_t ps = a["ps"].get<int64_t>();
-      if (ps < 0 || ps >= static_cast<int64_t>(ctx.ps().size())) return InvalidArgument("counter/increment: bad ps index");
-      // A slow closure spends half its time before its push and half after,
-      // so a worker lost at any moment exercises both re-queueing (nothing
-      // applied yet) and exactly-once (applied, result never delivered).
-      const auto half = std::chrono::duration<double>(a.value("seconds", 0.0) / 2);
-      std::this_thread::sleep_for(half);
-      Tensor delta = *Tensor::FromVector({}, std::vector<float>{a["x"].get<float>()});
-      ASSIGN_OR_RETURN(int dup, ctx.ps()[ps]->Push(ctx.closure_id(), 0,
-                                                   {{a["var"].get<std::string>(), ps::Update::Kind::kAssignAdd, delta, {}}},
-                                                   ctx.generation()));
-      std::this_thread::sleep_for(half);
-      return worker::ClosureResult{{{"worker", ctx.worker_index()}, {"duplicate", dup}}, {}};
-    });
+    return r.AddClosure(
+        kIncrement,
+        [](worker::ClosureContext& ctx, const nlohmann::json& a,
+           const std::vector<Tensor>&) -> StatusOr<worker::ClosureResult> {
+          if (!a.is_object() || !a.contains("x") || !a.contains("ps") || !a.contains("var")) {
+            return InvalidArgument("counter/increment: args need x, ps and var");
+          }
+          const int64_t ps = a["ps"].get<int64_t>();
+          if (ps < 0 || ps >= static_cast<int64_t>(ctx.ps().size()))
+            return InvalidArgument("counter/increment: bad ps index");
+          // A slow closure spends half its time before its push and half after,
+          // so a worker lost at any moment exercises both re-queueing (nothing
+          // applied yet) and exactly-once (applied, result never delivered).
+          const auto half = std::chrono::duration<double>(a.value("seconds", 0.0) / 2);
+          std::this_thread::sleep_for(half);
+          Tensor delta = *Tensor::FromVector({}, std::vector<float>{a["x"].get<float>()});
+          ASSIGN_OR_RETURN(int dup,
+                           ctx.ps()[ps]->Push(ctx.closure_id(), 0,
+                                              {{a["var"].get<std::string>(), ps::Update::Kind::kAssignAdd, delta, {}}},
+                                              ctx.generation()));
+          std::this_thread::sleep_for(half);
+          return worker::ClosureResult{{{"worker", ctx.worker_index()}, {"duplicate", dup}}, {}};
+        });
   }
 
   int RunChief(const std::vector<std::string>& args, const ChiefContext& ctx) override {
@@ -74,13 +78,16 @@ class Counter final : public Program {
     if (Status s = flags.Parse(args); !s.ok()) return ReportError(s, err);
     auto seconds = flags.GetDouble("closure-seconds");
     if (!seconds.ok()) return ReportError(seconds.status(), err);
-    if (*seconds < 0 || *seconds > 3600) return ReportError(InvalidArgument("flag --closure-seconds: must be in [0, 3600]"), err);
+    if (*seconds < 0 || *seconds > 3600)
+      return ReportError(InvalidArgument("flag --closure-seconds: must be in [0, 3600]"), err);
     auto pause = flags.GetDouble("pause-seconds");
     if (!pause.ok()) return ReportError(pause.status(), err);
-    if (*pause < 0 || *pause > 3600) return ReportError(InvalidArgument("flag --pause-seconds: must be in [0, 3600]"), err);
+    if (*pause < 0 || *pause > 3600)
+      return ReportError(InvalidArgument("flag --pause-seconds: must be in [0, 3600]"), err);
     auto rounds = flags.GetInt("rounds");
     if (!rounds.ok()) return ReportError(rounds.status(), err);
-    if (*rounds < 1 || *rounds > 1000000) return ReportError(InvalidArgument("flag --rounds: must be in 1..1000000"), err);
+    if (*rounds < 1 || *rounds > 1000000)
+      return ReportError(InvalidArgument("flag --rounds: must be in 1..1000000"), err);
     auto incs = ParseIncrements(flags.Get("increments"));
     if (!incs.ok()) return ReportError(incs.status(), err);
     const SignalWatcher* signals = ctx.signals;
@@ -111,7 +118,8 @@ class Counter final : public Program {
       std::vector<coordinator::RemoteValue> values;
       for (double x : *incs) {
         expected += x;
-        values.push_back(coord.Schedule(kIncrement, {{"x", x}, {"ps", shard.ps}, {"var", shard.name}, {"seconds", *seconds}}));
+        values.push_back(
+            coord.Schedule(kIncrement, {{"x", x}, {"ps", shard.ps}, {"var", shard.name}, {"seconds", *seconds}}));
       }
       if (round == 1) {
         out << "counter: scheduled " << incs->size() << " closures on " << ctx.worker_addresses.size() << " workers"
@@ -139,15 +147,23 @@ class Counter final : public Program {
     out << "counter: value " << v << " after " << closures << " closures (" << st.retried << " retried, "
         << st.worker_failures << " worker failures, " << already_applied << " already applied)" << std::endl;
     if (flags.Has("summary-json")) {
-      nlohmann::json j{{"value", v}, {"expected", expected}, {"closures", closures}, {"retried", st.retried},
-                       {"scheduled", st.scheduled}, {"completed", st.completed},
-                       {"worker_failures", st.worker_failures}, {"already_applied", already_applied},
-                       {"generation", claim->generation}, {"previous_generation", claim->previous},
-                       {"num_ps", ctx.ps_addresses.size()}, {"num_workers", ctx.worker_addresses.size()}};
+      nlohmann::json j{{"value", v},
+                       {"expected", expected},
+                       {"closures", closures},
+                       {"retried", st.retried},
+                       {"scheduled", st.scheduled},
+                       {"completed", st.completed},
+                       {"worker_failures", st.worker_failures},
+                       {"already_applied", already_applied},
+                       {"generation", claim->generation},
+                       {"previous_generation", claim->previous},
+                       {"num_ps", ctx.ps_addresses.size()},
+                       {"num_workers", ctx.worker_addresses.size()}};
       if (Status s = WriteFileAtomic(flags.Get("summary-json"), j.dump(2) + "\n"); !s.ok()) return end(s);
     }
     if (v != expected) {
-      return ReportRuntimeError(Internal("counter: value " + std::to_string(v) + ", expected " + std::to_string(expected)), err);
+      return ReportRuntimeError(
+          Internal("counter: value " + std::to_string(v) + ", expected " + std::to_string(expected)), err);
     }
     return 0;
   }

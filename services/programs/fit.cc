@@ -42,33 +42,43 @@ Flags FitFlags() {
       // spinning threads slow down badly on a shared, loaded machine.
       .Value("threads", "compute threads for matrix products", "1")
       .Value("epochs", "override the job's epochs", "0")
-      .Value("strategy", "one_device, mirrored, multi_worker_mirrored, central_storage or parameter_server "
-                         "(default: from the cluster)")
-      .Value("replicas", "replicas in this process (mirrored, central_storage; default: one per GPU with a GPU, else 1)", "1")
+      .Value("strategy",
+             "one_device, mirrored, multi_worker_mirrored, central_storage or parameter_server "
+             "(default: from the cluster)")
+      .Value("replicas",
+             "replicas in this process (mirrored, central_storage; default: one per GPU with a GPU, else 1)", "1")
       .Value("device", "cpu, gpu or auto (a GPU when one is visible)", "auto")
       .Value("communication", "collective implementation: ring, nccl or auto", "auto")
       .Value("collective-timeout-seconds", "a group member silent this long is declared hung", "30")
-      .Value("rejoin-timeout-seconds", "how long a group waits for every member to (re)join "
-                                       "(default: TFJOB_CONNECT_TIMEOUT_SECONDS, else 300)")
+      .Value("rejoin-timeout-seconds",
+             "how long a group waits for every member to (re)join "
+             "(default: TFJOB_CONNECT_TIMEOUT_SECONDS, else 300)")
       .Value("bucket-bytes", "tensors smaller than this are fused into one all-reduce", "4194304")
       .Value("steps-per-execution", "training steps per scheduled closure (parameter-server mode)", "1")
       .Value("closure-timeout-seconds", "deadline of one closure on a worker (parameter-server mode)", "300")
       .Value("closure-max-attempts", "a closure that failed this many times fails the job (parameter-server mode)", "5")
       .Value("partitioner", "none, fixed:N, min:BYTES[:MAX] or max:BYTES[:MAX] (parameter-server mode)", "none")
-      .Value("ps-prefetch", "true: workers pull the next step's variables while a step computes and push without "
-             "waiting (staleness of one step); false: pull, compute, push in turn (parameter-server mode)", "true")
-      .Value("ps-pull", "rows: with a first-layer Embedding, workers pull only the rows a batch uses; "
-             "full: whole tables every step (parameter-server mode)", "rows")
+      .Value("ps-prefetch",
+             "true: workers pull the next step's variables while a step computes and push without "
+             "waiting (staleness of one step); false: pull, compute, push in turn (parameter-server mode)",
+             "true")
+      .Value("ps-pull",
+             "rows: with a first-layer Embedding, workers pull only the rows a batch uses; "
+             "full: whole tables every step (parameter-server mode)",
+             "rows")
       .Value("checkpoint-dir", "keep checkpoints here (shared by the writer and the evaluator)")
-      .Value("checkpoint-every-steps", "checkpoint after this many training steps (0: only per --checkpoint-every-seconds)", "0")
+      .Value("checkpoint-every-steps",
+             "checkpoint after this many training steps (0: only per --checkpoint-every-seconds)", "0")
       .Value("checkpoint-every-seconds", "checkpoint when this much time has passed since the last one (0: off)", "0")
       .Value("checkpoint-keep", "how many checkpoints to keep", "3")
-      .Bool("ignore-damaged-checkpoints", "when every checkpoint in --checkpoint-dir is damaged, train from step 0 "
-                                          "(default: fail, naming them)")
+      .Bool("ignore-damaged-checkpoints",
+            "when every checkpoint in --checkpoint-dir is damaged, train from step 0 "
+            "(default: fail, naming them)")
       .Value("eval-poll-seconds", "evaluator: how often to look for a new checkpoint", "0.5")
       .Value("eval-timeout-seconds", "evaluator: give up when no new checkpoint came for this long (0: never)", "0")
       .Value("shutdown-grace-seconds",
-             "after SIGTERM/SIGINT: stop at the next step, checkpoint, exit 143; exit 143 anyway after this long", "25");
+             "after SIGTERM/SIGINT: stop at the next step, checkpoint, exit 143; exit 143 anyway after this long",
+             "25");
   return f;
 }
 
@@ -93,14 +103,18 @@ nlohmann::json SummaryJson(const strategy::FitSummary& s, const nlohmann::json& 
 }  // namespace
 
 std::string Usage() {
-  return "fit --config FILE [--keras-model MODEL.json] [--data-dir DIR] [--summary-json OUT] [--threads N] [--epochs N]\n"
+  return "fit --config FILE [--keras-model MODEL.json] [--data-dir DIR] [--summary-json OUT] [--threads N] [--epochs "
+         "N]\n"
          "      [--export-weights OUT.weights.h5]\n"
          "      [--strategy one_device|mirrored|multi_worker_mirrored|central_storage|parameter_server]\n"
-         "      [--replicas N] [--device cpu|gpu|auto] [--communication ring|nccl|auto] [--collective-timeout-seconds S]\n"
+         "      [--replicas N] [--device cpu|gpu|auto] [--communication ring|nccl|auto] [--collective-timeout-seconds "
+         "S]\n"
          "      [--rejoin-timeout-seconds S] [--bucket-bytes B]\n"
-         "      [--steps-per-execution K] [--partitioner SPEC] [--closure-timeout-seconds S] [--closure-max-attempts K]\n"
+         "      [--steps-per-execution K] [--partitioner SPEC] [--closure-timeout-seconds S] [--closure-max-attempts "
+         "K]\n"
          "      [--ps-prefetch true|false] [--ps-pull rows|full]\n"
-         "      [--checkpoint-dir DIR [--checkpoint-every-steps N] [--checkpoint-every-seconds S] [--checkpoint-keep K]\n"
+         "      [--checkpoint-dir DIR [--checkpoint-every-steps N] [--checkpoint-every-seconds S] [--checkpoint-keep "
+         "K]\n"
          "                            [--ignore-damaged-checkpoints]]\n"
          "      evaluator role: [--eval-poll-seconds S] [--eval-timeout-seconds S]\n"
          "      [--shutdown-grace-seconds S]";
@@ -139,7 +153,8 @@ StatusOr<Parsed> Parse(const std::vector<std::string>& args) {
   ASSIGN_OR_RETURN(p.device, strategy::ParseDeviceChoice(p.flags.Get("device")));
   if (p.replicas != 1 && p.strategy != strategy::StrategyKind::kMirrored &&
       p.strategy != strategy::StrategyKind::kCentralStorage) {
-    return InvalidArgument("flag --replicas: only --strategy mirrored and central_storage run several replicas in one process");
+    return InvalidArgument(
+        "flag --replicas: only --strategy mirrored and central_storage run several replicas in one process");
   }
   auto comm = collective::ParseImplementation(p.flags.Get("communication"));
   if (!comm.ok()) return comm.status().WithContext("flag --communication");
@@ -187,8 +202,9 @@ Status WriteSummary(const Flags& flags, const nlohmann::json& j) {
 Status CheckCommunication(collective::Implementation impl, strategy::StrategyKind kind) {
   if (impl != collective::Implementation::kNccl) return Status::Ok();
   if (kind != strategy::StrategyKind::kMultiWorkerMirrored) {
-    return InvalidArgument("flag --communication nccl: NCCL reduces between worker processes (multi_worker_mirrored); " +
-                           std::string(strategy::StrategyName(kind)) + " reduces in this process");
+    return InvalidArgument(
+        "flag --communication nccl: NCCL reduces between worker processes (multi_worker_mirrored); " +
+        std::string(strategy::StrategyName(kind)) + " reduces in this process");
   }
   return collective::NcclAvailable().WithContext("flag --communication nccl");
 }
@@ -253,7 +269,8 @@ class Fit final : public Program {
     p->collective.token = ctx.credentials.token;
     p->collective.tls = ctx.credentials.tls;
     auto group = [&]() -> StatusOr<std::unique_ptr<collective::Group>> {
-      if (!ctx.listener || !ctx.listener->valid()) return collective::Group::Create(ctx.members, ctx.rank, p->collective);
+      if (!ctx.listener || !ctx.listener->valid())
+        return collective::Group::Create(ctx.members, ctx.rank, p->collective);
       const int port = ctx.listener->port();
       return collective::Group::Create(ctx.members, ctx.rank, p->collective,
                                        net::Listener{net::Fd(ctx.listener->Release()), port});
@@ -317,7 +334,8 @@ class Fit final : public Program {
     if (!summary.ok()) return ReportRunEnd(summary.status(), ctx.signals, *ctx.out, err);
     if (p->flags.Has("export-weights")) {
       auto values = (*ps)->Values();
-      Status s = values.ok() ? model::ExportKerasWeights(**m, *values, p->flags.Get("export-weights")) : values.status();
+      Status s =
+          values.ok() ? model::ExportKerasWeights(**m, *values, p->flags.Get("export-weights")) : values.status();
       if (!s.ok()) return ReportRuntimeError(s, err);
       *ctx.out << "fit: wrote Keras weights to " << p->flags.Get("export-weights") << std::endl;
     }
@@ -375,10 +393,10 @@ class Fit final : public Program {
     if (!summary.ok()) return ReportError(summary.status(), err);
     if (group) {
       const nlohmann::json& r = sj["recovery"];
-      out << "fit: " << group->self().name << " done at step " << summary->steps << " (generation "
-          << r["generation"] << ", " << r["regroups"] << " regroups, computed " << r["steps_computed"]
-          << " and took " << r["steps_adopted"] << " steps from the group since joining at step " << r["joined_at_step"]
-          << ", lost " << r["lost_steps"] << ")" << std::endl;
+      out << "fit: " << group->self().name << " done at step " << summary->steps << " (generation " << r["generation"]
+          << ", " << r["regroups"] << " regroups, computed " << r["steps_computed"] << " and took "
+          << r["steps_adopted"] << " steps from the group since joining at step " << r["joined_at_step"] << ", lost "
+          << r["lost_steps"] << ")" << std::endl;
       // Rank 0 speaks for the group (TensorFlow's chief); the others only
       // train, so they write nothing another task could overwrite.
       if (group->rank() != 0) return 0;

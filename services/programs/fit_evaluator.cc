@@ -22,14 +22,16 @@ int RunEvaluator(const Parsed& p, const EvaluatorContext& ctx) {
   const model::JobConfig& job = p.job;
   auto fail = [&](const Status& s) { return ReportError(s.WithContext(job.source), err); };
   if (!p.checkpoints.enabled()) {
-    return ReportError(InvalidArgument("evaluator: flag --checkpoint-dir is required (it evaluates the chief's checkpoints)"), err);
+    return ReportError(
+        InvalidArgument("evaluator: flag --checkpoint-dir is required (it evaluates the chief's checkpoints)"), err);
   }
   if (!job.data.eval) return fail(InvalidArgument("data.eval: the evaluator needs an eval dataset"));
   auto m = model::Model::Create(job.model, job.loss);
   if (!m.ok()) return fail(m.status());
   auto eval = strategy::LoadExamples(*job.data.eval, p.flags.Get("data-dir"), **m);
   if (!eval.ok()) return fail(eval.status());
-  if (Status s = strategy::CheckExamples(*eval, job.data.eval->field, (*m)->input_shape(), (*m)->input_dtype()); !s.ok()) {
+  if (Status s = strategy::CheckExamples(*eval, job.data.eval->field, (*m)->input_shape(), (*m)->input_dtype());
+      !s.ok()) {
     return fail(s);
   }
   // Lenient: a damaged checkpoint is skipped (and said so) while the

@@ -8,14 +8,16 @@
 
 namespace tfjob::programs {
 
-std::shared_ptr<ps::PsClient> ChiefContext::PsClientFor(size_t i, std::optional<std::chrono::milliseconds> patience) const {
+std::shared_ptr<ps::PsClient> ChiefContext::PsClientFor(size_t i,
+                                                        std::optional<std::chrono::milliseconds> patience) const {
   ps::ClientOptions o;
   o.retry.total_timeout = patience.value_or(connect_timeout);
   o.credentials = credentials;
   return std::make_shared<ps::PsClient>(ps_addresses[i], o);
 }
 
-std::vector<std::shared_ptr<ps::PsClient>> ChiefContext::PsClients(std::optional<std::chrono::milliseconds> patience) const {
+std::vector<std::shared_ptr<ps::PsClient>> ChiefContext::PsClients(
+    std::optional<std::chrono::milliseconds> patience) const {
   std::vector<std::shared_ptr<ps::PsClient>> out;
   for (size_t i = 0; i < ps_addresses.size(); ++i) out.push_back(PsClientFor(i, patience));
   return out;
@@ -38,7 +40,8 @@ StatusOr<Claim> ChiefContext::ClaimCluster() const {
   uint32_t proposal = 0;
   while (proposal == 0) proposal = static_cast<uint32_t>(rpc::NewIncarnation());
   for (size_t i = 0; i < clients.size(); ++i) {
-    auto fenced = clients[i]->Fence(claim.generation, claim.closure_namespace != 0 ? claim.closure_namespace : proposal);
+    auto fenced =
+        clients[i]->Fence(claim.generation, claim.closure_namespace != 0 ? claim.closure_namespace : proposal);
     if (!fenced.ok()) return fenced.status().WithContext("claiming parameter server " + std::to_string(i));
     claim.previous = std::max(claim.previous, fenced->previous);
     if (claim.closure_namespace == 0) claim.closure_namespace = fenced->closure_namespace;
@@ -82,10 +85,8 @@ int ExitCodeFor(const Status& s) {
     case Code::kDataLoss:
     case Code::kOutOfRange:
     case Code::kFailedPrecondition:
-    case Code::kAlreadyExists:
-      return 2;
-    default:
-      return 1;
+    case Code::kAlreadyExists: return 2;
+    default: return 1;
   }
 }
 
@@ -93,7 +94,9 @@ namespace {
 
 // One line, whatever the message echoes: values are cut where they are
 // quoted (Elide), and this bounds what is left.
-void PrintError(const Status& s, std::ostream& err) { err << "tfjob-runtime: error: " << Elide(s.message(), 2000) << std::endl; }
+void PrintError(const Status& s, std::ostream& err) {
+  err << "tfjob-runtime: error: " << Elide(s.message(), 2000) << std::endl;
+}
 
 }  // namespace
 

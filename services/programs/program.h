@@ -32,9 +32,9 @@ namespace tfjob::programs {
 
 // What a chief's claim on the cluster's parameter servers gives it.
 struct Claim {
-  uint64_t generation = 0;          // this chief's; newer than every earlier chief's
-  uint32_t closure_namespace = 0;   // the job's closure-id namespace (kept by the PS tasks)
-  uint64_t previous = 0;            // the generation fenced off (0: this is the job's first chief)
+  uint64_t generation = 0;         // this chief's; newer than every earlier chief's
+  uint32_t closure_namespace = 0;  // the job's closure-id namespace (kept by the PS tasks)
+  uint64_t previous = 0;           // the generation fenced off (0: this is the job's first chief)
 };
 
 struct ChiefContext {
@@ -134,7 +134,9 @@ class Program {
   // cluster of one PS and one worker (services/runtime sets that up); `fit`
   // overrides it with single-process training.
   virtual bool HasSingleProcessMode() const { return false; }
-  virtual int RunSingleProcess(const std::vector<std::string>&, std::ostream&, std::ostream&, SignalWatcher*) { return 2; }
+  virtual int RunSingleProcess(const std::vector<std::string>&, std::ostream&, std::ostream&, SignalWatcher*) {
+    return 2;
+  }
 };
 
 using ProgramList = std::vector<std::shared_ptr<Program>>;

@@ -68,7 +68,9 @@ StatusOr<net::Fd> ConnectOnce(const std::string& address, Clock::time_point dead
 }  // namespace
 
 PsClient::PsClient(std::string address, ClientOptions options)
-    : address_(std::move(address)), options_(options), stub_(proto::ParameterServer::NewStub(rpc::MakeChannel(address_, options_.credentials))) {}
+    : address_(std::move(address)),
+      options_(options),
+      stub_(proto::ParameterServer::NewStub(rpc::MakeChannel(address_, options_.credentials))) {}
 
 PsClient::~PsClient() = default;
 
@@ -150,8 +152,8 @@ Status PsClient::DataCall(const char* what, uint32_t op, const google::protobuf:
     // Even when sending failed the PS may have answered: it refuses a bad
     // request before reading its payload, and may then close.
     wire::Frame r;
-    const Status got =
-        wire::RecvFrame(fd, &r, sent.ok() ? c->deadline : std::min(c->deadline, Clock::now() + kAnswerAfterBrokenSend), address_);
+    const Status got = wire::RecvFrame(
+        fd, &r, sent.ok() ? c->deadline : std::min(c->deadline, Clock::now() + kAnswerAfterBrokenSend), address_);
     if (!got.ok()) {
       const Status& why = sent.ok() ? got : sent;
       return Status(why.code(), context + ": " + why.message());
@@ -199,7 +201,8 @@ Status CheckPayload(const google::protobuf::RepeatedPtrField<proto::Tensor>& val
     need += d.bytes;
   }
   if (need != payload_bytes) {
-    return Internal("response tensors need " + std::to_string(need) + " bytes, it carries " + std::to_string(payload_bytes));
+    return Internal("response tensors need " + std::to_string(need) + " bytes, it carries " +
+                    std::to_string(payload_bytes));
   }
   return Status::Ok();
 }
@@ -225,7 +228,8 @@ StatusOr<bool> PsClient::CreateVariable(const std::string& name, const Tensor& i
 
 Status PsClient::PullInto(const std::vector<std::string>& names, std::span<Tensor> out) {
   if (out.size() != names.size()) {
-    return InvalidArgument("Pull: " + std::to_string(names.size()) + " names, " + std::to_string(out.size()) + " destinations");
+    return InvalidArgument("Pull: " + std::to_string(names.size()) + " names, " + std::to_string(out.size()) +
+                           " destinations");
   }
   proto::PullRequest req;
   for (const auto& n : names) req.add_names(n);
@@ -284,7 +288,8 @@ StatusOr<Tensor> PsClient::PullRows(const std::string& name, const std::vector<i
   RETURN_IF_ERROR(DataCall("Pull", static_cast<uint32_t>(wire::Op::kPull), req, {},
                            [&](Connection& c, const std::string& meta, uint64_t payload_bytes) -> Status {
                              proto::PullResponse resp;
-                             if (!resp.ParseFromString(meta) || resp.values_size() != 1) return Internal("malformed response");
+                             if (!resp.ParseFromString(meta) || resp.values_size() != 1)
+                               return Internal("malformed response");
                              RETURN_IF_ERROR(CheckPayload(resp.values(), payload_bytes));
                              return ReceiveTensor(c, resp.values(0), nullptr, &out);
                            }));
@@ -303,8 +308,8 @@ StatusOr<int> PsClient::Push(uint64_t closure_id, uint32_t sequence, const std::
     proto::Update* p = req.add_updates();
     p->set_name(u.name);
     p->set_kind(u.kind == Update::Kind::kApplyGradient ? proto::Update::APPLY_GRADIENT
-                : u.kind == Update::Kind::kAssignAdd  ? proto::Update::ASSIGN_ADD
-                                                      : proto::Update::ASSIGN);
+                : u.kind == Update::Kind::kAssignAdd   ? proto::Update::ASSIGN_ADD
+                                                       : proto::Update::ASSIGN);
     wire::HeaderOf(u.value, p->mutable_value());
     if (u.rows) {
       if (u.rows->dtype() != DType::kInt64) return InvalidArgument("Push \"" + u.name + "\": rows must be int64");
@@ -316,7 +321,8 @@ StatusOr<int> PsClient::Push(uint64_t closure_id, uint32_t sequence, const std::
   RETURN_IF_ERROR(DataCall("Push", static_cast<uint32_t>(wire::Op::kPush), req, payload,
                            [&](Connection&, const std::string& meta, uint64_t payload_bytes) -> Status {
                              proto::PushResponse resp;
-                             if (!resp.ParseFromString(meta) || payload_bytes != 0) return Internal("malformed response");
+                             if (!resp.ParseFromString(meta) || payload_bytes != 0)
+                               return Internal("malformed response");
                              duplicates = resp.duplicates();
                              return Status::Ok();
                            }));
@@ -345,8 +351,8 @@ StatusOr<PsStatus> PsClient::GetStatus() {
   proto::StatusRequest req;
   proto::StatusResponse resp;
   RETURN_IF_ERROR(Call("GetStatus", req, &resp, &proto::ParameterServer::Stub::GetStatus));
-  return PsStatus{resp.incarnation(), {resp.variables().begin(), resp.variables().end()}, resp.applied_updates(),
-                  resp.fence()};
+  return PsStatus{
+      resp.incarnation(), {resp.variables().begin(), resp.variables().end()}, resp.applied_updates(), resp.fence()};
 }
 
 StatusOr<FenceResult> PsClient::Fence(uint64_t generation, uint32_t proposed_namespace) {

@@ -95,10 +95,11 @@ void ParameterServerService::ServeData(const net::Fd& fd, const std::string& pee
   wire::Frame f;
   if (!wire::RecvFrame(fd, &f, hello_deadline, peer).ok() || f.magic != wire::kHelloMagic) return;
   if (f.kind != wire::kVersion) {
-    (void)wire::SendError(fd, FailedPrecondition("data plane version " + std::to_string(f.kind) +
-                                                 " is not the version this parameter server speaks (" +
-                                                 std::to_string(wire::kVersion) + ")"),
-                          hello_deadline, peer);
+    (void)wire::SendError(
+        fd,
+        FailedPrecondition("data plane version " + std::to_string(f.kind) +
+                           " is not the version this parameter server speaks (" + std::to_string(wire::kVersion) + ")"),
+        hello_deadline, peer);
     return;
   }
   if (f.meta_bytes > wire::kMaxTokenBytes || f.payload_bytes != 0) {
@@ -108,8 +109,8 @@ void ParameterServerService::ServeData(const net::Fd& fd, const std::string& pee
   std::string token(f.meta_bytes, '\0');
   if (!wire::RecvAll(fd, token.data(), token.size(), hello_deadline, peer).ok()) return;
   if (options_.credentials.enabled() && !rpc::TokenMatches(token, options_.credentials.token)) {
-    (void)wire::SendError(fd, Status(Code::kUnauthenticated, "missing or wrong task token (x-tfjob-token)"), hello_deadline,
-                          peer);
+    (void)wire::SendError(fd, Status(Code::kUnauthenticated, "missing or wrong task token (x-tfjob-token)"),
+                          hello_deadline, peer);
     return;
   }
   {
@@ -203,9 +204,10 @@ Status ParameterServerService::HandleCreate(Call& c) {
   auto d = wire::Describe(req.initial_value(), options_.max_tensor_bytes);
   if (!d.ok()) return Refuse(c, d.status().WithContext("CreateVariable \"" + req.name() + "\""));
   if (d->bytes != c.frame.payload_bytes) {
-    return Refuse(c, InvalidArgument("CreateVariable \"" + req.name() + "\": tensor " + std::string(DTypeName(d->dtype)) +
-                                     ShapeString(d->shape) + " needs " + std::to_string(d->bytes) +
-                                     " bytes, the request carries " + std::to_string(c.frame.payload_bytes)));
+    return Refuse(c,
+                  InvalidArgument("CreateVariable \"" + req.name() + "\": tensor " + std::string(DTypeName(d->dtype)) +
+                                  ShapeString(d->shape) + " needs " + std::to_string(d->bytes) +
+                                  " bytes, the request carries " + std::to_string(c.frame.payload_bytes)));
   }
   Tensor& staging = d->dtype == DType::kInt64 ? c.staging.i64 : c.staging.f32;
   ASSIGN_OR_RETURN(Tensor received, ReceiveInto(c, staging, d->dtype, 0, d->shape));
@@ -297,8 +299,8 @@ Status ParameterServerService::HandlePull(Call& c) {
     if (!refused.ok()) return Refuse(c, refused);
     meta = resp.SerializeAsString();
     f.meta_bytes = static_cast<uint32_t>(meta.size());
-    iovec iov[3] = {{&f, sizeof f}, {meta.data(), meta.size()},
-                    {c.staging.gathered.raw(), static_cast<size_t>(f.payload_bytes)}};
+    iovec iov[3] = {
+        {&f, sizeof f}, {meta.data(), meta.size()}, {c.staging.gathered.raw(), static_cast<size_t>(f.payload_bytes)}};
     c.sent += sizeof f + meta.size() + f.payload_bytes;
     return wire::SendAll(c.fd, iov, c.deadline, c.peer);
   }
@@ -403,7 +405,8 @@ Status ParameterServerService::ApplyDense(Shard& s, int kind, const Tensor& valu
 Status ParameterServerService::CheckPushFence(uint64_t generation, uint64_t closure_id) const {
   const uint64_t fence = fence_.load();
   if (fence == 0) return Status::Ok();
-  const bool fenced = generation != 0 ? generation != fence : (closure_id & kCoordinatorMask) != (fence & kCoordinatorMask);
+  const bool fenced =
+      generation != 0 ? generation != fence : (closure_id & kCoordinatorMask) != (fence & kCoordinatorMask);
   if (!fenced) return Status::Ok();
   return FailedPrecondition("Push: closure " + std::to_string(closure_id) + " comes from chief generation " +
                             std::to_string(generation) + ", which has been fenced off (generation " +

@@ -22,7 +22,6 @@
 namespace tfjob::ps {
 namespace {
 
-
 // How long a new connection may take to send its first bytes.
 constexpr auto kFirstBytesTimeout = std::chrono::seconds(10);
 // gRPC's HTTP/2 client preface begins with these.
@@ -96,7 +95,8 @@ StatusOr<std::unique_ptr<PsServer>> PsServer::Start(net::Listener listener, PsOp
   builder.RegisterService(s->service_.get());
   if (s->tls_) {
     s->grpc_tls_ = builder.experimental().AddExternalConnectionAcceptor(
-        grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, rpc::ServerCredentials(options.credentials));
+        grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
+        rpc::ServerCredentials(options.credentials));
   }
   s->server_ = builder.BuildAndStart();
   if (!s->server_) return Internal("cannot start the parameter server's gRPC server");
@@ -125,7 +125,8 @@ void PsServer::AcceptLoop() {
     const int fd = accept4(listener_.get(), reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC);
     if (fd < 0) {
       // Out of descriptors or a connection reset before accept: try again shortly.
-      if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
       continue;
     }
     const int one = 1;

@@ -79,22 +79,25 @@ bool ParameterServerService::Remember(Shard& s, uint64_t key) {
 Status ParameterServerService::CheckGeneration(uint64_t generation, const char* what) const {
   const uint64_t fence = fence_.load();
   if (generation != 0 && generation < fence) {
-    return FailedPrecondition(std::string(what) + ": refused, the calling chief (generation " + std::to_string(generation) +
-                              ") has been replaced by a newer one (generation " + std::to_string(fence) + ")");
+    return FailedPrecondition(std::string(what) + ": refused, the calling chief (generation " +
+                              std::to_string(generation) + ") has been replaced by a newer one (generation " +
+                              std::to_string(fence) + ")");
   }
   return Status::Ok();
 }
 
 StatusOr<std::string> ParameterServerService::CheckpointPath(int64_t step) const {
   if (options_.checkpoint_dir.empty()) {
-    return FailedPrecondition("this parameter server was started without --checkpoint-dir; give every task of the "
-                              "job the same --checkpoint-dir");
+    return FailedPrecondition(
+        "this parameter server was started without --checkpoint-dir; give every task of the "
+        "job the same --checkpoint-dir");
   }
   if (step < 0) return InvalidArgument("checkpoint step " + std::to_string(step) + " is negative");
   return options_.checkpoint_dir + "/ckpt-" + std::to_string(step) + "/" + options_.checkpoint_file;
 }
 
-grpc::Status ParameterServerService::Save(grpc::ServerContext* call, const proto::SaveRequest* req, proto::SaveResponse* resp) {
+grpc::Status ParameterServerService::Save(grpc::ServerContext* call, const proto::SaveRequest* req,
+                                          proto::SaveResponse* resp) {
   if (auto a = rpc::Authenticate(*call, options_.credentials); !a.ok()) return a;
   if (Status g = CheckGeneration(req->coordinator_incarnation(), "Save"); !g.ok()) return Err(g);
   auto path = CheckpointPath(req->step());
@@ -140,7 +143,8 @@ grpc::Status ParameterServerService::Restore(grpc::ServerContext* call, const pr
     ReaderLock g(shard->mu);
     bool ok = e.tensors.size() == 1 + shard->slots.slots.size() && e.tensors[0].first == shard->value.dtype() &&
               e.tensors[0].second == shard->value.shape();
-    for (size_t k = 0; ok && k < shard->slots.slots.size(); ++k) ok = e.tensors[k + 1].second == shard->slots.slots[k].shape();
+    for (size_t k = 0; ok && k < shard->slots.slots.size(); ++k)
+      ok = e.tensors[k + 1].second == shard->slots.slots[k].shape();
     if (!ok) return Err(InvalidArgument("Restore: \"" + e.name + "\" in " + *path + " does not match the variable"));
   }
   // Then a second pass, one entry at a time into fresh tensors swapped in
@@ -159,17 +163,18 @@ grpc::Status ParameterServerService::Restore(grpc::ServerContext* call, const pr
     shard->seen_order.clear();
     pending = {};
   };
-  Status s = checkpoint::ReadInto(*path, [&](const std::string& name, int64_t iterations, size_t k, DType dtype,
-                                             const Shape& shape) -> StatusOr<Tensor*> {
-    if (k == 0) {
-      install();
-      pending.name = name;
-      pending.iterations = iterations;
-    }
-    ASSIGN_OR_RETURN(Tensor t, Tensor::CreateUninitialized(dtype, shape));
-    pending.tensors.push_back(std::move(t));
-    return &pending.tensors.back();
-  });
+  Status s = checkpoint::ReadInto(
+      *path,
+      [&](const std::string& name, int64_t iterations, size_t k, DType dtype, const Shape& shape) -> StatusOr<Tensor*> {
+        if (k == 0) {
+          install();
+          pending.name = name;
+          pending.iterations = iterations;
+        }
+        ASSIGN_OR_RETURN(Tensor t, Tensor::CreateUninitialized(dtype, shape));
+        pending.tensors.push_back(std::move(t));
+        return &pending.tensors.back();
+      });
   if (!s.ok()) return Err(s);
   install();
   applied_.store(0);
@@ -199,7 +204,8 @@ grpc::Status ParameterServerService::Fence(grpc::ServerContext* call, const prot
   const uint64_t previous = fence_.load();
   if (generation < previous) {
     return Err(FailedPrecondition("Fence: refused, chief generation " + std::to_string(generation) +
-                                  " is older than generation " + std::to_string(previous) + ", which holds this parameter server"));
+                                  " is older than generation " + std::to_string(previous) +
+                                  ", which holds this parameter server"));
   }
   fence_.store(generation);
   if (closure_namespace_ == 0) closure_namespace_ = req->closure_namespace();
@@ -228,6 +234,5 @@ void ParameterServerService::WaitForShutdown() {
   MutexLock lock(shutdown_mu_);
   shutdown_cv_.Wait(lock, [&]() TFJOB_REQUIRES(shutdown_mu_) { return shutdown_; });
 }
-
 
 }  // namespace tfjob::ps

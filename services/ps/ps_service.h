@@ -177,7 +177,7 @@ class ParameterServerService final : public proto::ParameterServer::Service {
   // push holds it shared from its last fence check to the end of its apply,
   // Fence holds it exclusively. Taken before the shards' mu.
   SharedMutex fence_mu_;
-  std::atomic<uint64_t> fence_{0};  // the chief generation allowed to push (0: any)
+  std::atomic<uint64_t> fence_{0};                              // the chief generation allowed to push (0: any)
   uint32_t closure_namespace_ TFJOB_GUARDED_BY(fence_mu_) = 0;  // kept from the first Fence that proposed one
   std::atomic<bool> completed_{false};
 
@@ -225,7 +225,7 @@ class PsServer {
   // With TLS, gRPC's connections go through this (gRPC runs their TLS).
   std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> grpc_tls_;
   std::shared_ptr<const tls::Config> tls_;  // null: plain TCP
-  int listener_fd_ = -1;                     // its number, for gRPC's acceptor
+  int listener_fd_ = -1;                    // its number, for gRPC's acceptor
   net::Fd listener_;
   net::Fd wake_;  // eventfd: wakes the acceptor to stop
   int port_ = 0;

@@ -30,7 +30,9 @@ class TFJOB_CAPABILITY("mutex") RwLock {
   bool try_lock() TFJOB_TRY_ACQUIRE(true) { return pthread_rwlock_trywrlock(&lock_) == 0; }
   void unlock() TFJOB_RELEASE() { pthread_rwlock_unlock(&lock_); }
   void lock_shared() TFJOB_ACQUIRE_SHARED() { pthread_rwlock_rdlock(&lock_); }
-  bool try_lock_shared() TFJOB_THREAD_ANNOTATION(try_acquire_shared_capability(true)) { return pthread_rwlock_tryrdlock(&lock_) == 0; }
+  bool try_lock_shared() TFJOB_THREAD_ANNOTATION(try_acquire_shared_capability(true)) {
+    return pthread_rwlock_tryrdlock(&lock_) == 0;
+  }
   void unlock_shared() TFJOB_RELEASE_SHARED() { pthread_rwlock_unlock(&lock_); }
 
  private:

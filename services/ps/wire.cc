@@ -11,7 +11,6 @@
 namespace tfjob::ps::wire {
 namespace {
 
-
 // Sets the socket's timeout for blocking sends or receives to the time left
 // before `deadline` (0: no timeout). False when the deadline has passed.
 bool ArmTimeout(int fd, int option, Clock::time_point deadline) {
@@ -41,7 +40,8 @@ Status SendAll(const net::Fd& fd, std::span<iovec> iov, Clock::time_point deadli
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        if (!ArmTimeout(fd.get(), SO_SNDTIMEO, deadline)) return DeadlineExceeded(peer + " did not take the data in time");
+        if (!ArmTimeout(fd.get(), SO_SNDTIMEO, deadline))
+          return DeadlineExceeded(peer + " did not take the data in time");
         continue;
       }
       return Broken(fd, peer, errno);

@@ -52,7 +52,7 @@ static_assert(std::endian::native == std::endian::little, "the data plane's fram
 using Clock = std::chrono::steady_clock;
 inline constexpr Clock::time_point kNoDeadline = Clock::time_point::max();
 
-inline constexpr uint32_t kHelloMagic = 0x444A4654;     // "TFJD"
+inline constexpr uint32_t kHelloMagic = 0x444A4654;  // "TFJD"
 // A job with TLS (tls/tls.h): the client sends these four bytes in clear,
 // then the TLS handshake, then the hello inside TLS. The PS tells it from
 // gRPC (whose TLS begins with a handshake record) by them.

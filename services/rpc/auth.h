@@ -39,7 +39,7 @@ using ::tfjob::kTokenFileEnv;
 inline constexpr const char* kTokenMetadata = "x-tfjob-token";
 
 struct Credentials {
-  std::string token;  // "" -> no authentication
+  std::string token;                       // "" -> no authentication
   std::shared_ptr<const tls::Config> tls;  // null -> plain TCP
   bool enabled() const { return !token.empty(); }
 };

@@ -36,7 +36,8 @@ StatusOr<Tensor> TensorFromProto(const proto::Tensor& p) {
   // The claimed shape is checked against the bytes that came before anything
   // is allocated: a few bytes on the wire must not buy gigabytes.
   const int64_t n = NumElements(shape);
-  if (n < 0 || static_cast<uint64_t>(n) != p.data().size() / DTypeSize(dtype) || p.data().size() % DTypeSize(dtype) != 0) {
+  if (n < 0 || static_cast<uint64_t>(n) != p.data().size() / DTypeSize(dtype) ||
+      p.data().size() % DTypeSize(dtype) != 0) {
     return InvalidArgument("tensor " + std::string(DTypeName(dtype)) + ShapeString(shape) + " does not match its " +
                            std::to_string(p.data().size()) + " bytes of data");
   }
@@ -106,8 +107,9 @@ Status CallWithRetry(const std::string& address, const RetryPolicy& policy, cons
     const auto elapsed = std::chrono::steady_clock::now() - start;
     if (timed ? elapsed + backoff >= policy.total_timeout : attempt >= policy.max_attempts) break;
     std::this_thread::sleep_for(backoff);
-    backoff = std::min(policy.max_backoff,
-                       std::chrono::milliseconds(static_cast<int64_t>(static_cast<double>(backoff.count()) * policy.multiplier)));
+    backoff = std::min(
+        policy.max_backoff,
+        std::chrono::milliseconds(static_cast<int64_t>(static_cast<double>(backoff.count()) * policy.multiplier)));
   }
   return Unavailable(address + " unreachable after " + std::to_string(attempt) + " attempts: " + last.message());
 }

@@ -179,7 +179,8 @@ class TaskSet {
       if (signals_.stop()) kill(c->pid, SIGTERM);
     }
     c->out_fd = spawned.second;
-    c->pump = std::thread([this, fd = c->out_fd, prefix = lead ? std::string() : "[" + name + "] "] { Pump(fd, prefix); });
+    c->pump =
+        std::thread([this, fd = c->out_fd, prefix = lead ? std::string() : "[" + name + "] "] { Pump(fd, prefix); });
     children_.push_back(std::move(c));
     return Status::Ok();
   }
@@ -294,8 +295,8 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
     const std::string name = job + ":" + std::to_string(index);
     const cluster::ClusterConfig cfg{bound->spec, cluster::TaskId{job, index}, "cloud", ""};
     // The child has its own copy from here on; the launcher's goes.
-    return tasks.Start(argv, name, cluster::ToTfConfigJson(cfg), token, tls_dir,
-                       std::move(bound->sockets[name]), name == lead);
+    return tasks.Start(argv, name, cluster::ToTfConfigJson(cfg), token, tls_dir, std::move(bound->sockets[name]),
+                       name == lead);
   };
   Status started;
   for (int64_t k = 0; k < options->ps && started.ok(); ++k) started = start("ps", k);

@@ -189,8 +189,7 @@ StatusOr<Timeouts> ParseTimeouts(const cluster::Env& env) {
 
 // The listening socket a launcher handed down (services/base/ports.h) must
 // be at this task's own port, or the others could not reach it.
-Status CheckInheritedListener(const cluster::ClusterConfig& cfg,
-                              const std::optional<base::ListeningSocket>& listener) {
+Status CheckInheritedListener(const cluster::ClusterConfig& cfg, const std::optional<base::ListeningSocket>& listener) {
   const std::string& type = cfg.task->type;
   if (!listener || !cfg.cluster.HasJob(type)) return Status::Ok();
   auto self = cfg.cluster.Address(type, cfg.task->index);
@@ -218,17 +217,16 @@ int RunCollectiveRole(programs::Program& program, const std::vector<std::string>
   if (!rank.ok()) return ReportError(rank.status(), err);
   std::shared_ptr<base::ListeningSocket> inherited;
   if (listener) inherited = std::make_shared<base::ListeningSocket>(std::move(*listener));
-  programs::CollectiveContext ctx{*members, *rank, &out,   &err,     connect_timeout,
+  programs::CollectiveContext ctx{*members, *rank,       &out,     &err,     connect_timeout,
                                   metrics,  credentials, &signals, inherited};
   return program.RunCollective(args, ctx);
 }
 
 // The chief of a job with parameter servers: runs the program as the
 // coordinator of the workers, and ends the cluster once training completes.
-int RunChiefRole(programs::Program& program, const std::vector<std::string>& args,
-                 const cluster::ClusterSpec& training, const rpc::Credentials& credentials,
-                 runtime_metrics::RuntimeMetrics* metrics, const Timeouts& timeouts, SignalWatcher& signals,
-                 std::ostream& out, std::ostream& err) {
+int RunChiefRole(programs::Program& program, const std::vector<std::string>& args, const cluster::ClusterSpec& training,
+                 const rpc::Credentials& credentials, runtime_metrics::RuntimeMetrics* metrics,
+                 const Timeouts& timeouts, SignalWatcher& signals, std::ostream& out, std::ostream& err) {
   programs::ChiefContext ctx{Addresses(training, cluster::kPs), Addresses(training, cluster::kWorker), {}, &out, &err};
   ctx.connect_timeout = timeouts.connect;
   ctx.coordinator_options.connect_timeout = timeouts.connect;
@@ -238,7 +236,8 @@ int RunChiefRole(programs::Program& program, const std::vector<std::string>& arg
   ctx.coordinator_options.metrics = metrics;
   ctx.signals = &signals;
   ctx.ps_timeout = timeouts.ps;
-  if (ctx.worker_addresses.empty()) return ReportError(InvalidArgument("TF_CONFIG: the cluster has no \"worker\" tasks"), err);
+  if (ctx.worker_addresses.empty())
+    return ReportError(InvalidArgument("TF_CONFIG: the cluster has no \"worker\" tasks"), err);
   const int rc = program.RunChief(args, ctx);
   // Training is complete: the PS tasks and workers may exit (0), so a
   // finished job leaves nothing running. Any other end leaves them up: a
@@ -297,8 +296,8 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
   auto credentials = rpc::CredentialsFromEnv(env);
   if (!credentials.ok()) return ReportError(credentials.status(), err);
   if (credentials->tls) {
-    out << cfg->task->type << " " << cfg->task->index << ": task-to-task connections are mutual TLS with the job's certificate"
-        << std::endl;
+    out << cfg->task->type << " " << cfg->task->index
+        << ": task-to-task connections are mutual TLS with the job's certificate" << std::endl;
   }
   // The evaluator is a side-car, never part of the training cluster.
   const cluster::ClusterSpec training = cfg->cluster.WithoutJob(cluster::kEvaluator);
@@ -323,8 +322,8 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
     return ServePs(*cfg, program, args, *credentials, metrics, *listener, *max_bytes, signals, out, err);
   }
   if ((type == cluster::kWorker || cluster::IsChief(type)) && !training.HasJob(cluster::kPs)) {
-    return RunCollectiveRole(program, args, *cfg, training, *credentials, metrics, *listener, timeouts->connect, signals,
-                             out, err);
+    return RunCollectiveRole(program, args, *cfg, training, *credentials, metrics, *listener, timeouts->connect,
+                             signals, out, err);
   }
   if (type == cluster::kWorker) {
     return ServeWorker(*cfg, training, all, *credentials, metrics, *listener, signals, out, err);
@@ -401,9 +400,10 @@ int RunMain(const std::vector<std::string>& command_line, const programs::Progra
   }
   // The flag wins over TFJOB_METRICS_PORT: it is what RunRole reads.
   const cluster::Env process_env = cluster::ProcessEnv();
-  const cluster::Env env = !metrics_port ? process_env : cluster::Env([process_env, metrics_port](const std::string& k) {
-    return k == "TFJOB_METRICS_PORT" ? metrics_port : process_env(k);
-  });
+  const cluster::Env env =
+      !metrics_port ? process_env : cluster::Env([process_env, metrics_port](const std::string& k) {
+        return k == "TFJOB_METRICS_PORT" ? metrics_port : process_env(k);
+      });
   for (const auto& p : programs) {
     if (p->name() == cmd) return RunRole(*p, args, programs, env, out, err);
   }

@@ -26,8 +26,8 @@ StatusOr<int64_t> WriteVariables(const checkpoint::Manager& mgr, int64_t step, b
   return bytes;
 }
 
-Status ReadVariables(const checkpoint::Committed& c, const std::vector<std::string>& names,
-                     std::vector<Tensor>& values, std::vector<model::SlotState>& slots) {
+Status ReadVariables(const checkpoint::Committed& c, const std::vector<std::string>& names, std::vector<Tensor>& values,
+                     std::vector<model::SlotState>& slots) {
   const int64_t num_ps = c.state.value("num_ps", int64_t{-1});
   if (num_ps != 0 || c.files.size() != 1) {
     return FailedPrecondition(c.dir + " was written by parameter-server training (" + std::to_string(c.files.size()) +
@@ -49,7 +49,8 @@ Status ReadVariables(const checkpoint::Committed& c, const std::vector<std::stri
     }
     for (size_t k = 0; k < slots[i].slots.size(); ++k) {
       if (e.tensors[k + 1].shape() != slots[i].slots[k].shape()) {
-        return DataLoss(c.dir + ": optimizer slot " + std::to_string(k) + " of \"" + names[i] + "\" has the wrong shape");
+        return DataLoss(c.dir + ": optimizer slot " + std::to_string(k) + " of \"" + names[i] +
+                        "\" has the wrong shape");
       }
     }
   }
@@ -67,8 +68,8 @@ StatusOr<std::vector<Tensor>> ValuesFromCheckpoint(const checkpoint::Committed& 
   ASSIGN_OR_RETURN(Partitioner part, ParsePartitioner(c.state.value("partitioner", "none")));
   const int64_t files = num_ps == 0 ? 1 : num_ps;
   if (num_ps < 0 || static_cast<int64_t>(c.files.size()) != files) {
-    return DataLoss(c.dir + ": has " + std::to_string(c.files.size()) + " variable files where " + std::to_string(files) +
-                    " were expected");
+    return DataLoss(c.dir + ": has " + std::to_string(c.files.size()) + " variable files where " +
+                    std::to_string(files) + " were expected");
   }
   // A synchronous checkpoint is one file of whole variables: placing them on
   // one "PS" without a partitioner names them the same way.

@@ -35,8 +35,8 @@ StatusOr<int64_t> WriteVariables(const checkpoint::Manager& mgr, int64_t step, b
 
 // Loads a synchronous strategy's checkpoint into `values` and `slots`
 // (shapes must match). FAILED_PRECONDITION for a parameter-server checkpoint.
-Status ReadVariables(const checkpoint::Committed& c, const std::vector<std::string>& names,
-                     std::vector<Tensor>& values, std::vector<model::SlotState>& slots);
+Status ReadVariables(const checkpoint::Committed& c, const std::vector<std::string>& names, std::vector<Tensor>& values,
+                     std::vector<model::SlotState>& slots);
 
 // The model's variable values from a checkpoint of either layout (sharded
 // variables concatenated back), in `m`'s variable order.

@@ -20,7 +20,8 @@ StatusOr<DeviceChoice> ParseDeviceChoice(std::string_view s) {
 }
 
 std::string WhyNoGpu() {
-  if (!device::CudaBackend()) return "this build has no CUDA support (built without the CUDA toolkit or with -DTFJOB_CUDA=OFF)";
+  if (!device::CudaBackend())
+    return "this build has no CUDA support (built without the CUDA toolkit or with -DTFJOB_CUDA=OFF)";
   if (VisibleGpus() == 0) return "no CUDA device is visible (no GPU, no driver, or CUDA_VISIBLE_DEVICES hides them)";
   return "";
 }
@@ -50,12 +51,12 @@ StatusOr<DevicePlan> PlanDevices(DeviceChoice choice, StrategyKind kind, int rep
       const int n = replicas_given ? replicas : visible;
       if (n > visible) {
         if (choice == DeviceChoice::kGpu) {
-          return InvalidArgument("flag --replicas " + std::to_string(n) + ": " + std::to_string(visible) +
-                                 " GPU" + (visible == 1 ? " is" : "s are") +
+          return InvalidArgument("flag --replicas " + std::to_string(n) + ": " + std::to_string(visible) + " GPU" +
+                                 (visible == 1 ? " is" : "s are") +
                                  " visible, and --device gpu runs one replica per GPU");
         }
-        plan.note = "fit: --device auto: " + std::to_string(n) + " replicas but " + std::to_string(visible) +
-                    " GPU" + (visible == 1 ? "" : "s") + " visible; the replicas run on the CPU";
+        plan.note = "fit: --device auto: " + std::to_string(n) + " replicas but " + std::to_string(visible) + " GPU" +
+                    (visible == 1 ? "" : "s") + " visible; the replicas run on the CPU";
         return plan;
       }
       plan.replicas = n;

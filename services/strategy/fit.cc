@@ -47,8 +47,9 @@ StatusOr<FitSummary> Fit(const model::JobConfig& job, const FitOptions& o, nlohm
   auto data = LoadJobData(job, o.data_dir, **m, shard);
   if (!data.ok()) return with_source(data.status());
   if (sharded && o.out) {
-    *o.out << "fit: " << train.field << ": auto_shard_policy " << train.auto_shard_policy << ", this worker reads shard "
-           << shard.index << " of " << shard.num_shards << " (" << data->train.size() << " examples)" << std::endl;
+    *o.out << "fit: " << train.field << ": auto_shard_policy " << train.auto_shard_policy
+           << ", this worker reads shard " << shard.index << " of " << shard.num_shards << " (" << data->train.size()
+           << " examples)" << std::endl;
   }
   SyncOptions so;
   so.kind = o.strategy;

@@ -32,15 +32,15 @@ struct FitOptions {
   std::ostream* out = nullptr;  // progress lines; nullptr for silence
   int64_t epochs = 0;           // > 0 overrides the job's epochs
   StrategyKind strategy = StrategyKind::kOneDevice;
-  int replicas = 1;                        // mirrored, central_storage
-  std::vector<Device> devices;             // per local replica; empty: the host (devices.h)
-  collective::Group* group = nullptr;      // multi_worker_mirrored
+  int replicas = 1;                    // mirrored, central_storage
+  std::vector<Device> devices;         // per local replica; empty: the host (devices.h)
+  collective::Group* group = nullptr;  // multi_worker_mirrored
   collective::Implementation communication = collective::Implementation::kAuto;
-  collective::Options collective;          // mirrored replicas' timeouts
+  collective::Options collective;  // mirrored replicas' timeouts
   CheckpointPolicy checkpoints;
   runtime_metrics::RuntimeMetrics* metrics = nullptr;
   const std::atomic<bool>* stop = nullptr;  // see LoopOptions
-  std::string export_weights;  // the chief writes Keras .weights.h5 here after training
+  std::string export_weights;               // the chief writes Keras .weights.h5 here after training
 };
 
 // Trains `strategy` on `data` per `loop` and evaluates on the chief. The

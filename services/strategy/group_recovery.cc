@@ -59,8 +59,8 @@ Status GroupRecovery::ChooseCommunication() {
   if (!nccl) return Status::Ok();
   // A new generation needs a new NCCL communicator; its id travels over the
   // ring just formed.
-  ASSIGN_OR_RETURN(nccl_, collective::MakeNcclCommunicator(*o_.group->comm(), on_device ? o_.device.index : -1,
-                                                            o_.collective));
+  ASSIGN_OR_RETURN(
+      nccl_, collective::MakeNcclCommunicator(*o_.group->comm(), on_device ? o_.device.index : -1, o_.collective));
   using_nccl_ = true;
   return Status::Ok();
 }

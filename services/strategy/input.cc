@@ -47,8 +47,9 @@ struct Raw {
 };
 
 data::FeatureType TypeOf(const std::string& dtype) {
-  return dtype == "string" ? data::FeatureType::kString
-                           : dtype == "int64" ? data::FeatureType::kInt64 : data::FeatureType::kFloat32;
+  return dtype == "string"  ? data::FeatureType::kString
+         : dtype == "int64" ? data::FeatureType::kInt64
+                            : data::FeatureType::kFloat32;
 }
 
 data::FeatureSpec ToData(const model::ExampleFeatureSpec& f) {
@@ -112,7 +113,8 @@ StatusOr<Raw> LoadCsvSource(const model::DataSourceSpec& spec, const std::string
   return raw;
 }
 
-StatusOr<Raw> LoadTfRecordSource(const model::DataSourceSpec& spec, const std::string& data_dir, const InputShard& shard) {
+StatusOr<Raw> LoadTfRecordSource(const model::DataSourceSpec& spec, const std::string& data_dir,
+                                 const InputShard& shard) {
   ASSIGN_OR_RETURN(data::Compression compression, data::ParseCompression(spec.compression));
   ASSIGN_OR_RETURN(data::AutoShardPolicy policy, data::ParseAutoShardPolicy(spec.auto_shard_policy));
   std::vector<std::string> files;
@@ -149,7 +151,8 @@ StatusOr<Raw> LoadTfRecordSource(const model::DataSourceSpec& spec, const std::s
       const int64_t w = NumElements(cols[i].shape);
       switch (type) {
         case data::FeatureType::kFloat32:
-          merged.floats.insert(merged.floats.end(), cols[i].floats.begin() + r * w, cols[i].floats.begin() + (r + 1) * w);
+          merged.floats.insert(merged.floats.end(), cols[i].floats.begin() + r * w,
+                               cols[i].floats.begin() + (r + 1) * w);
           break;
         case data::FeatureType::kInt64:
           merged.ints.insert(merged.ints.end(), cols[i].ints.begin() + r * w, cols[i].ints.begin() + (r + 1) * w);
@@ -261,7 +264,8 @@ StatusOr<Examples> Load(const model::DataSourceSpec& spec, const std::string& da
   Examples ex;
   if (!raw.feature_strings.empty() || raw.feature_shape.size() > 0) {
     if (!string_model) {
-      return InvalidArgument(spec.field + ": the features are strings; a model takes them with model.input_dtype "
+      return InvalidArgument(spec.field +
+                             ": the features are strings; a model takes them with model.input_dtype "
                              "\"string\" and a StringLookup as its first layer");
     }
     auto ids = m->LookupStrings(raw.feature_strings, raw.feature_shape);
@@ -277,17 +281,18 @@ StatusOr<Examples> Load(const model::DataSourceSpec& spec, const std::string& da
     const bool strings = spec.label_lookup->type == model::LayerType::kStringLookup;
     auto table = model::Lookup::Create(spec.label_lookup->lookup, strings);
     if (!table.ok()) return table.status().WithContext(spec.field + ".label_lookup");
-    StatusOr<Tensor> ids = strings ? (raw.label_strings.empty()
-                                          ? StatusOr<Tensor>(InvalidArgument("a StringLookup needs string labels"))
-                                          : table->LookupStrings(raw.label_strings,
-                                                                 {static_cast<int64_t>(raw.label_strings.size())}))
-                                   : (raw.labels.dtype() == DType::kInt64
-                                          ? table->LookupInts(raw.labels)
-                                          : StatusOr<Tensor>(InvalidArgument("an IntegerLookup needs int64 labels")));
+    StatusOr<Tensor> ids =
+        strings ? (raw.label_strings.empty()
+                       ? StatusOr<Tensor>(InvalidArgument("a StringLookup needs string labels"))
+                       : table->LookupStrings(raw.label_strings, {static_cast<int64_t>(raw.label_strings.size())}))
+                : (raw.labels.dtype() == DType::kInt64
+                       ? table->LookupInts(raw.labels)
+                       : StatusOr<Tensor>(InvalidArgument("an IntegerLookup needs int64 labels")));
     if (!ids.ok()) return ids.status().WithContext(spec.field + ".label_lookup");
     ex.labels = *ids;
   } else if (!raw.label_strings.empty()) {
-    return InvalidArgument(spec.field + ": the labels are strings; add a label_lookup (a StringLookup) to map them to "
+    return InvalidArgument(spec.field +
+                           ": the labels are strings; add a label_lookup (a StringLookup) to map them to "
                            "class ids");
   } else {
     ex.labels = raw.labels;
@@ -326,7 +331,8 @@ Status CheckExamples(const Examples& ex, const std::string& field, const Shape& 
                            ShapeString(input_shape));
   }
   if (ex.labels.rank() < 1 || ex.labels.dim(0) != ex.size()) {
-    return InvalidArgument(field + ": " + std::to_string(ex.size()) + " examples but labels " + ex.labels.DebugString());
+    return InvalidArgument(field + ": " + std::to_string(ex.size()) + " examples but labels " +
+                           ex.labels.DebugString());
   }
   return Status::Ok();
 }
@@ -374,7 +380,9 @@ uint64_t PassSeed(int64_t seed, int64_t pass) {
 }  // namespace
 
 GlobalBatches::GlobalBatches(Examples examples, const model::JobConfig& job, int64_t batch_rows, uint64_t seed_salt)
-    : examples_(std::move(examples)), job_(job), batch_rows_(batch_rows > 0 ? batch_rows : job.batch_size),
+    : examples_(std::move(examples)),
+      job_(job),
+      batch_rows_(batch_rows > 0 ? batch_rows : job.batch_size),
       seed_salt_(seed_salt) {}
 
 int64_t GlobalBatches::batches_per_pass() const { return (examples_.size() + batch_rows_ - 1) / batch_rows_; }

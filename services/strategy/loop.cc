@@ -117,7 +117,8 @@ StatusOr<std::pair<int64_t, NamedValues>> Evaluate(model::Model& m, const model:
       ASSIGN_OR_RETURN(Tensor d, v.ToDevice(device));
       on.push_back(std::move(d));
     }
-    ASSIGN_OR_RETURN(Tensor sums, Tensor::Create(DType::kFloat32, {model::Model::StatsSize(job.metrics.size())}, device));
+    ASSIGN_OR_RETURN(Tensor sums,
+                     Tensor::Create(DType::kFloat32, {model::Model::StatsSize(job.metrics.size())}, device));
     while (true) {
       ASSIGN_OR_RETURN(std::optional<data::Element> e, it->Next());
       if (!e) break;

@@ -36,7 +36,7 @@ struct LoopOptions {
   // (a closure's worth under parameter servers).
   int64_t min_chunk_steps = 1;
   std::vector<std::string> metric_names;  // the job's, for progress lines
-  std::ostream* out = nullptr;  // progress lines; nullptr for silence
+  std::ostream* out = nullptr;            // progress lines; nullptr for silence
   runtime_metrics::RuntimeMetrics* metrics = nullptr;
   // When it becomes true (SIGTERM), training stops at the next step or
   // chunk boundary, a checkpoint is written where the strategy writes them,

@@ -155,8 +155,12 @@ class PsStrategy final : public Strategy {
             {"ps_applied_updates", AppliedUpdates()},
             {"ps_pulled_bytes", pulled_bytes_},
             {"closures",
-             {{"scheduled", s.scheduled}, {"completed", s.completed}, {"retried", s.retried}, {"worker_failures", s.worker_failures}}},
-            {"recovery", {{"ps_restarts", ps_restarts_}, {"restored_steps", restored_}, {"checkpoints_written", checkpoints_}}}};
+             {{"scheduled", s.scheduled},
+              {"completed", s.completed},
+              {"retried", s.retried},
+              {"worker_failures", s.worker_failures}}},
+            {"recovery",
+             {{"ps_restarts", ps_restarts_}, {"restored_steps", restored_}, {"checkpoints_written", checkpoints_}}}};
   }
 
  private:
@@ -195,8 +199,8 @@ class PsStrategy final : public Strategy {
     }
     // Non-trainable state (moving statistics) gets no optimizer: only deltas reach it.
     for (size_t i = 0; i < names_.size(); ++i) {
-      RETURN_IF_ERROR(store_.Create(names_[i], init_[i],
-                                    trainable_[i] ? std::optional(p_.job.optimizer) : std::nullopt));
+      RETURN_IF_ERROR(
+          store_.Create(names_[i], init_[i], trainable_[i] ? std::optional(p_.job.optimizer) : std::nullopt));
     }
     for (size_t i = 0; i < clients_.size(); ++i) {
       ASSIGN_OR_RETURN(ps::PsStatus s, clients_[i]->GetStatus());
@@ -238,14 +242,15 @@ class PsStrategy final : public Strategy {
     if (!c) return false;
     if (c->files.size() != clients_.size() || c->state.value("num_ps", int64_t{0}) == 0) {
       return FailedPrecondition(c->dir + " holds " +
-                                (c->state.value("num_ps", int64_t{0}) == 0 ? std::string("a synchronous strategy's variables")
-                                                                            : std::to_string(c->files.size()) +
-                                                                                  " parameter servers' variables") +
+                                (c->state.value("num_ps", int64_t{0}) == 0
+                                     ? std::string("a synchronous strategy's variables")
+                                     : std::to_string(c->files.size()) + " parameter servers' variables") +
                                 "; this cluster has " + std::to_string(clients_.size()) + " parameter servers");
     }
     for (size_t i = 0; i < clients_.size(); ++i) {
       if (c->files[i] != c->dir + "/ps-" + std::to_string(i) + ".ckpt") {
-        return DataLoss(c->dir + ": file " + std::to_string(i) + " is " + c->files[i] + ", not ps-" + std::to_string(i) + ".ckpt");
+        return DataLoss(c->dir + ": file " + std::to_string(i) + " is " + c->files[i] + ", not ps-" +
+                        std::to_string(i) + ".ckpt");
       }
       RETURN_IF_ERROR(clients_[i]->Restore(c->step, claim_.generation).status());
     }
@@ -294,8 +299,9 @@ class PsStrategy final : public Strategy {
       }
       if (waited >= limit) {
         const size_t i = silent[0];
-        return Unavailable("parameter server " + std::to_string(i) + " (" + ctx_.ps_addresses[i] + ") lost: no answer for " +
-                           std::to_string(static_cast<int64_t>(limit)) + " s (TFJOB_PS_TIMEOUT_SECONDS)");
+        return Unavailable("parameter server " + std::to_string(i) + " (" + ctx_.ps_addresses[i] +
+                           ") lost: no answer for " + std::to_string(static_cast<int64_t>(limit)) +
+                           " s (TFJOB_PS_TIMEOUT_SECONDS)");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
@@ -311,12 +317,12 @@ class PsStrategy final : public Strategy {
       return FailedPrecondition(which + " restarted and lost its variables; run fit with --checkpoint-dir to recover");
     }
     if (attempt > kMaxRecoveries) {
-      return Aborted(which + " keeps restarting: gave up after " + std::to_string(kMaxRecoveries) + " recoveries (last: " +
-                     cause.message() + ")");
+      return Aborted(which + " keeps restarting: gave up after " + std::to_string(kMaxRecoveries) +
+                     " recoveries (last: " + cause.message() + ")");
     }
     ps_restarts_ += static_cast<int64_t>(restarted.size());
-    out_ << "fit: " << which << " restarted (new incarnation): restoring every parameter server from the latest checkpoint"
-         << std::endl;
+    out_ << "fit: " << which
+         << " restarted (new incarnation): restoring every parameter server from the latest checkpoint" << std::endl;
     RETURN_IF_ERROR(Claim());
     ASSIGN_OR_RETURN(bool restored, Restore(st));
     if (!restored) return DataLoss("no checkpoint to restore " + which + " from in " + mgr_.dir());
@@ -364,8 +370,8 @@ StatusOr<std::unique_ptr<Strategy>> MakeParameterServerStrategy(PsOptions option
   std::vector<bool> trainable;
   for (const auto& v : m.variables()) trainable.push_back(v.trainable);
   std::vector<Tensor> init = m.InitialValues(static_cast<uint64_t>(options.job.seed));
-  return std::unique_ptr<Strategy>(std::make_unique<PsStrategy>(std::move(options), std::move(cluster), VariableNames(m),
-                                                                std::move(trainable), std::move(init),
+  return std::unique_ptr<Strategy>(std::make_unique<PsStrategy>(std::move(options), std::move(cluster),
+                                                                VariableNames(m), std::move(trainable), std::move(init),
                                                                 std::move(placement)));
 }
 

@@ -46,11 +46,11 @@ namespace tfjob::strategy {
 
 // What the strategy is asked to train (fit's flags, parsed).
 struct PsOptions {
-  model::JobConfig job;      // job.source is read again to send the workers the job
-  std::string data_dir;      // where the workers find the job's data
-  int threads = 1;           // compute threads per worker
+  model::JobConfig job;         // job.source is read again to send the workers the job
+  std::string data_dir;         // where the workers find the job's data
+  int threads = 1;              // compute threads per worker
   std::string device = "auto";  // the workers' --device
-  std::string keras_model;   // a Keras model JSON file ("": the job holds the model)
+  std::string keras_model;      // a Keras model JSON file ("": the job holds the model)
   Partitioner partitioner;
   bool ps_prefetch = true;   // workers pull the next step while this one computes
   bool ps_pull_rows = true;  // a first-layer Embedding pulls only the batch's rows
@@ -67,15 +67,15 @@ struct PsClaim {
 
 // The cluster it trains on, already claimed.
 struct PsCluster {
-  std::vector<std::string> ps_addresses;      // by PS index
-  std::vector<std::string> worker_addresses;  // by worker index
+  std::vector<std::string> ps_addresses;               // by PS index
+  std::vector<std::string> worker_addresses;           // by worker index
   std::vector<std::shared_ptr<ps::PsClient>> clients;  // by PS index, patient for ps_timeout
   PsClaim claim;
   coordinator::Options coordinator;  // with the claim's generation and namespace
   rpc::Credentials credentials;      // the job's task token
   std::chrono::milliseconds ps_timeout{30000};
-  std::ostream* out = nullptr;       // progress lines (required)
-  SignalWatcher* signals = nullptr;  // a stop drains and checkpoints; may be null
+  std::ostream* out = nullptr;                         // progress lines (required)
+  SignalWatcher* signals = nullptr;                    // a stop drains and checkpoints; may be null
   runtime_metrics::RuntimeMetrics* metrics = nullptr;  // may be null
 };
 

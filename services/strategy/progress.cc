@@ -7,8 +7,10 @@ namespace tfjob::strategy {
 
 std::string FormatValue(double v) {
   char buf[64];
-  if (v != 0 && std::fabs(v) < 1e-3) std::snprintf(buf, sizeof buf, "%.4e", v);
-  else std::snprintf(buf, sizeof buf, "%.4f", v);
+  if (v != 0 && std::fabs(v) < 1e-3)
+    std::snprintf(buf, sizeof buf, "%.4e", v);
+  else
+    std::snprintf(buf, sizeof buf, "%.4f", v);
   return buf;
 }
 

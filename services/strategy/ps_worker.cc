@@ -73,9 +73,9 @@ class IoQueue {
 // it (with a row plan, the table holds only the batch's rows).
 struct Step {
   data::Element batch;
-  Tensor x;                                 // features as the model sees them
-  std::vector<int64_t> rows;                // the table rows the batch uses, ascending
-  int64_t pulled_bytes = 0;                 // what the pull moves
+  Tensor x;                   // features as the model sees them
+  std::vector<int64_t> rows;  // the table rows the batch uses, ascending
+  int64_t pulled_bytes = 0;   // what the pull moves
   std::shared_ptr<std::vector<Tensor>> values;
   std::future<Status> pulled;
 };
@@ -147,7 +147,8 @@ StatusOr<Step> PrepareStep(worker::ClosureContext& ctx, WorkerFitState& state, c
   if (!step.values) step.values = std::make_shared<std::vector<Tensor>>(names.size());
   for (size_t i = 0; i < names.size(); ++i) {
     ASSIGN_OR_RETURN(const PlacedVariable* v, store->placement().Find(names[i]));
-    const int64_t elems = plan && i == plan->var ? static_cast<int64_t>(step.rows.size()) * v->shape[1] : NumElements(v->shape);
+    const int64_t elems =
+        plan && i == plan->var ? static_cast<int64_t>(step.rows.size()) * v->shape[1] : NumElements(v->shape);
     step.pulled_bytes += elems * static_cast<int64_t>(DTypeSize(v->dtype));
   }
   auto pull = [store, names, plan, values = step.values, rows = step.rows]() -> Status {
@@ -216,8 +217,8 @@ StatusOr<data::Dataset> BuildTrainDataset(WorkerFitState& state, const worker::W
   if (a.contains("keras_model") && !a["keras_model"].is_null()) {
     ASSIGN_OR_RETURN(keras, model::ParseKerasModel(a["keras_model"], a.value("keras_model_source", "keras model")));
   }
-  ASSIGN_OR_RETURN(model::JobConfig job, model::ParseJobConfig(a.at("config"), a.at("source").get<std::string>(),
-                                                               keras ? &*keras : nullptr));
+  ASSIGN_OR_RETURN(model::JobConfig job,
+                   model::ParseJobConfig(a.at("config"), a.at("source").get<std::string>(), keras ? &*keras : nullptr));
   SetComputeThreads(static_cast<int>(a.value("threads", int64_t{1})));
   ASSIGN_OR_RETURN(Partitioner part, ParsePartitioner(a.at("partitioner").get<std::string>()));
   ASSIGN_OR_RETURN(auto m, model::Model::Create(job.model, job.loss));
@@ -360,7 +361,8 @@ class TrainClosure {
       model::Gradient& g = grads[plan_->var].grad;
       Tensor global = Tensor::Zeros(DType::kInt64, g.indices.shape());
       const int64_t* local = g.indices.data<int64_t>();
-      for (int64_t i = 0; i < g.indices.size(); ++i) global.data<int64_t>()[i] = cur_->rows[static_cast<size_t>(local[i])];
+      for (int64_t i = 0; i < g.indices.size(); ++i)
+        global.data<int64_t>()[i] = cur_->rows[static_cast<size_t>(local[i])];
       g.indices = global;
     }
     if (!io_) return store_->PushGradients(ctx_.closure_id(), sequence, grads, ctx_.generation()).status();
@@ -438,10 +440,9 @@ Status RegisterParameterServerWorker(worker::Registry& r) {
   RETURN_IF_ERROR(r.AddDataset(kTrainDataset, [state](const worker::WorkerEnv& env, const nlohmann::json& a) {
     return BuildTrainDataset(*state, env, a);
   }));
-  return r.AddClosure(kTrainClosure, [state](worker::ClosureContext& ctx, const nlohmann::json& a,
-                                             const std::vector<Tensor>&) -> StatusOr<worker::ClosureResult> {
-    return TrainClosure(*state, ctx).Run(a);
-  });
+  return r.AddClosure(kTrainClosure,
+                      [state](worker::ClosureContext& ctx, const nlohmann::json& a, const std::vector<Tensor>&)
+                          -> StatusOr<worker::ClosureResult> { return TrainClosure(*state, ctx).Run(a); });
 }
 
 }  // namespace tfjob::strategy

@@ -55,8 +55,10 @@ StatusOr<Partitioner> ParsePartitioner(const std::string& text) {
   const std::string usage = " (use none, fixed:N, min:BYTES[:MAX_SHARDS] or max:BYTES[:MAX_SHARDS])";
   if (kind == "none" && nums.empty()) return Partitioner::None();
   if (kind == "fixed" && nums.size() == 1) return Partitioner::FixedShards(nums[0]);
-  if (kind == "min" && (nums.size() == 1 || nums.size() == 2)) return Partitioner::MinSize(nums[0], nums.size() == 2 ? nums[1] : 1);
-  if (kind == "max" && (nums.size() == 1 || nums.size() == 2)) return Partitioner::MaxSize(nums[0], nums.size() == 2 ? nums[1] : 0);
+  if (kind == "min" && (nums.size() == 1 || nums.size() == 2))
+    return Partitioner::MinSize(nums[0], nums.size() == 2 ? nums[1] : 1);
+  if (kind == "max" && (nums.size() == 1 || nums.size() == 2))
+    return Partitioner::MaxSize(nums[0], nums.size() == 2 ? nums[1] : 0);
   return InvalidArgument("bad partitioner \"" + text + "\"" + usage);
 }
 

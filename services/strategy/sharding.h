@@ -28,10 +28,10 @@ namespace tfjob::strategy {
 struct Partitioner {
   enum class Kind { kNone, kFixedShards, kMinSize, kMaxSize };
   Kind kind = Kind::kNone;
-  int64_t num_shards = 1;                 // FixedShards
-  int64_t min_shard_bytes = 256 << 10;    // MinSize
-  int64_t max_shard_bytes = 0;            // MaxSize
-  int64_t max_shards = 1;                 // MinSize (default 1); MaxSize: 0 means unlimited
+  int64_t num_shards = 1;               // FixedShards
+  int64_t min_shard_bytes = 256 << 10;  // MinSize
+  int64_t max_shard_bytes = 0;          // MaxSize
+  int64_t max_shards = 1;               // MinSize (default 1); MaxSize: 0 means unlimited
 
   static Partitioner None() { return {}; }
   static Partitioner FixedShards(int64_t n) { return {Kind::kFixedShards, n, 256 << 10, 0, 1}; }
@@ -54,10 +54,10 @@ std::string PartitionerString(const Partitioner& p);
 std::vector<int64_t> DivRows(int64_t rows, int64_t shards);
 
 struct ShardInfo {
-  std::string name;      // "var" when unsharded, else "var/part_i"
-  int64_t ps = 0;        // PS task index
+  std::string name;  // "var" when unsharded, else "var/part_i"
+  int64_t ps = 0;    // PS task index
   int64_t row_begin = 0;
-  int64_t row_end = 0;   // exclusive
+  int64_t row_end = 0;  // exclusive
   Shape shape;
 };
 

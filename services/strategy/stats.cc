@@ -54,10 +54,12 @@ void TrainState::Record(const BatchStats& stats, int64_t steps, int64_t n) {
 
 nlohmann::json TrainState::ToJson() const {
   nlohmann::json h = nlohmann::json::array();
-  for (const auto& e : history) h.push_back({{"epoch", e.epoch}, {"steps", e.steps}, {"seconds", e.seconds}, {"values", e.values}});
+  for (const auto& e : history)
+    h.push_back({{"epoch", e.epoch}, {"steps", e.steps}, {"seconds", e.seconds}, {"values", e.values}});
   nlohmann::json p = partial.ToJson();
   p["steps"] = partial_steps;
-  return {{"step", step},       {"history", h},         {"partial", p}, {"partial_seconds", partial_seconds},
+  return {{"step", step},         {"history", h},
+          {"partial", p},         {"partial_seconds", partial_seconds},
           {"examples", examples}, {"train_seconds", train_seconds}};
 }
 

@@ -22,7 +22,8 @@ class SyncStrategy final : public Strategy {
   SyncStrategy(const model::JobConfig& job, Examples train, SyncOptions o)
       : job_(job),
         o_(std::move(o)),
-        input_(std::move(train), job, LocalRows(job, o_), o_.sharded_input && o_.group ? 0x5eed0000u + o_.group->rank() : 0) {}
+        input_(std::move(train), job, LocalRows(job, o_),
+               o_.sharded_input && o_.group ? 0x5eed0000u + o_.group->rank() : 0) {}
 
   // This member's rows of each global batch when it reads only its shard.
   static int64_t LocalRows(const model::JobConfig& job, const SyncOptions& o) {
@@ -33,7 +34,8 @@ class SyncStrategy final : public Strategy {
 
   Status Init() {
     ASSIGN_OR_RETURN(step_, SyncStep::Create(job_, o_, input_));
-    if (o_.checkpoints.enabled()) mgr_.emplace(o_.checkpoints.dir, static_cast<int>(o_.checkpoints.keep), o_.checkpoints.ignore_damaged);
+    if (o_.checkpoints.enabled())
+      mgr_.emplace(o_.checkpoints.dir, static_cast<int>(o_.checkpoints.keep), o_.checkpoints.ignore_damaged);
     if (o_.group) {
       GroupRecovery::Options g;
       g.group = o_.group;
@@ -127,8 +129,11 @@ class SyncStrategy final : public Strategy {
     // separate all-reduce. On a device these are host times (queueing the
     // work); the device's own time shows where the host waits for it: at
     // an all-reduce and at the end of a chunk.
-    j["step_seconds"] = {{"input", time_.input}, {"compute", time_.compute}, {"all_reduce", time_.all_reduce},
-                         {"apply", time_.apply}, {"steps", computed_}};
+    j["step_seconds"] = {{"input", time_.input},
+                         {"compute", time_.compute},
+                         {"all_reduce", time_.all_reduce},
+                         {"apply", time_.apply},
+                         {"steps", computed_}};
     return j;
   }
 
@@ -188,9 +193,7 @@ class SyncStrategy final : public Strategy {
 
 StatusOr<std::unique_ptr<Strategy>> MakeSyncStrategy(const model::JobConfig& job, Examples train, SyncOptions options) {
   switch (options.kind) {
-    case StrategyKind::kOneDevice:
-      options.replicas = 1;
-      break;
+    case StrategyKind::kOneDevice: options.replicas = 1; break;
     case StrategyKind::kMirrored:
     case StrategyKind::kCentralStorage:
       if (options.replicas < 1 || options.replicas > 256) {
@@ -201,8 +204,7 @@ StatusOr<std::unique_ptr<Strategy>> MakeSyncStrategy(const model::JobConfig& job
       if (!options.group) return InvalidArgument("multi_worker_mirrored needs a collective group");
       options.replicas = 1;
       break;
-    case StrategyKind::kParameterServer:
-      return InvalidArgument("parameter_server is not a synchronous strategy");
+    case StrategyKind::kParameterServer: return InvalidArgument("parameter_server is not a synchronous strategy");
   }
   auto s = std::make_unique<SyncStrategy>(job, std::move(train), std::move(options));
   RETURN_IF_ERROR(s->Init());

@@ -19,8 +19,7 @@ KindTraits TraitsOf(StrategyKind kind) {
       return {.replicas_in_process = true, .copy_per_replica = false, .sum_to_one_copy = true};
     case StrategyKind::kOneDevice:
     case StrategyKind::kMultiWorkerMirrored:
-    case StrategyKind::kParameterServer:
-      break;
+    case StrategyKind::kParameterServer: break;
   }
   return {};
 }
@@ -114,8 +113,8 @@ Status SyncStep::ProbeSparse(GlobalBatches& input) {
   ASSIGN_OR_RETURN(Tensor y1, probe[1].Rows(0, 1));
   ASSIGN_OR_RETURN(model::Model::Output out, models_[0]->ComputeGradients(copies_[0].values, x1, y1));
   if (out.grads.size() != vars_.size()) {
-    return Internal("strategy: " + std::to_string(out.grads.size()) + " gradients for " +
-                    std::to_string(vars_.size()) + " variables");
+    return Internal("strategy: " + std::to_string(out.grads.size()) + " gradients for " + std::to_string(vars_.size()) +
+                    " variables");
   }
   for (size_t v = 0; v < vars_.size(); ++v) vars_[v].sparse = out.grads[v].sparse;
   return Status::Ok();
@@ -219,8 +218,8 @@ Status SyncStep::ReplicaStep(int i, const Tensor& x, const Tensor& y) {
   }
   // A member reading its own shard has its part of the batch already (one
   // replica per member).
-  const ReplicaRows r = sharded_input_ ? ReplicaRows{.begin = 0, .end = x.dim(0), .batch = job_.batch_size}
-                                       : RowsOf(i, x.dim(0));
+  const ReplicaRows r =
+      sharded_input_ ? ReplicaRows{.begin = 0, .end = x.dim(0), .batch = job_.batch_size} : RowsOf(i, x.dim(0));
   if (r.end > r.begin) {
     ASSIGN_OR_RETURN(Tensor xs, x.Rows(r.begin, r.end));
     ASSIGN_OR_RETURN(Tensor ys, y.Rows(r.begin, r.end));
@@ -313,14 +312,9 @@ StatusOr<StepProgress> SyncStep::ReduceAndApply(int64_t batch_rows, const GroupR
   StepProgress p{.stats = NewStats(), .examples = batch_rows};
   for (const ReplicaOutput& o : outputs_) p.stats.Merge(o.stats);
   switch (reduction_) {
-    case Reduction::kNone:
-      RETURN_IF_ERROR(ApplyAsComputed());
-      break;
-    case Reduction::kInReplicas:
-      break;  // every replica has applied the sum to its own copy
-    case Reduction::kSumToOneCopy:
-      RETURN_IF_ERROR(SumAndApply());
-      break;
+    case Reduction::kNone: RETURN_IF_ERROR(ApplyAsComputed()); break;
+    case Reduction::kInReplicas: break;  // every replica has applied the sum to its own copy
+    case Reduction::kSumToOneCopy: RETURN_IF_ERROR(SumAndApply()); break;
     case Reduction::kAcrossGroup:
       if (!on_device_) return AllReduceOnHost(std::move(p), group, w, t);
       RETURN_IF_ERROR(AllReduceOnDevice(group, w, t));

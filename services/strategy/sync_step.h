@@ -165,7 +165,7 @@ class SyncStep {
   std::vector<Tensor> chunk_stats_;  // per local replica, on its device: loss and metric sums of the chunk
   Tensor step_stats_;                // in a group on a device: this step's sums, all-reduced
   std::unique_ptr<ReplicaPool> pool_;
-  std::unique_ptr<collective::LocalGroup> local_group_;                 // mirrored, several replicas
+  std::unique_ptr<collective::LocalGroup> local_group_;                // mirrored, several replicas
   std::vector<std::unique_ptr<collective::Communicator>> nccl_local_;  // mirrored over GPUs
 };
 

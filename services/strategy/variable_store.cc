@@ -79,7 +79,8 @@ Status VariableStore::Fetch(std::vector<Item>& items) {
   for (Item& item : items) {
     ASSIGN_OR_RETURN(const PlacedVariable* v, placement_.Find(item.name));
     for (const auto& s : v->shards) {
-      if (s.ps >= static_cast<int64_t>(ps_.size())) return FailedPrecondition("no client for ps " + std::to_string(s.ps));
+      if (s.ps >= static_cast<int64_t>(ps_.size()))
+        return FailedPrecondition("no client for ps " + std::to_string(s.ps));
     }
     if (!item.rows) {
       ASSIGN_OR_RETURN(*item.out, Reuse(*item.out, v->dtype, v->shape));
@@ -156,7 +157,8 @@ StatusOr<int> VariableStore::PushGradients(uint64_t closure_id, uint32_t sequenc
   for (const Grad& g : grads) {
     ASSIGN_OR_RETURN(const PlacedVariable* v, placement_.Find(g.name));
     for (const auto& s : v->shards) {
-      if (s.ps >= static_cast<int64_t>(ps_.size())) return FailedPrecondition("no client for ps " + std::to_string(s.ps));
+      if (s.ps >= static_cast<int64_t>(ps_.size()))
+        return FailedPrecondition("no client for ps " + std::to_string(s.ps));
     }
     if (!g.grad.sparse) {
       if (g.grad.dense.shape() != v->shape) {
@@ -207,7 +209,8 @@ StatusOr<int> VariableStore::PushGradients(uint64_t closure_id, uint32_t sequenc
   for (const auto& [ps, _] : by_ps) which.push_back(ps);
   std::vector<int> duplicates(ps_.size(), 0);
   RETURN_IF_ERROR(ForEachPs(which, [&](int64_t ps) -> Status {
-    ASSIGN_OR_RETURN(duplicates[static_cast<size_t>(ps)], ps_[ps]->Push(closure_id, sequence, by_ps.at(ps), generation));
+    ASSIGN_OR_RETURN(duplicates[static_cast<size_t>(ps)],
+                     ps_[ps]->Push(closure_id, sequence, by_ps.at(ps), generation));
     return Status::Ok();
   }));
   int total = 0;
@@ -215,12 +218,12 @@ StatusOr<int> VariableStore::PushGradients(uint64_t closure_id, uint32_t sequenc
   return total;
 }
 
-StatusOr<int> VariableStore::AssignAdd(uint64_t closure_id, uint32_t sequence, const std::string& name, const Tensor& delta,
-                                       uint64_t generation) {
+StatusOr<int> VariableStore::AssignAdd(uint64_t closure_id, uint32_t sequence, const std::string& name,
+                                       const Tensor& delta, uint64_t generation) {
   ASSIGN_OR_RETURN(const PlacedVariable* v, placement_.Find(name));
   if (v->sharded()) return Unimplemented("AssignAdd on sharded variable \"" + name + "\"");
-  return ps_[v->shards[0].ps]->Push(closure_id, sequence, {{v->shards[0].name, ps::Update::Kind::kAssignAdd, delta, {}}},
-                                       generation);
+  return ps_[v->shards[0].ps]->Push(closure_id, sequence,
+                                    {{v->shards[0].name, ps::Update::Kind::kAssignAdd, delta, {}}}, generation);
 }
 
 }  // namespace tfjob::strategy

@@ -16,7 +16,8 @@ void RegisterCudaBackend(Backend* backend) { g_cuda.store(backend, std::memory_o
 StatusOr<Backend*> BackendFor(const Device& device) {
   if (device.is_cpu()) return FailedPrecondition("the host has no device backend");
   Backend* b = CudaBackend();
-  if (!b) return FailedPrecondition("this build has no CUDA support (built without the CUDA toolkit or -DTFJOB_CUDA=OFF)");
+  if (!b)
+    return FailedPrecondition("this build has no CUDA support (built without the CUDA toolkit or -DTFJOB_CUDA=OFF)");
   const int n = b->DeviceCount();
   if (n == 0) return FailedPrecondition("no CUDA device is visible (CUDA_VISIBLE_DEVICES, driver, or no GPU)");
   if (device.index < 0 || device.index >= n) {

@@ -23,7 +23,9 @@ bool OnDevice(std::initializer_list<const Tensor*> ts) {
   return false;
 }
 
-StatusOr<Tensor> Empty(DType dtype, Shape shape, Device d) { return Tensor::CreateUninitialized(dtype, std::move(shape), d); }
+StatusOr<Tensor> Empty(DType dtype, Shape shape, Device d) {
+  return Tensor::CreateUninitialized(dtype, std::move(shape), d);
+}
 
 Status NeedF32(const Tensor& t, const char* op, const char* arg) {
   if (t.dtype() != DType::kFloat32) {
@@ -89,7 +91,8 @@ StatusOr<Tensor> Binary(const Tensor& a, const Tensor& b, BinOp op, const char* 
   }
   int64_t cols = b.size();
   int64_t rows = a.size() / cols;
-  Eigen::Map<const Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> xa(a.data<float>(), rows, cols);
+  Eigen::Map<const Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> xa(a.data<float>(), rows,
+                                                                                            cols);
   Eigen::Map<Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> oa(out.data<float>(), rows, cols);
   Eigen::Map<const Eigen::Array<float, 1, Eigen::Dynamic>> ba(b.data<float>(), cols);
   apply(xa, ba.replicate(rows, 1), oa);
@@ -120,11 +123,11 @@ StatusOr<int> NormalizeAxis(const Tensor& a, int axis, const char* name) {
 
 enum class Reduce { kSum, kMean, kMax };
 
-StatusOr<Tensor> DeviceReduction(const Tensor& a, int64_t outer, int64_t n, int64_t inner, Shape out_shape,
-                                 Reduce kind, const char* name) {
+StatusOr<Tensor> DeviceReduction(const Tensor& a, int64_t outer, int64_t n, int64_t inner, Shape out_shape, Reduce kind,
+                                 const char* name) {
   ASSIGN_OR_RETURN(device::Backend * be, DeviceOf(name, {&a}));
   ASSIGN_OR_RETURN(Tensor out, Empty(DType::kFloat32, std::move(out_shape), a.device()));
-  const device::Reduce d = kind == Reduce::kSum ? device::Reduce::kSum
+  const device::Reduce d = kind == Reduce::kSum    ? device::Reduce::kSum
                            : kind == Reduce::kMean ? device::Reduce::kMean
                                                    : device::Reduce::kMax;
   RETURN_IF_ERROR(be->ReduceAxis(d, a, outer, n, inner, out));
@@ -188,8 +191,8 @@ StatusOr<Tensor> MatMul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   int64_t m = ta ? a.dim(1) : a.dim(0), k = ta ? a.dim(0) : a.dim(1);
   int64_t k2 = tb ? b.dim(1) : b.dim(0), n = tb ? b.dim(0) : b.dim(1);
   if (k != k2) {
-    return InvalidArgument("MatMul: inner dimensions differ: " + ShapeString(a.shape()) + (ta ? "^T" : "") +
-                           " x " + ShapeString(b.shape()) + (tb ? "^T" : ""));
+    return InvalidArgument("MatMul: inner dimensions differ: " + ShapeString(a.shape()) + (ta ? "^T" : "") + " x " +
+                           ShapeString(b.shape()) + (tb ? "^T" : ""));
   }
   if (OnDevice({&a, &b})) {
     ASSIGN_OR_RETURN(device::Backend * be, DeviceOf("MatMul", {&a, &b}));
@@ -201,10 +204,14 @@ StatusOr<Tensor> MatMul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   Eigen::Map<const RowMatrix> A(a.data<float>(), a.dim(0), a.dim(1));
   Eigen::Map<const RowMatrix> B(b.data<float>(), b.dim(0), b.dim(1));
   Eigen::Map<RowMatrix> C(out.data<float>(), m, n);
-  if (!ta && !tb) C.noalias() = A * B;
-  else if (ta && !tb) C.noalias() = A.transpose() * B;
-  else if (!ta && tb) C.noalias() = A * B.transpose();
-  else C.noalias() = A.transpose() * B.transpose();
+  if (!ta && !tb)
+    C.noalias() = A * B;
+  else if (ta && !tb)
+    C.noalias() = A.transpose() * B;
+  else if (!ta && tb)
+    C.noalias() = A * B.transpose();
+  else
+    C.noalias() = A.transpose() * B.transpose();
   return out;
 }
 
@@ -241,15 +248,29 @@ StatusOr<Tensor> Scale(const Tensor& a, float s) {
 }
 
 using U = device::Unary;
-StatusOr<Tensor> Relu(const Tensor& a) { return Unary(a, "Relu", [](auto x) { return x.max(0.f); }, U::kRelu); }
-StatusOr<Tensor> Sigmoid(const Tensor& a) {
-  return Unary(a, "Sigmoid", [](auto x) { return (1.f + (-x).exp()).inverse(); }, U::kSigmoid);
+StatusOr<Tensor> Relu(const Tensor& a) {
+  return Unary(
+      a, "Relu", [](auto x) { return x.max(0.f); }, U::kRelu);
 }
-StatusOr<Tensor> Tanh(const Tensor& a) { return Unary(a, "Tanh", [](auto x) { return x.tanh(); }, U::kTanh); }
-StatusOr<Tensor> Exp(const Tensor& a) { return Unary(a, "Exp", [](auto x) { return x.exp(); }, U::kExp); }
-StatusOr<Tensor> Log(const Tensor& a) { return Unary(a, "Log", [](auto x) { return x.log(); }, U::kLog); }
+StatusOr<Tensor> Sigmoid(const Tensor& a) {
+  return Unary(
+      a, "Sigmoid", [](auto x) { return (1.f + (-x).exp()).inverse(); }, U::kSigmoid);
+}
+StatusOr<Tensor> Tanh(const Tensor& a) {
+  return Unary(
+      a, "Tanh", [](auto x) { return x.tanh(); }, U::kTanh);
+}
+StatusOr<Tensor> Exp(const Tensor& a) {
+  return Unary(
+      a, "Exp", [](auto x) { return x.exp(); }, U::kExp);
+}
+StatusOr<Tensor> Log(const Tensor& a) {
+  return Unary(
+      a, "Log", [](auto x) { return x.log(); }, U::kLog);
+}
 StatusOr<Tensor> Square(const Tensor& a) {
-  return Unary(a, "Square", [](auto x) { return x.square(); }, U::kSquare);
+  return Unary(
+      a, "Square", [](auto x) { return x.square(); }, U::kSquare);
 }
 
 StatusOr<Tensor> ReduceSum(const Tensor& a, int axis) { return Reduction(a, axis, Reduce::kSum, "ReduceSum"); }
@@ -274,7 +295,8 @@ StatusOr<Tensor> ArgMax(const Tensor& a) {
   for (int64_t r = 0; r < out.size(); ++r) {
     const float* row = x + r * n;
     int64_t best = 0;
-    for (int64_t j = 1; j < n; ++j) if (row[j] > row[best]) best = j;
+    for (int64_t j = 1; j < n; ++j)
+      if (row[j] > row[best]) best = j;
     o[r] = best;
   }
   return out;
@@ -438,8 +460,8 @@ StatusOr<Tensor> Concat(const std::vector<Tensor>& parts) {
     const Tensor& p = parts[i];
     if (p.dtype() != first.dtype() || p.rank() != first.rank() ||
         !std::equal(p.shape().begin() + 1, p.shape().end(), first.shape().begin() + 1)) {
-      return InvalidArgument("Concat: element " + std::to_string(i) + " is " + p.DebugString() +
-                             ", element 0 is " + first.DebugString());
+      return InvalidArgument("Concat: element " + std::to_string(i) + " is " + p.DebugString() + ", element 0 is " +
+                             first.DebugString());
     }
     rows += p.dim(0);
   }

@@ -85,15 +85,19 @@ template <typename T>
 static StatusOr<Tensor> FromVec(Shape shape, const std::vector<T>& v) {
   ASSIGN_OR_RETURN(Tensor t, Tensor::Create(DTypeOf<T>(), std::move(shape)));
   if (static_cast<size_t>(t.size()) != v.size()) {
-    return InvalidArgument("shape " + ShapeString(t.shape()) + " needs " + std::to_string(t.size()) +
-                           " values, got " + std::to_string(v.size()));
+    return InvalidArgument("shape " + ShapeString(t.shape()) + " needs " + std::to_string(t.size()) + " values, got " +
+                           std::to_string(v.size()));
   }
   if (!v.empty()) std::memcpy(t.data<T>(), v.data(), v.size() * sizeof(T));
   return t;
 }
 
-StatusOr<Tensor> Tensor::FromVector(Shape shape, std::vector<float> values) { return FromVec(std::move(shape), values); }
-StatusOr<Tensor> Tensor::FromVector(Shape shape, std::vector<int64_t> values) { return FromVec(std::move(shape), values); }
+StatusOr<Tensor> Tensor::FromVector(Shape shape, std::vector<float> values) {
+  return FromVec(std::move(shape), values);
+}
+StatusOr<Tensor> Tensor::FromVector(Shape shape, std::vector<int64_t> values) {
+  return FromVec(std::move(shape), values);
+}
 
 Tensor Tensor::Scalar(float v) {
   Tensor t = Zeros(DType::kFloat32, {});
@@ -194,8 +198,7 @@ StatusOr<Tensor> Tensor::Reshape(Shape shape) const {
 StatusOr<Tensor> Tensor::Rows(int64_t begin, int64_t end) const {
   if (rank() == 0) return InvalidArgument("Rows of a scalar");
   if (begin < 0 || end < begin || end > shape_[0]) {
-    return OutOfRange("rows [" + std::to_string(begin) + ", " + std::to_string(end) + ") of " +
-                      ShapeString(shape_));
+    return OutOfRange("rows [" + std::to_string(begin) + ", " + std::to_string(end) + ") of " + ShapeString(shape_));
   }
   int64_t row = shape_[0] == 0 ? 0 : size_ / shape_[0];
   Tensor t = *this;

@@ -35,9 +35,13 @@ size_t DTypeSize(DType d);
 template <typename T>
 constexpr DType DTypeOf();
 template <>
-constexpr DType DTypeOf<float>() { return DType::kFloat32; }
+constexpr DType DTypeOf<float>() {
+  return DType::kFloat32;
+}
 template <>
-constexpr DType DTypeOf<int64_t>() { return DType::kInt64; }
+constexpr DType DTypeOf<int64_t>() {
+  return DType::kInt64;
+}
 
 using Shape = std::vector<int64_t>;
 
@@ -111,9 +115,13 @@ class Tensor {
     return reinterpret_cast<const T*>(buf_.get() + offset_);
   }
   template <typename T>
-  std::span<T> flat() { return {data<T>(), static_cast<size_t>(size_)}; }
+  std::span<T> flat() {
+    return {data<T>(), static_cast<size_t>(size_)};
+  }
   template <typename T>
-  std::span<const T> flat() const { return {data<T>(), static_cast<size_t>(size_)}; }
+  std::span<const T> flat() const {
+    return {data<T>(), static_cast<size_t>(size_)};
+  }
   std::byte* raw() { return buf_.get() + offset_; }
   const std::byte* raw() const { return buf_.get() + offset_; }
 

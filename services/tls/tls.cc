@@ -343,12 +343,9 @@ ssize_t Session::Read(void* data, size_t n) {
   if (out_off_ < out_.size()) (void)FlushLocked();
   if (r > 0) return r;
   switch (e) {
-    case SSL_ERROR_ZERO_RETURN:
-      return 0;
+    case SSL_ERROR_ZERO_RETURN: return 0;
     case SSL_ERROR_WANT_READ:
-    case SSL_ERROR_WANT_WRITE:
-      errno = EAGAIN;
-      return -1;
+    case SSL_ERROR_WANT_WRITE: errno = EAGAIN; return -1;
     case SSL_ERROR_SYSCALL:
       if (saved == 0) return 0;
       errno = saved;

@@ -45,7 +45,8 @@ class Config {
 
   // Checks that the three texts parse and that the key belongs to the
   // certificate. INVALID_ARGUMENT naming `origin` (a directory) otherwise.
-  static StatusOr<std::shared_ptr<const Config>> FromPem(const pki::JobPki& pem, const std::string& origin = "TLS material");
+  static StatusOr<std::shared_ptr<const Config>> FromPem(const pki::JobPki& pem,
+                                                         const std::string& origin = "TLS material");
   // Reads ca.crt, tls.crt and tls.key from `dir`.
   static StatusOr<std::shared_ptr<const Config>> FromDir(const std::string& dir);
   // From TFJOB_TLS_DIR; null (no TLS) when it is unset or empty.

@@ -7,15 +7,19 @@ namespace tfjob::worker {
 
 int64_t ClosureContext::worker_index() const { return state_.env().worker_index; }
 const std::vector<std::shared_ptr<ps::PsClient>>& ClosureContext::ps() const { return state_.ps(); }
-StatusOr<std::optional<data::Element>> ClosureContext::Next(const std::string& resource) { return state_.Next(resource); }
+StatusOr<std::optional<data::Element>> ClosureContext::Next(const std::string& resource) {
+  return state_.Next(resource);
+}
 
 Status Registry::AddClosure(const std::string& name, ClosureFn fn) {
-  if (!closures_.emplace(name, std::move(fn)).second) return AlreadyExists("closure \"" + name + "\" is already registered");
+  if (!closures_.emplace(name, std::move(fn)).second)
+    return AlreadyExists("closure \"" + name + "\" is already registered");
   return Status::Ok();
 }
 
 Status Registry::AddDataset(const std::string& name, DatasetFn fn) {
-  if (!datasets_.emplace(name, std::move(fn)).second) return AlreadyExists("dataset \"" + name + "\" is already registered");
+  if (!datasets_.emplace(name, std::move(fn)).second)
+    return AlreadyExists("dataset \"" + name + "\" is already registered");
   return Status::Ok();
 }
 
@@ -124,8 +128,7 @@ grpc::Status WorkerService::RunClosure(grpc::ServerContext* call, const proto::R
     r = Internal(std::string("closure \"") + req->function() + "\" threw: " + e.what());
   }
   if (auto* m = state_.env().metrics) {
-    m->RecordWorkerClosure(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    m->RecordWorkerClosure(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   closures_run_.fetch_add(1, std::memory_order_relaxed);
   if (!r.ok()) return fail(r.status());

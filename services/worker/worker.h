@@ -75,8 +75,8 @@ class ClosureContext {
   WorkerState& state_;
 };
 
-using ClosureFn =
-    std::function<StatusOr<ClosureResult>(ClosureContext&, const nlohmann::json& args, const std::vector<Tensor>& tensors)>;
+using ClosureFn = std::function<StatusOr<ClosureResult>(ClosureContext&, const nlohmann::json& args,
+                                                        const std::vector<Tensor>& tensors)>;
 using DatasetFn = std::function<StatusOr<data::Dataset>(const WorkerEnv&, const nlohmann::json& args)>;
 
 // Named closures and dataset functions. Programs register theirs at start-up,
@@ -127,8 +127,10 @@ class WorkerService final : public proto::Worker::Service {
   grpc::Status CreateResources(grpc::ServerContext*, const proto::CreateResourcesRequest*,
                                proto::CreateResourcesResponse*) override;
   grpc::Status RunClosure(grpc::ServerContext*, const proto::RunClosureRequest*, proto::RunClosureResponse*) override;
-  grpc::Status GetStatus(grpc::ServerContext*, const proto::WorkerStatusRequest*, proto::WorkerStatusResponse*) override;
-  grpc::Status Shutdown(grpc::ServerContext*, const proto::WorkerShutdownRequest*, proto::WorkerShutdownResponse*) override;
+  grpc::Status GetStatus(grpc::ServerContext*, const proto::WorkerStatusRequest*,
+                         proto::WorkerStatusResponse*) override;
+  grpc::Status Shutdown(grpc::ServerContext*, const proto::WorkerShutdownRequest*,
+                        proto::WorkerShutdownResponse*) override;
 
  private:
   const Registry& registry_;
@@ -148,7 +150,8 @@ class WorkerService final : public proto::Worker::Service {
 
 class WorkerServer {
  public:
-  static StatusOr<std::unique_ptr<WorkerServer>> Start(const std::string& address, const Registry& registry, WorkerEnv env);
+  static StatusOr<std::unique_ptr<WorkerServer>> Start(const std::string& address, const Registry& registry,
+                                                       WorkerEnv env);
   ~WorkerServer();
   int port() const { return port_; }
   WorkerService& service() { return *service_; }

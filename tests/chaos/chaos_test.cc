@@ -56,15 +56,18 @@ spec:
       restartPolicy: OnFailure
       template: {spec: {containers: [{name: tensorflow, image: tfjob/runtime-cpu:0.1.0,
         command: [")" + t::RuntimeBinary() + R"(", counter, --increments, "1,2,3,4,5", --closure-seconds, "2",
-                  --summary-json, ")" + summary + R"("]}]}}
+                  --summary-json, ")" + summary +
+                                              R"("]}]}}
     PS:
       replicas: 1
       restartPolicy: OnFailure
-      template: {spec: {containers: [{name: tensorflow, image: tfjob/runtime-cpu:0.1.0, command: [")" + t::RuntimeBinary() + R"(", counter]}]}}
+      template: {spec: {containers: [{name: tensorflow, image: tfjob/runtime-cpu:0.1.0, command: [")" +
+                                              t::RuntimeBinary() + R"(", counter]}]}}
     Worker:
       replicas: 3
       restartPolicy: OnFailure
-      template: {spec: {containers: [{name: tensorflow, image: tfjob/runtime-cpu:0.1.0, command: [")" + t::RuntimeBinary() + R"(", counter]}]}}
+      template: {spec: {containers: [{name: tensorflow, image: tfjob/runtime-cpu:0.1.0, command: [")" +
+                                              t::RuntimeBinary() + R"(", counter]}]}}
 )";
   LocalJob job(dir + "/counter.yaml", dir);
   std::mt19937 rng(20261121);
@@ -146,14 +149,16 @@ TEST(ChaosTest, MnistMlpSurvivesWorkerPsChiefAndMidCheckpointKills) {
   fs::create_directories(ckpt);
   constexpr int kInterval = 25;  // steps between checkpoints
   auto fit = [&](const std::string& summary) {
-    return "[\"" + t::RuntimeBinary() + "\", fit, --config, \"" + t::SourceDir() + "/examples/mnist/mlp.json\", --epochs, \"30\"," +
-           " --data-dir, \"" + t::MnistDir() + "\", --checkpoint-dir, \"" + ckpt + "\", --checkpoint-every-steps, \"" +
-           std::to_string(kInterval) + "\", --summary-json, \"" + summary + "\"]";
+    return "[\"" + t::RuntimeBinary() + "\", fit, --config, \"" + t::SourceDir() +
+           "/examples/mnist/mlp.json\", --epochs, \"30\"," + " --data-dir, \"" + t::MnistDir() +
+           "\", --checkpoint-dir, \"" + ckpt + "\", --checkpoint-every-steps, \"" + std::to_string(kInterval) +
+           "\", --summary-json, \"" + summary + "\"]";
   };
   auto replica = [&](const std::string& type, int n, const std::string& command) {
     return "    " + type + ":\n      replicas: " + std::to_string(n) +
            "\n      restartPolicy: OnFailure\n      template: {spec: {containers: [{name: tensorflow, "
-           "image: tfjob/runtime-cpu:0.1.0,\n        command: " + command + "}]}}\n";
+           "image: tfjob/runtime-cpu:0.1.0,\n        command: " +
+           command + "}]}}\n";
   };
   std::ofstream(dir + "/mnist.yaml") << "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata: {name: chaos}\nspec:\n"
                                      << "  runPolicy: {backoffLimit: 20, cleanPodPolicy: None}\n  tfReplicaSpecs:\n"
@@ -235,11 +240,13 @@ TEST(ChaosTest, PrefetchingWorkersKilledMidStepLoseNoUpdate) {
   auto replica = [&](const std::string& type, int n) {
     return "    " + type + ":\n      replicas: " + std::to_string(n) +
            "\n      restartPolicy: OnFailure\n      template: {spec: {containers: [{name: tensorflow, "
-           "image: tfjob/runtime-cpu:0.1.0,\n        command: " + fit + "}]}}\n";
+           "image: tfjob/runtime-cpu:0.1.0,\n        command: " +
+           fit + "}]}}\n";
   };
-  std::ofstream(dir + "/prefetch.yaml") << "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata: {name: prefetch}\nspec:\n"
-                                        << "  runPolicy: {backoffLimit: 10}\n  tfReplicaSpecs:\n"
-                                        << replica("Chief", 1) << replica("PS", 1) << replica("Worker", 2);
+  std::ofstream(dir + "/prefetch.yaml")
+      << "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata: {name: prefetch}\nspec:\n"
+      << "  runPolicy: {backoffLimit: 10}\n  tfReplicaSpecs:\n"
+      << replica("Chief", 1) << replica("PS", 1) << replica("Worker", 2);
   LocalJob job(dir + "/prefetch.yaml", dir);
   std::mt19937 rng(14);
   size_t at = 0;
@@ -286,7 +293,8 @@ std::string MwmsManifest(const std::string& dir, const std::string& name) {
     q.push_back('"');
     return q;
   };
-  replace("\"examples/mnist/mlp.json\"", quoted(t::SourceDir() + "/examples/mnist/mlp.json") + ", \"--epochs\", \"16\"");
+  replace("\"examples/mnist/mlp.json\"",
+          quoted(t::SourceDir() + "/examples/mnist/mlp.json") + ", \"--epochs\", \"16\"");
   replace("\"../shared/data/mnist\"", quoted(t::MnistDir()));
   replace("name: mnist-mlp-mwms", "name: " + name);
   const std::string path = dir + "/" + name + ".yaml";
@@ -296,7 +304,8 @@ std::string MwmsManifest(const std::string& dir, const std::string& name) {
 
 double EvalAccuracy(const std::string& out, const std::string& pod) {
   std::smatch m;
-  const std::regex re("\\[" + pod + "\\] Evaluation\n\\[" + pod + "\\] \\d+/\\d+ - \\S+ - loss: \\S+ - accuracy: (\\S+)");
+  const std::regex re("\\[" + pod + "\\] Evaluation\n\\[" + pod +
+                      "\\] \\d+/\\d+ - \\S+ - loss: \\S+ - accuracy: (\\S+)");
   return std::regex_search(out, m, re) ? std::stod(m[1]) : -1;
 }
 
@@ -322,11 +331,14 @@ TEST(ChaosTest, MultiWorkerMirroredMnistLosesNoStepWhenAWorkerIsKilledTwice) {
     ASSERT_GT(job.KillAndAwaitRestart(victim), 0) << victim << "\n" << job.output();
     // The group re-forms with the restarted worker, which takes the state.
     std::smatch m;
-    at = job.WaitForOutput(std::regex("\\[" + victim + "\\] fit: group generation ([0-9]+) of 3 members formed at step ([0-9]+) \\(state from "),
-                           before, &m);
+    at = job.WaitForOutput(
+        std::regex("\\[" + victim +
+                   "\\] fit: group generation ([0-9]+) of 3 members formed at step ([0-9]+) \\(state from "),
+        before, &m);
     ASSERT_NE(at, std::string::npos) << "no regroup after killing " << victim << "\n" << job.output();
     EXPECT_GT(std::stoi(m[2]), 0) << "the restarted worker started over instead of taking the state: " << m[0];
-    ASSERT_NE(job.WaitForOutput(std::regex(R"(\[mwms-worker-0\] Epoch [0-9]+/16)"), at), std::string::npos) << job.output();
+    ASSERT_NE(job.WaitForOutput(std::regex(R"(\[mwms-worker-0\] Epoch [0-9]+/16)"), at), std::string::npos)
+        << job.output();
   }
   ASSERT_EQ(job.Wait(), 0) << job.output();
   const std::string out = job.output();
@@ -337,7 +349,10 @@ TEST(ChaosTest, MultiWorkerMirroredMnistLosesNoStepWhenAWorkerIsKilledTwice) {
   // once or, when its last all-reduce failed after another member's had
   // completed, took from that member; none was thrown away and redone.
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(\[mwms-worker-0\] fit: worker:0 done at step ([0-9]+) \(generation ([0-9]+), ([0-9]+) regroups, computed ([0-9]+) and took ([0-9]+) steps from the group since joining at step 0, lost ([0-9]+)\))")))
+  ASSERT_TRUE(std::regex_search(
+      out, m,
+      std::regex(
+          R"(\[mwms-worker-0\] fit: worker:0 done at step ([0-9]+) \(generation ([0-9]+), ([0-9]+) regroups, computed ([0-9]+) and took ([0-9]+) steps from the group since joining at step 0, lost ([0-9]+)\))")))
       << out;
   EXPECT_EQ(m[1], "2000");
   EXPECT_GE(std::stoi(m[3]), 2) << m[0];

@@ -32,10 +32,10 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace t = ::tfjob::testing;
-using ::testing::HasSubstr;
-using ::testing::Not;
 using t::LocalJob;
 using t::Replica;
+using ::testing::HasSubstr;
+using ::testing::Not;
 using Clock = std::chrono::steady_clock;
 
 std::string Write(const std::string& path, const std::string& text) {
@@ -56,10 +56,11 @@ std::string CounterJob(const std::string& dir, const std::string& name, int work
   std::vector<std::string> chief{t::RuntimeBinary(), "counter", "--summary-json", dir + "/summary.json"};
   chief.insert(chief.end(), chief_args.begin(), chief_args.end());
   const std::string serve = t::YamlList({t::RuntimeBinary(), "counter"});
-  return Write(dir + "/" + name + ".yaml",
-               t::TfJobYaml(name,
-                            {{"Chief", 1, policy, t::YamlList(chief)}, {"PS", 1, policy, serve}, {"Worker", workers, policy, serve}},
-                            "{backoffLimit: 20}"));
+  return Write(dir + "/" + name + ".yaml", t::TfJobYaml(name,
+                                                        {{"Chief", 1, policy, t::YamlList(chief)},
+                                                         {"PS", 1, policy, serve},
+                                                         {"Worker", workers, policy, serve}},
+                                                        "{backoffLimit: 20}"));
 }
 
 // TF: testWorkerPreemptionBetweenFunctions. A worker is preempted (SIGTERM)
@@ -67,16 +68,18 @@ std::string CounterJob(const std::string& dir, const std::string& name, int work
 // the next round of closures runs on the whole cluster again.
 TEST(PreemptionTest, AWorkerPreemptedBetweenClosuresComesBackAndTheCountIsExact) {
   const std::string dir = t::MakeTempDir("between");
-  LocalJob job(CounterJob(dir, "between", 2, "ExitCode",
-                          {"--increments", Increments(8), "--rounds", "2", "--pause-seconds", "4", "--closure-seconds", "0.2"}),
-               dir + "/state");
+  LocalJob job(
+      CounterJob(dir, "between", 2, "ExitCode",
+                 {"--increments", Increments(8), "--rounds", "2", "--pause-seconds", "4", "--closure-seconds", "0.2"}),
+      dir + "/state");
   ASSERT_NE(job.WaitForOutput(std::regex(R"(\[between-chief-0\] counter: round 1/2 joined)"), 0), std::string::npos)
       << job.output();
   EXPECT_EQ(job.SignalAndAwaitExit("between-worker-1", SIGTERM), 143) << job.output();
   ASSERT_GT(job.WaitForPid("between-worker-1"), 0) << "the preempted worker was not brought back\n" << job.output();
   ASSERT_EQ(job.Wait(), 0) << job.output();
   const std::string out = job.output();
-  EXPECT_THAT(out, HasSubstr("[between-worker-1] worker 1: stopped by a signal before training was complete; exiting 143"));
+  EXPECT_THAT(out,
+              HasSubstr("[between-worker-1] worker 1: stopped by a signal before training was complete; exiting 143"));
   EXPECT_THAT(out, HasSubstr("[between-chief-0] counter: value 72 after 16 closures"));
   EXPECT_THAT(out, HasSubstr("Succeeded=True"));
   EXPECT_EQ(t::ReadJsonFile(dir + "/summary.json")["value"], 72.0);
@@ -142,7 +145,8 @@ TEST(PreemptionTest, TheChiefKilledAndRestartedTwiceStillCounts78) {
   EXPECT_EQ(fenced, 2) << out;
   auto s = t::ReadJsonFile(dir + "/summary.json");
   EXPECT_EQ(s["value"], 78.0) << s.dump();
-  EXPECT_GE(s["already_applied"].get<int>(), 1) << "the restarted chief re-ran nothing its predecessors applied?\n" << s.dump();
+  EXPECT_GE(s["already_applied"].get<int>(), 1) << "the restarted chief re-ran nothing its predecessors applied?\n"
+                                                << s.dump();
   EXPECT_NE(s["previous_generation"], 0);
   // The cluster outlived both chiefs: no PS or worker exited before the end.
   EXPECT_THAT(out, Not(HasSubstr("[twice-ps-0] exited with code 1")));
@@ -159,7 +163,9 @@ TEST(PreemptionTest, AUserErrorInAClosureFailsTheJobOnce) {
     std::ofstream csv(dir + "/train.csv");
     csv << "a,b,c,d,label\n";
     std::mt19937 rng(4);
-    for (int i = 0; i < 2000; ++i) csv << rng() % 9 << "," << rng() % 9 << "," << rng() % 9 << "," << rng() % 9 << "," << (i == 1300 ? 9 : static_cast<int>(rng() % 3)) << "\n";
+    for (int i = 0; i < 2000; ++i)
+      csv << rng() % 9 << "," << rng() % 9 << "," << rng() % 9 << "," << rng() % 9 << ","
+          << (i == 1300 ? 9 : static_cast<int>(rng() % 3)) << "\n";
   }
   Write(dir + "/job.json", R"({"name": "bad-label", "seed": 1,
     "model": {"input_shape": [4], "layers": [{"type": "Dense", "units": 3, "activation": "softmax"}]},
@@ -167,16 +173,21 @@ TEST(PreemptionTest, AUserErrorInAClosureFailsTheJobOnce) {
     "metrics": ["accuracy"], "data": {"train": {"source": "csv", "path": "train.csv"}},
     "batch_size": 20, "epochs": 3})");
   const std::string fit = t::YamlList({t::RuntimeBinary(), "fit", "--config", dir + "/job.json", "--data-dir", dir});
-  LocalJob job(Write(dir + "/bad.yaml", t::TfJobYaml("bad", {{"Chief", 1, "ExitCode", fit}, {"PS", 1, "ExitCode", fit},
+  LocalJob job(Write(dir + "/bad.yaml", t::TfJobYaml("bad", {{"Chief", 1, "ExitCode", fit},
+                                                             {"PS", 1, "ExitCode", fit},
                                                              {"Worker", 2, "ExitCode", fit}})),
                dir + "/state");
   EXPECT_EQ(job.Wait(), 1) << job.output();
   const std::string out = job.output();
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(\[bad-chief-0\] tfjob-runtime: error: closure fit/train_steps on worker \S+: .*label 9.*outside \[0, 3\))")))
+  ASSERT_TRUE(std::regex_search(
+      out, m,
+      std::regex(
+          R"(\[bad-chief-0\] tfjob-runtime: error: closure fit/train_steps on worker \S+: .*label 9.*outside \[0, 3\))")))
       << out;
   EXPECT_EQ(out.find("[bad-chief-0] tfjob-runtime: error:", static_cast<size_t>(m.position(0)) + 1), std::string::npos)
-      << "raised more than once:\n" << out;
+      << "raised more than once:\n"
+      << out;
   EXPECT_THAT(out, HasSubstr("[bad-chief-0] exited with code 2"));
   EXPECT_THAT(out, HasSubstr("Failed=True"));
   EXPECT_THAT(out, Not(HasSubstr("Succeeded=True")));
@@ -199,7 +210,8 @@ TEST(PreemptionTest, ARunnerKilledLeavesNoReplicaRunning) {
     std::this_thread::sleep_for(std::chrono::seconds(1));
     for (pid_t p : replicas) EXPECT_FALSE(t::Alive(p)) << "replica " << p << " outlived the runner";
   }
-  t::Process local({t::RuntimeBinary(), "local", "--ps", "1", "--workers", "2", "--", "counter", "--closure-seconds", "30"});
+  t::Process local(
+      {t::RuntimeBinary(), "local", "--ps", "1", "--workers", "2", "--", "counter", "--closure-seconds", "30"});
   ASSERT_TRUE(local.WaitForLine("counter: scheduled", std::chrono::seconds(60))) << local.output();
   std::vector<pid_t> tasks;
   for (const auto& e : fs::directory_iterator("/proc")) {
@@ -229,19 +241,18 @@ TEST(PreemptionTest, ARunnerKilledLeavesNoReplicaRunning) {
 // resumes exactly there; the PS's loss is detected, said, and recovered in
 // bounded time; the job Succeeds with every step done once.
 std::string MnistFit(const std::string& dir, const std::string& role) {
-  return t::YamlList({t::RuntimeBinary(), "fit", "--config", t::SourceDir() + "/examples/mnist/mlp.json", "--epochs", "60",
-                      "--data-dir", t::MnistDir(), "--checkpoint-dir", dir + "/ckpt", "--checkpoint-every-steps", "100",
-                      "--summary-json", dir + "/" + role + ".json"});
+  return t::YamlList({t::RuntimeBinary(), "fit", "--config", t::SourceDir() + "/examples/mnist/mlp.json", "--epochs",
+                      "60", "--data-dir", t::MnistDir(), "--checkpoint-dir", dir + "/ckpt", "--checkpoint-every-steps",
+                      "100", "--summary-json", dir + "/" + role + ".json"});
 }
 
 std::string MnistJob(const std::string& dir, const std::string& name, const std::string& policy) {
-  return Write(dir + "/" + name + ".yaml",
-               t::TfJobYaml(name,
-                            {{"Chief", 1, policy, MnistFit(dir, "chief")},
-                             {"PS", 2, policy, MnistFit(dir, "ps")},
-                             {"Worker", 2, policy, MnistFit(dir, "worker")},
-                             {"Evaluator", 1, policy, MnistFit(dir, "evaluator")}},
-                            "{backoffLimit: 20, cleanPodPolicy: None}"));
+  return Write(dir + "/" + name + ".yaml", t::TfJobYaml(name,
+                                                        {{"Chief", 1, policy, MnistFit(dir, "chief")},
+                                                         {"PS", 2, policy, MnistFit(dir, "ps")},
+                                                         {"Worker", 2, policy, MnistFit(dir, "worker")},
+                                                         {"Evaluator", 1, policy, MnistFit(dir, "evaluator")}},
+                                                        "{backoffLimit: 20, cleanPodPolicy: None}"));
 }
 
 TEST(PreemptionTest, MnistSurvivesSigtermToEveryRoleUnderExitCode) {
@@ -264,9 +275,10 @@ TEST(PreemptionTest, MnistSurvivesSigtermToEveryRoleUnderExitCode) {
   size_t before = job.output().size();
   EXPECT_EQ(job.SignalAndAwaitExit("term-chief-0", SIGTERM), 143) << job.output();
   std::smatch m;
-  ASSERT_NE(job.WaitForOutput(std::regex(R"(\[term-chief-0\] fit: stopped by a signal at step (\d+), checkpoint written)"),
-                              before, &m),
-            std::string::npos)
+  ASSERT_NE(
+      job.WaitForOutput(std::regex(R"(\[term-chief-0\] fit: stopped by a signal at step (\d+), checkpoint written)"),
+                        before, &m),
+      std::string::npos)
       << job.output();
   const std::string stopped_at = m[1];
   at = job.WaitForOutput(std::regex(R"(\[term-chief-0\] fit: restored checkpoint \S+ at step (\d+))"), before, &m);
@@ -282,8 +294,10 @@ TEST(PreemptionTest, MnistSurvivesSigtermToEveryRoleUnderExitCode) {
   const auto sent = Clock::now();
   EXPECT_EQ(job.SignalAndAwaitExit("term-ps-1", SIGTERM), 143) << job.output();
   const auto exited = Clock::now();
-  at = job.WaitForOutput(std::regex(R"(fit: resumed at step \d+ \(lost (\d+) steps\); parameter server 1 stopped training for ([0-9.]+) s)"),
-                         before, &m);
+  at = job.WaitForOutput(
+      std::regex(
+          R"(fit: resumed at step \d+ \(lost (\d+) steps\); parameter server 1 stopped training for ([0-9.]+) s)"),
+      before, &m);
   ASSERT_NE(at, std::string::npos) << "no restore after SIGTERM to ps 1\n" << job.output();
   EXPECT_LE(std::stoi(m[1]), 100) << "lost more than one checkpoint interval: " << m[0];
   std::cout << "ps 1: SIGTERM to its exit " << std::chrono::duration<double>(exited - sent).count()
@@ -313,7 +327,8 @@ TEST(PreemptionTest, MnistSurvivesSigtermToEveryRoleUnderExitCode) {
   // Every update since the last restore landed exactly once: 4 variables.
   const auto& restored = chief["recovery"]["restored_steps"];
   ASSERT_GE(restored.size(), 1u) << chief.dump();
-  EXPECT_EQ(chief["ps_applied_updates"].get<int64_t>(), (60 * 125 - restored.back().get<int64_t>()) * 4) << chief.dump();
+  EXPECT_EQ(chief["ps_applied_updates"].get<int64_t>(), (60 * 125 - restored.back().get<int64_t>()) * 4)
+      << chief.dump();
   // The evaluator, restarted once, still ended on the final checkpoint.
   auto ev = t::ReadJsonFile(dir + "/evaluator.json");
   ASSERT_TRUE(ev.is_object() && !ev["evaluations"].empty()) << out;
@@ -328,13 +343,15 @@ TEST(PreemptionTest, MnistSurvivesSigtermToEveryRoleUnderExitCode) {
 TEST(PreemptionTest, MnistChiefKilledOnceAppliesEachStepAfterTheRestoreOnce) {
   const std::string dir = t::MakeTempDir("chief-once");
   LocalJob job(MnistJob(dir, "once", "OnFailure"), dir + "/state");
-  ASSERT_NE(job.WaitForOutput(std::regex(R"(\[once-chief-0\] fit: checkpoint \S+ \(step [1-9]\d{2,})"), 0), std::string::npos)
+  ASSERT_NE(job.WaitForOutput(std::regex(R"(\[once-chief-0\] fit: checkpoint \S+ \(step [1-9]\d{2,})"), 0),
+            std::string::npos)
       << job.output();
   const size_t before = job.output().size();
   ASSERT_GT(job.KillAndAwaitRestart("once-chief-0"), 0) << job.output();
   std::smatch m;
-  ASSERT_NE(job.WaitForOutput(std::regex(R"(\[once-chief-0\] fit: restored checkpoint (\S+) at step (\d+))"), before, &m),
-            std::string::npos)
+  ASSERT_NE(
+      job.WaitForOutput(std::regex(R"(\[once-chief-0\] fit: restored checkpoint (\S+) at step (\d+))"), before, &m),
+      std::string::npos)
       << job.output();
   const int64_t restored = std::stoll(m[2]);
   ASSERT_EQ(job.Wait(), 0) << job.output();
@@ -351,7 +368,8 @@ TEST(PreemptionTest, MnistChiefKilledOnceAppliesEachStepAfterTheRestoreOnce) {
 TEST(PreemptionTest, MnistChiefSigtermedUnderNeverFailsTheJob) {
   const std::string dir = t::MakeTempDir("never");
   LocalJob job(MnistJob(dir, "never", "Never"), dir + "/state");
-  ASSERT_NE(job.WaitForOutput(std::regex(R"(\[never-chief-0\] fit: checkpoint \S+ \(step [1-9])"), 0), std::string::npos)
+  ASSERT_NE(job.WaitForOutput(std::regex(R"(\[never-chief-0\] fit: checkpoint \S+ \(step [1-9])"), 0),
+            std::string::npos)
       << job.output();
   EXPECT_EQ(job.SignalAndAwaitExit("never-chief-0", SIGTERM), 143) << job.output();
   EXPECT_EQ(job.Wait(), 1) << job.output();

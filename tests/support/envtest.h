@@ -49,7 +49,7 @@ class ControlPlane {
   ControlPlane() = default;
   bool Start(std::string* why) const;
   std::string dir_, kit_;
-  mutable std::string server_;  // set by Start
+  mutable std::string server_;    // set by Start
   std::vector<std::string> env_;  // NAME=VALUE for the kit's scripts
 };
 

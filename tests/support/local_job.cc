@@ -60,7 +60,8 @@ size_t LocalJob::WaitForOutput(const std::regex& re, size_t from, std::smatch* m
     std::smatch& mm = m ? *m : local;
     if (from <= out.size()) {
       auto begin = out.cbegin() + static_cast<std::ptrdiff_t>(from);
-      if (std::regex_search(begin, out.cend(), mm, re)) return from + static_cast<size_t>(mm.position(0) + mm.length(0));
+      if (std::regex_search(begin, out.cend(), mm, re))
+        return from + static_cast<size_t>(mm.position(0) + mm.length(0));
     }
     if (!alive) return std::string::npos;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -105,10 +106,11 @@ std::string TfJobYaml(const std::string& name, const std::vector<Replica>& repli
   if (!run_policy.empty()) y += "  runPolicy: " + run_policy + "\n";
   y += "  tfReplicaSpecs:\n";
   for (const Replica& r : replicas) {
-    y += "    " + r.type + ":\n      replicas: " + std::to_string(r.replicas) + "\n      restartPolicy: " +
-         r.restart_policy +
-         "\n      template: {spec: {containers: [{name: tensorflow, image: tfjob/runtime-cpu:0.1.0,\n        command: " +
-         r.command + "}]}}\n";
+    y +=
+        "    " + r.type + ":\n      replicas: " + std::to_string(r.replicas) +
+        "\n      restartPolicy: " + r.restart_policy +
+        "\n      template: {spec: {containers: [{name: tensorflow, image: tfjob/runtime-cpu:0.1.0,\n        command: " +
+        r.command + "}]}}\n";
   }
   return y;
 }

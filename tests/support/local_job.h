@@ -23,7 +23,8 @@ namespace tfjob::testing {
 class LocalJob {
  public:
   // `env` is added to the runner's environment (and so its replicas').
-  LocalJob(const std::string& manifest, const std::string& state_dir, const std::map<std::string, std::string>& env = {});
+  LocalJob(const std::string& manifest, const std::string& state_dir,
+           const std::map<std::string, std::string>& env = {});
   ~LocalJob();
   LocalJob(const LocalJob&) = delete;
   LocalJob& operator=(const LocalJob&) = delete;
@@ -62,7 +63,8 @@ struct Replica {
   std::string command;
 };
 // A TFJob manifest with `run_policy` (YAML flow mapping, "" for none).
-std::string TfJobYaml(const std::string& name, const std::vector<Replica>& replicas, const std::string& run_policy = "");
+std::string TfJobYaml(const std::string& name, const std::vector<Replica>& replicas,
+                      const std::string& run_policy = "");
 // A YAML flow list of quoted strings, e.g. for Replica::command.
 std::string YamlList(const std::vector<std::string>& items);
 

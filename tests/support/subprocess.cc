@@ -17,7 +17,6 @@
 
 #include <gtest/gtest.h>
 
-
 namespace tfjob::testing {
 
 RunResult Run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
@@ -111,8 +110,8 @@ TempDirs& CreatedDirs() {
 }  // namespace
 
 std::string MakeTempDir(const std::string& name) {
-  std::filesystem::path p = std::filesystem::path(::testing::TempDir()) /
-                            ("tfjob-" + name + "-" + std::to_string(getpid()));
+  std::filesystem::path p =
+      std::filesystem::path(::testing::TempDir()) / ("tfjob-" + name + "-" + std::to_string(getpid()));
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
   CreatedDirs().Add(p);

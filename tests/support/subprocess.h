@@ -26,7 +26,7 @@ RunResult Run(const std::vector<std::string>& argv, const std::map<std::string, 
 // else the paths of the build that compiled the tests.
 std::string SourceDir();
 std::string BinDir();
-std::string MnistDir();    // SourceDir()/../shared/data/mnist
+std::string MnistDir();       // SourceDir()/../shared/data/mnist
 std::string RuntimeBinary();  // BinDir()/tfjob-runtime
 // A JSON file's contents: discarded (is_discarded()) when the file is
 // missing or not JSON, so a test fails at its check, never by a throw.

@@ -13,9 +13,9 @@ namespace tfjob::op::api {
 namespace {
 
 using ::testing::ElementsAre;
-using ::testing::Pair;
 using testing::LoadJob;
 using testing::LoadJson;
+using ::testing::Pair;
 using json = nlohmann::json;
 
 std::string Diff(const json& a, const json& b) { return json::diff(a, b).dump(); }
@@ -125,8 +125,7 @@ TEST(DecodeTest, FullServerObject) {
   EXPECT_EQ(s.replica_statuses.at("PS").selector,
             "training.kubeflow.org/job-name=mnist,training.kubeflow.org/replica-type=ps");
   EXPECT_EQ(s.replica_statuses.at("Worker").active, 2);
-  EXPECT_EQ(s.replica_statuses.at("Worker").label_selector["matchLabels"]["training.kubeflow.org/job-name"],
-            "mnist");
+  EXPECT_EQ(s.replica_statuses.at("Worker").label_selector["matchLabels"]["training.kubeflow.org/job-name"], "mnist");
   EXPECT_EQ(s.start_time, "2024-05-01T10:00:01Z");
   EXPECT_EQ(s.completion_time, "");
   EXPECT_EQ(s.last_reconcile_time, "2024-05-01T10:00:06Z");
@@ -339,8 +338,7 @@ TEST(EncodeTest, ReplicaStatusesOmitZeroCountsAndKeepExtras) {
   job.status.replica_statuses.erase("PS");
   job.status.replica_statuses["Evaluator"].failed = 1;
   const json out = Encode(job);
-  EXPECT_EQ(out["status"]["replicaStatuses"],
-            json::parse(R"({
+  EXPECT_EQ(out["status"]["replicaStatuses"], json::parse(R"({
               "Worker": {"succeeded": 2, "extra": [1],
                          "labelSelector": {"matchLabels": {"training.kubeflow.org/job-name": "mnist"}}},
               "Evaluator": {"failed": 1}})"));
@@ -351,8 +349,7 @@ TEST(EncodeTest, OwnerReferencesMatchedByUid) {
   job.metadata.owner_references.insert(job.metadata.owner_references.begin(),
                                        OwnerReference{"v1", "ConfigMap", "cm", "u2", true, true});
   const json out = Encode(job);
-  EXPECT_EQ(out["metadata"]["ownerReferences"],
-            json::parse(R"([
+  EXPECT_EQ(out["metadata"]["ownerReferences"], json::parse(R"([
               {"apiVersion":"v1","kind":"ConfigMap","name":"cm","uid":"u2","controller":true,"blockOwnerDeletion":true},
               {"apiVersion":"example.com/v1","kind":"Experiment","name":"exp-1","uid":"0000-1111","controller":false,
                "extraOwnerField":7}])"));

@@ -179,11 +179,11 @@ TEST_F(CrdTest, EveryModelledFieldIsInTheSchema) {
 // all the way down, so nothing a pod would not have is kept.
 TEST_F(CrdTest, PodTemplateHasThePodSchema) {
   const std::vector<std::string> containers = {"spec", "tfReplicaSpecs", "*", "template", "spec", "containers"};
-  for (const std::vector<std::string>& p : std::vector<std::vector<std::string>>{
-           {"spec", "tfReplicaSpecs", "*", "template"},
-           {"spec", "tfReplicaSpecs", "*", "template", "metadata"},
-           {"spec", "tfReplicaSpecs", "*", "template", "spec"},
-           {"spec", "tfReplicaSpecs", "*", "template", "spec", "containers", "[]"}}) {
+  for (const std::vector<std::string>& p :
+       std::vector<std::vector<std::string>>{{"spec", "tfReplicaSpecs", "*", "template"},
+                                             {"spec", "tfReplicaSpecs", "*", "template", "metadata"},
+                                             {"spec", "tfReplicaSpecs", "*", "template", "spec"},
+                                             {"spec", "tfReplicaSpecs", "*", "template", "spec", "containers", "[]"}}) {
     EXPECT_FALSE(At(p)["x-kubernetes-preserve-unknown-fields"].IsDefined()) << p.back();
   }
   std::vector<std::string> port = containers;
@@ -205,11 +205,11 @@ TEST_F(CrdTest, EnumsMatchTheApi) {
             (std::set<std::string>{std::string(kSuccessPolicyDefault), std::string(kSuccessPolicyAllWorkers)}));
   EXPECT_EQ(Enum(At({"spec", "runPolicy", "managedBy"})),
             (std::set<std::string>{std::string(kManagedByKubeflow), std::string(kManagedByMultiKueue)}));
-  for (const std::vector<std::string>& p : std::vector<std::vector<std::string>>{
-           {"spec", "tfReplicaSpecs", "*", "replicas"},
-           {"spec", "runPolicy", "ttlSecondsAfterFinished"},
-           {"spec", "runPolicy", "activeDeadlineSeconds"},
-           {"spec", "runPolicy", "backoffLimit"}}) {
+  for (const std::vector<std::string>& p :
+       std::vector<std::vector<std::string>>{{"spec", "tfReplicaSpecs", "*", "replicas"},
+                                             {"spec", "runPolicy", "ttlSecondsAfterFinished"},
+                                             {"spec", "runPolicy", "activeDeadlineSeconds"},
+                                             {"spec", "runPolicy", "backoffLimit"}}) {
     EXPECT_EQ(At(p)["minimum"].as<int>(), 0) << p.back();
   }
 }

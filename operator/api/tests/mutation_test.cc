@@ -40,11 +40,22 @@ class Mutator {
   int Uniform(int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng_); }
 
   std::string RandomString() {
-    static const std::vector<std::string> kWords = {
-        "",          "Worker",    "worker",   "WORKER",     "Chief",      "chief",     "Master",    "master",
-        "PS",        "ps",        "Evaluator", "Launcher",  "tensorflow", "tfjob-port", "Never",     "ExitCode",
-        "All",       "None",      "Running",  "AllWorkers", "TFJob",      "kubeflow.org/v1", "a-b", "x_Y",
-        "\xff\xfe",  "\xc3\x28",  "name\n\t\"", "2",        "true",       "null",      "-1"};
+    static const std::vector<std::string> kWords = {"",           "Worker",
+                                                    "worker",     "WORKER",
+                                                    "Chief",      "chief",
+                                                    "Master",     "master",
+                                                    "PS",         "ps",
+                                                    "Evaluator",  "Launcher",
+                                                    "tensorflow", "tfjob-port",
+                                                    "Never",      "ExitCode",
+                                                    "All",        "None",
+                                                    "Running",    "AllWorkers",
+                                                    "TFJob",      "kubeflow.org/v1",
+                                                    "a-b",        "x_Y",
+                                                    "\xff\xfe",   "\xc3\x28",
+                                                    "name\n\t\"", "2",
+                                                    "true",       "null",
+                                                    "-1"};
     if (Uniform(4) == 0) {
       std::string s;
       const int n = Uniform(12);

@@ -68,14 +68,14 @@ TEST(NamesTest, PodAndServiceNames) {
 
 TEST(NamesTest, Labels) {
   EXPECT_EQ(Labels("j", "chief", 0, true), (Map{{"training.kubeflow.org/job-name", "j"},
-                                               {"training.kubeflow.org/operator-name", "tfjob-controller"},
-                                               {"training.kubeflow.org/replica-type", "chief"},
-                                               {"training.kubeflow.org/replica-index", "0"},
-                                               {"training.kubeflow.org/job-role", "master"}}));
+                                                {"training.kubeflow.org/operator-name", "tfjob-controller"},
+                                                {"training.kubeflow.org/replica-type", "chief"},
+                                                {"training.kubeflow.org/replica-index", "0"},
+                                                {"training.kubeflow.org/job-role", "master"}}));
   EXPECT_EQ(Labels("j", "worker", 3, false), (Map{{"training.kubeflow.org/job-name", "j"},
-                                                 {"training.kubeflow.org/operator-name", "tfjob-controller"},
-                                                 {"training.kubeflow.org/replica-type", "worker"},
-                                                 {"training.kubeflow.org/replica-index", "3"}}));
+                                                  {"training.kubeflow.org/operator-name", "tfjob-controller"},
+                                                  {"training.kubeflow.org/replica-type", "worker"},
+                                                  {"training.kubeflow.org/replica-index", "3"}}));
   EXPECT_EQ(JobLabels("j"), (Map{{"training.kubeflow.org/job-name", "j"},
                                  {"training.kubeflow.org/operator-name", "tfjob-controller"}}));
   EXPECT_EQ(Selector("J", "worker"), "training.kubeflow.org/job-name=J,training.kubeflow.org/replica-type=worker");
@@ -145,25 +145,27 @@ TEST(TfConfigTest, DesignExampleInKubeflowsForm) {
 TEST(TfConfigTest, EvaluatorWithOneWorker) {
   // Two replicas in all, so TF_CONFIG is injected.
   TFJob job = DesignExample();
-  std::erase_if(job.spec.replica_specs, [](const ReplicaSpec& s) {
-    return s.type == ReplicaType::kChief || s.type == ReplicaType::kPS;
-  });
+  std::erase_if(job.spec.replica_specs,
+                [](const ReplicaSpec& s) { return s.type == ReplicaType::kChief || s.type == ReplicaType::kPS; });
   job.Find(ReplicaType::kWorker)->replicas = 1;
   ASSERT_TRUE(NeedsTfConfig(job));
-  const std::string cluster = R"({"cluster":{"evaluator":["j-evaluator-0.ns.svc:2222"],"worker":["j-worker-0.ns.svc:2222"]},)";
-  EXPECT_EQ(Config(job, "ns", ReplicaType::kWorker, 0), cluster + R"("task":{"type":"worker","index":0},"environment":"cloud"})");
+  const std::string cluster =
+      R"({"cluster":{"evaluator":["j-evaluator-0.ns.svc:2222"],"worker":["j-worker-0.ns.svc:2222"]},)";
+  EXPECT_EQ(Config(job, "ns", ReplicaType::kWorker, 0),
+            cluster + R"("task":{"type":"worker","index":0},"environment":"cloud"})");
   EXPECT_EQ(Config(job, "ns", ReplicaType::kEvaluator, 0),
             cluster + R"("task":{"type":"evaluator","index":0},"environment":"cloud"})");
 }
 
 TEST(TfConfigTest, PortsPerReplicaTypeAndNamespaceArgument) {
   const TFJob job = Defaulted("chief_ps_worker_evaluator.yaml");
-  EXPECT_EQ(Config(job, "ml", ReplicaType::kWorker, 2),
-            R"({"cluster":{"chief":["ctr-model-chief-0.ml.svc:2222"],"evaluator":["ctr-model-evaluator-0.ml.svc:2222"],)"
-            R"("ps":["ctr-model-ps-0.ml.svc:2223","ctr-model-ps-1.ml.svc:2223"],)"
-            R"("worker":["ctr-model-worker-0.ml.svc:2222","ctr-model-worker-1.ml.svc:2222",)"
-            R"("ctr-model-worker-2.ml.svc:2222"]},)"
-            R"("task":{"type":"worker","index":2},"environment":"cloud"})");
+  EXPECT_EQ(
+      Config(job, "ml", ReplicaType::kWorker, 2),
+      R"({"cluster":{"chief":["ctr-model-chief-0.ml.svc:2222"],"evaluator":["ctr-model-evaluator-0.ml.svc:2222"],)"
+      R"("ps":["ctr-model-ps-0.ml.svc:2223","ctr-model-ps-1.ml.svc:2223"],)"
+      R"("worker":["ctr-model-worker-0.ml.svc:2222","ctr-model-worker-1.ml.svc:2222",)"
+      R"("ctr-model-worker-2.ml.svc:2222"]},)"
+      R"("task":{"type":"worker","index":2},"environment":"cloud"})");
 }
 
 TEST(TfConfigTest, MasterKeepsItsName) {
@@ -184,11 +186,12 @@ TEST(TfConfigTest, ClusterDomainAndAddressOverride) {
             R"("task":{"type":"worker","index":0},"environment":"cloud"})");
 
   // With an evaluator: the domain on every address, the evaluator's too.
-  EXPECT_EQ(Config(DesignExample(), "ns", ReplicaType::kEvaluator, 0, domain),
-            R"({"cluster":{"chief":["j-chief-0.ns.svc.cluster.local:2222"],"evaluator":["j-evaluator-0.ns.svc.cluster.local:2222"],)"
-            R"("ps":["j-ps-0.ns.svc.cluster.local:2222","j-ps-1.ns.svc.cluster.local:2222"],)"
-            R"("worker":["j-worker-0.ns.svc.cluster.local:2222","j-worker-1.ns.svc.cluster.local:2222"]},)"
-            R"("task":{"type":"evaluator","index":0},"environment":"cloud"})");
+  EXPECT_EQ(
+      Config(DesignExample(), "ns", ReplicaType::kEvaluator, 0, domain),
+      R"({"cluster":{"chief":["j-chief-0.ns.svc.cluster.local:2222"],"evaluator":["j-evaluator-0.ns.svc.cluster.local:2222"],)"
+      R"("ps":["j-ps-0.ns.svc.cluster.local:2222","j-ps-1.ns.svc.cluster.local:2222"],)"
+      R"("worker":["j-worker-0.ns.svc.cluster.local:2222","j-worker-1.ns.svc.cluster.local:2222"]},)"
+      R"("task":{"type":"evaluator","index":0},"environment":"cloud"})");
 
   TfConfigOptions local;
   local.address = [](const ReplicaSpec& spec, int index) {

@@ -48,20 +48,33 @@ inline TFJob LoadJob(const std::string& name) {
 
 inline const std::vector<std::string>& ValidManifests() {
   static const std::vector<std::string> kFiles = {
-      "ps_workers.yaml",     "chief_ps_worker_evaluator.yaml", "exit_code.yaml",   "clean_pod_all_ttl.yaml",
-      "suspend.yaml",        "master_alias.yaml",              "lowercase_keys.yaml", "single_worker.yaml",
-      "dynamic_worker.yaml", "multi_document.yaml",            "full_object.json",
+      "ps_workers.yaml",     "chief_ps_worker_evaluator.yaml",
+      "exit_code.yaml",      "clean_pod_all_ttl.yaml",
+      "suspend.yaml",        "master_alias.yaml",
+      "lowercase_keys.yaml", "single_worker.yaml",
+      "dynamic_worker.yaml", "multi_document.yaml",
+      "full_object.json",
   };
   return kFiles;
 }
 
 inline const std::vector<std::string>& InvalidManifests() {
   static const std::vector<std::string> kFiles = {
-      "invalid_name.yaml",           "invalid_no_replica_specs.yaml",    "invalid_empty_replica_specs.yaml",
-      "invalid_no_containers.yaml",  "invalid_empty_image.yaml",         "invalid_no_tensorflow_container.yaml",
-      "invalid_chief_and_master.yaml", "invalid_negative_replicas.yaml", "invalid_restart_policy.yaml",
-      "invalid_replica_type.yaml",   "invalid_two_chiefs.yaml",          "invalid_clean_pod_policy.yaml",
-      "invalid_negative_run_policy.yaml", "invalid_success_policy.yaml", "invalid_duplicate_keys.yaml",
+      "invalid_name.yaml",
+      "invalid_no_replica_specs.yaml",
+      "invalid_empty_replica_specs.yaml",
+      "invalid_no_containers.yaml",
+      "invalid_empty_image.yaml",
+      "invalid_no_tensorflow_container.yaml",
+      "invalid_chief_and_master.yaml",
+      "invalid_negative_replicas.yaml",
+      "invalid_restart_policy.yaml",
+      "invalid_replica_type.yaml",
+      "invalid_two_chiefs.yaml",
+      "invalid_clean_pod_policy.yaml",
+      "invalid_negative_run_policy.yaml",
+      "invalid_success_policy.yaml",
+      "invalid_duplicate_keys.yaml",
       "invalid_managed_by.yaml",
   };
   return kFiles;

@@ -165,8 +165,7 @@ TEST(ValidateTest, JobNames) {
   for (const std::string& bad : std::vector<std::string>{"", "1abc", "abc-", "-abc", "Abc", "a_b", "a.b", "a b"}) {
     EXPECT_EQ(Dns1035LabelErrors(bad), std::vector<std::string>{kDns1035}) << bad;
   }
-  EXPECT_EQ(Dns1035LabelErrors(std::string(64, 'a')),
-            std::vector<std::string>{"must be no more than 63 characters"});
+  EXPECT_EQ(Dns1035LabelErrors(std::string(64, 'a')), std::vector<std::string>{"must be no more than 63 characters"});
   EXPECT_EQ(Dns1035LabelErrors(std::string(64, 'A')).size(), 2u);
 
   TFJob job = LoadJob("single_worker.yaml");
@@ -174,8 +173,8 @@ TEST(ValidateTest, JobNames) {
   EXPECT_EQ(ToMessage(Validate(job)), "metadata.name: Invalid value: \"" + std::string(70, 'a') +
                                           "\": should match: must be no more than 63 characters");
   job.metadata.name = "a\"b\n\x01\xff\xc3\xa9";
-  EXPECT_EQ(ToMessage(Validate(job)), "metadata.name: Invalid value: \"a\\\"b\\n\\x01\\xff\xc3\xa9\": should match: " +
-                                          kDns1035);
+  EXPECT_EQ(ToMessage(Validate(job)),
+            "metadata.name: Invalid value: \"a\\\"b\\n\\x01\\xff\xc3\xa9\": should match: " + kDns1035);
 }
 
 TEST(ValidateTest, ErrorFormatting) {

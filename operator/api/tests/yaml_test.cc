@@ -220,9 +220,8 @@ TEST(YamlTest, DeepNestingIsAnErrorNotACrash) {
 // the JSON it became threw (type_error 316) when written out.
 TEST(YamlTest, InvalidUtf8IsAnErrorNotJsonThatCannotBeWritten) {
   for (const std::string& yaml : {std::string("a: \xff\n"), std::string("name: ab\xc3(\n"),
-                                 std::string("\xe9t\xe9: 1\n"), std::string("a: \"x\xed\xa0\x80\"\n"),
-                                 std::string("a: \xc0\xaf\n"),
-                                 std::string("a: [x, 'y\xf5\x80\x80\x80']\n")}) {
+                                  std::string("\xe9t\xe9: 1\n"), std::string("a: \"x\xed\xa0\x80\"\n"),
+                                  std::string("a: \xc0\xaf\n"), std::string("a: [x, 'y\xf5\x80\x80\x80']\n")}) {
     Status s = Error(yaml);
     EXPECT_EQ(s.code(), Code::kInvalidArgument) << yaml;
     EXPECT_THAT(s.message(), StartsWith("m.yaml:1:")) << yaml;

@@ -143,9 +143,13 @@ TEST(CacheTest, EveryStateThePlannerReadsSurvivesTheCache) {
 }
 
 TEST(CacheTest, ACachedServiceKeepsItsMetadataAndACachedJobLosesManagedFields) {
-  json service{{"metadata", {{"name", "job-worker-0"}, {"namespace", "team"}, {"uid", "s-1"}, {"resourceVersion", "7"},
-                             {"labels", {{"training.kubeflow.org/job-name", "job"}}},
-                             {"managedFields", json::array({json::object()})}}},
+  json service{{"metadata",
+                {{"name", "job-worker-0"},
+                 {"namespace", "team"},
+                 {"uid", "s-1"},
+                 {"resourceVersion", "7"},
+                 {"labels", {{"training.kubeflow.org/job-name", "job"}}},
+                 {"managedFields", json::array({json::object()})}}},
                {"spec", {{"clusterIP", "None"}, {"ports", json::array({{{"port", 2222}}})}}}};
   const json cs = CachedService(service);
   EXPECT_FALSE(cs.contains("spec"));
@@ -154,10 +158,14 @@ TEST(CacheTest, ACachedServiceKeepsItsMetadataAndACachedJobLosesManagedFields) {
   EXPECT_EQ(ViewService(cs).labels, ViewService(service).labels);
   EXPECT_EQ(ViewService(cs).controller_uid, ViewService(service).controller_uid);
 
-  json job{{"metadata", {{"name", "job"}, {"namespace", "team"}, {"resourceVersion", "9"},
-                         {"annotations", {{"kubectl.kubernetes.io/last-applied-configuration", std::string(4000, 'x')},
-                                          {"tfjob-operator.kubeflow.org/exit-code-restarts", "{\"Worker\":1}"}}},
-                         {"managedFields", json::array({json::object()})}}},
+  json job{{"metadata",
+            {{"name", "job"},
+             {"namespace", "team"},
+             {"resourceVersion", "9"},
+             {"annotations",
+              {{"kubectl.kubernetes.io/last-applied-configuration", std::string(4000, 'x')},
+               {"tfjob-operator.kubeflow.org/exit-code-restarts", "{\"Worker\":1}"}}},
+             {"managedFields", json::array({json::object()})}}},
            {"spec", {{"tfReplicaSpecs", json::object()}}},
            {"status", {{"conditions", json::array()}}}};
   const json cj = CachedJob(job);

@@ -60,7 +60,8 @@ PodView Pod(const std::string& type, int index, const std::string& phase, std::o
 ServiceView Svc(const std::string& type, int index) {
   ServiceView s;
   s.name = "j-" + type + "-" + std::to_string(index);
-  s.labels = {{"training.kubeflow.org/replica-type", type}, {"training.kubeflow.org/replica-index", std::to_string(index)}};
+  s.labels = {{"training.kubeflow.org/replica-type", type},
+              {"training.kubeflow.org/replica-index", std::to_string(index)}};
   s.controller_uid = "uid-1";
   return s;
 }
@@ -102,19 +103,22 @@ const Action* Find(const Plan& p, const std::string& name, Action::Kind kind) {
 TEST(PlannerTest, NewJobCreatesPodsAndServicesWithTheContract) {
   auto job = Job({{"PS", Replica(2)}, {"Worker", Replica(2)}});
   Plan p = PlanJob(job, {}, {}, kNow);
-  EXPECT_EQ(Names(p, Action::Kind::kCreatePod), (std::vector<std::string>{"j-ps-0", "j-ps-1", "j-worker-0", "j-worker-1"}));
+  EXPECT_EQ(Names(p, Action::Kind::kCreatePod),
+            (std::vector<std::string>{"j-ps-0", "j-ps-1", "j-worker-0", "j-worker-1"}));
   EXPECT_EQ(Names(p, Action::Kind::kCreateService), Names(p, Action::Kind::kCreatePod));
   const Action* w1 = Find(p, "j-worker-1", Action::Kind::kCreatePod);
   ASSERT_NE(w1, nullptr);
   const json& pod = w1->object;
-  EXPECT_EQ(pod["metadata"]["labels"],
-            json({{"training.kubeflow.org/job-name", "j"},
-                  {"training.kubeflow.org/replica-type", "worker"},
-                  {"training.kubeflow.org/replica-index", "1"},
-                  {"training.kubeflow.org/operator-name", "tfjob-controller"}}));
-  EXPECT_EQ(pod["metadata"]["ownerReferences"][0],
-            json({{"apiVersion", "kubeflow.org/v1"}, {"kind", "TFJob"}, {"name", "j"}, {"uid", "uid-1"},
-                  {"controller", true}, {"blockOwnerDeletion", true}}));
+  EXPECT_EQ(pod["metadata"]["labels"], json({{"training.kubeflow.org/job-name", "j"},
+                                             {"training.kubeflow.org/replica-type", "worker"},
+                                             {"training.kubeflow.org/replica-index", "1"},
+                                             {"training.kubeflow.org/operator-name", "tfjob-controller"}}));
+  EXPECT_EQ(pod["metadata"]["ownerReferences"][0], json({{"apiVersion", "kubeflow.org/v1"},
+                                                         {"kind", "TFJob"},
+                                                         {"name", "j"},
+                                                         {"uid", "uid-1"},
+                                                         {"controller", true},
+                                                         {"blockOwnerDeletion", true}}));
   EXPECT_EQ(pod["spec"]["restartPolicy"], "Never");
   const json& c = pod["spec"]["containers"][0];
   EXPECT_EQ(c["ports"][0], json({{"name", "tfjob-port"}, {"containerPort", 2222}}));
@@ -123,10 +127,13 @@ TEST(PlannerTest, NewJobCreatesPodsAndServicesWithTheContract) {
   // The task token comes from the job's Secret, never from the pod spec.
   EXPECT_EQ(c["env"][1], json({{"name", "TFJOB_AUTH_TOKEN"},
                                {"valueFrom", {{"secretKeyRef", {{"name", "j-tfjob-auth"}, {"key", "token"}}}}}}));
-  EXPECT_EQ(c["env"][0]["value"],
-            R"({"cluster":{"ps":["j-ps-0.ns.svc:2222","j-ps-1.ns.svc:2222"],"worker":["j-worker-0.ns.svc:2222","j-worker-1.ns.svc:2222"]},"task":{"type":"worker","index":1},"environment":"cloud"})");
+  EXPECT_EQ(
+      c["env"][0]["value"],
+      R"({"cluster":{"ps":["j-ps-0.ns.svc:2222","j-ps-1.ns.svc:2222"],"worker":["j-worker-0.ns.svc:2222","j-worker-1.ns.svc:2222"]},"task":{"type":"worker","index":1},"environment":"cloud"})");
   // Worker 0 is the master role when there is no chief.
-  EXPECT_EQ(Find(p, "j-worker-0", Action::Kind::kCreatePod)->object["metadata"]["labels"]["training.kubeflow.org/job-role"], "master");
+  EXPECT_EQ(
+      Find(p, "j-worker-0", Action::Kind::kCreatePod)->object["metadata"]["labels"]["training.kubeflow.org/job-role"],
+      "master");
   const json& svc = Find(p, "j-ps-1", Action::Kind::kCreateService)->object;
   EXPECT_EQ(svc["spec"]["clusterIP"], "None");
   EXPECT_EQ(svc["spec"]["selector"]["training.kubeflow.org/replica-index"], "1");
@@ -152,9 +159,12 @@ TEST(PlannerTest, ServicesExposeEveryNamedPortAndSelectLikeKubeflows) {
                     {"training.kubeflow.org/replica-index", "0"}};
   EXPECT_EQ(svc["metadata"]["labels"], labels);
   EXPECT_EQ(svc["spec"]["selector"], labels);
-  EXPECT_EQ(svc["spec"]["ports"], json::array({{{"name", "metrics"}, {"port", 9100}}, {{"name", "tfjob-port"}, {"port", 2300}}}));
+  EXPECT_EQ(svc["spec"]["ports"],
+            json::array({{{"name", "metrics"}, {"port", 9100}}, {{"name", "tfjob-port"}, {"port", 2300}}}));
   // The chief's pod carries job-role; its service does not.
-  EXPECT_FALSE(Find(p, "j-chief-0", Action::Kind::kCreateService)->object["metadata"]["labels"].contains("training.kubeflow.org/job-role"));
+  EXPECT_FALSE(Find(p, "j-chief-0", Action::Kind::kCreateService)
+                   ->object["metadata"]["labels"]
+                   .contains("training.kubeflow.org/job-role"));
 }
 
 // Pods and services with the job's labels and no controller (left by
@@ -208,10 +218,12 @@ TEST(PlannerTest, KubeflowsEdgeRulesForSuccessAndCleanUp) {
 TEST(PlannerTest, DynamicWorkersMayFailWithoutFailingTheJob) {
   auto job = Job({{"PS", Replica(1)}, {"Worker", Replica(2)}}, json::object(), {{"enableDynamicWorker", true}});
   std::vector<ServiceView> svcs{Svc("ps", 0), Svc("worker", 0), Svc("worker", 1)};
-  Plan p = PlanJob(job, {Pod("ps", 0, "Running"), Pod("worker", 0, "Running"), Pod("worker", 1, "Failed", 1)}, svcs, kNow);
+  Plan p =
+      PlanJob(job, {Pod("ps", 0, "Running"), Pod("worker", 0, "Running"), Pod("worker", 1, "Failed", 1)}, svcs, kNow);
   EXPECT_FALSE(True(p.status, "Failed"));
   EXPECT_EQ(p.status.replica_statuses.at("Worker").failed, 1);
-  Plan ps = PlanJob(job, {Pod("ps", 0, "Failed", 1), Pod("worker", 0, "Running"), Pod("worker", 1, "Running")}, svcs, kNow);
+  Plan ps =
+      PlanJob(job, {Pod("ps", 0, "Failed", 1), Pod("worker", 0, "Running"), Pod("worker", 1, "Running")}, svcs, kNow);
   EXPECT_TRUE(True(ps.status, "Failed"));
 }
 
@@ -224,13 +236,15 @@ TEST(PlannerTest, PodEventsAsKubeflowRecordsThem) {
   auto job = Job({{"Worker", worker}});
   PodView done = Pod("worker", 0, "Failed", 137);
   done.terminated_code = 137;
-  json stuck_pod{{"metadata", {{"name", "j-worker-1"}}},
-                 {"status",
-                  {{"phase", "Pending"},
-                   {"containerStatuses",
-                    json::array({{{"name", "tensorflow"},
-                                  {"state", {{"waiting", {{"reason", "ImagePullBackOff"},
-                                                          {"message", "Back-off pulling image \"x\""}}}}}}})}}}};
+  json stuck_pod{
+      {"metadata", {{"name", "j-worker-1"}}},
+      {"status",
+       {{"phase", "Pending"},
+        {"containerStatuses",
+         json::array(
+             {{{"name", "tensorflow"},
+               {"state",
+                {{"waiting", {{"reason", "ImagePullBackOff"}, {"message", "Back-off pulling image \"x\""}}}}}}})}}}};
   PodView stuck = ViewPod(stuck_pod);
   stuck.labels = Pod("worker", 1, "Pending").labels;
   stuck.controller_uid = "uid-1";
@@ -242,7 +256,8 @@ TEST(PlannerTest, PodEventsAsKubeflowRecordsThem) {
     return false;
   };
   EXPECT_TRUE(has("Normal", "ExitedWithCode", "Pod: ns.j-worker-0 exited with code 137"));
-  EXPECT_TRUE(has("Warning", "ImagePullBackOff", "Error pod j-worker-1 container tensorflow waiting message: Back-off pulling image \"x\""));
+  EXPECT_TRUE(has("Warning", "ImagePullBackOff",
+                  "Error pod j-worker-1 container tensorflow waiting message: Back-off pulling image \"x\""));
   EXPECT_TRUE(has("Warning", "TFJobRestarting", "job j is restarting because Worker replica(s) failed."));
   Plan fresh = PlanJob(job, {}, {}, kNow);
   bool warned = false;
@@ -256,8 +271,12 @@ TEST(PlannerTest, PodEventsAsKubeflowRecordsThem) {
 TEST(PlannerTest, ChiefIsTheMasterAndSingleReplicaGetsNoTfConfig) {
   auto job = Job({{"Chief", Replica(1)}, {"Worker", Replica(1)}});
   Plan p = PlanJob(job, {}, {}, kNow);
-  EXPECT_EQ(Find(p, "j-chief-0", Action::Kind::kCreatePod)->object["metadata"]["labels"]["training.kubeflow.org/job-role"], "master");
-  EXPECT_FALSE(Find(p, "j-worker-0", Action::Kind::kCreatePod)->object["metadata"]["labels"].contains("training.kubeflow.org/job-role"));
+  EXPECT_EQ(
+      Find(p, "j-chief-0", Action::Kind::kCreatePod)->object["metadata"]["labels"]["training.kubeflow.org/job-role"],
+      "master");
+  EXPECT_FALSE(Find(p, "j-worker-0", Action::Kind::kCreatePod)
+                   ->object["metadata"]["labels"]
+                   .contains("training.kubeflow.org/job-role"));
   auto single = Job({{"Worker", Replica(1)}});
   Plan q = PlanJob(single, {}, {}, kNow);
   EXPECT_FALSE(Find(q, "j-worker-0", Action::Kind::kCreatePod)->object["spec"]["containers"][0].contains("env"));
@@ -278,9 +297,8 @@ std::string TfConfigOf(const Plan& p, const std::string& pod) {
 // cluster domain (CUSTOM_CLUSTER_DOMAIN) on every address.
 TEST(PlannerTest, TfConfigIsKubeflowsByteForByte) {
   const json with_eval{{"Chief", Replica(1)}, {"PS", Replica(1)}, {"Worker", Replica(2)}, {"Evaluator", Replica(1)}};
-  const std::string no_eval_cluster =
-      R"({"cluster":{"chief":["j-chief-0.ns.svc:2222"],"ps":["j-ps-0.ns.svc:2222"],)"
-      R"("worker":["j-worker-0.ns.svc:2222","j-worker-1.ns.svc:2222"]},)";
+  const std::string no_eval_cluster = R"({"cluster":{"chief":["j-chief-0.ns.svc:2222"],"ps":["j-ps-0.ns.svc:2222"],)"
+                                      R"("worker":["j-worker-0.ns.svc:2222","j-worker-1.ns.svc:2222"]},)";
   const std::string cluster =
       R"({"cluster":{"chief":["j-chief-0.ns.svc:2222"],"evaluator":["j-evaluator-0.ns.svc:2222"],"ps":["j-ps-0.ns.svc:2222"],)"
       R"("worker":["j-worker-0.ns.svc:2222","j-worker-1.ns.svc:2222"]},)";
@@ -303,18 +321,38 @@ TEST(PlannerTest, TfConfigIsKubeflowsByteForByte) {
        cluster + R"("task":{"type":"chief","index":0},"environment":"cloud"})"},
       {"worker beside an evaluator", with_eval, json::object(), "", "j-worker-1",
        cluster + R"("task":{"type":"worker","index":1},"environment":"cloud"})"},
-      {"no evaluator", {{"Chief", Replica(1)}, {"PS", Replica(1)}, {"Worker", Replica(2)}}, json::object(), "",
-       "j-ps-0", no_eval_cluster + R"("task":{"type":"ps","index":0},"environment":"cloud"})"},
+      {"no evaluator",
+       {{"Chief", Replica(1)}, {"PS", Replica(1)}, {"Worker", Replica(2)}},
+       json::object(),
+       "",
+       "j-ps-0",
+       no_eval_cluster + R"("task":{"type":"ps","index":0},"environment":"cloud"})"},
       {"cluster domain", with_eval, json::object(), "corp.example", "j-evaluator-0",
        domain_cluster + R"("task":{"type":"evaluator","index":0},"environment":"cloud"})"},
-      {"dynamic worker", with_eval, {{"enableDynamicWorker", true}}, "", "j-worker-1",
+      {"dynamic worker",
+       with_eval,
+       {{"enableDynamicWorker", true}},
+       "",
+       "j-worker-1",
        R"({"cluster":{"worker":{"1":"j-worker-1.ns.svc:2222"},"ps":["j-ps-0.ns.svc:2222"]},)"
        R"("task":{"type":"worker","index":1}})"},
-      {"dynamic ps", with_eval, {{"enableDynamicWorker", true}}, "", "j-ps-0",
+      {"dynamic ps",
+       with_eval,
+       {{"enableDynamicWorker", true}},
+       "",
+       "j-ps-0",
        R"({"cluster":{"worker":{},"ps":["j-ps-0.ns.svc:2222"]},"task":{"type":"ps","index":0}})"},
-      {"dynamic evaluator", with_eval, {{"enableDynamicWorker", true}}, "", "j-evaluator-0",
+      {"dynamic evaluator",
+       with_eval,
+       {{"enableDynamicWorker", true}},
+       "",
+       "j-evaluator-0",
        R"({"cluster":{"worker":{},"ps":[]},"task":{"type":"evaluator","index":0}})"},
-      {"dynamic worker, cluster domain", with_eval, {{"enableDynamicWorker", true}}, "corp.example", "j-worker-0",
+      {"dynamic worker, cluster domain",
+       with_eval,
+       {{"enableDynamicWorker", true}},
+       "corp.example",
+       "j-worker-0",
        R"({"cluster":{"worker":{"0":"j-worker-0.ns.svc.corp.example:2222"},)"
        R"("ps":["j-ps-0.ns.svc.corp.example:2222"]},"task":{"type":"worker","index":0}})"},
   };
@@ -353,7 +391,8 @@ TEST(PlannerTest, TaskTokenSecretAndNetworkPolicyComeFirst) {
   o.task_auth = false;
   o.network_policy = false;
   EXPECT_EQ(Find(PlanJob(job, {}, {}, kNow, o), "j-tfjob-auth", Action::Kind::kCreateSecret), nullptr);
-  EXPECT_EQ(Find(PlanJob(Job({{"Worker", Replica(1)}}), {}, {}, kNow), "j-tfjob-auth", Action::Kind::kCreateSecret), nullptr);
+  EXPECT_EQ(Find(PlanJob(Job({{"Worker", Replica(1)}}), {}, {}, kNow), "j-tfjob-auth", Action::Kind::kCreateSecret),
+            nullptr);
   // Once the pods exist nothing is asked again.
   std::vector<PodView> pods{Pod("ps", 0, "Running"), Pod("worker", 0, "Running"), Pod("worker", 1, "Running")};
   std::vector<ServiceView> services;
@@ -450,7 +489,8 @@ TEST(PlannerTest, TaskTlsReplacesTheTemplatesVolumeOfThatNameIdempotently) {
                                      {"name":"old-certs","secret":{"secretName":"mine"}}])");
   spec["containers"][0]["volumeMounts"] = json::parse(R"([{"name":"data","mountPath":"/data"},
       {"name":"tfjob-tls","mountPath":"/somewhere"},{"name":"old-certs","mountPath":"/etc/tfjob/tls"}])");
-  spec["containers"][0]["env"] = json::parse(R"([{"name":"TFJOB_TLS_DIR","value":"/somewhere"},{"name":"A","value":"1"}])");
+  spec["containers"][0]["env"] =
+      json::parse(R"([{"name":"TFJOB_TLS_DIR","value":"/somewhere"},{"name":"A","value":"1"}])");
   spec["containers"].push_back({{"name", "sidecar"}, {"image", "x"}});
   PlannerOptions o;
   o.task_tls = true;
@@ -459,9 +499,9 @@ TEST(PlannerTest, TaskTlsReplacesTheTemplatesVolumeOfThatNameIdempotently) {
   const json ours = json::parse(R"({"name":"tfjob-tls","secret":{"secretName":"j-tfjob-auth",
       "items":[{"key":"ca.crt","path":"ca.crt"},{"key":"tls.crt","path":"tls.crt"},{"key":"tls.key","path":"tls.key"}],
       "defaultMode":292}})");
-  EXPECT_EQ(pod["spec"]["volumes"], json::array({json::parse(R"({"name":"data","emptyDir":{}})"),
-                                                 json::parse(R"({"name":"old-certs","secret":{"secretName":"mine"}})"),
-                                                 ours}));
+  EXPECT_EQ(pod["spec"]["volumes"],
+            json::array({json::parse(R"({"name":"data","emptyDir":{}})"),
+                         json::parse(R"({"name":"old-certs","secret":{"secretName":"mine"}})"), ours}));
   const json& c = pod["spec"]["containers"][0];
   EXPECT_EQ(c["volumeMounts"], json::parse(R"([{"name":"data","mountPath":"/data"},
       {"name":"tfjob-tls","mountPath":"/etc/tfjob/tls","readOnly":true}])"));
@@ -473,7 +513,8 @@ TEST(PlannerTest, TaskTlsReplacesTheTemplatesVolumeOfThatNameIdempotently) {
     }
   }
   EXPECT_EQ(tls_dirs, 1);
-  EXPECT_EQ(pod["spec"]["containers"][1], json({{"name", "sidecar"}, {"image", "x"}}));  // only the tensorflow container
+  EXPECT_EQ(pod["spec"]["containers"][1],
+            json({{"name", "sidecar"}, {"image", "x"}}));  // only the tensorflow container
   // Planning from the planned pod's spec changes nothing.
   json again_tmpl = Replica(2);
   again_tmpl["template"]["spec"] = pod["spec"];
@@ -550,8 +591,9 @@ TEST(PlannerTest, AllWorkersSuccessPolicy) {
 
 TEST(PlannerTest, ChiefSuccessEndsTheJob) {
   auto job = Job({{"Chief", Replica(1)}, {"PS", Replica(1)}, {"Worker", Replica(1)}, {"Evaluator", Replica(1)}});
-  Plan p = PlanJob(job, {Pod("chief", 0, "Succeeded", 0), Pod("ps", 0, "Running"), Pod("worker", 0, "Running"),
-                         Pod("evaluator", 0, "Running")},
+  Plan p = PlanJob(job,
+                   {Pod("chief", 0, "Succeeded", 0), Pod("ps", 0, "Running"), Pod("worker", 0, "Running"),
+                    Pod("evaluator", 0, "Running")},
                    {Svc("chief", 0), Svc("ps", 0), Svc("worker", 0), Svc("evaluator", 0)}, kNow);
   EXPECT_TRUE(True(p.status, "Succeeded"));
   EXPECT_FALSE(True(p.status, "Running"));
@@ -568,8 +610,9 @@ TEST(PlannerTest, ExitCodeRetryableRestartsPermanentFails) {
   EXPECT_FALSE(True(p.status, "Failed"));
   // The count goes on the job itself first (Kubeflow's CRD prunes the status field).
   ASSERT_EQ(Names(p, Action::Kind::kPatchJob), std::vector<std::string>{"j"});
-  EXPECT_EQ(Find(p, "j", Action::Kind::kPatchJob)->object["metadata"]["annotations"][std::string(api::kRestartsAnnotation)],
-            R"({"Worker":1})");
+  EXPECT_EQ(
+      Find(p, "j", Action::Kind::kPatchJob)->object["metadata"]["annotations"][std::string(api::kRestartsAnnotation)],
+      R"({"Worker":1})");
   // Once the old pod is gone, a new one is created.
   Plan again = PlanJob(After(job, p), {Pod("worker", 0, "Running")}, svcs, kNow + std::chrono::seconds(1));
   EXPECT_EQ(Names(again, Action::Kind::kCreatePod), std::vector<std::string>{"j-worker-1"});
@@ -588,8 +631,9 @@ TEST(PlannerTest, RestartsKeptOnTheJobSurviveAPrunedStatus) {
   job.metadata.annotations[std::string(api::kRestartsAnnotation)] = R"({"Worker":1})";
   Plan p = PlanJob(job, {Pod("worker", 0, "Failed", 137)}, {Svc("worker", 0)}, kNow);
   EXPECT_EQ(p.status.replica_statuses.at("Worker").restarts, 2);
-  EXPECT_EQ(Find(p, "j", Action::Kind::kPatchJob)->object["metadata"]["annotations"][std::string(api::kRestartsAnnotation)],
-            R"({"Worker":2})");
+  EXPECT_EQ(
+      Find(p, "j", Action::Kind::kPatchJob)->object["metadata"]["annotations"][std::string(api::kRestartsAnnotation)],
+      R"({"Worker":2})");
   api::TFJob next = After(job, p);
   next.metadata.annotations[std::string(api::kRestartsAnnotation)] = R"({"Worker":2})";
   next.status.replica_statuses["Worker"].restarts = 0;  // pruned
@@ -645,9 +689,11 @@ TEST(PlannerTest, ActiveDeadlineByTimedRequeue) {
   Plan p = PlanJob(job, {}, {}, kNow);
   ASSERT_TRUE(p.requeue_after.has_value());
   EXPECT_EQ(p.requeue_after->count(), 30);
-  Plan later = PlanJob(After(job, p), {Pod("worker", 0, "Running")}, {Svc("worker", 0)}, kNow + std::chrono::seconds(12));
+  Plan later =
+      PlanJob(After(job, p), {Pod("worker", 0, "Running")}, {Svc("worker", 0)}, kNow + std::chrono::seconds(12));
   EXPECT_EQ(later.requeue_after->count(), 18);
-  Plan past = PlanJob(After(job, later), {Pod("worker", 0, "Running")}, {Svc("worker", 0)}, kNow + std::chrono::seconds(30));
+  Plan past =
+      PlanJob(After(job, later), {Pod("worker", 0, "Running")}, {Svc("worker", 0)}, kNow + std::chrono::seconds(30));
   EXPECT_TRUE(True(past.status, "Failed"));
   EXPECT_THAT(Cond(past.status, "Failed")->message, HasSubstr("active longer than specified deadline"));
   EXPECT_EQ(Names(past, Action::Kind::kDeletePod), std::vector<std::string>{"j-worker-0"});
@@ -738,21 +784,30 @@ TEST(PlannerTest, MutatedObjectsNeverCrashThePlanner) {
     r["template"]["spec"]["volumes"] = json::array({{{"name", "tfjob-tls"}, {"emptyDir", json::object()}}});
     r["template"]["spec"]["containers"][0]["volumeMounts"] =
         json::array({{{"name", "data"}, {"mountPath", "/etc/tfjob/tls"}}});
-    return json{{"apiVersion", "kubeflow.org/v1"}, {"kind", "TFJob"},
+    return json{{"apiVersion", "kubeflow.org/v1"},
+                {"kind", "TFJob"},
                 {"metadata", {{"name", "j"}, {"namespace", "ns"}, {"uid", "uid-1"}}},
-                {"spec", {{"tfReplicaSpecs", {{"Chief", Replica(1)}, {"PS", Replica(1)}, {"Worker", r}}},
-                          {"runPolicy", {{"backoffLimit", 2}, {"activeDeadlineSeconds", 5}, {"ttlSecondsAfterFinished", 1},
-                                         {"cleanPodPolicy", "All"}}}}},
-                {"status", {{"startTime", "2026-11-21T11:59:58Z"},
-                            {"replicaStatuses", {{"Worker", {{"restarts", 1}}}}},
-                            {"conditions", json::array({{{"type", "Created"}, {"status", "True"}}})}}}};
+                {"spec",
+                 {{"tfReplicaSpecs", {{"Chief", Replica(1)}, {"PS", Replica(1)}, {"Worker", r}}},
+                  {"runPolicy",
+                   {{"backoffLimit", 2},
+                    {"activeDeadlineSeconds", 5},
+                    {"ttlSecondsAfterFinished", 1},
+                    {"cleanPodPolicy", "All"}}}}},
+                {"status",
+                 {{"startTime", "2026-11-21T11:59:58Z"},
+                  {"replicaStatuses", {{"Worker", {{"restarts", 1}}}}},
+                  {"conditions", json::array({{{"type", "Created"}, {"status", "True"}}})}}}};
   }();
   const std::vector<json> garbage{nullptr, -1, 3.5, "x", json::array(), json::object(), true, 2147483648LL};
   std::vector<json::json_pointer> paths;
-  std::function<void(const json&, const json::json_pointer&)> collect = [&](const json& j, const json::json_pointer& p) {
+  std::function<void(const json&, const json::json_pointer&)> collect = [&](const json& j,
+                                                                            const json::json_pointer& p) {
     paths.push_back(p);
-    if (j.is_object()) for (auto it = j.begin(); it != j.end(); ++it) collect(*it, p / it.key());
-    if (j.is_array()) for (size_t i = 0; i < j.size(); ++i) collect(j[i], p / i);
+    if (j.is_object())
+      for (auto it = j.begin(); it != j.end(); ++it) collect(*it, p / it.key());
+    if (j.is_array())
+      for (size_t i = 0; i < j.size(); ++i) collect(j[i], p / i);
   };
   collect(base, json::json_pointer());
   int planned = 0;
@@ -762,8 +817,10 @@ TEST(PlannerTest, MutatedObjectsNeverCrashThePlanner) {
       const auto& p = paths[rng() % paths.size()];
       if (p.empty() || !doc.contains(p)) continue;
       json& parent = doc[p.parent_pointer()];
-      if (rng() % 3 == 0 && parent.is_object()) parent.erase(p.back());
-      else doc[p] = garbage[rng() % garbage.size()];
+      if (rng() % 3 == 0 && parent.is_object())
+        parent.erase(p.back());
+      else
+        doc[p] = garbage[rng() % garbage.size()];
     }
     auto job = api::Decode(doc);
     if (!job.ok()) continue;
@@ -777,7 +834,11 @@ TEST(PlannerTest, MutatedObjectsNeverCrashThePlanner) {
     PlannerOptions o;
     o.task_tls = iter % 2 == 0;
     Plan plan = PlanJob(*job, pods, {Svc("worker", 0)}, kNow + std::chrono::seconds(rng() % 10), o);
-    (void)api::Encode([&] { api::TFJob j = *job; j.status = plan.status; return j; }());
+    (void)api::Encode([&] {
+      api::TFJob j = *job;
+      j.status = plan.status;
+      return j;
+    }());
     ++planned;
   }
   EXPECT_GT(planned, 500);  // most mutations still decode, so the planner was really exercised
@@ -834,8 +895,9 @@ std::vector<Action::Kind> Kinds(const Plan& p) {
   return out;
 }
 
-const json kOwner = {{"apiVersion", "kubeflow.org/v1"}, {"kind", "TFJob"}, {"name", "j"}, {"uid", "uid-1"},
-                     {"controller", true}, {"blockOwnerDeletion", true}};
+const json kOwner = {
+    {"apiVersion", "kubeflow.org/v1"}, {"kind", "TFJob"}, {"name", "j"}, {"uid", "uid-1"}, {"controller", true},
+    {"blockOwnerDeletion", true}};
 
 // Volcano: a PodGroup per job (minMember the sum of replicas, the evaluator
 // included; queue "default"), and no pod or service until Volcano has
@@ -844,15 +906,17 @@ TEST(GangPlannerTest, VolcanoPodGroupFirstAndPodsOnlyOnceAdmitted) {
   auto job = Job({{"Chief", Replica(1)}, {"PS", Replica(1)}, {"Worker", Replica(3)}, {"Evaluator", Replica(1)}});
   Plan p = PlanJob(job, {}, {}, kNow, Gang("volcano"));
   ASSERT_EQ(Kinds(p), std::vector<Action::Kind>{Action::Kind::kCreatePodGroup});
-  EXPECT_EQ(p.actions[0].object,
-            json({{"apiVersion", "scheduling.volcano.sh/v1beta1"},
-                  {"kind", "PodGroup"},
-                  {"metadata",
-                   {{"name", "j"},
-                    {"namespace", "ns"},
-                    {"labels", {{"training.kubeflow.org/job-name", "j"}, {"training.kubeflow.org/operator-name", "tfjob-controller"}}},
-                    {"ownerReferences", json::array({kOwner})}}},
-                  {"spec", {{"minMember", 6}, {"queue", "default"}}}}));
+  EXPECT_EQ(
+      p.actions[0].object,
+      json({{"apiVersion", "scheduling.volcano.sh/v1beta1"},
+            {"kind", "PodGroup"},
+            {"metadata",
+             {{"name", "j"},
+              {"namespace", "ns"},
+              {"labels",
+               {{"training.kubeflow.org/job-name", "j"}, {"training.kubeflow.org/operator-name", "tfjob-controller"}}},
+              {"ownerReferences", json::array({kOwner})}}},
+            {"spec", {{"minMember", 6}, {"queue", "default"}}}}));
   EXPECT_TRUE(True(p.status, "Created"));
 
   const json spec{{"minMember", 6}, {"queue", "default"}};
@@ -871,7 +935,8 @@ TEST(GangPlannerTest, VolcanoPodGroupFirstAndPodsOnlyOnceAdmitted) {
   EXPECT_EQ(pod["spec"]["schedulerName"], "volcano");
   EXPECT_EQ(pod["metadata"]["annotations"],
             json({{"scheduling.k8s.io/group-name", "j"}, {"volcano.sh/task-spec", "worker"}}));
-  EXPECT_EQ(Find(admitted, "j-evaluator-0", Action::Kind::kCreatePod)->object["metadata"]["annotations"]["volcano.sh/task-spec"],
+  EXPECT_EQ(Find(admitted, "j-evaluator-0", Action::Kind::kCreatePod)
+                ->object["metadata"]["annotations"]["volcano.sh/task-spec"],
             "evaluator");
 }
 
@@ -891,18 +956,18 @@ TEST(GangPlannerTest, SchedulingPolicyPerScheduler) {
   Plan v = PlanJob(job, {}, {}, kNow, Gang("volcano"));
   ASSERT_EQ(Kinds(v), std::vector<Action::Kind>{Action::Kind::kCreatePodGroup});
   EXPECT_EQ(v.actions[0].object["spec"], json({{"minMember", 3},
-                                                {"queue", "research"},
-                                                {"priorityClassName", "high-priority"},
-                                                {"minResources", {{"cpu", "8"}, {"memory", "16Gi"}}}}));
+                                               {"queue", "research"},
+                                               {"priorityClassName", "high-priority"},
+                                               {"minResources", {{"cpu", "8"}, {"memory", "16Gi"}}}}));
   EXPECT_EQ(v.actions[0].object["metadata"]["annotations"], json({{"team", "ml"}}));
 
   Plan s = PlanJob(job, {}, {}, kNow, Gang("scheduler-plugins"));
   ASSERT_FALSE(s.actions.empty());
   EXPECT_EQ(s.actions[0].kind, Action::Kind::kCreatePodGroup);  // before any pod
   EXPECT_EQ(s.actions[0].object["apiVersion"], "scheduling.x-k8s.io/v1alpha1");
-  EXPECT_EQ(s.actions[0].object["spec"], json({{"minMember", 3},
-                                               {"scheduleTimeoutSeconds", 120},
-                                               {"minResources", {{"cpu", "8"}, {"memory", "16Gi"}}}}));
+  EXPECT_EQ(
+      s.actions[0].object["spec"],
+      json({{"minMember", 3}, {"scheduleTimeoutSeconds", 120}, {"minResources", {{"cpu", "8"}, {"memory", "16Gi"}}}}));
   EXPECT_EQ(Names(s, Action::Kind::kCreatePod).size(), 5u);
   const json& pod = Find(s, "j-ps-0", Action::Kind::kCreatePod)->object;
   EXPECT_EQ(pod["spec"]["schedulerName"], "scheduler-plugins");
@@ -921,7 +986,8 @@ TEST(GangPlannerTest, PodGroupIsKeptAtTheSpec) {
   auto job = Job({{"Worker", Replica(4)}});
   Plan same = PlanJob(job, {}, {}, kNow, Gang("volcano"), Group({{"minMember", 4}, {"queue", "default"}}, "Inqueue"));
   EXPECT_TRUE(Names(same, Action::Kind::kUpdatePodGroup).empty());
-  Plan p = PlanJob(job, {}, {}, kNow, Gang("volcano"), Group({{"minMember", 2}, {"queue", "team-q"}, {"minTaskMember", {{"w", 1}}}}, "Inqueue"));
+  Plan p = PlanJob(job, {}, {}, kNow, Gang("volcano"),
+                   Group({{"minMember", 2}, {"queue", "team-q"}, {"minTaskMember", {{"w", 1}}}}, "Inqueue"));
   ASSERT_EQ(Kinds(p)[0], Action::Kind::kUpdatePodGroup);
   const json& updated = p.actions[0].object;
   EXPECT_EQ(updated["spec"], json({{"minMember", 4}, {"queue", "team-q"}}));
@@ -957,14 +1023,15 @@ TEST(GangPlannerTest, MinResourcesSumTheRequestsOfTheFirstMinMemberPods) {
   ps["template"]["spec"]["containers"][0]["resources"] = {{"limits", {{"cpu", "1"}, {"memory", "512Mi"}}}};
   json worker = Replica(3);
   worker["template"]["spec"]["containers"][0]["resources"] = {{"requests", {{"cpu", "500m"}, {"memory", "1Gi"}}},
-                                                               {"limits", {{"cpu", "4"}}}};
+                                                              {"limits", {{"cpu", "4"}}}};
   auto job = Job({{"PS", ps}, {"Worker", worker}}, {{"schedulingPolicy", {{"minAvailable", 3}}}});
   Plan p = PlanJob(job, {}, {}, kNow, Gang("volcano"));
   const json& spec = Find(p, "j", Action::Kind::kCreatePodGroup)->object["spec"];
   // PS (limits: 1 cpu, 512Mi) and two workers (requests: 500m, 1Gi each).
   EXPECT_EQ(spec["minResources"], json({{"cpu", "2"}, {"memory", "2560Mi"}}));
   auto given = Job({{"Worker", worker}}, {{"schedulingPolicy", {{"minResources", {{"cpu", "7"}}}}}});
-  EXPECT_EQ(Find(PlanJob(given, {}, {}, kNow, Gang("volcano")), "j", Action::Kind::kCreatePodGroup)->object["spec"]["minResources"],
+  EXPECT_EQ(Find(PlanJob(given, {}, {}, kNow, Gang("volcano")), "j", Action::Kind::kCreatePodGroup)
+                ->object["spec"]["minResources"],
             json({{"cpu", "7"}}));
 }
 
@@ -1016,8 +1083,9 @@ TEST(GangPlannerTest, MistypedSchedulingPolicyFailsValidation) {
   auto job = Job({{"Worker", Replica(2)}}, {{"schedulingPolicy", {{"minAvailable", "two"}, {"queue", 7}}}});
   Plan p = PlanJob(job, {}, {}, kNow, Gang("volcano"));
   ASSERT_TRUE(True(p.status, "Failed"));
-  EXPECT_THAT(Cond(p.status, "Failed")->message,
-              HasSubstr("spec.runPolicy.schedulingPolicy.minAvailable: Invalid value: \"two\": must be a 32-bit integer"));
+  EXPECT_THAT(
+      Cond(p.status, "Failed")->message,
+      HasSubstr("spec.runPolicy.schedulingPolicy.minAvailable: Invalid value: \"two\": must be a 32-bit integer"));
   EXPECT_THAT(Cond(p.status, "Failed")->message, HasSubstr("spec.runPolicy.schedulingPolicy.queue: Invalid value: 7"));
   EXPECT_TRUE(Names(p, Action::Kind::kCreatePodGroup).empty());
 }

@@ -82,8 +82,8 @@ TEST(TfjobRunTest, CounterManifestRunsLocallyToSuccess) {
 // mutual TLS between its tasks).
 TEST(TfjobRunTest, CounterManifestRunsLocallyToSuccessWithTaskTls) {
   const std::string dir = t::MakeTempDir("run-counter-tls");
-  auto r = t::Run(
-      {t::BinDir() + "/tfjob", "run", t::SourceDir() + "/examples/counter/tfjob.yaml", "--state-dir", dir, "--task-tls"});
+  auto r = t::Run({t::BinDir() + "/tfjob", "run", t::SourceDir() + "/examples/counter/tfjob.yaml", "--state-dir", dir,
+                   "--task-tls"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("[counter-chief-0] counter: value 15 after 5 closures"));
   EXPECT_THAT(r.out, HasSubstr("[tfjob] Succeeded=True (TFJobSucceeded)"));
@@ -109,7 +109,8 @@ for f in ("ca.crt", "tls.crt", "tls.key"):
     heads.append(open(p).readline().strip() if d and os.path.exists(p) else "missing")
 print("tls dir %s: %s" % (d, " | ".join(heads)), flush=True)
 )");
-  const std::string m = Write(dir, "tls.yaml", R"(apiVersion: kubeflow.org/v1
+  const std::string m = Write(dir, "tls.yaml",
+                              R"(apiVersion: kubeflow.org/v1
 kind: TFJob
 metadata: {name: tl}
 spec:
@@ -121,15 +122,17 @@ spec:
           containers:
             - name: tensorflow
               image: x
-              command: [/usr/bin/python3, )" + script + R"(]
+              command: [/usr/bin/python3, )" +
+                                  script + R"(]
               env: [{name: TFJOB_TLS_DIR, value: /from/the/manifest}]
 )");
   auto r = t::Run({t::BinDir() + "/tfjob", "run", m, "--state-dir", dir + "/state", "--task-tls"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const std::string tls_dir = std::filesystem::absolute(dir + "/state/tls").lexically_normal().string();
   for (const std::string pod : {"tl-worker-0", "tl-worker-1"}) {
-    EXPECT_THAT(r.out, HasSubstr("[" + pod + "] tls dir " + tls_dir +
-                                 ": -----BEGIN CERTIFICATE----- | -----BEGIN CERTIFICATE----- | -----BEGIN PRIVATE KEY-----\n"))
+    EXPECT_THAT(
+        r.out, HasSubstr("[" + pod + "] tls dir " + tls_dir +
+                         ": -----BEGIN CERTIFICATE----- | -----BEGIN CERTIFICATE----- | -----BEGIN PRIVATE KEY-----\n"))
         << r.out;
   }
   auto plain = t::Run({t::BinDir() + "/tfjob", "run", m, "--state-dir", dir + "/plain"});
@@ -180,13 +183,15 @@ spec:
 )");
   auto r = t::Run({t::BinDir() + "/tfjob", "run", m, "--state-dir", dir});
   EXPECT_EQ(r.exit_code, 1) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("[nocmd-worker-0] tfjob run: cannot execute \"no-such-binary-xyz\": No such file or directory"));
+  EXPECT_THAT(
+      r.out, HasSubstr("[nocmd-worker-0] tfjob run: cannot execute \"no-such-binary-xyz\": No such file or directory"));
   // OnFailure restarts it in place until backoffLimit is reached.
   EXPECT_THAT(r.out, HasSubstr("[nocmd-worker-0] restarting (restart 2)"));
   auto status = t::ReadJsonFile(dir + "/status.json");
   EXPECT_TRUE(HasCondition(status, "Failed"));
   bool backoff = false;
-  for (const auto& c : status["conditions"]) backoff |= c.value("message", "").find("backoff limit") != std::string::npos;
+  for (const auto& c : status["conditions"])
+    backoff |= c.value("message", "").find("backoff limit") != std::string::npos;
   EXPECT_TRUE(backoff) << status.dump();
 }
 
@@ -205,7 +210,9 @@ spec:
   auto r = t::Run({t::BinDir() + "/tfjob", "run", m, "--state-dir", dir});
   EXPECT_EQ(r.exit_code, 1) << r.out;
   // Kubeflow's message for a permanent exit code under ExitCode.
-  EXPECT_THAT(r.out, HasSubstr(R"([tfjob] Failed=True (TFJobFailed): job "ec" is failing because "Worker" replica(s) failed.)"));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr(R"([tfjob] Failed=True (TFJobFailed): job "ec" is failing because "Worker" replica(s) failed.)"));
 }
 
 // Every replica serves on a socket the runner bound at its TF_CONFIG port
@@ -232,7 +239,8 @@ if not os.path.exists(marker):
     open(marker, "w").close()
     sys.exit(1)
 )");
-  const std::string m = Write(dir, "sockets.yaml", R"(apiVersion: kubeflow.org/v1
+  const std::string m = Write(dir, "sockets.yaml",
+                              R"(apiVersion: kubeflow.org/v1
 kind: TFJob
 metadata: {name: rs}
 spec:
@@ -240,8 +248,8 @@ spec:
     Worker:
       replicas: 2
       restartPolicy: OnFailure
-      template: {spec: {containers: [{name: tensorflow, image: x, command: [/usr/bin/python3, )" + script + ", " +
-                                                           dir + R"(]}]}}
+      template: {spec: {containers: [{name: tensorflow, image: x, command: [/usr/bin/python3, )" +
+                                  script + ", " + dir + R"(]}]}}
 )");
   auto r = t::Run({t::BinDir() + "/tfjob", "run", m, "--state-dir", dir + "/state"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
@@ -306,9 +314,11 @@ TEST(TfjobRunTest, MnistLocalExampleWithEvaluator) {
   };
   const std::string chief = lines_of("mnist-mlp-local-chief-0"), evaluator = lines_of("mnist-mlp-local-evaluator-0");
   std::smatch c, e;
-  ASSERT_TRUE(std::regex_search(chief, c, std::regex(R"(Evaluation\n32/32 - \S+ - loss: (\S+) - accuracy: (\S+))"))) << r.out;
+  ASSERT_TRUE(std::regex_search(chief, c, std::regex(R"(Evaluation\n32/32 - \S+ - loss: (\S+) - accuracy: (\S+))")))
+      << r.out;
   ASSERT_TRUE(std::regex_search(
-      evaluator, e, std::regex(R"(evaluator: checkpoint step 625 \(final\)\n32/32 - \S+ - loss: (\S+) - accuracy: (\S+))")))
+      evaluator, e,
+      std::regex(R"(evaluator: checkpoint step 625 \(final\)\n32/32 - \S+ - loss: (\S+) - accuracy: (\S+))")))
       << r.out;
   EXPECT_EQ(c[1], e[1]);
   EXPECT_EQ(c[2], e[2]);

@@ -18,8 +18,13 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(HttpServer, ServesItsRoutesOnAPickedPortAnd404Elsewhere) {
-  auto s = HttpServer::Start("127.0.0.1:0", {{"/healthz", [] { return HttpResponse{200, "ok\n"}; }},
-                                             {"/readyz", [] { return HttpResponse{503, "not yet\n"}; }}});
+  auto s = HttpServer::Start("127.0.0.1:0", {{"/healthz",
+                                              [] {
+                                                return HttpResponse{200, "ok\n"};
+                                              }},
+                                             {"/readyz", [] {
+                                                return HttpResponse{503, "not yet\n"};
+                                              }}});
   ASSERT_TRUE(s.ok()) << s.status();
   const int port = (*s)->port();
   ASSERT_GT(port, 0);
@@ -60,8 +65,10 @@ TEST(Exposition, CountersGaugesAndHistogramsInTextFormat) {
   const std::string text = Serialize(reg);
   EXPECT_THAT(text, HasSubstr("# HELP training_operator_jobs_created_total Counts number of jobs created\n"
                               "# TYPE training_operator_jobs_created_total counter\n"));
-  EXPECT_THAT(text, HasSubstr("training_operator_jobs_created_total{framework=\"tensorflow\",job_namespace=\"ns\"} 3\n"));
-  EXPECT_THAT(text, HasSubstr("training_operator_jobs_created_total{framework=\"tensorflow\",job_namespace=\"other\"} 1\n"));
+  EXPECT_THAT(text,
+              HasSubstr("training_operator_jobs_created_total{framework=\"tensorflow\",job_namespace=\"ns\"} 3\n"));
+  EXPECT_THAT(text,
+              HasSubstr("training_operator_jobs_created_total{framework=\"tensorflow\",job_namespace=\"other\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("# TYPE workqueue_depth gauge\nworkqueue_depth{name=\"tfjob\"} 3\n"));
   EXPECT_THAT(text, HasSubstr("reconcile_seconds_bucket{controller=\"tfjob\",le=\"0.1\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("reconcile_seconds_bucket{controller=\"tfjob\",le=\"1\"} 2\n"));

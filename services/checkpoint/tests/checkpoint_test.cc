@@ -12,8 +12,10 @@ namespace tfjob::checkpoint {
 namespace {
 
 std::vector<Entry> Sample() {
-  Entry a{"dense/kernel", 7, {*Tensor::FromVector({2, 3}, std::vector<float>{1, 2, 3, 4, 5, 6}),
-                              *Tensor::FromVector({2, 3}, std::vector<float>{0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f})}};
+  Entry a{"dense/kernel",
+          7,
+          {*Tensor::FromVector({2, 3}, std::vector<float>{1, 2, 3, 4, 5, 6}),
+           *Tensor::FromVector({2, 3}, std::vector<float>{0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f})}};
   Entry b{"step", 0, {*Tensor::FromVector({}, std::vector<int64_t>{42})}};
   return {a, b};
 }
@@ -88,7 +90,8 @@ TEST(CheckpointTest, LargeVariablesSpanChunksAndADamagedChunkIsFoundWhereverItIs
   const int64_t rows = 5 * 1024, cols = 256;  // 5 MiB of float32
   Tensor big = *Tensor::Create(DType::kFloat32, {rows, cols});
   for (int64_t i = 0; i < big.size(); ++i) big.data<float>()[i] = static_cast<float>(i % 9973) * 0.5f;
-  const std::vector<Entry> entries{{"embedding", 3, {big, big}}, {"bias", 1, {*Tensor::FromVector({2}, std::vector<float>{1, 2})}}};
+  const std::vector<Entry> entries{{"embedding", 3, {big, big}},
+                                   {"bias", 1, {*Tensor::FromVector({2}, std::vector<float>{1, 2})}}};
   const std::string p = Path("big.ckpt");
   ASSERT_TRUE(Write(p, entries).ok());
   auto check = Check(p);

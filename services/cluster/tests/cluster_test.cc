@@ -107,8 +107,8 @@ TEST(ParseTfConfig, IndexFormsTfAccepts) {
   for (auto [index, expected] : std::vector<std::pair<std::string, int64_t>>{
            {"2", 2}, {"\"1\"", 1}, {"\" 2 \"", 2}, {"\"+0\"", 0}, {"1.0", 1}, {"\"02\"", 2}}) {
     SCOPED_TRACE(index);
-    std::string text = R"({"cluster": {"worker": ["a:1", "b:2", "c:3"]}, "task": {"type": "worker", "index": )" +
-                       index + "}}";
+    std::string text =
+        R"({"cluster": {"worker": ["a:1", "b:2", "c:3"]}, "task": {"type": "worker", "index": )" + index + "}}";
     EXPECT_EQ(MustParse(text).task, (TaskId{"worker", expected}));
   }
 }
@@ -261,9 +261,11 @@ INSTANTIATE_TEST_SUITE_P(
                   "TF_CONFIG: task index 1 is out of range for job \"chief\" with 1 task"},
         ErrorCase{"IndexOutOfRangeEmptyJob", Doc(R"({"ps": []})", R"({"type": "ps", "index": 0})"),
                   "TF_CONFIG: task index 0 is out of range for job \"ps\" with 0 tasks"},
-        ErrorCase{"EvaluatorInClusterOutOfRange", Doc(R"({"evaluator": ["e:1"]})", R"({"type": "evaluator", "index": 1})"),
+        ErrorCase{"EvaluatorInClusterOutOfRange",
+                  Doc(R"({"evaluator": ["e:1"]})", R"({"type": "evaluator", "index": 1})"),
                   "TF_CONFIG: task index 1 is out of range for job \"evaluator\" with 1 task"},
-        ErrorCase{"IndexNotInSparseJob", Doc(R"({"worker": {"1": "a:1", "3": "b:1"}})", R"({"type": "worker", "index": 2})"),
+        ErrorCase{"IndexNotInSparseJob",
+                  Doc(R"({"worker": {"1": "a:1", "3": "b:1"}})", R"({"type": "worker", "index": 2})"),
                   "TF_CONFIG: task index 2 is not defined in sparse job \"worker\" (indices 1, 3)"}),
     [](const ::testing::TestParamInfo<ErrorCase>& info) { return std::string(info.param.name); });
 
@@ -303,19 +305,23 @@ ClusterConfig OperatorConfig() {
 }
 
 TEST(ToTfConfigJson, MatchesTheOperatorFormatByteForByte) {
-  EXPECT_EQ(ToTfConfigJson(OperatorConfig()),
-            R"({"cluster":{"chief":["j-chief-0.ns.svc:2222"],"ps":["j-ps-0.ns.svc:2222","j-ps-1.ns.svc:2222"],)"
-            R"("worker":["j-worker-0.ns.svc:2222","j-worker-1.ns.svc:2222"],"evaluator":["j-evaluator-0.ns.svc:2222"]},)"
-            R"("task":{"type":"worker","index":1},"environment":"cloud"})");
+  EXPECT_EQ(
+      ToTfConfigJson(OperatorConfig()),
+      R"({"cluster":{"chief":["j-chief-0.ns.svc:2222"],"ps":["j-ps-0.ns.svc:2222","j-ps-1.ns.svc:2222"],)"
+      R"("worker":["j-worker-0.ns.svc:2222","j-worker-1.ns.svc:2222"],"evaluator":["j-evaluator-0.ns.svc:2222"]},)"
+      R"("task":{"type":"worker","index":1},"environment":"cloud"})");
 }
 
 TEST(ToTfConfigJson, JobOrderThenOthersAlphabetically) {
   ClusterConfig c;
-  c.cluster = Spec({{"zeta", {"z:1"}}, {"evaluator", {"e:1"}}, {"alpha", {"a:1"}}, {"worker", {"w:1"}},
-                    {"ps", {"p:1"}}, {"master", {"m:1"}}});
-  EXPECT_EQ(ToTfConfigJson(c),
-            R"({"cluster":{"master":["m:1"],"ps":["p:1"],"worker":["w:1"],"evaluator":["e:1"],)"
-            R"("alpha":["a:1"],"zeta":["z:1"]}})");
+  c.cluster = Spec({{"zeta", {"z:1"}},
+                    {"evaluator", {"e:1"}},
+                    {"alpha", {"a:1"}},
+                    {"worker", {"w:1"}},
+                    {"ps", {"p:1"}},
+                    {"master", {"m:1"}}});
+  EXPECT_EQ(ToTfConfigJson(c), R"({"cluster":{"master":["m:1"],"ps":["p:1"],"worker":["w:1"],"evaluator":["e:1"],)"
+                               R"("alpha":["a:1"],"zeta":["z:1"]}})");
 }
 
 TEST(ToTfConfigJson, RpcLayerAfterEnvironmentAndOnlyWhenSet) {
@@ -323,10 +329,12 @@ TEST(ToTfConfigJson, RpcLayerAfterEnvironmentAndOnlyWhenSet) {
   c.cluster = Spec({{"worker", {"w:1"}}});
   c.task = TaskId{"worker", 0};
   c.rpc_layer = "grpc";
-  EXPECT_EQ(ToTfConfigJson(c), R"({"cluster":{"worker":["w:1"]},"task":{"type":"worker","index":0},"rpc_layer":"grpc"})");
-  c.environment = "cloud";
   EXPECT_EQ(ToTfConfigJson(c),
-            R"({"cluster":{"worker":["w:1"]},"task":{"type":"worker","index":0},"environment":"cloud","rpc_layer":"grpc"})");
+            R"({"cluster":{"worker":["w:1"]},"task":{"type":"worker","index":0},"rpc_layer":"grpc"})");
+  c.environment = "cloud";
+  EXPECT_EQ(
+      ToTfConfigJson(c),
+      R"({"cluster":{"worker":["w:1"]},"task":{"type":"worker","index":0},"environment":"cloud","rpc_layer":"grpc"})");
 }
 
 TEST(ToTfConfigJson, SparseAndEmptyJobs) {
@@ -377,10 +385,12 @@ TEST(RoundTrip, ParseOfSerialisedEqualsOriginal) {
 }
 
 TEST(RoundTrip, CanonicalTextSurvivesParseAndSerialise) {
-  for (std::string text : {
-           std::string(R"({"cluster":{"chief":["c:1"],"ps":["p:1"],"worker":["w0:1","w1:1"]},"task":{"type":"ps","index":0},"environment":"cloud"})"),
-           std::string(R"({"cluster":{"worker":{"1":"w1:1"}},"task":{"type":"worker","index":1},"rpc_layer":"grpc"})"),
-       }) {
+  for (
+      std::string text : {
+          std::string(
+              R"({"cluster":{"chief":["c:1"],"ps":["p:1"],"worker":["w0:1","w1:1"]},"task":{"type":"ps","index":0},"environment":"cloud"})"),
+          std::string(R"({"cluster":{"worker":{"1":"w1:1"}},"task":{"type":"worker","index":1},"rpc_layer":"grpc"})"),
+      }) {
     EXPECT_EQ(ToTfConfigJson(MustParse(text)), text);
   }
 }

@@ -17,11 +17,15 @@ using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
 json Pod(const std::string& job, const std::string& type, int index, const std::string& ip, const std::string& phase) {
-  return {{"apiVersion", "v1"}, {"kind", "Pod"},
-          {"metadata", {{"name", job + "-" + type + "-" + std::to_string(index)}, {"namespace", "default"},
-                        {"labels", {{"training.kubeflow.org/job-name", job},
-                                    {"training.kubeflow.org/replica-type", type},
-                                    {"training.kubeflow.org/replica-index", std::to_string(index)}}}}},
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata",
+           {{"name", job + "-" + type + "-" + std::to_string(index)},
+            {"namespace", "default"},
+            {"labels",
+             {{"training.kubeflow.org/job-name", job},
+              {"training.kubeflow.org/replica-type", type},
+              {"training.kubeflow.org/replica-index", std::to_string(index)}}}}},
           {"spec", {{"containers", json::array({{{"name", "tensorflow"}, {"image", "i"}}})}}},
           {"status", {{"phase", phase}, {"podIP", ip}}}};
 }
@@ -41,7 +45,8 @@ class ResolverTest : public ::testing::Test {
 TEST_F(ResolverTest, PodIpsInNumericReplicaIndexOrder) {
   // Twelve workers: by name, worker-10 and worker-11 would sort before worker-2.
   for (int i = 11; i >= 0; --i) {
-    ASSERT_TRUE(server_->Put("pods", "default", Pod("j", "worker", i, "10.0.0." + std::to_string(i + 1), "Running")).ok());
+    ASSERT_TRUE(
+        server_->Put("pods", "default", Pod("j", "worker", i, "10.0.0." + std::to_string(i + 1), "Running")).ok());
   }
   ASSERT_TRUE(server_->Put("pods", "default", Pod("j", "ps", 0, "10.0.1.1", "Running")).ok());
   ASSERT_TRUE(server_->Put("pods", "default", Pod("other", "worker", 0, "10.9.9.9", "Running")).ok());
@@ -105,21 +110,24 @@ TEST_F(ResolverTest, ExpectedTasksWaitForEveryIndexAndPortsComeFromThePodSpec) {
   auto spec = ResolveCluster(*client_, o);
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->NumTasks("worker"), 2);
-  EXPECT_EQ(*spec->Address("worker", 0), "10.0.0.1:3333");  // its tfjob-port
+  EXPECT_EQ(*spec->Address("worker", 0), "10.0.0.1:3333");   // its tfjob-port
   EXPECT_EQ(*spec->Address("worker", 1), "[fd00::2]:2222");  // none declared: the default
 }
 
 TEST(TfJobTaskCountsTest, KubeflowKeysLowerCasedReplicasDefaultToOneEvaluatorLeftOut) {
   const json job = {{"metadata", {{"name", "j"}}},
-                    {"spec", {{"tfReplicaSpecs", {{"Chief", json::object()},
-                                                  {"PS", {{"replicas", 2}}},
-                                                  {"Worker", {{"replicas", 3}}},
-                                                  {"Evaluator", {{"replicas", 1}}}}}}}};
+                    {"spec",
+                     {{"tfReplicaSpecs",
+                       {{"Chief", json::object()},
+                        {"PS", {{"replicas", 2}}},
+                        {"Worker", {{"replicas", 3}}},
+                        {"Evaluator", {{"replicas", 1}}}}}}}};
   auto counts = TfJobTaskCounts(job);
   ASSERT_TRUE(counts.ok()) << counts.status();
   EXPECT_EQ(*counts, (std::map<std::string, int64_t>{{"chief", 1}, {"ps", 2}, {"worker", 3}}));
   EXPECT_EQ(TfJobTaskCounts({{"metadata", {{"name", "j"}}}}).status().code(), Code::kInvalidArgument);
-  auto bad = TfJobTaskCounts({{"metadata", {{"name", "j"}}}, {"spec", {{"tfReplicaSpecs", {{"Worker", {{"replicas", "two"}}}}}}}});
+  auto bad = TfJobTaskCounts(
+      {{"metadata", {{"name", "j"}}}, {"spec", {{"tfReplicaSpecs", {{"Worker", {{"replicas", "two"}}}}}}}});
   EXPECT_THAT(bad.status().message(), HasSubstr("spec.tfReplicaSpecs[Worker].replicas is not a non-negative integer"));
 }
 

@@ -8,18 +8,15 @@
 namespace tfjob::cluster {
 namespace {
 
-using ::testing::HasSubstr;
 using cluster::FixedEnv;
 using cluster::TaskId;
+using ::testing::HasSubstr;
 
 // A four-task step on two nodes, two tasks each.
 std::map<std::string, std::string> SlurmStep(int procid) {
-  return {{"TFJOB_CLUSTER_RESOLVER", "slurm"},
-          {"TFJOB_SLURM_JOBS", "chief:1,ps:1,worker:2"},
-          {"SLURM_PROCID", std::to_string(procid)},
-          {"SLURM_STEP_NUM_TASKS", "4"},
-          {"SLURM_STEP_NODELIST", "node[1-2]"},
-          {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"}};
+  return {{"TFJOB_CLUSTER_RESOLVER", "slurm"},      {"TFJOB_SLURM_JOBS", "chief:1,ps:1,worker:2"},
+          {"SLURM_PROCID", std::to_string(procid)}, {"SLURM_STEP_NUM_TASKS", "4"},
+          {"SLURM_STEP_NODELIST", "node[1-2]"},     {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"}};
 }
 
 std::map<std::string, std::string> With(std::map<std::string, std::string> env, const std::string& k,

@@ -171,8 +171,7 @@ TEST(ResolveSlurm, TfMultiTaskPerNode) {
                                       {"SLURM_STEP_NODELIST", "t02n13,t02n41,t02n43"},
                                       {"CUDA_VISIBLE_DEVICES", ""}});
   EXPECT_EQ(r.config.cluster,
-            Spec({{"ps", {"t02n13:8888"}},
-                  {"worker", {"t02n13:8889", "t02n41:8888", "t02n41:8889", "t02n43:8888"}}}));
+            Spec({{"ps", {"t02n13:8888"}}, {"worker", {"t02n13:8889", "t02n41:8888", "t02n41:8889", "t02n43:8888"}}}));
   EXPECT_EQ(r.config.task, (TaskId{"worker", 0}));
   EXPECT_EQ(r.cuda_visible_devices, "1");
 }
@@ -300,8 +299,8 @@ TEST(ResolveSlurm, OptionsShapeTheResult) {
 TEST(ResolveSlurm, EmptyJobIsKept) {
   SlurmOptions o;
   o.jobs = {{"ps", 0}, {"worker", 2}};
-  SlurmResolution r = MustResolve(
-      o, {{"SLURM_PROCID", "1"}, {"SLURM_STEP_NODELIST", "a,b"}, {"SLURM_STEP_TASKS_PER_NODE", "1,1"}});
+  SlurmResolution r =
+      MustResolve(o, {{"SLURM_PROCID", "1"}, {"SLURM_STEP_NODELIST", "a,b"}, {"SLURM_STEP_TASKS_PER_NODE", "1,1"}});
   EXPECT_TRUE(r.config.cluster.HasJob("ps"));
   EXPECT_EQ(r.config.cluster.NumTasks("ps"), 0);
   EXPECT_EQ(r.config.task, (TaskId{"worker", 1}));
@@ -363,8 +362,9 @@ TEST(ResolveSlurmError, MalformedValuesAreQuoted) {
             Status(Code::kInvalidArgument,
                    "Slurm: SLURM_STEP_TASKS_PER_NODE: invalid tasks-per-node list \"1(x3\": entry \"1(x3\" is not N "
                    "or N(xM)"));
-  EXPECT_EQ(ResolveError({}, With(Basic(), "SLURM_STEP_NODELIST", "n1,n[1-2]")),
-            Status(Code::kInvalidArgument, "Slurm: SLURM_STEP_NODELIST \"n1,n[1-2]\" lists host \"n1\" more than once"));
+  EXPECT_EQ(
+      ResolveError({}, With(Basic(), "SLURM_STEP_NODELIST", "n1,n[1-2]")),
+      Status(Code::kInvalidArgument, "Slurm: SLURM_STEP_NODELIST \"n1,n[1-2]\" lists host \"n1\" more than once"));
   EXPECT_EQ(ResolveError({}, With(Basic(), "SLURM_STEP_TASKS_PER_NODE", "1(x2)")),
             Status(Code::kInvalidArgument,
                    "Slurm: SLURM_STEP_TASKS_PER_NODE \"1(x2)\" describes 2 nodes but SLURM_STEP_NODELIST \"n[1-3]\" "
@@ -402,9 +402,9 @@ TEST(ResolveSlurmError, TooFewGpus) {
   SlurmOptions o;
   o.gpus_per_node = 2;
   o.gpus_per_task = 1;
-  EXPECT_EQ(ResolveError(o, With(Basic(), "SLURM_STEP_TASKS_PER_NODE", "3,0,0")),
-            Status(Code::kInvalidArgument,
-                   "Slurm: a node runs up to 3 tasks taking 1 GPU(s) each, but gpus_per_node is 2"));
+  EXPECT_EQ(
+      ResolveError(o, With(Basic(), "SLURM_STEP_TASKS_PER_NODE", "3,0,0")),
+      Status(Code::kInvalidArgument, "Slurm: a node runs up to 3 tasks taking 1 GPU(s) each, but gpus_per_node is 2"));
   o.gpus_per_node = 4;
   o.gpus_per_task = std::nullopt;
   EXPECT_EQ(ResolveError(o, With(Basic(), "CUDA_VISIBLE_DEVICES", "0,1")),

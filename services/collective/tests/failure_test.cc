@@ -35,7 +35,8 @@ class Members {
       addresses_.push_back("127.0.0.1:" + std::to_string(l->port));
       listeners_.push_back(std::move(l).value());
     }
-    for (int r = 0; r < n; ++r) list_ += (r ? "," : "") + names_[static_cast<size_t>(r)] + "=" + addresses_[static_cast<size_t>(r)];
+    for (int r = 0; r < n; ++r)
+      list_ += (r ? "," : "") + names_[static_cast<size_t>(r)] + "=" + addresses_[static_cast<size_t>(r)];
     procs_.resize(static_cast<size_t>(n));
   }
 
@@ -43,8 +44,13 @@ class Members {
   // descriptor it inherits is that one.
   void Start(int r) {
     const int fd = listeners_[static_cast<size_t>(r)].fd.get();
-    std::vector<std::string> argv = {t::BinDir() + "/../tests/collective_member", "--rank", std::to_string(r),
-                                     "--members", list_, "--listen-fd", std::to_string(fd)};
+    std::vector<std::string> argv = {t::BinDir() + "/../tests/collective_member",
+                                     "--rank",
+                                     std::to_string(r),
+                                     "--members",
+                                     list_,
+                                     "--listen-fd",
+                                     std::to_string(fd)};
     argv.insert(argv.end(), extra_.begin(), extra_.end());
     fcntl(fd, F_SETFD, 0);
     procs_[static_cast<size_t>(r)] = std::make_unique<t::Process>(argv);
@@ -99,7 +105,8 @@ TEST(MemberFailureTest, AKilledMemberIsNamedByEveryOtherMember) {
     EXPECT_THAT(m.proc(r).output(),
                 ::testing::AnyOf(HasSubstr("error: collective: " + m.describe(2) + " closed the connection"),
                                  HasSubstr("error: collective: connection to " + m.describe(2) + " failed")))
-        << "member " << r << ":\n" << m.proc(r).output();
+        << "member " << r << ":\n"
+        << m.proc(r).output();
     EXPECT_THAT(m.proc(r).output(), HasSubstr("[UNAVAILABLE]"));
   }
 }
@@ -140,7 +147,8 @@ void KillRestartAndFinish(int n, int victim) {
     EXPECT_GE(std::stoi(match[3]), 3) << "the group re-formed after each kill";
   }
   // The restarted member took the survivors' state instead of starting over.
-  EXPECT_THAT(m.proc(victim).output(), ::testing::ContainsRegex("regrouped generation [0-9]+ from rank [0-9]+ at step [1-9]"));
+  EXPECT_THAT(m.proc(victim).output(),
+              ::testing::ContainsRegex("regrouped generation [0-9]+ from rank [0-9]+ at step [1-9]"));
 }
 
 TEST(MemberFailureTest, ARestartedWorkerRejoinsAndNoStepIsLost) { KillRestartAndFinish(3, 1); }

@@ -209,7 +209,8 @@ TEST(RingTest, MeanBucketsGatherBroadcastAndBarrier) {
     for (auto& t : ts) ptrs.push_back(&t);
     RETURN_IF_ERROR(comm.AllReduce(ptrs, ReduceOp::kMean));
     reduced[static_cast<size_t>(r)] = ts;
-    ASSIGN_OR_RETURN(gathered[static_cast<size_t>(r)], comm.AllGather(*Tensor::FromVector({2}, std::vector<int64_t>{r, r * 10})));
+    ASSIGN_OR_RETURN(gathered[static_cast<size_t>(r)],
+                     comm.AllGather(*Tensor::FromVector({2}, std::vector<int64_t>{r, r * 10})));
     Tensor b = r == 2 ? Input(2, 3000, 9) : *Tensor::Create(DType::kFloat32, {3000});
     Tensor* bp[] = {&b};
     RETURN_IF_ERROR(comm.Broadcast(bp, 2));
@@ -248,7 +249,8 @@ TEST(RingTest, MismatchedShapesFailEveryMemberWithInvalidArgument) {
     return g.comm()->AllReduce(t, ReduceOp::kSum);
   });
   for (int r = 0; r < n; ++r) {
-    EXPECT_EQ(st[static_cast<size_t>(r)].code(), Code::kInvalidArgument) << "member " << r << ": " << st[static_cast<size_t>(r)];
+    EXPECT_EQ(st[static_cast<size_t>(r)].code(), Code::kInvalidArgument)
+        << "member " << r << ": " << st[static_cast<size_t>(r)];
     EXPECT_THAT(st[static_cast<size_t>(r)].message(), HasSubstr("disagree"));
     EXPECT_THAT(st[static_cast<size_t>(r)].message(), HasSubstr("999"));
   }
@@ -325,10 +327,8 @@ TEST(RingTest, OneMemberNeedsNoNetwork) {
 }
 
 TEST(MembersTest, ChiefFirstThenWorkersByIndexWithoutPsOrEvaluator) {
-  auto spec = cluster::ClusterSpec::FromLists({{"chief", {"c:1"}},
-                                               {"ps", {"p:1"}},
-                                               {"worker", {"w0:1", "w1:1"}},
-                                               {"evaluator", {"e:1"}}});
+  auto spec = cluster::ClusterSpec::FromLists(
+      {{"chief", {"c:1"}}, {"ps", {"p:1"}}, {"worker", {"w0:1", "w1:1"}}, {"evaluator", {"e:1"}}});
   ASSERT_TRUE(spec.ok());
   auto m = MembersFromCluster(*spec);
   ASSERT_TRUE(m.ok());

@@ -52,53 +52,62 @@ struct Probe {
 
 worker::Registry MakeRegistry(Probe& probe) {
   worker::Registry r;
-  (void)r.AddClosure("add", [](ClosureContext&, const nlohmann::json& a, const std::vector<Tensor>&) -> StatusOr<ClosureResult> {
-    return ClosureResult{a["a"].get<int>() + a["b"].get<int>(), {}};
-  });
-  (void)r.AddClosure("fail", [](ClosureContext&, const nlohmann::json&, const std::vector<Tensor>&) -> StatusOr<ClosureResult> {
-    return InvalidArgument("bad step");
-  });
-  (void)r.AddClosure("slow", [&probe](ClosureContext& ctx, const nlohmann::json& a, const std::vector<Tensor>&) -> StatusOr<ClosureResult> {
-    int now = ++probe.running;
-    int seen = probe.max_running.load();
-    while (now > seen && !probe.max_running.compare_exchange_weak(seen, now)) {
-    }
-    ++probe.slow_started;
-    // Taking time is what this closure is for: the sleep is the work.
-    std::this_thread::sleep_for(std::chrono::milliseconds(a.value("ms", 50)));
-    --probe.running;
-    return ClosureResult{ctx.worker_index(), {}};
-  });
+  (void)r.AddClosure(
+      "add", [](ClosureContext&, const nlohmann::json& a, const std::vector<Tensor>&) -> StatusOr<ClosureResult> {
+        return ClosureResult{a["a"].get<int>() + a["b"].get<int>(), {}};
+      });
+  (void)r.AddClosure("fail",
+                     [](ClosureContext&, const nlohmann::json&, const std::vector<Tensor>&) -> StatusOr<ClosureResult> {
+                       return InvalidArgument("bad step");
+                     });
+  (void)r.AddClosure(
+      "slow",
+      [&probe](ClosureContext& ctx, const nlohmann::json& a, const std::vector<Tensor>&) -> StatusOr<ClosureResult> {
+        int now = ++probe.running;
+        int seen = probe.max_running.load();
+        while (now > seen && !probe.max_running.compare_exchange_weak(seen, now)) {
+        }
+        ++probe.slow_started;
+        // Taking time is what this closure is for: the sleep is the work.
+        std::this_thread::sleep_for(std::chrono::milliseconds(a.value("ms", 50)));
+        --probe.running;
+        return ClosureResult{ctx.worker_index(), {}};
+      });
   // Adds its argument to PS variable "c", then holds until the test releases
   // it, so a test can kill the worker after the update landed but before the
   // reply.
-  (void)r.AddClosure("add_to_ps", [&probe](ClosureContext& ctx, const nlohmann::json& a, const std::vector<Tensor>&) -> StatusOr<ClosureResult> {
-    Tensor v = *Tensor::FromVector({}, std::vector<float>{a["x"].get<float>()});
-    ASSIGN_OR_RETURN(int dup, ctx.ps()[0]->Push(ctx.closure_id(), 0, {{"c", ps::Update::Kind::kAssignAdd, v, {}}},
-                                                ctx.generation()));
-    if (a.value("hold", false)) probe.WaitForRelease();
-    return ClosureResult{{{"worker", ctx.worker_index()}, {"duplicate", dup}}, {}};
-  });
+  (void)r.AddClosure(
+      "add_to_ps",
+      [&probe](ClosureContext& ctx, const nlohmann::json& a, const std::vector<Tensor>&) -> StatusOr<ClosureResult> {
+        Tensor v = *Tensor::FromVector({}, std::vector<float>{a["x"].get<float>()});
+        ASSIGN_OR_RETURN(int dup, ctx.ps()[0]->Push(ctx.closure_id(), 0, {{"c", ps::Update::Kind::kAssignAdd, v, {}}},
+                                                    ctx.generation()));
+        if (a.value("hold", false)) probe.WaitForRelease();
+        return ClosureResult{{{"worker", ctx.worker_index()}, {"duplicate", dup}}, {}};
+      });
   // Holds until the test releases it (a closure that will not end by itself).
-  (void)r.AddClosure("hold", [&probe](ClosureContext&, const nlohmann::json&, const std::vector<Tensor>&) -> StatusOr<ClosureResult> {
-    ++probe.slow_started;
-    probe.WaitForRelease();
-    return ClosureResult{nullptr, {}};
-  });
+  (void)r.AddClosure(
+      "hold", [&probe](ClosureContext&, const nlohmann::json&, const std::vector<Tensor>&) -> StatusOr<ClosureResult> {
+        ++probe.slow_started;
+        probe.WaitForRelease();
+        return ClosureResult{nullptr, {}};
+      });
   (void)r.AddDataset("unbuildable", [](const worker::WorkerEnv&, const nlohmann::json&) -> StatusOr<data::Dataset> {
     return InvalidArgument("flag --device gpu: no CUDA device is visible");
   });
-  (void)r.AddDataset("range", [&probe](const worker::WorkerEnv& env, const nlohmann::json& a) -> StatusOr<data::Dataset> {
-    ++probe.datasets_built.at(static_cast<size_t>(env.worker_index));
-    std::vector<int64_t> v;
-    for (int64_t i = 0; i < a["n"].get<int64_t>(); ++i) v.push_back(env.worker_index * 1000 + i);
-    return data::Dataset::FromTensors({*Tensor::FromVector({static_cast<int64_t>(v.size())}, v)});
-  });
-  (void)r.AddClosure("next", [](ClosureContext& ctx, const nlohmann::json&, const std::vector<Tensor>&) -> StatusOr<ClosureResult> {
-    ASSIGN_OR_RETURN(auto e, ctx.Next("ds"));
-    if (!e) return OutOfRange("dataset exhausted");
-    return ClosureResult{(*e)[0].data<int64_t>()[0], {}};
-  });
+  (void)r.AddDataset("range",
+                     [&probe](const worker::WorkerEnv& env, const nlohmann::json& a) -> StatusOr<data::Dataset> {
+                       ++probe.datasets_built.at(static_cast<size_t>(env.worker_index));
+                       std::vector<int64_t> v;
+                       for (int64_t i = 0; i < a["n"].get<int64_t>(); ++i) v.push_back(env.worker_index * 1000 + i);
+                       return data::Dataset::FromTensors({*Tensor::FromVector({static_cast<int64_t>(v.size())}, v)});
+                     });
+  (void)r.AddClosure(
+      "next", [](ClosureContext& ctx, const nlohmann::json&, const std::vector<Tensor>&) -> StatusOr<ClosureResult> {
+        ASSIGN_OR_RETURN(auto e, ctx.Next("ds"));
+        if (!e) return OutOfRange("dataset exhausted");
+        return ClosureResult{(*e)[0].data<int64_t>()[0], {}};
+      });
   return r;
 }
 
@@ -171,7 +180,7 @@ TEST_F(CoordinatorTest, FirstErrorIsRaisedOnceAndQueuedClosuresAreCancelled) {
   int cancelled = 0;
   for (auto& v : later) cancelled += v.Wait().code() == Code::kCancelled;
   EXPECT_GT(cancelled, 0);
-  EXPECT_TRUE(c.Done());  // nothing still running after the error
+  EXPECT_TRUE(c.Done());       // nothing still running after the error
   EXPECT_TRUE(c.Join().ok());  // raised once
   EXPECT_EQ(c.Schedule("add", {{"a", 1}, {"b", 2}}).Fetch()->json.get<int>(), 3);  // usable again
 }

@@ -28,8 +28,7 @@ void RemoveAtExit(const std::string& path) {
 // Writes `text` to a file unique to the running test and returns its path.
 std::string WriteCsv(const std::string& text, const std::string& name = "data.csv") {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::string path =
-      ::testing::TempDir() + "tfjob_csv_" + info->test_suite_name() + "_" + info->name() + "_" + name;
+  std::string path = ::testing::TempDir() + "tfjob_csv_" + info->test_suite_name() + "_" + info->name() + "_" + name;
   RemoveAtExit(path);
   std::FILE* f = std::fopen(path.c_str(), "wb");
   EXPECT_NE(f, nullptr) << path;

@@ -268,8 +268,7 @@ TEST(ReadIdxTest, TruncatedGzipIsDataLoss) {
   EXPECT_EQ(r.status().code(), Code::kDataLoss);
   std::smatch m;
   const std::string msg = r.status().message();
-  ASSERT_TRUE(std::regex_match(msg, m, std::regex("(.*): truncated at offset ([0-9]+): expected 7856 bytes")))
-      << msg;
+  ASSERT_TRUE(std::regex_match(msg, m, std::regex("(.*): truncated at offset ([0-9]+): expected 7856 bytes"))) << msg;
   EXPECT_EQ(m[1].str(), path);
   int64_t offset = std::stoll(m[2].str());
   EXPECT_GT(offset, 16);

@@ -154,13 +154,15 @@ TEST(ExampleTest, FixedAndVarLenFeatures) {
   weight.has_default = true;
   weight.default_number = 0.5;
   ExampleDecoder d({image, words, label, weight});
-  ASSERT_TRUE(d.Add(EncodeExample({{"image", Floats({1, 2, 3, 4})}, {"words", Strings({"a", "b", "c"})},
-                                   {"label", Ints({7})}, {"weight", Floats({2})}}),
+  ASSERT_TRUE(d.Add(EncodeExample({{"image", Floats({1, 2, 3, 4})},
+                                   {"words", Strings({"a", "b", "c"})},
+                                   {"label", Ints({7})},
+                                   {"weight", Floats({2})}}),
                     "r0")
                   .ok());
-  ASSERT_TRUE(d.Add(EncodeExample({{"image", Floats({5, 6, 7, 8})}, {"words", Strings({"d"})}, {"label", Ints({9})}}),
-                    "r1")
-                  .ok());
+  ASSERT_TRUE(
+      d.Add(EncodeExample({{"image", Floats({5, 6, 7, 8})}, {"words", Strings({"d"})}, {"label", Ints({9})}}), "r1")
+          .ok());
   auto cols = std::move(d).Finish();
   ASSERT_EQ(cols.size(), 4u);
   EXPECT_EQ(cols[0].floats, (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}));
@@ -180,8 +182,9 @@ TEST(ExampleTest, BadRecordsAreNamed) {
   auto err = [&](const std::string& record) { return d.Add(record, "f.tfrecord: record 4 at offset 99"); };
   Status s = err(EncodeExample({{"image", Ints({1, 2, 3})}}));
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
-  EXPECT_EQ(s.message(), "f.tfrecord: record 4 at offset 99: feature \"image\" is a int64_list, the spec says "
-                         "float32 (float_list)");
+  EXPECT_EQ(s.message(),
+            "f.tfrecord: record 4 at offset 99: feature \"image\" is a int64_list, the spec says "
+            "float32 (float_list)");
   s = err(EncodeExample({{"image", Floats({1, 2})}}));
   EXPECT_THAT(s.message(), HasSubstr("feature \"image\" has 2 values, its shape [3] needs 3"));
   s = err(EncodeExample({{"words", Strings({"a"})}}));
@@ -215,7 +218,8 @@ TEST(ExampleTest, ReadsShardsOfFiles) {
   auto p = PlanShard(files, AutoShardPolicy::kFile, 2, 1).value();
   EXPECT_EQ(p.applied, AutoShardPolicy::kFile);
   EXPECT_EQ(ids(p), (std::vector<int64_t>{4, 5, 6, 7}));
-  EXPECT_EQ(ids(PlanShard(files, AutoShardPolicy::kFile, 2, 0).value()), (std::vector<int64_t>{0, 1, 2, 3, 8, 9, 10, 11}));
+  EXPECT_EQ(ids(PlanShard(files, AutoShardPolicy::kFile, 2, 0).value()),
+            (std::vector<int64_t>{0, 1, 2, 3, 8, 9, 10, 11}));
   // DATA: every record index, index + n, ... of all files.
   p = PlanShard(files, AutoShardPolicy::kData, 5, 2).value();
   EXPECT_EQ(p.applied, AutoShardPolicy::kData);

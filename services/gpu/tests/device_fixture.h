@@ -46,7 +46,8 @@ class DeviceTest : public ::testing::Test {
     return h.ok() ? *h : Tensor();
   }
   // The device result, downloaded, against the host's.
-  static void ExpectClose(const StatusOr<Tensor>& gpu, const StatusOr<Tensor>& cpu, float rtol, const std::string& what) {
+  static void ExpectClose(const StatusOr<Tensor>& gpu, const StatusOr<Tensor>& cpu, float rtol,
+                          const std::string& what) {
     ASSERT_TRUE(cpu.ok()) << what << ": " << cpu.status();
     ASSERT_TRUE(gpu.ok()) << what << ": " << gpu.status();
     EXPECT_EQ(gpu->device(), kGpu) << what;

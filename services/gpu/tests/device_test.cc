@@ -71,7 +71,8 @@ TEST_F(DeviceTest, ReductionsSoftmaxAndArgMaxMatchTheCpu) {
     const Tensor g = OnGpu(a);
     const std::string s = " of " + ShapeString(shape);
     for (int axis = 0; axis < static_cast<int>(shape.size()); ++axis) {
-      ExpectClose(ops::ReduceSum(g, axis), ops::ReduceSum(a, axis), 1e-4f, "ReduceSum axis " + std::to_string(axis) + s);
+      ExpectClose(ops::ReduceSum(g, axis), ops::ReduceSum(a, axis), 1e-4f,
+                  "ReduceSum axis " + std::to_string(axis) + s);
       ExpectClose(ops::ReduceMean(g, axis), ops::ReduceMean(a, axis), 1e-4f, "ReduceMean" + s);
       ExpectClose(ops::ReduceMax(g, axis), ops::ReduceMax(a, axis), 0, "ReduceMax" + s);
     }
@@ -107,8 +108,8 @@ TEST_F(DeviceTest, BiasColumnSumAndActivationGradientsMatchTheCpu) {
   Tensor sum = *Tensor::Create(DType::kFloat32, {17}, kGpu);
   ASSERT_TRUE(backend_->ColumnSum(gy, sum).ok());
   ExpectHostClose(OnHost(sum), *ops::ReduceSum(*ops::Add(y, bias), 0), 1e-4f, "ColumnSum");
-  for (model::Activation act : {model::Activation::kRelu, model::Activation::kSigmoid, model::Activation::kTanh,
-                                model::Activation::kSoftmax}) {
+  for (model::Activation act :
+       {model::Activation::kRelu, model::Activation::kSigmoid, model::Activation::kTanh, model::Activation::kSoftmax}) {
     const std::string name(model::ActivationName(act));
     Tensor out = Random({9, 11}, -2, 2, 16);
     Tensor gout = OnGpu(out);
@@ -146,7 +147,8 @@ TEST_F(DeviceTest, LossesAndMetricsMatchTheCpu) {
     model::LossSpec loss;
     loss.type = c.loss;
     loss.from_logits = c.from_logits;
-    const std::string what = std::string(model::LossName(c.loss)) + (c.from_logits ? " from logits" : " from probabilities");
+    const std::string what =
+        std::string(model::LossName(c.loss)) + (c.from_logits ? " from logits" : " from probabilities");
     const int64_t batch = 16, classes = c.loss == model::LossType::kBinaryCrossentropy ? 1 : 4;
     // Probabilities must be positive (and < 1 for BCE); logits any sign.
     Tensor pred = c.from_logits ? Random({batch, classes}, -3, 3, 18) : Random({batch, classes}, 0.01f, 0.99f, 18);
@@ -161,7 +163,8 @@ TEST_F(DeviceTest, LossesAndMetricsMatchTheCpu) {
         if (c.loss == model::LossType::kMeanSquaredError) {
           labels.data<float>()[i * classes + (i % classes)] = 0.5f;
         } else {
-          labels.data<float>()[i * classes + (i * 3) % classes] = (c.loss == model::LossType::kBinaryCrossentropy && i % 2) ? 0.f : 1.f;
+          labels.data<float>()[i * classes + (i * 3) % classes] =
+              (c.loss == model::LossType::kBinaryCrossentropy && i % 2) ? 0.f : 1.f;
         }
       }
     }
@@ -181,7 +184,7 @@ TEST_F(DeviceTest, LossesAndMetricsMatchTheCpu) {
     ASSERT_TRUE(m.ok()) << m.status();
     auto targets = (*m)->Targets(labels);
     ASSERT_TRUE(targets.ok()) << what << ": " << targets.status();
-    const device::Loss kind = c.loss == model::LossType::kMeanSquaredError      ? device::Loss::kMeanSquaredError
+    const device::Loss kind = c.loss == model::LossType::kMeanSquaredError     ? device::Loss::kMeanSquaredError
                               : c.loss == model::LossType::kBinaryCrossentropy ? device::Loss::kBinaryCrossentropy
                                                                                : device::Loss::kCategoricalCrossentropy;
     Tensor stats = *Tensor::Create(DType::kFloat32, {4}, kGpu);
@@ -240,7 +243,8 @@ TEST_F(DeviceTest, OptimizerUpdatesDenseSparseAndMaskedMatchTheCpu) {
     }
     EXPECT_EQ(gst.iterations, st.iterations) << name;
     ExpectHostClose(OnHost(gvar), var, 1e-5f, name + " variable");
-    for (size_t k = 0; k < st.slots.size(); ++k) ExpectHostClose(OnHost(gst.slots[k]), st.slots[k], 1e-5f, name + " slot");
+    for (size_t k = 0; k < st.slots.size(); ++k)
+      ExpectHostClose(OnHost(gst.slots[k]), st.slots[k], 1e-5f, name + " slot");
   }
 }
 
@@ -310,7 +314,9 @@ TEST_F(DeviceTest, AWholeTrainingStepMatchesTheCpuStep) {
       auto out = (*cpu)->ComputeGradients(values, x, labels);
       ASSERT_TRUE(out.ok()) << out.status();
       model::MetricState acc;
-      ASSERT_TRUE(model::UpdateMetric(model::MetricType::kSparseCategoricalAccuracy, out->predictions, labels, out->logits, acc).ok());
+      ASSERT_TRUE(
+          model::UpdateMetric(model::MetricType::kSparseCategoricalAccuracy, out->predictions, labels, out->logits, acc)
+              .ok());
 
       Tensor stats = *Tensor::Create(DType::kFloat32, {4}, kGpu);
       auto gx = (*gpu)->PlaceFeatures(x, kGpu);

@@ -84,8 +84,10 @@ TEST(GpuProbeTest, ListedDevicesAreTheDriversGpus) {
   }
   std::sort(names.begin(), names.end());
   if (driver.empty()) {  // device nodes only: no model names to compare
-    if (narrowed) EXPECT_LE(names.size(), nodes);
-    else EXPECT_EQ(names.size(), nodes);
+    if (narrowed)
+      EXPECT_LE(names.size(), nodes);
+    else
+      EXPECT_EQ(names.size(), nodes);
   } else if (!narrowed) {
     EXPECT_EQ(names, driver);
   } else {

@@ -24,7 +24,10 @@ using model::OptimizerType;
 
 math::Opt ToOpt(const OptimizerSpec& s, float alpha) {
   math::Opt o{};
-  o.rule = s.type == OptimizerType::kSGD ? 0 : s.type == OptimizerType::kAdagrad ? 1 : s.type == OptimizerType::kRMSprop ? 2 : 3;
+  o.rule = s.type == OptimizerType::kSGD       ? 0
+           : s.type == OptimizerType::kAdagrad ? 1
+           : s.type == OptimizerType::kRMSprop ? 2
+                                               : 3;
   o.lr = static_cast<float>(s.learning_rate);
   o.momentum = static_cast<float>(s.momentum);
   o.rho = static_cast<float>(s.rho);
@@ -235,7 +238,8 @@ TEST(KernelMathTest, Conv2DThroughIm2ColAndCol2ImMatchesTheCpuLayer) {
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t f = 0; f < filters; ++f) {
         double acc = bias.data<float>()[f];
-        for (int64_t j = 0; j < kk; ++j) acc += double{patches[static_cast<size_t>(r * kk + j)]} * kernel.data<float>()[j * filters + f];
+        for (int64_t j = 0; j < kk; ++j)
+          acc += double{patches[static_cast<size_t>(r * kk + j)]} * kernel.data<float>()[j * filters + f];
         const float want = y->data<float>()[r * filters + f];
         ASSERT_NEAR(static_cast<float>(acc), want, 1e-5f + 1e-5f * std::fabs(want)) << "output " << r << "," << f;
       }
@@ -250,7 +254,8 @@ TEST(KernelMathTest, Conv2DThroughIm2ColAndCol2ImMatchesTheCpuLayer) {
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t j = 0; j < kk; ++j) {
         double acc = 0;
-        for (int64_t f = 0; f < filters; ++f) acc += double{dy.data<float>()[r * filters + f]} * kernel.data<float>()[j * filters + f];
+        for (int64_t f = 0; f < filters; ++f)
+          acc += double{dy.data<float>()[r * filters + f]} * kernel.data<float>()[j * filters + f];
         dp[static_cast<size_t>(r * kk + j)] = static_cast<float>(acc);
       }
     }
@@ -280,8 +285,8 @@ TEST(KernelMathTest, PoolingForwardAndBackwardMatchTheCpuLayers) {
         auto layer = BuiltLayer(type, k);
         ASSERT_TRUE(layer);
         const math::Window g = Geometry(k, batch);
-        const Tensor x = ties ? Tensor::Zeros(DType::kFloat32, {batch, k.h, k.w, k.c})
-                              : RandomTensor({batch, k.h, k.w, k.c}, 21);
+        const Tensor x =
+            ties ? Tensor::Zeros(DType::kFloat32, {batch, k.h, k.w, k.c}) : RandomTensor({batch, k.h, k.w, k.c}, 21);
         auto y = layer->Forward({}, x, true);
         ASSERT_TRUE(y.ok()) << y.status();
         ASSERT_EQ(y->size(), batch * g.oh * g.ow * g.c);
@@ -319,8 +324,8 @@ TEST(KernelMathTest, CoveringIsExactlyTheOutputsWhoseWindowHoldsTheInput) {
           math::Covering(v, pad, window, stride, out, lo, hi);
           for (int64_t o = 0; o < out; ++o) {
             const bool holds = o * stride - pad <= v && v < o * stride - pad + window;
-            EXPECT_EQ(holds, o >= lo && o < hi) << "pad " << pad << " window " << window << " stride " << stride
-                                                << " input " << v << " output " << o;
+            EXPECT_EQ(holds, o >= lo && o < hi)
+                << "pad " << pad << " window " << window << " stride " << stride << " input " << v << " output " << o;
           }
         }
       }

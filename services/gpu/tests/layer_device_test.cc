@@ -111,7 +111,8 @@ TEST_F(LayerDeviceTest, WindowKernelsComputeTheHostArithmetic) {
       ASSERT_TRUE(st.ok()) << what << ": " << st;
     }
     Tensor want_patches = Tensor::Zeros(DType::kFloat32, {rows, kk});
-    for (int64_t i = 0; i < want_patches.size(); ++i) want_patches.data<float>()[i] = math::Im2ColAt(g, x.data<float>(), i);
+    for (int64_t i = 0; i < want_patches.size(); ++i)
+      want_patches.data<float>()[i] = math::Im2ColAt(g, x.data<float>(), i);
     ExpectHostClose(OnHost(patches), want_patches, 0, what + " im2col");
 
     const Tensor dp = Random({rows, kk}, -1, 1, 102);
@@ -129,9 +130,9 @@ TEST_F(LayerDeviceTest, WindowKernelsComputeTheHostArithmetic) {
       Tensor y = *Tensor::Create(DType::kFloat32, {n, g.oh, g.ow, k.c}, kGpu);
       Tensor arg = *Tensor::Create(DType::kInt64, y.shape(), kGpu);
       {
-      const Status st = backend_->Pool2D(max, gx, w, y, max ? &arg : nullptr);
-      ASSERT_TRUE(st.ok()) << pool << ": " << st;
-    }
+        const Status st = backend_->Pool2D(max, gx, w, y, max ? &arg : nullptr);
+        ASSERT_TRUE(st.ok()) << pool << ": " << st;
+      }
       Tensor want_y = Tensor::Zeros(DType::kFloat32, y.shape());
       Tensor want_arg = Tensor::Zeros(DType::kInt64, y.shape());
       for (int64_t i = 0; i < y.size(); ++i) {
@@ -142,9 +143,9 @@ TEST_F(LayerDeviceTest, WindowKernelsComputeTheHostArithmetic) {
       const Tensor dy = Random(y.shape(), -1, 1, 103);
       Tensor pdx = *Tensor::Create(DType::kFloat32, x.shape(), kGpu);
       {
-      const Status st = backend_->Pool2DBackward(max, OnGpu(dy), max ? &arg : nullptr, w, pdx);
-      ASSERT_TRUE(st.ok()) << pool << ": " << st;
-    }
+        const Status st = backend_->Pool2DBackward(max, OnGpu(dy), max ? &arg : nullptr, w, pdx);
+        ASSERT_TRUE(st.ok()) << pool << ": " << st;
+      }
       Tensor want_pdx = Tensor::Zeros(DType::kFloat32, x.shape());
       for (int64_t i = 0; i < x.size(); ++i) {
         want_pdx.data<float>()[i] = math::PoolGradAt(g, max, dy.data<float>(), want_arg.data<int64_t>(), i);

@@ -72,20 +72,23 @@ class Monitoring : public ::testing::Test {
     ASSERT_TRUE(apiserver_->Create("tfjobs", "default", *doc).ok());
 
     // A local job that trains until stopped: many tiny epochs.
-    json config{{"name", "metrics-e2e"},
-                {"seed", 3},
-                {"model", {{"input_shape", {8}}, {"layers", json::array({{{"type", "Dense"}, {"units", 3}, {"activation", "softmax"}}})}}},
-                {"loss", "sparse_categorical_crossentropy"},
-                {"optimizer", {{"type", "SGD"}, {"learning_rate", 0.05}}},
-                {"metrics", {"accuracy"}},
-                {"data",
-                 {{"train",
-                   {{"source", "synthetic"}, {"num_examples", 256}, {"feature_shape", {8}}, {"num_classes", 3}, {"seed", 1}}},
-                  {"eval",
-                   {{"source", "synthetic"}, {"num_examples", 64}, {"feature_shape", {8}}, {"num_classes", 3}, {"seed", 2}}}}},
-                {"batch_size", 16},
-                {"steps_per_epoch", 4},
-                {"epochs", 1000000}};
+    json config{
+        {"name", "metrics-e2e"},
+        {"seed", 3},
+        {"model",
+         {{"input_shape", {8}},
+          {"layers", json::array({{{"type", "Dense"}, {"units", 3}, {"activation", "softmax"}}})}}},
+        {"loss", "sparse_categorical_crossentropy"},
+        {"optimizer", {{"type", "SGD"}, {"learning_rate", 0.05}}},
+        {"metrics", {"accuracy"}},
+        {"data",
+         {{"train",
+           {{"source", "synthetic"}, {"num_examples", 256}, {"feature_shape", {8}}, {"num_classes", 3}, {"seed", 1}}},
+          {"eval",
+           {{"source", "synthetic"}, {"num_examples", 64}, {"feature_shape", {8}}, {"num_classes", 3}, {"seed", 2}}}}},
+        {"batch_size", 16},
+        {"steps_per_epoch", 4},
+        {"epochs", 1000000}};
     ASSERT_TRUE(WriteFileAtomic(dir_ + "/model.json", config.dump(2)).ok());
     const std::string runtime = t::BinDir() + "/tfjob-runtime";
     // The chief checkpoints, so the side-car evaluator has something to evaluate.
@@ -94,15 +97,16 @@ class Monitoring : public ::testing::Test {
       return "      replicas: " + std::to_string(n) +
              "\n      restartPolicy: OnFailure\n      template:\n        spec:\n          containers:\n"
              "            - name: tensorflow\n              image: tfjob/runtime-cpu:0.1.0\n"
-             "              command: [\"" + runtime + "\", \"fit\", \"--config\", \"" + dir_ + "/model.json" + extra + "\"]\n";
+             "              command: [\"" +
+             runtime + "\", \"fit\", \"--config\", \"" + dir_ + "/model.json" + extra + "\"]\n";
     };
-    const std::string manifest = std::string("apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata:\n  name: ") + kJob +
-                                 "\nspec:\n  tfReplicaSpecs:\n    Chief:\n" +
-                                 replica(1, ckpt + "\", \"--checkpoint-every-steps\", \"40") + "    PS:\n" + replica(1, ckpt) +
-                                 "    Worker:\n" + replica(2) + "    Evaluator:\n" + replica(1, ckpt);
+    const std::string manifest =
+        std::string("apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata:\n  name: ") + kJob +
+        "\nspec:\n  tfReplicaSpecs:\n    Chief:\n" + replica(1, ckpt + "\", \"--checkpoint-every-steps\", \"40") +
+        "    PS:\n" + replica(1, ckpt) + "    Worker:\n" + replica(2) + "    Evaluator:\n" + replica(1, ckpt);
     ASSERT_TRUE(WriteFileAtomic(dir_ + "/tfjob.yaml", manifest).ok());
-    job_ = std::make_unique<t::Process>(std::vector<std::string>{t::BinDir() + "/tfjob", "run", dir_ + "/tfjob.yaml",
-                                                                 "--state-dir", dir_ + "/state"});
+    job_ = std::make_unique<t::Process>(
+        std::vector<std::string>{t::BinDir() + "/tfjob", "run", dir_ + "/tfjob.yaml", "--state-dir", dir_ + "/state"});
     // Every replica listed in the targets file, serving, and the chief past its first epoch.
     ASSERT_TRUE(Eventually([&] {
       auto targets = ReadFile(dir_ + "/state/prometheus-targets.json");
@@ -112,7 +116,8 @@ class Monitoring : public ::testing::Test {
       runtime_ports_.clear();
       for (const auto& target : j) {
         const std::string addr = target["targets"][0];
-        const std::string who = target["labels"].value("replica_type", "") + "-" + target["labels"].value("replica_index", "");
+        const std::string who =
+            target["labels"].value("replica_type", "") + "-" + target["labels"].value("replica_index", "");
         runtime_ports_[who] = std::stoi(addr.substr(addr.rfind(':') + 1));
       }
       return true;
@@ -121,10 +126,14 @@ class Monitoring : public ::testing::Test {
       for (const auto& [who, port] : runtime_ports_) {
         if (t::HttpGet(port, "/metrics").status != 200) return false;
       }
-      return Sample(t::HttpGet(runtime_ports_["chief-0"], "/metrics").body, "tfjob_runtime_steps_total").value_or(0) > 0 &&
-             Sample(t::HttpGet(runtime_ports_["evaluator-0"], "/metrics").body, "tfjob_runtime_evaluated_step").value_or(0) > 0 &&
-             t::HttpGet(operator_port_, "/metrics").body.find("training_operator_jobs_created_total{") != std::string::npos;
-    })) << job_->output() << operator_->output();
+      return Sample(t::HttpGet(runtime_ports_["chief-0"], "/metrics").body, "tfjob_runtime_steps_total").value_or(0) >
+                 0 &&
+             Sample(t::HttpGet(runtime_ports_["evaluator-0"], "/metrics").body, "tfjob_runtime_evaluated_step")
+                     .value_or(0) > 0 &&
+             t::HttpGet(operator_port_, "/metrics").body.find("training_operator_jobs_created_total{") !=
+                 std::string::npos;
+    })) << job_->output()
+        << operator_->output();
   }
 
   void TearDown() override {
@@ -162,7 +171,10 @@ TEST_F(Monitoring, PromtoolFindsNoProblemInAnyEndpoint) {
     EXPECT_EQ(r.out + r.err, "") << body;
   }
   // Each role's own series, labelled with the task.
-  EXPECT_THAT(endpoints["ps-0"], ::testing::HasSubstr(R"(tfjob_runtime_ps_received_bytes_total{job_name="metrics-e2e",method="Push",task_index="0",task_type="ps"})"));
+  EXPECT_THAT(
+      endpoints["ps-0"],
+      ::testing::HasSubstr(
+          R"(tfjob_runtime_ps_received_bytes_total{job_name="metrics-e2e",method="Push",task_index="0",task_type="ps"})"));
   EXPECT_GT(Sample(endpoints["ps-0"], "tfjob_runtime_ps_received_bytes_total", "Push").value_or(0), 0);
   EXPECT_GT(Sample(endpoints["worker-1"], "tfjob_runtime_worker_closures_total", "task_index=\"1\"").value_or(0), 0);
   EXPECT_GT(Sample(endpoints["chief-0"], "tfjob_runtime_examples_total", "task_type=\"chief\"").value_or(0), 0);
@@ -173,11 +185,11 @@ TEST_F(Monitoring, PromtoolFindsNoProblemInAnyEndpoint) {
 }
 
 TEST_F(Monitoring, PrometheusScrapesTheOperatorAndTheLocalJob) {
-  const std::string config = "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
-                             "  - job_name: tfjob-operator\n    static_configs:\n      - targets: ['127.0.0.1:" +
-                             std::to_string(operator_port_) +
-                             "']\n  - job_name: tfjob-runtime\n    file_sd_configs:\n      - files: ['" + dir_ +
-                             "/state/prometheus-targets.json']\n        refresh_interval: 1s\n";
+  const std::string config =
+      "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
+      "  - job_name: tfjob-operator\n    static_configs:\n      - targets: ['127.0.0.1:" +
+      std::to_string(operator_port_) + "']\n  - job_name: tfjob-runtime\n    file_sd_configs:\n      - files: ['" +
+      dir_ + "/state/prometheus-targets.json']\n        refresh_interval: 1s\n";
   ASSERT_TRUE(WriteFileAtomic(dir_ + "/prometheus.yml", config).ok());
   // Everything on loopback and in the temp dir; Prometheus has no phone-home.
   // It binds port 0 itself and logs the address it got.
@@ -195,8 +207,10 @@ TEST_F(Monitoring, PrometheusScrapesTheOperatorAndTheLocalJob) {
     return j["data"]["result"];
   };
   const std::vector<std::pair<std::string, size_t>> expected{
-      {R"(training_operator_jobs_created_total{job="tfjob-operator",job_namespace="default",framework="tensorflow"})", 1},
-      {R"(tfjob_runtime_steps_total{job="tfjob-runtime",job_name="metrics-e2e",task_type="chief",replica_type="chief"} > 0)", 1},
+      {R"(training_operator_jobs_created_total{job="tfjob-operator",job_namespace="default",framework="tensorflow"})",
+       1},
+      {R"(tfjob_runtime_steps_total{job="tfjob-runtime",job_name="metrics-e2e",task_type="chief",replica_type="chief"} > 0)",
+       1},
       {R"(tfjob_runtime_ps_received_bytes_total{job="tfjob-runtime",task_type="ps",method="Push"} > 0)", 1},
       {R"(tfjob_runtime_worker_closures_total{job="tfjob-runtime",task_type="worker"} > 0)", 2},
       {R"(tfjob_runtime_evaluated_step{job="tfjob-runtime",task_type="evaluator"} > 0)", 1},
@@ -204,8 +218,8 @@ TEST_F(Monitoring, PrometheusScrapesTheOperatorAndTheLocalJob) {
   };
   for (const auto& [query, n] : expected) {
     SCOPED_TRACE(query);
-    EXPECT_TRUE(Eventually([&] { return series(query).size() == n; }))
-        << series(query).dump() << "\n" << prometheus_->output();
+    EXPECT_TRUE(Eventually([&] { return series(query).size() == n; })) << series(query).dump() << "\n"
+                                                                       << prometheus_->output();
   }
 }
 
@@ -252,7 +266,8 @@ TEST_F(Monitoring, TheDashboardNamesOnlyMetricsTheCodeExports) {
   for (const auto& n : named) EXPECT_TRUE(exported.count(n)) << n << " is on the dashboard but no process exports it";
   // A Prometheus data source variable, used by every panel.
   bool has_datasource = false;
-  for (const auto& v : dash["templating"]["list"]) has_datasource |= v.value("type", "") == "datasource" && v.value("query", "") == "prometheus";
+  for (const auto& v : dash["templating"]["list"])
+    has_datasource |= v.value("type", "") == "datasource" && v.value("query", "") == "prometheus";
   EXPECT_TRUE(has_datasource);
   for (const auto& p : dash["panels"]) {
     if (p.value("type", "") != "row") {

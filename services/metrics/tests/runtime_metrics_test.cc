@@ -39,8 +39,14 @@ TEST(RuntimeMetrics, ChiefStartsWithZeroCountersAndRecordsEpochs) {
   EXPECT_THAT(text, HasSubstr(std::string("tfjob_runtime_closures_retried_total") + kChief + " 1\n"));
   EXPECT_THAT(text, HasSubstr(std::string("tfjob_runtime_worker_failures_total") + kChief + " 1\n"));
   // prometheus-cpp writes a bucket's "le" after the series' own labels.
-  EXPECT_THAT(text, HasSubstr(R"(tfjob_runtime_closure_latency_seconds_bucket{job_name="mnist",task_index="0",task_type="chief",le="0.004"} 1)"));
-  EXPECT_THAT(text, HasSubstr(R"(tfjob_runtime_closure_latency_seconds_bucket{job_name="mnist",task_index="0",task_type="chief",le="0.002"} 0)"));
+  EXPECT_THAT(
+      text,
+      HasSubstr(
+          R"(tfjob_runtime_closure_latency_seconds_bucket{job_name="mnist",task_index="0",task_type="chief",le="0.004"} 1)"));
+  EXPECT_THAT(
+      text,
+      HasSubstr(
+          R"(tfjob_runtime_closure_latency_seconds_bucket{job_name="mnist",task_index="0",task_type="chief",le="0.002"} 0)"));
   EXPECT_THAT(text, HasSubstr("# TYPE tfjob_runtime_closure_latency_seconds histogram\n"));
   EXPECT_THAT(text, HasSubstr("# TYPE tfjob_runtime_steps_total counter\n"));
   EXPECT_THAT(text, HasSubstr("# TYPE tfjob_runtime_loss gauge\n"));
@@ -54,37 +60,57 @@ TEST(RuntimeMetrics, CheckpointAgeIsAbsentUntilTheFirstCheckpointThenMeasuredAtS
   m.RecordCheckpoint(120);
   now += 42s;
   std::string text = m.Serialize();
-  EXPECT_THAT(text, HasSubstr(R"(tfjob_runtime_checkpoint_age_seconds{job_name="j",task_index="0",task_type="chief"} 42)"));
-  EXPECT_THAT(text, HasSubstr(R"(tfjob_runtime_last_checkpoint_step{job_name="j",task_index="0",task_type="chief"} 120)"));
+  EXPECT_THAT(text,
+              HasSubstr(R"(tfjob_runtime_checkpoint_age_seconds{job_name="j",task_index="0",task_type="chief"} 42)"));
+  EXPECT_THAT(text,
+              HasSubstr(R"(tfjob_runtime_last_checkpoint_step{job_name="j",task_index="0",task_type="chief"} 120)"));
   EXPECT_THAT(text, HasSubstr(R"(tfjob_runtime_checkpoints_total{job_name="j",task_index="0",task_type="chief"} 1)"));
   m.RecordCheckpoint(240);
   now += 1s;
-  EXPECT_THAT(m.Serialize(), HasSubstr(R"(tfjob_runtime_checkpoint_age_seconds{job_name="j",task_index="0",task_type="chief"} 1)"));
+  EXPECT_THAT(m.Serialize(),
+              HasSubstr(R"(tfjob_runtime_checkpoint_age_seconds{job_name="j",task_index="0",task_type="chief"} 1)"));
 }
 
 TEST(RuntimeMetrics, PsCountsBytesAndLatencyByMethod) {
   RuntimeMetrics m({"j", "ps", 1});
   std::string text = m.Serialize();
-  EXPECT_THAT(text, HasSubstr(R"(tfjob_runtime_ps_received_bytes_total{job_name="j",method="Push",task_index="1",task_type="ps"} 0)"));
+  EXPECT_THAT(
+      text,
+      HasSubstr(
+          R"(tfjob_runtime_ps_received_bytes_total{job_name="j",method="Push",task_index="1",task_type="ps"} 0)"));
   // A PS does not train: no chief series.
   EXPECT_THAT(text, Not(HasSubstr("tfjob_runtime_steps_total{")));
   m.RecordPsRpc("Push", 1000, 10, 0.0002);
   m.RecordPsRpc("Push", 500, 10, 0.0002);
   m.RecordPsRpc("Pull", 20, 4000, 0.001);
   text = m.Serialize();
-  EXPECT_THAT(text, HasSubstr(R"(tfjob_runtime_ps_received_bytes_total{job_name="j",method="Push",task_index="1",task_type="ps"} 1500)"));
-  EXPECT_THAT(text, HasSubstr(R"(tfjob_runtime_ps_sent_bytes_total{job_name="j",method="Pull",task_index="1",task_type="ps"} 4000)"));
-  EXPECT_THAT(text, HasSubstr(R"(tfjob_runtime_ps_rpc_latency_seconds_count{job_name="j",method="Push",task_index="1",task_type="ps"} 2)"));
+  EXPECT_THAT(
+      text,
+      HasSubstr(
+          R"(tfjob_runtime_ps_received_bytes_total{job_name="j",method="Push",task_index="1",task_type="ps"} 1500)"));
+  EXPECT_THAT(
+      text,
+      HasSubstr(R"(tfjob_runtime_ps_sent_bytes_total{job_name="j",method="Pull",task_index="1",task_type="ps"} 4000)"));
+  EXPECT_THAT(
+      text,
+      HasSubstr(
+          R"(tfjob_runtime_ps_rpc_latency_seconds_count{job_name="j",method="Push",task_index="1",task_type="ps"} 2)"));
 }
 
 TEST(RuntimeMetrics, EvaluatorExportsOneGaugePerMetricAndTheStep) {
   RuntimeMetrics m({"j", "evaluator", 0});
   m.RecordEvaluation(300, {{"loss", 0.75}, {"accuracy", 0.5}, {"bad", std::nan("")}});
   const std::string text = m.Serialize();
-  EXPECT_THAT(text, HasSubstr(R"(tfjob_runtime_evaluation{job_name="j",metric="accuracy",task_index="0",task_type="evaluator"} 0.5)"));
-  EXPECT_THAT(text, HasSubstr(R"(tfjob_runtime_evaluation{job_name="j",metric="loss",task_index="0",task_type="evaluator"} 0.75)"));
+  EXPECT_THAT(
+      text,
+      HasSubstr(
+          R"(tfjob_runtime_evaluation{job_name="j",metric="accuracy",task_index="0",task_type="evaluator"} 0.5)"));
+  EXPECT_THAT(
+      text,
+      HasSubstr(R"(tfjob_runtime_evaluation{job_name="j",metric="loss",task_index="0",task_type="evaluator"} 0.75)"));
   EXPECT_THAT(text, Not(HasSubstr("metric=\"bad\"")));
-  EXPECT_THAT(text, HasSubstr(R"(tfjob_runtime_evaluated_step{job_name="j",task_index="0",task_type="evaluator"} 300)"));
+  EXPECT_THAT(text,
+              HasSubstr(R"(tfjob_runtime_evaluated_step{job_name="j",task_index="0",task_type="evaluator"} 300)"));
 }
 
 EnvFn Env(std::map<std::string, std::string> vars) {
@@ -129,7 +155,8 @@ TEST(Exporter, ServesMetricsHealthAndReadinessOnAPickedPort) {
   (*e)->metrics()->RecordWorkerClosure(0.01);
   auto r = testing::HttpGet(port, "/metrics");
   EXPECT_EQ(r.status, 200);
-  EXPECT_THAT(r.body, HasSubstr(R"(tfjob_runtime_worker_closures_total{job_name="j",task_index="1",task_type="worker"} 1)"));
+  EXPECT_THAT(r.body,
+              HasSubstr(R"(tfjob_runtime_worker_closures_total{job_name="j",task_index="1",task_type="worker"} 1)"));
   EXPECT_EQ(testing::HttpGet(port, "/healthz").body, "ok\n");
   EXPECT_EQ(testing::HttpGet(port, "/readyz").status, 200);
   EXPECT_EQ(testing::HttpGet(port, "/nope").status, 404);

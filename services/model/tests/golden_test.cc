@@ -64,8 +64,8 @@ void ExpectClose(std::span<const float> got, const std::vector<double>& want, do
       worst = i;
     }
   }
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << want.size() << " elements off; worst [" << worst
-                     << "] got " << got[worst] << " want " << want[worst];
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << want.size() << " elements off; worst [" << worst << "] got "
+                     << got[worst] << " want " << want[worst];
 }
 
 void ExpectClose(std::span<const float> got, const json& want, double rtol, double atol, const std::string& what) {
@@ -217,8 +217,8 @@ TEST(GoldenLossTest, EveryLossAndGradientMatchesPyTorch) {
     ExpectClose(r->grad.flat<float>(), c["gradient"], 1e-4, 1e-7, name + " gradient");
     seen.insert({job->loss.type, job->loss.from_logits});
   }
-  for (LossType t : {LossType::kBinaryCrossentropy, LossType::kSparseCategoricalCrossentropy,
-                     LossType::kCategoricalCrossentropy}) {
+  for (LossType t :
+       {LossType::kBinaryCrossentropy, LossType::kSparseCategoricalCrossentropy, LossType::kCategoricalCrossentropy}) {
     EXPECT_TRUE(seen.count({t, true})) << LossName(t) << " from logits";
     EXPECT_TRUE(seen.count({t, false})) << LossName(t) << " from probabilities";
   }

@@ -163,7 +163,8 @@ void CheckDense(const DenseCase& c, uint64_t seed) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t u = 0; u < units; ++u) {
         double acc = c.use_bias ? params[1].data<float>()[u] : 0.0;
-        for (int64_t k = 0; k < f; ++k) acc += double(x.data<float>()[r * f + k]) * params[0].data<float>()[k * units + u];
+        for (int64_t k = 0; k < f; ++k)
+          acc += double(x.data<float>()[r * f + k]) * params[0].data<float>()[k * units + u];
         z[r * units + u] = acc;
       }
     double min_abs = INFINITY;
@@ -326,8 +327,8 @@ void CheckEmbedding(const EmbeddingCase& c, uint64_t seed) {
         EXPECT_NEAR(n, 0.0, 1e-6) << "untouched row " << row << " has a nonzero numeric gradient";
       } else {
         const double a = g.values.data<float>()[(it - got_idx.begin()) * dim + j];
-        EXPECT_LE(std::fabs(a - n), kAtol + kRtol * std::fabs(n)) << "row " << row << " col " << j << ": analytic " << a
-                                                                  << ", numeric " << n;
+        EXPECT_LE(std::fabs(a - n), kAtol + kRtol * std::fabs(n))
+            << "row " << row << " col " << j << ": analytic " << a << ", numeric " << n;
       }
     }
   }
@@ -553,8 +554,9 @@ TEST(LossGradientTest, BinaryCrossentropy) {
   CheckLoss({LossType::kBinaryCrossentropy, false}, p1, yi, RefBce(p1, yf, false), 1e-3f, "bce int64 labels");
 
   // Large logits stay finite and exact: softplus(-50) ~ 0, softplus(50) = 50.
-  auto big = ComputeLoss({LossType::kBinaryCrossentropy, true}, Tensor::FromVector({2}, std::vector<float>{50, 50}).value(),
-                         Tensor::FromVector({2}, std::vector<float>{1, 0}).value());
+  auto big =
+      ComputeLoss({LossType::kBinaryCrossentropy, true}, Tensor::FromVector({2}, std::vector<float>{50, 50}).value(),
+                  Tensor::FromVector({2}, std::vector<float>{1, 0}).value());
   ASSERT_TRUE(big.ok()) << big.status();
   EXPECT_NEAR(big->loss, 25.0, 1e-4);
 }
@@ -599,7 +601,8 @@ TEST(LossGradientTest, CategoricalCrossentropyWithSoftLabels) {
   Tensor logits = RandomF({4, 3}, gen, -3, 3);
   CheckLoss({LossType::kCategoricalCrossentropy, true}, logits, y, RefCce(logits, yd, true), 1e-2f, "cce logits");
   Tensor probs = RandomF({4, 3}, gen, 0.1f, 0.9f);
-  CheckLoss({LossType::kCategoricalCrossentropy, false}, probs, y, RefCce(probs, yd, false), 1e-3f, "cce probabilities");
+  CheckLoss({LossType::kCategoricalCrossentropy, false}, probs, y, RefCce(probs, yd, false), 1e-3f,
+            "cce probabilities");
 }
 
 TEST(LossGradientTest, SoftmaxCrossentropyIsStableForLargeLogits) {
@@ -627,8 +630,8 @@ TEST(LossTest, BadLabelsAreInvalidArgument) {
                  "outside [0, 3)");
   expect_invalid(ComputeLoss(scce, p23, Tensor::FromVector({2}, std::vector<int64_t>{-1, 0}).value()), "scce negative",
                  "-1");
-  expect_invalid(ComputeLoss(scce, p23, Tensor::FromVector({2}, std::vector<float>{0, 1.5f}).value()), "scce non-integer",
-                 "not a class id");
+  expect_invalid(ComputeLoss(scce, p23, Tensor::FromVector({2}, std::vector<float>{0, 1.5f}).value()),
+                 "scce non-integer", "not a class id");
   expect_invalid(ComputeLoss(scce, p23, Tensor::Zeros(DType::kInt64, {3})), "scce count", "one class id");
   expect_invalid(ComputeLoss(scce, Tensor::Zeros(DType::kFloat32, {2, 3, 1}), Tensor::Zeros(DType::kInt64, {2})),
                  "scce rank 3", "[batch, classes]");

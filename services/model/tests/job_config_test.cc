@@ -186,7 +186,7 @@ TEST(JobConfigTest, LossStringAndObjectForms) {
 
 TEST(JobConfigTest, OptimizerStringFormsUseKerasDefaultLearningRates) {
   const std::vector<std::tuple<const char*, OptimizerType, double>> cases = {
-      {"SGD", OptimizerType::kSGD, 0.01},         {"sgd", OptimizerType::kSGD, 0.01},
+      {"SGD", OptimizerType::kSGD, 0.01},          {"sgd", OptimizerType::kSGD, 0.01},
       {"Adagrad", OptimizerType::kAdagrad, 0.001}, {"adagrad", OptimizerType::kAdagrad, 0.001},
       {"RMSprop", OptimizerType::kRMSprop, 0.001}, {"rmsprop", OptimizerType::kRMSprop, 0.001},
       {"Adam", OptimizerType::kAdam, 0.001},       {"adam", OptimizerType::kAdam, 0.001},
@@ -406,7 +406,8 @@ TEST(JobConfigErrorTest, UnknownNames) {
   ExpectError(doc, "model.input_dtype", "unknown dtype \"float64\"");
 
   doc = Base();
-  doc["model"]["layers"][0] = json::parse(R"({"type": "Embedding", "input_dim": 5, "output_dim": 2, "combiner": "max"})");
+  doc["model"]["layers"][0] =
+      json::parse(R"({"type": "Embedding", "input_dim": 5, "output_dim": 2, "combiner": "max"})");
   ExpectError(doc, "model.layers[0].combiner", "unknown combiner \"max\"");
 
   doc = Base();
@@ -548,8 +549,8 @@ TEST(JobConfigErrorTest, OutOfRangeValues) {
   }
   // Per-optimizer ranges.
   const std::vector<std::tuple<const char*, const char*, double>> opt_cases = {
-      {"SGD", "momentum", 1.0},       {"SGD", "momentum", -0.1},   {"RMSprop", "rho", 1.0},
-      {"RMSprop", "momentum", 1.5},   {"RMSprop", "epsilon", -1},  {"Adagrad", "initial_accumulator_value", -0.1},
+      {"SGD", "momentum", 1.0},      {"SGD", "momentum", -0.1},  {"RMSprop", "rho", 1.0},
+      {"RMSprop", "momentum", 1.5},  {"RMSprop", "epsilon", -1}, {"Adagrad", "initial_accumulator_value", -0.1},
       {"Adagrad", "epsilon", -1e-3},
   };
   for (const auto& [type, key, value] : opt_cases) {

@@ -26,9 +26,8 @@ std::string SourceDir() {
 json Job(json layers, json model_extra = json::object()) {
   json model = {{"input_shape", {28, 28}}, {"layers", std::move(layers)}};
   model.update(model_extra);
-  return {{"model", model},
-          {"loss", "sparse_categorical_crossentropy"},
-          {"data", {{"train", {{"source", "synthetic"}}}}}};
+  return {
+      {"model", model}, {"loss", "sparse_categorical_crossentropy"}, {"data", {{"train", {{"source", "synthetic"}}}}}};
 }
 
 Status ParseError(const json& doc) {
@@ -100,7 +99,8 @@ TEST(LayerConfigTest, LookupsWithVocabularyFilesBesideTheJob) {
   EXPECT_THAT(s.message(), HasSubstr("model.layers[0].vocabulary: vocabulary file " + (dir / "gone.txt").string()));
   // A repeated term, where the job says it.
   job["model"]["layers"][0]["vocabulary"] = {"a", "b", "a"};
-  EXPECT_THAT(ParseError(job).message(), HasSubstr("model.layers[0].vocabulary: the vocabulary repeats the term \"a\""));
+  EXPECT_THAT(ParseError(job).message(),
+              HasSubstr("model.layers[0].vocabulary: the vocabulary repeats the term \"a\""));
 }
 
 TEST(LayerConfigTest, TfRecordSources) {
@@ -128,14 +128,16 @@ TEST(LayerConfigTest, TfRecordSources) {
   bad("compression", "LZ4", "data.train.compression: unknown compression \"LZ4\"");
   bad("auto_shard_policy", "HINT", "data.train.auto_shard_policy: unknown policy \"HINT\"");
   bad("features", json::array({{{"name", "x"}, {"dtype", "float64"}}}), "data.train.features[0].dtype: unknown dtype");
-  bad("label", {{"name", "l"}, {"dtype", "int64"}, {"var_len", true}}, "data.train.label: the label must have a fixed length");
+  bad("label", {{"name", "l"}, {"dtype", "int64"}, {"var_len", true}},
+      "data.train.label: the label must have a fixed length");
   bad("features", json::array({{{"name", "x"}, {"dtype", "int64"}, {"default_value", "zero"}}}),
       "data.train.features[0].default_value: expected a int64 value");
 }
 
 TEST(LayerConfigTest, ErrorsNameTheField) {
   auto err = [](json layer) { return ParseError(Job(json::array({layer}))).message(); };
-  EXPECT_THAT(err({{"type", "Conv2D"}, {"kernel_size", 3}}), HasSubstr("model.layers[0].filters: required field is missing"));
+  EXPECT_THAT(err({{"type", "Conv2D"}, {"kernel_size", 3}}),
+              HasSubstr("model.layers[0].filters: required field is missing"));
   EXPECT_THAT(err({{"type", "Conv2D"}, {"filters", 3}, {"kernel_size", {3, 0}}}),
               HasSubstr("model.layers[0].kernel_size: expected a positive integer or two of them"));
   EXPECT_THAT(err({{"type", "Conv2D"}, {"filters", 3}, {"kernel_size", 3}, {"padding", "causal"}}),
@@ -219,19 +221,23 @@ TEST(KerasModelTest, UnsupportedLayersAndArgumentsAreNamed) {
               HasSubstr("m.json: class_name \"Functional\": only Sequential models are supported"));
   EXPECT_THAT(err([](json& d) { d["config"]["layers"][3]["class_name"] = "LSTM"; }),
               HasSubstr("m.json: layers[3] (LSTM \"flatten\"): unsupported layer LSTM"));
-  EXPECT_THAT(err([](json& d) { d["config"]["layers"][1]["config"]["kernel_regularizer"] = "l2"; }),
-              HasSubstr("layers[1] (Conv2D \"conv2d\"): argument kernel_regularizer=\"l2\" is not supported (only null)"));
+  EXPECT_THAT(
+      err([](json& d) { d["config"]["layers"][1]["config"]["kernel_regularizer"] = "l2"; }),
+      HasSubstr("layers[1] (Conv2D \"conv2d\"): argument kernel_regularizer=\"l2\" is not supported (only null)"));
   EXPECT_THAT(err([](json& d) { d["config"]["layers"][1]["config"]["kernel_initializer"]["class_name"] = "HeNormal"; }),
               HasSubstr("argument kernel_initializer="));
-  EXPECT_THAT(err([](json& d) { d["config"]["layers"][4]["config"]["trainable"] = false; }),
-              HasSubstr("layers[4] (Dense \"dense\"): argument trainable=false is not supported (layers cannot be frozen)"));
+  EXPECT_THAT(
+      err([](json& d) { d["config"]["layers"][4]["config"]["trainable"] = false; }),
+      HasSubstr("layers[4] (Dense \"dense\"): argument trainable=false is not supported (layers cannot be frozen)"));
   EXPECT_THAT(err([](json& d) { d["config"]["layers"][4]["config"]["dtype"]["config"]["name"] = "mixed_float16"; }),
               HasSubstr("argument dtype="));
   EXPECT_THAT(err([](json& d) { d["config"]["layers"][2]["config"]["data_format"] = "channels_first"; }),
               HasSubstr("argument data_format=\"channels_first\" is not supported (only channels_last (NHWC))"));
   EXPECT_THAT(err([](json& d) { d["config"]["layers"][4]["config"]["units_per_head"] = 3; }),
               HasSubstr("layers[4] (Dense \"dense\"): argument units_per_head is not supported"));
-  EXPECT_THAT(err([](json& d) { d["config"]["layers"][0]["config"]["batch_shape"] = {nullptr, nullptr, 28, 1}; }),
+  EXPECT_THAT(err([](json& d) {
+                d["config"]["layers"][0]["config"]["batch_shape"] = {nullptr, nullptr, 28, 1};
+              }),
               HasSubstr("is not a known size"));
 }
 

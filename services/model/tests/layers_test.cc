@@ -107,15 +107,21 @@ Tensor CheckGradients(const LayerSpec& spec, const Shape& in, const std::vector<
     if (!vars[v].trainable) continue;
     EXPECT_FALSE(grads[v].delta) << vars[v].name;
     EXPECT_EQ(grads[v].dense.shape(), vars[v].shape) << vars[v].name;
-    std::vector<double> num = NumericGrad(params[v], [&](const Tensor& t) {
-      std::vector<Tensor> p = params;
-      p[v] = t;
-      return loss(p, x);
-    }, eps);
+    std::vector<double> num = NumericGrad(
+        params[v],
+        [&](const Tensor& t) {
+          std::vector<Tensor> p = params;
+          p[v] = t;
+          return loss(p, x);
+        },
+        eps);
     ExpectGradNear(grads[v].dense, num, vars[v].name);
   }
   EXPECT_EQ(dx->shape(), x.shape());
-  ExpectGradNear(*dx, NumericGrad(x, [&](const Tensor& t) { return loss(params, t); }, eps), "dx");
+  ExpectGradNear(*dx,
+                 NumericGrad(
+                     x, [&](const Tensor& t) { return loss(params, t); }, eps),
+                 "dx");
   return *y;
 }
 
@@ -136,8 +142,8 @@ LayerSpec Spec(LayerType type, const std::string& name) {
 // ---------------------------------------------------------------- Conv2D
 
 // y[b, oy, ox, f] = act(bias[f] + sum k[ky, kx, c, f] * x[b, oy*s - pad + ky, ...]).
-std::vector<double> NaiveConv(const Tensor& x, const Tensor& k, const Tensor* bias, int64_t sh, int64_t sw,
-                              int64_t pt, int64_t pl, int64_t oh, int64_t ow) {
+std::vector<double> NaiveConv(const Tensor& x, const Tensor& k, const Tensor* bias, int64_t sh, int64_t sw, int64_t pt,
+                              int64_t pl, int64_t oh, int64_t ow) {
   const int64_t n = x.dim(0), h = x.dim(1), w = x.dim(2), c = x.dim(3);
   const int64_t kh = k.dim(0), kw = k.dim(1), f = k.dim(3);
   std::vector<double> y;
@@ -223,7 +229,8 @@ TEST(Conv2DTest, ShapesThatDoNotFitAreErrors) {
   EXPECT_EQ(r.status().message(), "layer \"conv\": kernel 5x5 does not fit input 3x3 with padding \"valid\"");
   r = layer->Build({28, 28}, DType::kFloat32);
   ASSERT_FALSE(r.ok());
-  EXPECT_THAT(r.status().message(), HasSubstr("expects input [height, width, channels] per example (NHWC), got [28, 28]"));
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("expects input [height, width, channels] per example (NHWC), got [28, 28]"));
   // "same" always fits.
   s.padding = Padding::kSame;
   EXPECT_EQ(*MakeLayer(s).value()->Build({3, 3, 1}, DType::kFloat32), Shape({3, 3, 4}));
@@ -269,8 +276,10 @@ TEST(PoolingTest, MaxAndAverageMatchNaiveAndFiniteDifferences) {
     const Tensor y = CheckGradients(s, c.in, {}, x, gen, 1e-2f);
     // Naive: over the window's real inputs only.
     const int64_t h = c.in[0], w = c.in[1], ch = c.in[2], oh = c.want_out[0], ow = c.want_out[1];
-    const int64_t pt = c.padding == Padding::kSame ? std::max<int64_t>((oh - 1) * c.strides[0] + c.pool[0] - h, 0) / 2 : 0;
-    const int64_t pl = c.padding == Padding::kSame ? std::max<int64_t>((ow - 1) * c.strides[1] + c.pool[1] - w, 0) / 2 : 0;
+    const int64_t pt =
+        c.padding == Padding::kSame ? std::max<int64_t>((oh - 1) * c.strides[0] + c.pool[0] - h, 0) / 2 : 0;
+    const int64_t pl =
+        c.padding == Padding::kSame ? std::max<int64_t>((ow - 1) * c.strides[1] + c.pool[1] - w, 0) / 2 : 0;
     int64_t i = 0;
     for (int64_t b = 0; b < 2; ++b)
       for (int64_t oy = 0; oy < oh; ++oy)
@@ -370,10 +379,12 @@ TEST(BatchNormalizationTest, TrainingGradientsMovingStatisticsAndInference) {
     std::vector<std::string> names;
     for (const auto& v : vars) names.push_back(v.name);
     if (affine) {
-      EXPECT_EQ(names, (std::vector<std::string>{"batch_normalization/gamma", "batch_normalization/beta",
-                                                 "batch_normalization/moving_mean", "batch_normalization/moving_variance"}));
+      EXPECT_EQ(names,
+                (std::vector<std::string>{"batch_normalization/gamma", "batch_normalization/beta",
+                                          "batch_normalization/moving_mean", "batch_normalization/moving_variance"}));
     } else {
-      EXPECT_EQ(names, (std::vector<std::string>{"batch_normalization/moving_mean", "batch_normalization/moving_variance"}));
+      EXPECT_EQ(names,
+                (std::vector<std::string>{"batch_normalization/moving_mean", "batch_normalization/moving_variance"}));
     }
     EXPECT_FALSE(vars[vars.size() - 1].trainable);
     EXPECT_FALSE(vars[vars.size() - 2].trainable);
@@ -466,7 +477,8 @@ TEST(NormalizationTest, GivenStatisticsInvertAndGradients) {
   all.axis_none = true;
   all.mean = {2.0};
   all.variance = {4.0};
-  auto yn = Built(all, {2, 2})->Forward({}, Tensor::FromVector({1, 2, 2}, std::vector<float>{2, 4, 0, 6}).value(), false);
+  auto yn =
+      Built(all, {2, 2})->Forward({}, Tensor::FromVector({1, 2, 2}, std::vector<float>{2, 4, 0, 6}).value(), false);
   EXPECT_TRUE(AllClose(*yn, Tensor::FromVector({1, 2, 2}, std::vector<float>{0, 1, -1, 2}).value()));
   // A mean that fits no axis.
   s.mean = {1, 2};
@@ -581,7 +593,8 @@ TEST(LookupTest, IntegerLookupFloormodAndInvert) {
   s.tokens = {"yes", "no"};
   s.num_oov_indices = 0;
   s.invert = true;
-  auto names = Lookup::Create(s, true).value().InvertToStrings(Tensor::FromVector({3}, std::vector<int64_t>{1, 0, 7}).value());
+  auto names =
+      Lookup::Create(s, true).value().InvertToStrings(Tensor::FromVector({3}, std::vector<int64_t>{1, 0, 7}).value());
   EXPECT_EQ(names, (std::vector<std::string>{"no", "yes", "[UNK]"}));
 }
 
@@ -645,11 +658,14 @@ TEST(ModelTest, CnnGradientsMatchFiniteDifferencesOfTheLoss) {
         EXPECT_TRUE(out.grads[v].delta) << spec.name;
         continue;
       }
-      std::vector<double> num = NumericGrad(values[v], [&](const Tensor& t) {
-        std::vector<Tensor> p = values;
-        p[v] = t;
-        return static_cast<double>(m->ComputeGradients(p, x, y).value().loss);
-      }, 1e-2f);
+      std::vector<double> num = NumericGrad(
+          values[v],
+          [&](const Tensor& t) {
+            std::vector<Tensor> p = values;
+            p[v] = t;
+            return static_cast<double>(m->ComputeGradients(p, x, y).value().loss);
+          },
+          1e-2f);
       double largest = 0;
       for (size_t i = 0; i < num.size(); ++i) {
         const double a = out.grads[v].dense.data<float>()[i];
@@ -683,8 +699,9 @@ TEST(ModelTest, LookupsFeedAnEmbedding) {
   auto out = model->ComputeGradients(values, x, Tensor::FromVector({2}, std::vector<float>{1, 0}).value()).value();
   ASSERT_TRUE(out.grads[0].sparse);
   // Ids 1 and 3, then the OOV id 0 and 2.
-  EXPECT_EQ(std::vector<int64_t>(out.grads[0].indices.flat<int64_t>().begin(), out.grads[0].indices.flat<int64_t>().end()),
-            (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(
+      std::vector<int64_t>(out.grads[0].indices.flat<int64_t>().begin(), out.grads[0].indices.flat<int64_t>().end()),
+      (std::vector<int64_t>{0, 1, 2, 3}));
 
   // Strings: looked up at the input by a first-layer StringLookup.
   ModelSpec sm;
@@ -698,7 +715,9 @@ TEST(ModelTest, LookupsFeedAnEmbedding) {
   auto ids = smodel->LookupStrings({"ironman", "hulk", "avenger", "avenger"}, {2, 2}).value();
   EXPECT_EQ(std::vector<int64_t>(ids.flat<int64_t>().begin(), ids.flat<int64_t>().end()),
             (std::vector<int64_t>{2, 0, 1, 1}));
-  EXPECT_TRUE(smodel->ComputeGradients(smodel->InitialValues(1), ids, Tensor::FromVector({2}, std::vector<float>{1, 0}).value()).ok());
+  EXPECT_TRUE(
+      smodel->ComputeGradients(smodel->InitialValues(1), ids, Tensor::FromVector({2}, std::vector<float>{1, 0}).value())
+          .ok());
   // Anywhere else a StringLookup has no strings to take.
   sm.layers = {emb, words, dense};
   sm.layers[1].path = "model.layers[1]";

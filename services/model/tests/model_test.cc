@@ -156,8 +156,8 @@ TEST(ModelCreateTest, VariablesShapesAndParameterCount) {
   ModelSpec spec;
   spec.input_shape = {2, 3};
   spec.layers = {Other(LayerType::kFlatten, "flatten", 0), Dense("h", 4, Activation::kTanh, 1),
-                 Dense("nobias", 5, Activation::kLinear, 2, false), Other(LayerType::kActivation, "act", 3, Activation::kRelu),
-                 Dense("out", 2, Activation::kSoftmax, 4)};
+                 Dense("nobias", 5, Activation::kLinear, 2, false),
+                 Other(LayerType::kActivation, "act", 3, Activation::kRelu), Dense("out", 2, Activation::kSoftmax, 4)};
   auto m = Model::Create(spec, kScce);
   ASSERT_TRUE(m.ok()) << m.status();
   const auto& vars = (*m)->variables();
@@ -569,14 +569,16 @@ TEST(MetricsTest, MismatchesAreInvalidArgument) {
   Tensor p = F({2, 3}, {1, 2, 3, 4, 5, 6});
   invalid(UpdateMetric(MetricType::kSparseCategoricalAccuracy, p, I({3}, {0, 1, 2}), false, st), "sparse count");
   invalid(UpdateMetric(MetricType::kCategoricalAccuracy, p, F({2, 2}, {1, 0, 0, 1}), false, st), "categorical shape");
-  invalid(UpdateMetric(MetricType::kCategoricalAccuracy, p, I({2, 3}, {1, 0, 0, 0, 1, 0}), false, st), "categorical int64");
+  invalid(UpdateMetric(MetricType::kCategoricalAccuracy, p, I({2, 3}, {1, 0, 0, 0, 1, 0}), false, st),
+          "categorical int64");
   invalid(UpdateMetric(MetricType::kBinaryAccuracy, p, F({2}, {1, 0}), false, st), "binary count");
   invalid(UpdateMetric(MetricType::kAccuracy, p, F({2}, {1, 0}), false, st), "accuracy count");
   invalid(UpdateMetric(MetricType::kAccuracy, I({2}, {1, 0}), I({2}, {1, 0}), false, st), "int64 predictions");
   invalid(UpdateMetric(MetricType::kBinaryAccuracy, Tensor::Scalar(1), F({1}, {1}), false, st), "scalar predictions");
   // Class scores need a class axis: [B] scores with B labels is not [B, C].
-  invalid(UpdateMetric(MetricType::kSparseCategoricalAccuracy, F({3}, {0.1f, 0.8f, 0.1f}), I({3}, {1, 1, 1}), false, st),
-          "sparse rank-1 predictions");
+  invalid(
+      UpdateMetric(MetricType::kSparseCategoricalAccuracy, F({3}, {0.1f, 0.8f, 0.1f}), I({3}, {1, 1, 1}), false, st),
+      "sparse rank-1 predictions");
   invalid(UpdateMetric(MetricType::kCategoricalAccuracy, F({3}, {0.1f, 0.8f, 0.1f}), F({3}, {0, 1, 0}), false, st),
           "categorical rank-1 predictions");
   EXPECT_EQ(st.count, 0) << "failed updates must not count";

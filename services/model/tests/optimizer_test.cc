@@ -245,7 +245,8 @@ TEST(OptimizerTest, CreateSlotsAreZeroOrInitialAccumulator) {
     SlotState st = opt.CreateSlots(var);
     EXPECT_EQ(st.iterations, 0) << c.name;
     ASSERT_EQ(st.slots.size(), opt.SlotNames().size()) << c.name;
-    const float init = c.spec.type == OptimizerType::kAdagrad ? static_cast<float>(c.spec.initial_accumulator_value) : 0.f;
+    const float init =
+        c.spec.type == OptimizerType::kAdagrad ? static_cast<float>(c.spec.initial_accumulator_value) : 0.f;
     for (const Tensor& slot : st.slots) {
       EXPECT_EQ(slot.dtype(), DType::kFloat32) << c.name;
       EXPECT_EQ(slot.shape(), var.shape()) << c.name;
@@ -367,8 +368,8 @@ TEST(OptimizerTest, SparseUpdatesTouchOnlySentRowsAndSumDuplicates) {
     SlotState st = opt.CreateSlots(var);
     RefOptimizer ref(c.spec, rows * width);
     const std::vector<SparseStep> steps = {
-        {{3, 1}, RandomVec(4, gen, -2, 2)},          // distinct, unsorted
-        {{1, 4, 1}, RandomVec(6, gen, -1, 1)},       // row 1 repeated
+        {{3, 1}, RandomVec(4, gen, -2, 2)},            // distinct, unsorted
+        {{1, 4, 1}, RandomVec(6, gen, -1, 1)},         // row 1 repeated
         {{0, 3, 0, 0}, RandomVec(8, gen, -0.5, 0.5)},  // row 0 three times
         {{2}, RandomVec(2, gen, -1, 1)},
     };
@@ -381,8 +382,8 @@ TEST(OptimizerTest, SparseUpdatesTouchOnlySentRowsAndSumDuplicates) {
       std::vector<Tensor> slots_before;
       for (const Tensor& t : st.slots) slots_before.push_back(t.Clone());
 
-      Status applied = k % 2 == 0 ? opt.ApplySparse(var, idx, vals, st)
-                                  : opt.Apply(var, Gradient{true, Tensor(), idx, vals}, st);
+      Status applied =
+          k % 2 == 0 ? opt.ApplySparse(var, idx, vals, st) : opt.Apply(var, Gradient{true, Tensor(), idx, vals}, st);
       ASSERT_TRUE(applied.ok()) << applied;
       EXPECT_EQ(st.iterations, static_cast<int64_t>(k + 1)) << "one iteration per call";
 
@@ -468,7 +469,8 @@ TEST(OptimizerTest, ShapeAndDtypeMismatchesLeaveEverythingUntouched) {
     Tensor var = Tensor::FromVector({2, 3}, std::vector<float>{1, 2, 3, 4, 5, 6}).value();
     SlotState st = opt.CreateSlots(var);
     // One good step so slots hold non-trivial state.
-    ASSERT_TRUE(opt.ApplyDense(var, Tensor::FromVector({2, 3}, std::vector<float>{1, -1, 1, -1, 1, -1}).value(), st).ok());
+    ASSERT_TRUE(
+        opt.ApplyDense(var, Tensor::FromVector({2, 3}, std::vector<float>{1, -1, 1, -1, 1, -1}).value(), st).ok());
     Untouched before(var, st);
     auto g32 = Tensor::FromVector({3, 2}, std::vector<float>{1, 1, 1, 1, 1, 1}).value();
     Status s = opt.ApplyDense(var, g32, st);
@@ -493,8 +495,9 @@ TEST(OptimizerTest, ShapeAndDtypeMismatchesLeaveEverythingUntouched) {
     ExpectInvalid(opt.ApplySparse(var, ids({0}), Tensor::Zeros(DType::kInt64, {1, 3}), st), "int64 values");
     ExpectInvalid(opt.ApplySparse(var, Tensor::Zeros(DType::kFloat32, {1}), Tensor::Zeros(DType::kFloat32, {1, 3}), st),
                   "float indices");
-    ExpectInvalid(opt.ApplySparse(var, Tensor::Zeros(DType::kInt64, {1, 1}), Tensor::Zeros(DType::kFloat32, {1, 3}), st),
-                  "rank-2 indices");
+    ExpectInvalid(
+        opt.ApplySparse(var, Tensor::Zeros(DType::kInt64, {1, 1}), Tensor::Zeros(DType::kFloat32, {1, 3}), st),
+        "rank-2 indices");
     before.Check(var, st, "sparse errors");
 
     // A slot state that belongs to another variable or optimizer.

@@ -205,7 +205,8 @@ TEST_F(PsTest, DedupMemoryIsBounded) {
 
 TEST_F(PsTest, SparseUpdatesTouchOnlyTheRowsSent) {
   ASSERT_TRUE(client_->CreateVariable("emb", F({4, 2}, {1, 1, 2, 2, 3, 3, 4, 4}), Sgd(1.0)).ok());
-  Update g{"emb", Update::Kind::kApplyGradient, F({2, 2}, {1, 1, 0.5f, 0.5f}), *Tensor::FromVector({2}, std::vector<int64_t>{3, 1})};
+  Update g{"emb", Update::Kind::kApplyGradient, F({2, 2}, {1, 1, 0.5f, 0.5f}),
+           *Tensor::FromVector({2}, std::vector<int64_t>{3, 1})};
   ASSERT_TRUE(client_->Push(7, 0, {g}).ok());
   EXPECT_TRUE(AllClose((*client_->Pull({"emb"}))[0], F({4, 2}, {1, 1, 1.5f, 1.5f, 3, 3, 3, 3})));
   auto rows = client_->PullRows("emb", {3, 0});
@@ -236,7 +237,8 @@ TEST_F(PsTest, BadRequestsAreRejectedAndTheServerKeepsServing) {
   EXPECT_THAT(missing.status().message(), HasSubstr("no variable \"nope\""));
   auto shape = client_->Push(1, 0, {{"w", Update::Kind::kApplyGradient, F({3}, {1, 2, 3}), {}}});
   EXPECT_EQ(shape.status().code(), Code::kInvalidArgument);
-  auto dtype = client_->Push(2, 0, {{"w", Update::Kind::kAssignAdd, *Tensor::FromVector({2}, std::vector<int64_t>{1, 2}), {}}});
+  auto dtype =
+      client_->Push(2, 0, {{"w", Update::Kind::kAssignAdd, *Tensor::FromVector({2}, std::vector<int64_t>{1, 2}), {}}});
   EXPECT_EQ(dtype.status().code(), Code::kInvalidArgument);
   auto row = client_->PullRows("w", {5});
   EXPECT_EQ(row.status().code(), Code::kInvalidArgument);
@@ -244,7 +246,8 @@ TEST_F(PsTest, BadRequestsAreRejectedAndTheServerKeepsServing) {
   EXPECT_EQ(recreate.status().code(), Code::kAlreadyExists);
   // A request with one bad update changes nothing, not even its good updates.
   ASSERT_TRUE(client_->CreateVariable("c", F({}, {0}), std::nullopt).ok());
-  auto mixed = client_->Push(3, 0, {{"c", Update::Kind::kAssignAdd, F({}, {1}), {}}, {"nope", Update::Kind::kAssignAdd, F({}, {1}), {}}});
+  auto mixed = client_->Push(
+      3, 0, {{"c", Update::Kind::kAssignAdd, F({}, {1}), {}}, {"nope", Update::Kind::kAssignAdd, F({}, {1}), {}}});
   EXPECT_EQ(mixed.status().code(), Code::kNotFound);
   EXPECT_FLOAT_EQ((*client_->Pull({"c"}))[0].data<float>()[0], 0.f);
   // Still serving.
@@ -590,14 +593,14 @@ TEST_F(PsTest, AConnectionThatBreaksTheProtocolIsClosed) {
     char c;
     return recv(fd, &c, 1, 0) <= 0;
   };
-  auto garbage = net::Connect("127.0.0.1:" + std::to_string(server_->port()),
-                                          wire::Clock::now() + std::chrono::seconds(5), "ps");
+  auto garbage =
+      net::Connect("127.0.0.1:" + std::to_string(server_->port()), wire::Clock::now() + std::chrono::seconds(5), "ps");
   ASSERT_TRUE(garbage.ok());
   ASSERT_EQ(send(garbage->get(), "GARBAGE!", 8, MSG_NOSIGNAL), 8);
   EXPECT_TRUE(eof_within(garbage->get(), std::chrono::seconds(5)));
 
   RawDataClient raw(server_->port());
-  EXPECT_EQ(raw.Answer().first, Code::kOk);  // hello
+  EXPECT_EQ(raw.Answer().first, Code::kOk);          // hello
   const std::string junk(sizeof(wire::Frame), 'x');  // one frame's worth: nothing left unread
   raw.Send(junk.data(), junk.size());
   auto [code, message] = raw.Answer();

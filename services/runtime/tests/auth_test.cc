@@ -31,7 +31,9 @@ using ::testing::HasSubstr;
 const std::string& kToken = t::kJobToken;
 
 // Calls as an outsider would: no token, or a wrong one.
-std::vector<rpc::Credentials> Intruders() { return {rpc::Credentials{}, rpc::Credentials{"fedcba9876543210fedcba9876543210", nullptr}}; }
+std::vector<rpc::Credentials> Intruders() {
+  return {rpc::Credentials{}, rpc::Credentials{"fedcba9876543210fedcba9876543210", nullptr}};
+}
 
 template <typename Stub, typename Req, typename Resp>
 grpc::Status Call(Stub& stub, grpc::Status (Stub::*method)(grpc::ClientContext*, const Req&, Resp*), const Req& req,
@@ -66,12 +68,13 @@ TEST(AuthTest, EveryParameterServerRpcNeedsTheToken) {
   fence.set_coordinator_incarnation(0x3333333300000000ULL);
   using S = proto::ParameterServer::Stub;
   for (const rpc::Credentials& who : Intruders()) {
-    std::vector<grpc::Status> got = {
-        Call(*stub, &S::Save, save, who), Call(*stub, &S::Restore, restore, who),
-        Call(*stub, &S::GetStatus, proto::StatusRequest(), who), Call(*stub, &S::Fence, fence, who),
-        Call(*stub, &S::Shutdown, proto::ShutdownRequest(), who)};
+    std::vector<grpc::Status> got = {Call(*stub, &S::Save, save, who), Call(*stub, &S::Restore, restore, who),
+                                     Call(*stub, &S::GetStatus, proto::StatusRequest(), who),
+                                     Call(*stub, &S::Fence, fence, who),
+                                     Call(*stub, &S::Shutdown, proto::ShutdownRequest(), who)};
     for (size_t i = 0; i < got.size(); ++i) {
-      EXPECT_EQ(got[i].error_code(), grpc::StatusCode::UNAUTHENTICATED) << "RPC " << i << ": " << got[i].error_message();
+      EXPECT_EQ(got[i].error_code(), grpc::StatusCode::UNAUTHENTICATED)
+          << "RPC " << i << ": " << got[i].error_message();
     }
     // The data plane (CreateVariable, Pull, Push) refuses the connection's
     // hello before any request is read.
@@ -80,10 +83,10 @@ TEST(AuthTest, EveryParameterServerRpcNeedsTheToken) {
     ps::PsClient intruder(address, o);
     std::vector<Status> data = {
         intruder.CreateVariable("x", *Tensor::FromVector({1}, std::vector<float>{5}), std::nullopt).status(),
-        intruder.Pull({"w"}).status(),
-        intruder.PullRows("w", {0}).status(),
-        intruder.Push(0x1111111100000001ULL, 0,
-                      {{"w", ps::Update::Kind::kAssign, *Tensor::FromVector({2}, std::vector<float>{9, 9}), {}}})
+        intruder.Pull({"w"}).status(), intruder.PullRows("w", {0}).status(),
+        intruder
+            .Push(0x1111111100000001ULL, 0,
+                  {{"w", ps::Update::Kind::kAssign, *Tensor::FromVector({2}, std::vector<float>{9, 9}), {}}})
             .status()};
     for (size_t i = 0; i < data.size(); ++i) {
       EXPECT_EQ(data[i].code(), Code::kUnauthenticated) << "data-plane call " << i << ": " << data[i];

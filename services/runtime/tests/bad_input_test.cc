@@ -38,9 +38,11 @@ std::string SmallJob(const std::string& dir) {
 
 TEST(BadInputTest, TasksSharingAnAddressAreRefused) {
   for (const std::string type : {"chief", "ps", "worker"}) {
-    auto r = t::Run({t::RuntimeBinary(), "counter"},
-                    {{"TF_CONFIG", R"({"cluster":{"chief":["127.0.0.1:4701"],"ps":["127.0.0.1:4701"],"worker":["127.0.0.1:4701"]},)"
-                                   R"("task":{"type":")" + type + R"(","index":0}})"}});
+    auto r = t::Run(
+        {t::RuntimeBinary(), "counter"},
+        {{"TF_CONFIG", R"({"cluster":{"chief":["127.0.0.1:4701"],"ps":["127.0.0.1:4701"],"worker":["127.0.0.1:4701"]},)"
+                       R"("task":{"type":")" +
+                           type + R"(","index":0}})"}});
     ExpectBadInput(r, "TF_CONFIG: chief:0 and ps:0 have the same address \"127.0.0.1:4701\"");
   }
 }
@@ -63,9 +65,10 @@ TEST(BadInputTest, AnUnwritableCheckpointDirectoryIsRefusedBeforeTraining) {
   ExpectBadInput(single, "--checkpoint-dir " + ckpt + " cannot be created");
   EXPECT_THAT(single.out, Not(HasSubstr("Epoch 1/")));
   // A parameter server, which writes its own files there, says so too.
-  auto ps = t::Run({t::RuntimeBinary(), "fit", "--config", SmallJob(dir), "--checkpoint-dir", ckpt},
-                   {{"TF_CONFIG", R"({"cluster":{"chief":["127.0.0.1:4702"],"ps":["127.0.0.1:4703"],"worker":["127.0.0.1:4704"]},)"
-                                  R"("task":{"type":"ps","index":0}})"}});
+  auto ps = t::Run(
+      {t::RuntimeBinary(), "fit", "--config", SmallJob(dir), "--checkpoint-dir", ckpt},
+      {{"TF_CONFIG", R"({"cluster":{"chief":["127.0.0.1:4702"],"ps":["127.0.0.1:4703"],"worker":["127.0.0.1:4704"]},)"
+                     R"("task":{"type":"ps","index":0}})"}});
   ExpectBadInput(ps, "--checkpoint-dir " + ckpt + " cannot be created");
 }
 
@@ -75,7 +78,8 @@ TEST(BadInputTest, EveryCheckpointDamagedIsAnErrorUnlessToldToStartFresh) {
   const std::string dir = t::MakeTempDir("damaged");
   const std::string ckpt = dir + "/ckpt";
   const std::string job = SmallJob(dir);
-  auto first = t::Run({t::RuntimeBinary(), "fit", "--config", job, "--checkpoint-dir", ckpt, "--checkpoint-every-steps", "10"});
+  auto first =
+      t::Run({t::RuntimeBinary(), "fit", "--config", job, "--checkpoint-dir", ckpt, "--checkpoint-every-steps", "10"});
   ASSERT_EQ(first.exit_code, 0) << first.err;
   int damaged = 0;
   for (const auto& e : fs::directory_iterator(ckpt)) {
@@ -96,7 +100,8 @@ TEST(BadInputTest, EveryCheckpointDamagedIsAnErrorUnlessToldToStartFresh) {
   ExpectBadInput(refused, "every checkpoint in " + ckpt + " is damaged: ckpt-");
   EXPECT_THAT(refused.err, HasSubstr("--ignore-damaged-checkpoints"));
   EXPECT_THAT(refused.out, Not(HasSubstr("Epoch 1/")));
-  auto fresh = t::Run({t::RuntimeBinary(), "fit", "--config", job, "--checkpoint-dir", ckpt, "--ignore-damaged-checkpoints"});
+  auto fresh =
+      t::Run({t::RuntimeBinary(), "fit", "--config", job, "--checkpoint-dir", ckpt, "--ignore-damaged-checkpoints"});
   EXPECT_EQ(fresh.exit_code, 0) << fresh.err;
   EXPECT_THAT(fresh.out, HasSubstr("Epoch 1/2"));
 }

@@ -57,8 +57,9 @@ std::map<std::string, Tensor> FinalVariables(const std::string& ckpt) {
 
 TEST(MultiWorkerMirroredTest, MnistOverThreeWorkerProcesses) {
   const std::string summary = t::MakeTempDir("mwms-mnist") + "/out.json";
-  auto r = t::Run({t::RuntimeBinary(), "local", "--workers", "3", "--", "fit", "--config",
-                   t::SourceDir() + "/examples/mnist/mlp.json", "--data-dir", t::MnistDir(), "--summary-json", summary});
+  auto r =
+      t::Run({t::RuntimeBinary(), "local", "--workers", "3", "--", "fit", "--config",
+              t::SourceDir() + "/examples/mnist/mlp.json", "--data-dir", t::MnistDir(), "--summary-json", summary});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const nlohmann::json s = t::ReadJsonFile(summary);
   EXPECT_EQ(s["strategy"], "multi_worker_mirrored") << s.dump();
@@ -81,8 +82,8 @@ TEST(MultiWorkerMirroredTest, MnistOverThreeWorkerProcesses) {
 
 TEST(MirroredTest, MnistOverTwoReplicasInOneProcess) {
   const std::string summary = t::MakeTempDir("mirrored-mnist") + "/out.json";
-  auto r = t::Run({t::RuntimeBinary(), "fit", "--config", t::SourceDir() + "/examples/mnist/mlp.json", "--data-dir", t::MnistDir(),
-                   "--strategy", "mirrored", "--replicas", "2", "--summary-json", summary});
+  auto r = t::Run({t::RuntimeBinary(), "fit", "--config", t::SourceDir() + "/examples/mnist/mlp.json", "--data-dir",
+                   t::MnistDir(), "--strategy", "mirrored", "--replicas", "2", "--summary-json", summary});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const nlohmann::json s = t::ReadJsonFile(summary);
   EXPECT_EQ(s["strategy"], "mirrored");
@@ -94,8 +95,9 @@ TEST(MirroredTest, MnistOverTwoReplicasInOneProcess) {
 // with batch B (to 1e-5, relative), with SGD and with Adam.
 TEST(MultiWorkerMirroredTest, SameVariablesAsOneProcess) {
   const std::string dir = t::MakeTempDir("mwms-equal");
-  for (const auto& [name, opt] : {std::pair<std::string, std::string>{"sgd", R"({"type": "SGD", "learning_rate": 0.1, "momentum": 0.5})"},
-                                  {"adam", R"({"type": "Adam", "learning_rate": 0.01})"}}) {
+  for (const auto& [name, opt] :
+       {std::pair<std::string, std::string>{"sgd", R"({"type": "SGD", "learning_rate": 0.1, "momentum": 0.5})"},
+        {"adam", R"({"type": "Adam", "learning_rate": 0.01})"}}) {
     const std::string job = SmallJob(dir, name, opt);
     auto one = t::Run({t::RuntimeBinary(), "fit", "--config", job, "--checkpoint-dir", dir + "/" + name + "-1"});
     ASSERT_EQ(one.exit_code, 0) << one.out << one.err;
@@ -130,11 +132,12 @@ void ExpectOneLineExit2(const t::RunResult& r, const std::string& want) {
 TEST(MultiWorkerMirroredTest, StrategyThatDoesNotFitTheClusterIsOneLine) {
   const std::string job = t::SourceDir() + "/tests/support/data/synthetic-small.json";
   // A cluster with parameter servers cannot train multi-worker mirrored.
-  auto r = t::Run({t::RuntimeBinary(), "local", "--ps", "1", "--workers", "1", "--", "fit", "--config", job, "--strategy",
-                   "multi_worker_mirrored"});
+  auto r = t::Run({t::RuntimeBinary(), "local", "--ps", "1", "--workers", "1", "--", "fit", "--config", job,
+                   "--strategy", "multi_worker_mirrored"});
   ExpectOneLineExit2(r, "tfjob-runtime: error: flag --strategy multi_worker_mirrored: the cluster has \"ps\" tasks");
   // Nor can workers without one train with parameter servers.
-  r = t::Run({t::RuntimeBinary(), "local", "--workers", "2", "--", "fit", "--config", job, "--strategy", "parameter_server"});
+  r = t::Run(
+      {t::RuntimeBinary(), "local", "--workers", "2", "--", "fit", "--config", job, "--strategy", "parameter_server"});
   ExpectOneLineExit2(r, "flag --strategy parameter_server: the cluster has no \"ps\" tasks");
   r = t::Run({t::RuntimeBinary(), "local", "--workers", "2", "--", "fit", "--config", job, "--strategy", "mirrored"});
   ExpectOneLineExit2(r, "flag --strategy mirrored: this task is one of 2 chief/worker tasks");
@@ -147,7 +150,8 @@ t::RunResult RunJob(const std::string& dir, const std::string& yaml) {
 }
 
 std::string Replica(const std::string& type, const std::string& command) {
-  return "    " + type + ":\n      replicas: 1\n      restartPolicy: Never\n"
+  return "    " + type +
+         ":\n      replicas: 1\n      restartPolicy: Never\n"
          "      template: {spec: {containers: [{name: tensorflow, image: tfjob/runtime-cpu:0.1.0, command: " +
          command + "}]}}\n";
 }
@@ -165,8 +169,10 @@ TEST(MultiWorkerMirroredTest, APeerThatNeverComesUpIsNamedAfterTheTimeout) {
                                                                "\", --rejoin-timeout-seconds, \"2\"]") +
                                               Replica("Worker", "[sleep, \"60\"]")));
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
-  EXPECT_THAT(r.out, ::testing::ContainsRegex(
-                         R"(\[absent-chief-0\] tfjob-runtime: error: collective: worker:0 \(127\.0\.0\.1:[0-9]+\) has not joined the group within 2 s)"));
+  EXPECT_THAT(
+      r.out,
+      ::testing::ContainsRegex(
+          R"(\[absent-chief-0\] tfjob-runtime: error: collective: worker:0 \(127\.0\.0\.1:[0-9]+\) has not joined the group within 2 s)"));
   EXPECT_THAT(r.out, HasSubstr("Failed=True"));
 }
 

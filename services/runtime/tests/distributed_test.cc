@@ -44,10 +44,10 @@ TEST(InProcessTest, ShardedFitWithStepsPerExecution) {
   const std::string dir = t::MakeTempDir("fit-inproc");
   std::ostringstream out, err;
   programs::ChiefContext ctx{(*cluster)->ps_addresses(), (*cluster)->worker_addresses(), {}, &out, &err};
-  ASSERT_EQ(programs::MakeFit()->RunChief({"--config", t::SourceDir() + "/tests/support/data/synthetic-small.json",
-                                           "--epochs", "3", "--summary-json", dir + "/out.json",
-                                           "--steps-per-execution", "3", "--partitioner", "fixed:2"},
-                                          ctx),
+  ASSERT_EQ(programs::MakeFit()->RunChief(
+                {"--config", t::SourceDir() + "/tests/support/data/synthetic-small.json", "--epochs", "3",
+                 "--summary-json", dir + "/out.json", "--steps-per-execution", "3", "--partitioner", "fixed:2"},
+                ctx),
             0)
       << err.str();
   auto s = t::ReadJsonFile(dir + "/out.json");
@@ -63,8 +63,8 @@ TEST(InProcessTest, ShardedFitWithStepsPerExecution) {
 
 TEST(LocalLauncherTest, CounterOverOnePsAndThreeWorkers) {
   const std::string summary = t::MakeTempDir("counter-local") + "/out.json";
-  auto r = t::Run({t::RuntimeBinary(), "local", "--ps", "1", "--workers", "3", "--", "counter", "--increments", "1,2,3,4,5",
-                   "--summary-json", summary});
+  auto r = t::Run({t::RuntimeBinary(), "local", "--ps", "1", "--workers", "3", "--", "counter", "--increments",
+                   "1,2,3,4,5", "--summary-json", summary});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(t::ReadJsonFile(summary)["value"].get<double>(), 15.0);
   // Every task ran as its own process and was shut down by the chief, not killed.
@@ -76,8 +76,9 @@ TEST(LocalLauncherTest, CounterOverOnePsAndThreeWorkers) {
 
 TEST(LocalLauncherTest, MnistMlpWithTwoPsAndTwoWorkers) {
   const std::string summary = t::MakeTempDir("mlp-local") + "/out.json";
-  auto r = t::Run({t::RuntimeBinary(), "local", "--ps", "2", "--workers", "2", "--", "fit", "--config",
-                   t::SourceDir() + "/examples/mnist/mlp.json", "--data-dir", t::MnistDir(), "--summary-json", summary});
+  auto r =
+      t::Run({t::RuntimeBinary(), "local", "--ps", "2", "--workers", "2", "--", "fit", "--config",
+              t::SourceDir() + "/examples/mnist/mlp.json", "--data-dir", t::MnistDir(), "--summary-json", summary});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   auto s = t::ReadJsonFile(summary);
   // Asynchronous: how stale each worker's pulls are follows the machine's
@@ -102,15 +103,16 @@ TEST(LocalLauncherTest, MnistMlpWithTwoPsAndTwoWorkers) {
 // reaches its PS and worker over [::1], and the group of a synchronous job
 // forms over [::1] too.
 TEST(Ipv6Test, TasksAtBracketedIpv6AddressesTrain) {
-  auto r = t::Run({t::RuntimeBinary(), "local", "--host", "::1", "--ps", "1", "--workers", "1", "--", "counter", "--increments",
-                   "1,2,3"});
+  auto r = t::Run({t::RuntimeBinary(), "local", "--host", "::1", "--ps", "1", "--workers", "1", "--", "counter",
+                   "--increments", "1,2,3"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("counter: value 6 after 3 closures"));
   EXPECT_THAT(r.out, HasSubstr("[ps:0] ps 0: serving on [::1]:"));
 
   // Two workers training together over [::1].
   const std::string job = t::SourceDir() + "/tests/support/data/synthetic-small.json";
-  auto w = t::Run({t::RuntimeBinary(), "local", "--host", "::1", "--workers", "2", "--", "fit", "--config", job, "--epochs", "1"});
+  auto w = t::Run(
+      {t::RuntimeBinary(), "local", "--host", "::1", "--workers", "2", "--", "fit", "--config", job, "--epochs", "1"});
   EXPECT_EQ(w.exit_code, 0) << w.out << w.err;
   EXPECT_THAT(w.out, HasSubstr("fit: group generation 1 of 2 members formed"));
   EXPECT_THAT(w.out, ::testing::ContainsRegex("\\[worker:1\\] fit: multi_worker_mirrored, worker:1 is rank 1 of 2"));
@@ -144,9 +146,11 @@ TEST(TfConfigTest, AnInheritedSocketMustBeAListeningSocketAtTheTasksPort) {
                    t::RuntimeBinary()},
                   env);
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
-  EXPECT_THAT(r.err, ::testing::ContainsRegex(
-                         "TFJOB_LISTEN_FD: the socket listens on port [0-9]+, but TF_CONFIG puts ps:0 at 127.0.0.1:6\n"));
-  auto not_socket = t::Run({"/bin/sh", "-c", "exec 3</dev/null; TFJOB_LISTEN_FD=3 exec \"$0\" counter", t::RuntimeBinary()}, env);
+  EXPECT_THAT(r.err,
+              ::testing::ContainsRegex(
+                  "TFJOB_LISTEN_FD: the socket listens on port [0-9]+, but TF_CONFIG puts ps:0 at 127.0.0.1:6\n"));
+  auto not_socket =
+      t::Run({"/bin/sh", "-c", "exec 3</dev/null; TFJOB_LISTEN_FD=3 exec \"$0\" counter", t::RuntimeBinary()}, env);
   EXPECT_EQ(not_socket.exit_code, 2) << not_socket.out << not_socket.err;
   EXPECT_THAT(not_socket.err, HasSubstr("TFJOB_LISTEN_FD: descriptor 3 is not an open socket"));
 }
@@ -161,7 +165,8 @@ TEST(LocalLauncherTest, BadLauncherInput) {
   // Counting needs a parameter server: without one the workers say so.
   r = t::Run({t::RuntimeBinary(), "local", "--workers", "2", "--", "counter"});
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
-  EXPECT_THAT(r.out + r.err, HasSubstr("program \"counter\" needs parameter servers, but the cluster has no \"ps\" tasks"));
+  EXPECT_THAT(r.out + r.err,
+              HasSubstr("program \"counter\" needs parameter servers, but the cluster has no \"ps\" tasks"));
   r = t::Run({t::RuntimeBinary(), "local", "--", "nosuch"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("unknown program \"nosuch\""));
@@ -197,13 +202,16 @@ TEST(TfConfigTest, ChiefWithoutWorkersIsAnError) {
 TEST(TfConfigTest, UnreachablePeersFailWithTheirAddress) {
   // Nothing listens on these ports: the chief retries with backoff for the
   // connect timeout, then names the peer.
-  const std::string cluster = R"("cluster": {"chief": ["127.0.0.1:5"], "ps": ["127.0.0.1:6"], "worker": ["127.0.0.1:7"]})";
-  auto r = t::Run({t::RuntimeBinary(), "counter"}, {{"TF_CONFIG", "{" + cluster + R"(, "task": {"type": "chief", "index": 0}})"},
-                                           {"TFJOB_CONNECT_TIMEOUT_SECONDS", "1"}});
+  const std::string cluster =
+      R"("cluster": {"chief": ["127.0.0.1:5"], "ps": ["127.0.0.1:6"], "worker": ["127.0.0.1:7"]})";
+  auto r = t::Run({t::RuntimeBinary(), "counter"},
+                  {{"TF_CONFIG", "{" + cluster + R"(, "task": {"type": "chief", "index": 0}})"},
+                   {"TFJOB_CONNECT_TIMEOUT_SECONDS", "1"}});
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_THAT(r.err, HasSubstr("127.0.0.1:6 unreachable after"));
-  auto bad = t::Run({t::RuntimeBinary(), "counter"}, {{"TF_CONFIG", "{" + cluster + R"(, "task": {"type": "chief", "index": 0}})"},
-                                             {"TFJOB_CONNECT_TIMEOUT_SECONDS", "soon"}});
+  auto bad = t::Run({t::RuntimeBinary(), "counter"},
+                    {{"TF_CONFIG", "{" + cluster + R"(, "task": {"type": "chief", "index": 0}})"},
+                     {"TFJOB_CONNECT_TIMEOUT_SECONDS", "soon"}});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("TFJOB_CONNECT_TIMEOUT_SECONDS: \"soon\" is not a positive number"));
 }
@@ -226,12 +234,12 @@ TEST(PsLossTest, APsThatNeverComesBackFailsTheChiefInBoundedTime) {
     return R"({"cluster": {"chief": ["127.0.0.1:1"], "ps": [")" + ps + R"("], "worker": [")" + worker +
            R"("]}, "task": {"type": ")" + type + R"(", "index": 0}})";
   };
-  const std::vector<std::string> fit{t::RuntimeBinary(), "fit", "--config", dir + "/job.json", "--checkpoint-dir", dir + "/ckpt",
-                                     "--checkpoint-every-steps", "20"};
+  const std::vector<std::string> fit{
+      t::RuntimeBinary(),         "fit", "--config", dir + "/job.json", "--checkpoint-dir", dir + "/ckpt",
+      "--checkpoint-every-steps", "20"};
   auto serve = [&](const std::string& type, base::ListeningSocket& s) {
-    auto p = std::make_unique<t::Process>(fit, std::map<std::string, std::string>{{"TF_CONFIG", tf_config(type)},
-                                                                                 {"TFJOB_LISTEN_FD", "3"}},
-                                          s.fd());
+    auto p = std::make_unique<t::Process>(
+        fit, std::map<std::string, std::string>{{"TF_CONFIG", tf_config(type)}, {"TFJOB_LISTEN_FD", "3"}}, s.fd());
     s = base::ListeningSocket();  // only the task holds its port now: once it is gone, it is refused
     return p;
   };
@@ -248,10 +256,13 @@ TEST(PsLossTest, APsThatNeverComesBackFailsTheChiefInBoundedTime) {
   const int rc = chief.Stop(SIGKILL);  // long gone, unless it hung
   EXPECT_EQ(rc, 1) << chief.output();
   const std::string out = chief.output();
-  EXPECT_THAT(out, HasSubstr("fit: parameter server 0 (" + ps + ") is not answering; waiting up to 2 s for it to come back"));
-  EXPECT_THAT(out, HasSubstr("tfjob-runtime: error: parameter server 0 (" + ps + ") lost: no answer for 2 s (TFJOB_PS_TIMEOUT_SECONDS)"));
+  EXPECT_THAT(
+      out, HasSubstr("fit: parameter server 0 (" + ps + ") is not answering; waiting up to 2 s for it to come back"));
+  EXPECT_THAT(out, HasSubstr("tfjob-runtime: error: parameter server 0 (" + ps +
+                             ") lost: no answer for 2 s (TFJOB_PS_TIMEOUT_SECONDS)"));
   EXPECT_TRUE(worker_task->running()) << "the worker exited because the chief went away\n" << worker_task->output();
-  auto bad = t::Run({t::RuntimeBinary(), "counter"}, {{"TF_CONFIG", tf_config("chief")}, {"TFJOB_PS_TIMEOUT_SECONDS", "0"}});
+  auto bad =
+      t::Run({t::RuntimeBinary(), "counter"}, {{"TF_CONFIG", tf_config("chief")}, {"TFJOB_PS_TIMEOUT_SECONDS", "0"}});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("TFJOB_PS_TIMEOUT_SECONDS: \"0\" is not a number of seconds"));
 }

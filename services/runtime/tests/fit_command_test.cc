@@ -135,7 +135,8 @@ TEST(FitBadInputTest, WrongMagicIdx) {
   std::string dir = t::MakeTempDir("magic");
   auto job = MlpJob();
   job["data"]["train"]["images"] = "t10k-labels-idx1-ubyte.gz";  // a labels file where images belong
-  ExpectBadInput(Fit(WriteJob(dir, job)), "t10k-labels-idx1-ubyte.gz: bad magic 0x00000801 at offset 0, expected 0x00000803");
+  ExpectBadInput(Fit(WriteJob(dir, job)),
+                 "t10k-labels-idx1-ubyte.gz: bad magic 0x00000801 at offset 0, expected 0x00000803");
 }
 
 TEST(FitBadInputTest, TruncatedIdx) {
@@ -185,7 +186,8 @@ TEST(FitBadInputTest, CheckpointFlags) {
   ExpectBadInput(Fit(job, {"--checkpoint-every-steps", "10"}), "needs --checkpoint-dir");
   ExpectBadInput(Fit(job, {"--checkpoint-dir", "/tmp/x", "--checkpoint-every-steps", "-1"}),
                  "flag --checkpoint-every-steps: must be >= 0");
-  ExpectBadInput(Fit(job, {"--checkpoint-dir", "/tmp/x", "--checkpoint-keep", "0"}), "flag --checkpoint-keep: must be >= 1");
+  ExpectBadInput(Fit(job, {"--checkpoint-dir", "/tmp/x", "--checkpoint-keep", "0"}),
+                 "flag --checkpoint-keep: must be >= 1");
 }
 
 TEST(FitBadInputTest, StrategyFlags) {
@@ -195,7 +197,8 @@ TEST(FitBadInputTest, StrategyFlags) {
   ExpectBadInput(Fit(job, {"--replicas", "2"}), "flag --replicas: only --strategy mirrored and central_storage");
   ExpectBadInput(Fit(job, {"--strategy", "mirrored", "--replicas", "0"}), "flag --replicas: must be in 1..256");
   ExpectBadInput(Fit(job, {"--communication", "mpi"}), "flag --communication: communication \"mpi\"");
-  ExpectBadInput(Fit(job, {"--collective-timeout-seconds", "0"}), "flag --collective-timeout-seconds: must be a positive");
+  ExpectBadInput(Fit(job, {"--collective-timeout-seconds", "0"}),
+                 "flag --collective-timeout-seconds: must be a positive");
   ExpectBadInput(Fit(job, {"--strategy", "mirrored", "--communication", "nccl"}),
                  "flag --communication nccl: NCCL reduces between worker processes (multi_worker_mirrored); mirrored");
   // Where NCCL cannot serve (no GPU, or a build without it), asking for it
@@ -210,8 +213,8 @@ TEST(FitBadInputTest, StrategyFlags) {
 TEST(FitCommandTest, SingleProcessCheckpointsAndResumes) {
   const std::string dir = t::MakeTempDir("fit-ckpt");
   const std::string job = t::SourceDir() + "/tests/support/data/synthetic-small.json";
-  auto r = t::Run({t::RuntimeBinary(), "fit", "--config", job, "--checkpoint-dir", dir + "/ckpt", "--checkpoint-every-steps", "30",
-                   "--summary-json", dir + "/a.json"});
+  auto r = t::Run({t::RuntimeBinary(), "fit", "--config", job, "--checkpoint-dir", dir + "/ckpt",
+                   "--checkpoint-every-steps", "30", "--summary-json", dir + "/a.json"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("fit: checkpoint " + dir + "/ckpt/ckpt-30 (step 30,"));
   EXPECT_THAT(r.out, HasSubstr("fit: checkpoint " + dir + "/ckpt/ckpt-80 (step 80, final,"));
@@ -245,16 +248,35 @@ TEST(EvaluatorRoleTest, BadInputIsOneLine) {
 TEST(EvaluatorRoleTest, EvaluatesCheckpointsUpToTheFinalOne) {
   const std::string dir = t::MakeTempDir("eval-run");
   const std::string ckpt = dir + "/ckpt";
-  auto train = t::Run({t::RuntimeBinary(), "local", "--ps", "2", "--workers", "1", "--", "fit", "--config",
-                       Example("mnist/mlp.json"), "--epochs", "2", "--data-dir", t::MnistDir(), "--checkpoint-dir",
-                       ckpt, "--checkpoint-every-steps", "100", "--checkpoint-keep", "2", "--summary-json",
+  auto train = t::Run({t::RuntimeBinary(),
+                       "local",
+                       "--ps",
+                       "2",
+                       "--workers",
+                       "1",
+                       "--",
+                       "fit",
+                       "--config",
+                       Example("mnist/mlp.json"),
+                       "--epochs",
+                       "2",
+                       "--data-dir",
+                       t::MnistDir(),
+                       "--checkpoint-dir",
+                       ckpt,
+                       "--checkpoint-every-steps",
+                       "100",
+                       "--checkpoint-keep",
+                       "2",
+                       "--summary-json",
                        dir + "/chief.json"});
   ASSERT_EQ(train.exit_code, 0) << train.out << train.err;
   const nlohmann::json chief = nlohmann::json::parse(ReadText(dir + "/chief.json"));
   EXPECT_EQ(chief["recovery"]["checkpoints_written"], 4);  // steps 0, 100, 200 and the final 250
   const std::map<std::string, std::string> env{{"TF_CONFIG", EvaluatorTfConfig()}};
-  const std::vector<std::string> eval{t::RuntimeBinary(), "fit", "--config", Example("mnist/mlp.json"), "--data-dir",
-                                      t::MnistDir(), "--checkpoint-dir", ckpt, "--summary-json", dir + "/eval.json"};
+  const std::vector<std::string> eval{
+      t::RuntimeBinary(), "fit", "--config",       Example("mnist/mlp.json"), "--data-dir", t::MnistDir(),
+      "--checkpoint-dir", ckpt,  "--summary-json", dir + "/eval.json"};
   auto r = t::Run(eval, env);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("evaluator: checkpoint step 250 (final)"));

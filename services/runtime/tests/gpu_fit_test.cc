@@ -76,16 +76,16 @@ TEST_F(GpuFitTest, MnistCnnOnOneGpuReachesTheBar) {
 
 TEST_F(GpuFitTest, MirroredRunsOneReplicaPerGpu) {
   const std::string dir = t::MakeTempDir("gpu-mirrored");
-  auto r = t::Run({t::RuntimeBinary(), "fit", "--config", Mlp(), "--data-dir", t::MnistDir(), "--device", "gpu", "--strategy",
-                   "mirrored", "--summary-json", dir + "/out.json"});
+  auto r = t::Run({t::RuntimeBinary(), "fit", "--config", Mlp(), "--data-dir", t::MnistDir(), "--device", "gpu",
+                   "--strategy", "mirrored", "--summary-json", dir + "/out.json"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const auto s = t::ReadJsonFile(dir + "/out.json");
   EXPECT_EQ(s["num_replicas_in_sync"].get<int>(), gpus_) << s.dump();
   EXPECT_EQ(s["devices"].size(), static_cast<size_t>(gpus_)) << s.dump();
   EXPECT_GE(s["eval_accuracy"].get<double>(), 0.925) << s.dump();
   // More replicas than GPUs cannot each have one.
-  auto bad = t::Run({t::RuntimeBinary(), "fit", "--config", Mlp(), "--data-dir", t::MnistDir(), "--device", "gpu", "--strategy",
-                     "mirrored", "--replicas", std::to_string(gpus_ + 1)});
+  auto bad = t::Run({t::RuntimeBinary(), "fit", "--config", Mlp(), "--data-dir", t::MnistDir(), "--device", "gpu",
+                     "--strategy", "mirrored", "--replicas", std::to_string(gpus_ + 1)});
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
   EXPECT_THAT(bad.err, HasSubstr("--device gpu runs one replica per GPU"));
 }
@@ -94,8 +94,8 @@ TEST_F(GpuFitTest, TwoWorkerProcessesWithNccl) {
   // NCCL does not put two ranks on one GPU.
   if (gpus_ < 2) GTEST_SKIP() << "NCCL needs a GPU per worker process: " << gpus_ << " visible, 2 needed";
   const std::string dir = t::MakeTempDir("gpu-nccl");
-  auto r = t::Run({t::RuntimeBinary(), "local", "--workers", "2", "--", "fit", "--config", Mlp(), "--data-dir", t::MnistDir(),
-                   "--device", "gpu", "--communication", "nccl", "--summary-json", dir + "/out.json"});
+  auto r = t::Run({t::RuntimeBinary(), "local", "--workers", "2", "--", "fit", "--config", Mlp(), "--data-dir",
+                   t::MnistDir(), "--device", "gpu", "--communication", "nccl", "--summary-json", dir + "/out.json"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const auto s = t::ReadJsonFile(dir + "/out.json");
   EXPECT_EQ(s["communication"], "nccl") << s.dump();
@@ -105,8 +105,8 @@ TEST_F(GpuFitTest, TwoWorkerProcessesWithNccl) {
 
 TEST_F(GpuFitTest, TwoWorkerProcessesSharingAGpuWithTheRing) {
   const std::string dir = t::MakeTempDir("gpu-ring");
-  auto r = t::Run({t::RuntimeBinary(), "local", "--workers", "2", "--", "fit", "--config", Mlp(), "--data-dir", t::MnistDir(),
-                   "--device", "gpu", "--communication", "ring", "--summary-json", dir + "/out.json"});
+  auto r = t::Run({t::RuntimeBinary(), "local", "--workers", "2", "--", "fit", "--config", Mlp(), "--data-dir",
+                   t::MnistDir(), "--device", "gpu", "--communication", "ring", "--summary-json", dir + "/out.json"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const auto s = t::ReadJsonFile(dir + "/out.json");
   EXPECT_EQ(s["communication"], "ring") << s.dump();
@@ -115,8 +115,8 @@ TEST_F(GpuFitTest, TwoWorkerProcessesSharingAGpuWithTheRing) {
 
 TEST_F(GpuFitTest, ParameterServerWorkersComputeOnTheGpu) {
   const std::string dir = t::MakeTempDir("gpu-ps");
-  auto r = t::Run({t::RuntimeBinary(), "local", "--ps", "1", "--workers", "2", "--", "fit", "--config", Mlp(), "--data-dir",
-                   t::MnistDir(), "--device", "gpu", "--summary-json", dir + "/out.json"});
+  auto r = t::Run({t::RuntimeBinary(), "local", "--ps", "1", "--workers", "2", "--", "fit", "--config", Mlp(),
+                   "--data-dir", t::MnistDir(), "--device", "gpu", "--summary-json", dir + "/out.json"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const auto s = t::ReadJsonFile(dir + "/out.json");
   EXPECT_EQ(s["strategy"], "parameter_server");
@@ -134,18 +134,19 @@ TEST(NoGpuFitTest, DeviceGpuWithoutAVisibleGpuIsOneLineAndExitTwo) {
                          "tfjob-runtime: error: flag --device gpu: (this build has no CUDA support|no CUDA device is "
                          "visible)[^\n]*\n"));
   const std::string dir = t::MakeTempDir("no-gpu-auto");
-  auto a = t::Run({t::RuntimeBinary(), "fit", "--config", Mlp(), "--data-dir", t::MnistDir(), "--epochs", "1", "--summary-json",
-                   dir + "/out.json"},
+  auto a = t::Run({t::RuntimeBinary(), "fit", "--config", Mlp(), "--data-dir", t::MnistDir(), "--epochs", "1",
+                   "--summary-json", dir + "/out.json"},
                   hide);
   ASSERT_EQ(a.exit_code, 0) << a.err;
   EXPECT_EQ(t::ReadJsonFile(dir + "/out.json")["devices"], nlohmann::json::array({"cpu"}));
   // Parameter-server workers plan their device too: the job fails with
   // their reason, exit 2.
-  auto ps = t::Run({t::RuntimeBinary(), "local", "--ps", "1", "--workers", "1", "--", "fit", "--config", Mlp(), "--data-dir",
-                    t::MnistDir(), "--device", "gpu"},
+  auto ps = t::Run({t::RuntimeBinary(), "local", "--ps", "1", "--workers", "1", "--", "fit", "--config", Mlp(),
+                    "--data-dir", t::MnistDir(), "--device", "gpu"},
                    hide);
   EXPECT_EQ(ps.exit_code, 2) << ps.out << ps.err;
-  EXPECT_THAT(ps.out + ps.err, ::testing::ContainsRegex("flag --device gpu: (this build has no CUDA support|no CUDA device is visible)"));
+  EXPECT_THAT(ps.out + ps.err, ::testing::ContainsRegex(
+                                   "flag --device gpu: (this build has no CUDA support|no CUDA device is visible)"));
   auto bad = t::Run({t::RuntimeBinary(), "fit", "--config", Mlp(), "--device", "tpu"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("flag --device: expected cpu, gpu or auto, got \"tpu\""));

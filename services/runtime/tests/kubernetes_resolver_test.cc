@@ -121,9 +121,10 @@ TEST_F(KubernetesResolverTest, ClusterFromPodIpsInNumericReplicaOrderAndTaskFrom
   // The pods were found by Kubeflow's labels, one selector per replica type.
   bool selected = false;
   for (const auto& req : server_->Requests()) {
-    selected |= req.path == "/api/v1/namespaces/default/pods" &&
-                req.query.find("training.kubeflow.org%2Fjob-name%3Dmnist%2Ctraining.kubeflow.org%2Freplica-type%3Dworker") !=
-                    std::string::npos;
+    selected |=
+        req.path == "/api/v1/namespaces/default/pods" &&
+        req.query.find("training.kubeflow.org%2Fjob-name%3Dmnist%2Ctraining.kubeflow.org%2Freplica-type%3Dworker") !=
+            std::string::npos;
   }
   EXPECT_TRUE(selected);
 }
@@ -189,7 +190,8 @@ TEST_F(KubernetesResolverTest, BadInputAndMissingPermissionsAreClearErrors) {
   // A layout without this pod's task.
   auto env = EnvFor("rbac-worker-0");
   env["TFJOB_KUBERNETES_JOBS"] = "chief:1";
-  EXPECT_THAT(cluster::ResolveCluster(cluster::FixedEnv(env)).status().message(), HasSubstr("TFJOB_KUBERNETES_JOBS: \"chief:1\" has no worker"));
+  EXPECT_THAT(cluster::ResolveCluster(cluster::FixedEnv(env)).status().message(),
+              HasSubstr("TFJOB_KUBERNETES_JOBS: \"chief:1\" has no worker"));
   env["TFJOB_KUBERNETES_JOBS"] = "chief:1,worker:1";
   env["TFJOB_KUBERNETES_WAIT_SECONDS"] = "soon";
   EXPECT_THAT(cluster::ResolveCluster(cluster::FixedEnv(env)).status().message(),
@@ -220,8 +222,8 @@ TEST_F(KubernetesResolverTest, TheExampleRbacGrantsExactlyWhatTheResolverUses) {
   op::api::SetDefaults(*job);
   EXPECT_TRUE(op::api::Validate(*job).empty()) << op::api::ToMessage(op::api::Validate(*job));
   std::map<std::string, int64_t> replicas;
-  for (auto it = by_kind["TFJob"]["spec"]["tfReplicaSpecs"].begin(); it != by_kind["TFJob"]["spec"]["tfReplicaSpecs"].end();
-       ++it) {
+  for (auto it = by_kind["TFJob"]["spec"]["tfReplicaSpecs"].begin();
+       it != by_kind["TFJob"]["spec"]["tfReplicaSpecs"].end(); ++it) {
     SCOPED_TRACE(it.key());
     const json& pod = (*it)["template"]["spec"];
     EXPECT_EQ(pod["serviceAccountName"], sa);

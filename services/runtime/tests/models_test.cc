@@ -59,7 +59,8 @@ void ExpectBadInput(const t::RunResult& r, const std::string& want) {
 // The chief's (or only process') evaluation accuracy from its output.
 double EvalAccuracy(const std::string& out) {
   std::smatch m;
-  if (!std::regex_search(out, m, std::regex(R"(Evaluation\n(?:\[[^\]]*\] )?\d+/\d+ - \S+ - loss: \S+ - accuracy: (\S+))"))) {
+  if (!std::regex_search(out, m,
+                         std::regex(R"(Evaluation\n(?:\[[^\]]*\] )?\d+/\d+ - \S+ - loss: \S+ - accuracy: (\S+))"))) {
     return -1;
   }
   return std::stod(m[1]);
@@ -91,8 +92,8 @@ TEST(CnnTest, OneDeviceFromIdxAndFromAnIndependentTfRecordWriter) {
 
   // The same images written by Python: training plain, evaluation GZIP.
   const std::string writer = Source("services/runtime/tests/mnist_to_tfrecord.py");
-  for (auto [name, begin, end, compression] : {std::tuple{"train.tfrecord", "0", "8000", "none"},
-                                               std::tuple{"eval.tfrecord.gz", "8000", "10000", "gzip"}}) {
+  for (auto [name, begin, end, compression] :
+       {std::tuple{"train.tfrecord", "0", "8000", "none"}, std::tuple{"eval.tfrecord.gz", "8000", "10000", "gzip"}}) {
     auto w = t::Run({"/usr/bin/python3", writer, "--data-dir", t::MnistDir(), "--out", dir + "/" + name, "--begin",
                      begin, "--end", end, "--compression", compression});
     ASSERT_EQ(w.exit_code, 0) << w.err;
@@ -100,11 +101,17 @@ TEST(CnnTest, OneDeviceFromIdxAndFromAnIndependentTfRecordWriter) {
   json job = ReadJson(Source("examples/mnist/cnn.json"));
   const json features = json::array({{{"name", "image"}, {"dtype", "float32"}, {"shape", {28, 28}}}});
   const json label = {{"name", "label"}, {"dtype", "int64"}};
-  job["data"] = {{"train", {{"source", "tfrecord"}, {"files", {"train.tfrecord"}}, {"features", features}, {"label", label}}},
-                 {"eval",
-                  {{"source", "tfrecord"}, {"files", "eval.tfrecord.gz"}, {"compression", "GZIP"}, {"features", features},
-                   {"label", label}, {"auto_shard_policy", "OFF"}}}};
-  auto tfr = Fit({"--config", WriteJson(dir + "/job.json", job), "--data-dir", dir, "--summary-json", dir + "/tfr.json"});
+  job["data"] = {
+      {"train", {{"source", "tfrecord"}, {"files", {"train.tfrecord"}}, {"features", features}, {"label", label}}},
+      {"eval",
+       {{"source", "tfrecord"},
+        {"files", "eval.tfrecord.gz"},
+        {"compression", "GZIP"},
+        {"features", features},
+        {"label", label},
+        {"auto_shard_policy", "OFF"}}}};
+  auto tfr =
+      Fit({"--config", WriteJson(dir + "/job.json", job), "--data-dir", dir, "--summary-json", dir + "/tfr.json"});
   ASSERT_EQ(tfr.exit_code, 0) << tfr.err;
   const json b = ReadJson(dir + "/tfr.json");
   // Bit for bit the same examples, so the same training and the same result.
@@ -151,14 +158,16 @@ TEST(BatchNormalizationTest, MovingStatisticsUnderEveryStrategy) {
   EXPECT_LT(EvalLoss(mirrored.out), 0.3) << mirrored.out;
   // Two worker processes all-reducing (multi-worker mirrored), and one copy
   // of the variables for two replicas (central storage).
-  auto mwms = t::Run({t::RuntimeBinary(), "local", "--workers", "2", "--", "fit", "--config", config, "--data-dir", t::MnistDir()});
+  auto mwms = t::Run(
+      {t::RuntimeBinary(), "local", "--workers", "2", "--", "fit", "--config", config, "--data-dir", t::MnistDir()});
   ASSERT_EQ(mwms.exit_code, 0) << mwms.out << mwms.err;
   EXPECT_LT(EvalLoss(mwms.out), 0.3) << mwms.out;
-  auto central = Fit({"--config", config, "--data-dir", t::MnistDir(), "--strategy", "central_storage", "--replicas", "2"});
+  auto central =
+      Fit({"--config", config, "--data-dir", t::MnistDir(), "--strategy", "central_storage", "--replicas", "2"});
   ASSERT_EQ(central.exit_code, 0) << central.err;
   EXPECT_LT(EvalLoss(central.out), 0.3) << central.out;
-  auto ps = t::Run({t::RuntimeBinary(), "local", "--ps", "2", "--workers", "2", "--", "fit", "--config", config, "--data-dir",
-                    t::MnistDir()});
+  auto ps = t::Run({t::RuntimeBinary(), "local", "--ps", "2", "--workers", "2", "--", "fit", "--config", config,
+                    "--data-dir", t::MnistDir()});
   ASSERT_EQ(ps.exit_code, 0) << ps.out << ps.err;
   EXPECT_GE(EvalAccuracy(ps.out), 0.90) << ps.out;
   EXPECT_LT(EvalLoss(ps.out), 0.4) << ps.out;
@@ -168,8 +177,8 @@ TEST(BatchNormalizationTest, MovingStatisticsUnderEveryStrategy) {
 // reads 2 of them and contributes its half of every global batch.
 TEST(CnnTest, MultiWorkerMirroredReadsItsShardOfTheFiles) {
   const std::string dir = t::MakeTempDir("cnn-shards");
-  auto mnist = data::LoadMnist(t::MnistDir() + "/t10k-images-idx3-ubyte.gz", t::MnistDir() + "/t10k-labels-idx1-ubyte.gz",
-                               0, 8000);
+  auto mnist = data::LoadMnist(t::MnistDir() + "/t10k-images-idx3-ubyte.gz",
+                               t::MnistDir() + "/t10k-labels-idx1-ubyte.gz", 0, 8000);
   ASSERT_TRUE(mnist.ok()) << mnist.status();
   json files = json::array();
   for (int f = 0; f < 4; ++f) {
@@ -195,8 +204,8 @@ TEST(CnnTest, MultiWorkerMirroredReadsItsShardOfTheFiles) {
   job["data"]["eval"]["labels"] = t::MnistDir() + "/t10k-labels-idx1-ubyte.gz";
   job["steps_per_epoch"] = 250;  // each worker's part has its own length
   job["epochs"] = 2;
-  auto r = t::Run({t::RuntimeBinary(), "local", "--workers", "2", "--", "fit", "--config", WriteJson(dir + "/job.json", job),
-                   "--data-dir", dir, "--summary-json", dir + "/out.json"});
+  auto r = t::Run({t::RuntimeBinary(), "local", "--workers", "2", "--", "fit", "--config",
+                   WriteJson(dir + "/job.json", job), "--data-dir", dir, "--summary-json", dir + "/out.json"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("auto_shard_policy FILE, this worker reads shard 0 of 2 (4000 examples)"));
   EXPECT_THAT(r.out, HasSubstr("auto_shard_policy FILE, this worker reads shard 1 of 2 (4000 examples)"));
@@ -241,13 +250,26 @@ TEST(KerasWeightsTest, ExportRoundTripsThroughH5pyAndCheckpointsKeepMovingStatis
   ASSERT_EQ(d.exit_code, 0) << d.err;
   const json manifest = ReadJson(dir + "/dump/manifest.json");
   const std::vector<std::string> groups = manifest["groups"];
-  EXPECT_EQ(groups, (std::vector<std::string>{"layers", "layers/batch_normalization", "layers/batch_normalization/vars",
-                                              "layers/conv2d", "layers/conv2d/vars", "layers/dense", "layers/dense/vars",
-                                              "layers/dense_1", "layers/dense_1/vars", "layers/dropout",
-                                              "layers/dropout/vars", "layers/flatten", "layers/flatten/vars",
-                                              "layers/max_pooling2d", "layers/max_pooling2d/vars",
-                                              "layers/normalization", "layers/normalization/vars", "layers/reshape",
-                                              "layers/reshape/vars", "vars"}));
+  EXPECT_EQ(groups, (std::vector<std::string>{"layers",
+                                              "layers/batch_normalization",
+                                              "layers/batch_normalization/vars",
+                                              "layers/conv2d",
+                                              "layers/conv2d/vars",
+                                              "layers/dense",
+                                              "layers/dense/vars",
+                                              "layers/dense_1",
+                                              "layers/dense_1/vars",
+                                              "layers/dropout",
+                                              "layers/dropout/vars",
+                                              "layers/flatten",
+                                              "layers/flatten/vars",
+                                              "layers/max_pooling2d",
+                                              "layers/max_pooling2d/vars",
+                                              "layers/normalization",
+                                              "layers/normalization/vars",
+                                              "layers/reshape",
+                                              "layers/reshape/vars",
+                                              "vars"}));
 
   // The final checkpoint holds what was trained; h5py must see exactly that.
   checkpoint::Manager mgr(dir + "/ckpt", 3);
@@ -326,14 +348,14 @@ TEST(KerasModelTest, ExamplesTrainAndUnsupportedLayersAreOneLine) {
 
   json model = ReadJson(Source("examples/keras/mnist_cnn.keras3.json"));
   model["config"]["layers"][2]["class_name"] = "LSTM";
-  ExpectBadInput(Fit({"--config", job, "--keras-model", WriteJson(dir + "/lstm.json", model), "--data-dir",
-                      t::MnistDir()}),
-                 "lstm.json: layers[2] (LSTM \"max_pooling2d\"): unsupported layer LSTM (supported: Dense,");
+  ExpectBadInput(
+      Fit({"--config", job, "--keras-model", WriteJson(dir + "/lstm.json", model), "--data-dir", t::MnistDir()}),
+      "lstm.json: layers[2] (LSTM \"max_pooling2d\"): unsupported layer LSTM (supported: Dense,");
   model = ReadJson(Source("examples/keras/mnist_cnn.keras3.json"));
   model["config"]["layers"][1]["config"]["dilation_rate"] = {2, 2};
-  ExpectBadInput(Fit({"--config", job, "--keras-model", WriteJson(dir + "/dilated.json", model), "--data-dir",
-                      t::MnistDir()}),
-                 "layers[1] (Conv2D \"conv2d\"): argument dilation_rate=[2,2] is not supported (only 1)");
+  ExpectBadInput(
+      Fit({"--config", job, "--keras-model", WriteJson(dir + "/dilated.json", model), "--data-dir", t::MnistDir()}),
+      "layers[1] (Conv2D \"conv2d\"): argument dilation_rate=[2,2] is not supported (only 1)");
   // A job that also has a model is ambiguous.
   ExpectBadInput(Fit({"--config", Source("examples/mnist/cnn.json"), "--keras-model",
                       Source("examples/keras/mnist_cnn.keras3.json")}),
@@ -369,12 +391,13 @@ TEST(StringFeaturesTest, BytesListFeaturesFromTfRecord) {
   json job = ReadJson(Source("examples/custom_loop/job.json"));
   job["model"]["layers"][0]["mask_token"] = "";
   job["model"]["layers"][1]["input_dim"] = 9;
-  const json source = {{"source", "tfrecord"},
-                       {"files", {"toy.tfrecord.z"}},
-                       {"compression", "ZLIB"},
-                       {"features", {{{"name", "words"}, {"dtype", "string"}, {"var_len", true}, {"max_length", 3}}}},
-                       {"label", {{"name", "label"}, {"dtype", "string"}}},
-                       {"label_lookup", {{"type", "StringLookup"}, {"vocabulary", {"yes", "no"}}, {"num_oov_indices", 0}}}};
+  const json source = {
+      {"source", "tfrecord"},
+      {"files", {"toy.tfrecord.z"}},
+      {"compression", "ZLIB"},
+      {"features", {{{"name", "words"}, {"dtype", "string"}, {"var_len", true}, {"max_length", 3}}}},
+      {"label", {{"name", "label"}, {"dtype", "string"}}},
+      {"label_lookup", {{"type", "StringLookup"}, {"vocabulary", {"yes", "no"}}, {"num_oov_indices", 0}}}};
   job["data"] = {{"train", source}, {"eval", source}};
   job["epochs"] = 8;
   auto r = Fit({"--config", WriteJson(dir + "/job.json", job), "--data-dir", dir});
@@ -414,11 +437,12 @@ TEST(ModelsBadInputTest, OneLineAndExitCode2) {
                           {"label", {{"name", "label"}, {"dtype", "int64"}}}};
     return WriteJson(dir + "/" + file + "." + image_dtype + ".json", j);
   };
-  ExpectBadInput(Fit({"--config", with_file("truncated.tfrecord", "float32"), "--data-dir", dir}),
-                 "data.train: " + dir + "/truncated.tfrecord: truncated record at offset " + std::to_string(3 * record));
-  ExpectBadInput(Fit({"--config", with_file("badcrc.tfrecord", "float32"), "--data-dir", dir}),
-                 dir + "/badcrc.tfrecord: corrupted record at offset " + std::to_string(5 * record) +
-                     ": data CRC mismatch");
+  ExpectBadInput(
+      Fit({"--config", with_file("truncated.tfrecord", "float32"), "--data-dir", dir}),
+      "data.train: " + dir + "/truncated.tfrecord: truncated record at offset " + std::to_string(3 * record));
+  ExpectBadInput(
+      Fit({"--config", with_file("badcrc.tfrecord", "float32"), "--data-dir", dir}),
+      dir + "/badcrc.tfrecord: corrupted record at offset " + std::to_string(5 * record) + ": data CRC mismatch");
   ExpectBadInput(Fit({"--config", with_file("good.tfrecord", "int64"), "--data-dir", dir}),
                  dir + "/good.tfrecord: record 0 at offset 0: feature \"image\" is a float_list, the spec says int64");
 
@@ -438,7 +462,8 @@ TEST(ModelsBadInputTest, OneLineAndExitCode2) {
   csv["model"]["input_dtype"] = "int64";
   csv["model"]["layers"].erase(0);
   ExpectBadInput(Fit({"--config", WriteJson(dir + "/csv.json", csv), "--data-dir", Source("examples/custom_loop")}),
-                 "csv.json: data.train: " + Source("examples/custom_loop") + "/toy_train.csv:2:1: 'ironman' is not a finite number");
+                 "csv.json: data.train: " + Source("examples/custom_loop") +
+                     "/toy_train.csv:2:1: 'ironman' is not a finite number");
   csv = ReadJson(Source("examples/custom_loop/job.json"));
   csv["data"]["train"].erase("label_lookup");
   ExpectBadInput(Fit({"--config", WriteJson(dir + "/label.json", csv), "--data-dir", Source("examples/custom_loop")}),

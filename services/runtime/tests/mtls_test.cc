@@ -56,9 +56,10 @@ std::shared_ptr<const tls::Config> TrustingWithAnotherCertificate(const tls::Con
 // from another job's CA (same job name), and with such a certificate while
 // trusting the job's CA.
 std::vector<Caller> Outsiders(const tls::Config& job) {
-  return {{"no TLS", rpc::Credentials{kToken, nullptr}},
-          {"another CA", rpc::Credentials{kToken, NewJobTls("job")}},
-          {"another CA's certificate, trusting the job's", rpc::Credentials{kToken, TrustingWithAnotherCertificate(job)}}};
+  return {
+      {"no TLS", rpc::Credentials{kToken, nullptr}},
+      {"another CA", rpc::Credentials{kToken, NewJobTls("job")}},
+      {"another CA's certificate, trusting the job's", rpc::Credentials{kToken, TrustingWithAnotherCertificate(job)}}};
 }
 
 ps::ClientOptions Quick(const rpc::Credentials& c) {
@@ -91,8 +92,9 @@ TEST(MtlsTest, AParameterServerServesOnlyTheJobsCertificate) {
     const std::vector<Status> calls = {
         outsider.CreateVariable("x", *Tensor::FromVector({1}, std::vector<float>{5}), std::nullopt).status(),
         outsider.Pull({"w"}).status(),
-        outsider.Push(0x1111111100000001ULL, 0,
-                      {{"w", ps::Update::Kind::kAssign, *Tensor::FromVector({2}, std::vector<float>{9, 9}), {}}})
+        outsider
+            .Push(0x1111111100000001ULL, 0,
+                  {{"w", ps::Update::Kind::kAssign, *Tensor::FromVector({2}, std::vector<float>{9, 9}), {}}})
             .status(),
         outsider.GetStatus().status(),
         outsider.Fence(0x3333333300000000ULL).status(),
@@ -180,7 +182,8 @@ TEST(MtlsTest, JobsRunByLocalWithTlsTrain) {
 
 TEST(MtlsTest, TlsFilesThatAreMissingOrDoNotBelongTogetherAreOneLine) {
   const std::string dir = t::MakeTempDir("mtls-bad");
-  const std::string tf_config = R"({"cluster":{"ps":["127.0.0.1:1"],"worker":["127.0.0.1:2"]},"task":{"type":"ps","index":0}})";
+  const std::string tf_config =
+      R"({"cluster":{"ps":["127.0.0.1:1"],"worker":["127.0.0.1:2"]},"task":{"type":"ps","index":0}})";
   auto r = t::Run({t::RuntimeBinary(), "counter"}, {{"TF_CONFIG", tf_config}, {"TFJOB_TLS_DIR", dir + "/none"}});
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr(dir + "/none/ca.crt"));

@@ -92,7 +92,8 @@ TEST(PsRestartTest, TheTensorLimitComesFromTheEnvironment) {
   auto bad = StartPs(*again, {{"TFJOB_PS_MAX_TENSOR_BYTES", "lots"}});
   for (int i = 0; i < 500 && bad->running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(bad->Stop(SIGKILL), 2) << bad->output();
-  EXPECT_THAT(bad->output(), ::testing::HasSubstr("TFJOB_PS_MAX_TENSOR_BYTES: \"lots\" is not a positive number of bytes"));
+  EXPECT_THAT(bad->output(),
+              ::testing::HasSubstr("TFJOB_PS_MAX_TENSOR_BYTES: \"lots\" is not a positive number of bytes"));
 }
 
 // A bag of 3 ids from a 5000-row table per example; the label is a fixed

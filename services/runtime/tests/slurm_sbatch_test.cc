@@ -182,7 +182,8 @@ TEST(SlurmRuntimeTest, BadSlurmInputIsOneLineAndExitTwo) {
                         {"TFJOB_SLURM_JOBS", "chief:1,ps:1,worker:1"},
                         {"TFJOB_SLURM_PORT_BASE", "http"}},
                        "TFJOB_SLURM_PORT_BASE: \"http\" is not a non-negative integer");
-  ExpectOneLineExitTwo({{"TFJOB_CLUSTER_RESOLVER", "mpi"}}, "TFJOB_CLUSTER_RESOLVER: \"mpi\" is not tf_config, slurm or kubernetes");
+  ExpectOneLineExitTwo({{"TFJOB_CLUSTER_RESOLVER", "mpi"}},
+                       "TFJOB_CLUSTER_RESOLVER: \"mpi\" is not tf_config, slurm or kubernetes");
 }
 
 // The local launcher gives its children TF_CONFIG; a resolver selected in the

@@ -73,7 +73,8 @@ TEST(GradientReductionTest, SparseGradientsBecomeDenseRowsWithAMaskOfTheRowsTouc
 
 TEST(GradientReductionTest, AGradientThatChangesBetweenDenseAndSparseIsAnInternalError) {
   const std::vector<VariableInfo> vars = BiasAndTable();
-  const std::vector<model::Gradient> grads{Dense(Floats({2}, {0.f, 0.f})), Dense(Floats({4, 2}, std::vector<float>(8)))};
+  const std::vector<model::Gradient> grads{Dense(Floats({2}, {0.f, 0.f})),
+                                           Dense(Floats({4, 2}, std::vector<float>(8)))};
   auto r = ToReducible(grads, vars, 1.f, Device::Cpu());
   EXPECT_EQ(r.status().code(), Code::kInternal);
   EXPECT_THAT(r.status().message(), HasSubstr("\"table\""));

@@ -119,7 +119,9 @@ TEST_F(VariableStoreTest, ShardedPullLookupAndPush) {
   EXPECT_EQ(store.Lookup("emb", {5}).status().code(), Code::kInvalidArgument);
 
   // Sparse gradient on global rows 1 and 3 (one per shard); dense on w.
-  model::Gradient sparse{true, {}, *Tensor::FromVector({2}, std::vector<int64_t>{1, 3}),
+  model::Gradient sparse{true,
+                         {},
+                         *Tensor::FromVector({2}, std::vector<int64_t>{1, 3}),
                          *Tensor::FromVector({2, 2}, std::vector<float>{0.5f, 0.5f, 1, 1})};
   model::Gradient dense{false, *Tensor::FromVector({2}, std::vector<float>{0.25f, 0.5f}), {}, {}};
   ASSERT_EQ(*store.PushGradients(9, 0, {{"emb", sparse}, {"w", dense}}), 0);
@@ -127,7 +129,8 @@ TEST_F(VariableStoreTest, ShardedPullLookupAndPush) {
   // TF applies the partitioner to every variable created in the scope.
   EXPECT_EQ(*store.PushGradients(9, 0, {{"emb", sparse}, {"w", dense}}), 4);
   auto after = store.Pull({"emb", "w"});
-  EXPECT_TRUE(AllClose((*after)[0], *Tensor::FromVector({5, 2}, std::vector<float>{0, 0, 0.5f, 0.5f, 2, 2, 2, 2, 4, 4})));
+  EXPECT_TRUE(
+      AllClose((*after)[0], *Tensor::FromVector({5, 2}, std::vector<float>{0, 0, 0.5f, 0.5f, 2, 2, 2, 2, 4, 4})));
   EXPECT_TRUE(AllClose((*after)[1], *Tensor::FromVector({2}, std::vector<float>{0.75f, 0.5f})));
 }
 

@@ -112,7 +112,8 @@ TEST(MatMulTest, WorksOnRowSlices) {
   std::vector<double> want(6);
   for (int i = 0; i < 3; ++i)
     for (int j = 0; j < 2; ++j)
-      for (int p = 0; p < 3; ++p) want[i * 2 + j] += double(big.data<float>()[(i + 1) * 3 + p]) * b.data<float>()[p * 2 + j];
+      for (int p = 0; p < 3; ++p)
+        want[i * 2 + j] += double(big.data<float>()[(i + 1) * 3 + p]) * b.data<float>()[p * 2 + j];
   ExpectNear(MatMul(a, b).value(), {3, 2}, want, 1e-5, 1e-5, "slice");
 }
 
@@ -127,8 +128,10 @@ TEST(MatMulTest, Errors) {
   ExpectInvalid(MatMul(a, b, true, true).status(), "inner mismatch TT");
   ExpectInvalid(MatMul(Tensor::Zeros(DType::kFloat32, {3}), b).status(), "rank 1");
   ExpectInvalid(MatMul(a, Tensor::Zeros(DType::kFloat32, {3, 2, 1})).status(), "rank 3");
-  ExpectInvalid(MatMul(Tensor::Zeros(DType::kInt64, {2, 3}), Tensor::Zeros(DType::kFloat32, {3, 2})).status(), "int64 a");
-  ExpectInvalid(MatMul(Tensor::Zeros(DType::kFloat32, {2, 3}), Tensor::Zeros(DType::kInt64, {3, 2})).status(), "int64 b");
+  ExpectInvalid(MatMul(Tensor::Zeros(DType::kInt64, {2, 3}), Tensor::Zeros(DType::kFloat32, {3, 2})).status(),
+                "int64 a");
+  ExpectInvalid(MatMul(Tensor::Zeros(DType::kFloat32, {2, 3}), Tensor::Zeros(DType::kInt64, {3, 2})).status(),
+                "int64 b");
 }
 
 TEST(TransposeTest, MatchesNaiveLoop) {
@@ -165,9 +168,9 @@ TEST(BinaryOpsTest, BroadcastingMatchesNaiveLoop) {
     Shape a, b;
   };
   // Same shape, scalars, one-element vectors, and suffixes.
-  const std::vector<Shapes> shapes = {{{3, 4}, {3, 4}}, {{2, 3, 4}, {2, 3, 4}}, {{3, 4}, {}},   {{3, 4}, {1}},
-                                      {{5}, {}},        {{3, 4}, {4}},          {{2, 3, 4}, {4}}, {{2, 3, 4}, {3, 4}},
-                                      {{}, {}},         {{6}, {1}}};
+  const std::vector<Shapes> shapes = {
+      {{3, 4}, {3, 4}}, {{2, 3, 4}, {2, 3, 4}}, {{3, 4}, {}},        {{3, 4}, {1}}, {{5}, {}},
+      {{3, 4}, {4}},    {{2, 3, 4}, {4}},       {{2, 3, 4}, {3, 4}}, {{}, {}},      {{6}, {1}}};
   for (const BinaryCase& op : BinaryCases()) {
     for (const Shapes& s : shapes) {
       Tensor a = RandomAwayFromZero(s.a, gen, 0.25f, 2.f);
@@ -200,14 +203,12 @@ TEST(BinaryOpsTest, HandComputedSuffixBroadcast) {
 
 TEST(BinaryOpsTest, IncompatibleShapesAreInvalidArgument) {
   const std::vector<std::pair<Shape, Shape>> bad = {
-      {{2, 3}, {2}},      // prefix, not suffix
-      {{2, 3}, {3, 2}},   // same size, other shape
-      {{2, 3}, {1, 3}},   // same rank, not a suffix
-      {{3}, {2, 3}},      // b larger than a
-      {{}, {3}},          // a scalar, b vector
-      {{2, 3, 4}, {2, 4}},
-      {{2, 3}, {0}},
-      {{}, {1}},          // b's rank exceeds a's
+      {{2, 3}, {2}},                                  // prefix, not suffix
+      {{2, 3}, {3, 2}},                               // same size, other shape
+      {{2, 3}, {1, 3}},                               // same rank, not a suffix
+      {{3}, {2, 3}},                                  // b larger than a
+      {{}, {3}},                                      // a scalar, b vector
+      {{2, 3, 4}, {2, 4}}, {{2, 3}, {0}}, {{}, {1}},  // b's rank exceeds a's
   };
   for (const BinaryCase& op : BinaryCases()) {
     for (const auto& [sa, sb] : bad) {
@@ -222,7 +223,8 @@ TEST(BinaryOpsTest, IncompatibleShapesAreInvalidArgument) {
     }
     ExpectInvalid(op.fn(Tensor::Zeros(DType::kInt64, {2}), Tensor::Zeros(DType::kFloat32, {2})).status(), "int64 lhs");
     ExpectInvalid(op.fn(Tensor::Zeros(DType::kFloat32, {2}), Tensor::Zeros(DType::kInt64, {2})).status(), "int64 rhs");
-    ExpectInvalid(op.fn(Tensor::Zeros(DType::kFloat32, {2}), Tensor::Zeros(DType::kInt64, {})).status(), "int64 scalar");
+    ExpectInvalid(op.fn(Tensor::Zeros(DType::kFloat32, {2}), Tensor::Zeros(DType::kInt64, {})).status(),
+                  "int64 scalar");
   }
 }
 
@@ -450,9 +452,15 @@ TEST(SoftmaxTest, StableForLargeValues) {
   const double e1 = std::exp(1.0), e2 = std::exp(2.0), z = 1 + e1 + e2;
   std::vector<double> want_p = {1 / z, e1 / z, e2 / z, e2 / z, e1 / z, 1 / z, 1, 0, 0};
   ExpectNear(p, {3, 3}, want_p, 1e-5, 1e-7, "softmax large");
-  std::vector<double> want_lp = {-std::log(z) + 0, 1 - std::log(z), 2 - std::log(z),
-                                 2 - std::log(z),  1 - std::log(z), -std::log(z),
-                                 0,                -5000,           -10000};
+  std::vector<double> want_lp = {-std::log(z) + 0,
+                                 1 - std::log(z),
+                                 2 - std::log(z),
+                                 2 - std::log(z),
+                                 1 - std::log(z),
+                                 -std::log(z),
+                                 0,
+                                 -5000,
+                                 -10000};
   ExpectNear(lp, {3, 3}, want_lp, 1e-5, 1e-5, "log_softmax large");
   for (int r = 0; r < 3; ++r) {
     double s = 0;

@@ -230,8 +230,8 @@ TEST(TensorTest, ReshapeInfersOneDim) {
 
 TEST(TensorTest, ReshapeErrors) {
   Tensor a = Iota({2, 3});
-  for (const Shape& bad : {Shape{4, 2}, Shape{-1, -1}, Shape{4, -1}, Shape{-2, 3}, Shape{0, -1}, Shape{7},
-                           Shape{2, 3, 2}, Shape{}}) {
+  for (const Shape& bad :
+       {Shape{4, 2}, Shape{-1, -1}, Shape{4, -1}, Shape{-2, 3}, Shape{0, -1}, Shape{7}, Shape{2, 3, 2}, Shape{}}) {
     auto r = a.Reshape(bad);
     ASSERT_FALSE(r.ok()) << ShapeString(bad);
     EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << ShapeString(bad);

@@ -51,7 +51,8 @@ struct Both {
 
 Both Handshake(const Config& client, const Config& server, const Pair& p) {
   const auto deadline = Clock::now() + 10s;
-  auto s = std::async(std::launch::async, [&] { return Session::Handshake(server, p.b, Role::kServer, deadline, "client"); });
+  auto s = std::async(std::launch::async,
+                      [&] { return Session::Handshake(server, p.b, Role::kServer, deadline, "client"); });
   Both out;
   out.client = Session::Handshake(client, p.a, Role::kClient, deadline, "server");
   out.server = s.get();
@@ -69,8 +70,10 @@ std::vector<char> Pump(Session& from, int from_fd, Session& to, int to_fd, const
   while (recvd < data.size() && Clock::now() < deadline) {
     if (sent < data.size()) {
       const ssize_t w = from.Write(data.data() + sent, data.size() - sent);
-      if (w > 0) sent += static_cast<size_t>(w);
-      else EXPECT_TRUE(errno == EAGAIN) << std::strerror(errno);
+      if (w > 0)
+        sent += static_cast<size_t>(w);
+      else
+        EXPECT_TRUE(errno == EAGAIN) << std::strerror(errno);
     } else if (from.Unsent()) {
       (void)from.Flush();
     }

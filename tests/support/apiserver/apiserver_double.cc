@@ -59,8 +59,10 @@ size_t JsonDepth(std::string_view text) {
   for (size_t i = 0; i < text.size(); ++i) {
     char c = text[i];
     if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '{' || c == '[') {
@@ -247,7 +249,8 @@ void ApiServerDouble::Impl::Handle(const HttpRequest& req, ResponseWriter& raw) 
   try {
     Dispatch(req, w, is_watch);
   } catch (const std::exception& e) {
-    if (!w.responded()) SendError(w, MakeError(500, "InternalError", std::string("Internal error occurred: ") + e.what()));
+    if (!w.responded())
+      SendError(w, MakeError(500, "InternalError", std::string("Internal error occurred: ") + e.what()));
   } catch (...) {
     if (!w.responded()) SendError(w, MakeError(500, "InternalError", "Internal error occurred"));
   }
@@ -331,10 +334,16 @@ void ApiServerDouble::Impl::Dispatch(const HttpRequest& req, RecordingWriter& w,
       major = v.substr(1, dot - 1);
       minor = v.substr(dot + 1, v.find('.', dot + 1) - dot - 1);
     }
-    return SendJson(w, 200, {{"major", major}, {"minor", minor}, {"gitVersion", v},
-                             {"gitCommit", "0000000000000000000000000000000000000000"}, {"gitTreeState", "clean"},
-                             {"buildDate", "2024-01-01T00:00:00Z"}, {"goVersion", "go1.22.0"}, {"compiler", "gc"},
-                             {"platform", "linux/amd64"}});
+    return SendJson(w, 200,
+                    {{"major", major},
+                     {"minor", minor},
+                     {"gitVersion", v},
+                     {"gitCommit", "0000000000000000000000000000000000000000"},
+                     {"gitTreeState", "clean"},
+                     {"buildDate", "2024-01-01T00:00:00Z"},
+                     {"goVersion", "go1.22.0"},
+                     {"compiler", "gc"},
+                     {"platform", "linux/amd64"}});
   }
   if (segs[0] == "openapi") {
     if (segs.size() == 2 && segs[1] == "v3") return SendJson(w, 200, OpenApiV3Root(store->Resources()));
@@ -378,7 +387,8 @@ json ApiServerDouble::Impl::Render(const ResourceInfo& r, const json& obj, const
                    options.clock ? options.clock() : std::chrono::system_clock::now(), column_definitions);
   }
   if (neg.wire == Negotiated::kPartial) {
-    return {{"kind", "PartialObjectMetadata"}, {"apiVersion", "meta.k8s.io/" + neg.version},
+    return {{"kind", "PartialObjectMetadata"},
+            {"apiVersion", "meta.k8s.io/" + neg.version},
             {"metadata", obj.value("metadata", json::object())}};
   }
   return obj;
@@ -397,7 +407,9 @@ json ApiServerDouble::Impl::RenderList(const ResourceInfo& r, const ListResult& 
   json items = json::array();
   if (neg.wire == Negotiated::kPartial) {
     for (const auto& o : list.items) items.push_back(Render(r, o, neg));
-    return {{"kind", "PartialObjectMetadataList"}, {"apiVersion", "meta.k8s.io/" + neg.version}, {"metadata", meta},
+    return {{"kind", "PartialObjectMetadataList"},
+            {"apiVersion", "meta.k8s.io/" + neg.version},
+            {"metadata", meta},
             {"items", items}};
   }
   for (const auto& o : list.items) items.push_back(o);
@@ -444,7 +456,8 @@ void ApiServerDouble::Impl::ServeResource(const HttpRequest& req, RecordingWrite
   }
   const std::string& dry = req.Query("dryRun");
   if (!dry.empty() && dry != "All") {
-    return SendError(w, MakeError(400, "BadRequest", "dryRun: Unsupported value: \"" + dry + "\": supported values: \"All\""));
+    return SendError(
+        w, MakeError(400, "BadRequest", "dryRun: Unsupported value: \"" + dry + "\": supported values: \"All\""));
   }
   bool dry_run = dry == "All";
 
@@ -482,7 +495,9 @@ void ApiServerDouble::Impl::ServeResource(const HttpRequest& req, RecordingWrite
     }
     *out = ParseBody(req.body);
     if (out->is_discarded()) {
-      SendError(w, MakeError(400, "BadRequest", "the request body is not valid JSON, or is nested too deeply (couldn't get version/kind)"));
+      SendError(w,
+                MakeError(400, "BadRequest",
+                          "the request body is not valid JSON, or is nested too deeply (couldn't get version/kind)"));
       return false;
     }
     return true;
@@ -533,9 +548,9 @@ void ApiServerDouble::Impl::ServeResource(const HttpRequest& req, RecordingWrite
     } else {
       std::string accepted = "application/json-patch+json, application/merge-patch+json";
       if (r.crd_name.empty()) accepted += ", application/strategic-merge-patch+json";
-      return SendError(w, MakeError(415, "UnsupportedMediaType",
-                                    "the body of the request was in an unknown format - accepted media types include: " +
-                                        accepted));
+      return SendError(
+          w, MakeError(415, "UnsupportedMediaType",
+                       "the body of the request was in an unknown format - accepted media types include: " + accepted));
     }
     json patch = ParseBody(req.body);
     if (patch.is_discarded()) return SendError(w, MakeError(400, "BadRequest", "error decoding patch: invalid JSON"));
@@ -552,7 +567,8 @@ void ApiServerDouble::Impl::ServeResource(const HttpRequest& req, RecordingWrite
       if (!body.is_object()) return SendError(w, MakeError(400, "BadRequest", "DeleteOptions must be a JSON object"));
       if (body.contains("propagationPolicy") && body["propagationPolicy"].is_string()) {
         del.propagation = body["propagationPolicy"].get<std::string>();
-      } else if (body.contains("orphanDependents") && body["orphanDependents"].is_boolean() && del.propagation.empty()) {
+      } else if (body.contains("orphanDependents") && body["orphanDependents"].is_boolean() &&
+                 del.propagation.empty()) {
         del.propagation = body["orphanDependents"].get<bool>() ? "Orphan" : "Background";
       }
       if (body.contains("preconditions") && body["preconditions"].is_object()) {
@@ -646,8 +662,8 @@ void ApiServerDouble::Impl::ServeWatch(const HttpRequest& req, RecordingWriter& 
 
   using Clock = std::chrono::steady_clock;
   const auto interval = std::max(options.bookmark_interval, std::chrono::milliseconds(1));
-  const Clock::time_point end = timeout_seconds > 0 ? Clock::now() + std::chrono::seconds(timeout_seconds)
-                                                    : Clock::time_point::max();
+  const Clock::time_point end =
+      timeout_seconds > 0 ? Clock::now() + std::chrono::seconds(timeout_seconds) : Clock::time_point::max();
   Clock::time_point next_bookmark = Clock::now() + interval;
   for (;;) {
     // Wake at least every 200 ms to notice a client that went away.
@@ -660,12 +676,9 @@ void ApiServerDouble::Impl::ServeWatch(const HttpRequest& req, RecordingWriter& 
           if (!emit_object(e)) return;
         }
         break;
-      case Store::WaitOutcome::kTimeout:
-        break;
+      case Store::WaitOutcome::kTimeout: break;
       case Store::WaitOutcome::kDropped:
-      case Store::WaitOutcome::kShutdown:
-        w.Abort();
-        return;
+      case Store::WaitOutcome::kShutdown: w.Abort(); return;
       case Store::WaitOutcome::kExpired:
         // The watcher fell behind the compaction window.
         emit("ERROR", MakeError(410, "Expired", "The resourceVersion for the provided watch is too old.").ToJson());
@@ -734,12 +747,12 @@ std::string ApiServerDouble::url() const {
 }
 
 std::string ApiServerDouble::Kubeconfig(const std::string& ns) const {
-  std::string y = "apiVersion: v1\nkind: Config\nclusters:\n- name: double\n  cluster:\n    server: " + url() +
-                  (impl_->options.tls_ca_pem.empty()
-                       ? std::string()
-                       : "\n    certificate-authority-data: " + Base64(impl_->options.tls_ca_pem)) +
-                  "\ncontexts:\n- name: double\n  context:\n    cluster: double\n    user: double\n    namespace: " + ns +
-                  "\ncurrent-context: double\nusers:\n- name: double\n  user:\n";
+  std::string y =
+      "apiVersion: v1\nkind: Config\nclusters:\n- name: double\n  cluster:\n    server: " + url() +
+      (impl_->options.tls_ca_pem.empty() ? std::string()
+                                         : "\n    certificate-authority-data: " + Base64(impl_->options.tls_ca_pem)) +
+      "\ncontexts:\n- name: double\n  context:\n    cluster: double\n    user: double\n    namespace: " + ns +
+      "\ncurrent-context: double\nusers:\n- name: double\n  user:\n";
   if (impl_->options.bearer_token.empty()) {
     y += "    {}\n";
   } else {

@@ -124,19 +124,19 @@ class ApiServerDouble {
  public:
   struct Options {
     std::string bind_address = "127.0.0.1";
-    int port = 0;                      // 0: an ephemeral port
-    size_t compaction_window = 10000;  // watch events kept for replay; older versions get 410 Gone
+    int port = 0;                                       // 0: an ephemeral port
+    size_t compaction_window = 10000;                   // watch events kept for replay; older versions get 410 Gone
     std::chrono::milliseconds bookmark_interval{1000};  // for watches with allowWatchBookmarks=true
     // Authentication. With a bearer token or a client CA set, every request
     // (but /version and the health paths) must carry an accepted token or a
     // client certificate the CA signed; others get 401. SetBearerTokens()
     // changes the accepted tokens while the server runs (token rotation).
-    std::string bearer_token;          // non-empty: "Authorization: Bearer <token>" accepted
+    std::string bearer_token;  // non-empty: "Authorization: Bearer <token>" accepted
     // TLS: serve https with this PEM certificate (chain) and key; the CA
     // that signed it goes into Kubeconfig() as certificate-authority-data.
     std::string tls_cert_pem, tls_key_pem, tls_ca_pem;
-    std::string client_ca_pem;         // client certificates it signed authenticate as their CN
-    bool register_tfjob_crd = true;    // create the TFJob CRD at start-up
+    std::string client_ca_pem;       // client certificates it signed authenticate as their CN
+    bool register_tfjob_crd = true;  // create the TFJob CRD at start-up
     // Create Volcano's and scheduler-plugins' PodGroup CRDs at start-up.
     bool register_podgroup_crds = false;
     std::string server_version = "v1.30.0";  // /version's gitVersion
@@ -148,12 +148,12 @@ class ApiServerDouble {
   // Makes the next `count` requests that match fail with `code` (or just wait
   // `delay` when code is 0).
   struct Fault {
-    std::string method{};       // "GET", "PUT", ...; "WATCH" = GET with watch; "" = any. "GET" includes watches.
+    std::string method{};           // "GET", "PUT", ...; "WATCH" = GET with watch; "" = any. "GET" includes watches.
     std::string path_regex = ".*";  // ECMAScript; must match the whole URL path (no query string)
-    int code = 500;             // HTTP code of the injected Status; 0 = no error, only the delay
-    int count = 1;              // matching requests affected; -1 = until ClearFaults()
-    std::string reason{};       // StatusReason; default from the code (409 -> Conflict, 500 -> InternalError)
-    std::string message{};      // default "injected fault"
+    int code = 500;                 // HTTP code of the injected Status; 0 = no error, only the delay
+    int count = 1;                  // matching requests affected; -1 = until ClearFaults()
+    std::string reason{};           // StatusReason; default from the code (409 -> Conflict, 500 -> InternalError)
+    std::string message{};          // default "injected fault"
     std::chrono::milliseconds delay{0};  // applied before answering
   };
 

@@ -249,9 +249,10 @@ class ConnWriter : public ResponseWriter {
 };
 
 void SendSimple(Io& io, int code, std::string_view body) {
-  std::string r = "HTTP/1.1 " + std::to_string(code) + " " + ReasonPhrase(code) +
-                  "\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: " +
-                  std::to_string(body.size()) + "\r\n\r\n";
+  std::string r =
+      "HTTP/1.1 " + std::to_string(code) + " " + ReasonPhrase(code) +
+      "\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\n\r\n";
   r.append(body);
   io.SendAll(r);
 }
@@ -344,7 +345,9 @@ Status HttpServer::SetUpTls() {
       first = false;
     }
     ERR_clear_error();  // the end of the PEM stream reads as an error
-    if (first) return InvalidArgument(std::string("TLS: ") + (chain ? "server certificate" : "client CA") + ": no PEM certificate");
+    if (first)
+      return InvalidArgument(std::string("TLS: ") + (chain ? "server certificate" : "client CA") +
+                             ": no PEM certificate");
     return Status::Ok();
   };
   RETURN_IF_ERROR(load_certs(options_.tls_cert_pem, true));
@@ -513,8 +516,7 @@ void HttpServer::Serve(Connection* conn) {
       req.method = line.substr(0, sp1);
       req.target = line.substr(sp1 + 1, sp2 - sp1 - 1);
       std::string version = line.substr(sp2 + 1);
-      if (!ValidToken(req.method) || req.target.empty() || version.rfind("HTTP/1.", 0) != 0 ||
-          version.size() != 8) {
+      if (!ValidToken(req.method) || req.target.empty() || version.rfind("HTTP/1.", 0) != 0 || version.size() != 8) {
         SendSimple(io, 400, "malformed request line\n");
         goto done;
       }

@@ -15,8 +15,12 @@ using nlohmann::json;
 namespace {
 
 PrinterColumn AgeColumn() {
-  return {"Age", "date", "", "CreationTimestamp is a timestamp representing the server time when this object was created.",
-          ".metadata.creationTimestamp", 0};
+  return {"Age",
+          "date",
+          "",
+          "CreationTimestamp is a timestamp representing the server time when this object was created.",
+          ".metadata.creationTimestamp",
+          0};
 }
 
 PrinterColumn Column(std::string name, std::string type, std::string path, int priority = 0) {
@@ -64,9 +68,8 @@ std::vector<ResourceInfo> BuiltinResources() {
     r.has_status = true;
     r.short_names = {"po"}, r.categories = {"all"};
     r.columns = {Column("Status", "string", ".status.phase"), AgeColumn()};
-    r.field_selectors = {"spec.nodeName",     "spec.restartPolicy", "spec.schedulerName",
-                         "spec.serviceAccountName", "spec.hostNetwork", "status.phase",
-                         "status.podIP",      "status.nominatedNodeName"};
+    r.field_selectors = {"spec.nodeName",    "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
+                         "spec.hostNetwork", "status.phase",       "status.podIP",       "status.nominatedNodeName"};
     out.push_back(r);
   }
   {
@@ -85,9 +88,17 @@ std::vector<ResourceInfo> BuiltinResources() {
     r.short_names = {"ev"};
     r.columns = {Column("Type", "string", ".type"), Column("Reason", "string", ".reason"),
                  Column("Message", "string", ".message"), AgeColumn()};
-    r.field_selectors = {"involvedObject.kind", "involvedObject.namespace",       "involvedObject.name",
-                         "involvedObject.uid",  "involvedObject.apiVersion",      "involvedObject.resourceVersion",
-                         "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type"};
+    r.field_selectors = {"involvedObject.kind",
+                         "involvedObject.namespace",
+                         "involvedObject.name",
+                         "involvedObject.uid",
+                         "involvedObject.apiVersion",
+                         "involvedObject.resourceVersion",
+                         "involvedObject.fieldPath",
+                         "reason",
+                         "reportingComponent",
+                         "source",
+                         "type"};
     out.push_back(r);
   }
   {
@@ -134,8 +145,9 @@ std::vector<ResourceInfo> BuiltinResources() {
     r.short_names = {"ev"};
     r.columns = {Column("Type", "string", ".type"), Column("Reason", "string", ".reason"),
                  Column("Note", "string", ".note"), AgeColumn()};
-    r.field_selectors = {"reason", "type", "reportingController", "regarding.kind", "regarding.name",
-                         "regarding.namespace", "regarding.uid"};
+    r.field_selectors = {"reason",         "type",           "reportingController",
+                         "regarding.kind", "regarding.name", "regarding.namespace",
+                         "regarding.uid"};
     out.push_back(r);
   }
   {
@@ -164,24 +176,28 @@ StatusOr<std::vector<ResourceInfo>> ResourcesFromCrd(const json& crd) {
   base.singular = Str(names, "singular");
   base.list_kind = Str(names, "listKind");
   if (base.group.empty() || base.group.find('.') == std::string::npos) {
-    return InvalidArgument("spec.group: Invalid value: \"" + base.group + "\": should be a domain with at least one dot");
+    return InvalidArgument("spec.group: Invalid value: \"" + base.group +
+                           "\": should be a domain with at least one dot");
   }
   if (base.plural.empty()) return InvalidArgument("spec.names.plural: Required value");
   if (base.kind.empty()) return InvalidArgument("spec.names.kind: Required value");
-  if (!CheckDns1123Label(base.plural).empty()) return InvalidArgument("spec.names.plural: Invalid value: \"" + base.plural + "\"");
+  if (!CheckDns1123Label(base.plural).empty())
+    return InvalidArgument("spec.names.plural: Invalid value: \"" + base.plural + "\"");
   if (base.singular.empty()) base.singular = ToLower(base.kind);
   if (base.list_kind.empty()) base.list_kind = base.kind + "List";
   std::string expected_name = base.plural + "." + base.group;
   std::string name = crd.contains("metadata") ? Str(crd["metadata"], "name") : "";
   if (name != expected_name) {
-    return InvalidArgument("metadata.name: Invalid value: \"" + name + "\": must be spec.names.plural+\".\"+spec.group");
+    return InvalidArgument("metadata.name: Invalid value: \"" + name +
+                           "\": must be spec.names.plural+\".\"+spec.group");
   }
   base.crd_name = name;
   base.short_names = Strings(names.value("shortNames", json()));
   base.categories = Strings(names.value("categories", json()));
   std::string scope = Str(spec, "scope");
   if (scope != "Namespaced" && scope != "Cluster") {
-    return InvalidArgument("spec.scope: Unsupported value: \"" + scope + "\": supported values: \"Cluster\", \"Namespaced\"");
+    return InvalidArgument("spec.scope: Unsupported value: \"" + scope +
+                           "\": supported values: \"Cluster\", \"Namespaced\"");
   }
   base.namespaced = scope == "Namespaced";
 
@@ -264,16 +280,18 @@ json PodGroupCrd(const std::string& group, const std::string& version, bool name
           {"metadata", {{"name", "podgroups." + group}}},
           {"spec",
            {{"group", group},
-            {"names", {{"kind", "PodGroup"}, {"listKind", "PodGroupList"}, {"plural", "podgroups"}, {"singular", "podgroup"}}},
+            {"names",
+             {{"kind", "PodGroup"}, {"listKind", "PodGroupList"}, {"plural", "podgroups"}, {"singular", "podgroup"}}},
             {"scope", "Namespaced"},
             {"versions",
-             json::array({{{"name", version},
-                           {"served", true},
-                           {"storage", true},
-                           {"subresources", {{"status", json::object()}}},
-                           {"additionalPrinterColumns", columns},
-                           {"schema",
-                            {{"openAPIV3Schema", {{"type", "object"}, {"x-kubernetes-preserve-unknown-fields", true}}}}}}})}}}};
+             json::array(
+                 {{{"name", version},
+                   {"served", true},
+                   {"storage", true},
+                   {"subresources", {{"status", json::object()}}},
+                   {"additionalPrinterColumns", columns},
+                   {"schema",
+                    {{"openAPIV3Schema", {{"type", "object"}, {"x-kubernetes-preserve-unknown-fields", true}}}}}}})}}}};
 }
 
 }  // namespace
@@ -337,8 +355,11 @@ json ApiResourceListDoc(const std::vector<ResourceInfo>& resources, const std::s
   json list = json::array();
   for (const auto& r : resources) {
     if (r.group != group || r.version != version) continue;
-    json e = {{"name", r.plural}, {"singularName", r.singular}, {"namespaced", r.namespaced},
-              {"kind", r.kind},   {"verbs", kVerbs}};
+    json e = {{"name", r.plural},
+              {"singularName", r.singular},
+              {"namespaced", r.namespaced},
+              {"kind", r.kind},
+              {"verbs", kVerbs}};
     if (!r.short_names.empty()) e["shortNames"] = r.short_names;
     if (!r.categories.empty()) e["categories"] = r.categories;
     list.push_back(e);
@@ -351,7 +372,8 @@ json ApiResourceListDoc(const std::vector<ResourceInfo>& resources, const std::s
     }
   }
   if (list.empty()) return nullptr;
-  json doc = {{"kind", "APIResourceList"}, {"groupVersion", group.empty() ? version : group + "/" + version},
+  json doc = {{"kind", "APIResourceList"},
+              {"groupVersion", group.empty() ? version : group + "/" + version},
               {"resources", list}};
   if (!group.empty()) doc["apiVersion"] = "v1";
   return doc;
@@ -515,8 +537,10 @@ std::string HumanDuration(std::chrono::seconds d) {
   }
   long long m = s / 60;
   if (m < 10) {
-    if (s % 60 == 0) std::snprintf(buf, sizeof buf, "%lldm", m);
-    else std::snprintf(buf, sizeof buf, "%lldm%llds", m, s % 60);
+    if (s % 60 == 0)
+      std::snprintf(buf, sizeof buf, "%lldm", m);
+    else
+      std::snprintf(buf, sizeof buf, "%lldm%llds", m, s % 60);
     return buf;
   }
   if (m < 180) {
@@ -525,19 +549,25 @@ std::string HumanDuration(std::chrono::seconds d) {
   }
   long long h = s / 3600;
   if (h < 8) {
-    if (m % 60 == 0) std::snprintf(buf, sizeof buf, "%lldh", h);
-    else std::snprintf(buf, sizeof buf, "%lldh%lldm", h, m % 60);
+    if (m % 60 == 0)
+      std::snprintf(buf, sizeof buf, "%lldh", h);
+    else
+      std::snprintf(buf, sizeof buf, "%lldh%lldm", h, m % 60);
   } else if (h < 48) {
     std::snprintf(buf, sizeof buf, "%lldh", h);
   } else if (h < 24 * 8) {
-    if (h % 24 == 0) std::snprintf(buf, sizeof buf, "%lldd", h / 24);
-    else std::snprintf(buf, sizeof buf, "%lldd%lldh", h / 24, h % 24);
+    if (h % 24 == 0)
+      std::snprintf(buf, sizeof buf, "%lldd", h / 24);
+    else
+      std::snprintf(buf, sizeof buf, "%lldd%lldh", h / 24, h % 24);
   } else if (h < 24 * 365 * 2) {
     std::snprintf(buf, sizeof buf, "%lldd", h / 24);
   } else if (h < 24 * 365 * 8) {
     long long days = (h / 24) % 365;
-    if (days == 0) std::snprintf(buf, sizeof buf, "%lldy", h / 24 / 365);
-    else std::snprintf(buf, sizeof buf, "%lldy%lldd", h / 24 / 365, days);
+    if (days == 0)
+      std::snprintf(buf, sizeof buf, "%lldy", h / 24 / 365);
+    else
+      std::snprintf(buf, sizeof buf, "%lldy%lldd", h / 24 / 365, days);
   } else {
     std::snprintf(buf, sizeof buf, "%lldy", h / 24 / 365);
   }
@@ -581,8 +611,9 @@ json ToTable(const ResourceInfo& r, const std::vector<const json*>& objects, con
         cells.push_back(v);
       }
     }
-    rows.push_back({{"cells", cells},
-                    {"object", {{"kind", "PartialObjectMetadata"}, {"apiVersion", table_api_version}, {"metadata", meta}}}});
+    rows.push_back(
+        {{"cells", cells},
+         {"object", {{"kind", "PartialObjectMetadata"}, {"apiVersion", table_api_version}, {"metadata", meta}}}});
   }
   json metadata = {{"resourceVersion", resource_version}};
   if (!continue_token.empty()) metadata["continue"] = continue_token;

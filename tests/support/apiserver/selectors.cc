@@ -16,8 +16,7 @@ struct Token {
 };
 
 bool IsSpecial(char c) {
-  return c == ' ' || c == '\t' || c == '!' || c == '=' || c == ',' || c == '(' || c == ')' || c == '<' ||
-         c == '>';
+  return c == ' ' || c == '\t' || c == '!' || c == '=' || c == ',' || c == '(' || c == ')' || c == '<' || c == '>';
 }
 
 std::vector<Token> Lex(std::string_view s) {
@@ -103,9 +102,7 @@ StatusOr<LabelSelector> LabelSelector::Parse(std::string_view text) {
       r.key = toks[p++].text;
       switch (toks[p].kind) {
         case Tok::kEnd:
-        case Tok::kComma:
-          r.op = Op::kExists;
-          break;
+        case Tok::kComma: r.op = Op::kExists; break;
         case Tok::kEq:
         case Tok::kDoubleEq:
         case Tok::kNotEq: {
@@ -157,8 +154,7 @@ StatusOr<LabelSelector> LabelSelector::Parse(std::string_view text) {
           r.values.push_back(toks[p++].text);
           break;
         }
-        default:
-          return fail("found '" + toks[p].text + "', expected: '=', '!=', '==', 'in', notin'");
+        default: return fail("found '" + toks[p].text + "', expected: '=', '!=', '==', 'in', notin'");
       }
     }
     if (std::string why = CheckQualifiedName(r.key); !why.empty()) return fail("key \"" + r.key + "\": " + why);

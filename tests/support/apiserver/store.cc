@@ -27,7 +27,8 @@ json ErrorDetails(const ResourceInfo& r, const std::string& name, const std::str
 ApiError NotRegistered() { return MakeError(404, "NotFound", "the server could not find the requested resource"); }
 
 ApiError NotFoundError(const ResourceInfo& r, const std::string& name) {
-  return MakeError(404, "NotFound", QualifiedResource(r) + " \"" + name + "\" not found", ErrorDetails(r, name, r.plural));
+  return MakeError(404, "NotFound", QualifiedResource(r) + " \"" + name + "\" not found",
+                   ErrorDetails(r, name, r.plural));
 }
 
 ApiError AlreadyExistsError(const ResourceInfo& r, const std::string& name) {
@@ -36,7 +37,8 @@ ApiError AlreadyExistsError(const ResourceInfo& r, const std::string& name) {
 }
 
 ApiError ConflictError(const ResourceInfo& r, const std::string& name, const std::string& why) {
-  return MakeError(409, "Conflict", "Operation cannot be fulfilled on " + QualifiedResource(r) + " \"" + name + "\": " + why,
+  return MakeError(409, "Conflict",
+                   "Operation cannot be fulfilled on " + QualifiedResource(r) + " \"" + name + "\": " + why,
                    ErrorDetails(r, name, r.plural));
 }
 
@@ -160,8 +162,8 @@ bool ParseVersion(const std::string& s, uint64_t* out) {
 }  // namespace
 
 json ApiError::ToJson() const {
-  json j = {{"kind", "Status"}, {"apiVersion", "v1"}, {"metadata", json::object()}, {"status", "Failure"},
-            {"message", message}, {"reason", reason}};
+  json j = {{"kind", "Status"},    {"apiVersion", "v1"}, {"metadata", json::object()},
+            {"status", "Failure"}, {"message", message}, {"reason", reason}};
   if (!details.is_null()) j["details"] = details;
   j["code"] = code;
   return j;
@@ -265,9 +267,9 @@ void Store::RegisterCrdLocked(const json& crd) {
   auto resources = ResourcesFromCrd(crd);
   if (!resources.ok()) return;
   std::string name = MetaString(crd, "name");
-  registry_.erase(std::remove_if(registry_.begin(), registry_.end(),
-                                 [&](const ResourceInfo& r) { return r.crd_name == name; }),
-                  registry_.end());
+  registry_.erase(
+      std::remove_if(registry_.begin(), registry_.end(), [&](const ResourceInfo& r) { return r.crd_name == name; }),
+      registry_.end());
   for (auto& r : *resources) registry_.push_back(r);
 }
 
@@ -285,9 +287,9 @@ void Store::UnregisterCrdLocked(const std::string& crd_name) {
     for (const auto& k : keys) RemoveLocked(id, k);
     objects_.erase(id);
   }
-  registry_.erase(std::remove_if(registry_.begin(), registry_.end(),
-                                 [&](const ResourceInfo& r) { return r.crd_name == crd_name; }),
-                  registry_.end());
+  registry_.erase(
+      std::remove_if(registry_.begin(), registry_.end(), [&](const ResourceInfo& r) { return r.crd_name == crd_name; }),
+      registry_.end());
 }
 
 json Store::CrdStatus(const json& crd, const json& old_status) const {
@@ -312,10 +314,16 @@ json Store::CrdStatus(const json& crd, const json& old_status) const {
     if (v.is_object() && v.value("storage", false)) stored.push_back(v.value("name", ""));
   }
   return {{"conditions",
-           {{{"type", "NamesAccepted"}, {"status", "True"}, {"reason", "NoConflicts"},
-             {"message", "no conflicts found"}, {"lastTransitionTime", since("NamesAccepted")}},
-            {{"type", "Established"}, {"status", "True"}, {"reason", "InitialNamesAccepted"},
-             {"message", "the initial names have been accepted"}, {"lastTransitionTime", since("Established")}}}},
+           {{{"type", "NamesAccepted"},
+             {"status", "True"},
+             {"reason", "NoConflicts"},
+             {"message", "no conflicts found"},
+             {"lastTransitionTime", since("NamesAccepted")}},
+            {{"type", "Established"},
+             {"status", "True"},
+             {"reason", "InitialNamesAccepted"},
+             {"message", "the initial names have been accepted"},
+             {"lastTransitionTime", since("Established")}}}},
           {"acceptedNames", names},
           {"storedVersions", stored}};
 }
@@ -346,8 +354,8 @@ std::optional<ApiError> Store::CheckShapeLocked(const ResourceInfo& r, json& obj
   if (!obj.contains("metadata") || obj["metadata"].is_null()) obj["metadata"] = json::object();
   json& meta = obj["metadata"];
   if (!meta.is_object()) return BadRequest("metadata must be an object");
-  for (const char* field : {"name", "generateName", "namespace", "resourceVersion", "uid", "creationTimestamp",
-                            "deletionTimestamp"}) {
+  for (const char* field :
+       {"name", "generateName", "namespace", "resourceVersion", "uid", "creationTimestamp", "deletionTimestamp"}) {
     if (!meta.contains(field)) continue;
     if (meta[field].is_null()) {
       meta.erase(field);
@@ -446,7 +454,8 @@ std::optional<ApiError> Store::ValidateMetaLocked(const ResourceInfo& r, const j
   if (meta.contains("finalizers")) {
     for (const auto& f : meta["finalizers"]) {
       if (std::string w = CheckQualifiedName(f.get<std::string>()); !w.empty()) {
-        causes.push_back({"metadata.finalizers", "FieldValueInvalid", "Invalid value: \"" + f.get<std::string>() + "\": " + w});
+        causes.push_back(
+            {"metadata.finalizers", "FieldValueInvalid", "Invalid value: \"" + f.get<std::string>() + "\": " + w});
       }
     }
   }
@@ -529,7 +538,8 @@ ApiResult<json> Store::Create(const ResourceInfo& r_in, const std::string& ns_in
   if (name.empty()) {
     std::string prefix = meta.value("generateName", "");
     if (prefix.empty()) {
-      return InvalidError(r, "", {{"metadata.name", "FieldValueRequired", "Required value: name or generateName is required"}});
+      return InvalidError(
+          r, "", {{"metadata.name", "FieldValueRequired", "Required value: name or generateName is required"}});
     }
     if (prefix.size() > 58) prefix.resize(58);
     static const char kAlphabet[] = "bcdfghjklmnpqrstvwxz2456789";
@@ -581,12 +591,14 @@ ApiResult<json> Store::Update(const ResourceInfo& r_in, const std::string& ns_in
   json old = it->second;
   std::string rv = meta.value("resourceVersion", "");
   if (!rv.empty() && rv != MetaString(old, "resourceVersion")) {
-    return ConflictError(r, name, "the object has been modified; please apply your changes to the latest version and try again");
+    return ConflictError(r, name,
+                         "the object has been modified; please apply your changes to the latest version and try again");
   }
   std::string uid = meta.value("uid", "");
   if (!uid.empty() && uid != MetaString(old, "uid")) {
-    return ConflictError(r, name, "Precondition failed: UID in precondition: " + MetaString(old, "uid") +
-                                      ", UID in object meta: " + uid);
+    return ConflictError(
+        r, name,
+        "Precondition failed: UID in precondition: " + MetaString(old, "uid") + ", UID in object meta: " + uid);
   }
   return UpdateLocked(r, old, std::move(body), status, dry_run);
 }
@@ -628,9 +640,11 @@ ApiResult<json> Store::UpdateLocked(const ResourceInfo& r, const json& old, json
     std::vector<std::string> before = Finalizers(old);
     for (const auto& f : Finalizers(result)) {
       if (std::find(before.begin(), before.end(), f) == before.end()) {
-        return InvalidError(r, name, {{"metadata.finalizers", "FieldValueForbidden",
-                                       "Forbidden: no new finalizers can be added if the object is being deleted, "
-                                       "found new finalizers []string{\"" + f + "\"}"}});
+        return InvalidError(r, name,
+                            {{"metadata.finalizers", "FieldValueForbidden",
+                              "Forbidden: no new finalizers can be added if the object is being deleted, "
+                              "found new finalizers []string{\"" +
+                                  f + "\"}"}});
       }
     }
   }
@@ -683,27 +697,30 @@ ApiResult<json> Store::Patch(const ResourceInfo& r_in, const std::string& ns_in,
       try {
         patched = old.patch(patch);
       } catch (const std::exception& e) {
-        return MakeError(422, "Invalid", std::string("the server rejected our request due to an error in our request: ") + e.what());
+        return MakeError(422, "Invalid",
+                         std::string("the server rejected our request due to an error in our request: ") + e.what());
       }
       break;
     }
   }
   if (auto e = CheckShapeLocked(r, patched)) return *e;
   if (MetaString(patched, "name") != name) {
-    return BadRequest("the name of the object (" + MetaString(patched, "name") + ") does not match the name on the URL (" +
-                      name + ")");
+    return BadRequest("the name of the object (" + MetaString(patched, "name") +
+                      ") does not match the name on the URL (" + name + ")");
   }
   if (r.namespaced && MetaString(patched, "namespace") != ns) {
     return BadRequest("the namespace of the provided object does not match the namespace sent on the request");
   }
   std::string rv = MetaString(patched, "resourceVersion");
   if (!rv.empty() && rv != MetaString(old, "resourceVersion")) {
-    return ConflictError(r, name, "the object has been modified; please apply your changes to the latest version and try again");
+    return ConflictError(r, name,
+                         "the object has been modified; please apply your changes to the latest version and try again");
   }
   std::string uid = MetaString(patched, "uid");
   if (!uid.empty() && uid != MetaString(old, "uid")) {
-    return ConflictError(r, name, "Precondition failed: UID in precondition: " + MetaString(old, "uid") +
-                                      ", UID in object meta: " + uid);
+    return ConflictError(
+        r, name,
+        "Precondition failed: UID in precondition: " + MetaString(old, "uid") + ", UID in object meta: " + uid);
   }
   return UpdateLocked(r, old, std::move(patched), status, dry_run);
 }
@@ -717,8 +734,9 @@ ApiResult<json> Store::Delete(const ResourceInfo& r_in, const std::string& ns_in
   const ResourceInfo r = *FindByIdLocked(r_in.id());
   std::string policy = options.propagation.empty() ? "Background" : options.propagation;
   if (policy != "Background" && policy != "Foreground" && policy != "Orphan") {
-    return MakeError(422, "Invalid", "propagationPolicy: Unsupported value: \"" + policy +
-                                         "\": supported values: \"Foreground\", \"Background\", \"Orphan\"");
+    return MakeError(422, "Invalid",
+                     "propagationPolicy: Unsupported value: \"" + policy +
+                         "\": supported values: \"Foreground\", \"Background\", \"Orphan\"");
   }
   std::string ns = r.namespaced ? ns_in : "";
   auto& objs = objects_[r.id()];
@@ -726,14 +744,16 @@ ApiResult<json> Store::Delete(const ResourceInfo& r_in, const std::string& ns_in
   if (it == objs.end()) return NotFoundError(r, name);
   const json& cur = it->second;
   if (!options.precondition_uid.empty() && options.precondition_uid != MetaString(cur, "uid")) {
-    return ConflictError(r, name, "Precondition failed: UID in precondition: " + options.precondition_uid +
-                                      ", UID in object meta: " + MetaString(cur, "uid"));
+    return ConflictError(r, name,
+                         "Precondition failed: UID in precondition: " + options.precondition_uid +
+                             ", UID in object meta: " + MetaString(cur, "uid"));
   }
   if (!options.precondition_resource_version.empty() &&
       options.precondition_resource_version != MetaString(cur, "resourceVersion")) {
-    return ConflictError(r, name, "Precondition failed: ResourceVersion in precondition: " +
-                                      options.precondition_resource_version +
-                                      ", ResourceVersion in object meta: " + MetaString(cur, "resourceVersion"));
+    return ConflictError(
+        r, name,
+        "Precondition failed: ResourceVersion in precondition: " + options.precondition_resource_version +
+            ", ResourceVersion in object meta: " + MetaString(cur, "resourceVersion"));
   }
   if (options.dry_run) return json(cur);
   std::set<std::string> visited;
@@ -835,8 +855,8 @@ void Store::CascadeLocked(const json& owner, bool owner_namespaced, const std::s
   }
 }
 
-ApiResult<ListResult> Store::DeleteCollection(const ResourceInfo& r_in, const std::string& ns,
-                                              const ListOptions& list, const DeleteOptions& options) {
+ApiResult<ListResult> Store::DeleteCollection(const ResourceInfo& r_in, const std::string& ns, const ListOptions& list,
+                                              const DeleteOptions& options) {
   ListOptions unpaged = list;
   unpaged.limit = 0;
   unpaged.continue_token.clear();
@@ -877,8 +897,8 @@ ApiResult<ListResult> Store::List(const ResourceInfo& r_in, const std::string& n
     std::string raw;
     json token;
     if (Unbase64(options.continue_token, &raw)) token = json::parse(raw, nullptr, false);
-    if (!token.is_object() || !token.contains("rv") || !token["rv"].is_number_unsigned() ||
-        !token.contains("ns") || !token["ns"].is_string() || !token.contains("name") || !token["name"].is_string()) {
+    if (!token.is_object() || !token.contains("rv") || !token["rv"].is_number_unsigned() || !token.contains("ns") ||
+        !token["ns"].is_string() || !token.contains("name") || !token["name"].is_string()) {
       return BadRequest("continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)");
     }
     list_rv = token["rv"].get<uint64_t>();
@@ -954,10 +974,10 @@ ApiResult<std::vector<WatchEvent>> Store::StartWatch(WatchCursor* cursor, const 
                        "too old resource version: " + resource_version + " (" + std::to_string(compacted_rv_) + ")");
     }
     if (v > rv_) {
-      return MakeError(504, "Timeout", "Too large resource version: " + resource_version + ", current: " +
-                                           std::to_string(rv_),
-                       {{"causes", {{{"reason", "ResourceVersionTooLarge"}, {"message", "Too large resource version"}}}},
-                        {"retryAfterSeconds", 1}});
+      return MakeError(
+          504, "Timeout", "Too large resource version: " + resource_version + ", current: " + std::to_string(rv_),
+          {{"causes", {{{"reason", "ResourceVersionTooLarge"}, {"message", "Too large resource version"}}}},
+           {"retryAfterSeconds", 1}});
     }
     cursor->position = v;
   }
@@ -990,9 +1010,12 @@ Store::WaitOutcome Store::Wait(WatchCursor* c, std::chrono::steady_clock::time_p
         bool now_matches = CursorMatches(*c, e.object);
         if (e.type == "MODIFIED") {
           bool before = !e.prev.is_null() && CursorMatches(*c, e.prev);
-          if (now_matches && before) events->push_back({"MODIFIED", e.object});
-          else if (now_matches) events->push_back({"ADDED", e.object});
-          else if (before) events->push_back({"DELETED", e.object});
+          if (now_matches && before)
+            events->push_back({"MODIFIED", e.object});
+          else if (now_matches)
+            events->push_back({"ADDED", e.object});
+          else if (before)
+            events->push_back({"DELETED", e.object});
         } else if (now_matches) {
           events->push_back({e.type, e.object});
         }

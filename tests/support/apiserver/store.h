@@ -51,7 +51,7 @@ std::string DefaultReason(int code);
 template <typename T>
 class ApiResult {
  public:
-  ApiResult(T value) : v_(std::move(value)) {}      // NOLINT: implicit by design
+  ApiResult(T value) : v_(std::move(value)) {}         // NOLINT: implicit by design
   ApiResult(ApiError error) : v_(std::move(error)) {}  // NOLINT
   bool ok() const { return v_.index() == 1; }
   const ApiError& error() const { return std::get<0>(v_); }
@@ -104,7 +104,7 @@ struct WatchCursor {
 class Store {
  public:
   struct Options {
-    size_t compaction_window = 10000;  // events kept for watch replay (min 1)
+    size_t compaction_window = 10000;                              // events kept for watch replay (min 1)
     std::function<std::chrono::system_clock::time_point()> clock;  // default: system_clock::now
   };
 
@@ -150,8 +150,8 @@ class Store {
   WaitOutcome Wait(WatchCursor* cursor, std::chrono::steady_clock::time_point deadline,
                    std::vector<WatchEvent>* events);
 
-  void DropWatches();  // every open watch ends with kDropped
-  void Shutdown();     // every open and future Wait returns kShutdown
+  void DropWatches();                                       // every open watch ends with kDropped
+  void Shutdown();                                          // every open and future Wait returns kShutdown
   int ActiveWatches(const std::string& resource_id) const;  // "" = all
 
   // ---- Versions --------------------------------------------------------

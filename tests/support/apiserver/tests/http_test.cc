@@ -352,9 +352,8 @@ TEST_F(HttpTest, StatusSubresourceIsIsolatedFromSpec) {
 
 TEST_F(HttpTest, PatchTypes) {
   MustCreate(kTfJobs, TfJob("mnist"));
-  Response merge = client_->Patch(kTfJobs + "/mnist",
-                                  {{"metadata", {{"labels", {{"team", "ml"}}}}},
-                                   {"spec", {{"runPolicy", {{"cleanPodPolicy", "All"}}}}}});
+  Response merge = client_->Patch(kTfJobs + "/mnist", {{"metadata", {{"labels", {{"team", "ml"}}}}},
+                                                       {"spec", {{"runPolicy", {{"cleanPodPolicy", "All"}}}}}});
   ASSERT_EQ(merge.code, 200) << merge.text;
   EXPECT_EQ(merge.body["metadata"]["labels"]["team"], "ml");
   EXPECT_EQ(merge.body["spec"]["runPolicy"]["cleanPodPolicy"], "All");
@@ -370,22 +369,21 @@ TEST_F(HttpTest, PatchTypes) {
   ExpectStatus(client_->Patch(kTfJobs + "/mnist", {{"metadata", {{"resourceVersion", "1"}}}}), 409, "Conflict");
 
   // JSON patch (RFC 6902), including a failing test op.
-  Response jp = client_->Patch(
-      kTfJobs + "/mnist",
-      json::array({{{"op", "replace"}, {"path", "/spec/tfReplicaSpecs/Worker/replicas"}, {"value", 5}}}),
-      "application/json-patch+json");
+  Response jp =
+      client_->Patch(kTfJobs + "/mnist",
+                     json::array({{{"op", "replace"}, {"path", "/spec/tfReplicaSpecs/Worker/replicas"}, {"value", 5}}}),
+                     "application/json-patch+json");
   ASSERT_EQ(jp.code, 200) << jp.text;
   EXPECT_EQ(jp.body["spec"]["tfReplicaSpecs"]["Worker"]["replicas"], 5);
-  ExpectStatus(client_->Patch(kTfJobs + "/mnist",
-                              json::array({{{"op", "test"}, {"path", "/spec/tfReplicaSpecs/Worker/replicas"},
-                                            {"value", 1}}}),
-                              "application/json-patch+json"),
-               422, "Invalid");
+  ExpectStatus(
+      client_->Patch(kTfJobs + "/mnist",
+                     json::array({{{"op", "test"}, {"path", "/spec/tfReplicaSpecs/Worker/replicas"}, {"value", 1}}}),
+                     "application/json-patch+json"),
+      422, "Invalid");
 
   // Strategic merge patch: custom resources refuse it, as k8s does; built-ins
   // take it (treated as a merge patch, directives dropped).
-  ExpectStatus(client_->Patch(kTfJobs + "/mnist", {{"spec", json::object()}},
-                              "application/strategic-merge-patch+json"),
+  ExpectStatus(client_->Patch(kTfJobs + "/mnist", {{"spec", json::object()}}, "application/strategic-merge-patch+json"),
                415, "UnsupportedMediaType");
   MustCreate(kPods, Pod("p"));
   Response smp = client_->Patch(kPods + "/p", {{"metadata", {{"labels", {{"a", "b"}}}}}, {"$retainKeys", {"x"}}},
@@ -552,9 +550,8 @@ TEST_F(HttpTest, WatchReplaysFromResourceVersion) {
   EXPECT_EQ((*o1)["object"]["metadata"]["name"], "a");
 
   // Cluster-wide watch sees other namespaces.
-  auto all = std::make_unique<WatchStream>(
-      server_->url(), "/apis/kubeflow.org/v1/tfjobs?watch=true&resourceVersion=" +
-                          std::to_string(server_->ResourceVersion()));
+  auto all = std::make_unique<WatchStream>(server_->url(), "/apis/kubeflow.org/v1/tfjobs?watch=true&resourceVersion=" +
+                                                               std::to_string(server_->ResourceVersion()));
   MustCreate("/apis/kubeflow.org/v1/namespaces/team-b/tfjobs", TfJob("c"));
   auto c1 = all->NextNonBookmark();
   ASSERT_TRUE(c1);
@@ -571,7 +568,8 @@ TEST_F(HttpTest, WatchReplaysFromResourceVersion) {
 
 TEST_F(HttpTest, WatchAppliesLabelSelectorToTransitions) {
   MustCreate(kPods, Pod("p", {{"role", "worker"}}));
-  auto w = Watch(kPods, "labelSelector=" + Q("role=ps") + "&resourceVersion=" + std::to_string(server_->ResourceVersion()));
+  auto w =
+      Watch(kPods, "labelSelector=" + Q("role=ps") + "&resourceVersion=" + std::to_string(server_->ResourceVersion()));
   MustCreate(kPods, Pod("q", {{"role", "worker"}}));  // never matches
   // Starts matching: ADDED; changes while matching: MODIFIED; stops: DELETED.
   ASSERT_EQ(client_->Patch(kPods + "/p", {{"metadata", {{"labels", {{"role", "ps"}}}}}}).code, 200);
@@ -695,8 +693,8 @@ TEST_F(HttpTest, DropWatchesCutsOpenStreams) {
 
 TEST_F(HttpTest, FaultsFailTheNextMatchingRequests) {
   json job = MustCreate(kTfJobs, TfJob("mnist"));
-  ASSERT_TRUE(server_->InjectFault({.method = "PUT", .path_regex = ".*/tfjobs/[^/]+/status", .code = 409, .count = 2})
-                  .ok());
+  ASSERT_TRUE(
+      server_->InjectFault({.method = "PUT", .path_regex = ".*/tfjobs/[^/]+/status", .code = 409, .count = 2}).ok());
   json st = job;
   st["status"] = {{"conditions", json::array()}};
   st["metadata"].erase("resourceVersion");
@@ -705,7 +703,8 @@ TEST_F(HttpTest, FaultsFailTheNextMatchingRequests) {
   ExpectStatus(client_->Put(kTfJobs + "/mnist/status", st), 409, "Conflict");
   EXPECT_EQ(client_->Put(kTfJobs + "/mnist/status", st).code, 200) << "count exhausted";
 
-  ASSERT_TRUE(server_->InjectFault({.method = "GET", .path_regex = "/api/v1/namespaces/default/pods", .code = 500}).ok());
+  ASSERT_TRUE(
+      server_->InjectFault({.method = "GET", .path_regex = "/api/v1/namespaces/default/pods", .code = 500}).ok());
   ExpectStatus(client_->Get(kPods), 500, "InternalError");
   EXPECT_EQ(client_->Get(kPods).code, 200);
 
@@ -719,7 +718,8 @@ TEST_F(HttpTest, FaultsFailTheNextMatchingRequests) {
   WatchStream w3(server_->url(), kPods + "?watch=1&timeoutSeconds=1");
   EXPECT_EQ(w3.code(), 200);
 
-  ASSERT_TRUE(server_->InjectFault({.method = "POST", .code = 429, .reason = "TooManyRequests", .message = "slow down"}).ok());
+  ASSERT_TRUE(
+      server_->InjectFault({.method = "POST", .code = 429, .reason = "TooManyRequests", .message = "slow down"}).ok());
   Response limited = client_->Post(kConfigMaps, ConfigMap("x"));
   ExpectStatus(limited, 429, "TooManyRequests");
   EXPECT_EQ(limited.body["message"], "slow down");
@@ -749,11 +749,14 @@ TEST_F(HttpTest, RequestsAreRecorded) {
 
 TEST_F(HttpTest, TablesForKubectl) {
   MustCreate(kTfJobs, TfJob("mnist"));
-  ASSERT_TRUE(server_->MergePatch("tfjobs", "default", "mnist",
-                                  {{"status", {{"conditions", {{{"type", "Created"}, {"status", "True"}},
-                                                               {{"type", "Running"}, {"status", "True"}}}}}}},
-                                  true)
-                  .ok());
+  ASSERT_TRUE(
+      server_
+          ->MergePatch("tfjobs", "default", "mnist",
+                       {{"status",
+                         {{"conditions",
+                           {{{"type", "Created"}, {"status", "True"}}, {{"type", "Running"}, {"status", "True"}}}}}}},
+                       true)
+          .ok());
   Response t = client_->Get(kTfJobs, "application/json;as=Table;v=v1;g=meta.k8s.io,application/json");
   ASSERT_EQ(t.code, 200) << t.text;
   EXPECT_EQ(t.body["kind"], "Table");
@@ -771,7 +774,8 @@ TEST_F(HttpTest, TablesForKubectl) {
   Response one = client_->Get(kTfJobs + "/mnist", "application/json;as=Table;v=v1beta1;g=meta.k8s.io");
   ASSERT_EQ(one.code, 200);
   EXPECT_EQ(one.body["apiVersion"], "meta.k8s.io/v1beta1");
-  Response plain = client_->Get(kTfJobs, "application/json;as=APIGroupDiscoveryList;v=v2;g=apidiscovery.k8s.io,application/json");
+  Response plain =
+      client_->Get(kTfJobs, "application/json;as=APIGroupDiscoveryList;v=v2;g=apidiscovery.k8s.io,application/json");
   EXPECT_EQ(plain.body["kind"], "TFJobList");
   EXPECT_EQ(client_->Get(kTfJobs, "application/vnd.kubernetes.protobuf").code, 406);
 }
@@ -903,12 +907,32 @@ TEST_F(HttpTest, GarbageNeverCrashesTheServer) {
   for (int i = 0; i < 20; ++i) RawExchange(server_->port(), random_bytes(1 + rng() % 4096));
 
   // Well-formed HTTP, nonsense content.
-  const std::vector<std::string> segments = {"api",   "apis",   "v1",      "namespaces", "default", "pods",
-                                             "tfjobs", "kubeflow.org", "status", "watch", "..", "%00", "%ff",
-                                             "services", "customresourcedefinitions", "apiextensions.k8s.io", "x"};
+  const std::vector<std::string> segments = {"api",
+                                             "apis",
+                                             "v1",
+                                             "namespaces",
+                                             "default",
+                                             "pods",
+                                             "tfjobs",
+                                             "kubeflow.org",
+                                             "status",
+                                             "watch",
+                                             "..",
+                                             "%00",
+                                             "%ff",
+                                             "services",
+                                             "customresourcedefinitions",
+                                             "apiextensions.k8s.io",
+                                             "x"};
   const std::vector<std::string> methods = {"GET", "POST", "PUT", "PATCH", "DELETE"};
-  const std::vector<std::string> bodies = {"", "{", "null", "[]", "{\"metadata\":5}", "{\"metadata\":{\"name\":7}}",
-                                           "{\"metadata\":{\"labels\":[1]}}", "{\"metadata\":{\"ownerReferences\":7}}",
+  const std::vector<std::string> bodies = {"",
+                                           "{",
+                                           "null",
+                                           "[]",
+                                           "{\"metadata\":5}",
+                                           "{\"metadata\":{\"name\":7}}",
+                                           "{\"metadata\":{\"labels\":[1]}}",
+                                           "{\"metadata\":{\"ownerReferences\":7}}",
                                            "{\"metadata\":{\"name\":\"n\",\"finalizers\":{}}}",
                                            "{\"spec\":{\"names\":1},\"metadata\":{\"name\":\"a.b\"}}",
                                            "[{\"op\":\"remove\",\"path\":\"/metadata\"}]",
@@ -920,8 +944,10 @@ TEST_F(HttpTest, GarbageNeverCrashesTheServer) {
     std::string path;
     int n = 1 + static_cast<int>(rng() % 7);
     for (int k = 0; k < n; ++k) path += "/" + segments[rng() % segments.size()];
-    if (rng() % 3 == 0) path += "?limit=" + std::to_string(static_cast<int>(rng() % 5) - 1) + "&continue=" + Q(random_bytes(5));
-    if (path.find("watch") != std::string::npos) path += (path.find('?') == std::string::npos ? "?" : "&") + std::string("timeoutSeconds=1");
+    if (rng() % 3 == 0)
+      path += "?limit=" + std::to_string(static_cast<int>(rng() % 5) - 1) + "&continue=" + Q(random_bytes(5));
+    if (path.find("watch") != std::string::npos)
+      path += (path.find('?') == std::string::npos ? "?" : "&") + std::string("timeoutSeconds=1");
     std::string body = rng() % 5 == 0 ? random_bytes(rng() % 64) : bodies[rng() % bodies.size()];
     Response r = client_->Do(methods[rng() % methods.size()], path, body, types[rng() % types.size()]);
     ASSERT_NE(r.code, 0) << "request " << i << " " << path << ": " << r.text;

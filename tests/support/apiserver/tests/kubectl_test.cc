@@ -48,8 +48,8 @@ class KubectlTest : public ::testing::Test {
   }
 
   RunResult Kubectl(std::vector<std::string> args) {
-    std::vector<std::string> argv = {"kubectl", "--kubeconfig", dir_ + "/kubeconfig", "--cache-dir", dir_ + "/cache",
-                                     "--request-timeout", "30s"};
+    std::vector<std::string> argv = {
+        "kubectl", "--kubeconfig", dir_ + "/kubeconfig", "--cache-dir", dir_ + "/cache", "--request-timeout", "30s"};
     argv.insert(argv.end(), args.begin(), args.end());
     return tfjob::testing::Run(argv, {{"HOME", dir_}});
   }
@@ -74,11 +74,14 @@ TEST_F(KubectlTest, CreateAndGetTfJobs) {
   EXPECT_EQ((*job)["metadata"]["labels"]["app"], "mnist");
 
   // What the operator would write.
-  ASSERT_TRUE(server_->MergePatch("tfjobs", "default", "mnist",
-                                  {{"status", {{"conditions", {{{"type", "Created"}, {"status", "True"}},
-                                                               {{"type", "Running"}, {"status", "True"}}}}}}},
-                                  true)
-                  .ok());
+  ASSERT_TRUE(
+      server_
+          ->MergePatch("tfjobs", "default", "mnist",
+                       {{"status",
+                         {{"conditions",
+                           {{{"type", "Created"}, {"status", "True"}}, {{"type", "Running"}, {"status", "True"}}}}}}},
+                       true)
+          .ok());
   RunResult table = Kubectl({"get", "tfjobs"});
   ASSERT_EQ(table.exit_code, 0) << table.err;
   EXPECT_THAT(table.out, ::testing::ContainsRegex("NAME +STATE +AGE"));
@@ -113,8 +116,7 @@ TEST_F(KubectlTest, ApplyTheProjectCrdThenAJob) {
 
   RunResult crd = Kubectl({"apply", "-f", SourceDir() + "/crds/kubeflow.org_tfjobs.yaml"});
   ASSERT_EQ(crd.exit_code, 0) << crd.out << crd.err;
-  RunResult established =
-      Kubectl({"wait", "--for=condition=established", "crd/tfjobs.kubeflow.org", "--timeout=30s"});
+  RunResult established = Kubectl({"wait", "--for=condition=established", "crd/tfjobs.kubeflow.org", "--timeout=30s"});
   ASSERT_EQ(established.exit_code, 0) << established.err;
 
   RunResult applied = Kubectl({"apply", "-f", Testdata("tfjob.yaml")});
@@ -122,8 +124,8 @@ TEST_F(KubectlTest, ApplyTheProjectCrdThenAJob) {
   ASSERT_TRUE(server_->Get("tfjobs", "default", "mnist").ok());
 
   // Re-apply with a change: a merge patch, a new generation.
-  RunResult scaled = Kubectl({"patch", "tfjob", "mnist", "--type=merge", "-p",
-                              R"({"spec":{"tfReplicaSpecs":{"Worker":{"replicas":4}}}})"});
+  RunResult scaled = Kubectl(
+      {"patch", "tfjob", "mnist", "--type=merge", "-p", R"({"spec":{"tfReplicaSpecs":{"Worker":{"replicas":4}}}})"});
   ASSERT_EQ(scaled.exit_code, 0) << scaled.err;
   auto job = server_->Get("tfjobs", "default", "mnist");
   ASSERT_TRUE(job.ok());

@@ -47,8 +47,11 @@ TEST(LabelSelectorTest, KubernetesSemantics) {
 }
 
 TEST(LabelSelectorTest, RejectsMalformed) {
-  for (const char* bad : {"!", "=x", "a in ()", "a in (b", "a in b", "a=b=c", "a,", ",a", "a notin", "a>b",
-                          "a b", "Bad Key=x", "a=" "x y", "a/b/c=d", "-a=b", "a=-b", "a=(b)"}) {
+  for (const char* bad :
+       {"!", "=x", "a in ()", "a in (b", "a in b", "a=b=c", "a,", ",a", "a notin", "a>b", "a b", "Bad Key=x",
+        "a="
+        "x y",
+        "a/b/c=d", "-a=b", "a=-b", "a=(b)"}) {
     EXPECT_FALSE(LabelSelector::Parse(bad).ok()) << bad;
   }
   auto s = LabelSelector::Parse("a in (b");

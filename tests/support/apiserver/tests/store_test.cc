@@ -116,7 +116,9 @@ TEST_F(DirectTest, FinalizersHoldDeletionUntilRemoved) {
   uint64_t rv = server_->ResourceVersion();
   ASSERT_TRUE(server_->Delete("tfjobs", "default", "a").ok());
   EXPECT_EQ(server_->ResourceVersion(), rv);
-  EXPECT_EQ(server_->MergePatch("tfjobs", "default", "a", {{"metadata", {{"finalizers", {"kubeflow.org/cleanup", "x.io/more"}}}}})
+  EXPECT_EQ(server_
+                ->MergePatch("tfjobs", "default", "a",
+                             {{"metadata", {{"finalizers", {"kubeflow.org/cleanup", "x.io/more"}}}}})
                 .status()
                 .code(),
             Code::kInvalidArgument);
@@ -297,8 +299,7 @@ json ToJson(const YAML::Node& n) {
       }
       return s;
     }
-    default:
-      return nullptr;
+    default: return nullptr;
   }
 }
 
