@@ -138,9 +138,9 @@ StatusOr<ListeningSocket> ListeningSocket::Adopt(int fd, const std::string& what
 }
 
 void PassListenerToChild(int fd, ChildOptions& child) {
-  static_assert(kChildListenFd == 3, "the value kListenFdEnv says");
   child.pass_fds.emplace_back(fd, kChildListenFd);
-  child.env[kListenFdEnv] = "3";
+  // A string built from the number: GCC 12 misreads `= "3"` here (-Wrestrict).
+  child.env.insert_or_assign(kListenFdEnv, std::to_string(kChildListenFd));
 }
 
 StatusOr<std::optional<ListeningSocket>> InheritedListener(const EnvFn& env) {
