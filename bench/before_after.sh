@@ -30,7 +30,7 @@ done
 data=${MNIST_DIR:-../shared/data/mnist}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fit=(fit --config examples/mnist/mlp.json --data-dir "$data" --threads 1 --epochs 2)
+fit=(fit --config examples/mnist/mlp.json --data-dir "$data" --threads 1 --epochs 10)
 eps() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["examples_per_second"])' "$1"; }
 
 # measure BUILD NAME: appends "NAME VALUE" lines for that build to $tmp/<which>.txt
