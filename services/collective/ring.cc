@@ -206,6 +206,33 @@ struct RecvCursor {
   Clock::time_point last_received;
 };
 
+// The end of the bucket that starts at tensors[i]: a tensor of `limit` bytes
+// or more goes alone, smaller ones together while they fit. `bytes`: the
+// bucket's size.
+size_t BucketEnd(std::span<Tensor* const> tensors, size_t i, size_t limit, size_t* bytes) {
+  *bytes = tensors[i]->bytes();
+  size_t j = i + 1;
+  if (*bytes >= limit) return j;
+  while (j < tensors.size() && tensors[j]->bytes() < limit && *bytes + tensors[j]->bytes() <= limit) {
+    *bytes += tensors[j++]->bytes();
+  }
+  return j;
+}
+
+void PackBucket(std::span<Tensor* const> tensors, std::byte* to) {
+  for (const Tensor* t : tensors) {
+    std::memcpy(to, t->raw(), t->bytes());
+    to += t->bytes();
+  }
+}
+
+void UnpackBucket(std::span<Tensor* const> tensors, const std::byte* from) {
+  for (Tensor* t : tensors) {
+    std::memcpy(t->raw(), from, t->bytes());
+    from += t->bytes();
+  }
+}
+
 }  // namespace
 
 RingCommunicator::RingCommunicator(int rank, std::vector<Peer> members, int64_t generation, net::Fd to_next,
@@ -314,36 +341,19 @@ Status RingCommunicator::AllReduce(std::span<Tensor* const> tensors, ReduceOp op
     }
   }
   if (size() > 1) {
-    size_t i = 0;
-    while (i < tensors.size()) {
-      if (tensors[i]->bytes() >= options_.bucket_bytes) {
-        RETURN_IF_ERROR(ReduceBuffer(tensors[i]->data<float>(), tensors[i]->size(), tensors.subspan(i, 1)));
-        ++i;
+    for (size_t i = 0, j; i < tensors.size(); i = j) {
+      size_t bytes = 0;
+      j = BucketEnd(tensors, i, options_.bucket_bytes, &bytes);
+      const std::span<Tensor* const> group = tensors.subspan(i, j - i);
+      if (j == i + 1) {  // alone: reduced where it is
+        RETURN_IF_ERROR(ReduceBuffer(tensors[i]->data<float>(), tensors[i]->size(), group));
         continue;
       }
-      size_t j = i, bytes = 0;
-      while (j < tensors.size() && tensors[j]->bytes() < options_.bucket_bytes &&
-             bytes + tensors[j]->bytes() <= options_.bucket_bytes) {
-        bytes += tensors[j++]->bytes();
-      }
-      if (j == i + 1) {
-        RETURN_IF_ERROR(ReduceBuffer(tensors[i]->data<float>(), tensors[i]->size(), tensors.subspan(i, 1)));
-      } else {
-        if (bucket_.size() < bytes) bucket_.resize(bytes);
-        size_t o = 0;
-        for (size_t k = i; k < j; ++k) {
-          std::memcpy(bucket_.data() + o, tensors[k]->raw(), tensors[k]->bytes());
-          o += tensors[k]->bytes();
-        }
-        RETURN_IF_ERROR(ReduceBuffer(reinterpret_cast<float*>(bucket_.data()),
-                                     static_cast<int64_t>(bytes / sizeof(float)), tensors.subspan(i, j - i)));
-        o = 0;
-        for (size_t k = i; k < j; ++k) {
-          std::memcpy(tensors[k]->raw(), bucket_.data() + o, tensors[k]->bytes());
-          o += tensors[k]->bytes();
-        }
-      }
-      i = j;
+      if (bucket_.size() < bytes) bucket_.resize(bytes);
+      PackBucket(group, bucket_.data());
+      RETURN_IF_ERROR(
+          ReduceBuffer(reinterpret_cast<float*>(bucket_.data()), static_cast<int64_t>(bytes / sizeof(float)), group));
+      UnpackBucket(group, bucket_.data());
     }
   }
   if (op == ReduceOp::kMean && size() > 1) {
@@ -379,35 +389,18 @@ Status RingCommunicator::Broadcast(std::span<Tensor* const> tensors, int root) {
                                 std::to_string(size())));
   }
   if (size() == 1) return Status::Ok();
-  size_t i = 0;
-  while (i < tensors.size()) {
-    if (tensors[i]->bytes() >= options_.bucket_bytes) {
-      RETURN_IF_ERROR(BroadcastBuffer(tensors[i]->raw(), tensors[i]->bytes(), root, tensors.subspan(i, 1)));
-      ++i;
+  for (size_t i = 0, j; i < tensors.size(); i = j) {
+    size_t bytes = 0;
+    j = BucketEnd(tensors, i, options_.bucket_bytes, &bytes);
+    const std::span<Tensor* const> group = tensors.subspan(i, j - i);
+    if (tensors[i]->bytes() >= options_.bucket_bytes) {  // a big one: sent from where it is
+      RETURN_IF_ERROR(BroadcastBuffer(tensors[i]->raw(), tensors[i]->bytes(), root, group));
       continue;
     }
-    size_t j = i, bytes = 0;
-    while (j < tensors.size() && tensors[j]->bytes() < options_.bucket_bytes &&
-           bytes + tensors[j]->bytes() <= options_.bucket_bytes) {
-      bytes += tensors[j++]->bytes();
-    }
     if (bucket_.size() < bytes) bucket_.resize(bytes);
-    size_t o = 0;
-    if (rank_ == root) {
-      for (size_t k = i; k < j; ++k) {
-        std::memcpy(bucket_.data() + o, tensors[k]->raw(), tensors[k]->bytes());
-        o += tensors[k]->bytes();
-      }
-    }
-    RETURN_IF_ERROR(BroadcastBuffer(bucket_.data(), bytes, root, tensors.subspan(i, j - i)));
-    if (rank_ != root) {
-      o = 0;
-      for (size_t k = i; k < j; ++k) {
-        std::memcpy(tensors[k]->raw(), bucket_.data() + o, tensors[k]->bytes());
-        o += tensors[k]->bytes();
-      }
-    }
-    i = j;
+    if (rank_ == root) PackBucket(group, bucket_.data());
+    RETURN_IF_ERROR(BroadcastBuffer(bucket_.data(), bytes, root, group));
+    if (rank_ != root) UnpackBucket(group, bucket_.data());
   }
   return Status::Ok();
 }

@@ -68,6 +68,20 @@ bool IsBlank(std::string_view line) {
   return true;
 }
 
+// The next line of `rest` that is not blank, without its "\r\n" or "\n";
+// `line_no` counts every line, blank ones too. False at the end.
+bool NextLine(std::string_view& rest, int64_t& line_no, std::string_view& line) {
+  while (!rest.empty()) {
+    const size_t nl = rest.find('\n');
+    line = rest.substr(0, nl);
+    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (!IsBlank(line)) return true;
+  }
+  return false;
+}
+
 std::vector<std::string_view> Split(std::string_view line, char delimiter) {
   std::vector<std::string_view> out;
   size_t start = 0;
@@ -129,14 +143,8 @@ StatusOr<CsvData> LoadCsv(const std::string& path, const CsvOptions& opts) {
   int64_t rows = 0;
   int64_t line_no = 0;
 
-  while (!rest.empty()) {
-    size_t nl = rest.find('\n');
-    std::string_view line = rest.substr(0, nl);
-    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (IsBlank(line)) continue;
-
+  std::string_view line;
+  while (NextLine(rest, line_no, line)) {
     std::vector<std::string_view> cells = Split(line, opts.delimiter);
     if (num_columns == 0) {
       num_columns = static_cast<int64_t>(cells.size());
@@ -256,13 +264,8 @@ StatusOr<CsvTable> ReadCsvTable(const std::string& path, char delimiter, bool he
   t.path = path;
   int64_t line_no = 0;
   bool first = true;
-  while (!rest.empty()) {
-    size_t nl = rest.find('\n');
-    std::string_view line = rest.substr(0, nl);
-    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (IsBlank(line)) continue;
+  std::string_view line;
+  while (NextLine(rest, line_no, line)) {
     ASSIGN_OR_RETURN(std::vector<std::string> cells, SplitQuoted(line, delimiter, at, line_no));
     if (first) {
       first = false;
