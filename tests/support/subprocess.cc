@@ -109,6 +109,8 @@ TempDirs& CreatedDirs() {
 
 }  // namespace
 
+void RemoveAtExit(const std::string& path) { CreatedDirs().Add(path); }
+
 std::string MakeTempDir(const std::string& name) {
   std::filesystem::path p =
       std::filesystem::path(::testing::TempDir()) / ("tfjob-" + name + "-" + std::to_string(getpid()));

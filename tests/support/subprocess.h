@@ -35,5 +35,8 @@ nlohmann::json ReadJsonFile(const std::string& path);
 // removed with everything in it when the test process exits (kept when
 // TFJOB_KEEP_TEST_TMP=1).
 std::string MakeTempDir(const std::string& name);
+// `path` (a file or a directory) is removed when the test process exits, as
+// MakeTempDir's directories are.
+void RemoveAtExit(const std::string& path);
 
 }  // namespace tfjob::testing

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/subprocess.h"
+
 namespace tfjob::data {
 namespace {
 
@@ -14,16 +16,7 @@ using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using ::testing::StartsWith;
 
-// Every fixture file made here, removed when the test process exits.
-void RemoveAtExit(const std::string& path) {
-  static struct Files {
-    std::vector<std::string> paths;
-    ~Files() {
-      for (const auto& p : paths) std::remove(p.c_str());
-    }
-  } files;
-  files.paths.push_back(path);
-}
+using ::tfjob::testing::RemoveAtExit;  // fixture files, removed when the test process exits
 
 // Writes `text` to a file unique to the running test and returns its path.
 std::string WriteCsv(const std::string& text, const std::string& name = "data.csv") {

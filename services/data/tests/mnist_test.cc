@@ -12,6 +12,7 @@
 #include <regex>
 
 #include "services/data/dataset.h"
+#include "tests/support/subprocess.h"
 
 namespace tfjob::data {
 namespace {
@@ -26,16 +27,7 @@ std::string MnistDir() {
 std::string TestImages() { return MnistDir() + "t10k-images-idx3-ubyte.gz"; }
 std::string TestLabels() { return MnistDir() + "t10k-labels-idx1-ubyte.gz"; }
 
-// Every fixture file made here, removed when the test process exits.
-void RemoveAtExit(const std::string& path) {
-  static struct Files {
-    std::vector<std::string> paths;
-    ~Files() {
-      for (const auto& p : paths) std::remove(p.c_str());
-    }
-  } files;
-  files.paths.push_back(path);
-}
+using ::tfjob::testing::RemoveAtExit;  // fixture files, removed when the test process exits
 
 // A fixture path unique to the running test, so parallel ctest runs of
 // different tests never share files; removed when the test process exits.

@@ -15,18 +15,14 @@
 #include "services/model/layers.h"
 #include "services/model/losses.h"
 #include "services/model/model.h"
+#include "services/tensor/tests/tensor_testing.h"
 
 namespace tfjob::model {
 namespace {
 
 using Gen = std::mt19937_64;
 
-Tensor RandomF(Shape s, Gen& gen, float lo = -1.f, float hi = 1.f) {
-  std::uniform_real_distribution<float> d(lo, hi);
-  Tensor t = Tensor::Zeros(DType::kFloat32, std::move(s));
-  for (float& v : t.flat<float>()) v = d(gen);
-  return t;
-}
+using ::tfjob::testing::RandomF;
 
 Tensor RandomAwayFromZero(Shape s, Gen& gen, float lo, float hi) {
   std::uniform_real_distribution<float> d(lo, hi);

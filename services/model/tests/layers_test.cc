@@ -21,6 +21,7 @@
 #include "services/model/preprocessing.h"
 #include "services/tensor/eigen.h"
 #include "tests/support/subprocess.h"
+#include "services/tensor/tests/tensor_testing.h"
 
 namespace tfjob::model {
 namespace {
@@ -28,12 +29,7 @@ namespace {
 using ::testing::HasSubstr;
 using Gen = std::mt19937_64;
 
-Tensor RandomF(Shape s, Gen& gen, float lo = -1.f, float hi = 1.f) {
-  std::uniform_real_distribution<float> d(lo, hi);
-  Tensor t = Tensor::Zeros(DType::kFloat32, std::move(s));
-  for (float& v : t.flat<float>()) v = d(gen);
-  return t;
-}
+using ::tfjob::testing::RandomF;
 
 // Distinct values at least `gap` apart in random order: max pooling's
 // choice cannot flip under a finite-difference step smaller than gap / 2.

@@ -12,20 +12,17 @@
 #include <string>
 #include <vector>
 
+#include "services/tensor/tests/tensor_testing.h"
+
 namespace tfjob::ops {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-std::vector<float> Floats(const Tensor& t) { return {t.flat<float>().begin(), t.flat<float>().end()}; }
-std::vector<int64_t> Ints(const Tensor& t) { return {t.flat<int64_t>().begin(), t.flat<int64_t>().end()}; }
-
-Tensor F(Shape s, std::vector<float> v) {
-  auto t = Tensor::FromVector(std::move(s), std::move(v));
-  EXPECT_TRUE(t.ok()) << t.status();
-  return *t;
-}
+using ::tfjob::testing::F;
+using ::tfjob::testing::Floats;
+using ::tfjob::testing::Ints;
 Tensor I(Shape s, std::vector<int64_t> v) {
   auto t = Tensor::FromVector(std::move(s), std::move(v));
   EXPECT_TRUE(t.ok()) << t.status();

@@ -8,20 +8,17 @@
 #include <limits>
 #include <vector>
 
+#include "services/tensor/tests/tensor_testing.h"
+
 namespace tfjob {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-std::vector<float> Floats(const Tensor& t) { return {t.flat<float>().begin(), t.flat<float>().end()}; }
-std::vector<int64_t> Ints(const Tensor& t) { return {t.flat<int64_t>().begin(), t.flat<int64_t>().end()}; }
-
-Tensor F(Shape s, std::vector<float> v) {
-  auto t = Tensor::FromVector(std::move(s), std::move(v));
-  EXPECT_TRUE(t.ok()) << t.status();
-  return *t;
-}
+using ::tfjob::testing::F;
+using ::tfjob::testing::Floats;
+using ::tfjob::testing::Ints;
 
 // 0, 1, 2, ... as float32 of the given shape.
 Tensor Iota(Shape s) {
