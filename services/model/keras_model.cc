@@ -212,11 +212,7 @@ Status Lookup(Config& c, LayerSpec& s, bool strings) {
         "assets, which to_json() does not write)");
   }
   for (const json& t : *v) {
-    if (strings && t.is_string()) {
-      l.tokens.push_back(t.get<std::string>());
-    } else if (!strings && t.is_number_integer()) {
-      l.int_tokens.push_back(t.get<int64_t>());
-    } else {
+    if (!AddVocabularyTerm(t, strings, l)) {
       return c.Error("argument vocabulary holds " + Dump(t) + ", not " + (strings ? "a string" : "an integer"));
     }
   }

@@ -63,11 +63,7 @@ Status ParseLookup(const nlohmann::json& j, JsonReader& r, const std::string& di
     if (Status st = ReadVocabularyFile(p.string(), strings, l); !st.ok()) return st.WithContext(vocab_field);
   } else if (vocab->is_array()) {
     for (const auto& t : *vocab) {
-      if (strings && t.is_string()) {
-        l.tokens.push_back(t.get<std::string>());
-      } else if (!strings && t.is_number_integer()) {
-        l.int_tokens.push_back(t.get<int64_t>());
-      } else {
+      if (!AddVocabularyTerm(t, strings, l)) {
         return InvalidArgument(vocab_field + ": expected " + (strings ? "strings" : "integers") + ", got " + t.dump());
       }
     }

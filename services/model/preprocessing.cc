@@ -158,6 +158,17 @@ std::vector<std::string> Lookup::InvertToStrings(const Tensor& indices) const {
   return out;
 }
 
+bool AddVocabularyTerm(const nlohmann::json& term, bool strings, LookupSpec& spec) {
+  if (strings && term.is_string()) {
+    spec.tokens.push_back(term.get<std::string>());
+  } else if (!strings && term.is_number_integer()) {
+    spec.int_tokens.push_back(term.get<int64_t>());
+  } else {
+    return false;
+  }
+  return true;
+}
+
 Status ReadVocabularyFile(const std::string& path, bool strings, LookupSpec& spec) {
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);

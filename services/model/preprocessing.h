@@ -20,6 +20,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/status.h"
 #include "services/model/spec.h"
 #include "services/tensor/tensor.h"
@@ -65,5 +67,10 @@ class Lookup {
 // NOT_FOUND when the file is missing; INVALID_ARGUMENT for a bad integer
 // (naming the line), or a path that is no regular file or over 1 GiB.
 Status ReadVocabularyFile(const std::string& path, bool strings, LookupSpec& spec);
+
+// One term of an inline vocabulary (a Keras JSON "vocabulary" list) added to
+// `spec`: a string for StringLookup, an integer for IntegerLookup. False,
+// adding nothing, for a term of the other kind.
+bool AddVocabularyTerm(const nlohmann::json& term, bool strings, LookupSpec& spec);
 
 }  // namespace tfjob::model

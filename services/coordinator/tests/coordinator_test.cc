@@ -126,12 +126,24 @@ class CoordinatorTest : public ::testing::Test {
       workers_.push_back(std::move(w).value());
     }
   }
+  // One PS holding the scalar variable "c" = 0, and a client of it.
+  void StartPsWithCounter() {
+    auto ps = ps::PsServer::Start("127.0.0.1:0");
+    ASSERT_TRUE(ps.ok()) << ps.status();
+    ps_server_ = std::move(ps).value();
+    ps_address_ = "127.0.0.1:" + std::to_string(ps_server_->port());
+    ps_client_ = std::make_unique<ps::PsClient>(ps_address_);
+    ASSERT_TRUE(ps_client_->CreateVariable("c", *Tensor::FromVector({}, std::vector<float>{0}), std::nullopt).ok());
+  }
   void RestartWorker(int i) {
     auto w = worker::WorkerServer::Start("127.0.0.1:" + std::to_string(ports_[i]), registry_, {i, ps_, {}});
     ASSERT_TRUE(w.ok()) << w.status();
     workers_[i] = std::move(w).value();
   }
   Probe probe_;
+  std::unique_ptr<ps::PsServer> ps_server_;
+  std::string ps_address_;
+  std::unique_ptr<ps::PsClient> ps_client_;
   worker::Registry registry_;
   std::vector<std::string> ps_;
   std::vector<int> ports_;
@@ -253,12 +265,9 @@ TEST_F(CoordinatorTest, FailedWorkersClosuresRunElsewhereAndItsDatasetIsRebuilt)
 }
 
 TEST_F(CoordinatorTest, ReRunClosureIsAppliedExactlyOnceOnThePs) {
-  auto ps = ps::PsServer::Start("127.0.0.1:0");
-  ASSERT_TRUE(ps.ok());
-  const std::string ps_addr = "127.0.0.1:" + std::to_string((*ps)->port());
-  ps::PsClient pc(ps_addr);
-  ASSERT_TRUE(pc.CreateVariable("c", *Tensor::FromVector({}, std::vector<float>{0}), std::nullopt).ok());
-  StartWorkers(2, {ps_addr});
+  ASSERT_NO_FATAL_FAILURE(StartPsWithCounter());
+  ps::PsClient& pc = *ps_client_;
+  StartWorkers(2, {ps_address_});
   Options o;
   o.inflight_per_worker = 1;
   ClusterCoordinator c(addresses_, o);
@@ -349,12 +358,9 @@ TEST_F(CoordinatorTest, AbortCancelsCallsInFlight) {
 // The predecessor's requests are refused by the worker once the new chief
 // has spoken to it.
 TEST_F(CoordinatorTest, ARestartedChiefReissuesTheSameIdsAndIsAppliedOnce) {
-  auto ps = ps::PsServer::Start("127.0.0.1:0");
-  ASSERT_TRUE(ps.ok());
-  const std::string ps_addr = "127.0.0.1:" + std::to_string((*ps)->port());
-  ps::PsClient pc(ps_addr);
-  ASSERT_TRUE(pc.CreateVariable("c", *Tensor::FromVector({}, std::vector<float>{0}), std::nullopt).ok());
-  StartWorkers(2, {ps_addr});
+  ASSERT_NO_FATAL_FAILURE(StartPsWithCounter());
+  ps::PsClient& pc = *ps_client_;
+  StartWorkers(2, {ps_address_});
   Options first;
   first.generation = 1000;
   first.closure_namespace = 77;
