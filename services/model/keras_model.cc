@@ -220,11 +220,7 @@ Status Lookup(Config& c, LayerSpec& s, bool strings) {
     const json* t = c.Take(key);
     if (!t) continue;
     const bool mask = std::string(key) == "mask_token";
-    if (strings && t->is_string()) {
-      (mask ? l.mask_token : l.oov_token) = t->get<std::string>();
-    } else if (!strings && t->is_number_integer()) {
-      (mask ? l.int_mask_token : l.int_oov_token) = t->get<int64_t>();
-    } else {
+    if (!SetSpecialToken(*t, strings, mask, l)) {
       return c.Error("argument " + std::string(key) + "=" + Dump(*t) + " is not " +
                      (strings ? "a string" : "an integer"));
     }

@@ -74,11 +74,7 @@ Status ParseLookup(const nlohmann::json& j, JsonReader& r, const std::string& di
     const nlohmann::json* t = r.Child(key);
     if (!t) continue;  // null: no mask token (the default); Keras' default OOV token
     const bool mask = std::string(key) == "mask_token";
-    if (strings && t->is_string()) {
-      (mask ? l.mask_token : l.oov_token) = t->get<std::string>();
-    } else if (!strings && t->is_number_integer()) {
-      (mask ? l.int_mask_token : l.int_oov_token) = t->get<int64_t>();
-    } else {
+    if (!SetSpecialToken(*t, strings, mask, l)) {
       return InvalidArgument(r.FieldPath(key) + ": expected " + (strings ? "a string" : "an integer") +
                              " or null, got " + t->dump());
     }

@@ -169,6 +169,17 @@ bool AddVocabularyTerm(const nlohmann::json& term, bool strings, LookupSpec& spe
   return true;
 }
 
+bool SetSpecialToken(const nlohmann::json& value, bool strings, bool mask, LookupSpec& spec) {
+  if (strings && value.is_string()) {
+    (mask ? spec.mask_token : spec.oov_token) = value.get<std::string>();
+  } else if (!strings && value.is_number_integer()) {
+    (mask ? spec.int_mask_token : spec.int_oov_token) = value.get<int64_t>();
+  } else {
+    return false;
+  }
+  return true;
+}
+
 Status ReadVocabularyFile(const std::string& path, bool strings, LookupSpec& spec) {
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);

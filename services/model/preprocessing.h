@@ -73,4 +73,8 @@ Status ReadVocabularyFile(const std::string& path, bool strings, LookupSpec& spe
 // adding nothing, for a term of the other kind.
 bool AddVocabularyTerm(const nlohmann::json& term, bool strings, LookupSpec& spec);
 
+// The mask token (`mask`) or the OOV token of `spec` set from a Keras JSON
+// value. False, changing nothing, for a value of the other kind.
+bool SetSpecialToken(const nlohmann::json& value, bool strings, bool mask, LookupSpec& spec);
+
 }  // namespace tfjob::model

@@ -7,6 +7,7 @@
 
 #include "services/collective/group.h"
 #include "services/collective/nccl.h"
+#include "services/collective/tests/local_members.h"
 
 namespace tfjob::collective {
 namespace {
@@ -30,14 +31,10 @@ TEST(NcclTest, AllReduceBroadcastGatherMatchTheRing) {
   // still exercises the id exchange over the ring, staging and every call.
   const int gpus = 1;
   Options o;
-  std::vector<Peer> members;
-  std::vector<net::Listener> listeners;
-  for (int r = 0; r < gpus; ++r) {
-    auto l = net::Listen("127.0.0.1", 0);
-    ASSERT_TRUE(l.ok());
-    members.push_back({"worker:" + std::to_string(r), "127.0.0.1:" + std::to_string(l->port)});
-    listeners.push_back(std::move(l).value());
-  }
+  auto local = testing::ListenLocally(gpus);
+  ASSERT_TRUE(local.ok()) << local.status();
+  std::vector<Peer>& members = local->members;
+  std::vector<net::Listener>& listeners = local->listeners;
   std::vector<Status> st(static_cast<size_t>(gpus));
   std::vector<std::thread> threads;
   for (int r = 0; r < gpus; ++r) {

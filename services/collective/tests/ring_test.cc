@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "services/collective/group.h"
+#include "services/collective/tests/local_members.h"
 
 namespace tfjob::collective {
 namespace {
@@ -26,13 +27,11 @@ struct Cluster {
 // n members on 127.0.0.1, each listening on a port of its own.
 Cluster MakeCluster(int n, Options options, int start = -1) {
   Cluster c;
-  std::vector<net::Listener> listeners;
-  for (int r = 0; r < n; ++r) {
-    auto l = net::Listen("127.0.0.1", 0);
-    EXPECT_TRUE(l.ok()) << l.status();
-    c.members.push_back({"worker:" + std::to_string(r), "127.0.0.1:" + std::to_string(l->port)});
-    listeners.push_back(std::move(l).value());
-  }
+  auto local = testing::ListenLocally(n);
+  EXPECT_TRUE(local.ok()) << local.status();
+  if (!local.ok()) return c;
+  c.members = local->members;
+  std::vector<net::Listener>& listeners = local->listeners;
   for (int r = 0; r < n; ++r) {
     if (start >= 0 && r >= start) {
       c.groups.emplace_back();  // never starts: nothing answers on its port
@@ -170,14 +169,10 @@ TEST(RingTest, AMemberWithAnotherJobsCertificateNeverJoins) {
   auto pem = pki::NewJobPki("ring-test");  // same name, another CA
   ASSERT_TRUE(pem.ok());
   other.tls = *tls::Config::FromPem(*pem);
-  std::vector<Peer> members;
-  std::vector<net::Listener> listeners;
-  for (int r = 0; r < 2; ++r) {
-    auto l = net::Listen("127.0.0.1", 0);
-    ASSERT_TRUE(l.ok());
-    members.push_back({"worker:" + std::to_string(r), "127.0.0.1:" + std::to_string(l->port)});
-    listeners.push_back(std::move(l).value());
-  }
+  auto local = testing::ListenLocally(2);
+  ASSERT_TRUE(local.ok()) << local.status();
+  std::vector<Peer>& members = local->members;
+  std::vector<net::Listener>& listeners = local->listeners;
   auto leader = Group::Create(members, 0, o, std::move(listeners[0]));
   auto intruder = Group::Create(members, 1, other, std::move(listeners[1]));
   ASSERT_TRUE(leader.ok() && intruder.ok());

@@ -21,6 +21,7 @@
 #include "services/worker/worker.h"
 #include "services/runtime/tests/auth_support.h"
 #include "tests/support/subprocess.h"
+#include "services/collective/tests/local_members.h"
 
 namespace tfjob {
 namespace {
@@ -129,14 +130,10 @@ TEST(AuthTest, TheGroupRefusesAMemberWithoutTheToken) {
   collective::Options o;
   o.token = kToken;
   o.rendezvous_timeout = std::chrono::milliseconds(2000);
-  std::vector<collective::Peer> members;
-  std::vector<net::Listener> listeners;
-  for (int r = 0; r < 2; ++r) {
-    auto l = net::Listen("127.0.0.1", 0);
-    ASSERT_TRUE(l.ok());
-    members.push_back({"worker:" + std::to_string(r), "127.0.0.1:" + std::to_string(l->port)});
-    listeners.push_back(std::move(l).value());
-  }
+  auto local = collective::testing::ListenLocally(2);
+  ASSERT_TRUE(local.ok()) << local.status();
+  std::vector<collective::Peer>& members = local->members;
+  std::vector<net::Listener>& listeners = local->listeners;
   auto leader = collective::Group::Create(members, 0, o, std::move(listeners[0]));
   collective::Options wrong = o;
   wrong.token = "fedcba9876543210fedcba9876543210";

@@ -14,6 +14,7 @@
 #include "services/strategy/fit.h"
 #include "services/strategy/sync.h"
 #include "tests/support/subprocess.h"
+#include "services/collective/tests/local_members.h"
 
 namespace tfjob::strategy {
 namespace {
@@ -55,13 +56,9 @@ StatusOr<Trained> Train(const model::JobConfig& job, SyncOptions o) {
 
 // Every member of a multi-worker group of n, each on its own thread.
 StatusOr<std::vector<Trained>> TrainGroup(const model::JobConfig& job, int n) {
-  std::vector<collective::Peer> members;
-  std::vector<net::Listener> listeners;
-  for (int r = 0; r < n; ++r) {
-    ASSIGN_OR_RETURN(net::Listener l, net::Listen("127.0.0.1", 0));
-    members.push_back({"worker:" + std::to_string(r), "127.0.0.1:" + std::to_string(l.port)});
-    listeners.push_back(std::move(l));
-  }
+  ASSIGN_OR_RETURN(collective::testing::LocalMembers local, collective::testing::ListenLocally(n));
+  std::vector<collective::Peer>& members = local.members;
+  std::vector<net::Listener>& listeners = local.listeners;
   collective::Options co;
   co.timeout = std::chrono::milliseconds(20000);
   co.rendezvous_timeout = std::chrono::milliseconds(20000);
