@@ -58,6 +58,11 @@ std::vector<std::string> ChildEnvironment(const ChildOptions& o) {
     sigprocmask(SIG_SETMASK, &none, nullptr);
     for (int sig : {SIGTERM, SIGINT, SIGPIPE, SIGCHLD}) signal(sig, SIG_DFL);
   }
+  // The status pipe must survive the descriptor moves below: one onto its
+  // number would close it, and an exec failure would go unreported.
+  bool moved = status_w <= 2;
+  for (const auto& fds : o.pass_fds) moved |= status_w == fds.second;
+  if (moved) status_w = fcntl(status_w, F_DUPFD_CLOEXEC, 64);
   auto fail = [&](int err) {
     (void)!write(status_w, &err, sizeof err);
     _exit(127);

@@ -91,6 +91,19 @@ TEST(SpawnChildTest, PassedDescriptorsArriveAtTheirNumbers) {
   EXPECT_EQ(WaitForExit(c->pid), 0);
 }
 
+// Whatever descriptor numbers the pipes got, a program that cannot run is
+// still reported after descriptors are moved onto low numbers.
+TEST(SpawnChildTest, AFailedExecIsReportedWhateverTheDescriptorsMoved) {
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  ChildOptions o;
+  o.argv = {"/nonexistent/tfjob-no-such-program"};
+  for (int fd = 3; fd < 16; ++fd) o.pass_fds.emplace_back(p[1], fd);
+  EXPECT_EQ(SpawnChild(o).status().code(), Code::kNotFound);
+  close(p[0]);
+  close(p[1]);
+}
+
 TEST(SpawnChildTest, StdinFromDevNullAndTheWorkingDirectory) {
   ChildOptions o;
   o.argv = {"sh", "-c", "cat; pwd"};
