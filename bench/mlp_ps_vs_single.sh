@@ -5,8 +5,15 @@
 #   - 1 PS + 1 worker: tfjob-runtime local --ps 1 --workers 1 -- fit ...
 #     (a chief, a PS and a worker process on 127.0.0.1), with
 #     --steps-per-execution 1 and 8,
-# in the same run, alternating, median of --rounds. The figure is the
-# summary's "examples_per_second" (training loop only, start-up excluded).
+# in the same run, alternating, over --rounds (5): min / median / max of the
+# summary's "examples_per_second" (training loop only, start-up excluded),
+# and where a step's time goes, in ms per step (medians): the single
+# process's input / compute / apply (its summary's step_seconds) beside the
+# PS worker's input / pull wait / compute / push / metrics / push wait at the
+# closure's end, and the rest of its closure time (other) (the chief's
+# summary's worker_step_seconds), with how many closures the worker runs at
+# once on average: closures overlap, so a closure's pull wait includes time
+# another closure computes.
 # 8 epochs by default: at 2 (250 steps, a fifth of a second) the figure
 # is dominated by the first steps and by whoever else uses the machine.
 # Thread settings are inherited as given: run with OMP_NUM_THREADS=... in the
@@ -18,7 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-rounds=3 epochs=8 threads=1
+rounds=5 epochs=8 threads=1
 while (($#)); do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
@@ -37,35 +44,69 @@ common=(fit --config examples/mnist/mlp.json --data-dir "$data" --threads "$thre
 eps() { /usr/bin/python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["examples_per_second"]))' "$1"; }
 
 : > "$tmp/all.txt"
+# record MODE JSON: the examples/s and the step breakdown of one run.
+record() {
+  /usr/bin/python3 - "$1" "$2" >> "$tmp/all.txt" <<'PY'
+import json, sys
+mode, path = sys.argv[1], sys.argv[2]
+j = json.load(open(path))
+out = {"mode": mode, "eps": j["examples_per_second"], "ms": {}}
+steps = 0
+if "step_seconds" in j:  # the single process (sync strategies)
+    t = j["step_seconds"]; steps = t.get("steps", 0)
+    for k in ("input", "compute", "apply"): out["ms"][k] = t.get(k, 0)
+elif "worker_step_seconds" in j:  # the chief of a PS run
+    t = j["worker_step_seconds"]; steps = t.get("steps", 0)
+    parts = ("input", "pull_wait", "compute", "push", "record", "push_wait")
+    for k in parts: out["ms"][k] = t.get(k, 0)
+    out["ms"]["other"] = t.get("closure", 0) - sum(t.get(k, 0) for k in parts)
+    # Closure seconds per training second: how many closures the worker
+    # runs at once on average (the coordinator keeps two in flight per worker).
+    if j.get("train_seconds"): out["in_flight"] = t.get("closure", 0) / j["train_seconds"]
+if steps:
+    out["ms"] = {k: 1000 * v / steps for k, v in out["ms"].items()}
+print(json.dumps(out))
+PY
+}
 for ((r = 1; r <= rounds; r++)); do
   line="round $r:"
   # 120 s cap per run: a stuck cluster must not hang the benchmark.
   timeout 120 "$runtime" "${common[@]}" --summary-json "$tmp/single.json" > "$tmp/log" 2>&1 \
     || { cat "$tmp/log" >&2; exit 1; }
-  v=$(eps "$tmp/single.json"); echo "single $v" >> "$tmp/all.txt"; line+=" single $v"
+  record single "$tmp/single.json"; line+=" single $(eps "$tmp/single.json")"
   for spe in 1 8; do
     timeout 120 "$runtime" local --ps 1 --workers 1 -- "${common[@]}" --steps-per-execution "$spe" \
       --summary-json "$tmp/ps$spe.json" > "$tmp/log" 2>&1 || { cat "$tmp/log" >&2; exit 1; }
-    v=$(eps "$tmp/ps$spe.json"); echo "ps$spe $v" >> "$tmp/all.txt"; line+=", ps spe=$spe $v"
+    record "ps$spe" "$tmp/ps$spe.json"; line+=", ps spe=$spe $(eps "$tmp/ps$spe.json")"
   done
   echo "$line examples/s"
 done
 
 /usr/bin/python3 - "$rounds" "$epochs" "$threads" "${OMP_NUM_THREADS:-unset}" "$tmp/all.txt" <<'PY'
-import statistics, sys
+import json, statistics, sys
 rounds, epochs, threads, omp, path = sys.argv[1:6]
-vals = {}
+runs = {}
 for line in open(path):
-    k, v = line.split()
-    vals.setdefault(k, []).append(float(v))
-med = {k: statistics.median(v) for k, v in vals.items()}
+    r = json.loads(line)
+    runs.setdefault(r["mode"], []).append(r)
+eps = {m: sorted(r["eps"] for r in rs) for m, rs in runs.items()}
+med = {m: statistics.median(v) for m, v in eps.items()}
 print(f"MNIST MLP 784-128-10, batch 64, {epochs} epochs of 8000 examples, --threads {threads}, "
-      f"OMP_NUM_THREADS={omp}, median of {rounds}")
-print(f"  {'mode':<34} {'examples/s':>11} {'PS/single':>10}")
-print(f"  {'single process (fit)':<34} {med['single']:>11.0f} {'':>10}")
-for spe in ("1", "8"):
-    v = med["ps" + spe]
-    print(f"  {'1 PS + 1 worker, steps/exec ' + spe:<34} {v:>11.0f} {v / med['single']:>10.2f}")
-best = max(med["ps1"], med["ps8"]) / med["single"]
-print(f"  goal PS/single >= 0.85: {'met' if best >= 0.85 else 'NOT met'} (best {best:.2f})")
+      f"OMP_NUM_THREADS={omp}, {rounds} rounds")
+print(f"  {'mode':<32} {'min':>8} {'median':>8} {'max':>8}  examples/s   {'PS/single (median)':>18}")
+names = {"single": "single process (fit)", "ps1": "1 PS + 1 worker, steps/exec 1", "ps8": "1 PS + 1 worker, steps/exec 8"}
+for m in ("single", "ps1", "ps8"):
+    v = eps[m]
+    ratio = "" if m == "single" else f"{med[m] / med['single']:.2f}"
+    print(f"  {names[m]:<32} {v[0]:>8.0f} {med[m]:>8.0f} {v[-1]:>8.0f}               {ratio:>18}")
+print("  where a step's time goes, ms per step (median over rounds):")
+for m in ("single", "ps1", "ps8"):
+    keys = list(runs[m][0]["ms"].keys())
+    parts = [f"{k} {statistics.median(r['ms'][k] for r in runs[m]):.3f}" for k in keys]
+    if "in_flight" in runs[m][0]:
+        parts.append(f"closures in flight {statistics.median(r['in_flight'] for r in runs[m]):.2f}")
+    print(f"    {names[m]:<30} " + ", ".join(parts))
+for spe, goal in (("8", 0.85), ("1", 0.70)):
+    ratio = med["ps" + spe] / med["single"]
+    print(f"  goal median PS/single >= {goal} at steps/exec {spe}: {'met' if ratio >= goal else 'NOT met'} ({ratio:.2f})")
 PY

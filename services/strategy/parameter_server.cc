@@ -103,6 +103,10 @@ class PsStrategy final : public Strategy {
       steps += r->json["steps"].get<int64_t>();
       examples += r->json["examples"].get<int64_t>();
       pulled_bytes_ += r->json.value("pulled_bytes", int64_t{0});
+      if (auto t = r->json.find("step_seconds"); t != r->json.end()) {
+        worker_time_.Add(*t);
+        worker_time_steps_ += r->json["steps"].get<int64_t>();
+      }
     }
     if (!joined.ok()) {
       reached_ = st.step + steps;
@@ -154,6 +158,12 @@ class PsStrategy final : public Strategy {
             {"ps_pull", p_.ps_pull_rows ? "rows" : "full"},
             {"ps_applied_updates", AppliedUpdates()},
             {"ps_pulled_bytes", pulled_bytes_},
+            {"worker_step_seconds",
+             [&] {
+               nlohmann::json t = worker_time_.ToJson();
+               t["steps"] = worker_time_steps_;
+               return t;
+             }()},
             {"closures",
              {{"scheduled", s.scheduled},
               {"completed", s.completed},
@@ -356,7 +366,9 @@ class PsStrategy final : public Strategy {
   int64_t reached_ = 0;
   int64_t ps_restarts_ = 0;
   int64_t checkpoints_ = 0;
-  int64_t pulled_bytes_ = 0;  // by the workers, for the closures that completed
+  int64_t pulled_bytes_ = 0;   // by the workers, for the closures that completed
+  PsStepSeconds worker_time_;  // the workers' closures that completed, summed
+  int64_t worker_time_steps_ = 0;
   std::vector<int64_t> restored_;
 };
 

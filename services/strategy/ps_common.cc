@@ -14,6 +14,25 @@ std::vector<std::string> VariableNames(const model::Model& m) {
   return names;
 }
 
+nlohmann::json PsStepSeconds::ToJson() const {
+  return {{"input", input},   {"pull_wait", pull_wait}, {"compute", compute}, {"push", push},
+          {"record", record}, {"push_wait", push_wait}, {"closure", closure}};
+}
+
+void PsStepSeconds::Add(const nlohmann::json& j) {
+  if (!j.is_object()) return;
+  auto add = [&](const char* key, double& into) {
+    if (auto it = j.find(key); it != j.end() && it->is_number()) into += it->get<double>();
+  };
+  add("input", input);
+  add("pull_wait", pull_wait);
+  add("compute", compute);
+  add("push", push);
+  add("record", record);
+  add("push_wait", push_wait);
+  add("closure", closure);
+}
+
 nlohmann::json StatsToJson(const BatchStats& s, int64_t steps, int64_t examples) {
   nlohmann::json j = s.ToJson();
   j["steps"] = steps;

@@ -27,6 +27,21 @@ std::vector<std::string> VariableNames(const model::Model& m);
 // A closure's result: its batch statistics, steps and examples.
 nlohmann::json StatsToJson(const BatchStats& s, int64_t steps, int64_t examples);
 
+// Where a PS worker's closure time went, summed over its steps: reading the
+// batch and issuing the pulls (input), waiting for pulled values
+// (pull_wait), the forward and backward pass (compute), handing gradients to
+// the push (push: the whole push without the network thread), the metrics
+// (record), waiting at the closure's end for the pushes in flight
+// (push_wait), and the closure's whole time on the worker (closure). The
+// chief sums them over closures into its summary's worker_step_seconds.
+struct PsStepSeconds {
+  double input = 0, pull_wait = 0, compute = 0, push = 0, record = 0, push_wait = 0, closure = 0;
+
+  nlohmann::json ToJson() const;
+  // Adds a closure's (ToJson's) figures; fields it lacks count as 0.
+  void Add(const nlohmann::json& j);
+};
+
 // Row pulls for a model whose first layer is an Embedding: each step pulls
 // only the rows its batch uses. The worker computes with a copy of the model
 // whose table has `capacity` rows (the most one batch can use): the batch's

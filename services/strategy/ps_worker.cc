@@ -257,6 +257,7 @@ class TrainClosure {
   TrainClosure(WorkerFitState& state, worker::ClosureContext& ctx) : state_(state), ctx_(ctx) {}
 
   StatusOr<worker::ClosureResult> Run(const nlohmann::json& a) {
+    Stopwatch closure;
     RETURN_IF_ERROR(TakeState());
     RETURN_IF_ERROR(Prepare());
     const int64_t steps = a.value("steps", int64_t{1});
@@ -266,6 +267,8 @@ class TrainClosure {
     RETURN_IF_ERROR(failed);
     nlohmann::json result = StatsToJson(stats_, steps, examples_);
     result["pulled_bytes"] = pulled_bytes_;
+    closure.Lap(time_.closure);
+    result["step_seconds"] = time_.ToJson();
     return worker::ClosureResult{result, {}};
   }
 
@@ -313,13 +316,16 @@ class TrainClosure {
   // The first error stops the closure.
   Status RunSteps(int64_t steps) {
     Status failed;
+    Stopwatch w;
     for (int64_t s = 0; s < steps && failed.ok(); ++s) {
       if (!cur_) {
         auto prepared = PrepareStep(ctx_, state_, plan_, names_, store_, io_);
         if (!prepared.ok()) return prepared.status();
         cur_ = std::move(prepared).value();
       }
+      w.Lap(time_.input);
       if (Status pulled = cur_->pulled.get(); !pulled.ok()) return pulled;
+      w.Lap(time_.pull_wait);
       // Prefetch: the next step's batch and values (the next closure's,
       // after the last step) come in while this one computes.
       std::optional<Step> next;
@@ -332,6 +338,7 @@ class TrainClosure {
           next_status = prepared.status();
         }
       }
+      w.Lap(time_.input);
       auto out = device_.is_cpu()
                      ? m_->ComputeGradients(*cur_->values, cur_->x, cur_->batch[1])
                      : ComputeOnDevice(*m_, job_, device_, *cur_->values, cur_->x, cur_->batch[1], device_stats_);
@@ -340,13 +347,16 @@ class TrainClosure {
         cur_ = std::move(next);
         return out.status();
       }
+      w.Lap(time_.compute);
       failed = Push(*out, static_cast<uint32_t>(s));
+      w.Lap(time_.push);
       if (failed.ok() && device_.is_cpu()) failed = RecordBatch(*out, cur_->batch[1], job_.metrics, stats_);
       examples_ += cur_->batch[0].dim(0);
       pulled_bytes_ += cur_->pulled_bytes;
       Recycle(*cur_);
       cur_ = std::move(next);
       if (failed.ok()) failed = next_status;
+      w.Lap(time_.record);
     }
     return failed;
   }
@@ -377,10 +387,12 @@ class TrainClosure {
   // done, so a worker killed at any point loses no update (the re-run
   // closure re-sends them, and the PS applies each once).
   Status WaitForPushes(Status s) {
+    Stopwatch w;
     for (auto& f : pushes_) {
       Status p = f.get();
       if (s.ok()) s = p;
     }
+    w.Lap(time_.push_wait);
     return s;
   }
 
@@ -431,6 +443,7 @@ class TrainClosure {
   int64_t examples_ = 0;
   int64_t pulled_bytes_ = 0;
   std::vector<std::future<Status>> pushes_;
+  PsStepSeconds time_;
 };
 
 }  // namespace

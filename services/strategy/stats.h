@@ -7,6 +7,7 @@
 // that is not a TrainState (a damaged or foreign checkpoint).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -68,6 +69,20 @@ struct FitSummary {
   double train_seconds = 0;
   std::optional<NamedValues> eval;  // loss first
   nlohmann::json ToJson() const;
+};
+
+// Adds the time since the previous lap (or its creation) to one of a step's
+// time fields: where a step's seconds went, for the summary JSON.
+class Stopwatch {
+ public:
+  void Lap(double& into) {
+    const auto now = std::chrono::steady_clock::now();
+    into += std::chrono::duration<double>(now - t0_).count();
+    t0_ = now;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace tfjob::strategy

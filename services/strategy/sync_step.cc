@@ -24,12 +24,6 @@ KindTraits TraitsOf(StrategyKind kind) {
   return {};
 }
 
-void Stopwatch::Lap(double& into) {
-  const auto now = std::chrono::steady_clock::now();
-  into += std::chrono::duration<double>(now - t0_).count();
-  t0_ = now;
-}
-
 SyncStep::SyncStep(const model::JobConfig& job, const SyncOptions& o)
     : job_(job),
       traits_(TraitsOf(o.kind)),

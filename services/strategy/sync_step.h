@@ -30,6 +30,7 @@
 #include "services/strategy/group_recovery.h"
 #include "services/strategy/input.h"
 #include "services/strategy/replica_pool.h"
+#include "services/strategy/stats.h"
 #include "services/strategy/sync.h"
 #include "services/strategy/sync_variables.h"
 
@@ -55,16 +56,6 @@ enum class Reduction {
 // Where this process's step time went (seconds over the run).
 struct StepSeconds {
   double input = 0, compute = 0, all_reduce = 0, apply = 0;
-};
-
-// Adds the time since the previous lap (or its creation) to a StepSeconds
-// field.
-class Stopwatch {
- public:
-  void Lap(double& into);
-
- private:
-  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
 };
 
 // What one step adds to the training progress.

@@ -171,6 +171,19 @@ TEST(EmbeddingPullTest, RowPullsTrainExactlyAsWholeTablesAndMoveFarLess) {
   // variables: table, kernel and bias, two shards each).
   EXPECT_EQ(rows["ps_applied_updates"], 200 * 6);
   EXPECT_EQ(full["ps_applied_updates"], 200 * 6);
+  // Where the workers' time went: every step counted once, each part
+  // measured, and no part larger than the closures' whole time.
+  const nlohmann::json& t = rows["worker_step_seconds"];
+  ASSERT_TRUE(t.is_object()) << rows.dump();
+  EXPECT_EQ(t["steps"], 200);
+  double parts = 0;
+  for (const char* k : {"input", "pull_wait", "compute", "push", "record", "push_wait"}) {
+    ASSERT_TRUE(t[k].is_number()) << k;
+    EXPECT_GE(t[k].get<double>(), 0.0) << k;
+    parts += t[k].get<double>();
+  }
+  EXPECT_GT(t["compute"].get<double>(), 0.0);
+  EXPECT_LE(parts, t["closure"].get<double>() * 1.001);
 }
 
 // Prefetching workers (the default), several closures in flight, two
