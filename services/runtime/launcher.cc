@@ -165,8 +165,7 @@ class TaskSet {
     }
   }
 
-  // `quiet_prefix`: the lead's lines go out as they are, the others' as
-  // "[job:index] line".
+  // The `lead`'s lines go out as they are, the others' as "[job:index] line".
   Status Start(const std::vector<std::string>& argv, const std::string& name, const std::string& tf_config,
                const std::string& token, const std::string& tls_dir, base::ListeningSocket socket, bool lead) {
     ASSIGN_OR_RETURN(auto spawned, Spawn(argv, tf_config, token, tls_dir, socket.fd()));
