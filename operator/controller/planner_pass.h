@@ -44,10 +44,15 @@ struct Builder {
     if (s.deleting || !deleted.insert("svc/" + s.name).second) return;
     plan.actions.push_back({Action::Kind::kDeleteService, s.name, nullptr});
   }
+  // By name, as Kubeflow's clean-up does, whether or not the cache has seen
+  // the service yet: a service created just before its pod finished would
+  // otherwise outlive the pod and, once the pod is gone, never be deleted.
+  // (Not found is success for the executor.)
   void DeleteServiceNamed(const std::string& name) {
     for (const auto& s : services) {
-      if (s.name == name) DeleteService(s);
+      if (s.name == name && s.deleting) return;
     }
+    if (deleted.insert("svc/" + name).second) plan.actions.push_back({Action::Kind::kDeleteService, name, nullptr});
   }
   // cleanPodPolicy: All removes every pod, Running the running and pending
   // ones; services go with their pods.

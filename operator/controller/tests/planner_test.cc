@@ -580,6 +580,20 @@ TEST(PlannerTest, SuccessWithoutChiefIsWorkerZeroAndCleansRunningPods) {
   EXPECT_EQ(Names(PlanJob(all, pods, svcs, kNow), Action::Kind::kDeletePod).size(), 3u);
 }
 
+// The watch may not have delivered a service yet when its job finishes:
+// clean-up deletes it by name all the same (as Kubeflow's does), or it would
+// outlive its pod for good. One the cache shows going is left alone.
+TEST(PlannerTest, CleanupDeletesServicesTheCacheHasNotSeenYet) {
+  auto job = Job({{"PS", Replica(1)}, {"Worker", Replica(2)}}, {{"cleanPodPolicy", "All"}});
+  std::vector<PodView> pods{Pod("ps", 0, "Running"), Pod("worker", 0, "Succeeded", 0), Pod("worker", 1, "Running")};
+  ServiceView going = Svc("ps", 0);
+  going.deleting = true;
+  Plan p = PlanJob(job, pods, {going}, kNow);
+  EXPECT_TRUE(True(p.status, "Succeeded"));
+  EXPECT_EQ(Names(p, Action::Kind::kDeletePod).size(), 3u);
+  EXPECT_EQ(Names(p, Action::Kind::kDeleteService), (std::vector<std::string>{"j-worker-0", "j-worker-1"}));
+}
+
 TEST(PlannerTest, AllWorkersSuccessPolicy) {
   auto job = Job({{"Worker", Replica(2)}}, json::object(), {{"successPolicy", "AllWorkers"}});
   std::vector<ServiceView> svcs{Svc("worker", 0), Svc("worker", 1)};
