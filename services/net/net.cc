@@ -37,6 +37,7 @@ Status SetNonBlocking(int fd) {
 
 int Fd::Release() {
   tls_.reset();
+  armed_us_[0] = armed_us_[1] = -1;
   return std::exchange(fd_, -1);
 }
 
@@ -78,6 +79,7 @@ int Flush(const Fd& fd) { return fd.tls() ? fd.tls()->Flush() : 0; }
 
 void Fd::Reset() {
   tls_.reset();
+  armed_us_[0] = armed_us_[1] = -1;
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
 }

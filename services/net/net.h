@@ -35,12 +35,15 @@ class Fd {
  public:
   Fd() = default;
   explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)), tls_(std::move(o.tls_)) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)), tls_(std::move(o.tls_)) {
+    std::swap(armed_us_, o.armed_us_);
+  }
   Fd& operator=(Fd&& o) noexcept {
     if (this != &o) {
       Reset();
       fd_ = std::exchange(o.fd_, -1);
       tls_ = std::move(o.tls_);
+      std::swap(armed_us_, o.armed_us_);
     }
     return *this;
   }
@@ -55,11 +58,18 @@ class Fd {
   int Release();
   // Null unless StartTls succeeded on this connection.
   tls::Session* tls() const { return tls_.get(); }
+  // The send or receive timeout last set on the socket (SO_SNDTIMEO /
+  // SO_RCVTIMEO) in microseconds, 0 for none, -1 when not known: calls with
+  // about the same deadline leave it as it is instead of a system call each.
+  // Whoever uses the connection updates it, one thread at a time as for the
+  // descriptor itself.
+  int64_t& armed_timeout_us(bool send) const { return armed_us_[send ? 1 : 0]; }
 
  private:
   friend Status StartTls(Fd&, const tls::Config&, tls::Role, std::chrono::steady_clock::time_point, const std::string&);
   int fd_ = -1;
   std::unique_ptr<tls::Session> tls_;
+  mutable int64_t armed_us_[2] = {-1, -1};
 };
 
 // Runs the TLS handshake (tls::Session::Handshake's errors) and, when it

@@ -13,15 +13,23 @@ namespace {
 
 // Sets the socket's timeout for blocking sends or receives to the time left
 // before `deadline` (0: no timeout). False when the deadline has passed.
-bool ArmTimeout(int fd, int option, Clock::time_point deadline) {
-  timeval tv{};
+// A timeout already set that ends at most 1/64 after the deadline and not
+// before half of the time left is kept: a blocking call that times out early
+// comes back EAGAIN and is armed again, so only the overshoot matters, and
+// one connection's requests (each with a fresh deadline) would otherwise set
+// it twice per request.
+bool ArmTimeout(const net::Fd& fd, int option, Clock::time_point deadline) {
+  int64_t want = 0;
   if (deadline != kNoDeadline) {
-    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now()).count();
-    if (left <= 0) return false;
-    tv.tv_sec = static_cast<time_t>(left / 1000000);
-    tv.tv_usec = static_cast<suseconds_t>(left % 1000000);
+    want = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now()).count();
+    if (want <= 0) return false;
   }
-  setsockopt(fd, SOL_SOCKET, option, &tv, sizeof tv);
+  int64_t& armed = fd.armed_timeout_us(option == SO_SNDTIMEO);
+  if (armed == want || (want > 0 && armed > 0 && armed <= want + want / 64 && armed >= want / 2)) return true;
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(want / 1000000);
+  tv.tv_usec = static_cast<suseconds_t>(want % 1000000);
+  armed = setsockopt(fd.get(), SOL_SOCKET, option, &tv, sizeof tv) == 0 ? want : -1;
   return true;
 }
 
@@ -33,14 +41,14 @@ Status SendAll(const net::Fd& fd, std::span<iovec> iov, Clock::time_point deadli
   size_t first = 0;
   while (first < iov.size() && iov[first].iov_len == 0) ++first;
   if (first == iov.size()) return Status::Ok();
-  if (!ArmTimeout(fd.get(), SO_SNDTIMEO, deadline)) return DeadlineExceeded(peer + " did not take the data in time");
+  if (!ArmTimeout(fd, SO_SNDTIMEO, deadline)) return DeadlineExceeded(peer + " did not take the data in time");
   while (first < iov.size()) {
     const ssize_t w =
         net::Sendv(fd, iov.data() + first, static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX)), 0);
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        if (!ArmTimeout(fd.get(), SO_SNDTIMEO, deadline))
+        if (!ArmTimeout(fd, SO_SNDTIMEO, deadline))
           return DeadlineExceeded(peer + " did not take the data in time");
         continue;
       }
@@ -62,7 +70,7 @@ Status SendAll(const net::Fd& fd, std::span<iovec> iov, Clock::time_point deadli
   while (net::Flush(fd) != 0) {
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return Broken(fd, peer, errno);
-    if (!ArmTimeout(fd.get(), SO_SNDTIMEO, deadline)) return DeadlineExceeded(peer + " did not take the data in time");
+    if (!ArmTimeout(fd, SO_SNDTIMEO, deadline)) return DeadlineExceeded(peer + " did not take the data in time");
   }
   return Status::Ok();
 }
@@ -73,7 +81,7 @@ Status RecvAll(const net::Fd& fd, void* data, size_t n, Clock::time_point deadli
   size_t& count = received ? *received : ignored;
   count = 0;
   if (n == 0) return Status::Ok();
-  if (!ArmTimeout(fd.get(), SO_RCVTIMEO, deadline)) return DeadlineExceeded("nothing from " + peer + " in time");
+  if (!ArmTimeout(fd, SO_RCVTIMEO, deadline)) return DeadlineExceeded("nothing from " + peer + " in time");
   char* p = static_cast<char*>(data);
   while (n > 0) {
     const ssize_t r = net::Recv(fd, p, n, MSG_WAITALL);
@@ -86,7 +94,7 @@ Status RecvAll(const net::Fd& fd, void* data, size_t n, Clock::time_point deadli
     if (r == 0) return Unavailable(peer + " closed the connection");
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (!ArmTimeout(fd.get(), SO_RCVTIMEO, deadline)) return DeadlineExceeded("nothing from " + peer + " in time");
+      if (!ArmTimeout(fd, SO_RCVTIMEO, deadline)) return DeadlineExceeded("nothing from " + peer + " in time");
       continue;
     }
     return Broken(fd, peer, errno);
