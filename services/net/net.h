@@ -35,9 +35,7 @@ class Fd {
  public:
   Fd() = default;
   explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)), tls_(std::move(o.tls_)) {
-    std::swap(armed_us_, o.armed_us_);
-  }
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)), tls_(std::move(o.tls_)) { std::swap(armed_us_, o.armed_us_); }
   Fd& operator=(Fd&& o) noexcept {
     if (this != &o) {
       Reset();

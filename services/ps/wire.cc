@@ -48,8 +48,7 @@ Status SendAll(const net::Fd& fd, std::span<iovec> iov, Clock::time_point deadli
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        if (!ArmTimeout(fd, SO_SNDTIMEO, deadline))
-          return DeadlineExceeded(peer + " did not take the data in time");
+        if (!ArmTimeout(fd, SO_SNDTIMEO, deadline)) return DeadlineExceeded(peer + " did not take the data in time");
         continue;
       }
       return Broken(fd, peer, errno);
