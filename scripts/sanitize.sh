@@ -12,8 +12,8 @@
 # Only the test executables listed below (and what they link) are built, to
 # keep CI's time down; ctest then runs every test of those executables
 # (-E _NOT_BUILT skips the placeholders gtest_discover_tests leaves for
-# executables that were not built; -LE envtest the real-API-server suite,
-# none of which is built here).
+# executables that were not built; -LE 'envtest|slurm' the real-API-server
+# and real-Slurm suites, none of which is built here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/sanitizer_build.sh
@@ -29,7 +29,8 @@ esac
 # Left out, because they exec the project's real binaries (tfjob,
 # tfjob-runtime, tfjob-operator) to test them end to end, and building and
 # running those sanitized would cost more CI time than the rest together:
-# runtime_test, gpu_fit_test, runtime_slurm_test, local_run_test, chaos_test,
+# runtime_test, gpu_fit_test, runtime_slurm_test, runtime_slurm_cluster_test,
+# runtime_slurm_two_nodes_test, local_run_test, chaos_test,
 # operator_e2e_test, prometheus_test, chart_test, dockerfile_test,
 # custom_loop_test. gpu_test needs CUDA, which these builds leave out.
 ASAN_TESTS=(
@@ -44,7 +45,7 @@ run_tests() {
   local dir=$1
   shift
   cmake --build "$dir" --target "$@"
-  (cd "$dir" && ctest --output-on-failure --timeout 900 -j "$(nproc)" -E '_NOT_BUILT$' -LE envtest)
+  (cd "$dir" && ctest --output-on-failure --timeout 900 -j "$(nproc)" -E '_NOT_BUILT$' -LE 'envtest|slurm')
 }
 
 if [[ $WHAT == asan || $WHAT == all ]]; then

@@ -26,10 +26,16 @@ bash scripts/setup.sh
 cmake --build build
 cd build
 status=0
-ctest --output-on-failure --timeout 600 -j "$(nproc)" -LE envtest "${repeat[@]}" || status=$?
+ctest --output-on-failure --timeout 600 -j "$(nproc)" -LE 'envtest|slurm' "${repeat[@]}" || status=$?
 # The real-API-server suite (label envtest: one control plane per
 # executable), verbose: its log shows each control plane starting and each
 # scenario passing.
 echo "== the real-API-server suite (../shared/envtest) =="
 ctest -V --timeout 600 -j "$(nproc)" -L envtest "${repeat[@]}" || status=$?
+# The real-Slurm suite (label slurm: one Slurm per executable, the sbatch
+# examples through sbatch and srun), verbose: its log shows each Slurm
+# starting and each job's id and final state. Skipped without Slurm or
+# root, unless TFJOB_REQUIRE_SLURM=1 (CI) makes that a failure.
+echo "== the real-Slurm suite (tests/support/slurm) =="
+ctest -V --timeout 600 -j "$(nproc)" -L slurm "${repeat[@]}" || status=$?
 exit "$status"
