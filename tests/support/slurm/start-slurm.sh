@@ -98,6 +98,9 @@ names=() addrs=()
 if (( NODES == 1 )); then
   CTLD_HOST=$(hostname -s) CTLD_ADDR=127.0.0.1
   names=("$CTLD_HOST") addrs=(127.0.0.1)
+  # Jobs see the node by this name (SLURM_JOB_NODELIST), and the runtime's
+  # tasks connect to each other by it.
+  getent hosts "$CTLD_HOST" >/dev/null || die "this host's name '$CTLD_HOST' does not resolve; add it to /etc/hosts"
 else
   # A /24 of 198.18.0.0/15 (set aside for network tests, RFC 2544) that no
   # interface here is on yet; the link names carry its number.
