@@ -104,10 +104,10 @@ if (( NODES == 1 )); then
 else
   # A /24 of 198.18.0.0/15 (set aside for network tests, RFC 2544) that no
   # interface here is on yet; the link names carry its number.
-  subnet=''
+  subnet='' in_use=$(ip -o addr show)  # captured whole: grep -q in a pipe could SIGPIPE ip
   for _ in {1..50}; do
     n=$((RANDOM % 256))
-    ip -o addr show | grep -q " 198\.18\.$n\." || { subnet=$n; break; }
+    [[ $in_use == *" 198.18.$n."* ]] || { subnet=$n; break; }
   done
   [[ -n $subnet ]] || die "no free 198.18.x.0/24 subnet"
   NET="tfjs$subnet"  # link and namespace names: at most 15 characters
@@ -214,6 +214,7 @@ for ((k = 0; k < NODES; k++)); do
     # /sys without the cgroup file system that slurmd looks for), with its
     # hosts file over /etc/hosts in a mount namespace of its own. Each
     # program execs the next, so the recorded pid ends up slurmd's.
+    # shellcheck disable=SC2016 # $1..$3 are the inner shell's arguments
     start "slurmd-$node" nsenter --net="/run/netns/${NET}n$((k + 1))" unshare --mount --propagation private \
       /bin/sh -c 'mount --bind "$1" /etc/hosts && exec slurmd -D -f "$2" -N "$3"' sh "$DIR/hosts" "$DIR/slurm.conf" "$node"
   fi

@@ -56,8 +56,9 @@ if [[ -f $DIR/net.env ]]; then
   NET='' NODES=0
   # shellcheck source=/dev/null
   . "$DIR/net.env"
+  namespaces=" $(ip netns list | awk '{print $1}' | tr '\n' ' ')"
   for ((k = 1; k <= NODES; k++)); do
-    if ip netns list | grep -q "^${NET}n$k\b"; then ip netns delete "${NET}n$k" || rc=1; fi
+    if [[ $namespaces == *" ${NET}n$k "* ]]; then ip netns delete "${NET}n$k" || rc=1; fi
   done
   if ip link show "${NET}br" >/dev/null 2>&1; then ip link delete "${NET}br" || rc=1; fi
   (( rc == 0 )) && rm -f "$DIR/net.env" && echo "  network $NET: removed"
