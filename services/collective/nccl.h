@@ -10,6 +10,14 @@
 // each operation stages them through pinned host memory and one device
 // buffer: copy in, reduce on the device, copy out, all on one stream.
 //
+// Where it is: the implementation (nccl_cuda.cc, library
+// tfjob_collective_nccl, built where CUDA and NCCL were found) is linked
+// only into binaries that carry CUDA, which register it at start-up
+// (gpu::RegisterBackend calls RegisterNccl), so only they load the CUDA and
+// NCCL libraries. In every other binary (a build without NCCL, and
+// tfjob-runtime-cpu and custom_training_loop, which a CPU image carries)
+// the functions below say there is no NCCL.
+//
 // Ownership: a NcclCommunicator owns its NCCL communicator, stream and
 // buffers. Thread-safety: one operation at a time. Failure: NCCL's
 // asynchronous errors and a peer that stops answering are detected by
@@ -43,5 +51,23 @@ StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(Communicator& contr
 // DEADLINE_EXCEEDED after options.timeout.
 StatusOr<std::vector<std::unique_ptr<Communicator>>> MakeNcclLocalGroup(const std::vector<int>& devices,
                                                                         Options options);
+
+// What the three functions above forward to once registered.
+struct NcclImplementation {
+  Status (*available)();
+  StatusOr<std::unique_ptr<Communicator>> (*make_communicator)(Communicator& control, int device, Options options);
+  StatusOr<std::vector<std::unique_ptr<Communicator>>> (*make_local_group)(const std::vector<int>& devices,
+                                                                           Options options);
+};
+
+// `nccl` must live for the process. Called at start-up, before any thread
+// asks for NCCL (later calls are safe, but a caller may already have been
+// told there is none).
+void RegisterNcclImplementation(const NcclImplementation* nccl);
+
+// Registers the implementation in tfjob_collective_nccl (idempotent).
+// Defined only in that library: call it only where it is linked
+// (TFJOB_HAVE_NCCL, which the library gives its users).
+void RegisterNccl();
 
 }  // namespace tfjob::collective

@@ -17,6 +17,9 @@
 #include "services/gpu/cuda_devices.h"
 #include "services/gpu/kernels.h"
 #include "services/tensor/backend.h"
+#ifdef TFJOB_HAVE_NCCL
+#include "services/collective/nccl.h"
+#endif
 
 namespace tfjob::gpu {
 namespace {
@@ -495,7 +498,12 @@ class CudaBackend final : public Backend {
 
 void RegisterBackend() {
   static std::once_flag once;
-  std::call_once(once, [] { device::RegisterCudaBackend(new CudaBackend()); });  // lives for the process
+  std::call_once(once, [] {
+    device::RegisterCudaBackend(new CudaBackend());  // lives for the process
+#ifdef TFJOB_HAVE_NCCL
+    collective::RegisterNccl();
+#endif
+  });
 }
 
 }  // namespace tfjob::gpu

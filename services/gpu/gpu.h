@@ -30,9 +30,11 @@ StatusOr<std::vector<DeviceInfo>> ListDevices();
 // the primitive an SGD update on a GPU is made of. Sizes must match.
 Status Axpy(int device, float alpha, const std::vector<float>& x, std::vector<float>& y);
 
-// Registers the CUDA backend with the tensor library (idempotent). Cheap: the
-// driver is first touched when a device tensor is first made, so a process
-// that never asks for a GPU never initialises CUDA (and may fork freely).
+// Registers the CUDA backend with the tensor library, and NCCL with the
+// collectives where this build has it (services/collective/nccl.h;
+// idempotent). Cheap: the driver is first touched when a device tensor is
+// first made, so a process that never asks for a GPU never initialises CUDA
+// (and may fork freely).
 void RegisterBackend();
 
 // NCCL's version when linked against it, else 0.

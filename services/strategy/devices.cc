@@ -34,6 +34,10 @@ StatusOr<DevicePlan> PlanDevices(DeviceChoice choice, StrategyKind kind, int rep
   const int visible = VisibleGpus();
   if (visible == 0) {
     if (choice == DeviceChoice::kGpu) return InvalidArgument("flag --device gpu: " + WhyNoGpu());
+    // A build with CUDA that finds no GPU says why it trains on the CPU (a
+    // GPU image on a node without one, or without the driver); a build
+    // without CUDA has only the CPU, and says nothing.
+    if (device::CudaBackend()) plan.note = "fit: --device auto: training on the CPU: " + WhyNoGpu();
     return plan;
   }
   if (!model_support.ok()) {

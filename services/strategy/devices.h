@@ -36,7 +36,8 @@ struct DevicePlan {
   // Replicas in this process (mirrored and central_storage may grow to the
   // number of GPUs); 1 otherwise.
   int replicas = 1;
-  // Why auto stayed on the host though a GPU is visible ("" otherwise).
+  // Why auto stayed on the host: a GPU is visible but cannot serve, or a
+  // build with CUDA sees none ("" otherwise, and in a build without CUDA).
   std::string note;
 };
 

@@ -12,6 +12,12 @@
 namespace tfjob::collective {
 namespace {
 
+#ifdef TFJOB_HAVE_NCCL
+// This executable carries NCCL (tfjob_collective_nccl): registered at
+// start-up, as tfjob-runtime does through gpu::RegisterBackend.
+[[maybe_unused]] const bool kNcclRegistered = (RegisterNccl(), true);
+#endif
+
 TEST(NcclTest, UnavailableSaysWhy) {
   Status s = NcclAvailable();
   if (s.ok()) GTEST_SKIP() << "NCCL and a GPU are available here";

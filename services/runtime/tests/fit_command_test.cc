@@ -208,6 +208,32 @@ TEST(FitBadInputTest, StrategyFlags) {
   if (r.exit_code != 0) ExpectBadInput(r, "flag --communication nccl: ");
 }
 
+// The CPU image carries tfjob-runtime-cpu (as tfjob-runtime) and
+// custom_training_loop (scripts/images.sh): in a build with CUDA too, neither
+// loads a CUDA, cuBLAS or NCCL library, and the runtime says it has neither.
+TEST(CpuRuntimeTest, LoadsNoCudaLibraryAndSaysSo) {
+  for (const std::string binary : {"tfjob-runtime-cpu", "custom_training_loop"}) {
+    auto r = t::Run({"ldd", t::BinDir() + "/" + binary});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("libc.so"));  // ldd did list it
+    for (const std::string lib : {"libcudart", "libcublas", "libnccl", "libcuda."}) {
+      EXPECT_THAT(r.out, ::testing::Not(HasSubstr(lib))) << binary << "\n" << r.out;
+    }
+  }
+  const std::string cpu = t::BinDir() + "/tfjob-runtime-cpu";
+  auto v = t::Run({cpu, "--version"});
+  EXPECT_EQ(v.exit_code, 0) << v.err;
+  EXPECT_THAT(v.out, ::testing::MatchesRegex("tfjob-runtime-cpu [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+  auto gpu =
+      t::Run({cpu, "fit", "--config", Example("mnist/mlp.json"), "--data-dir", t::MnistDir(), "--device", "gpu"});
+  EXPECT_EQ(gpu.exit_code, 2) << gpu.out << gpu.err;
+  EXPECT_THAT(gpu.err, HasSubstr("error: flag --device gpu: this build has no CUDA support"));
+  auto nccl = t::Run({cpu, "fit", "--config", t::SourceDir() + "/tests/support/data/synthetic-small.json", "--strategy",
+                      "multi_worker_mirrored", "--communication", "nccl", "--epochs", "1"});
+  EXPECT_EQ(nccl.exit_code, 2) << nccl.out << nccl.err;
+  EXPECT_THAT(nccl.err, HasSubstr("error: flag --communication nccl: this binary has no NCCL"));
+}
+
 // Single-process training checkpoints too, and a second run with the same
 // directory resumes from the final checkpoint instead of training again.
 TEST(FitCommandTest, SingleProcessCheckpointsAndResumes) {
