@@ -201,41 +201,58 @@ stage_context() {
 # by apt in the Dockerfile) or, for tfjob-runtime with CUDA, from the CUDA
 # toolkit that compiled it: those are copied into cuda/. Anything else is an
 # error, since the image could not load it.
-debian_owned() {
-  local p=$1 alt
-  case $p in
-    /usr/*) alt=${p#/usr} ;;
-    *) alt=/usr$p ;;
+# usr_twin /lib/x/y -> /usr/lib/x/y and back: with merged /usr, dpkg knows a
+# library under one of the two names, ldd may print the other.
+usr_twin() {
+  case $1 in
+    /usr/*) echo "${1#/usr}" ;;
+    *) echo "/usr$1" ;;
   esac
-  dpkg -S "$p" > /dev/null 2>&1 || dpkg -S "$alt" > /dev/null 2>&1 || dpkg -S "$(readlink -f "$p")" > /dev/null 2>&1
 }
-cuda_root=
 stage_libraries() {
   local binary=$1 name arrow path rest real
+  local -A path_of=()
   while read -r name arrow path rest; do
     [[ $arrow == "=>" ]] || continue
     if [[ $path == not ]]; then
       echo "$me: $build/bin/$binary: ldd finds no $name here" >&2
       exit 1
     fi
-    debian_owned "$path" && continue
+    path_of[$name]=$path
+  done < <(ldd "$build/bin/$binary")
+  # One dpkg -S for all of them (it reads its database once per call): the
+  # paths it names are the ones a package owns.
+  local candidates=() owned
+  for name in "${!path_of[@]}"; do
+    path=${path_of[$name]}
+    candidates+=("$path" "$(usr_twin "$path")" "$(readlink -f "$path")")
+  done
+  # (Lines are "pkg[:arch][, pkg...]: /path"; the path holds no ": ".)
+  owned=$(dpkg -S "${candidates[@]}" 2> /dev/null | sed -n 's|^.*: \(/.*\)$|\1|p' | sort -u) || true
+  local -A is_owned=()
+  while read -r path; do
+    [[ -n $path ]] && is_owned[$path]=1
+  done <<< "$owned"
+  local cuda=
+  [[ $binary == tfjob-runtime ]] && cuda=$(cuda_toolkit_root)
+  for name in "${!path_of[@]}"; do
+    path=${path_of[$name]}
     real=$(readlink -f "$path")
-    if [[ $binary == tfjob-runtime && -n $(cuda_toolkit_root) && $real == "$(cuda_toolkit_root)"/* ]]; then
+    [[ -n ${is_owned[$path]:-} || -n ${is_owned[$(usr_twin "$path")]:-} || -n ${is_owned[$real]:-} ]] && continue
+    if [[ -n $cuda && $real == "$cuda"/* ]]; then
       cp "$real" "$ctx/cuda/$name"
       continue
     fi
     echo "$me: $build/bin/$binary loads $name from $real, which neither a Debian package nor the CUDA toolkit provides" >&2
     exit 1
-  done < <(ldd "$build/bin/$binary")
+  done
 }
-# The toolkit CMake compiled with (its nvcc's folder, links resolved).
+# The toolkit CMake compiled with (its nvcc's folder, links resolved); ""
+# in a build without CUDA.
 cuda_toolkit_root() {
-  if [[ -z $cuda_root ]]; then
-    local nvcc
-    nvcc=$(sed -n 's/^set(CMAKE_CUDA_COMPILER "\(.*\)")$/\1/p' "$build"/CMakeFiles/*/CMakeCUDACompiler.cmake 2>/dev/null | head -n 1)
-    [[ -n $nvcc ]] && cuda_root=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
-  fi
-  echo "$cuda_root"
+  local nvcc
+  nvcc=$(sed -n 's/^set(CMAKE_CUDA_COMPILER "\(.*\)")$/\1/p' "$build"/CMakeFiles/*/CMakeCUDACompiler.cmake 2> /dev/null | head -n 1) || true
+  [[ -z $nvcc ]] || dirname "$(dirname "$(readlink -f "$nvcc")")"
 }
 cuda_version() {
   sed -n 's/^set(CMAKE_CUDA_COMPILER_VERSION "\([0-9]*\.[0-9]*\).*")$/\1/p' "$build"/CMakeFiles/*/CMakeCUDACompiler.cmake | head -n 1

@@ -213,7 +213,6 @@ gpu_device_gpu_is_one_line_exit_2() {
 }
 
 # ---- operator against a real API server ----------------------------------------
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 kc() { "$kubectl" --kubeconfig "$control_plane/admin.kubeconfig" "$@"; }
 # wait_for SECONDS COMMAND...: until COMMAND succeeds, every 0.2 s.
 wait_for() {
@@ -234,20 +233,33 @@ operator_against_envtest() {
   [[ -x $kubectl ]] || kubectl=$control_plane/bin/kubectl
   echo "control plane: $(kc config view -o jsonpath='{.clusters[0].cluster.server}')"
   kc apply --server-side -f crds/kubeflow.org_tfjobs.yaml > /dev/null || fail "kubectl apply of the CRD failed" || return 1
-  kc wait --for condition=established --timeout=60s crd/tfjobs.kubeflow.org > /dev/null \
-    || fail "the TFJob CRD was not established" || return 1
+  # Polled: `kubectl wait --for condition=established` fails at once while
+  # the CRD has no status yet.
+  established() {
+    [[ $(kc get crd tfjobs.kubeflow.org -o jsonpath='{.status.conditions[?(@.type=="Established")].status}') == True ]]
+  }
+  wait_for 60 established || fail "the TFJob CRD was not established in 60 s" || return 1
   # The image's user reads the kubeconfig: a copy it may read.
   install -m 0444 "$control_plane/admin.kubeconfig" "$work/kubeconfig"
 
-  local name=tfjob-smoke-operator-$$ metrics_port health_port
+  # Port 0: the operator binds free ports and prints them first
+  # ("tfjob-operator: metrics on :P, health probes on :Q").
+  local name=tfjob-smoke-operator-$$ ports metrics_port health_port status=0
   containers+=("$name")  # removed on exit
-  metrics_port=$(free_port)
-  health_port=$(free_port)
   pm run -d --name "$name" --network host -v "$work/kubeconfig:/etc/tfjob/kubeconfig:ro" "$operator" \
-    --kubeconfig /etc/tfjob/kubeconfig --metrics-bind-address "127.0.0.1:$metrics_port" \
-    --health-probe-bind-address "127.0.0.1:$health_port" > /dev/null || fail "podman run of the operator failed" || return 1
-  local status=0
-  operator_checks "$name" "$metrics_port" "$health_port" || status=$?
+    --kubeconfig /etc/tfjob/kubeconfig --metrics-bind-address 127.0.0.1:0 \
+    --health-probe-bind-address 127.0.0.1:0 > /dev/null || fail "podman run of the operator failed" || return 1
+  ports_printed() {
+    ports=$(pm logs "$name" 2>&1 | sed -n 's/^tfjob-operator: metrics on :\([0-9]*\), health probes on :\([0-9]*\)$/\1 \2/p')
+    [[ -n $ports ]]
+  }
+  if wait_for 30 ports_printed; then
+    read -r metrics_port health_port <<< "$ports"
+    operator_checks "$name" "$metrics_port" "$health_port" || status=$?
+  else
+    echo "the operator did not print its ports in 30 s"
+    status=1
+  fi
   if ((status != 0)); then
     echo "the operator's log:"
     pm logs "$name" 2>&1 | tail -n 20
