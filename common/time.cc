@@ -53,7 +53,7 @@ std::string FormatRfc3339Micro(SystemTime t) {
 
 std::optional<SystemTime> ParseRfc3339(std::string_view s) {
   size_t p = 0;
-  int y, mo, d, h, mi, sec;
+  int y = 0, mo = 0, d = 0, h = 0, mi = 0, sec = 0;  // set before use; GCC without -march=native cannot tell
   if (!Digits(s, &p, 4, &y) || !Expect(s, &p, '-') || !Digits(s, &p, 2, &mo) || !Expect(s, &p, '-') ||
       !Digits(s, &p, 2, &d)) {
     return std::nullopt;
