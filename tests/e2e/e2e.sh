@@ -1,0 +1,430 @@
+#!/usr/bin/env bash
+# The whole path on a real Kubernetes node (../shared/envtest and its node/):
+#   cluster    a control plane and one node (kubelet, scheduler, containerd,
+#              CNI, node-dns) started here, stopped on exit;
+#   images     the images scripts/images.sh built, named as a node resolves
+#              the chart's and the examples' names (docker.io/tfjob/...,
+#              docs/install.md) and loaded into the node's containerd;
+#   helm       `helm install` of charts/tfjob-operator with real Helm and the
+#              chart's defaults; the operator pod Ready;
+#   mnist-ps   examples/mnist/tfjob-ps.yaml as shipped (chief, 2 PS, 2
+#              workers, evaluator), its PVCs bound to hostPath volumes (MNIST
+#              read-only, checkpoints writable): every pod Running, the job
+#              Succeeded, the chief's accuracy over the bar, the evaluator's
+#              final evaluation in its log;
+#   mnist-mwms examples/mnist/tfjob-mwms-cluster.yaml as shipped (3 workers,
+#              multi-worker mirrored, evaluator): Succeeded, accuracy over
+#              the bar.
+# Each stage prints "== stage" and PASS or FAIL lines; a failed stage prints
+# the logs that say why. Exits 1 if any check failed.
+#
+# usage: tests/e2e/e2e.sh
+# environment: TFJOB_ENVTEST (the kit, default ../shared/envtest),
+#   E2E_KEEP=1 (keep the work folder: logs, checkpoints), CONTAINERS_CONF.
+# Needs root (the node), the node's Debian packages (scripts/setup.sh), the
+# images (bash scripts/images.sh), .tools/bin/{kubectl,helm} (setup.sh) and
+# ../shared/data/mnist.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+me=e2e.sh
+# shellcheck source=../../scripts/podman/env.sh
+source scripts/podman/env.sh
+
+if [[ $# -gt 0 ]]; then
+  echo "$me: takes no arguments (usage: tests/e2e/e2e.sh)" >&2
+  exit 2
+fi
+((EUID == 0)) || { echo "$me: must run as root (the node's kubelet and containerd need it)" >&2; exit 1; }
+require_podman
+tag=$(project_version)
+kit=${TFJOB_ENVTEST:-$(cd .. && pwd)/shared/envtest}
+[[ -x $kit/start-control-plane.sh && -x $kit/node/start-node.sh ]] || {
+  echo "$me: no envtest kit with a node at $kit (set TFJOB_ENVTEST)" >&2
+  exit 1
+}
+mnist=$(cd ../shared/data/mnist 2>/dev/null && pwd) || {
+  echo "$me: ../shared/data/mnist is missing (the MNIST files the jobs train on)" >&2
+  exit 1
+}
+kubectl=$PWD/.tools/bin/kubectl
+helm=$PWD/.tools/bin/helm
+for tool in "$kubectl" "$helm"; do
+  [[ -x $tool ]] || { echo "$me: $tool is missing (bash scripts/setup.sh installs it)" >&2; exit 1; }
+done
+user=65532
+# The bars of the repository's other MNIST MLP tests: parameter servers
+# (2 PS, 2 workers: services/runtime/tests/models_test.cc, 0.90) and
+# multi-worker mirrored (3 workers: tests/chaos/chaos_test.cc, 0.92).
+ps_bar=0.90
+mwms_bar=0.92
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/tfjob-e2e.XXXXXX")
+chmod 0755 "$work"  # the pods' user reaches the checkpoint folders in it
+cp_dir=$work/cp
+cluster_started=0
+cleanup() {
+  local status=$?
+  if ((cluster_started)); then
+    bash "$kit/node/stop-node.sh" "$cp_dir" > "$work/stop-node.log" 2>&1 \
+      || echo "$me: stop-node.sh failed: $(tail -n 1 "$work/stop-node.log")" >&2
+    bash "$kit/stop-control-plane.sh" "$cp_dir" > "$work/stop-control-plane.log" 2>&1 \
+      || echo "$me: stop-control-plane.sh failed: $(tail -n 1 "$work/stop-control-plane.log")" >&2
+  fi
+  if [[ ${E2E_KEEP:-} == 1 ]]; then
+    echo "$me: kept $work"
+  else
+    rm -rf "$work"
+  fi
+  exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM  # so that cleanup runs then too
+
+start=$SECONDS
+failed=()
+stage() { echo "== $1 ($((SECONDS - start)) s)"; }
+pass() { echo "PASS  $*"; }
+fail() { echo "FAIL  $*"; failed+=("$1"); }
+# fatal NAME: a stage the rest depends on failed.
+fatal() {
+  fail "$@"
+  echo "$me: stopping: the stages after this one need it"
+  exit 1
+}
+kc() { "$kubectl" --kubeconfig "$cp_dir/admin.kubeconfig" "$@"; }
+# wait_for SECONDS COMMAND...: until COMMAND succeeds, every second.
+wait_for() {
+  local deadline=$((SECONDS + $1))
+  shift
+  until "$@" > /dev/null 2>&1; do
+    ((SECONDS < deadline)) || return 1
+    sleep 1
+  done
+}
+indent() { sed 's/^/      /'; }
+
+# ---- cluster -----------------------------------------------------------------
+stage cluster
+ENVTEST_APISERVER_EXTRA_ARGS=--kubelet-preferred-address-types=InternalIP,Hostname \
+  bash "$kit/start-control-plane.sh" "$cp_dir" > "$work/control-plane.log" 2>&1 && cluster_started=1 \
+  || { cluster_started=1; tail -n 5 "$work/control-plane.log" | indent; fatal cluster "the control plane did not start"; }
+bash "$kit/node/start-node.sh" "$cp_dir" > "$work/node.log" 2>&1 \
+  || { tail -n 5 "$work/node.log" | indent; fatal cluster "the node did not start"; }
+pass cluster "$(grep -m1 'ready in' "$work/node.log")"
+kc get nodes -o wide | indent
+
+# ---- images ------------------------------------------------------------------
+# A node resolves the chart's tfjob/operator:TAG and the examples'
+# tfjob/runtime-cpu:TAG as docker.io/tfjob/...; podman names what it builds
+# localhost/tfjob/...: tagged with the node's name first (docs/install.md).
+stage images
+for image in operator runtime-cpu; do
+  pm image exists "tfjob/$image:$tag" || fatal images "tfjob/$image:$tag is not built (bash scripts/images.sh builds it)"
+  pm tag "tfjob/$image:$tag" "docker.io/tfjob/$image:$tag"
+  bash "$kit/node/load-image.sh" "$cp_dir" "docker.io/tfjob/$image:$tag" > "$work/load-$image.log" 2>&1 \
+    || { tail -n 5 "$work/load-$image.log" | indent; fatal images "load-image.sh docker.io/tfjob/$image:$tag failed"; }
+done
+loaded=$(ctr -a "$cp_dir/node/containerd.sock" -n k8s.io images ls -q | grep '^docker.io/tfjob/' | sort | tr '\n' ' ')
+[[ $loaded == "docker.io/tfjob/operator:$tag docker.io/tfjob/runtime-cpu:$tag " ]] \
+  || fatal images "the node's containerd has '$loaded'"
+pass images "loaded into the node: $loaded"
+
+# ---- helm --------------------------------------------------------------------
+stage helm
+if ! "$helm" --kubeconfig "$cp_dir/admin.kubeconfig" install tfjob-operator charts/tfjob-operator \
+  --namespace tfjob-system --create-namespace --wait --timeout 180s > "$work/helm.log" 2>&1; then
+  indent < "$work/helm.log"
+  kc -n tfjob-system get pods -o wide 2>&1 | indent
+  kc -n tfjob-system describe pods 2>&1 | tail -n 30 | indent
+  kc -n tfjob-system logs deploy/tfjob-operator --tail 20 2>&1 | indent
+  fatal helm "helm install did not end with the operator Ready in 180 s"
+fi
+head -n 6 "$work/helm.log" | indent
+operator_pod=$(kc -n tfjob-system get pods -l app.kubernetes.io/name=tfjob-operator -o name)
+ready=$(kc -n tfjob-system get "$operator_pod" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')
+kc -n tfjob-system get pods -o wide | indent
+[[ $ready == True ]] || fatal helm "$operator_pod is not Ready"
+pass helm "helm install with the chart's defaults: $operator_pod Ready, image $(kc -n tfjob-system get "$operator_pod" -o jsonpath='{.spec.containers[0].image}')"
+
+# ---- the MNIST jobs ------------------------------------------------------------
+# NAMESPACE: the examples' PVCs (mnist, mnist-checkpoints) bound to hostPath
+# volumes made for it: the MNIST folder read-only, a checkpoint folder of
+# its own that only the pods' user may write.
+namespace_with_volumes() {
+  local ns=$1 checkpoints=$work/$1-checkpoints
+  install -d -m 0700 -o "$user" -g "$user" "$checkpoints" || return 1
+  kc create namespace "$ns" > /dev/null || return 1
+  wait_for 60 kc -n "$ns" get serviceaccount default || { echo "no default ServiceAccount in $ns"; return 1; }
+  kc apply -f - > /dev/null << EOF || return 1
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: $ns-mnist}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadOnlyMany]
+  storageClassName: ""
+  hostPath: {path: "$mnist", type: Directory}
+  claimRef: {namespace: $ns, name: mnist}
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: $ns-checkpoints}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteMany]
+  storageClassName: ""
+  hostPath: {path: "$checkpoints", type: Directory}
+  claimRef: {namespace: $ns, name: mnist-checkpoints}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: mnist, namespace: $ns}
+spec:
+  accessModes: [ReadOnlyMany]
+  storageClassName: ""
+  volumeName: $ns-mnist
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: mnist-checkpoints, namespace: $ns}
+spec:
+  accessModes: [ReadWriteMany]
+  storageClassName: ""
+  volumeName: $ns-checkpoints
+  resources: {requests: {storage: 1Gi}}
+EOF
+  bound() {
+    [[ $(kc -n "$ns" get pvc -o jsonpath='{range .items[*]}{.status.phase} {end}') == "Bound Bound " ]]
+  }
+  wait_for 60 bound || { kc -n "$ns" get pvc; echo "the PVCs were not Bound in 60 s"; return 1; }
+}
+
+job_condition() {  # NS JOB TYPE: the status of the job's TYPE condition
+  kc -n "$1" get tfjob "$2" -o jsonpath="{.status.conditions[?(@.type==\"$3\")].status}"
+}
+running_pods() {  # NS JOB: how many of the job's pods are Running
+  kc -n "$1" get pods -l "training.kubeflow.org/job-name=$2" -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' \
+    | grep -c '^Running$'
+}
+# wait_job NS JOB PODS SECONDS: every one of the job's PODS pods Running at
+# once (their `kubectl get pods -o wide` kept in NS-pods-wide.txt), then the
+# job Succeeded. Says why not.
+wait_job() {
+  local ns=$1 job=$2 pods=$3 deadline=$((SECONDS + $4)) all_running=0 t0=$SECONDS
+  while ((SECONDS < deadline)); do
+    if ((!all_running)) && [[ $(running_pods "$ns" "$job") == "$pods" ]]; then
+      all_running=1
+      echo "all $pods pods Running after $((SECONDS - t0)) s:"
+      kc -n "$ns" get pods -o wide | tee "$work/$ns-pods-wide.txt"
+    fi
+    if [[ $(job_condition "$ns" "$job" Succeeded) == True ]]; then
+      echo "Succeeded after $((SECONDS - t0)) s:"
+      kc -n "$ns" get tfjob "$job"
+      ((all_running)) || { echo "but the $pods pods were never seen Running together"; return 1; }
+      return 0
+    fi
+    if [[ $(job_condition "$ns" "$job" Failed) == True ]]; then
+      echo "Failed after $((SECONDS - t0)) s: $(kc -n "$ns" get tfjob "$job" -o jsonpath='{.status.conditions[-1].message}')"
+      return 1
+    fi
+    sleep 2
+  done
+  echo "not Succeeded in $4 s:"
+  kc -n "$ns" get tfjob,pods -o wide
+  return 1
+}
+# The accuracy of "Evaluation\n<n>/<n> - <t> - loss: L - accuracy: A" in a log.
+evaluation_accuracy() {
+  awk '/^Evaluation$/ { getline; if (match($0, /accuracy: [0-9.]+/)) a = substr($0, RSTART + 10, RLENGTH - 10) } END { print a }'
+}
+at_least() { python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) >= float(sys.argv[2]) else 1)' "$1" "$2"; }
+job_debug() {  # NS: what a failed job stage shows
+  kc -n "$1" get tfjob,pods -o wide 2>&1
+  local pod
+  for pod in $(kc -n "$1" get pods -o name 2>/dev/null); do
+    echo "--- $pod (last 15 lines)"
+    kc -n "$1" logs "$pod" --tail 15 2>&1
+  done
+  echo "--- the operator (last 15 lines)"
+  kc -n tfjob-system logs deploy/tfjob-operator --tail 15 2>&1
+}
+
+# evaluator_ends_on_final NS POD ACCURACY: the side-car evaluator (kept by
+# cleanPodPolicy None) finishes, and its last evaluation is of the final
+# checkpoint: the trained variables on the same evaluation data, so
+# ACCURACY, the trainer's own.
+evaluator_ends_on_final() {
+  local ns=$1 pod=$2 accuracy=$3 log final
+  finished() { [[ $(kc -n "$ns" get pod "$pod" -o jsonpath='{.status.phase}') == Succeeded ]]; }
+  wait_for 300 finished || { echo "$pod did not finish in 300 s"; return 1; }
+  log=$(kc -n "$ns" logs "$pod") || return 1
+  final=$(grep -A1 -E '^evaluator: checkpoint step [0-9]+ \(final\)$' <<< "$log") \
+    || { echo "no final checkpoint in $pod's log:"; tail -n 10 <<< "$log"; return 1; }
+  echo "$pod's last lines:"
+  echo "$final"
+  [[ $(tail -n 1 <<< "$log") == *"accuracy: $accuracy" ]] \
+    || { echo "$pod's final accuracy is not the trainer's $accuracy"; return 1; }
+}
+
+run_mnist_ps() {
+  local ns=mnist-ps job=mnist-mlp-ps log accuracy
+  namespace_with_volumes "$ns" || return 1
+  kc -n "$ns" apply -f examples/mnist/tfjob-ps.yaml || return 1
+  wait_job "$ns" "$job" 6 1200 || return 1
+  log=$(kc -n "$ns" logs "$job-chief-0") || return 1
+  grep -A1 '^Evaluation$' <<< "$log"
+  accuracy=$(evaluation_accuracy <<< "$log")
+  [[ -n $accuracy ]] || { echo "no 'Evaluation' result in the chief's log"; return 1; }
+  at_least "$accuracy" "$ps_bar" || { echo "the chief's accuracy $accuracy is under the bar $ps_bar"; return 1; }
+  echo "the chief's accuracy: $accuracy (bar $ps_bar)"
+  evaluator_ends_on_final "$ns" "$job-evaluator-0" "$accuracy"
+}
+
+run_mnist_mwms() {
+  local ns=mnist-mwms job=mnist-mlp-mwms log accuracy
+  namespace_with_volumes "$ns" || return 1
+  kc -n "$ns" apply -f examples/mnist/tfjob-mwms-cluster.yaml || return 1
+  wait_job "$ns" "$job" 4 1200 || return 1
+  log=$(kc -n "$ns" logs "$job-worker-0") || return 1
+  grep -A1 '^Evaluation$' <<< "$log"
+  accuracy=$(evaluation_accuracy <<< "$log")
+  [[ -n $accuracy ]] || { echo "no 'Evaluation' result in worker 0's log"; return 1; }
+  at_least "$accuracy" "$mwms_bar" || { echo "worker 0's accuracy $accuracy is under the bar $mwms_bar"; return 1; }
+  echo "worker 0's accuracy: $accuracy (bar $mwms_bar)"
+  evaluator_ends_on_final "$ns" "$job-evaluator-0" "$accuracy"
+}
+
+# namespace NS: a namespace whose default ServiceAccount exists (pods are
+# refused before it does).
+namespace() {
+  kc create namespace "$1" > /dev/null || return 1
+  wait_for 60 kc -n "$1" get serviceaccount default || { echo "no default ServiceAccount in $1"; return 1; }
+}
+# edited FILE NAME FROM TO [FROM TO...]: FILE with each FROM (a fixed string)
+# replaced by TO, in $work/NAME.yaml; fails if a FROM is not there.
+edited() {
+  python3 - "$@" << 'PY'
+import sys
+src, name, pairs = sys.argv[1], sys.argv[2], sys.argv[3:]
+text = open(src).read()
+for old, new in zip(pairs[::2], pairs[1::2]):
+    if old not in text:
+        sys.exit(f"{src}: no '{old}' to replace")
+    text = text.replace(old, new)
+open(name, "w").write(text)
+PY
+}
+uid_of() { kc -n "$1" get pod "$2" -o jsonpath='{.metadata.uid}' 2>/dev/null; }
+log_has() { kc -n "$1" logs "$2" 2>/dev/null | grep -qE "$3"; }
+# A pod NAME Running that is not the one with uid OLD.
+recreated_running() {
+  local uid
+  uid=$(uid_of "$1" "$2")
+  [[ -n $uid && $uid != "$3" && $(kc -n "$1" get pod "$2" -o jsonpath='{.status.phase}') == Running ]]
+}
+
+# The README's counter job made slower (rounds of slow closures), a worker
+# pod deleted while it runs: the operator recreates it, the closures it held
+# are rescheduled, the job Succeeds and the counter is exact.
+run_counter_worker_deleted() {
+  local ns=counter-chaos job=counter increments=1,2,3,4,5 rounds=8 manifest=$work/counter-chaos.yaml
+  local old new log line expected
+  namespace "$ns" || return 1
+  edited examples/counter/tfjob.yaml "$manifest" \
+    '["tfjob-runtime", "counter", "--increments", "1,2,3,4,5"]' \
+    "[\"tfjob-runtime\", \"counter\", \"--increments\", \"$increments\", \"--rounds\", \"$rounds\", \"--closure-seconds\", \"1\"]" \
+    || return 1
+  kc -n "$ns" apply -f "$manifest" || return 1
+  wait_for 120 log_has "$ns" "$job-chief-0" '^counter: round 2/' \
+    || { echo "the chief did not finish round 2 in 120 s"; return 1; }
+  old=$(uid_of "$ns" "$job-worker-1")
+  echo "after round 2: kubectl delete pod $job-worker-1 (default grace)"
+  kc -n "$ns" delete pod "$job-worker-1" || return 1
+  wait_for 120 recreated_running "$ns" "$job-worker-1" "$old" \
+    || { echo "$job-worker-1 was not recreated and Running in 120 s"; return 1; }
+  new=$(uid_of "$ns" "$job-worker-1")
+  echo "$job-worker-1 recreated by the operator: uid $old -> $new"
+  wait_job "$ns" "$job" 5 300 > "$work/$ns-wait.out" 2>&1 || { cat "$work/$ns-wait.out"; return 1; }
+  grep -A3 '^Succeeded' "$work/$ns-wait.out"
+  log=$(kc -n "$ns" logs "$job-chief-0") || return 1
+  line=$(grep '^counter: value ' <<< "$log") || { echo "no 'counter: value' in the chief's log"; tail -n 10 <<< "$log"; return 1; }
+  echo "$line"
+  expected=$(python3 -c 'import sys; print(int(sum(float(x) for x in sys.argv[1].split(",")) * int(sys.argv[2])))' "$increments" "$rounds")
+  [[ $line == "counter: value $expected after "* ]] || { echo "expected the value $expected"; return 1; }
+  [[ ! $line =~ \ 0\ worker\ failures ]] || { echo "the chief saw no worker failure: the deletion did not hit a closure"; return 1; }
+}
+
+# The MNIST PS job, longer, its chief under restartPolicy ExitCode; the
+# chief pod deleted mid-training: SIGTERM, it exits 143 (retryable under
+# ExitCode), the operator recreates it, the new chief restores the latest
+# checkpoint, and the job Succeeds with every step done.
+run_chief_deleted_exitcode() {
+  local ns=chief-exitcode job=mnist-mlp-ps epochs=12 steps manifest=$work/chief-exitcode.yaml
+  local old watcher codes log
+  namespace_with_volumes "$ns" || return 1
+  edited examples/mnist/tfjob-ps.yaml "$manifest" \
+    '"/opt/tfjob/examples/mnist/mlp.json",' "\"/opt/tfjob/examples/mnist/mlp.json\", \"--epochs\", \"$epochs\"," \
+    $'    Chief:\n      replicas: 1\n      restartPolicy: OnFailure' $'    Chief:\n      replicas: 1\n      restartPolicy: ExitCode' \
+    || return 1
+  # Steps: the training rows over the batch size, per epoch.
+  steps=$(python3 -c '
+import json, math, sys
+j = json.load(open(sys.argv[1])); t = j["data"]["train"]
+print(math.ceil((t["end"] - t["begin"]) / j["batch_size"]) * int(sys.argv[2]))' examples/mnist/mlp.json "$epochs")
+  kc -n "$ns" apply -f "$manifest" || return 1
+  wait_for 300 log_has "$ns" "$job-chief-0" '^fit: checkpoint .*\(step [1-9][0-9]*' \
+    || { echo "the chief wrote no checkpoint after step 0 in 300 s"; return 1; }
+  old=$(uid_of "$ns" "$job-chief-0")
+  kc -n "$ns" get pod "$job-chief-0" -w -o jsonpath='{.status.containerStatuses[0].state.terminated.exitCode}{"\n"}' \
+    > "$work/$ns-chief-exit" 2>&1 &
+  watcher=$!
+  echo "after its first checkpoint: kubectl delete pod $job-chief-0 (default grace)"
+  kc -n "$ns" delete pod "$job-chief-0" || { kill "$watcher"; return 1; }
+  kill "$watcher" 2> /dev/null || true
+  wait "$watcher" 2> /dev/null || true
+  codes=$(grep -E '^[0-9]+$' "$work/$ns-chief-exit" | sort -u | tr '\n' ' ')
+  echo "the deleted chief's exit code: $codes"
+  [[ $codes == "143 " ]] || { echo "expected 143 (SIGTERM)"; return 1; }
+  wait_for 120 recreated_running "$ns" "$job-chief-0" "$old" \
+    || { echo "$job-chief-0 was not recreated and Running in 120 s"; return 1; }
+  echo "$job-chief-0 recreated by the operator: uid $old -> $(uid_of "$ns" "$job-chief-0")"
+  wait_job "$ns" "$job" 6 1200 > "$work/$ns-wait.out" 2>&1 || { cat "$work/$ns-wait.out"; return 1; }
+  grep -A3 '^Succeeded' "$work/$ns-wait.out"
+  log=$(kc -n "$ns" logs "$job-chief-0") || return 1
+  grep -E '^fit: (restored checkpoint|fenced off)' <<< "$log" \
+    || { echo "the new chief did not restore a checkpoint:"; head -n 10 <<< "$log"; return 1; }
+  grep -qE '^fit: restored checkpoint .* at step [1-9]' <<< "$log" || { echo "it restored step 0"; return 1; }
+  grep -E "^fit: checkpoint .*\\(step $steps, final" <<< "$log" \
+    || { echo "no final checkpoint at step $steps ($epochs epochs) in the new chief's log"; tail -n 10 <<< "$log"; return 1; }
+  grep -A1 '^Evaluation$' <<< "$log"
+}
+
+# job_stage NAME FUNCTION NS: runs a job stage, its output indented under
+# its verdict, the job's pods and logs after a failure.
+job_stage() {
+  local name=$1 fn=$2 ns=$3 status=0 t0=$SECONDS
+  stage "$name"
+  "$fn" > "$work/$name.out" 2>&1 || status=$?
+  if ((status == 0)); then
+    pass "$name ($((SECONDS - t0)) s)"
+    indent < "$work/$name.out"
+  else
+    indent < "$work/$name.out"
+    job_debug "$ns" | indent
+    fail "$name ($((SECONDS - t0)) s)"
+  fi
+}
+
+job_stage mnist-ps run_mnist_ps mnist-ps
+job_stage mnist-mwms run_mnist_mwms mnist-mwms
+job_stage counter-worker-deleted run_counter_worker_deleted counter-chaos
+job_stage chief-deleted-exitcode run_chief_deleted_exitcode chief-exitcode
+
+stage "done"
+kc get tfjob -A | indent
+if ((${#failed[@]})); then
+  echo "$me: ${#failed[@]} stage(s) failed: ${failed[*]} ($((SECONDS - start)) s)"
+  exit 1
+fi
+echo "$me: all stages passed ($((SECONDS - start)) s)"
