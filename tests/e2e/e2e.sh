@@ -64,6 +64,10 @@ cp_dir=$work/cp
 cluster_started=0
 cleanup() {
   local status=$?
+  if [[ -n ${prometheus_pid:-} ]]; then
+    kill "$prometheus_pid" 2> /dev/null || true
+    wait "$prometheus_pid" 2> /dev/null || true
+  fi
   if ((cluster_started)); then
     bash "$kit/node/stop-node.sh" "$cp_dir" > "$work/stop-node.log" 2>&1 \
       || echo "$me: stop-node.sh failed: $(tail -n 1 "$work/stop-node.log")" >&2
@@ -146,6 +150,56 @@ kc -n tfjob-system get pods -o wide | indent
 [[ $ready == True ]] || fatal helm "$operator_pod is not Ready"
 pass helm "helm install with the chart's defaults: $operator_pod Ready, image $(kc -n tfjob-system get "$operator_pod" -o jsonpath='{.spec.containers[0].image}')"
 
+# ---- Prometheus ----------------------------------------------------------------
+# Debian's Prometheus on the host, discovering pods through the API server
+# (kubernetes_sd_configs, role pod) and scraping every container port named
+# "metrics": the operator's (the chart's) and the runtime pods' (the
+# examples'). The host reaches pod IPs over the node's bridge.
+prometheus_port=
+prometheus_pid=
+start_prometheus() {
+  command -v prometheus > /dev/null || { echo "prometheus is not installed (apt-get install prometheus)"; return 1; }
+  prometheus_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  cat > "$work/prometheus.yml" << EOF
+global: {scrape_interval: 2s, scrape_timeout: 2s}
+scrape_configs:
+  - job_name: pods
+    kubernetes_sd_configs:
+      - {role: pod, kubeconfig_file: "$cp_dir/admin.kubeconfig"}
+    relabel_configs:
+      - {source_labels: [__meta_kubernetes_pod_container_port_name], regex: metrics, action: keep}
+      - {source_labels: [__meta_kubernetes_pod_phase], regex: Running, action: keep}
+      - {source_labels: [__meta_kubernetes_namespace], target_label: namespace}
+      - {source_labels: [__meta_kubernetes_pod_name], target_label: pod}
+EOF
+  prometheus --config.file "$work/prometheus.yml" --storage.tsdb.path "$work/prometheus" \
+    --web.listen-address "127.0.0.1:$prometheus_port" > "$work/prometheus.log" 2>&1 &
+  prometheus_pid=$!
+  ready() { curl -sf "http://127.0.0.1:$prometheus_port/-/ready"; }
+  wait_for 60 ready || { tail -n 5 "$work/prometheus.log"; echo "Prometheus was not ready in 60 s"; return 1; }
+  echo "Prometheus $(prometheus --version 2>&1 | head -n 1 | awk '{ print $3 }') on 127.0.0.1:$prometheus_port, pid $prometheus_pid"
+}
+promql() {  # QUERY: the result's "metric" objects and values, one a line
+  curl -sf "http://127.0.0.1:$prometheus_port/api/v1/query" --data-urlencode "query=$1" | python3 -c '
+import json, sys
+for r in json.load(sys.stdin)["data"]["result"]:
+    print(json.dumps(r["metric"], sort_keys=True), r["value"][1])'
+}
+# After the jobs: the operator's series (its job counts) and the training
+# series of the jobs' pods were scraped.
+check_prometheus() {
+  local out
+  out=$(promql 'max by (job_namespace) (last_over_time(training_operator_jobs_created_total[1h]))') || return 1
+  echo "training_operator_jobs_created_total by job_namespace:"
+  echo "$out"
+  grep -q '"job_namespace": "mnist-ps"' <<< "$out" || { echo "no operator series for namespace mnist-ps"; return 1; }
+  out=$(promql 'max by (namespace, pod) (last_over_time(tfjob_runtime_steps_total[1h]))') || return 1
+  echo "tfjob_runtime_steps_total by namespace, pod:"
+  echo "$out"
+  grep -q '"namespace": "mnist-ps", "pod": "mnist-mlp-ps-chief-0"' <<< "$out" || { echo "no training series of mnist-ps's chief"; return 1; }
+  grep -q '"namespace": "mnist-mwms", "pod": "mnist-mlp-mwms-worker-0"' <<< "$out" || { echo "no training series of mnist-mwms's worker 0"; return 1; }
+}
+
 # ---- the MNIST jobs ------------------------------------------------------------
 # NAMESPACE: the examples' PVCs (mnist, mnist-checkpoints) bound to hostPath
 # volumes made for it: the MNIST folder read-only, a checkpoint folder of
@@ -207,32 +261,48 @@ running_pods() {  # NS JOB: how many of the job's pods are Running
   kc -n "$1" get pods -l "training.kubeflow.org/job-name=$2" -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' \
     | grep -c '^Running$'
 }
-# wait_job NS JOB PODS SECONDS: every one of the job's PODS pods Running at
-# once (their `kubectl get pods -o wide` kept in NS-pods-wide.txt), then the
-# job Succeeded. Says why not.
+# wait_job NS JOB PODS SECONDS: the job Succeeded, and each of its PODS pods
+# was seen Running: `kubectl get pods -o wide -w` runs all along (kept in
+# NS-pods-watch.txt), and the first poll that finds all of them Running at
+# once keeps its `kubectl get pods -o wide` (NS-pods-wide.txt; a short job
+# can finish some pods before a poll sees them all). Says why not.
 wait_job() {
-  local ns=$1 job=$2 pods=$3 deadline=$((SECONDS + $4)) all_running=0 t0=$SECONDS
+  local ns=$1 job=$2 pods=$3 deadline=$((SECONDS + $4)) all_running=0 t0=$SECONDS watcher status=1 seen
+  kc -n "$ns" get pods -o wide -w > "$work/$ns-pods-watch.txt" 2>&1 &
+  watcher=$!
   while ((SECONDS < deadline)); do
     if ((!all_running)) && [[ $(running_pods "$ns" "$job") == "$pods" ]]; then
       all_running=1
-      echo "all $pods pods Running after $((SECONDS - t0)) s:"
+      echo "all $pods pods Running at once after $((SECONDS - t0)) s:"
       kc -n "$ns" get pods -o wide | tee "$work/$ns-pods-wide.txt"
     fi
     if [[ $(job_condition "$ns" "$job" Succeeded) == True ]]; then
       echo "Succeeded after $((SECONDS - t0)) s:"
       kc -n "$ns" get tfjob "$job"
-      ((all_running)) || { echo "but the $pods pods were never seen Running together"; return 1; }
-      return 0
+      status=0
+      break
     fi
     if [[ $(job_condition "$ns" "$job" Failed) == True ]]; then
       echo "Failed after $((SECONDS - t0)) s: $(kc -n "$ns" get tfjob "$job" -o jsonpath='{.status.conditions[-1].message}')"
-      return 1
+      break
     fi
-    sleep 2
+    sleep 0.5
   done
-  echo "not Succeeded in $4 s:"
-  kc -n "$ns" get tfjob,pods -o wide
-  return 1
+  kill "$watcher" 2> /dev/null || true
+  wait "$watcher" 2> /dev/null || true
+  if ((status != 0)) && [[ $(job_condition "$ns" "$job" Failed) != True ]]; then
+    echo "not Succeeded in $4 s:"
+    kc -n "$ns" get tfjob,pods -o wide
+  fi
+  ((status == 0)) || return 1
+  seen=$(awk -v job="$job-" 'index($1, job) == 1 && $3 == "Running" { print $1 }' "$work/$ns-pods-watch.txt" | sort -u)
+  if ((!all_running)); then
+    echo "(no poll saw all $pods Running at once; the watch saw each pod's phases:)"
+    cat "$work/$ns-pods-watch.txt"
+  fi
+  [[ $(wc -l <<< "$seen") == "$pods" && -n $seen ]] \
+    || { echo "only these pods were seen Running:" $seen; return 1; }
+  echo "each of the $pods pods was seen Running:" $seen
 }
 # The accuracy of "Evaluation\n<n>/<n> - <t> - loss: L - accuracy: A" in a log.
 evaluation_accuracy() {
@@ -400,6 +470,20 @@ print(math.ceil((t["end"] - t["begin"]) / j["batch_size"]) * int(sys.argv[2]))' 
   grep -A1 '^Evaluation$' <<< "$log"
 }
 
+# training-operator v1.9.0's simple.yaml with the runtime image
+# (tests/e2e/simple.yaml): Succeeded, worker 0 evaluated one epoch.
+run_simple() {
+  local ns=kubeflow job=tfjob-simple log
+  namespace "$ns" || return 1
+  kc apply -f tests/e2e/simple.yaml || return 1
+  wait_job "$ns" "$job" 2 600 || return 1
+  log=$(kc -n "$ns" logs "$job-worker-0") || return 1
+  grep -E '^Epoch [0-9]+/[0-9]+$' <<< "$log" | sort -u | tr '\n' ' '
+  echo
+  grep -qx 'Epoch 1/1' <<< "$log" || { echo "worker 0 did not train 1 epoch of 1"; return 1; }
+  grep -A1 '^Evaluation$' <<< "$log" || { echo "no evaluation in worker 0's log"; return 1; }
+}
+
 # job_stage NAME FUNCTION NS: runs a job stage, its output indented under
 # its verdict, the job's pods and logs after a failure.
 job_stage() {
@@ -416,10 +500,29 @@ job_stage() {
   fi
 }
 
+stage prometheus
+if start_prometheus > "$work/prometheus.out" 2>&1; then
+  pass prometheus "$(tail -n 1 "$work/prometheus.out")"
+else
+  indent < "$work/prometheus.out"
+  fail prometheus "Debian's Prometheus did not start"
+fi
+
 job_stage mnist-ps run_mnist_ps mnist-ps
 job_stage mnist-mwms run_mnist_mwms mnist-mwms
 job_stage counter-worker-deleted run_counter_worker_deleted counter-chaos
 job_stage chief-deleted-exitcode run_chief_deleted_exitcode chief-exitcode
+job_stage kubeflow-simple run_simple kubeflow
+
+if [[ -n $prometheus_pid ]]; then
+  stage prometheus-series
+  if check_prometheus > "$work/prometheus-series.out" 2>&1; then
+    pass prometheus-series "the operator's and the training pods' series scraped"
+  else
+    fail prometheus-series "series missing"
+  fi
+  indent < "$work/prometheus-series.out"
+fi
 
 stage "done"
 kc get tfjob -A | indent
