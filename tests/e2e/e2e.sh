@@ -64,10 +64,11 @@ cp_dir=$work/cp
 cluster_started=0
 cleanup() {
   local status=$?
-  if [[ -n ${prometheus_pid:-} ]]; then
-    kill "$prometheus_pid" 2> /dev/null || true
-    wait "$prometheus_pid" 2> /dev/null || true
-  fi
+  local pid
+  for pid in ${discovery_pid:-} ${prometheus_pid:-}; do
+    kill "$pid" 2> /dev/null || true
+    wait "$pid" 2> /dev/null || true
+  done
   if ((cluster_started)); then
     bash "$kit/node/stop-node.sh" "$cp_dir" > "$work/stop-node.log" 2>&1 \
       || echo "$me: stop-node.sh failed: $(tail -n 1 "$work/stop-node.log")" >&2
@@ -151,31 +152,52 @@ kc -n tfjob-system get pods -o wide | indent
 pass helm "helm install with the chart's defaults: $operator_pod Ready, image $(kc -n tfjob-system get "$operator_pod" -o jsonpath='{.spec.containers[0].image}')"
 
 # ---- Prometheus ----------------------------------------------------------------
-# Debian's Prometheus on the host, discovering pods through the API server
-# (kubernetes_sd_configs, role pod) and scraping every container port named
+# Debian's Prometheus on the host, scraping every container port named
 # "metrics": the operator's (the chart's) and the runtime pods' (the
-# examples'). The host reaches pod IPs over the node's bridge.
+# examples'). Debian builds Prometheus without Kubernetes discovery, so the
+# pods are discovered here instead: a loop lists the Running pods every 2 s
+# and writes them as file_sd targets (pod IP and port, labels namespace and
+# pod). The host reaches pod IPs over the node's bridge.
 prometheus_port=
+prometheus_ok=0
 prometheus_pid=
+discovery_pid=
+discover_pods() {
+  local out=$work/prometheus-targets.json
+  while true; do
+    kc get pods -A -o json 2> /dev/null | python3 -c '
+import json, sys
+targets = []
+for p in json.load(sys.stdin)["items"]:
+    ip = p["status"].get("podIP")
+    if p["status"].get("phase") != "Running" or not ip:
+        continue
+    for c in p["spec"]["containers"]:
+        for port in c.get("ports", []):
+            if port.get("name") == "metrics":
+                targets.append({"targets": ["%s:%d" % (ip, port["containerPort"])],
+                                "labels": {"namespace": p["metadata"]["namespace"], "pod": p["metadata"]["name"]}})
+json.dump(targets, sys.stdout)' > "$out.tmp" && mv "$out.tmp" "$out"
+    sleep 2
+  done
+}
 start_prometheus() {
   command -v prometheus > /dev/null || { echo "prometheus is not installed (apt-get install prometheus)"; return 1; }
   prometheus_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  echo '[]' > "$work/prometheus-targets.json"
+  discover_pods &
+  discovery_pid=$!
   cat > "$work/prometheus.yml" << EOF
 global: {scrape_interval: 2s, scrape_timeout: 2s}
 scrape_configs:
   - job_name: pods
-    kubernetes_sd_configs:
-      - {role: pod, kubeconfig_file: "$cp_dir/admin.kubeconfig"}
-    relabel_configs:
-      - {source_labels: [__meta_kubernetes_pod_container_port_name], regex: metrics, action: keep}
-      - {source_labels: [__meta_kubernetes_pod_phase], regex: Running, action: keep}
-      - {source_labels: [__meta_kubernetes_namespace], target_label: namespace}
-      - {source_labels: [__meta_kubernetes_pod_name], target_label: pod}
+    file_sd_configs:
+      - {files: ["$work/prometheus-targets.json"], refresh_interval: 2s}
 EOF
   prometheus --config.file "$work/prometheus.yml" --storage.tsdb.path "$work/prometheus" \
     --web.listen-address "127.0.0.1:$prometheus_port" > "$work/prometheus.log" 2>&1 &
   prometheus_pid=$!
-  ready() { curl -sf "http://127.0.0.1:$prometheus_port/-/ready"; }
+  ready() { kill -0 "$prometheus_pid" && curl -sf "http://127.0.0.1:$prometheus_port/-/ready"; }
   wait_for 60 ready || { tail -n 5 "$work/prometheus.log"; echo "Prometheus was not ready in 60 s"; return 1; }
   echo "Prometheus $(prometheus --version 2>&1 | head -n 1 | awk '{ print $3 }') on 127.0.0.1:$prometheus_port, pid $prometheus_pid"
 }
@@ -267,9 +289,11 @@ running_pods() {  # NS JOB: how many of the job's pods are Running
 # once keeps its `kubectl get pods -o wide` (NS-pods-wide.txt; a short job
 # can finish some pods before a poll sees them all). Says why not.
 wait_job() {
-  local ns=$1 job=$2 pods=$3 deadline=$((SECONDS + $4)) all_running=0 t0=$SECONDS watcher status=1 seen
+  local ns=$1 job=$2 pods=$3 deadline=$((SECONDS + $4)) all_running=0 t0=$SECONDS watcher job_watcher status=1 seen
   kc -n "$ns" get pods -o wide -w > "$work/$ns-pods-watch.txt" 2>&1 &
   watcher=$!
+  kc -n "$ns" get tfjob "$job" -w > "$work/$ns-tfjob-watch.txt" 2>&1 &
+  job_watcher=$!
   while ((SECONDS < deadline)); do
     if ((!all_running)) && [[ $(running_pods "$ns" "$job") == "$pods" ]]; then
       all_running=1
@@ -288,8 +312,10 @@ wait_job() {
     fi
     sleep 0.5
   done
-  kill "$watcher" 2> /dev/null || true
-  wait "$watcher" 2> /dev/null || true
+  kill "$watcher" "$job_watcher" 2> /dev/null || true
+  wait "$watcher" "$job_watcher" 2> /dev/null || true
+  echo "kubectl get tfjob -w:"
+  cat "$work/$ns-tfjob-watch.txt"
   if ((status != 0)) && [[ $(job_condition "$ns" "$job" Failed) != True ]]; then
     echo "not Succeeded in $4 s:"
     kc -n "$ns" get tfjob,pods -o wide
@@ -503,6 +529,7 @@ job_stage() {
 stage prometheus
 if start_prometheus > "$work/prometheus.out" 2>&1; then
   pass prometheus "$(tail -n 1 "$work/prometheus.out")"
+  prometheus_ok=1
 else
   indent < "$work/prometheus.out"
   fail prometheus "Debian's Prometheus did not start"
@@ -514,7 +541,7 @@ job_stage counter-worker-deleted run_counter_worker_deleted counter-chaos
 job_stage chief-deleted-exitcode run_chief_deleted_exitcode chief-exitcode
 job_stage kubeflow-simple run_simple kubeflow
 
-if [[ -n $prometheus_pid ]]; then
+if ((prometheus_ok)); then
   stage prometheus-series
   if check_prometheus > "$work/prometheus-series.out" 2>&1; then
     pass prometheus-series "the operator's and the training pods' series scraped"
