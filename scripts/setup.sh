@@ -18,6 +18,7 @@ PACKAGES=(
   clang-format  # scripts/format.sh: the house style (.clang-format)
   etcd-server xz-utils openssl  # the real control plane of ../shared/envtest (tests/support/envtest.h)
   slurm-wlm munge iproute2  # a real Slurm for the sbatch examples' tests (tests/support/slurm.h); ip for its two-node network
+  containerd containernetworking-plugins iptables gcc libc6-dev  # tests/e2e/e2e.sh: the real node of ../shared/envtest/node (with runc, iproute2 and xz-utils above)
   podman runc debootstrap curl  # scripts/images.sh, tests/images/smoke.sh: images built and run with podman under runc, on a Debian base made with debootstrap
 )
 
