@@ -122,9 +122,10 @@ indent() { sed 's/^/      /'; }
 
 # ---- cluster -----------------------------------------------------------------
 stage cluster
+cluster_started=1  # from here on, cleanup stops whatever did start
 ENVTEST_APISERVER_EXTRA_ARGS=--kubelet-preferred-address-types=InternalIP,Hostname \
-  bash "$kit/start-control-plane.sh" "$cp_dir" > "$work/control-plane.log" 2>&1 && cluster_started=1 \
-  || { cluster_started=1; tail -n 5 "$work/control-plane.log" | indent; fatal cluster "the control plane did not start"; }
+  bash "$kit/start-control-plane.sh" "$cp_dir" > "$work/control-plane.log" 2>&1 \
+  || { tail -n 5 "$work/control-plane.log" | indent; fatal cluster "the control plane did not start"; }
 bash "$kit/node/start-node.sh" "$cp_dir" > "$work/node.log" 2>&1 \
   || { tail -n 5 "$work/node.log" | indent; fatal cluster "the node did not start"; }
 pass cluster "$(grep -m1 'ready in' "$work/node.log")"
@@ -347,8 +348,8 @@ wait_job() {
     cat "$work/$ns-pods-watch.txt"
   fi
   [[ $(wc -l <<< "$seen") == "$pods" && -n $seen ]] \
-    || { echo "only these pods were seen Running:" $seen; return 1; }
-  echo "each of the $pods pods was seen Running:" $seen
+    || { echo "only these pods were seen Running: $(tr '\n' ' ' <<< "$seen")"; return 1; }
+  echo "each of the $pods pods was seen Running: $(tr '\n' ' ' <<< "$seen")"
 }
 # The accuracy of "Evaluation\n<n>/<n> - <t> - loss: L - accuracy: A" in a log.
 evaluation_accuracy() {
