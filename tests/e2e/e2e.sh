@@ -76,11 +76,16 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/tfjob-e2e.XXXXXX")
 chmod 0755 "$work"  # the pods' user reaches the checkpoint folders in it
 cp_dir=$work/cp
 cluster_started=0
+process_tree() {  # PID: it and its descendants, taken before any is killed
+  local child
+  echo "$1"
+  for child in $(pgrep -P "$1"); do process_tree "$child"; done
+}
 cleanup() {
   local status=$?
   local pid
   for pid in ${discovery_pid:-} ${prometheus_pid:-}; do
-    kill "$pid" 2> /dev/null || true
+    kill $(process_tree "$pid") 2> /dev/null || true  # the watch's kubectl too
     wait "$pid" 2> /dev/null || true
   done
   if ((cluster_started)); then
@@ -170,29 +175,56 @@ pass helm "helm install with the chart's defaults: $operator_pod Ready, image $(
 # Debian's Prometheus on the host, scraping every container port named
 # "metrics": the operator's (the chart's) and the runtime pods' (the
 # examples'). Debian builds Prometheus without Kubernetes discovery, so the
-# pods are discovered here instead: a loop lists the Running pods every 1 s
-# and writes them as file_sd targets (pod IP and port, labels namespace and
-# pod). The host reaches pod IPs over the node's bridge.
+# pods are discovered here instead: a pod watch (`kubectl get pods -w
+# --output-watch-events -o json`) keeps the Running pods' metrics ports in a file_sd file
+# (pod IP and port, labels namespace and pod), rewritten on every change, so
+# a pod is a target within about a second of Running (a 1 s poll of the
+# whole pod list took several seconds under load, longer than some jobs
+# train). The host reaches pod IPs over the node's bridge.
 prometheus_port=
 prometheus_ok=0
 prometheus_pid=
 discovery_pid=
 discover_pods() {
   local out=$work/prometheus-targets.json
-  while true; do
-    kc get pods -A -o json 2> /dev/null | python3 -c '
-import json, sys
-targets = []
-for p in json.load(sys.stdin)["items"]:
-    ip = p["status"].get("podIP")
-    if p["status"].get("phase") != "Running" or not ip:
-        continue
-    for c in p["spec"]["containers"]:
-        for port in c.get("ports", []):
-            if port.get("name") == "metrics":
-                targets.append({"targets": ["%s:%d" % (ip, port["containerPort"])],
-                                "labels": {"namespace": p["metadata"]["namespace"], "pod": p["metadata"]["name"]}})
-json.dump(targets, sys.stdout)' > "$out.tmp" && mv "$out.tmp" "$out"
+  while true; do  # a watch ends when the API server closes it: start another
+    kc get pods -A --watch --output-watch-events -o json 2> /dev/null | python3 -c '
+import codecs, json, os, sys
+out, targets, buf, dec = sys.argv[1], {}, "", json.JSONDecoder()
+utf8 = codecs.getincrementaldecoder("utf-8")()
+def update(event):
+    pod = event["object"]
+    meta, status = pod["metadata"], pod.get("status", {})
+    key, ip = (meta["namespace"], meta["name"]), status.get("podIP")
+    new = None
+    if (event["type"] != "DELETED" and status.get("phase") == "Running" and ip
+            and not meta.get("deletionTimestamp")):
+        new = [{"targets": ["%s:%d" % (ip, port["containerPort"])],
+                "labels": {"namespace": key[0], "pod": key[1]}}
+               for c in pod["spec"]["containers"] for port in c.get("ports", [])
+               if port.get("name") == "metrics"] or None
+    if targets.get(key) == new:
+        return
+    if new is None:
+        targets.pop(key, None)
+    else:
+        targets[key] = new
+    with open(out + ".tmp", "w") as fh:
+        json.dump([t for ts in targets.values() for t in ts], fh)
+    os.replace(out + ".tmp", out)
+while True:
+    chunk = os.read(0, 1 << 16)  # what has arrived, without waiting for more
+    if not chunk:
+        break
+    buf += utf8.decode(chunk)
+    while True:
+        buf = buf.lstrip()
+        try:
+            event, end = dec.raw_decode(buf)
+        except ValueError:
+            break  # the rest of this event has not arrived yet
+        buf = buf[end:]
+        update(event)' "$out"
     sleep 1
   done
 }
