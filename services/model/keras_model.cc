@@ -18,6 +18,18 @@ std::string Dump(const json& v) {
   return s.size() > 80 ? s.substr(0, 77) + "..." : s;
 }
 
+// j[key] when j is an object holding a value of T's kind there, else
+// `fallback`: json::value() throws on a value of another kind, and a model
+// file may hold anything.
+std::string StringOr(const json& j, const char* key, const std::string& fallback) {
+  auto it = j.is_object() ? j.find(key) : j.end();
+  return j.is_object() && it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+double NumberOr(const json& j, const char* key, double fallback) {
+  auto it = j.is_object() ? j.find(key) : j.end();
+  return j.is_object() && it != j.end() && it->is_number() ? it->get<double>() : fallback;
+}
+
 // Reads a layer's config: every key is taken, checked against what this
 // runtime implements, or reported.
 class Config {
@@ -145,7 +157,8 @@ class Config {
 bool GlorotUniform(const json&) { return true; }  // any seed: initial values come from the job's seed
 // glorot_uniform as Keras 2.2 wrote it out.
 bool VarianceScalingGlorot(const json& c) {
-  return c.value("scale", 0.0) == 1.0 && c.value("mode", "") == "fan_avg" && c.value("distribution", "") == "uniform";
+  return NumberOr(c, "scale", 0.0) == 1.0 && StringOr(c, "mode", "") == "fan_avg" &&
+         StringOr(c, "distribution", "") == "uniform";
 }
 
 Status KernelInitializers(Config& c, bool bias) {
@@ -302,7 +315,7 @@ Status EmbeddingLayer(Config& c, LayerSpec& s) {
   RETURN_IF_ERROR(c.Int("output_dim", s.output_dim, true));
   RETURN_IF_ERROR(c.Initializer(
       "embeddings_initializer", {"RandomUniform", "uniform", "random_uniform"},
-      [](const json& cfg) { return cfg.value("minval", -0.05) == -0.05 && cfg.value("maxval", 0.05) == 0.05; }));
+      [](const json& cfg) { return NumberOr(cfg, "minval", -0.05) == -0.05 && NumberOr(cfg, "maxval", 0.05) == 0.05; }));
   for (const char* k : {"embeddings_regularizer", "activity_regularizer", "embeddings_constraint", "lora_rank",
                         "quantization_config"}) {
     RETURN_IF_ERROR(c.Null(k));
@@ -433,7 +446,7 @@ Status InputDType(const json* dtype, const std::string& where, ModelSpec& m) {
   std::string name;
   if (dtype->is_string()) name = dtype->get<std::string>();
   if (dtype->is_object() && dtype->contains("config") && (*dtype)["config"].is_object()) {
-    name = (*dtype)["config"].value("name", "");
+    name = StringOr((*dtype)["config"], "name", "");
   }
   if (name == "float32") {
     m.input_dtype = DType::kFloat32;
@@ -452,7 +465,7 @@ Status InputDType(const json* dtype, const std::string& where, ModelSpec& m) {
 StatusOr<ModelSpec> Parse(const json& doc, const std::string& source) {
   auto fail = [&](const std::string& what) { return InvalidArgument(source + ": " + what); };
   if (!doc.is_object()) return fail("expected a Keras model (a JSON object), got " + Dump(doc));
-  const std::string cls = doc.value("class_name", "");
+  const std::string cls = StringOr(doc, "class_name", "");
   if (cls != "Sequential") {
     return fail("class_name \"" + cls + "\": only Sequential models are supported (a Functional model's graph is not)");
   }
@@ -485,7 +498,7 @@ StatusOr<ModelSpec> Parse(const json& doc, const std::string& source) {
     const std::string lcls = l["class_name"].get<std::string>();
     static const json kEmpty = json::object();
     const json& cfg = l.contains("config") ? l["config"] : kEmpty;
-    const std::string name = cfg.value("name", "");
+    const std::string name = StringOr(cfg, "name", "");
     const std::string where = source + ": " + at + " (" + lcls + (name.empty() ? "" : " \"" + name + "\"") + ")";
     if (lcls == "InputLayer") {
       const char* key = cfg.contains("batch_shape") ? "batch_shape" : "batch_input_shape";
@@ -553,11 +566,19 @@ std::string KerasSnakeCase(const std::string& name) {
   return b;
 }
 
-StatusOr<ModelSpec> ParseKerasModel(const json& doc, const std::string& source) { return Parse(doc, source); }
+StatusOr<ModelSpec> ParseKerasModel(const json& doc, const std::string& source) {
+  // The checks above should leave nlohmann nothing to throw; should one be
+  // missed, a model file still gets an error, never a crash.
+  try {
+    return Parse(doc, source);
+  } catch (const json::exception& e) {
+    return InvalidArgument(source + ": not a Keras model this runtime reads (" + e.what() + ")");
+  }
+}
 
 StatusOr<ModelSpec> LoadKerasModel(const std::string& path) {
   ASSIGN_OR_RETURN(json doc, ReadJsonFile(path));
-  return Parse(doc, path);
+  return ParseKerasModel(doc, path);
 }
 
 }  // namespace tfjob::model

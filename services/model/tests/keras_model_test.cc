@@ -241,6 +241,29 @@ TEST(KerasModelTest, UnsupportedLayersAndArgumentsAreNamed) {
               HasSubstr("is not a known size"));
 }
 
+// A value of another kind where a string or number belongs is an error or
+// ignored, never an exception out of the parser (the fuzzer found a layer
+// whose "name" was null).
+TEST(KerasModelTest, ValuesOfTheWrongKindAreErrorsNotExceptions) {
+  const json base = json::parse(std::ifstream(SourceDir() + "/examples/keras/mnist_cnn.keras3.json"));
+  auto parse = [&](const std::function<void(json&)>& edit) {
+    json doc = base;
+    edit(doc);
+    return ParseKerasModel(doc, "m.json");
+  };
+  auto name_null = parse([](json& d) { d["config"]["layers"][1]["config"]["name"] = nullptr; });
+  EXPECT_TRUE(name_null.ok() || name_null.status().code() == Code::kInvalidArgument) << name_null.status().ToString();
+  auto name_number = parse([](json& d) { d["config"]["layers"][4]["config"]["name"] = 7; });
+  EXPECT_TRUE(name_number.ok() || name_number.status().code() == Code::kInvalidArgument)
+      << name_number.status().ToString();
+  auto cls = parse([](json& d) { d["class_name"] = 5; });
+  ASSERT_FALSE(cls.ok());
+  EXPECT_THAT(cls.status().message(), HasSubstr("only Sequential models are supported"));
+  auto dtype = parse([](json& d) { d["config"]["layers"][0]["config"]["dtype"] = {{"config", {{"name", 3}}}}; });
+  ASSERT_FALSE(dtype.ok());
+  EXPECT_THAT(dtype.status().message(), HasSubstr("input dtype"));
+}
+
 TEST(KerasModelTest, SnakeCaseAsKeras) {
   EXPECT_EQ(KerasSnakeCase("Conv2D"), "conv2d");
   EXPECT_EQ(KerasSnakeCase("MaxPooling2D"), "max_pooling2d");
