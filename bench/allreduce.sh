@@ -19,22 +19,13 @@
 #        (from the project root, after the build; BUILD_DIR=build by default;
 #         needs openmpi-bin and libopenmpi-dev, which scripts/setup.sh installs)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-
-rounds=3 seconds=1.0 procs=2,4 sizes=1,4,16,64
-while (($#)); do
-  case "$1" in
-    --rounds) rounds=$2; shift 2 ;;
-    --seconds) seconds=$2; shift 2 ;;
-    --procs) procs=$2; shift 2 ;;
-    --sizes-mib) sizes=$2; shift 2 ;;
-    *) echo "unknown argument $1" >&2; exit 2 ;;
-  esac
-done
-build=${BUILD_DIR:-build}
+source "$(dirname "$0")/lib.sh"
+rounds=3 seconds=1.0 procs=2,4 sizes_mib=1,4,16,64
+bench_options "rounds seconds procs sizes_mib" "$@"
+sizes=$sizes_mib
 bench=$build/bin/bench_allreduce
-[[ -x $bench ]] || { echo "build first: $bench is missing (ninja -C $build bench_allreduce)" >&2; exit 2; }
-/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null || { echo "python3-torch is missing (scripts/setup.sh installs it)" >&2; exit 2; }
+need_built "$bench"
+need_torch torch.distributed
 for t in mpicc mpirun; do
   command -v $t > /dev/null || { echo "$t is missing: openmpi-bin and libopenmpi-dev (scripts/setup.sh installs them)" >&2; exit 2; }
 done

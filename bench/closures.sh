@@ -8,22 +8,12 @@
 # usage: bench/closures.sh [--rounds R] [--closures N] [--mode processes|threads]
 #        (from the project root, after the build; BUILD_DIR=build by default)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-
+source "$(dirname "$0")/lib.sh"
 rounds=3 closures=20000 mode=processes
-while (($#)); do
-  case "$1" in
-    --rounds) rounds=$2; shift 2 ;;
-    --closures) closures=$2; shift 2 ;;
-    --mode) mode=$2; shift 2 ;;
-    *) echo "unknown argument $1" >&2; exit 2 ;;
-  esac
-done
-bench=${BUILD_DIR:-build}/bin/bench_closures
-[[ -x $bench ]] || { echo "build first: $bench is missing (ninja bench_closures)" >&2; exit 2; }
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+bench_options "rounds closures mode" "$@"
+bench=$build/bin/bench_closures
+need_built "$bench"
+bench_tmp
 # One worker pair for all rounds; settings alternate within each round. The
 # per-run time cap keeps the whole benchmark bounded even if it is slow.
 timeout 120 "$bench" --workers 2 --closures "$closures" --inflight 1,4,16 --reps "$rounds" --seconds 12 --warmup 500 \

@@ -18,22 +18,11 @@
 #        (steps per run of each mode: full-table steps are slow, so fewer)
 #        (from the project root, after the build; BUILD_DIR=build by default)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-
+source "$(dirname "$0")/lib.sh"
 rounds=3 steps_rows=1000 steps_full=40
-while (($#)); do
-  case "$1" in
-    --rounds) rounds=$2; shift 2 ;;
-    --steps-rows) steps_rows=$2; shift 2 ;;
-    --steps-full) steps_full=$2; shift 2 ;;
-    *) echo "unknown argument $1" >&2; exit 2 ;;
-  esac
-done
-runtime=${BUILD_DIR:-build}/bin/tfjob-runtime
-[[ -x $runtime ]] || { echo "build first: $runtime is missing" >&2; exit 2; }
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+bench_options "rounds steps_rows steps_full" "$@"
+need_built "$runtime"
+bench_tmp
 /usr/bin/python3 - "$tmp" <<'PY'
 import random, sys
 d = sys.argv[1]

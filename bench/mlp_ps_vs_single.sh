@@ -23,25 +23,12 @@
 #        (from the project root, after the build; BUILD_DIR=build by default;
 #         data from ../shared/data/mnist or $MNIST_DIR)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-
+source "$(dirname "$0")/lib.sh"
 rounds=5 epochs=8 threads=1
-while (($#)); do
-  case "$1" in
-    --rounds) rounds=$2; shift 2 ;;
-    --epochs) epochs=$2; shift 2 ;;
-    --threads) threads=$2; shift 2 ;;
-    *) echo "unknown argument $1" >&2; exit 2 ;;
-  esac
-done
-data=${MNIST_DIR:-../shared/data/mnist}
-runtime=${BUILD_DIR:-build}/bin/tfjob-runtime
-[[ -x $runtime ]] || { echo "build first: $runtime is missing" >&2; exit 2; }
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+bench_options "rounds epochs threads" "$@"
+need_built "$runtime"
+bench_tmp
 common=(fit --config examples/mnist/mlp.json --data-dir "$data" --threads "$threads" --epochs "$epochs")
-eps() { /usr/bin/python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["examples_per_second"]))' "$1"; }
 
 : > "$tmp/all.txt"
 # record MODE JSON: the examples/s and the step breakdown of one run.
@@ -73,11 +60,11 @@ for ((r = 1; r <= rounds; r++)); do
   # 120 s cap per run: a stuck cluster must not hang the benchmark.
   timeout 120 "$runtime" "${common[@]}" --summary-json "$tmp/single.json" > "$tmp/log" 2>&1 \
     || { cat "$tmp/log" >&2; exit 1; }
-  record single "$tmp/single.json"; line+=" single $(eps "$tmp/single.json")"
+  record single "$tmp/single.json"; line+=" single $(printf %.0f "$(eps "$tmp/single.json")")"
   for spe in 1 8; do
     timeout 120 "$runtime" local --ps 1 --workers 1 -- "${common[@]}" --steps-per-execution "$spe" \
       --summary-json "$tmp/ps$spe.json" > "$tmp/log" 2>&1 || { cat "$tmp/log" >&2; exit 1; }
-    record "ps$spe" "$tmp/ps$spe.json"; line+=", ps spe=$spe $(eps "$tmp/ps$spe.json")"
+    record "ps$spe" "$tmp/ps$spe.json"; line+=", ps spe=$spe $(printf %.0f "$(eps "$tmp/ps$spe.json")")"
   done
   echo "$line examples/s"
 done

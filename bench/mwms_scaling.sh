@@ -20,22 +20,11 @@
 #        (from the project root, after the build; BUILD_DIR=build by default;
 #         data from ../shared/data/mnist or $MNIST_DIR)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-
+source "$(dirname "$0")/lib.sh"
 rounds=3 epochs=3
-while (($#)); do
-  case "$1" in
-    --rounds) rounds=$2; shift 2 ;;
-    --epochs) epochs=$2; shift 2 ;;
-    *) echo "unknown argument $1" >&2; exit 2 ;;
-  esac
-done
-data=${MNIST_DIR:-../shared/data/mnist}
-runtime=${BUILD_DIR:-build}/bin/tfjob-runtime
-[[ -x $runtime ]] || { echo "build first: $runtime is missing" >&2; exit 2; }
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+bench_options "rounds epochs" "$@"
+need_built "$runtime"
+bench_tmp
 common=(fit --config examples/mnist/mlp.json --data-dir "$data" --epochs "$epochs")
 run() {  # name, then the command
   local name=$1; shift

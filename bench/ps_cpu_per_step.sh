@@ -25,22 +25,14 @@
 #         perf from linux-perf, which scripts/setup.sh installs; data from
 #         ../shared/data/mnist or $MNIST_DIR)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-rounds=3 e1=16 e2=48
-while (($#)); do
-  case "$1" in
-    --rounds) rounds=$2; shift 2 ;;
-    --epochs) IFS=, read -r e1 e2 <<< "$2"; shift 2 ;;
-    *) echo "unknown argument $1" >&2; exit 2 ;;
-  esac
-done
+source "$(dirname "$0")/lib.sh"
+rounds=3 epochs=16,48
+bench_options "rounds epochs" "$@"
+IFS=, read -r e1 e2 <<< "$epochs"
 ((e2 > e1)) || { echo "--epochs E1,E2 needs E2 > E1" >&2; exit 2; }
 command -v perf > /dev/null || { echo "perf is missing: apt-get install linux-perf (scripts/setup.sh)" >&2; exit 2; }
-data=${MNIST_DIR:-../shared/data/mnist}
-runtime=${BUILD_DIR:-build}/bin/tfjob-runtime
-[[ -x $runtime ]] || { echo "build first: $runtime is missing" >&2; exit 2; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+need_built "$runtime"
+bench_tmp
 steps_per_epoch=125  # 8000 examples (the config's train take) / batch 64
 common=(--config examples/mnist/mlp.json --data-dir "$data" --threads 1)
 
@@ -63,8 +55,6 @@ counters() {
     || { echo "perf stat counted nothing:" >&2; cat "$tmp/perf" >&2; exit 1; }
 }
 
-eps() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["examples_per_second"])' "$1"; }
-
 # scaling: examples/s of two concurrent single runs (summed) over one alone.
 scaling() {
   local a b i
@@ -81,7 +71,7 @@ scaling() {
     "$(eps "$tmp/one.json")" "$(eps "$tmp/a.json")" "$(eps "$tmp/b.json")"
 }
 
-proc_field() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }  # PID FIELD
+proc_field() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status" 2> /dev/null || echo "(ended)"; }  # PID FIELD
 
 # processes: role, threads and allowed CPUs of each process of a PS run,
 # halfway through it (its task type and index from its TF_CONFIG).

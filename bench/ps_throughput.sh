@@ -10,27 +10,14 @@
 # usage: bench/ps_throughput.sh [--rounds R] [--seconds S] [--sizes-mib 4,64]
 #        (from the project root, after the build; BUILD_DIR=build by default)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-
-rounds=3 seconds=1.0 sizes=4,64
-while (($#)); do
-  case "$1" in
-    --rounds) rounds=$2; shift 2 ;;
-    --seconds) seconds=$2; shift 2 ;;
-    --sizes-mib) sizes=$2; shift 2 ;;
-    *) echo "unknown argument $1" >&2; exit 2 ;;
-  esac
-done
-build=${BUILD_DIR:-build}
-runtime=$build/bin/tfjob-runtime
+source "$(dirname "$0")/lib.sh"
+rounds=3 seconds=1.0 sizes_mib=4,64
+bench_options "rounds seconds sizes_mib" "$@"
+sizes=$sizes_mib
 bench=$build/bin/bench_ps_throughput
-for b in "$runtime" "$bench"; do
-  [[ -x $b ]] || { echo "build first: $b is missing (ninja -C $build tfjob-runtime bench_ps_throughput)" >&2; exit 2; }
-done
-/usr/bin/python3 -c 'import torch.distributed.rpc' 2>/dev/null || { echo "python3-torch is missing (scripts/setup.sh installs it)" >&2; exit 2; }
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+need_built "$runtime" "$bench"
+need_torch torch.distributed.rpc
+bench_tmp
 for ((r = 1; r <= rounds; r++)); do
   timeout 120 "$bench" --runtime "$runtime" --sizes-mib "$sizes" --reps 1 --seconds "$seconds" --warmup 1 --max-iters 2000 \
     | tee -a "$tmp/all.jsonl" > "$tmp/round.jsonl"

@@ -11,24 +11,12 @@
 # usage: bench/tls_overhead.sh [--rounds R] [--seconds S]
 #        (from the project root, after the build; BUILD_DIR=build by default)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-
+source "$(dirname "$0")/lib.sh"
 rounds=3 seconds=1.0
-while (($#)); do
-  case "$1" in
-    --rounds) rounds=$2; shift 2 ;;
-    --seconds) seconds=$2; shift 2 ;;
-    *) echo "unknown argument $1" >&2; exit 2 ;;
-  esac
-done
-build=${BUILD_DIR:-build}
-for b in "$build/bin/bench_allreduce" "$build/bin/bench_ps_throughput" "$build/bin/tfjob-runtime"; do
-  [[ -x $b ]] || { echo "build first: $b is missing" >&2; exit 2; }
-done
+bench_options "rounds seconds" "$@"
+need_built "$build/bin/bench_allreduce" "$build/bin/bench_ps_throughput" "$runtime"
 command -v openssl > /dev/null || { echo "openssl is missing" >&2; exit 2; }
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+bench_tmp
 ring() { timeout 300 "$build/bin/bench_allreduce" --procs 2 --sizes-mib 1,16,64 --seconds "$seconds" "$@"; }
 ps() {
   timeout 300 "$build/bin/bench_ps_throughput" --runtime "$build/bin/tfjob-runtime" --impls ours --reps 1 \

@@ -1,0 +1,50 @@
+# Sourced by the benchmark scripts (bench/*.sh): the option parsing, paths
+# and checks they share. After `source bench/lib.sh` the working directory is
+# the project root, and $build, $runtime and $data name the build folder
+# (BUILD_DIR, default build), its tfjob-runtime and the MNIST folder
+# (MNIST_DIR, default ../shared/data/mnist).
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+build=${BUILD_DIR:-build}
+runtime=$build/bin/tfjob-runtime
+data=${MNIST_DIR:-../shared/data/mnist}
+
+# bench_options NAMES ARGS...: each "--some-name VALUE" in ARGS sets
+# $some_name, for the names in NAMES (space-separated, each already given
+# its default by the script); any other argument exits 2.
+bench_options() {
+  local names=" $1 " name
+  shift
+  while (($#)); do
+    name=${1#--}
+    name=${name//-/_}
+    if [[ $1 != --* || $names != *" $name "* ]] || (($# < 2)); then
+      echo "unknown argument $1 (options: $(sed -E 's/(^| )([a-z])/\1--\2/g; s/_/-/g' <<< "${names:1:-1}"))" >&2
+      exit 2
+    fi
+    printf -v "$name" '%s' "$2"
+    shift 2
+  done
+}
+
+# need_built FILE...: each exists and is executable, or the script exits 2.
+need_built() {
+  local f
+  for f; do
+    [[ -x $f ]] || { echo "build first: $f is missing (ninja -C $build $(basename "$f"))" >&2; exit 2; }
+  done
+}
+
+# need_torch [MODULE]: Debian's python3-torch (the peer) imports, or exit 2.
+need_torch() {
+  /usr/bin/python3 -c "import ${1:-torch}" 2> /dev/null \
+    || { echo "python3-torch is missing (scripts/setup.sh installs it)" >&2; exit 2; }
+}
+
+# bench_tmp: $tmp, a folder removed when the script exits.
+bench_tmp() {
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+}
+
+# eps SUMMARY_JSON: the examples/s a `fit --summary-json` wrote.
+eps() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["examples_per_second"])' "$1"; }
