@@ -313,9 +313,10 @@ Status EmbeddingLayer(Config& c, LayerSpec& s) {
   RETURN_IF_ERROR(c.Common(s));
   RETURN_IF_ERROR(c.Int("input_dim", s.input_dim, true));
   RETURN_IF_ERROR(c.Int("output_dim", s.output_dim, true));
-  RETURN_IF_ERROR(c.Initializer(
-      "embeddings_initializer", {"RandomUniform", "uniform", "random_uniform"},
-      [](const json& cfg) { return NumberOr(cfg, "minval", -0.05) == -0.05 && NumberOr(cfg, "maxval", 0.05) == 0.05; }));
+  RETURN_IF_ERROR(
+      c.Initializer("embeddings_initializer", {"RandomUniform", "uniform", "random_uniform"}, [](const json& cfg) {
+        return NumberOr(cfg, "minval", -0.05) == -0.05 && NumberOr(cfg, "maxval", 0.05) == 0.05;
+      }));
   for (const char* k : {"embeddings_regularizer", "activity_regularizer", "embeddings_constraint", "lora_rank",
                         "quantization_config"}) {
     RETURN_IF_ERROR(c.Null(k));
