@@ -18,7 +18,7 @@ std::string Dump(const json& v) {
   return s.size() > 80 ? s.substr(0, 77) + "..." : s;
 }
 
-// j[key] when j is an object holding a value of T's kind there, else
+// j[key] when j is an object holding a string (a number) there, else
 // `fallback`: json::value() throws on a value of another kind, and a model
 // file may hold anything.
 std::string StringOr(const json& j, const char* key, const std::string& fallback) {
