@@ -11,27 +11,19 @@
 #        (from the project root; each build needs tfjob-runtime,
 #         bench_allreduce and bench_ps_throughput)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-(($# >= 2)) || { sed -n 2,12p "$0" >&2; exit 2; }
+source "$(dirname "$0")/lib.sh"
+(($# >= 2)) || { sed -n 2,12p bench/before_after.sh >&2; exit 2; }
 before=$1 after=$2
 shift 2
 rounds=3
-while (($#)); do
-  case "$1" in
-    --rounds) rounds=$2; shift 2 ;;
-    *) echo "unknown argument $1" >&2; exit 2 ;;
-  esac
-done
+bench_options rounds "$@"
 for b in "$before" "$after"; do
   for t in tfjob-runtime bench_allreduce bench_ps_throughput; do
     [[ -x $b/bin/$t ]] || { echo "$b/bin/$t is missing (ninja -C $b tfjob-runtime bench_allreduce bench_ps_throughput)" >&2; exit 2; }
   done
 done
-data=${MNIST_DIR:-../shared/data/mnist}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+bench_tmp
 fit=(fit --config examples/mnist/mlp.json --data-dir "$data" --threads 1 --epochs 10)
-eps() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["examples_per_second"])' "$1"; }
 
 # measure BUILD NAME: appends "NAME VALUE" lines for that build to $tmp/<which>.txt
 measure() {

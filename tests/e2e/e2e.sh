@@ -278,53 +278,48 @@ check_prometheus() {
 }
 
 # ---- the MNIST jobs ------------------------------------------------------------
+# namespace NS: a namespace whose default ServiceAccount exists (pods are
+# refused before it does).
+namespace() {
+  kc create namespace "$1" > /dev/null || return 1
+  wait_for 60 kc -n "$1" get serviceaccount default || { echo "no default ServiceAccount in $1"; return 1; }
+}
+# hostpath_volume NS PV CLAIM PATH MODE: the PersistentVolume NS-PV on the
+# node's PATH with access MODE, and the claim CLAIM in NS bound to it, as
+# YAML (the names docs/quickstart.md uses).
+hostpath_volume() {
+  cat << EOF
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: $1-$2}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [$5]
+  storageClassName: ""
+  hostPath: {path: "$4", type: Directory}
+  claimRef: {namespace: $1, name: $3}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: $3, namespace: $1}
+spec:
+  accessModes: [$5]
+  storageClassName: ""
+  volumeName: $1-$2
+  resources: {requests: {storage: 1Gi}}
+EOF
+}
 # NAMESPACE: the examples' PVCs (mnist, mnist-checkpoints) bound to hostPath
 # volumes made for it: the MNIST folder read-only, a checkpoint folder of
 # its own that only the pods' user may write.
 namespace_with_volumes() {
   local ns=$1 checkpoints=$work/$1-checkpoints
   install -d -m 0700 -o "$user" -g "$user" "$checkpoints" || return 1
-  kc create namespace "$ns" > /dev/null || return 1
-  wait_for 60 kc -n "$ns" get serviceaccount default || { echo "no default ServiceAccount in $ns"; return 1; }
-  kc apply -f - > /dev/null << EOF || return 1
-apiVersion: v1
-kind: PersistentVolume
-metadata: {name: $ns-mnist}
-spec:
-  capacity: {storage: 1Gi}
-  accessModes: [ReadOnlyMany]
-  storageClassName: ""
-  hostPath: {path: "$mnist", type: Directory}
-  claimRef: {namespace: $ns, name: mnist}
----
-apiVersion: v1
-kind: PersistentVolume
-metadata: {name: $ns-checkpoints}
-spec:
-  capacity: {storage: 1Gi}
-  accessModes: [ReadWriteMany]
-  storageClassName: ""
-  hostPath: {path: "$checkpoints", type: Directory}
-  claimRef: {namespace: $ns, name: mnist-checkpoints}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: mnist, namespace: $ns}
-spec:
-  accessModes: [ReadOnlyMany]
-  storageClassName: ""
-  volumeName: $ns-mnist
-  resources: {requests: {storage: 1Gi}}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: mnist-checkpoints, namespace: $ns}
-spec:
-  accessModes: [ReadWriteMany]
-  storageClassName: ""
-  volumeName: $ns-checkpoints
-  resources: {requests: {storage: 1Gi}}
-EOF
+  namespace "$ns" || return 1
+  { hostpath_volume "$ns" mnist mnist "$mnist" ReadOnlyMany
+    echo ---
+    hostpath_volume "$ns" checkpoints mnist-checkpoints "$checkpoints" ReadWriteMany
+  } | kc apply -f - > /dev/null || return 1
   bound() {
     [[ $(kc -n "$ns" get pvc -o jsonpath='{range .items[*]}{.status.phase} {end}') == "Bound Bound " ]]
   }
@@ -445,12 +440,6 @@ run_mnist_mwms() {
   train_mnist mnist-mwms mnist-mlp-mwms examples/mnist/tfjob-mwms-cluster.yaml 4 worker-0 "worker 0" "$mwms_bar"
 }
 
-# namespace NS: a namespace whose default ServiceAccount exists (pods are
-# refused before it does).
-namespace() {
-  kc create namespace "$1" > /dev/null || return 1
-  wait_for 60 kc -n "$1" get serviceaccount default || { echo "no default ServiceAccount in $1"; return 1; }
-}
 # edited FILE NAME FROM TO [FROM TO...]: FILE with each FROM (a fixed string)
 # replaced by TO, in $work/NAME.yaml; fails if a FROM is not there.
 edited() {
