@@ -205,62 +205,77 @@ void KerasModels(const fs::path& root) {
   for (const fs::path& rel : Inputs(root, {"examples/keras"}, ".json")) {
     Put("keras_model", FlatName(rel), Must(ReadFile((root / rel).string()), rel.string()));
   }
-  // Data-plane conversations as a PsClient sends them: a hello, then frames
-  // (services/ps/wire.h) whose tensors travel raw after the meta.
-  std::string Frame(uint32_t magic, uint32_t kind, const std::string& meta, const std::string& payload) {
-    ps::wire::Frame f{magic, kind, static_cast<uint32_t>(meta.size()), 0, payload.size()};
-    std::string out(reinterpret_cast<const char*>(&f), sizeof f);
-    return out + meta + payload;
-  }
-  std::string Hello(const std::string& token = "") {
-    return Frame(ps::wire::kHelloMagic, ps::wire::kVersion, token, "");
-  }
-  std::string Request(ps::wire::Op op, const google::protobuf::MessageLite& meta, const std::vector<Tensor>& tensors) {
-    std::string payload;
-    for (const Tensor& t : tensors) payload.append(reinterpret_cast<const char*>(t.raw()), t.bytes());
-    return Frame(ps::wire::kRequestMagic, static_cast<uint32_t>(op), meta.SerializeAsString(), payload);
-  }
-  std::string Create(const std::string& name, const Tensor& t, bool adam) {
-    proto::CreateVariableRequest r;
-    r.set_name(name);
-    ps::wire::HeaderOf(t, r.mutable_initial_value());
-    if (adam) {
-      model::OptimizerSpec o;
-      o.type = model::OptimizerType::kAdam;
-      *r.mutable_optimizer() = ps::OptimizerToProto(o);
-    }
-    return Request(ps::wire::Op::kCreateVariable, r, {t});
-  }
-  std::string Push(uint64_t closure, proto::Update::Kind kind, const std::string& name, const Tensor& value,
-                   const std::vector<int64_t>& rows = {}) {
-    proto::PushRequest r;
-    r.set_closure_id(closure);
-    proto::Update* u = r.add_updates();
-    u->set_name(name);
-    u->set_kind(kind);
-    ps::wire::HeaderOf(value, u->mutable_value());
-    for (int64_t row : rows) u->add_rows(row);
-    return Request(ps::wire::Op::kPush, r, {value});
-  }
-  std::string Pull(const std::vector<std::string>& names, const std::vector<int64_t>& rows = {}) {
-    proto::PullRequest r;
-    for (const auto& n : names) r.add_names(n);
-    for (int64_t row : rows) r.add_rows(row);
-    return Request(ps::wire::Op::kPull, r, {});
-  }
+}
 
-  void PsData() {
-    Put("ps_data", "hello_only.bin", Hello());
-    Put("ps_data", "create_add_pull.bin",
-        Hello() + Create("w", Floats({2, 3}), false) + Push(0, proto::Update::ASSIGN_ADD, "w", Floats({2, 3})) +
-            Pull({"w"}));
-    Put("ps_data", "adam_sparse_rows.bin",
-        Hello() + Create("emb", Floats({4, 2}), true) +
-            Push(7, proto::Update::APPLY_GRADIENT, "emb", Floats({2, 2}), {3, 1}) +
-            Push(7, proto::Update::APPLY_GRADIENT, "emb", Floats({2, 2}), {3, 1}) + Pull({"emb"}, {1, 3, 3}));
-    Put("ps_data", "int64_assign.bin",
-        Hello() + Create("c", Ints({3}), false) + Push(1, proto::Update::ASSIGN, "c", Ints({3})) + Pull({"c", "c"}));
+// Data-plane conversations as a PsClient sends them: a hello, then frames
+// (services/ps/wire.h) whose tensors travel raw after the meta.
+std::string Frame(uint32_t magic, uint32_t kind, const std::string& meta, const std::string& payload) {
+  ps::wire::Frame f{magic, kind, static_cast<uint32_t>(meta.size()), 0, payload.size()};
+  std::string out(reinterpret_cast<const char*>(&f), sizeof f);
+  return out + meta + payload;
+}
+std::string Hello(const std::string& token = "") { return Frame(ps::wire::kHelloMagic, ps::wire::kVersion, token, ""); }
+std::string Request(ps::wire::Op op, const google::protobuf::MessageLite& meta, const std::vector<Tensor>& tensors) {
+  std::string payload;
+  for (const Tensor& t : tensors) payload.append(reinterpret_cast<const char*>(t.raw()), t.bytes());
+  return Frame(ps::wire::kRequestMagic, static_cast<uint32_t>(op), meta.SerializeAsString(), payload);
+}
+std::string Create(const std::string& name, const Tensor& t, bool adam) {
+  proto::CreateVariableRequest r;
+  r.set_name(name);
+  ps::wire::HeaderOf(t, r.mutable_initial_value());
+  if (adam) {
+    model::OptimizerSpec o;
+    o.type = model::OptimizerType::kAdam;
+    *r.mutable_optimizer() = ps::OptimizerToProto(o);
   }
+  return Request(ps::wire::Op::kCreateVariable, r, {t});
+}
+std::string Push(uint64_t closure, proto::Update::Kind kind, const std::string& name, const Tensor& value,
+                 const std::vector<int64_t>& rows = {}) {
+  proto::PushRequest r;
+  r.set_closure_id(closure);
+  proto::Update* u = r.add_updates();
+  u->set_name(name);
+  u->set_kind(kind);
+  ps::wire::HeaderOf(value, u->mutable_value());
+  for (int64_t row : rows) u->add_rows(row);
+  return Request(ps::wire::Op::kPush, r, {value});
+}
+std::string Pull(const std::vector<std::string>& names, const std::vector<int64_t>& rows = {}) {
+  proto::PullRequest r;
+  for (const auto& n : names) r.add_names(n);
+  for (int64_t row : rows) r.add_rows(row);
+  return Request(ps::wire::Op::kPull, r, {});
+}
+
+std::string PushPull(uint64_t closure, const std::string& name, const Tensor& value,
+                     const std::vector<std::string>& names) {
+  proto::PushPullRequest r;
+  r.mutable_push()->set_closure_id(closure);
+  proto::Update* u = r.mutable_push()->add_updates();
+  u->set_name(name);
+  u->set_kind(proto::Update::APPLY_GRADIENT);
+  ps::wire::HeaderOf(value, u->mutable_value());
+  for (const auto& n : names) r.mutable_pull()->add_names(n);
+  return Request(ps::wire::Op::kPushPull, r, {value});
+}
+
+void PsData() {
+  Put("ps_data", "hello_only.bin", Hello());
+  Put("ps_data", "create_add_pull.bin",
+      Hello() + Create("w", Floats({2, 3}), false) + Push(0, proto::Update::ASSIGN_ADD, "w", Floats({2, 3})) +
+          Pull({"w"}));
+  Put("ps_data", "adam_sparse_rows.bin",
+      Hello() + Create("emb", Floats({4, 2}), true) +
+          Push(7, proto::Update::APPLY_GRADIENT, "emb", Floats({2, 2}), {3, 1}) +
+          Push(7, proto::Update::APPLY_GRADIENT, "emb", Floats({2, 2}), {3, 1}) + Pull({"emb"}, {1, 3, 3}));
+  Put("ps_data", "adam_push_pull.bin",
+      Hello() + Create("w", Floats({2, 3}), true) + Create("b", Floats({3}), false) +
+          PushPull(3, "w", Floats({2, 3}), {"w", "b"}) + PushPull(3, "w", Floats({2, 3}), {"b"}));
+  Put("ps_data", "int64_assign.bin",
+      Hello() + Create("c", Ints({3}), false) + Push(1, proto::Update::ASSIGN, "c", Ints({3})) + Pull({"c", "c"}));
+}
 
 }  // namespace
 

@@ -296,13 +296,14 @@ StatusOr<Tensor> PsClient::PullRows(const std::string& name, const std::vector<i
   return out;
 }
 
-StatusOr<int> PsClient::Push(uint64_t closure_id, uint32_t sequence, const std::vector<Update>& updates,
-                             uint64_t generation) {
-  proto::PushRequest req;
+namespace {
+
+// The request of a Push, and its payload (the updates' tensors, in order).
+Status BuildPush(uint64_t closure_id, uint32_t sequence, const std::vector<Update>& updates, uint64_t generation,
+                 proto::PushRequest& req, std::vector<Tensor>& payload) {
   req.set_closure_id(closure_id);
   req.set_coordinator_incarnation(generation);
   req.set_sequence(sequence);
-  std::vector<Tensor> payload;
   payload.reserve(updates.size());
   for (const Update& u : updates) {
     proto::Update* p = req.add_updates();
@@ -317,6 +318,16 @@ StatusOr<int> PsClient::Push(uint64_t closure_id, uint32_t sequence, const std::
     }
     payload.push_back(u.value);
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<int> PsClient::Push(uint64_t closure_id, uint32_t sequence, const std::vector<Update>& updates,
+                             uint64_t generation) {
+  proto::PushRequest req;
+  std::vector<Tensor> payload;
+  RETURN_IF_ERROR(BuildPush(closure_id, sequence, updates, generation, req, payload));
   int duplicates = 0;
   RETURN_IF_ERROR(DataCall("Push", static_cast<uint32_t>(wire::Op::kPush), req, payload,
                            [&](Connection&, const std::string& meta, uint64_t payload_bytes) -> Status {
@@ -324,6 +335,36 @@ StatusOr<int> PsClient::Push(uint64_t closure_id, uint32_t sequence, const std::
                              if (!resp.ParseFromString(meta) || payload_bytes != 0)
                                return Internal("malformed response");
                              duplicates = resp.duplicates();
+                             return Status::Ok();
+                           }));
+  return duplicates;
+}
+
+StatusOr<int> PsClient::PushPullInto(uint64_t closure_id, uint32_t sequence, const std::vector<Update>& updates,
+                                     uint64_t generation, const std::vector<std::string>& names,
+                                     std::span<Tensor> out) {
+  if (out.size() != names.size()) {
+    return InvalidArgument("PushPull: " + std::to_string(names.size()) + " names, " + std::to_string(out.size()) +
+                           " destinations");
+  }
+  proto::PushPullRequest req;
+  std::vector<Tensor> payload;
+  RETURN_IF_ERROR(BuildPush(closure_id, sequence, updates, generation, *req.mutable_push(), payload));
+  for (const auto& n : names) req.mutable_pull()->add_names(n);
+  int duplicates = 0;
+  RETURN_IF_ERROR(DataCall("PushPull", static_cast<uint32_t>(wire::Op::kPushPull), req, payload,
+                           [&](Connection& c, const std::string& meta, uint64_t payload_bytes) -> Status {
+                             proto::PushPullResponse resp;
+                             if (!resp.ParseFromString(meta)) return Internal("malformed response");
+                             const auto& values = resp.pull().values();
+                             if (values.size() != static_cast<int>(names.size())) {
+                               return Internal("wrong number of values");
+                             }
+                             RETURN_IF_ERROR(CheckPayload(values, payload_bytes));
+                             for (int i = 0; i < values.size(); ++i) {
+                               RETURN_IF_ERROR(ReceiveTensor(c, values.Get(i), &out[static_cast<size_t>(i)], nullptr));
+                             }
+                             duplicates = resp.push().duplicates();
                              return Status::Ok();
                            }));
   return duplicates;

@@ -84,6 +84,13 @@ class PsClient {
   // is the chief's whose closure pushes (0: none; see FenceRequest).
   StatusOr<int> Push(uint64_t closure_id, uint32_t sequence, const std::vector<Update>& updates,
                      uint64_t generation = 0);
+  // Push, then PullInto of `names`, in one exchange (proto/ps.proto:
+  // PushPullRequest): the pull sees the push. Returns what Push returns. A
+  // refused push (or pull) is the call's error, and then nothing was
+  // pulled; a push applied before the pull part failed stays applied, as
+  // with two calls (a retry is skipped as already applied).
+  StatusOr<int> PushPullInto(uint64_t closure_id, uint32_t sequence, const std::vector<Update>& updates,
+                             uint64_t generation, const std::vector<std::string>& names, std::span<Tensor> out);
   // Checkpoints at `step` in the PS's own checkpoint directory; returns the
   // bytes of tensors saved / the variables restored. A `generation` older
   // than the PS's fence is FAILED_PRECONDITION (0: not checked).

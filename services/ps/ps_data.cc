@@ -61,6 +61,7 @@ const char* OpName(uint32_t op) {
     case wire::Op::kCreateVariable: return "CreateVariable";
     case wire::Op::kPull: return "Pull";
     case wire::Op::kPush: return "Push";
+    case wire::Op::kPushPull: return "PushPull";
   }
   return "Unknown";
 }
@@ -143,6 +144,7 @@ void ParameterServerService::ServeData(const net::Fd& fd, const std::string& pee
       case wire::Op::kCreateVariable: s = HandleCreate(c); break;
       case wire::Op::kPull: s = HandlePull(c); break;
       case wire::Op::kPush: s = HandlePush(c); break;
+      case wire::Op::kPushPull: s = HandlePushPull(c); break;
       default: s = Refuse(c, InvalidArgument("unknown data-plane operation " + std::to_string(c.frame.kind)));
     }
     if (options_.metrics) {
@@ -250,12 +252,9 @@ Status ParameterServerService::HandlePull(Call& c) {
   if (req.rows_size() > 0 && req.names_size() != 1) {
     return Refuse(c, InvalidArgument("Pull: rows need exactly one variable, got " + std::to_string(req.names_size())));
   }
-  std::vector<std::shared_ptr<Shard>> shards;
-  for (const std::string& name : req.names()) {
-    auto shard = Find(name);
-    if (!shard) return Refuse(c, NotFound("Pull: no variable \"" + name + "\" on this parameter server"));
-    shards.push_back(std::move(shard));
-  }
+  auto found = FindAll(req.names());
+  if (!found.ok()) return Refuse(c, found.status());
+  const std::vector<std::shared_ptr<Shard>>& shards = *found;
   proto::PullResponse resp;
   wire::Frame f{wire::kResponseMagic, 0, 0, 0, 0};
   std::string meta;
@@ -305,27 +304,45 @@ Status ParameterServerService::HandlePull(Call& c) {
     return wire::SendAll(c.fd, iov, c.deadline, c.peer);
   }
 
-  // Whole values: headers first, then each tensor straight from the
-  // variable's memory under its read lock (shapes never change once created).
+  return SendValues(c, shards, resp.mutable_values(), resp);
+}
+
+StatusOr<std::vector<std::shared_ptr<ParameterServerService::Shard>>> ParameterServerService::FindAll(
+    const google::protobuf::RepeatedPtrField<std::string>& names) {
+  std::vector<std::shared_ptr<Shard>> shards;
+  for (const std::string& name : names) {
+    auto shard = Find(name);
+    if (!shard) return NotFound("Pull: no variable \"" + name + "\" on this parameter server");
+    shards.push_back(std::move(shard));
+  }
+  return shards;
+}
+
+Status ParameterServerService::SendValues(Call& c, const std::vector<std::shared_ptr<Shard>>& shards,
+                                          google::protobuf::RepeatedPtrField<proto::Tensor>* values,
+                                          const google::protobuf::MessageLite& resp) {
+  // Headers first, then each tensor straight from the variable's memory
+  // under its read lock (shapes never change once created).
+  wire::Frame f{wire::kResponseMagic, 0, 0, 0, 0};
   std::vector<size_t> bytes;
   for (auto& shard : shards) {
     ReaderLock g(shard->mu);
-    wire::HeaderOf(shard->value, resp.add_values());
+    wire::HeaderOf(shard->value, values->Add());
     bytes.push_back(shard->value.bytes());
     f.payload_bytes += shard->value.bytes();
   }
-  meta = resp.SerializeAsString();
+  const std::string meta = resp.SerializeAsString();
   f.meta_bytes = static_cast<uint32_t>(meta.size());
   for (size_t i = 0; i < shards.size(); ++i) {
     ReaderLock g(shards[i]->mu);
     if (shards[i]->value.bytes() != bytes[i]) return Internal("Pull: a variable changed size while it was sent");
-    iovec iov[3] = {{&f, sizeof f}, {meta.data(), meta.size()}, {shards[i]->value.raw(), bytes[i]}};
+    iovec iov[3] = {{&f, sizeof f}, {const_cast<char*>(meta.data()), meta.size()}, {shards[i]->value.raw(), bytes[i]}};
     std::span<iovec> send(iov, 3);
     if (i > 0) send = send.subspan(2);  // the frame and meta went with the first tensor
     RETURN_IF_ERROR(wire::SendAll(c.fd, send, c.deadline, c.peer));
   }
   if (shards.empty()) {
-    iovec iov[2] = {{&f, sizeof f}, {meta.data(), meta.size()}};
+    iovec iov[2] = {{&f, sizeof f}, {const_cast<char*>(meta.data()), meta.size()}};
     RETURN_IF_ERROR(wire::SendAll(c.fd, iov, c.deadline, c.peer));
   }
   c.sent += sizeof f + meta.size() + f.payload_bytes;
@@ -481,21 +498,27 @@ Status ParameterServerService::ApplyPushUpdate(Shard& s, const PushUpdate& p, bo
   }
 }
 
-Status ParameterServerService::HandlePush(Call& c) {
-  proto::PushRequest req;
-  if (!req.ParseFromString(c.meta)) return Refuse(c, InvalidArgument("Push: malformed request"));
+Status ParameterServerService::ReceivePush(Call& c, const proto::PushRequest& req, int* duplicates_out,
+                                           Status* refused) {
   // Checked now, so a fenced push's payload is skipped unread, and again
   // under fence_mu_ when it is applied.
-  if (Status f = CheckPushFence(req.coordinator_incarnation(), req.closure_id()); !f.ok()) return Refuse(c, f);
+  if (Status f = CheckPushFence(req.coordinator_incarnation(), req.closure_id()); !f.ok()) {
+    *refused = f;
+    return Status::Ok();
+  }
   // Everything is checked before a byte of payload is read, and the payload
   // is read whole before anything is applied: a bad request, or one whose
   // connection breaks, changes nothing.
   std::vector<PushUpdate> prepared;
   uint64_t total = 0;
-  if (Status bad = PreparePush(req, prepared, total); !bad.ok()) return Refuse(c, bad);
+  if (Status bad = PreparePush(req, prepared, total); !bad.ok()) {
+    *refused = bad;
+    return Status::Ok();
+  }
   if (total != c.frame.payload_bytes) {
-    return Refuse(c, InvalidArgument("Push: the updates' tensors need " + std::to_string(total) +
-                                     " bytes, the request carries " + std::to_string(c.frame.payload_bytes)));
+    *refused = InvalidArgument("Push: the updates' tensors need " + std::to_string(total) +
+                               " bytes, the request carries " + std::to_string(c.frame.payload_bytes));
+    return Status::Ok();
   }
   int64_t f32_at = 0, i64_at = 0;
   for (PushUpdate& p : prepared) {
@@ -531,8 +554,8 @@ Status ParameterServerService::HandlePush(Call& c) {
     // while its payload arrived is refused here.
     ReaderLock fence_lock(fence_mu_);
     if (Status f = CheckPushFence(req.coordinator_incarnation(), req.closure_id()); !f.ok()) {
-      fence_lock.Unlock();
-      return Refuse(c, f);
+      *refused = f;
+      return Status::Ok();
     }
     if (prepared.size() > 1 && total >= kParallelApplyBytes) {
       apply_pool_.Run(prepared.size(), apply);
@@ -541,15 +564,47 @@ Status ParameterServerService::HandlePush(Call& c) {
     }
   }
   for (const Status& st : results) {
-    if (!st.ok()) return Refuse(c, st);
+    if (!st.ok()) {
+      *refused = st;
+      return Status::Ok();
+    }
   }
+  *duplicates_out = duplicates.load();
+  return Status::Ok();
+}
+
+Status ParameterServerService::HandlePush(Call& c) {
+  proto::PushRequest req;
+  if (!req.ParseFromString(c.meta)) return Refuse(c, InvalidArgument("Push: malformed request"));
+  int duplicates = 0;
+  Status refused;
+  RETURN_IF_ERROR(ReceivePush(c, req, &duplicates, &refused));
+  if (!refused.ok()) return Refuse(c, refused);
   proto::PushResponse resp;
-  resp.set_duplicates(duplicates.load());
+  resp.set_duplicates(duplicates);
   const std::string meta = resp.SerializeAsString();
   wire::Frame f{wire::kResponseMagic, 0, static_cast<uint32_t>(meta.size()), 0, 0};
   iovec iov[2] = {{&f, sizeof f}, {const_cast<char*>(meta.data()), meta.size()}};
   c.sent += sizeof f + meta.size();
   return wire::SendAll(c.fd, iov, c.deadline, c.peer);
+}
+
+Status ParameterServerService::HandlePushPull(Call& c) {
+  proto::PushPullRequest req;
+  if (!req.ParseFromString(c.meta)) return Refuse(c, InvalidArgument("PushPull: malformed request"));
+  if (req.pull().rows_size() > 0) return Refuse(c, InvalidArgument("PushPull: row pulls go in a Pull of their own"));
+  // The pull's variables are looked up before the push is applied, so a
+  // pull that would be refused refuses the whole request, with nothing
+  // changed.
+  auto found = FindAll(req.pull().names());
+  if (!found.ok()) return Refuse(c, found.status().WithContext("PushPull"));
+  int duplicates = 0;
+  Status refused;
+  RETURN_IF_ERROR(ReceivePush(c, req.push(), &duplicates, &refused));
+  if (!refused.ok()) return Refuse(c, refused);
+  proto::PushPullResponse resp;
+  resp.mutable_push()->set_duplicates(duplicates);
+  return SendValues(c, *found, resp.mutable_pull()->mutable_values(), resp);
 }
 
 }  // namespace tfjob::ps

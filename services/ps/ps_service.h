@@ -147,6 +147,21 @@ class ParameterServerService final : public proto::ParameterServer::Service {
   Status HandleCreate(Call& c);
   Status HandlePull(Call& c);
   Status HandlePush(Call& c);
+  Status HandlePushPull(Call& c);
+  // The push of a Push or PushPull request: checked, its payload received
+  // and applied. Sets `*refused` (nothing applied, the payload not all read)
+  // when the request is to be refused with that reason; otherwise
+  // `*duplicates` counts the updates skipped as already applied. A non-OK
+  // return: the connection cannot go on.
+  Status ReceivePush(Call& c, const proto::PushRequest& req, int* duplicates, Status* refused);
+  // Whole values of `names`: their shards, or why the pull is refused.
+  StatusOr<std::vector<std::shared_ptr<Shard>>> FindAll(const google::protobuf::RepeatedPtrField<std::string>& names);
+  // Answers with `resp` as meta, after adding each shard's header to
+  // `values` (a field of `resp`), and the shards' values as payload, each
+  // sent from the variable's memory under its read lock.
+  Status SendValues(Call& c, const std::vector<std::shared_ptr<Shard>>& shards,
+                    google::protobuf::RepeatedPtrField<proto::Tensor>* values,
+                    const google::protobuf::MessageLite& resp);
   struct PushUpdate;  // one update of a push, checked, and then its payload
   // HandlePush's checks, before any payload is read: every update of `req`
   // names a variable it fits and a known kind, and the updates' tensors stay

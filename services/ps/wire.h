@@ -68,6 +68,7 @@ enum class Op : uint32_t {
   kCreateVariable = 1,  // proto::CreateVariableRequest / CreateVariableResponse
   kPull = 2,            // proto::PullRequest / PullResponse
   kPush = 3,            // proto::PushRequest / PushResponse
+  kPushPull = 4,        // proto::PushPullRequest / PushPullResponse
 };
 
 struct Frame {

@@ -77,7 +77,18 @@ struct Step {
   std::vector<int64_t> rows;  // the table rows the batch uses, ascending
   int64_t pulled_bytes = 0;   // what the pull moves
   std::shared_ptr<std::vector<Tensor>> values;
-  std::future<Status> pulled;
+  // Shared: when the pull went with the last step's push, the closure
+  // waits on it for that push too.
+  std::shared_future<Status> pulled;
+};
+
+// A step's gradients waiting to be pushed with the next pull (with
+// prefetching), or alone at the closure's end.
+struct PendingPush {
+  uint64_t closure_id = 0;
+  uint64_t generation = 0;
+  uint32_t sequence = 0;
+  std::vector<VariableStore::Grad> grads;
 };
 
 // What a worker keeps between closures: the job and its placement (set by
@@ -105,10 +116,13 @@ struct WorkerFitState {
 };
 
 // Takes the next batch, renumbers its ids for a row plan, and pulls (now,
-// or on the network thread when `io` is given) the values it needs.
+// or on the network thread when `io` is given) the values it needs. With
+// `io`, a `push` waiting goes first in the same exchange (taken from
+// `push`: its outcome is then the step's `pulled` too); it is left there
+// when the step fails before its pull is queued.
 StatusOr<Step> PrepareStep(worker::ClosureContext& ctx, WorkerFitState& state, const std::optional<RowPlan>& plan,
                            const std::vector<std::string>& names, const std::shared_ptr<VariableStore>& store,
-                           IoQueue* io) {
+                           IoQueue* io, std::optional<PendingPush>& push) {
   ASSIGN_OR_RETURN(std::optional<data::Element> e, ctx.Next(kTrainDataset));
   if (!e) return OutOfRange("fit: training dataset ended");
   Step step;
@@ -151,7 +165,12 @@ StatusOr<Step> PrepareStep(worker::ClosureContext& ctx, WorkerFitState& state, c
         plan && i == plan->var ? static_cast<int64_t>(step.rows.size()) * v->shape[1] : NumElements(v->shape);
     step.pulled_bytes += elems * static_cast<int64_t>(DTypeSize(v->dtype));
   }
-  auto pull = [store, names, plan, values = step.values, rows = step.rows]() -> Status {
+  std::optional<PendingPush> first;
+  if (io && push) {
+    first = std::move(push);
+    push.reset();
+  }
+  auto pull = [store, names, plan, values = step.values, rows = step.rows, first = std::move(first)]() -> Status {
     std::vector<VariableStore::Item> items;
     Tensor table_rows;
     for (size_t i = 0; i < names.size(); ++i) {
@@ -168,14 +187,15 @@ StatusOr<Step> PrepareStep(worker::ClosureContext& ctx, WorkerFitState& state, c
         items.push_back({names[i], std::nullopt, &(*values)[i]});
       }
     }
-    return store->Fetch(items);
+    if (!first) return store->Fetch(items);
+    return store->PushAndFetch(first->closure_id, first->sequence, first->grads, first->generation, items).status();
   };
   if (io) {
-    step.pulled = io->Run(std::move(pull));
+    step.pulled = io->Run(std::move(pull)).share();
   } else {
     std::promise<Status> done;
     done.set_value(pull());
-    step.pulled = done.get_future();
+    step.pulled = done.get_future().share();
   }
   return step;
 }
@@ -261,7 +281,9 @@ class TrainClosure {
     RETURN_IF_ERROR(TakeState());
     RETURN_IF_ERROR(Prepare());
     const int64_t steps = a.value("steps", int64_t{1});
-    Status failed = WaitForPushes(RunSteps(steps));
+    Status ran = RunSteps(steps);
+    FlushPush();
+    Status failed = WaitForPushes(ran);
     if (failed.ok() && !device_.is_cpu()) failed = ReadDeviceStats();
     GiveBack(failed.ok());
     RETURN_IF_ERROR(failed);
@@ -319,7 +341,7 @@ class TrainClosure {
     Stopwatch w;
     for (int64_t s = 0; s < steps && failed.ok(); ++s) {
       if (!cur_) {
-        auto prepared = PrepareStep(ctx_, state_, plan_, names_, store_, io_);
+        auto prepared = PrepareStep(ctx_, state_, plan_, names_, store_, io_, pending_);
         if (!prepared.ok()) return prepared.status();
         cur_ = std::move(prepared).value();
       }
@@ -331,12 +353,16 @@ class TrainClosure {
       std::optional<Step> next;
       Status next_status;
       if (prefetch_) {
-        auto prepared = PrepareStep(ctx_, state_, plan_, names_, store_, io_);
+        // The last step's push goes with this pull, in one exchange.
+        const bool pushing = pending_.has_value();
+        auto prepared = PrepareStep(ctx_, state_, plan_, names_, store_, io_, pending_);
         if (prepared.ok()) {
           next = std::move(prepared).value();
+          if (pushing && !pending_) pushes_.push_back(next->pulled);
         } else {
           next_status = prepared.status();
         }
+        FlushPush();  // when the pull did not take it
       }
       w.Lap(time_.input);
       auto out = device_.is_cpu()
@@ -361,8 +387,9 @@ class TrainClosure {
     return failed;
   }
 
-  // Pushes the current step's gradients, on the network thread when there
-  // is one (OK once queued; WaitForPushes has the outcome).
+  // Pushes the current step's gradients. With a network thread, they wait
+  // for the next step's pull to go with it (FlushPush sends them alone);
+  // WaitForPushes has the outcome.
   Status Push(model::Model::Output& out, uint32_t sequence) {
     std::vector<VariableStore::Grad> grads;
     for (size_t i = 0; i < names_.size(); ++i) grads.push_back({names_[i], std::move(out.grads[i])});
@@ -376,11 +403,19 @@ class TrainClosure {
       g.indices = global;
     }
     if (!io_) return store_->PushGradients(ctx_.closure_id(), sequence, grads, ctx_.generation()).status();
-    pushes_.push_back(io_->Run([store = store_, id = ctx_.closure_id(), generation = ctx_.generation(), sequence,
-                                grads = std::move(grads)]() -> Status {
-      return store->PushGradients(id, sequence, grads, generation).status();
-    }));
+    FlushPush();  // never two waiting: the order of pushes is kept
+    pending_ = PendingPush{ctx_.closure_id(), ctx_.generation(), sequence, std::move(grads)};
     return Status::Ok();
+  }
+
+  // Queues the push waiting, if any, on its own.
+  void FlushPush() {
+    if (!pending_) return;
+    pushes_.push_back(io_->Run([store = store_, p = std::move(*pending_)]() -> Status {
+                           return store->PushGradients(p.closure_id, p.sequence, p.grads, p.generation).status();
+                         })
+                          .share());
+    pending_.reset();
   }
 
   // Every push in flight must have landed before the closure says it is
@@ -442,7 +477,8 @@ class TrainClosure {
   Tensor device_stats_;
   int64_t examples_ = 0;
   int64_t pulled_bytes_ = 0;
-  std::vector<std::future<Status>> pushes_;
+  std::optional<PendingPush> pending_;  // with a network thread: see Push
+  std::vector<std::shared_future<Status>> pushes_;
   PsStepSeconds time_;
 };
 

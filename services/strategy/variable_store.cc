@@ -62,20 +62,7 @@ StatusOr<std::vector<Tensor>> VariableStore::Pull(const std::vector<std::string>
   return out;
 }
 
-Status VariableStore::Fetch(std::vector<Item>& items) {
-  // Per PS: the whole shards to pull in one request (into views of the
-  // destinations), and the row pulls.
-  struct RowPull {
-    std::string shard;
-    std::vector<int64_t> local;
-    Tensor into;
-  };
-  struct PerPs {
-    std::vector<std::string> names;
-    std::vector<Tensor> into;
-    std::vector<RowPull> rows;
-  };
-  std::map<int64_t, PerPs> by_ps;
+Status VariableStore::PlanFetch(std::vector<Item>& items, std::map<int64_t, FetchPlan>& by_ps) {
   for (Item& item : items) {
     ASSIGN_OR_RETURN(const PlacedVariable* v, placement_.Find(item.name));
     for (const auto& s : v->shards) {
@@ -85,7 +72,7 @@ Status VariableStore::Fetch(std::vector<Item>& items) {
     if (!item.rows) {
       ASSIGN_OR_RETURN(*item.out, Reuse(*item.out, v->dtype, v->shape));
       for (const auto& s : v->shards) {
-        PerPs& p = by_ps[s.ps];
+        FetchPlan& p = by_ps[s.ps];
         p.names.push_back(s.name);
         p.into.push_back(v->sharded() ? *item.out->Rows(s.row_begin, s.row_end) : *item.out);
       }
@@ -114,14 +101,21 @@ Status VariableStore::Fetch(std::vector<Item>& items) {
       by_ps[s.ps].rows.push_back(std::move(r));
     }
   }
+  return Status::Ok();
+}
+
+Status VariableStore::PullPlanned(int64_t ps, FetchPlan& p, bool whole) {
+  if (whole && !p.names.empty()) RETURN_IF_ERROR(ps_[ps]->PullInto(p.names, p.into));
+  for (RowPull& r : p.rows) RETURN_IF_ERROR(ps_[ps]->PullRowsInto(r.shard, r.local, r.into));
+  return Status::Ok();
+}
+
+Status VariableStore::Fetch(std::vector<Item>& items) {
+  std::map<int64_t, FetchPlan> by_ps;
+  RETURN_IF_ERROR(PlanFetch(items, by_ps));
   std::vector<int64_t> which;
   for (const auto& [ps, _] : by_ps) which.push_back(ps);
-  return ForEachPs(which, [&](int64_t ps) -> Status {
-    PerPs& p = by_ps.at(ps);
-    if (!p.names.empty()) RETURN_IF_ERROR(ps_[ps]->PullInto(p.names, p.into));
-    for (RowPull& r : p.rows) RETURN_IF_ERROR(ps_[ps]->PullRowsInto(r.shard, r.local, r.into));
-    return Status::Ok();
-  });
+  return ForEachPs(which, [&](int64_t ps) -> Status { return PullPlanned(ps, by_ps.at(ps), true); });
 }
 
 StatusOr<Tensor> VariableStore::Lookup(const std::string& name, const std::vector<int64_t>& ids) {
@@ -151,9 +145,7 @@ StatusOr<Tensor> VariableStore::Lookup(const std::string& name, const std::vecto
   return out;
 }
 
-StatusOr<int> VariableStore::PushGradients(uint64_t closure_id, uint32_t sequence, const std::vector<Grad>& grads,
-                                           uint64_t generation) {
-  std::map<int64_t, std::vector<ps::Update>> by_ps;
+Status VariableStore::PlanPush(const std::vector<Grad>& grads, std::map<int64_t, std::vector<ps::Update>>& by_ps) {
   for (const Grad& g : grads) {
     ASSIGN_OR_RETURN(const PlacedVariable* v, placement_.Find(g.name));
     for (const auto& s : v->shards) {
@@ -205,12 +197,55 @@ StatusOr<int> VariableStore::PushGradients(uint64_t closure_id, uint32_t sequenc
                              *Tensor::FromVector({static_cast<int64_t>(local.size())}, local)});
     }
   }
+  return Status::Ok();
+}
+
+StatusOr<int> VariableStore::PushGradients(uint64_t closure_id, uint32_t sequence, const std::vector<Grad>& grads,
+                                           uint64_t generation) {
+  std::map<int64_t, std::vector<ps::Update>> by_ps;
+  RETURN_IF_ERROR(PlanPush(grads, by_ps));
   std::vector<int64_t> which;
   for (const auto& [ps, _] : by_ps) which.push_back(ps);
   std::vector<int> duplicates(ps_.size(), 0);
   RETURN_IF_ERROR(ForEachPs(which, [&](int64_t ps) -> Status {
     ASSIGN_OR_RETURN(duplicates[static_cast<size_t>(ps)],
                      ps_[ps]->Push(closure_id, sequence, by_ps.at(ps), generation));
+    return Status::Ok();
+  }));
+  int total = 0;
+  for (int d : duplicates) total += d;
+  return total;
+}
+
+StatusOr<int> VariableStore::PushAndFetch(uint64_t closure_id, uint32_t sequence, const std::vector<Grad>& grads,
+                                          uint64_t generation, std::vector<Item>& items) {
+  std::map<int64_t, std::vector<ps::Update>> pushes;
+  RETURN_IF_ERROR(PlanPush(grads, pushes));
+  std::map<int64_t, FetchPlan> pulls;
+  RETURN_IF_ERROR(PlanFetch(items, pulls));
+  std::vector<int64_t> which;
+  for (const auto& [ps, _] : pushes) which.push_back(ps);
+  for (const auto& [ps, _] : pulls) {
+    if (!pushes.count(ps)) which.push_back(ps);
+  }
+  std::vector<int> duplicates(ps_.size(), 0);
+  RETURN_IF_ERROR(ForEachPs(which, [&](int64_t ps) -> Status {
+    auto push = pushes.find(ps);
+    auto pull = pulls.find(ps);
+    bool whole_pulled = false;
+    if (push != pushes.end()) {
+      int& d = duplicates[static_cast<size_t>(ps)];
+      if (pull != pulls.end() && !pull->second.names.empty()) {
+        // This PS's push and whole-value pull in one exchange.
+        ASSIGN_OR_RETURN(d, ps_[ps]->PushPullInto(closure_id, sequence, push->second, generation, pull->second.names,
+                                                  pull->second.into));
+        whole_pulled = true;
+      } else {
+        ASSIGN_OR_RETURN(d, ps_[ps]->Push(closure_id, sequence, push->second, generation));
+      }
+    }
+    // Row pulls after the push, so they see it too.
+    if (pull != pulls.end()) RETURN_IF_ERROR(PullPlanned(ps, pull->second, !whole_pulled));
     return Status::Ok();
   }));
   int total = 0;

@@ -67,11 +67,37 @@ class VariableStore {
   // `generation` is the chief's whose closure pushes (ps::PsClient::Push).
   StatusOr<int> PushGradients(uint64_t closure_id, uint32_t sequence, const std::vector<Grad>& grads,
                               uint64_t generation = 0);
+  // PushGradients, then Fetch of `items`, which see the push: for each PS
+  // that has both, its push and its whole-value pulls go in one exchange
+  // (ps::PsClient::PushPullInto), its row pulls after it. Returns what
+  // PushGradients returns. On an error, any part may have happened; the
+  // push is applied at most once however often it is retried.
+  StatusOr<int> PushAndFetch(uint64_t closure_id, uint32_t sequence, const std::vector<Grad>& grads,
+                             uint64_t generation, std::vector<Item>& items);
   // Adds `delta` to a variable (ASSIGN_ADD), exactly once per closure id.
   StatusOr<int> AssignAdd(uint64_t closure_id, uint32_t sequence, const std::string& name, const Tensor& delta,
                           uint64_t generation = 0);
 
  private:
+  // Per PS: the whole shards to pull in one request (into views of the
+  // destinations), and the row pulls.
+  struct RowPull {
+    std::string shard;
+    std::vector<int64_t> local;
+    Tensor into;
+  };
+  struct FetchPlan {
+    std::vector<std::string> names;
+    std::vector<Tensor> into;
+    std::vector<RowPull> rows;
+  };
+  // Checks `items` and plans their pulls (destinations resized in place).
+  Status PlanFetch(std::vector<Item>& items, std::map<int64_t, FetchPlan>& by_ps);
+  // Runs the planned pulls from one PS (`whole`: its whole-value pull too).
+  Status PullPlanned(int64_t ps, FetchPlan& p, bool whole);
+  // Splits gradients into each PS's updates (dense by rows, sparse rows to
+  // their shard, with shard-local ids).
+  Status PlanPush(const std::vector<Grad>& grads, std::map<int64_t, std::vector<ps::Update>>& by_ps);
   // Runs fn(ps) for every PS in `which`, all but one on their own threads;
   // returns the first error.
   Status ForEachPs(const std::vector<int64_t>& which, const std::function<Status(int64_t)>& fn);

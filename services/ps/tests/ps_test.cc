@@ -476,6 +476,41 @@ TEST_F(PsTest, PullIntoWritesTheCallersTensors) {
   EXPECT_TRUE(AllClose((*client_->Pull({"b"}))[0], F({1, 2}, {5, 6})));
 }
 
+// PushPull applies the push, then pulls, in one exchange: the values seen
+// are the pushed ones; a retried push is skipped and still pulls; a pull
+// of an unknown variable or a bad push refuses the whole request, with
+// nothing applied and the caller's tensors untouched.
+TEST_F(PsTest, PushPullPullsWhatItPushed) {
+  ASSERT_TRUE(client_->CreateVariable("w", F({2}, {1, 2}), Sgd(0.5)).ok());
+  ASSERT_TRUE(client_->CreateVariable("c", F({}, {0}), std::nullopt).ok());
+  const std::vector<Update> push{{"w", Update::Kind::kApplyGradient, F({2}, {2, -4}), {}},
+                                 {"c", Update::Kind::kAssignAdd, F({}, {1}), {}}};
+  std::vector<Tensor> out{Tensor::Zeros(DType::kFloat32, {2}), Tensor::Zeros(DType::kFloat32, {})};
+  auto d = client_->PushPullInto(7, 0, push, 0, {"w", "c"}, out);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(*d, 0);
+  EXPECT_TRUE(AllClose(out[0], F({2}, {0, 4})));
+  EXPECT_FLOAT_EQ(out[1].data<float>()[0], 1.f);
+  // The same closure step again: both updates skipped, the values pulled.
+  out = {Tensor::Zeros(DType::kFloat32, {2}), Tensor::Zeros(DType::kFloat32, {})};
+  EXPECT_EQ(*client_->PushPullInto(7, 0, push, 0, {"w", "c"}, out), 2);
+  EXPECT_TRUE(AllClose(out[0], F({2}, {0, 4})));
+  EXPECT_FLOAT_EQ(out[1].data<float>()[0], 1.f);
+
+  std::vector<Tensor> one{Tensor::Zeros(DType::kFloat32, {2})};
+  auto unknown = client_->PushPullInto(8, 0, push, 0, {"nope"}, std::span<Tensor>(one).first(1));
+  EXPECT_EQ(unknown.status().code(), Code::kNotFound);
+  EXPECT_THAT(unknown.status().message(), HasSubstr("nope"));
+  auto bad = client_->PushPullInto(9, 0, {{"w", Update::Kind::kApplyGradient, F({3}, {1, 1, 1}), {}}}, 0, {"w"}, one);
+  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+  EXPECT_TRUE(AllClose(one[0], F({2}, {0, 0})));  // nothing pulled into it
+  // Neither refused request changed anything, and the client goes on.
+  EXPECT_TRUE(AllClose((*client_->Pull({"w"}))[0], F({2}, {0, 4})));
+  EXPECT_FLOAT_EQ((*client_->Pull({"c"}))[0].data<float>()[0], 1.f);
+  std::vector<Tensor> two{Tensor::Zeros(DType::kFloat32, {2})};
+  EXPECT_EQ(client_->PushPullInto(10, 0, push, 0, {"w", "c"}, two).status().code(), Code::kInvalidArgument);
+}
+
 // One push to several big shards applies every update (they run on the
 // apply pool in parallel), exactly once per shard.
 TEST_F(PsTest, APushToManyShardsAppliesEachOnce) {

@@ -134,5 +134,38 @@ TEST_F(VariableStoreTest, ShardedPullLookupAndPush) {
   EXPECT_TRUE(AllClose((*after)[1], *Tensor::FromVector({2}, std::vector<float>{0.75f, 0.5f})));
 }
 
+// PushAndFetch: each PS gets its push and its part of the pull in one
+// exchange (whole values), row pulls after it; every value read sees the
+// push, on both PS tasks, and a retry is deduped like PushGradients.
+TEST_F(VariableStoreTest, PushAndFetchSeesThePushOnEveryShard) {
+  Placement p(2, Partitioner::FixedShards(2));
+  ASSERT_TRUE(p.Add("emb", {5, 2}).ok());
+  ASSERT_TRUE(p.Add("w", {2}).ok());
+  VariableStore store(p, clients_);
+  model::OptimizerSpec sgd;
+  sgd.learning_rate = 1.0;
+  ASSERT_TRUE(
+      store.Create("emb", *Tensor::FromVector({5, 2}, std::vector<float>{0, 0, 1, 1, 2, 2, 3, 3, 4, 4}), sgd).ok());
+  ASSERT_TRUE(store.Create("w", *Tensor::FromVector({2}, std::vector<float>{1, 1}), sgd).ok());
+  model::Gradient sparse{true,
+                         {},
+                         *Tensor::FromVector({2}, std::vector<int64_t>{1, 3}),
+                         *Tensor::FromVector({2, 2}, std::vector<float>{0.5f, 0.5f, 1, 1})};
+  model::Gradient dense{false, *Tensor::FromVector({2}, std::vector<float>{0.25f, 0.5f}), {}, {}};
+  Tensor w, rows;
+  std::vector<VariableStore::Item> items{{"w", std::nullopt, &w}, {"emb", std::vector<int64_t>{1, 3, 4}, &rows}};
+  auto d = store.PushAndFetch(9, 0, {{"emb", sparse}, {"w", dense}}, 0, items);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(*d, 0);
+  EXPECT_TRUE(AllClose(w, *Tensor::FromVector({2}, std::vector<float>{0.75f, 0.5f})));
+  EXPECT_TRUE(AllClose(rows, *Tensor::FromVector({3, 2}, std::vector<float>{0.5f, 0.5f, 2, 2, 4, 4})));
+  // The same step again: all four shard updates skipped, the values pulled.
+  w = Tensor();
+  EXPECT_EQ(*store.PushAndFetch(9, 0, {{"emb", sparse}, {"w", dense}}, 0, items), 4);
+  EXPECT_TRUE(AllClose(w, *Tensor::FromVector({2}, std::vector<float>{0.75f, 0.5f})));
+  // What PushGradients and Fetch refuse, it refuses.
+  EXPECT_EQ(store.PushAndFetch(10, 0, {{"nope", dense}}, 0, items).status().code(), Code::kNotFound);
+}
+
 }  // namespace
 }  // namespace tfjob::strategy
