@@ -7,11 +7,13 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "common/mutex.h"
 #include "services/net/net.h"
 #include "services/ps/ps_service.h"
+#include "services/ps/shm.h"
 
 namespace tfjob::ps {
 
@@ -20,7 +22,12 @@ using wire::Clock;
 class PsClient::Connection {
  public:
   net::Fd fd;
-  Clock::time_point deadline;  // of the call using it
+  Clock::time_point deadline;           // of the call using it
+  std::unique_ptr<shm::Region> region;  // once the PS mapped it
+  // The response being read: its payload in the region, and how far.
+  const std::byte* response_shm = nullptr;
+  uint64_t response_bytes = 0;
+  uint64_t response_at = 0;
 };
 
 namespace {
@@ -67,9 +74,18 @@ StatusOr<net::Fd> ConnectOnce(const std::string& address, Clock::time_point dead
 
 }  // namespace
 
+namespace {
+
+ClientOptions WithEnvironment(ClientOptions o) {
+  if (const char* v = std::getenv("TFJOB_PS_SHM"); v && std::string(v) == "0") o.shared_memory_bytes = 0;
+  return o;
+}
+
+}  // namespace
+
 PsClient::PsClient(std::string address, ClientOptions options)
     : address_(std::move(address)),
-      options_(options),
+      options_(WithEnvironment(options)),
       stub_(proto::ParameterServer::NewStub(rpc::MakeChannel(address_, options_.credentials))) {}
 
 PsClient::~PsClient() = default;
@@ -107,7 +123,9 @@ StatusOr<std::unique_ptr<PsClient::Connection>> PsClient::TakeConnection(Clock::
     RETURN_IF_ERROR(net::StartTls(c->fd, *tls, tls::Role::kClient, deadline, "parameter server " + address_));
   }
   const std::string& token = options_.credentials.token;
-  wire::Frame hello{wire::kHelloMagic, wire::kVersion, static_cast<uint32_t>(token.size()), 0, 0};
+  const bool try_shm = options_.shared_memory_bytes > 0 && !options_.credentials.tls && !shm_refused_.load();
+  wire::Frame hello{wire::kHelloMagic, wire::kVersion, static_cast<uint32_t>(token.size()),
+                    try_shm ? wire::kHelloAsksHostKey : 0, 0};
   iovec iov[2] = {{&hello, sizeof hello}, {const_cast<char*>(token.data()), token.size()}};
   RETURN_IF_ERROR(wire::SendAll(c->fd, iov, deadline, address_));
   wire::Frame answer;
@@ -115,12 +133,47 @@ StatusOr<std::unique_ptr<PsClient::Connection>> PsClient::TakeConnection(Clock::
   if (answer.magic != wire::kResponseMagic || answer.meta_bytes > wire::kMaxMetaBytes || answer.payload_bytes != 0) {
     return Internal(address_ + " does not speak the parameter server's data plane");
   }
-  if (answer.kind != 0) {
-    std::string why(answer.meta_bytes, '\0');
-    RETURN_IF_ERROR(wire::RecvAll(c->fd, why.data(), why.size(), deadline, address_));
-    return Status(static_cast<Code>(answer.kind), why);
-  }
+  std::string meta(answer.meta_bytes, '\0');
+  RETURN_IF_ERROR(wire::RecvAll(c->fd, meta.data(), meta.size(), deadline, address_));
+  if (answer.kind != 0) return Status(static_cast<Code>(answer.kind), meta);
+  // The PS's host key: the same as ours means it can map our region.
+  if (try_shm && !meta.empty() && meta == shm::HostKey()) RETURN_IF_ERROR(AttachSharedMemory(*c));
   return c;
+}
+
+Status PsClient::AttachSharedMemory(Connection& c) {
+  auto made = shm::Region::Create(options_.shared_memory_bytes + shm::kHeaderBytes);
+  if (!made.ok()) {
+    shm_refused_.store(true);
+    return Status::Ok();
+  }
+  std::unique_ptr<shm::Region> region = std::move(made).value();
+  proto::AttachShmRequest req;
+  req.set_name(region->name());
+  req.set_bytes(region->bytes());
+  req.set_nonce(region->nonce());
+  const std::string meta = req.SerializeAsString();
+  wire::Frame f{wire::kRequestMagic, static_cast<uint32_t>(wire::Op::kAttachShm), static_cast<uint32_t>(meta.size()), 0,
+                0};
+  iovec iov[2] = {{&f, sizeof f}, {const_cast<char*>(meta.data()), meta.size()}};
+  RETURN_IF_ERROR(wire::SendAll(c.fd, iov, c.deadline, address_));
+  wire::Frame r;
+  RETURN_IF_ERROR(wire::RecvFrame(c.fd, &r, c.deadline, address_));
+  if (r.magic != wire::kResponseMagic || r.meta_bytes > wire::kMaxMetaBytes || r.payload_bytes != 0) {
+    return Internal(address_ + ": malformed AttachShm response");
+  }
+  std::string answer(r.meta_bytes, '\0');
+  RETURN_IF_ERROR(wire::RecvAll(c.fd, answer.data(), answer.size(), c.deadline, address_));
+  // Mapped by the PS or not, the name is no longer needed.
+  region->Unlink();
+  if (r.kind != 0) {
+    // A PS that cannot map it (or predates shared memory) will not later.
+    shm_refused_.store(true);
+    return Status::Ok();
+  }
+  c.region = std::move(region);
+  shm_connections_.fetch_add(1);
+  return Status::Ok();
 }
 
 void PsClient::GiveBack(std::unique_ptr<Connection> c) {
@@ -147,7 +200,16 @@ Status PsClient::DataCall(const char* what, uint32_t op, const google::protobuf:
     iov.reserve(2 + payload.size());
     iov.push_back({&f, sizeof f});
     iov.push_back({const_cast<char*>(meta_bytes.data()), meta_bytes.size()});
-    for (const Tensor& t : payload) iov.push_back({const_cast<std::byte*>(t.raw()), t.bytes()});
+    if (c->region && payload_bytes > 0 && payload_bytes <= c->region->capacity()) {
+      size_t at = 0;
+      for (const Tensor& t : payload) {
+        std::memcpy(c->region->payload() + at, t.raw(), t.bytes());
+        at += t.bytes();
+      }
+      f.reserved |= wire::kPayloadInShm;
+    } else {
+      for (const Tensor& t : payload) iov.push_back({const_cast<std::byte*>(t.raw()), t.bytes()});
+    }
     const Status sent = wire::SendAll(fd, iov, c->deadline, address_);
     // Even when sending failed the PS may have answered: it refuses a bad
     // request before reading its payload, and may then close.
@@ -170,6 +232,15 @@ Status PsClient::DataCall(const char* what, uint32_t op, const google::protobuf:
       return Status(static_cast<Code>(r.kind), context + ": " + rmeta);
     }
     if (!sent.ok()) return Status(sent.code(), context + ": " + sent.message());
+    c->response_shm = nullptr;
+    if (r.reserved & wire::kPayloadInShm) {
+      if (!c->region || r.payload_bytes > c->region->capacity()) {
+        return Internal(context + ": a response's payload in shared memory this connection does not have");
+      }
+      c->response_shm = c->region->payload();
+      c->response_bytes = r.payload_bytes;
+      c->response_at = 0;
+    }
     Status s = on_response(*c, rmeta, r.payload_bytes);
     if (!s.ok()) return Status(s.code(), context + ": " + s.message());
     GiveBack(std::move(c));
@@ -187,7 +258,11 @@ Status PsClient::ReceiveTensor(Connection& c, const proto::Tensor& header, Tenso
     return InvalidArgument("the parameter server sent " + std::string(DTypeName(d.dtype)) + ShapeString(d.shape) +
                            ", the destination is " + into->DebugString());
   }
-  return wire::RecvAll(c.fd, into->raw(), static_cast<size_t>(d.bytes), c.deadline, address_);
+  if (!c.response_shm) return wire::RecvAll(c.fd, into->raw(), static_cast<size_t>(d.bytes), c.deadline, address_);
+  if (d.bytes > c.response_bytes - c.response_at) return Internal("response tensors overrun its payload");
+  std::memcpy(into->raw(), c.response_shm + c.response_at, static_cast<size_t>(d.bytes));
+  c.response_at += d.bytes;
+  return Status::Ok();
 }
 
 namespace {

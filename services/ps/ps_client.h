@@ -15,6 +15,7 @@
 // separate connections. Ownership: owns its pooled connections.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -38,6 +39,11 @@ struct ClientOptions {
   std::chrono::milliseconds timeout{30000};
   rpc::RetryPolicy retry;
   rpc::Credentials credentials;  // the job's task token
+  // With a PS on the same host (and no TLS), each data-plane connection's
+  // payloads go through a shared-memory region of this many bytes
+  // (services/ps/shm.h); payloads larger than it go inline. 0: never.
+  // TFJOB_PS_SHM=0 in the environment turns it off for every client.
+  size_t shared_memory_bytes = size_t{8} << 20;
 };
 
 struct Update {
@@ -68,6 +74,9 @@ class PsClient {
   PsClient& operator=(const PsClient&) = delete;
 
   const std::string& address() const { return address_; }
+  // How many of this client's data-plane connections so far carry their
+  // payloads in shared memory.
+  int shared_memory_connections() const { return shm_connections_.load(); }
 
   // Returns true when created, false when it already existed identically.
   StatusOr<bool> CreateVariable(const std::string& name, const Tensor& initial,
@@ -118,6 +127,10 @@ class PsClient {
                   std::span<const Tensor> payload, const OnResponse& on_response);
   StatusOr<std::unique_ptr<Connection>> TakeConnection(std::chrono::steady_clock::time_point deadline);
   void GiveBack(std::unique_ptr<Connection> c);
+  // Offers the PS a shared-memory region for `c` (its host key matched);
+  // on a refusal the connection carries payloads inline, and so do the
+  // client's later ones.
+  Status AttachSharedMemory(Connection& c);
   // Reads a pulled tensor described by `header` into `out`, allocating it
   // when `out` is null.
   Status ReceiveTensor(Connection& c, const proto::Tensor& header, Tensor* out, Tensor* allocated);
@@ -127,6 +140,8 @@ class PsClient {
   std::unique_ptr<proto::ParameterServer::Stub> stub_;
   Mutex mu_;
   std::vector<std::unique_ptr<Connection>> idle_ TFJOB_GUARDED_BY(mu_);
+  std::atomic<bool> shm_refused_{false};
+  std::atomic<int> shm_connections_{0};
 };
 
 }  // namespace tfjob::ps

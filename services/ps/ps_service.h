@@ -56,6 +56,7 @@
 #include "services/model/optimizers.h"
 #include "services/ps/apply_pool.h"
 #include "services/ps/rw_lock.h"
+#include "services/ps/shm.h"
 #include "services/ps/wire.h"
 #include "services/rpc/auth.h"
 #include "services/tensor/tensor.h"
@@ -127,7 +128,7 @@ class ParameterServerService final : public proto::ParameterServer::Service {
     Tensor i64;
     Tensor gathered;  // rows picked for a row pull
   };
-  struct Call;  // one data-plane request being served (ps_data.cc)
+  struct Call;  // one data-plane request being served (data_call.h)
 
   std::shared_ptr<Shard> Find(const std::string& name);
   // <checkpoint_dir>/ckpt-<step>/<checkpoint_file>, or why there is none.
@@ -141,7 +142,8 @@ class ParameterServerService final : public proto::ParameterServer::Service {
   // be applied now; OK when it may.
   Status CheckPushFence(uint64_t generation, uint64_t closure_id) const;
 
-  // Data plane (ps_data.cc). Each answers the request; a non-OK return
+  // Data plane (ps_data.cc, pushes in ps_push.cc). Each answers the
+  // request; a non-OK return
   // means the connection cannot go on (I/O failed, or a refused request's
   // payload is too large to skip).
   Status HandleCreate(Call& c);
@@ -154,6 +156,14 @@ class ParameterServerService final : public proto::ParameterServer::Service {
   // `*duplicates` counts the updates skipped as already applied. A non-OK
   // return: the connection cannot go on.
   Status ReceivePush(Call& c, const proto::PushRequest& req, int* duplicates, Status* refused);
+  // Maps the region an AttachShm request names, for this connection's
+  // payloads from now on (replacing any earlier one).
+  Status HandleAttachShm(Call& c, std::unique_ptr<shm::Region>& region);
+  // `n` bytes of the request's payload, from the socket or the region.
+  Status ReadPayload(Call& c, std::byte* into, size_t n, size_t* arrived);
+  // Sends the response `f` with `meta` and `payload`: the payload into the
+  // connection's region when it has one the payload fits, else inline.
+  Status Answer(Call& c, wire::Frame f, const std::string& meta, std::span<const iovec> payload);
   // Whole values of `names`: their shards, or why the pull is refused.
   StatusOr<std::vector<std::shared_ptr<Shard>>> FindAll(const google::protobuf::RepeatedPtrField<std::string>& names);
   // Answers with `resp` as meta, after adding each shard's header to

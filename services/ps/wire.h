@@ -26,6 +26,13 @@
 //             no payload.
 // One request at a time per connection; a client keeps a pool of them.
 //
+// Same host (shm.h): a hello with kHelloAsksHostKey in `reserved` is
+// answered with the PS's shm::HostKey() as meta (none over TLS). A client
+// whose own key matches sends an AttachShm request naming a region it made;
+// once the PS answers OK, either side may put a request's or response's
+// payload in that region instead of after the meta, saying so with
+// kPayloadInShm in the frame's `reserved` (payload_bytes still counts it).
+//
 // Thread-safety: free functions, reentrant. Failure: Status values naming
 // the peer: UNAVAILABLE when the connection broke (retryable),
 // DEADLINE_EXCEEDED when time ran out, INVALID_ARGUMENT for malformed
@@ -69,7 +76,12 @@ enum class Op : uint32_t {
   kPull = 2,            // proto::PullRequest / PullResponse
   kPush = 3,            // proto::PushRequest / PushResponse
   kPushPull = 4,        // proto::PushPullRequest / PushPullResponse
+  kAttachShm = 5,       // proto::AttachShmRequest / AttachShmResponse
 };
+
+// Frame.reserved bits.
+inline constexpr uint32_t kHelloAsksHostKey = 1;  // in a hello
+inline constexpr uint32_t kPayloadInShm = 1;      // in a request or response
 
 struct Frame {
   uint32_t magic = 0;

@@ -16,6 +16,7 @@
 #include "services/net/net.h"
 #include "services/ps/ps_client.h"
 #include "services/ps/ps_service.h"
+#include "services/ps/shm.h"
 #include "services/ps/wire.h"
 #include "services/tensor/eigen.h"
 
@@ -644,6 +645,101 @@ TEST_F(PsTest, AConnectionThatBreaksTheProtocolIsClosed) {
   EXPECT_EQ(raw.Answer().first, Code::kUnavailable);  // then the connection is closed
   // And the PS still serves everyone else.
   EXPECT_TRUE(client_->GetStatus().ok());
+}
+
+// On one host a connection's payloads go through shared memory: the values
+// are the same as inline, a payload larger than the region goes inline on
+// the same connection, and a client told not to never attaches.
+TEST_F(PsTest, PayloadsGoThroughSharedMemoryOnOneHost) {
+  if (const char* v = std::getenv("TFJOB_PS_SHM"); v && std::string(v) == "0") {
+    GTEST_SKIP() << "TFJOB_PS_SHM=0: this run checks the inline path";
+  }
+  ClientOptions small;
+  small.shared_memory_bytes = 4096;  // 1,024 floats
+  PsClient shm("127.0.0.1:" + std::to_string(server_->port()), small);
+  ClientOptions none;
+  none.shared_memory_bytes = 0;
+  PsClient inline_only("127.0.0.1:" + std::to_string(server_->port()), none);
+  for (int n : {16, 1024, 4096}) {  // in the region, filling it, larger than it
+    SCOPED_TRACE(n);
+    const std::string name = "v" + std::to_string(n);
+    Tensor init = Tensor::Zeros(DType::kFloat32, {n});
+    for (int i = 0; i < n; ++i) init.data<float>()[i] = static_cast<float>(i);
+    ASSERT_TRUE(shm.CreateVariable(name, init, Sgd(1.0)).ok());
+    Tensor g = Tensor::Zeros(DType::kFloat32, {n});
+    for (float& x : g.flat<float>()) x = -1.f;
+    std::vector<Tensor> out{Tensor::Zeros(DType::kFloat32, {n})};
+    ASSERT_EQ(*shm.PushPullInto(n, 0, {{name, Update::Kind::kApplyGradient, g, {}}}, 0, {name}, out), 0);
+    for (int i : {0, n / 2, n - 1}) EXPECT_EQ(out[0].data<float>()[i], static_cast<float>(i + 1));
+    Tensor again = (*inline_only.Pull({name}))[0];
+    EXPECT_TRUE(AllClose(again, out[0]));
+    Tensor rows = (*shm.PullRows(name, {n - 1, 0}));
+    EXPECT_EQ(rows.data<float>()[0], static_cast<float>(n));
+    EXPECT_EQ(rows.data<float>()[1], 1.f);
+  }
+  EXPECT_GE(shm.shared_memory_connections(), 1);
+  EXPECT_EQ(inline_only.shared_memory_connections(), 0);
+}
+
+// What a client cannot make a PS do with shared memory: use a region it has
+// not attached, or attach one that is not a data-plane region on its host.
+TEST_F(PsTest, SharedMemoryRequestsThatDoNotFitAreRefused) {
+  ASSERT_TRUE(client_->CreateVariable("w", F({2}, {1, 2}), std::nullopt).ok());
+  RawDataClient raw(server_->port());
+  EXPECT_EQ(raw.Answer().first, Code::kOk);  // hello
+  proto::PushRequest push;
+  proto::Update* u = push.add_updates();
+  u->set_name("w");
+  u->set_kind(proto::Update::ASSIGN_ADD);
+  wire::HeaderOf(F({2}, {1, 1}), u->mutable_value());
+  const std::string m = push.SerializeAsString();
+  wire::Frame f{wire::kRequestMagic, static_cast<uint32_t>(wire::Op::kPush), static_cast<uint32_t>(m.size()),
+                wire::kPayloadInShm, 8};
+  raw.Send(&f, sizeof f);
+  raw.Send(m.data(), m.size());
+  auto [code, message] = raw.Answer();
+  EXPECT_EQ(code, Code::kInvalidArgument);
+  EXPECT_THAT(message, HasSubstr("none is attached"));
+  proto::AttachShmRequest attach;
+  attach.set_name("/etc/passwd");
+  attach.set_bytes(4096);
+  attach.set_nonce(std::string(shm::kNonceChars, 'a'));
+  raw.SendRequest(wire::Op::kAttachShm, attach, 0);
+  auto bad_name = raw.Answer();
+  EXPECT_EQ(bad_name.first, Code::kInvalidArgument);
+  EXPECT_THAT(bad_name.second, HasSubstr("not a data-plane shared-memory name"));
+  attach.set_name("/tfjob-ps-" + std::string(32, '0'));  // well formed, never made
+  raw.SendRequest(wire::Op::kAttachShm, attach, 0);
+  EXPECT_EQ(raw.Answer().first, Code::kFailedPrecondition);
+  auto made = shm::Region::Create(4096);
+  ASSERT_TRUE(made.ok()) << made.status();
+  attach.set_name((*made)->name());
+  attach.set_nonce(std::string(shm::kNonceChars, 'b'));  // not the region's
+  raw.SendRequest(wire::Op::kAttachShm, attach, 0);
+  auto wrong = raw.Answer();
+  EXPECT_EQ(wrong.first, Code::kFailedPrecondition);
+  EXPECT_THAT(wrong.second, HasSubstr("nonce"));
+  // Nothing was applied, and the PS still serves.
+  EXPECT_TRUE(AllClose((*client_->Pull({"w"}))[0], F({2}, {1, 2})));
+}
+
+TEST(SharedMemoryRegionTest, WhatOneSideWritesTheOtherReadsAndTheNameGoes) {
+  auto made = shm::Region::Create(shm::kHeaderBytes + 64);
+  ASSERT_TRUE(made.ok()) << made.status();
+  shm::Region& a = **made;
+  EXPECT_EQ(a.capacity(), 64u);
+  auto opened = shm::Region::Open(a.name(), a.bytes(), a.nonce());
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::memcpy(a.payload(), "hello", 5);
+  EXPECT_EQ(std::memcmp((*opened)->payload(), "hello", 5), 0);
+  EXPECT_EQ(shm::Region::Open(a.name(), a.bytes() + 64, a.nonce()).status().code(), Code::kFailedPrecondition);
+  a.Unlink();
+  EXPECT_EQ(shm::Region::Open(a.name(), a.bytes(), a.nonce()).status().code(), Code::kFailedPrecondition);
+  // Still mapped on both sides.
+  std::memcpy((*opened)->payload(), "world", 5);
+  EXPECT_EQ(std::memcmp(a.payload(), "world", 5), 0);
+  EXPECT_EQ(shm::Region::Create(shm::kMaxRegionBytes + 1).status().code(), Code::kInvalidArgument);
+  EXPECT_FALSE(shm::HostKey().empty());
 }
 
 TEST(PsClientTest, UnreachablePeerRetriesThenNamesTheAddress) {
