@@ -3,7 +3,9 @@
 # (examples/mnist/mlp.json: 784-128-10, batch 64, Adam) trained
 #   - single-process:  tfjob-runtime fit ...
 #   - 1 PS + 1 worker: tfjob-runtime local --ps 1 --workers 1 -- fit ...
-#     (a chief, a PS and a worker process on 127.0.0.1), with
+#     (a chief, a PS and a worker process on 127.0.0.1; their data plane
+#     carries tensors in shared memory, TFJOB_PS_SHM=0 in the environment
+#     makes it TCP), with
 #     --steps-per-execution 1 and 8,
 # in the same run, alternating, over --rounds (5): min / median / max of the
 # summary's "examples_per_second" (training loop only, start-up excluded),

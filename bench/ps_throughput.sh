@@ -11,6 +11,10 @@
 #        (from the project root, after the build; BUILD_DIR=build by default)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+# The TCP data plane, as between hosts or pods, so raw TCP is its ceiling:
+# on one host the PS would otherwise carry payloads in shared memory
+# (docs/parameter-server.md), which raw TCP does not bound.
+export TFJOB_PS_SHM=0
 rounds=3 seconds=1.0 sizes_mib=4,64
 bench_options "rounds seconds sizes_mib" "$@"
 sizes=$sizes_mib

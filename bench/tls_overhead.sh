@@ -12,6 +12,9 @@
 #        (from the project root, after the build; BUILD_DIR=build by default)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+# Clear text over TCP against TLS over TCP: on one host the clear-text PS
+# would otherwise carry payloads in shared memory, which TLS never does.
+export TFJOB_PS_SHM=0
 rounds=3 seconds=1.0
 bench_options "rounds seconds" "$@"
 need_built "$build/bin/bench_allreduce" "$build/bin/bench_ps_throughput" "$runtime"

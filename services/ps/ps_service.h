@@ -143,9 +143,8 @@ class ParameterServerService final : public proto::ParameterServer::Service {
   Status CheckPushFence(uint64_t generation, uint64_t closure_id) const;
 
   // Data plane (ps_data.cc, pushes in ps_push.cc). Each answers the
-  // request; a non-OK return
-  // means the connection cannot go on (I/O failed, or a refused request's
-  // payload is too large to skip).
+  // request; a non-OK return means the connection cannot go on (I/O
+  // failed, or a refused request's payload is too large to skip).
   Status HandleCreate(Call& c);
   Status HandlePull(Call& c);
   Status HandlePush(Call& c);
