@@ -72,10 +72,6 @@ StatusOr<net::Fd> ConnectOnce(const std::string& address, Clock::time_point dead
   return Unavailable("connecting to " + address + ": " + last);
 }
 
-}  // namespace
-
-namespace {
-
 ClientOptions WithEnvironment(ClientOptions o) {
   if (const char* v = std::getenv("TFJOB_PS_SHM"); v && std::string(v) == "0") o.shared_memory_bytes = 0;
   return o;

@@ -257,11 +257,7 @@ Status ParameterServerService::HandleCreate(Call& c) {
     }
   }
   if (!exists.ok()) return Refuse(c, exists);
-  const std::string meta = resp.SerializeAsString();
-  wire::Frame f{wire::kResponseMagic, 0, static_cast<uint32_t>(meta.size()), 0, 0};
-  iovec iov[2] = {{&f, sizeof f}, {const_cast<char*>(meta.data()), meta.size()}};
-  c.sent += sizeof f + meta.size();
-  return wire::SendAll(c.fd, iov, c.deadline, c.peer);
+  return Answer(c, wire::Frame{wire::kResponseMagic, 0, 0, 0, 0}, resp.SerializeAsString(), {});
 }
 
 Status ParameterServerService::HandlePull(Call& c) {

@@ -283,11 +283,7 @@ Status ParameterServerService::HandlePush(Call& c) {
   if (!refused.ok()) return Refuse(c, refused);
   proto::PushResponse resp;
   resp.set_duplicates(duplicates);
-  const std::string meta = resp.SerializeAsString();
-  wire::Frame f{wire::kResponseMagic, 0, static_cast<uint32_t>(meta.size()), 0, 0};
-  iovec iov[2] = {{&f, sizeof f}, {const_cast<char*>(meta.data()), meta.size()}};
-  c.sent += sizeof f + meta.size();
-  return wire::SendAll(c.fd, iov, c.deadline, c.peer);
+  return Answer(c, wire::Frame{wire::kResponseMagic, 0, 0, 0, 0}, resp.SerializeAsString(), {});
 }
 
 Status ParameterServerService::HandlePushPull(Call& c) {

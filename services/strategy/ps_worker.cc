@@ -353,7 +353,7 @@ class TrainClosure {
       std::optional<Step> next;
       Status next_status;
       if (prefetch_) {
-        // The last step's push goes with this pull, in one exchange.
+        // The previous step's push goes with this pull, in one exchange.
         const bool pushing = pending_.has_value();
         auto prepared = PrepareStep(ctx_, state_, plan_, names_, store_, io_, pending_);
         if (prepared.ok()) {
