@@ -11,6 +11,7 @@ namespace tfjob::data {
 
 using internal::NextResult;
 using internal::NodePtr;
+using internal::RowIterator;
 using internal::Self;
 using internal::Str;
 
@@ -51,22 +52,14 @@ class FromTensorsNode final : public DatasetImpl {
   int64_t rows_;
 };
 
-class FromTensorsIterator final : public Iterator {
+class FromTensorsIterator final : public RowIterator {
  public:
   explicit FromTensorsIterator(std::shared_ptr<const FromTensorsNode> node) : node_(std::move(node)) {}
 
-  NextResult Next() override {
+  const std::vector<Tensor>& components() const override { return node_->components(); }
+  std::optional<int64_t> NextRow() override {
     if (next_ >= node_->rows()) return std::nullopt;
-    Element e;
-    e.reserve(node_->components().size());
-    for (const Tensor& c : node_->components()) {
-      // Rows + Reshape are views, so an element never copies its source.
-      ASSIGN_OR_RETURN(Tensor row, c.Rows(next_, next_ + 1));
-      ASSIGN_OR_RETURN(Tensor item, row.Reshape(Shape(c.shape().begin() + 1, c.shape().end())));
-      e.push_back(std::move(item));
-    }
-    ++next_;
-    return e;
+    return next_++;
   }
 
  private:
@@ -79,6 +72,20 @@ StatusOr<std::unique_ptr<Iterator>> FromTensorsNode::MakeIterator() const {
 }
 
 }  // namespace
+
+NextResult internal::RowIterator::Next() {
+  const std::optional<int64_t> row = NextRow();
+  if (!row) return std::nullopt;
+  Element e;
+  e.reserve(components().size());
+  for (const Tensor& c : components()) {
+    // Rows + Reshape are views, so an element never copies its source.
+    ASSIGN_OR_RETURN(Tensor r, c.Rows(*row, *row + 1));
+    ASSIGN_OR_RETURN(Tensor item, r.Reshape(Shape(c.shape().begin() + 1, c.shape().end())));
+    e.push_back(std::move(item));
+  }
+  return e;
+}
 
 // -------------------------------------------------------------------- Dataset
 

@@ -47,6 +47,21 @@ std::shared_ptr<const Node> Self(const Node* node) {
   return std::static_pointer_cast<const Node>(node->shared_from_this());
 }
 
+// An iterator whose elements are rows of fixed tensors: FromTensors, and
+// Shuffle over it, which only choose rows. Batch asks such an input for row
+// numbers and copies each row straight into the batch (when every component
+// is on the host), so no element is built per row, and gives exactly the
+// batch that stacking the elements would.
+class RowIterator : public Iterator {
+ public:
+  // The tensors every element is row i of.
+  virtual const std::vector<Tensor>& components() const = 0;
+  // The next element's row, std::nullopt at the end (and after it).
+  virtual std::optional<int64_t> NextRow() = 0;
+  // The element of NextRow's row: views of that row of each component.
+  NextResult Next() final;
+};
+
 // The transformations' nodes over `input`, with the arguments of the
 // Dataset method of the same name (dataset.h says what each accepts).
 StatusOr<NodePtr> MakeMapNode(NodePtr input, MapFn fn);

@@ -3,6 +3,7 @@
 // thread that calls Next(); prefetch.cc holds the one that does not.
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <exception>
 #include <limits>
 #include <random>
@@ -100,44 +101,90 @@ class ShuffleNode final : public DatasetImpl {
   mutable std::atomic<uint64_t> epochs_{0};
 };
 
-class ShuffleIterator final : public Iterator {
+// tf.data's shuffle buffer over items of type T (elements, or row numbers
+// of a RowIterator): filled in input order up to its size, then each draw
+// takes a uniformly random item and refills from the input. Both kinds draw
+// the same sequence from the same seed, so a row-number shuffle gives the
+// elements' shuffle exactly.
+template <typename T>
+class ShuffleBuffer {
  public:
-  ShuffleIterator(std::unique_ptr<Iterator> input, int64_t buffer_size, uint64_t rng_seed)
-      : input_(std::move(input)), buffer_size_(buffer_size), rng_(rng_seed) {}
+  ShuffleBuffer(int64_t size, uint64_t rng_seed) : size_(size), rng_(rng_seed) {}
 
-  NextResult Next() override {
-    while (!input_done_ && static_cast<int64_t>(buffer_.size()) < buffer_size_) {
-      ASSIGN_OR_RETURN(std::optional<Element> e, input_->Next());
-      if (!e) {
+  // `pull` returns the input's next item, std::nullopt at its end.
+  template <typename Pull>
+  StatusOr<std::optional<T>> Draw(Pull&& pull) {
+    while (!input_done_ && static_cast<int64_t>(buffer_.size()) < size_) {
+      ASSIGN_OR_RETURN(std::optional<T> item, pull());
+      if (!item) {
         input_done_ = true;
-        input_.reset();  // releases upstream resources (e.g. prefetch threads) early
         break;
       }
-      buffer_.push_back(std::move(*e));
+      buffer_.push_back(std::move(*item));
     }
-    if (buffer_.empty()) return std::nullopt;
+    if (buffer_.empty()) return std::optional<T>();
     // mt19937_64 is specified bit-for-bit by the standard, unlike the
     // distributions, so the order is the same with every standard library.
     // The modulo bias of a 64-bit draw is negligible for any buffer size.
     size_t i = static_cast<size_t>(rng_() % buffer_.size());
-    Element out = std::move(buffer_[i]);
+    T out = std::move(buffer_[i]);
     if (i + 1 != buffer_.size()) buffer_[i] = std::move(buffer_.back());
     buffer_.pop_back();
-    return out;
+    return std::optional<T>(std::move(out));
+  }
+  bool input_done() const { return input_done_; }
+
+ private:
+  int64_t size_;
+  std::mt19937_64 rng_;
+  std::vector<T> buffer_;
+  bool input_done_ = false;
+};
+
+class ShuffleIterator final : public Iterator {
+ public:
+  ShuffleIterator(std::unique_ptr<Iterator> input, int64_t buffer_size, uint64_t rng_seed)
+      : input_(std::move(input)), buffer_(buffer_size, rng_seed) {}
+
+  NextResult Next() override {
+    NextResult drawn = buffer_.Draw([this] { return input_->Next(); });
+    // Releases upstream resources (e.g. prefetch threads) early.
+    if (buffer_.input_done()) input_.reset();
+    return drawn;
   }
 
  private:
   std::unique_ptr<Iterator> input_;
-  int64_t buffer_size_;
-  std::mt19937_64 rng_;
-  std::vector<Element> buffer_;
-  bool input_done_ = false;
+  ShuffleBuffer<Element> buffer_;
+};
+
+// Shuffle over a RowIterator: shuffles row numbers, and is one itself.
+class RowShuffleIterator final : public RowIterator {
+ public:
+  RowShuffleIterator(std::unique_ptr<RowIterator> input, int64_t buffer_size, uint64_t rng_seed)
+      : input_(std::move(input)), buffer_(buffer_size, rng_seed) {}
+
+  const std::vector<Tensor>& components() const override { return input_->components(); }
+  std::optional<int64_t> NextRow() override {
+    // Drawing rows cannot fail: the pull never returns an error.
+    auto drawn = buffer_.Draw([this]() -> StatusOr<std::optional<int64_t>> { return input_->NextRow(); });
+    return drawn.ok() ? *drawn : std::nullopt;
+  }
+
+ private:
+  std::unique_ptr<RowIterator> input_;
+  ShuffleBuffer<int64_t> buffer_;
 };
 
 StatusOr<std::unique_ptr<Iterator>> ShuffleNode::MakeIterator() const {
   uint64_t epoch = reshuffle_ ? epochs_.fetch_add(1, std::memory_order_relaxed) : 0;
   ASSIGN_OR_RETURN(std::unique_ptr<Iterator> in, input_->MakeIterator());
   uint64_t rng_seed = SplitMix64(seed_ ^ SplitMix64(epoch));
+  if (auto* rows = dynamic_cast<RowIterator*>(in.get())) {
+    in.release();
+    return std::unique_ptr<Iterator>(
+        std::make_unique<RowShuffleIterator>(std::unique_ptr<RowIterator>(rows), buffer_size_, rng_seed));
+  }
   return std::unique_ptr<Iterator>(std::make_unique<ShuffleIterator>(std::move(in), buffer_size_, rng_seed));
 }
 
@@ -170,10 +217,18 @@ class BatchNode final : public DatasetImpl {
 class BatchIterator final : public Iterator {
  public:
   BatchIterator(std::unique_ptr<Iterator> input, int64_t batch_size, bool drop_remainder)
-      : input_(std::move(input)), batch_size_(batch_size), drop_remainder_(drop_remainder) {}
+      : input_(std::move(input)), batch_size_(batch_size), drop_remainder_(drop_remainder) {
+    rows_ = dynamic_cast<RowIterator*>(input_.get());
+    if (rows_) {
+      for (const Tensor& c : rows_->components()) {
+        if (!c.on_cpu()) rows_ = nullptr;
+      }
+    }
+  }
 
   NextResult Next() override {
     if (input_done_) return std::nullopt;
+    if (rows_) return NextOfRows();
     std::vector<Element> parts;
     while (static_cast<int64_t>(parts.size()) < batch_size_) {
       // On an upstream error the partial batch is dropped, as tf.data does:
@@ -221,7 +276,42 @@ class BatchIterator final : public Iterator {
     return out;
   }
 
+  // The batch of the next rows, each copied from its component straight
+  // into the batch's tensors: what stacking their elements gives.
+  NextResult NextOfRows() {
+    std::vector<int64_t> picked;
+    picked.reserve(static_cast<size_t>(batch_size_));
+    while (static_cast<int64_t>(picked.size()) < batch_size_) {
+      const std::optional<int64_t> row = rows_->NextRow();
+      if (!row) {
+        input_done_ = true;
+        break;
+      }
+      picked.push_back(*row);
+    }
+    if (picked.empty()) return std::nullopt;
+    if (drop_remainder_ && static_cast<int64_t>(picked.size()) < batch_size_) return std::nullopt;
+    Element out;
+    out.reserve(rows_->components().size());
+    for (const Tensor& c : rows_->components()) {
+      Shape shape = c.shape();
+      shape[0] = static_cast<int64_t>(picked.size());
+      ASSIGN_OR_RETURN(Tensor batch, Tensor::CreateUninitialized(c.dtype(), shape));
+      const size_t row_bytes = c.dim(0) == 0 ? 0 : c.bytes() / static_cast<size_t>(c.dim(0));
+      for (size_t i = 0; i < picked.size(); ++i) {
+        std::memcpy(batch.raw() + i * row_bytes, c.raw() + static_cast<size_t>(picked[i]) * row_bytes, row_bytes);
+      }
+      out.push_back(std::move(batch));
+    }
+    if (input_done_) {
+      rows_ = nullptr;
+      input_.reset();
+    }
+    return out;
+  }
+
   std::unique_ptr<Iterator> input_;
+  RowIterator* rows_ = nullptr;  // input_, when it is one whose rows are on the host
   int64_t batch_size_;
   bool drop_remainder_;
   bool input_done_ = false;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <numeric>
 #include <set>
@@ -219,6 +220,45 @@ TEST(ShuffleTest, ReshufflesEachIterationButDeterministically) {
   EXPECT_EQ(a2, b2);
   std::sort(a2.begin(), a2.end());
   EXPECT_EQ(a2, Iota(0, 50));
+}
+
+// Batch copies the rows of FromTensors (and of Shuffle over it) straight
+// into its batches; Map in between makes it stack built elements instead.
+// Both must give the same batches, bit for bit, in the same order, for any
+// buffer, batch size, remainder rule and epoch.
+TEST(BatchTest, RowsCopiedStraightGiveTheBatchesStackedElementsGive) {
+  const int64_t n = 37;
+  std::vector<float> f(static_cast<size_t>(n * 6));
+  std::iota(f.begin(), f.end(), 0.5f);
+  std::vector<int64_t> ids(static_cast<size_t>(n));
+  std::iota(ids.begin(), ids.end(), 100);
+  const Dataset source = Dataset::FromTensors({*Tensor::FromVector({n, 2, 3}, f), *Tensor::FromVector({n}, ids)});
+  const Dataset elements = source.Map([](Element e) -> StatusOr<Element> { return e; });
+  struct Case {
+    int64_t shuffle;  // 0: none
+    int64_t batch;
+    bool drop;
+  };
+  for (const Case k : {Case{0, 5, false}, Case{0, 5, true}, Case{0, 37, false}, Case{1, 4, false}, Case{8, 6, true},
+                       Case{37, 10, false}, Case{100, 64, false}}) {
+    SCOPED_TRACE("shuffle " + std::to_string(k.shuffle) + " batch " + std::to_string(k.batch));
+    auto pipeline = [&](const Dataset& in) {
+      Dataset d = k.shuffle ? in.Shuffle(k.shuffle, 7) : in;
+      return d.Batch(k.batch, k.drop).Repeat(3);
+    };
+    const std::vector<Element> fast = Collect(pipeline(source));
+    const std::vector<Element> slow = Collect(pipeline(elements));
+    ASSERT_EQ(fast.size(), slow.size());
+    ASSERT_FALSE(fast.empty());
+    for (size_t i = 0; i < fast.size(); ++i) {
+      ASSERT_EQ(fast[i].size(), 2u);
+      for (size_t c = 0; c < 2; ++c) {
+        ASSERT_EQ(fast[i][c].shape(), slow[i][c].shape()) << "batch " << i;
+        ASSERT_EQ(fast[i][c].dtype(), slow[i][c].dtype());
+        EXPECT_EQ(std::memcmp(fast[i][c].raw(), slow[i][c].raw(), fast[i][c].bytes()), 0) << "batch " << i;
+      }
+    }
+  }
 }
 
 TEST(ShuffleTest, WithoutReshuffleEveryIterationRepeatsTheOrder) {
