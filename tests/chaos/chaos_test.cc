@@ -317,11 +317,18 @@ std::string MwmsManifest(const std::string& dir, const std::string& name) {
   return path;
 }
 
+// The accuracy `pod` printed after its "Evaluation" line, read from its own
+// lines only: the other pods' lines may come between the two.
 double EvalAccuracy(const std::string& out, const std::string& pod) {
+  const std::string prefix = "[" + pod + "] ";
+  std::string own;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(prefix, 0) == 0) own += line.substr(prefix.size()) + "\n";
+  }
   std::smatch m;
-  const std::regex re("\\[" + pod + "\\] Evaluation\n\\[" + pod +
-                      "\\] \\d+/\\d+ - \\S+ - loss: \\S+ - accuracy: (\\S+)");
-  return std::regex_search(out, m, re) ? std::stod(m[1]) : -1;
+  const std::regex re(R"(Evaluation\n\d+/\d+ - \S+ - loss: \S+ - accuracy: (\S+))");
+  return std::regex_search(own, m, re) ? std::stod(m[1]) : -1;
 }
 
 TEST(ChaosTest, MultiWorkerMirroredMnistLosesNoStepWhenAWorkerIsKilledTwice) {
