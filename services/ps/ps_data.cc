@@ -164,6 +164,21 @@ Status ParameterServerService::ReadPayload(Call& c, std::byte* into, size_t n, s
   return Status::Ok();
 }
 
+StatusOr<std::optional<Tensor>> ParameterServerService::ViewPayload(Call& c, DType dtype, const Shape& shape) {
+  const size_t elem = DTypeSize(dtype);
+  const uint64_t bytes = static_cast<uint64_t>(NumElements(shape)) * elem;
+  if (bytes > c.frame.payload_bytes - c.received) {
+    return InvalidArgument("the request's tensors need more than its payload of " +
+                           std::to_string(c.frame.payload_bytes) + " bytes");
+  }
+  if (reinterpret_cast<uintptr_t>(c.shm_payload + c.received) % elem != 0) return std::optional<Tensor>();
+  // Not owned: the region outlives the request.
+  std::shared_ptr<std::byte[]> at(std::shared_ptr<std::byte[]>(), const_cast<std::byte*>(c.shm_payload));
+  Tensor t = Tensor::Wrap(dtype, shape, Device::Cpu(), std::move(at), static_cast<size_t>(c.received));
+  c.received += bytes;
+  return std::optional<Tensor>(std::move(t));
+}
+
 Status ParameterServerService::Answer(Call& c, wire::Frame f, const std::string& meta, std::span<const iovec> payload) {
   f.meta_bytes = static_cast<uint32_t>(meta.size());
   f.payload_bytes = 0;

@@ -223,6 +223,13 @@ Status ParameterServerService::ReceivePush(Call& c, const proto::PushRequest& re
   }
   int64_t f32_at = 0, i64_at = 0;
   for (PushUpdate& p : prepared) {
+    if (c.shm_payload) {
+      ASSIGN_OR_RETURN(std::optional<Tensor> in_place, ViewPayload(c, p.d.dtype, p.d.shape));
+      if (in_place) {
+        p.value = std::move(*in_place);
+        continue;
+      }
+    }
     const bool i64 = p.d.dtype == DType::kInt64;
     int64_t& at = i64 ? i64_at : f32_at;
     ASSIGN_OR_RETURN(p.value, ReceiveInto(c, i64 ? c.staging.i64 : c.staging.f32, p.d.dtype, at, p.d.shape));

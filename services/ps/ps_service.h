@@ -190,6 +190,10 @@ class ParameterServerService final : public proto::ParameterServer::Service {
   // Receives `bytes` of payload into staging tensor `into` at element
   // `offset`, growing it as bytes arrive; returns the view [offset, +n).
   StatusOr<Tensor> ReceiveInto(Call& c, Tensor& into, DType dtype, int64_t offset, const Shape& shape);
+  // The next tensor of a request whose payload is in the shared region, read
+  // where it lies (the client writes the region again only after it has the
+  // answer); nullopt when it is not aligned for its type, to be copied.
+  StatusOr<std::optional<Tensor>> ViewPayload(Call& c, DType dtype, const Shape& shape);
 
   const PsOptions options_;
   const uint64_t incarnation_;

@@ -1,5 +1,6 @@
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <new>
 #include <fstream>
@@ -679,6 +680,52 @@ TEST_F(PsTest, PayloadsGoThroughSharedMemoryOnOneHost) {
   }
   EXPECT_GE(shm.shared_memory_connections(), 1);
   EXPECT_EQ(inline_only.shared_memory_connections(), 0);
+}
+
+// The PS applies a push's tensors where they lie in the region when they
+// are aligned for their type, and copies them out when not: float32[3], then
+// int64[2] at byte 12 (copied), then float32[5] and a sparse update's rows
+// (read in place). Both give what the inline path gives.
+TEST_F(PsTest, PushesInSharedMemoryApplyAlignedOrNot) {
+  if (const char* v = std::getenv("TFJOB_PS_SHM"); v && std::string(v) == "0") {
+    GTEST_SKIP() << "TFJOB_PS_SHM=0: this run checks the inline path";
+  }
+  ClientOptions none;
+  none.shared_memory_bytes = 0;
+  PsClient shm("127.0.0.1:" + std::to_string(server_->port()));
+  PsClient inline_only("127.0.0.1:" + std::to_string(server_->port()), none);
+  const Tensor counts = *Tensor::FromVector({2}, std::vector<int64_t>{10, 20});
+  for (PsClient* c : {&shm, &inline_only}) {
+    const std::string p = c == &shm ? "shm." : "inline.";
+    ASSERT_TRUE(c->CreateVariable(p + "f3", F({3}, {1, 2, 3}), std::nullopt).ok());
+    ASSERT_TRUE(c->CreateVariable(p + "i2", counts, std::nullopt).ok());
+    ASSERT_TRUE(c->CreateVariable(p + "f5", F({5}, {0, 0, 0, 0, 0}), std::nullopt).ok());
+    ASSERT_TRUE(c->CreateVariable(p + "t", F({3, 2}, {0, 0, 0, 0, 0, 0}), std::nullopt).ok());
+    const std::vector<Update> updates{
+        {p + "f3", Update::Kind::kAssignAdd, F({3}, {0.5f, 0.5f, 0.5f}), {}},
+        {p + "i2", Update::Kind::kAssignAdd, *Tensor::FromVector({2}, std::vector<int64_t>{1, -2}), {}},
+        {p + "f5", Update::Kind::kAssignAdd, F({5}, {1, 2, 3, 4, 5}), {}},
+        {p + "t", Update::Kind::kAssignAdd, F({2, 2}, {7, 8, 9, 10}),
+         *Tensor::FromVector({2}, std::vector<int64_t>{2, 0})},
+    };
+    ASSERT_EQ(*c->Push(0, 0, updates), 0);
+  }
+  EXPECT_GE(shm.shared_memory_connections(), 1);
+  for (const std::string v : {"f3", "i2", "f5", "t"}) {
+    SCOPED_TRACE(v);
+    auto a = inline_only.Pull({"shm." + v}), b = inline_only.Pull({"inline." + v});
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ((*a)[0].DebugString(), (*b)[0].DebugString());
+    EXPECT_EQ(std::memcmp((*a)[0].raw(), (*b)[0].raw(), (*a)[0].bytes()), 0);
+  }
+  auto i2 = inline_only.Pull({"shm.i2"});
+  ASSERT_TRUE(i2.ok());
+  EXPECT_EQ((*i2)[0].data<int64_t>()[0], 11);
+  EXPECT_EQ((*i2)[0].data<int64_t>()[1], 18);
+  auto t = inline_only.Pull({"shm.t"});
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ((*t)[0].data<float>()[4], 7.f);
+  EXPECT_EQ((*t)[0].data<float>()[0], 9.f);
 }
 
 // What a client cannot make a PS do with shared memory: use a region it has
