@@ -282,6 +282,7 @@ class TrainClosure {
     RETURN_IF_ERROR(Prepare());
     const int64_t steps = a.value("steps", int64_t{1});
     Status ran = RunSteps(steps);
+    if (ran.ok() && io_ && !cur_) PullAheadWithLastPush();
     FlushPush();
     Status failed = WaitForPushes(ran);
     if (failed.ok() && !device_.is_cpu()) failed = ReadDeviceStats();
@@ -352,7 +353,7 @@ class TrainClosure {
       // after the last step) come in while this one computes.
       std::optional<Step> next;
       Status next_status;
-      if (prefetch_) {
+      if (prefetch_ && s + 1 < steps) {
         // The previous step's push goes with this pull, in one exchange.
         const bool pushing = pending_.has_value();
         auto prepared = PrepareStep(ctx_, state_, plan_, names_, store_, io_, pending_);
@@ -406,6 +407,19 @@ class TrainClosure {
     FlushPush();  // never two waiting: the order of pushes is kept
     pending_ = PendingPush{ctx_.closure_id(), ctx_.generation(), sequence, std::move(grads)};
     return Status::Ok();
+  }
+
+  // The next closure's first step, pulled with this closure's last push in
+  // one exchange: the closure waits for that push anyway, so the pull costs
+  // no wait of its own, and the next closure starts from values that have
+  // every update of this one. Left to FlushPush when the step cannot be
+  // prepared; the next closure then meets the error itself.
+  void PullAheadWithLastPush() {
+    const bool pushing = pending_.has_value();
+    auto prepared = PrepareStep(ctx_, state_, plan_, names_, store_, io_, pending_);
+    if (!prepared.ok()) return;
+    cur_ = std::move(prepared).value();
+    if (pushing && !pending_) pushes_.push_back(cur_->pulled);
   }
 
   // Queues the push waiting, if any, on its own.
