@@ -67,7 +67,7 @@ RuntimeMetrics::RuntimeMetrics(Identity id, WallClock now)
     worker_failures_.Add(With());
     checkpoints_.Add(With());
   } else if (t == "ps") {
-    for (const char* m : {"Pull", "Push"}) {
+    for (const char* m : {"Pull", "Push", "PushPull"}) {
       ps_received_.Add(With({{"method", m}}));
       ps_sent_.Add(With({{"method", m}}));
       ps_latency_.Add(With({{"method", m}}), RpcBuckets());

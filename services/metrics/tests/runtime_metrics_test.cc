@@ -78,6 +78,11 @@ TEST(RuntimeMetrics, PsCountsBytesAndLatencyByMethod) {
       text,
       HasSubstr(
           R"(tfjob_runtime_ps_received_bytes_total{job_name="j",method="Push",task_index="1",task_type="ps"} 0)"));
+  // fit's workers send each push with a pull (Op::kPushPull): at zero too.
+  EXPECT_THAT(
+      text,
+      HasSubstr(
+          R"(tfjob_runtime_ps_sent_bytes_total{job_name="j",method="PushPull",task_index="1",task_type="ps"} 0)"));
   // A PS does not train: no chief series.
   EXPECT_THAT(text, Not(HasSubstr("tfjob_runtime_steps_total{")));
   m.RecordPsRpc("Push", 1000, 10, 0.0002);
