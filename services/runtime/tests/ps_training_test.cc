@@ -126,9 +126,10 @@ std::string WriteEmbeddingJob(const std::string& dir) {
   return job;
 }
 
-// One worker, one closure at a time, no prefetch: training is deterministic,
-// so pulling only the batch's rows must give exactly what whole tables give.
-nlohmann::json TrainEmbedding(const std::string& dir, const std::string& pull) {
+// One worker, one closure at a time, no prefetch (unless asked): training is
+// deterministic, so pulling only the batch's rows must give exactly what
+// whole tables give.
+nlohmann::json TrainEmbedding(const std::string& dir, const std::string& pull, bool prefetch = false) {
   auto programs = programs::BuiltinPrograms();
   auto cluster = InProcessCluster::Start(2, 1, programs);
   EXPECT_TRUE(cluster.ok()) << cluster.status();
@@ -136,13 +137,37 @@ nlohmann::json TrainEmbedding(const std::string& dir, const std::string& pull) {
   std::ostringstream out, err;
   programs::ChiefContext ctx{(*cluster)->ps_addresses(), (*cluster)->worker_addresses(), {}, &out, &err};
   ctx.coordinator_options.inflight_per_worker = 1;
-  const std::string summary = dir + "/" + pull + ".json";
-  EXPECT_EQ(programs::MakeFit()->RunChief({"--config", dir + "/job.json", "--data-dir", dir, "--partitioner", "fixed:2",
-                                           "--ps-prefetch", "false", "--ps-pull", pull, "--summary-json", summary},
-                                          ctx),
+  const std::string summary = dir + "/" + pull + (prefetch ? "-prefetch" : "") + ".json";
+  EXPECT_EQ(programs::MakeFit()->RunChief(
+                {"--config", dir + "/job.json", "--data-dir", dir, "--partitioner", "fixed:2", "--ps-prefetch",
+                 prefetch ? "true" : "false", "--ps-pull", pull, "--summary-json", summary},
+                ctx),
             0)
       << err.str();
   return t::ReadJsonFile(summary);
+}
+
+// One step per closure and one closure at a time: with prefetching, a
+// closure's push goes with the pull of the next closure's step (one
+// exchange per PS), so every step still sees every update before it, as
+// without prefetching, and the two train the same model, bit for bit. A
+// step pulled ahead while the one before it computed would miss that
+// step's update.
+TEST(EmbeddingPullTest, OneStepClosuresSeeEveryUpdateWithPrefetchingToo) {
+  const std::string dir = t::MakeTempDir("embedding-prefetch");
+  WriteEmbeddingJob(dir);
+  const nlohmann::json ahead = TrainEmbedding(dir, "rows", /*prefetch=*/true);
+  const nlohmann::json plain = TrainEmbedding(dir, "rows", /*prefetch=*/false);
+  ASSERT_TRUE(ahead.is_object() && plain.is_object());
+  EXPECT_EQ(ahead["ps_prefetch"], true);
+  EXPECT_EQ(plain["ps_prefetch"], false);
+  EXPECT_EQ(ahead["steps_per_execution"], 1);
+  EXPECT_EQ(ahead["ps_applied_updates"], 200 * 6);
+  EXPECT_EQ(ahead["eval_loss"], plain["eval_loss"]);
+  ASSERT_EQ(ahead["history"].size(), 2u);
+  for (size_t e = 0; e < 2; ++e) {
+    EXPECT_EQ(ahead["history"][e]["loss"], plain["history"][e]["loss"]) << "epoch " << e + 1;
+  }
 }
 
 TEST(EmbeddingPullTest, RowPullsTrainExactlyAsWholeTablesAndMoveFarLess) {
