@@ -349,8 +349,9 @@ class TrainClosure {
       w.Lap(time_.input);
       if (Status pulled = cur_->pulled.get(); !pulled.ok()) return pulled;
       w.Lap(time_.pull_wait);
-      // Prefetch: the next step's batch and values (the next closure's,
-      // after the last step) come in while this one computes.
+      // Prefetch: the next step's batch and values come in while this one
+      // computes; after the last step, the next closure's come with its
+      // push (PullAheadWithLastPush).
       std::optional<Step> next;
       Status next_status;
       if (prefetch_ && s + 1 < steps) {
