@@ -46,6 +46,13 @@ StatusOr<Tensor> Reserve(Tensor t, DType dtype, int64_t elems, int64_t keep) {
   return grown;
 }
 
+// A request's next `n` bytes of tensors are within its payload.
+Status CheckPayloadLeft(const wire::Frame& f, uint64_t received, uint64_t n) {
+  if (n <= f.payload_bytes - received) return Status::Ok();
+  return InvalidArgument("the request's tensors need more than its payload of " + std::to_string(f.payload_bytes) +
+                         " bytes");
+}
+
 }  // namespace
 
 void ParameterServerService::ServeData(const net::Fd& fd, const std::string& peer, const std::atomic<bool>& stopping,
@@ -155,10 +162,7 @@ Status ParameterServerService::Refuse(Call& c, const Status& why) {
 
 Status ParameterServerService::ReadPayload(Call& c, std::byte* into, size_t n, size_t* arrived) {
   if (!c.shm_payload) return wire::RecvAll(c.fd, into, n, c.deadline, c.peer, arrived);
-  if (n > c.frame.payload_bytes - c.received) {
-    return InvalidArgument("the request's tensors need more than its payload of " +
-                           std::to_string(c.frame.payload_bytes) + " bytes");
-  }
+  RETURN_IF_ERROR(CheckPayloadLeft(c.frame, c.received, n));
   std::memcpy(into, c.shm_payload + c.received, n);
   *arrived = n;
   return Status::Ok();
@@ -167,10 +171,7 @@ Status ParameterServerService::ReadPayload(Call& c, std::byte* into, size_t n, s
 StatusOr<std::optional<Tensor>> ParameterServerService::ViewPayload(Call& c, DType dtype, const Shape& shape) {
   const size_t elem = DTypeSize(dtype);
   const uint64_t bytes = static_cast<uint64_t>(NumElements(shape)) * elem;
-  if (bytes > c.frame.payload_bytes - c.received) {
-    return InvalidArgument("the request's tensors need more than its payload of " +
-                           std::to_string(c.frame.payload_bytes) + " bytes");
-  }
+  RETURN_IF_ERROR(CheckPayloadLeft(c.frame, c.received, bytes));
   if (reinterpret_cast<uintptr_t>(c.shm_payload + c.received) % elem != 0) return std::optional<Tensor>();
   // Not owned: the region outlives the request.
   std::shared_ptr<std::byte[]> at(std::shared_ptr<std::byte[]>(), const_cast<std::byte*>(c.shm_payload));

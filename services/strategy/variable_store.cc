@@ -202,19 +202,8 @@ Status VariableStore::PlanPush(const std::vector<Grad>& grads, std::map<int64_t,
 
 StatusOr<int> VariableStore::PushGradients(uint64_t closure_id, uint32_t sequence, const std::vector<Grad>& grads,
                                            uint64_t generation) {
-  std::map<int64_t, std::vector<ps::Update>> by_ps;
-  RETURN_IF_ERROR(PlanPush(grads, by_ps));
-  std::vector<int64_t> which;
-  for (const auto& [ps, _] : by_ps) which.push_back(ps);
-  std::vector<int> duplicates(ps_.size(), 0);
-  RETURN_IF_ERROR(ForEachPs(which, [&](int64_t ps) -> Status {
-    ASSIGN_OR_RETURN(duplicates[static_cast<size_t>(ps)],
-                     ps_[ps]->Push(closure_id, sequence, by_ps.at(ps), generation));
-    return Status::Ok();
-  }));
-  int total = 0;
-  for (int d : duplicates) total += d;
-  return total;
+  std::vector<Item> nothing;  // with no pull, one Push per PS
+  return PushAndFetch(closure_id, sequence, grads, generation, nothing);
 }
 
 StatusOr<int> VariableStore::PushAndFetch(uint64_t closure_id, uint32_t sequence, const std::vector<Grad>& grads,
