@@ -15,6 +15,11 @@
 #     busy;
 #   - each process of a PS run, halfway through it: its role, its threads
 #     and the CPUs it may run on (Cpus_allowed_list);
+#   - how long waking a sleeping thread takes: `perf bench sched pipe`
+#     round trips between two processes free to use either CPU, and with
+#     both on one CPU, beside the guest's idle polling setting (a VM whose
+#     idle virtual CPU halts at once pays the host's exit and entry on
+#     every wake-up that lands on it; a PS step hands off several times);
 #   - the bound that follows: PS/single can reach at most
 #       scaling x (single's CPU per step) / (PS's CPU per step)
 #     and only while both cores are kept busy (the "bound" printed; with a
@@ -128,3 +133,22 @@ for m in ("single", "ps8", "ps1"):
 PY
 echo "processes of a PS run (steps/exec 1), halfway through it:"
 processes
+
+# wake ROUNDS [taskset args]: median microseconds of one round trip of
+# `perf bench sched pipe` (two processes, each waking the other through a pipe).
+wake() {
+  local n=$1 i
+  shift
+  for ((i = 0; i < n; i++)); do
+    "$@" perf bench sched pipe -l 20000 2> /dev/null | awk '/usecs\/op/ { print $1 }'
+  done | sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) exit 1; print v[int((NR + 1) / 2)] }'
+}
+echo "waking a sleeping thread, perf bench sched pipe, us per round trip (median of $rounds):"
+free=$(wake "$rounds") || { echo "perf bench sched pipe printed nothing" >&2; exit 1; }
+same=$(wake "$rounds" taskset -c 0) || { echo "perf bench sched pipe printed nothing" >&2; exit 1; }
+printf '  %-28s %6s\n' "either CPU" "$free" "both on CPU 0" "$same"
+# A VM's idle virtual CPU halts; waking it costs the host an exit and an
+# entry unless the guest polls a while before halting (haltpoll).
+poll=/sys/module/haltpoll/parameters/guest_halt_poll_ns
+printf '  %-28s %s\n' "cpuidle driver" "$(cat /sys/devices/system/cpu/cpuidle/current_driver 2> /dev/null || echo none)" \
+  "guest_halt_poll_ns" "$(cat "$poll" 2> /dev/null || echo "(no haltpoll)")"

@@ -13,7 +13,7 @@ PACKAGES=(
   libhdf5-dev libfarmhash-dev  # Keras .weights.h5 (HDF5); the hash Keras' lookups bucket unknown strings with
   python3-h5py python3-protobuf  # tests: reading .weights.h5 back; an independent TFRecord writer
   openmpi-bin libopenmpi-dev  # the OpenMPI peer of bench/allreduce.sh
-  linux-perf  # bench/ps_cpu_per_step.sh: context switches and CPU migrations per step (perf stat)
+  linux-perf  # bench/ps_cpu_per_step.sh: context switches and CPU migrations per step (perf stat), wake-up round trips (perf bench sched pipe)
   prometheus  # promtool and a real Prometheus for the monitoring tests
   clang libclang-rt-14-dev libomp-14-dev  # scripts/fuzz.sh, scripts/sanitize.sh, scripts/thread-safety.sh: libFuzzer, sanitizers, OpenMP, -Wthread-safety
   clang-format  # scripts/format.sh: the house style (.clang-format)
