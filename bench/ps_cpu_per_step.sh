@@ -134,18 +134,20 @@ PY
 echo "processes of a PS run (steps/exec 1), halfway through it:"
 processes
 
-# wake ROUNDS [taskset args]: median microseconds of one round trip of
-# `perf bench sched pipe` (two processes, each waking the other through a pipe).
+# wake ROUNDS [PREFIX...]: median microseconds of one round trip of
+# `perf bench sched pipe` (two processes, each waking the other through a
+# pipe), run under PREFIX (e.g. taskset -c 0); exits when perf prints none.
 wake() {
   local n=$1 i
   shift
   for ((i = 0; i < n; i++)); do
     "$@" perf bench sched pipe -l 20000 2> /dev/null | awk '/usecs\/op/ { print $1 }'
-  done | sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) exit 1; print v[int((NR + 1) / 2)] }'
+  done | sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) exit 1; print v[int((NR + 1) / 2)] }' \
+    || { echo "perf bench sched pipe printed nothing" >&2; exit 1; }
 }
 echo "waking a sleeping thread, perf bench sched pipe, us per round trip (median of $rounds):"
-free=$(wake "$rounds") || { echo "perf bench sched pipe printed nothing" >&2; exit 1; }
-same=$(wake "$rounds" taskset -c 0) || { echo "perf bench sched pipe printed nothing" >&2; exit 1; }
+free=$(wake "$rounds") || exit 1
+same=$(wake "$rounds" taskset -c 0) || exit 1
 printf '  %-28s %6s\n' "either CPU" "$free" "both on CPU 0" "$same"
 # A VM's idle virtual CPU halts; waking it costs the host an exit and an
 # entry unless the guest polls a while before halting (haltpoll).
