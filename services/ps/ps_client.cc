@@ -177,71 +177,121 @@ void PsClient::GiveBack(std::unique_ptr<Connection> c) {
   idle_.push_back(std::move(c));
 }
 
-Status PsClient::DataCall(const char* what, uint32_t op, const google::protobuf::MessageLite& meta,
-                          std::span<const Tensor> payload, const OnResponse& on_response) {
-  const std::string context = std::string(what) + " on parameter server " + address_;
-  const std::string meta_bytes = meta.SerializeAsString();
+Status PsClient::SendRequest(Connection& c, uint32_t op, const std::string& meta_bytes,
+                             std::span<const Tensor> payload) {
+  uint64_t payload_bytes = 0;
+  for (const Tensor& t : payload) payload_bytes += t.bytes();
+  wire::Frame f{wire::kRequestMagic, op, static_cast<uint32_t>(meta_bytes.size()), 0, payload_bytes};
+  std::vector<iovec> iov;
+  iov.reserve(2 + payload.size());
+  iov.push_back({&f, sizeof f});
+  iov.push_back({const_cast<char*>(meta_bytes.data()), meta_bytes.size()});
+  if (c.region && payload_bytes > 0 && payload_bytes <= c.region->capacity()) {
+    size_t at = 0;
+    for (const Tensor& t : payload) {
+      std::memcpy(c.region->payload() + at, t.raw(), t.bytes());
+      at += t.bytes();
+    }
+    f.reserved |= wire::kPayloadInShm;
+  } else {
+    for (const Tensor& t : payload) iov.push_back({const_cast<std::byte*>(t.raw()), t.bytes()});
+  }
+  return wire::SendAll(c.fd, iov, c.deadline, address_);
+}
+
+Status PsClient::ReadResponse(std::unique_ptr<Connection> c, const Status& sent, const std::string& context,
+                              const OnResponse& on_response) {
+  const net::Fd& fd = c->fd;
+  // Even when sending failed the PS may have answered: it refuses a bad
+  // request before reading its payload, and may then close.
+  wire::Frame r;
+  const Status got = wire::RecvFrame(
+      fd, &r, sent.ok() ? c->deadline : std::min(c->deadline, Clock::now() + kAnswerAfterBrokenSend), address_);
+  if (!got.ok()) {
+    const Status& why = sent.ok() ? got : sent;
+    return Status(why.code(), context + ": " + why.message());
+  }
+  if (r.magic != wire::kResponseMagic || r.meta_bytes > wire::kMaxMetaBytes) {
+    return Internal(context + ": malformed response");
+  }
+  std::string rmeta(r.meta_bytes, '\0');
+  if (Status s = wire::RecvAll(fd, rmeta.data(), rmeta.size(), c->deadline, address_); !s.ok()) {
+    return Status(s.code(), context + ": " + s.message());
+  }
+  if (r.kind != 0) {
+    if (sent.ok() && r.payload_bytes == 0) GiveBack(std::move(c));
+    return Status(static_cast<Code>(r.kind), context + ": " + rmeta);
+  }
+  if (!sent.ok()) return Status(sent.code(), context + ": " + sent.message());
+  c->response_shm = nullptr;
+  if (r.reserved & wire::kPayloadInShm) {
+    if (!c->region || r.payload_bytes > c->region->capacity()) {
+      return Internal(context + ": a response's payload in shared memory this connection does not have");
+    }
+    c->response_shm = c->region->payload();
+    c->response_bytes = r.payload_bytes;
+    c->response_at = 0;
+  }
+  Status s = on_response(*c, rmeta, r.payload_bytes);
+  if (!s.ok()) return Status(s.code(), context + ": " + s.message());
+  GiveBack(std::move(c));
+  return Status::Ok();
+}
+
+StatusOr<std::string> PsClient::SerializeMeta(const std::string& context, const google::protobuf::MessageLite& meta) {
+  std::string meta_bytes = meta.SerializeAsString();
   if (meta_bytes.size() > wire::kMaxMetaBytes) {
     return InvalidArgument(context + ": request meta of " + std::to_string(meta_bytes.size()) + " bytes is too large");
   }
-  uint64_t payload_bytes = 0;
-  for (const Tensor& t : payload) payload_bytes += t.bytes();
+  return meta_bytes;
+}
+
+Status PsClient::DataCall(const char* what, uint32_t op, const google::protobuf::MessageLite& meta,
+                          std::span<const Tensor> payload, const OnResponse& on_response) {
+  const std::string context = std::string(what) + " on parameter server " + address_;
+  ASSIGN_OR_RETURN(std::string meta_bytes, SerializeMeta(context, meta));
+  return Retried(context, op, meta_bytes, payload, on_response);
+}
+
+Status PsClient::Retried(const std::string& context, uint32_t op, const std::string& meta_bytes,
+                         std::span<const Tensor> payload, const OnResponse& on_response) {
   return rpc::CallWithRetry(address_, options_.retry, [&]() -> Status {
     auto taken = TakeConnection(Clock::now() + options_.timeout);
     if (!taken.ok()) return Status(taken.status().code(), context + ": " + taken.status().message());
     std::unique_ptr<Connection> c = std::move(taken).value();
-    const net::Fd& fd = c->fd;
-    wire::Frame f{wire::kRequestMagic, op, static_cast<uint32_t>(meta_bytes.size()), 0, payload_bytes};
-    std::vector<iovec> iov;
-    iov.reserve(2 + payload.size());
-    iov.push_back({&f, sizeof f});
-    iov.push_back({const_cast<char*>(meta_bytes.data()), meta_bytes.size()});
-    if (c->region && payload_bytes > 0 && payload_bytes <= c->region->capacity()) {
-      size_t at = 0;
-      for (const Tensor& t : payload) {
-        std::memcpy(c->region->payload() + at, t.raw(), t.bytes());
-        at += t.bytes();
-      }
-      f.reserved |= wire::kPayloadInShm;
-    } else {
-      for (const Tensor& t : payload) iov.push_back({const_cast<std::byte*>(t.raw()), t.bytes()});
-    }
-    const Status sent = wire::SendAll(fd, iov, c->deadline, address_);
-    // Even when sending failed the PS may have answered: it refuses a bad
-    // request before reading its payload, and may then close.
-    wire::Frame r;
-    const Status got = wire::RecvFrame(
-        fd, &r, sent.ok() ? c->deadline : std::min(c->deadline, Clock::now() + kAnswerAfterBrokenSend), address_);
-    if (!got.ok()) {
-      const Status& why = sent.ok() ? got : sent;
-      return Status(why.code(), context + ": " + why.message());
-    }
-    if (r.magic != wire::kResponseMagic || r.meta_bytes > wire::kMaxMetaBytes) {
-      return Internal(context + ": malformed response");
-    }
-    std::string rmeta(r.meta_bytes, '\0');
-    if (Status s = wire::RecvAll(fd, rmeta.data(), rmeta.size(), c->deadline, address_); !s.ok()) {
-      return Status(s.code(), context + ": " + s.message());
-    }
-    if (r.kind != 0) {
-      if (sent.ok() && r.payload_bytes == 0) GiveBack(std::move(c));
-      return Status(static_cast<Code>(r.kind), context + ": " + rmeta);
-    }
-    if (!sent.ok()) return Status(sent.code(), context + ": " + sent.message());
-    c->response_shm = nullptr;
-    if (r.reserved & wire::kPayloadInShm) {
-      if (!c->region || r.payload_bytes > c->region->capacity()) {
-        return Internal(context + ": a response's payload in shared memory this connection does not have");
-      }
-      c->response_shm = c->region->payload();
-      c->response_bytes = r.payload_bytes;
-      c->response_at = 0;
-    }
-    Status s = on_response(*c, rmeta, r.payload_bytes);
-    if (!s.ok()) return Status(s.code(), context + ": " + s.message());
-    GiveBack(std::move(c));
-    return Status::Ok();
+    const Status sent = SendRequest(*c, op, meta_bytes, payload);
+    return ReadResponse(std::move(c), sent, context, on_response);
   });
+}
+
+PsClient::Pending::Pending() = default;
+PsClient::Pending::~Pending() = default;
+
+std::unique_ptr<PsClient::Pending> PsClient::Start(const char* what, uint32_t op, std::string meta_bytes,
+                                                    std::vector<Tensor> payload, OnResponse on_response,
+                                                    std::shared_ptr<int> duplicates) {
+  auto p = std::make_unique<Pending>();
+  p->context = std::string(what) + " on parameter server " + address_;
+  p->op = op;
+  p->meta_bytes = std::move(meta_bytes);
+  p->payload = std::move(payload);
+  p->on_response = std::move(on_response);
+  p->duplicates = std::move(duplicates);
+  auto taken = TakeConnection(Clock::now() + options_.timeout);
+  if (!taken.ok()) return p;
+  p->c = std::move(taken).value();
+  p->sent = SendRequest(*p->c, p->op, p->meta_bytes, p->payload);
+  return p;
+}
+
+StatusOr<int> PsClient::Finish(std::unique_ptr<Pending> p) {
+  Status s = Unavailable("not started");
+  if (p->c) s = ReadResponse(std::move(p->c), p->sent, p->context, p->on_response);
+  // A broken exchange is retried whole, as DataCall would have: a push
+  // sent twice is applied once.
+  if (s.code() == Code::kUnavailable) s = Retried(p->context, p->op, p->meta_bytes, p->payload, p->on_response);
+  RETURN_IF_ERROR(s);
+  return p->duplicates ? *p->duplicates : 0;
 }
 
 Status PsClient::ReceiveTensor(Connection& c, const proto::Tensor& header, Tensor* out, Tensor* allocated) {
@@ -298,23 +348,8 @@ StatusOr<bool> PsClient::CreateVariable(const std::string& name, const Tensor& i
 }
 
 Status PsClient::PullInto(const std::vector<std::string>& names, std::span<Tensor> out) {
-  if (out.size() != names.size()) {
-    return InvalidArgument("Pull: " + std::to_string(names.size()) + " names, " + std::to_string(out.size()) +
-                           " destinations");
-  }
-  proto::PullRequest req;
-  for (const auto& n : names) req.add_names(n);
-  return DataCall("Pull", static_cast<uint32_t>(wire::Op::kPull), req, {},
-                  [&](Connection& c, const std::string& meta, uint64_t payload_bytes) -> Status {
-                    proto::PullResponse resp;
-                    if (!resp.ParseFromString(meta)) return Internal("malformed response");
-                    if (resp.values_size() != static_cast<int>(names.size())) return Internal("wrong number of values");
-                    RETURN_IF_ERROR(CheckPayload(resp.values(), payload_bytes));
-                    for (int i = 0; i < resp.values_size(); ++i) {
-                      RETURN_IF_ERROR(ReceiveTensor(c, resp.values(i), &out[static_cast<size_t>(i)], nullptr));
-                    }
-                    return Status::Ok();
-                  });
+  ASSIGN_OR_RETURN(std::unique_ptr<Pending> p, StartPullInto(names, out));
+  return Finish(std::move(p)).status();
 }
 
 StatusOr<std::vector<Tensor>> PsClient::Pull(const std::vector<std::string>& names) {
@@ -411,9 +446,40 @@ StatusOr<int> PsClient::Push(uint64_t closure_id, uint32_t sequence, const std::
   return duplicates;
 }
 
+PsClient::OnResponse PsClient::PullReader(size_t count, std::span<Tensor> out, std::shared_ptr<int> duplicates) {
+  return [this, count, out, duplicates](Connection& c, const std::string& meta, uint64_t payload_bytes) -> Status {
+    const google::protobuf::RepeatedPtrField<proto::Tensor>* values = nullptr;
+    proto::PushPullResponse push_pull;
+    proto::PullResponse pull;
+    if (duplicates) {
+      if (!push_pull.ParseFromString(meta)) return Internal("malformed response");
+      values = &push_pull.pull().values();
+    } else {
+      if (!pull.ParseFromString(meta)) return Internal("malformed response");
+      values = &pull.values();
+    }
+    if (values->size() != static_cast<int>(count)) return Internal("wrong number of values");
+    RETURN_IF_ERROR(CheckPayload(*values, payload_bytes));
+    for (int i = 0; i < values->size(); ++i) {
+      RETURN_IF_ERROR(ReceiveTensor(c, values->Get(i), &out[static_cast<size_t>(i)], nullptr));
+    }
+    if (duplicates) *duplicates = push_pull.push().duplicates();
+    return Status::Ok();
+  };
+}
+
 StatusOr<int> PsClient::PushPullInto(uint64_t closure_id, uint32_t sequence, const std::vector<Update>& updates,
                                      uint64_t generation, const std::vector<std::string>& names,
                                      std::span<Tensor> out) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Pending> p, StartPushPullInto(closure_id, sequence, updates, generation, names, out));
+  return Finish(std::move(p));
+}
+
+StatusOr<std::unique_ptr<PsClient::Pending>> PsClient::StartPushPullInto(uint64_t closure_id, uint32_t sequence,
+                                                                         const std::vector<Update>& updates,
+                                                                         uint64_t generation,
+                                                                         const std::vector<std::string>& names,
+                                                                         std::span<Tensor> out) {
   if (out.size() != names.size()) {
     return InvalidArgument("PushPull: " + std::to_string(names.size()) + " names, " + std::to_string(out.size()) +
                            " destinations");
@@ -422,23 +488,23 @@ StatusOr<int> PsClient::PushPullInto(uint64_t closure_id, uint32_t sequence, con
   std::vector<Tensor> payload;
   RETURN_IF_ERROR(BuildPush(closure_id, sequence, updates, generation, *req.mutable_push(), payload));
   for (const auto& n : names) req.mutable_pull()->add_names(n);
-  int duplicates = 0;
-  RETURN_IF_ERROR(DataCall("PushPull", static_cast<uint32_t>(wire::Op::kPushPull), req, payload,
-                           [&](Connection& c, const std::string& meta, uint64_t payload_bytes) -> Status {
-                             proto::PushPullResponse resp;
-                             if (!resp.ParseFromString(meta)) return Internal("malformed response");
-                             const auto& values = resp.pull().values();
-                             if (values.size() != static_cast<int>(names.size())) {
-                               return Internal("wrong number of values");
-                             }
-                             RETURN_IF_ERROR(CheckPayload(values, payload_bytes));
-                             for (int i = 0; i < values.size(); ++i) {
-                               RETURN_IF_ERROR(ReceiveTensor(c, values.Get(i), &out[static_cast<size_t>(i)], nullptr));
-                             }
-                             duplicates = resp.push().duplicates();
-                             return Status::Ok();
-                           }));
-  return duplicates;
+  ASSIGN_OR_RETURN(std::string meta, SerializeMeta("PushPull on parameter server " + address_, req));
+  auto duplicates = std::make_shared<int>(0);
+  return Start("PushPull", static_cast<uint32_t>(wire::Op::kPushPull), std::move(meta), std::move(payload),
+               PullReader(names.size(), out, duplicates), duplicates);
+}
+
+StatusOr<std::unique_ptr<PsClient::Pending>> PsClient::StartPullInto(const std::vector<std::string>& names,
+                                                                     std::span<Tensor> out) {
+  if (out.size() != names.size()) {
+    return InvalidArgument("Pull: " + std::to_string(names.size()) + " names, " + std::to_string(out.size()) +
+                           " destinations");
+  }
+  proto::PullRequest req;
+  for (const auto& n : names) req.add_names(n);
+  ASSIGN_OR_RETURN(std::string meta, SerializeMeta("Pull on parameter server " + address_, req));
+  return Start("Pull", static_cast<uint32_t>(wire::Op::kPull), std::move(meta), {},
+               PullReader(names.size(), out, nullptr), nullptr);
 }
 
 StatusOr<int64_t> PsClient::Save(int64_t step, uint64_t generation) {

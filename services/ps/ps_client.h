@@ -67,6 +67,8 @@ struct FenceResult {
 };
 
 class PsClient {
+  class Connection;  // a pooled data-plane connection
+
  public:
   explicit PsClient(std::string address, ClientOptions options = {});
   ~PsClient();
@@ -100,6 +102,36 @@ class PsClient {
   // with two calls (a retry is skipped as already applied).
   StatusOr<int> PushPullInto(uint64_t closure_id, uint32_t sequence, const std::vector<Update>& updates,
                              uint64_t generation, const std::vector<std::string>& names, std::span<Tensor> out);
+
+  // PullInto and PushPullInto in two halves, so the caller works while the
+  // PS answers with no thread of its own: Start sends the request and
+  // returns; Finish reads the answer into `out` and returns what
+  // PushPullInto returns (0 for a pull). `out` (the tensors it spans) and
+  // the updates' tensors must stay alive and untouched until Finish. An
+  // exchange that broke (UNAVAILABLE) is redone whole by Finish with the
+  // usual retries; dropping a Pending unfinished closes its connection.
+  class Pending {
+   public:
+    Pending();
+    ~Pending();
+
+   private:
+    friend class PsClient;
+    std::string context;
+    uint32_t op = 0;
+    std::string meta_bytes;
+    std::vector<Tensor> payload;
+    std::function<Status(Connection&, const std::string&, uint64_t)> on_response;
+    std::shared_ptr<int> duplicates;  // a PushPull's answer
+    // Null when no connection could be taken: Finish runs the whole call.
+    std::unique_ptr<Connection> c;
+    Status sent;
+  };
+  StatusOr<std::unique_ptr<Pending>> StartPullInto(const std::vector<std::string>& names, std::span<Tensor> out);
+  StatusOr<std::unique_ptr<Pending>> StartPushPullInto(uint64_t closure_id, uint32_t sequence,
+                                                       const std::vector<Update>& updates, uint64_t generation,
+                                                       const std::vector<std::string>& names, std::span<Tensor> out);
+  StatusOr<int> Finish(std::unique_ptr<Pending> p);
   // Checkpoints at `step` in the PS's own checkpoint directory; returns the
   // bytes of tensors saved / the variables restored. A `generation` older
   // than the PS's fence is FAILED_PRECONDITION (0: not checked).
@@ -114,7 +146,6 @@ class PsClient {
   Status Shutdown(uint64_t generation = 0);
 
  private:
-  class Connection;
   // What a data-plane call does with an OK response: parse the meta, read
   // the payload. A non-OK return drops the connection.
   using OnResponse = std::function<Status(Connection&, const std::string& meta, uint64_t payload_bytes)>;
@@ -125,6 +156,20 @@ class PsClient {
   // `payload` in order.
   Status DataCall(const char* what, uint32_t op, const google::protobuf::MessageLite& meta,
                   std::span<const Tensor> payload, const OnResponse& on_response);
+  Status Retried(const std::string& context, uint32_t op, const std::string& meta_bytes,
+                 std::span<const Tensor> payload, const OnResponse& on_response);
+  static StatusOr<std::string> SerializeMeta(const std::string& context, const google::protobuf::MessageLite& meta);
+  // The halves of one exchange on `c`: the request (payload in the
+  // connection's region when it fits), then the answer; ReadResponse gives
+  // `c` back to the pool when the exchange completed.
+  Status SendRequest(Connection& c, uint32_t op, const std::string& meta_bytes, std::span<const Tensor> payload);
+  Status ReadResponse(std::unique_ptr<Connection> c, const Status& sent, const std::string& context,
+                      const OnResponse& on_response);
+  // Sends the request now (no retry); Finish reads or redoes it.
+  std::unique_ptr<Pending> Start(const char* what, uint32_t op, std::string meta_bytes, std::vector<Tensor> payload,
+                                 OnResponse on_response, std::shared_ptr<int> duplicates);
+  // Reads a Pull (or, with `duplicates`, a PushPull) response into `out`.
+  OnResponse PullReader(size_t count, std::span<Tensor> out, std::shared_ptr<int> duplicates);
   StatusOr<std::unique_ptr<Connection>> TakeConnection(std::chrono::steady_clock::time_point deadline);
   void GiveBack(std::unique_ptr<Connection> c);
   // Offers the PS a shared-memory region for `c` (its host key matched);

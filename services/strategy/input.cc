@@ -354,13 +354,14 @@ StatusOr<JobData> LoadJobData(const model::JobConfig& job, const std::string& da
   return d;
 }
 
-data::Dataset TrainingPipeline(const Examples& ex, const model::JobConfig& job) {
+data::Dataset TrainingPipeline(const Examples& ex, const model::JobConfig& job, bool prefetch) {
   data::Dataset ds = data::Dataset::FromTensors({ex.features, ex.labels});
   if (job.data.shuffle) {
     const int64_t buffer = job.data.shuffle_buffer > 0 ? job.data.shuffle_buffer : ex.size();
     ds = ds.Shuffle(buffer, static_cast<uint64_t>(job.seed));
   }
-  return ds.Batch(job.batch_size).Prefetch(2);
+  ds = ds.Batch(job.batch_size);
+  return prefetch ? ds.Prefetch(2) : ds;
 }
 
 data::Dataset EvalPipeline(const Examples& ex, int64_t batch_size) {

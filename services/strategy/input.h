@@ -56,7 +56,7 @@ StatusOr<JobData> LoadJobData(const model::JobConfig& job, const std::string& da
 
 // (features, label) batches: shuffled per epoch with the job seed, batched,
 // prefetched. Keeps the last partial batch, as Keras does.
-data::Dataset TrainingPipeline(const Examples& ex, const model::JobConfig& job);
+data::Dataset TrainingPipeline(const Examples& ex, const model::JobConfig& job, bool prefetch = true);
 data::Dataset EvalPipeline(const Examples& ex, int64_t batch_size);
 
 // The sequence of global batches of synchronous training: step s is batch

@@ -77,6 +77,7 @@ struct Step {
   std::vector<int64_t> rows;  // the table rows the batch uses, ascending
   int64_t pulled_bytes = 0;   // what the pull moves
   std::shared_ptr<std::vector<Tensor>> values;
+  Tensor table_rows;  // with a row plan: the view of the table the pull fills
   // Shared: when the pull went with the last step's push, the closure
   // waits on it for that push too.
   std::shared_future<Status> pulled;
@@ -170,33 +171,39 @@ StatusOr<Step> PrepareStep(worker::ClosureContext& ctx, WorkerFitState& state, c
     first = std::move(push);
     push.reset();
   }
-  auto pull = [store, names, plan, values = step.values, rows = step.rows, first = std::move(first)]() -> Status {
-    std::vector<VariableStore::Item> items;
-    Tensor table_rows;
-    for (size_t i = 0; i < names.size(); ++i) {
-      if (plan && i == plan->var) {
-        // The batch's rows land in the top of the compact table.
-        Tensor& table = (*values)[i];
-        if (table.rank() != 2 || table.dim(0) != plan->capacity) {
-          ASSIGN_OR_RETURN(const PlacedVariable* v, store->placement().Find(names[i]));
-          ASSIGN_OR_RETURN(table, Tensor::CreateUninitialized(v->dtype, {plan->capacity, v->shape[1]}));
-        }
-        table_rows = *table.Rows(0, static_cast<int64_t>(rows.size()));
-        items.push_back({names[i], rows, &table_rows});
-      } else {
-        items.push_back({names[i], std::nullopt, &(*values)[i]});
+  // The pull's destinations: the batch's rows land in the top of the
+  // compact table.
+  std::vector<VariableStore::Item> items;
+  for (size_t i = 0; i < names.size(); ++i) {
+    Tensor& value = (*step.values)[i];
+    if (plan && i == plan->var) {
+      if (value.rank() != 2 || value.dim(0) != plan->capacity) {
+        ASSIGN_OR_RETURN(const PlacedVariable* v, store->placement().Find(names[i]));
+        ASSIGN_OR_RETURN(value, Tensor::CreateUninitialized(v->dtype, {plan->capacity, v->shape[1]}));
       }
+      step.table_rows = *value.Rows(0, static_cast<int64_t>(step.rows.size()));
+      items.push_back({names[i], step.rows, &step.table_rows});
+    } else {
+      items.push_back({names[i], std::nullopt, &value});
     }
-    if (!first) return store->Fetch(items);
-    return store->PushAndFetch(first->closure_id, first->sequence, first->grads, first->generation, items).status();
-  };
-  if (io) {
-    step.pulled = io->Run(std::move(pull)).share();
-  } else {
-    std::promise<Status> done;
-    done.set_value(pull());
-    step.pulled = done.get_future().share();
   }
+  if (!io) {
+    std::promise<Status> done;
+    done.set_value(store->Fetch(items));
+    step.pulled = done.get_future().share();
+    return step;
+  }
+  auto started = first ? store->Start(first->closure_id, first->sequence, first->grads, first->generation, items)
+                       : store->Start(0, 0, {}, 0, items);
+  if (!started.ok()) {
+    std::promise<Status> done;
+    done.set_value(started.status());
+    step.pulled = done.get_future().share();
+    return step;
+  }
+  step.pulled = std::async(std::launch::deferred, [store, p = std::move(started).value()]() mutable {
+                  return store->Finish(std::move(p)).status();
+                }).share();
   return step;
 }
 
@@ -252,7 +259,7 @@ StatusOr<data::Dataset> BuildTrainDataset(WorkerFitState& state, const worker::W
                                                    static_cast<int>(env.worker_index), m->CheckDeviceSupport()));
   // Each worker shuffles its own way, as per-worker datasets do in TF.
   job.seed += 7919 * (env.worker_index + 1);
-  data::Dataset ds = TrainingPipeline(ex, job).Repeat();
+  data::Dataset ds = TrainingPipeline(ex, job, false).Repeat();
   MutexLock l(state.mu);
   state.job = job;
   state.names = VariableNames(*m);
@@ -426,11 +433,18 @@ class TrainClosure {
   // Queues the push waiting, if any, on its own.
   void FlushPush() {
     if (!pending_) return;
-    pushes_.push_back(io_->Run([store = store_, p = std::move(*pending_)]() -> Status {
-                           return store->PushGradients(p.closure_id, p.sequence, p.grads, p.generation).status();
-                         })
-                          .share());
+    std::vector<VariableStore::Item> nothing;
+    auto started = store_->Start(pending_->closure_id, pending_->sequence, pending_->grads, pending_->generation, nothing);
     pending_.reset();
+    if (!started.ok()) {
+      std::promise<Status> done;
+      done.set_value(started.status());
+      pushes_.push_back(done.get_future().share());
+      return;
+    }
+    pushes_.push_back(std::async(std::launch::deferred, [store = store_, p = std::move(started).value()]() mutable {
+                        return store->Finish(std::move(p)).status();
+                      }).share());
   }
 
   // Every push in flight must have landed before the closure says it is

@@ -242,6 +242,58 @@ StatusOr<int> VariableStore::PushAndFetch(uint64_t closure_id, uint32_t sequence
   return total;
 }
 
+StatusOr<std::unique_ptr<VariableStore::Pending>> VariableStore::Start(uint64_t closure_id, uint32_t sequence,
+                                                                       const std::vector<Grad>& grads,
+                                                                       uint64_t generation,
+                                                                       std::vector<Item>& items) {
+  auto p = std::make_unique<Pending>();
+  std::map<int64_t, std::vector<ps::Update>> pushes;
+  RETURN_IF_ERROR(PlanPush(grads, pushes));
+  RETURN_IF_ERROR(PlanFetch(items, p->pulls));
+  std::vector<int64_t> which;
+  for (const auto& [ps, _] : pushes) which.push_back(ps);
+  for (const auto& [ps, _] : p->pulls) {
+    if (!pushes.count(ps)) which.push_back(ps);
+  }
+  static const std::vector<std::string> kNone;
+  for (int64_t ps : which) {
+    auto push = pushes.find(ps);
+    auto pull = p->pulls.find(ps);
+    const bool whole = pull != p->pulls.end() && !pull->second.names.empty();
+    Pending::Call call{ps, nullptr};
+    if (push != pushes.end()) {
+      ASSIGN_OR_RETURN(call.exchange, ps_[ps]->StartPushPullInto(closure_id, sequence, push->second, generation,
+                                                                 whole ? pull->second.names : kNone,
+                                                                 whole ? std::span<Tensor>(pull->second.into)
+                                                                       : std::span<Tensor>()));
+    } else if (whole) {
+      ASSIGN_OR_RETURN(call.exchange, ps_[ps]->StartPullInto(pull->second.names, pull->second.into));
+    }
+    p->calls.push_back(std::move(call));
+  }
+  return p;
+}
+
+StatusOr<int> VariableStore::Finish(std::unique_ptr<Pending> p) {
+  int total = 0;
+  Status first;
+  for (Pending::Call& call : p->calls) {
+    if (call.exchange) {
+      auto d = ps_[call.ps]->Finish(std::move(call.exchange));
+      if (!d.ok()) {
+        if (first.ok()) first = d.status();
+        continue;
+      }
+      total += *d;
+    }
+    // Row pulls after the push, so they see it too.
+    auto pull = p->pulls.find(call.ps);
+    if (pull != p->pulls.end() && first.ok()) first = PullPlanned(call.ps, pull->second, false);
+  }
+  RETURN_IF_ERROR(first);
+  return total;
+}
+
 StatusOr<int> VariableStore::AssignAdd(uint64_t closure_id, uint32_t sequence, const std::string& name,
                                        const Tensor& delta, uint64_t generation) {
   ASSIGN_OR_RETURN(const PlacedVariable* v, placement_.Find(name));

@@ -74,6 +74,16 @@ class VariableStore {
   // push is applied at most once however often it is retried.
   StatusOr<int> PushAndFetch(uint64_t closure_id, uint32_t sequence, const std::vector<Grad>& grads,
                              uint64_t generation, std::vector<Item>& items);
+  // PushAndFetch in two halves, so the caller computes while the PS tasks
+  // answer: Start sends each PS its request; Finish reads the answers and
+  // returns what PushAndFetch returns. The destinations of `items` (planned
+  // by Start) are written by Finish and must stay alive and unread until
+  // then. Dropping a Pending unfinished abandons its exchanges (a push may
+  // or may not have been applied, at most once).
+  class Pending;
+  StatusOr<std::unique_ptr<Pending>> Start(uint64_t closure_id, uint32_t sequence, const std::vector<Grad>& grads,
+                                           uint64_t generation, std::vector<Item>& items);
+  StatusOr<int> Finish(std::unique_ptr<Pending> p);
   // Adds `delta` to a variable (ASSIGN_ADD), exactly once per closure id.
   StatusOr<int> AssignAdd(uint64_t closure_id, uint32_t sequence, const std::string& name, const Tensor& delta,
                           uint64_t generation = 0);
@@ -104,6 +114,17 @@ class VariableStore {
 
   Placement placement_;
   std::vector<std::shared_ptr<ps::PsClient>> ps_;
+};
+
+class VariableStore::Pending {
+ private:
+  friend class VariableStore;
+  std::map<int64_t, FetchPlan> pulls;
+  struct Call {
+    int64_t ps = 0;
+    std::unique_ptr<ps::PsClient::Pending> exchange;  // null: row pulls only
+  };
+  std::vector<Call> calls;
 };
 
 }  // namespace tfjob::strategy
