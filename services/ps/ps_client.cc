@@ -374,16 +374,8 @@ StatusOr<std::vector<Tensor>> PsClient::Pull(const std::vector<std::string>& nam
 }
 
 Status PsClient::PullRowsInto(const std::string& name, const std::vector<int64_t>& rows, Tensor& out) {
-  proto::PullRequest req;
-  req.add_names(name);
-  for (int64_t r : rows) req.add_rows(r);
-  return DataCall("Pull", static_cast<uint32_t>(wire::Op::kPull), req, {},
-                  [&](Connection& c, const std::string& meta, uint64_t payload_bytes) -> Status {
-                    proto::PullResponse resp;
-                    if (!resp.ParseFromString(meta) || resp.values_size() != 1) return Internal("malformed response");
-                    RETURN_IF_ERROR(CheckPayload(resp.values(), payload_bytes));
-                    return ReceiveTensor(c, resp.values(0), &out, nullptr);
-                  });
+  ASSIGN_OR_RETURN(std::unique_ptr<Pending> p, StartPullRowsInto(name, rows, out));
+  return Finish(std::move(p)).status();
 }
 
 StatusOr<Tensor> PsClient::PullRows(const std::string& name, const std::vector<int64_t>& rows) {
@@ -431,19 +423,26 @@ Status BuildPush(uint64_t closure_id, uint32_t sequence, const std::vector<Updat
 
 StatusOr<int> PsClient::Push(uint64_t closure_id, uint32_t sequence, const std::vector<Update>& updates,
                              uint64_t generation) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Pending> p, StartPush(closure_id, sequence, updates, generation));
+  return Finish(std::move(p));
+}
+
+StatusOr<std::unique_ptr<PsClient::Pending>> PsClient::StartPush(uint64_t closure_id, uint32_t sequence,
+                                                                 const std::vector<Update>& updates,
+                                                                 uint64_t generation) {
   proto::PushRequest req;
   std::vector<Tensor> payload;
   RETURN_IF_ERROR(BuildPush(closure_id, sequence, updates, generation, req, payload));
-  int duplicates = 0;
-  RETURN_IF_ERROR(DataCall("Push", static_cast<uint32_t>(wire::Op::kPush), req, payload,
-                           [&](Connection&, const std::string& meta, uint64_t payload_bytes) -> Status {
-                             proto::PushResponse resp;
-                             if (!resp.ParseFromString(meta) || payload_bytes != 0)
-                               return Internal("malformed response");
-                             duplicates = resp.duplicates();
-                             return Status::Ok();
-                           }));
-  return duplicates;
+  ASSIGN_OR_RETURN(std::string meta, SerializeMeta("Push on parameter server " + address_, req));
+  auto duplicates = std::make_shared<int>(0);
+  return Start("Push", static_cast<uint32_t>(wire::Op::kPush), std::move(meta), std::move(payload),
+               [duplicates](Connection&, const std::string& meta, uint64_t payload_bytes) -> Status {
+                 proto::PushResponse resp;
+                 if (!resp.ParseFromString(meta) || payload_bytes != 0) return Internal("malformed response");
+                 *duplicates = resp.duplicates();
+                 return Status::Ok();
+               },
+               duplicates);
 }
 
 PsClient::OnResponse PsClient::PullReader(size_t count, std::span<Tensor> out, std::shared_ptr<int> duplicates) {
@@ -492,6 +491,17 @@ StatusOr<std::unique_ptr<PsClient::Pending>> PsClient::StartPushPullInto(uint64_
   auto duplicates = std::make_shared<int>(0);
   return Start("PushPull", static_cast<uint32_t>(wire::Op::kPushPull), std::move(meta), std::move(payload),
                PullReader(names.size(), out, duplicates), duplicates);
+}
+
+StatusOr<std::unique_ptr<PsClient::Pending>> PsClient::StartPullRowsInto(const std::string& name,
+                                                                         const std::vector<int64_t>& rows,
+                                                                         Tensor& out) {
+  proto::PullRequest req;
+  req.add_names(name);
+  for (int64_t r : rows) req.add_rows(r);
+  ASSIGN_OR_RETURN(std::string meta, SerializeMeta("Pull on parameter server " + address_, req));
+  return Start("Pull", static_cast<uint32_t>(wire::Op::kPull), std::move(meta), {},
+               PullReader(1, std::span<Tensor>(&out, 1), nullptr), nullptr);
 }
 
 StatusOr<std::unique_ptr<PsClient::Pending>> PsClient::StartPullInto(const std::vector<std::string>& names,

@@ -103,13 +103,15 @@ class PsClient {
   StatusOr<int> PushPullInto(uint64_t closure_id, uint32_t sequence, const std::vector<Update>& updates,
                              uint64_t generation, const std::vector<std::string>& names, std::span<Tensor> out);
 
-  // PullInto and PushPullInto in two halves, so the caller works while the
-  // PS answers with no thread of its own: Start sends the request and
-  // returns; Finish reads the answer into `out` and returns what
-  // PushPullInto returns (0 for a pull). `out` (the tensors it spans) and
-  // the updates' tensors must stay alive and untouched until Finish. An
-  // exchange that broke (UNAVAILABLE) is redone whole by Finish with the
-  // usual retries; dropping a Pending unfinished closes its connection.
+  // Push, PullInto, PullRowsInto and PushPullInto in two halves, so the
+  // caller works while the PS answers, with no thread of its own: Start*
+  // sends the request (argument errors come back here) and returns; Finish
+  // reads the answer into `out` and returns what Push / PushPullInto return
+  // (0 for a pull). `out` (the tensors it spans) must stay alive and unread
+  // until Finish. An exchange that broke (UNAVAILABLE) is redone whole by
+  // Finish with the usual retries (a push is applied once however often it
+  // is sent); dropping a Pending unfinished closes its connection. A Pending
+  // holds a connection of its own: many may be open at once.
   class Pending {
    public:
     Pending();
@@ -127,7 +129,11 @@ class PsClient {
     std::unique_ptr<Connection> c;
     Status sent;
   };
+  StatusOr<std::unique_ptr<Pending>> StartPush(uint64_t closure_id, uint32_t sequence,
+                                               const std::vector<Update>& updates, uint64_t generation);
   StatusOr<std::unique_ptr<Pending>> StartPullInto(const std::vector<std::string>& names, std::span<Tensor> out);
+  StatusOr<std::unique_ptr<Pending>> StartPullRowsInto(const std::string& name, const std::vector<int64_t>& rows,
+                                                       Tensor& out);
   StatusOr<std::unique_ptr<Pending>> StartPushPullInto(uint64_t closure_id, uint32_t sequence,
                                                        const std::vector<Update>& updates, uint64_t generation,
                                                        const std::vector<std::string>& names, std::span<Tensor> out);

@@ -375,11 +375,25 @@ Status ParameterServerService::SendValues(Call& c, const std::vector<std::shared
     return wire::SendAll(c.fd, iov, c.deadline, c.peer);
   }
   for (size_t i = 0; i < shards.size(); ++i) {
-    ReaderLock g(shards[i]->mu);
-    if (shards[i]->value.bytes() != bytes[i]) return Internal("Pull: a variable changed size while it was sent");
-    iovec iov[3] = {{&f, sizeof f}, {const_cast<char*>(meta.data()), meta.size()}, {shards[i]->value.raw(), bytes[i]}};
+    iovec iov[3] = {{&f, sizeof f}, {const_cast<char*>(meta.data()), meta.size()}, {nullptr, bytes[i]}};
     std::span<iovec> send(iov, 3);
     if (i > 0) send = send.subspan(2);  // the frame and meta went with the first tensor
+    {
+      ReaderLock g(shards[i]->mu);
+      if (shards[i]->value.bytes() != bytes[i]) return Internal("Pull: a variable changed size while it was sent");
+      iov[2].iov_base = shards[i]->value.raw();
+      // What the socket does not take at once is copied out and sent after
+      // the lock is released: a client may read its answer only after
+      // computing (PsClient::Start), and pushes must not wait for it.
+      RETURN_IF_ERROR(wire::SendNow(c.fd, send, c.peer));
+      if (iov[2].iov_len > 0) {
+        ASSIGN_OR_RETURN(c.staging.gathered,
+                         Reserve(std::move(c.staging.gathered), DType::kFloat32,
+                                 static_cast<int64_t>((iov[2].iov_len + 3) / 4), 0));
+        std::memcpy(c.staging.gathered.raw(), iov[2].iov_base, iov[2].iov_len);
+        iov[2].iov_base = c.staging.gathered.raw();
+      }
+    }
     RETURN_IF_ERROR(wire::SendAll(c.fd, send, c.deadline, c.peer));
   }
   if (shards.empty()) {

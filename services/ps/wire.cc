@@ -37,6 +37,41 @@ Status Broken(const net::Fd& fd, const std::string& peer, int err) { return net:
 
 }  // namespace
 
+namespace {
+
+// Advances `iov` past `done` bytes sent; returns the first entry left.
+size_t Consume(std::span<iovec> iov, size_t first, size_t done) {
+  while (first < iov.size() && done >= iov[first].iov_len) {
+    done -= iov[first].iov_len;
+    iov[first].iov_len = 0;
+    ++first;
+  }
+  if (done > 0) {
+    iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + done;
+    iov[first].iov_len -= done;
+  }
+  while (first < iov.size() && iov[first].iov_len == 0) ++first;
+  return first;
+}
+
+}  // namespace
+
+Status SendNow(const net::Fd& fd, std::span<iovec> iov, const std::string& peer) {
+  if (fd.tls()) return Status::Ok();
+  size_t first = Consume(iov, 0, 0);
+  while (first < iov.size()) {
+    const ssize_t w = net::Sendv(fd, iov.data() + first, static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX)),
+                                 MSG_DONTWAIT);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::Ok();
+      return Broken(fd, peer, errno);
+    }
+    first = Consume(iov, first, static_cast<size_t>(w));
+  }
+  return Status::Ok();
+}
+
 Status SendAll(const net::Fd& fd, std::span<iovec> iov, Clock::time_point deadline, const std::string& peer) {
   size_t first = 0;
   while (first < iov.size() && iov[first].iov_len == 0) ++first;
@@ -53,17 +88,7 @@ Status SendAll(const net::Fd& fd, std::span<iovec> iov, Clock::time_point deadli
       }
       return Broken(fd, peer, errno);
     }
-    size_t done = static_cast<size_t>(w);
-    while (first < iov.size() && done >= iov[first].iov_len) {
-      done -= iov[first].iov_len;
-      iov[first].iov_len = 0;
-      ++first;
-    }
-    if (done > 0) {
-      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + done;
-      iov[first].iov_len -= done;
-    }
-    while (first < iov.size() && iov[first].iov_len == 0) ++first;
+    first = Consume(iov, first, static_cast<size_t>(w));
   }
   // TLS: the session may hold the last bytes it accepted.
   while (net::Flush(fd) != 0) {

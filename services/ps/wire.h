@@ -96,6 +96,9 @@ static_assert(sizeof(Frame) == 24);
 // through the connection's TLS session when it has one.
 // SendAll consumes `iov` (its entries are advanced as bytes go out).
 Status SendAll(const net::Fd& fd, std::span<iovec> iov, Clock::time_point deadline, const std::string& peer);
+// Sends what the socket takes without waiting, consuming `iov` as SendAll
+// does; on a TLS connection it sends nothing (the session would wait).
+Status SendNow(const net::Fd& fd, std::span<iovec> iov, const std::string& peer);
 // `*received` (when given) counts the bytes that did arrive, also on failure.
 Status RecvAll(const net::Fd& fd, void* data, size_t n, Clock::time_point deadline, const std::string& peer,
                size_t* received = nullptr);

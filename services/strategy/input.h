@@ -55,7 +55,8 @@ StatusOr<JobData> LoadJobData(const model::JobConfig& job, const std::string& da
                               const InputShard& train_shard = {});
 
 // (features, label) batches: shuffled per epoch with the job seed, batched,
-// prefetched. Keeps the last partial batch, as Keras does.
+// and (`prefetch`) made ahead on a thread of their own. Keeps the last
+// partial batch, as Keras does.
 data::Dataset TrainingPipeline(const Examples& ex, const model::JobConfig& job, bool prefetch = true);
 data::Dataset EvalPipeline(const Examples& ex, int64_t batch_size);
 

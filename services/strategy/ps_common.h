@@ -30,7 +30,7 @@ nlohmann::json StatsToJson(const BatchStats& s, int64_t steps, int64_t examples)
 // Where a PS worker's closure time went, summed over its steps: reading the
 // batch and issuing the pulls (input), waiting for pulled values
 // (pull_wait), the forward and backward pass (compute), handing gradients to
-// the push (push: the whole push without the network thread), the metrics
+// the push (push: the whole push when not prefetching), the metrics
 // (record), waiting at the closure's end for the pushes in flight
 // (push_wait), and the closure's whole time on the worker (closure). The
 // chief sums them over closures into its summary's worker_step_seconds.

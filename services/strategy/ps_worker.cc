@@ -2,12 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
 #include <functional>
 #include <future>
 #include <memory>
 #include <optional>
-#include <thread>
 
 #include "common/mutex.h"
 #include "services/model/keras_model.h"
@@ -22,52 +20,22 @@ namespace {
 
 using namespace ps_detail;  // NOLINT: the strategy's own shared pieces
 
-// The worker's network thread: pulls and pushes run on it one after another,
-// in the order they were asked for, while the closure computes. The order is
-// what bounds staleness: the pull for step s+1 is queued after the push of
-// step s-1, so step s+1 sees every update of this worker but the last one.
-class IoQueue {
- public:
-  IoQueue() : thread_([this] { Loop(); }) {}
-  // Runs what is still queued, then stops.
-  ~IoQueue() {
-    {
-      MutexLock l(mu_);
-      stop_ = true;
-    }
-    cv_.NotifyAll();
-    thread_.join();
+// An exchange with the PS tasks started now (its requests sent) and
+// finished by whoever first waits on the future: the closure's own thread,
+// after computing. No thread of the worker's sits between the closure and
+// the PS, so a step hands off to no one (on two vCPUs that halt when idle,
+// each wake-up of a thread on the other one costs tens of microseconds).
+std::shared_future<Status> Later(const std::shared_ptr<VariableStore>& store,
+                                 StatusOr<std::unique_ptr<VariableStore::Pending>> started) {
+  if (!started.ok()) {
+    std::promise<Status> failed;
+    failed.set_value(started.status());
+    return failed.get_future().share();
   }
-  std::future<Status> Run(std::function<Status()> fn) TFJOB_EXCLUDES(mu_) {
-    std::packaged_task<Status()> task(std::move(fn));
-    std::future<Status> f = task.get_future();
-    {
-      MutexLock l(mu_);
-      tasks_.push_back(std::move(task));
-    }
-    cv_.NotifyAll();
-    return f;
-  }
-
- private:
-  void Loop() TFJOB_EXCLUDES(mu_) {
-    MutexLock lock(mu_);
-    while (true) {
-      cv_.Wait(lock, [&]() TFJOB_REQUIRES(mu_) { return stop_ || !tasks_.empty(); });
-      if (tasks_.empty()) return;
-      std::packaged_task<Status()> task = std::move(tasks_.front());
-      tasks_.pop_front();
-      lock.Unlock();
-      task();
-      lock.Lock();
-    }
-  }
-  Mutex mu_;
-  CondVar cv_;
-  std::deque<std::packaged_task<Status()>> tasks_ TFJOB_GUARDED_BY(mu_);
-  bool stop_ TFJOB_GUARDED_BY(mu_) = false;
-  std::thread thread_;  // last: started once the rest exists
-};
+  return std::async(std::launch::deferred,
+                    [store, p = std::move(started).value()]() mutable { return store->Finish(std::move(p)).status(); })
+      .share();
+}
 
 // One training step's inputs: its batch, and the variable values pulled for
 // it (with a row plan, the table holds only the batch's rows).
@@ -79,7 +47,7 @@ struct Step {
   std::shared_ptr<std::vector<Tensor>> values;
   Tensor table_rows;  // with a row plan: the view of the table the pull fills
   // Shared: when the pull went with the last step's push, the closure
-  // waits on it for that push too.
+  // waits on it for that push too. Deferred (Later) when prefetching.
   std::shared_future<Status> pulled;
 };
 
@@ -93,8 +61,8 @@ struct PendingPush {
 };
 
 // What a worker keeps between closures: the job and its placement (set by
-// the dataset function), idle models and value buffers to reuse, the network
-// thread, and the next step's batch and values when prefetching.
+// the dataset function), idle models and value buffers to reuse, and the
+// next step's batch and values when prefetching.
 struct WorkerFitState {
   Mutex mu;
   std::optional<model::JobConfig> job TFJOB_GUARDED_BY(mu);
@@ -111,19 +79,16 @@ struct WorkerFitState {
   std::vector<std::shared_ptr<std::vector<Tensor>>> free_values TFJOB_GUARDED_BY(mu);
   std::optional<Step> prefetched TFJOB_GUARDED_BY(mu);
   uint64_t prefetched_generation TFJOB_GUARDED_BY(mu) = 0;
-  // Last: destroyed first, finishing what uses the rest. The queue itself
-  // is used outside the lock; only the pointer is guarded.
-  std::unique_ptr<IoQueue> io TFJOB_GUARDED_BY(mu);
 };
 
-// Takes the next batch, renumbers its ids for a row plan, and pulls (now,
-// or on the network thread when `io` is given) the values it needs. With
-// `io`, a `push` waiting goes first in the same exchange (taken from
-// `push`: its outcome is then the step's `pulled` too); it is left there
-// when the step fails before its pull is queued.
+// Takes the next batch, renumbers its ids for a row plan, and pulls the
+// values it needs: now, or (`split`) started now and finished when the step
+// waits for them. With `split`, a `push` waiting goes first in the same
+// exchange (taken from `push`: its outcome is then the step's `pulled`
+// too); it is left there when the step fails before its pull starts.
 StatusOr<Step> PrepareStep(worker::ClosureContext& ctx, WorkerFitState& state, const std::optional<RowPlan>& plan,
                            const std::vector<std::string>& names, const std::shared_ptr<VariableStore>& store,
-                           IoQueue* io, std::optional<PendingPush>& push) {
+                           bool split, std::optional<PendingPush>& push) {
   ASSIGN_OR_RETURN(std::optional<data::Element> e, ctx.Next(kTrainDataset));
   if (!e) return OutOfRange("fit: training dataset ended");
   Step step;
@@ -167,7 +132,7 @@ StatusOr<Step> PrepareStep(worker::ClosureContext& ctx, WorkerFitState& state, c
     step.pulled_bytes += elems * static_cast<int64_t>(DTypeSize(v->dtype));
   }
   std::optional<PendingPush> first;
-  if (io && push) {
+  if (split && push) {
     first = std::move(push);
     push.reset();
   }
@@ -187,23 +152,15 @@ StatusOr<Step> PrepareStep(worker::ClosureContext& ctx, WorkerFitState& state, c
       items.push_back({names[i], std::nullopt, &value});
     }
   }
-  if (!io) {
+  if (!split) {
     std::promise<Status> done;
     done.set_value(store->Fetch(items));
     step.pulled = done.get_future().share();
     return step;
   }
-  auto started = first ? store->Start(first->closure_id, first->sequence, first->grads, first->generation, items)
-                       : store->Start(0, 0, {}, 0, items);
-  if (!started.ok()) {
-    std::promise<Status> done;
-    done.set_value(started.status());
-    step.pulled = done.get_future().share();
-    return step;
-  }
-  step.pulled = std::async(std::launch::deferred, [store, p = std::move(started).value()]() mutable {
-                  return store->Finish(std::move(p)).status();
-                }).share();
+  step.pulled = Later(store, first ? store->Start(first->closure_id, first->sequence, first->grads,
+                                                  first->generation, items)
+                                   : store->Start(0, 0, {}, 0, items));
   return step;
 }
 
@@ -259,6 +216,10 @@ StatusOr<data::Dataset> BuildTrainDataset(WorkerFitState& state, const worker::W
                                                    static_cast<int>(env.worker_index), m->CheckDeviceSupport()));
   // Each worker shuffles its own way, as per-worker datasets do in TF.
   job.seed += 7919 * (env.worker_index + 1);
+  // Batches are made by the closure that takes them, not ahead on a thread:
+  // the worker's other closure keeps the cores busy meanwhile, and a
+  // prefetch thread would be one more hand-off a step (and a thread
+  // started each epoch under Repeat).
   data::Dataset ds = TrainingPipeline(ex, job, false).Repeat();
   MutexLock l(state.mu);
   state.job = job;
@@ -272,7 +233,6 @@ StatusOr<data::Dataset> BuildTrainDataset(WorkerFitState& state, const worker::W
   state.idle.clear();
   state.free_values.clear();
   state.prefetched.reset();
-  if (!state.io) state.io = std::make_unique<IoQueue>();
   return ds;
 }
 
@@ -289,7 +249,7 @@ class TrainClosure {
     RETURN_IF_ERROR(Prepare());
     const int64_t steps = a.value("steps", int64_t{1});
     Status ran = RunSteps(steps);
-    if (ran.ok() && io_ && !cur_) PullAheadWithLastPush();
+    if (ran.ok() && prefetch_ && !cur_) PullAheadWithLastPush();
     FlushPush();
     Status failed = WaitForPushes(ran);
     if (failed.ok() && !device_.is_cpu()) failed = ReadDeviceStats();
@@ -316,7 +276,6 @@ class TrainClosure {
     prefetch_ = state_.prefetch;
     device_ = state_.device;
     generation_ = state_.generation;
-    io_ = prefetch_ ? state_.io.get() : nullptr;
     if (!state_.idle.empty()) {
       m_ = std::move(state_.idle.back());
       state_.idle.pop_back();
@@ -349,7 +308,7 @@ class TrainClosure {
     Stopwatch w;
     for (int64_t s = 0; s < steps && failed.ok(); ++s) {
       if (!cur_) {
-        auto prepared = PrepareStep(ctx_, state_, plan_, names_, store_, io_, pending_);
+        auto prepared = PrepareStep(ctx_, state_, plan_, names_, store_, prefetch_, pending_);
         if (!prepared.ok()) return prepared.status();
         cur_ = std::move(prepared).value();
       }
@@ -364,7 +323,7 @@ class TrainClosure {
       if (prefetch_ && s + 1 < steps) {
         // The previous step's push goes with this pull, in one exchange.
         const bool pushing = pending_.has_value();
-        auto prepared = PrepareStep(ctx_, state_, plan_, names_, store_, io_, pending_);
+        auto prepared = PrepareStep(ctx_, state_, plan_, names_, store_, prefetch_, pending_);
         if (prepared.ok()) {
           next = std::move(prepared).value();
           if (pushing && !pending_) pushes_.push_back(next->pulled);
@@ -396,7 +355,7 @@ class TrainClosure {
     return failed;
   }
 
-  // Pushes the current step's gradients. With a network thread, they wait
+  // Pushes the current step's gradients. When prefetching, they wait
   // for the next step's pull to go with it (FlushPush sends them alone);
   // WaitForPushes has the outcome.
   Status Push(model::Model::Output& out, uint32_t sequence) {
@@ -411,7 +370,7 @@ class TrainClosure {
         global.data<int64_t>()[i] = cur_->rows[static_cast<size_t>(local[i])];
       g.indices = global;
     }
-    if (!io_) return store_->PushGradients(ctx_.closure_id(), sequence, grads, ctx_.generation()).status();
+    if (!prefetch_) return store_->PushGradients(ctx_.closure_id(), sequence, grads, ctx_.generation()).status();
     FlushPush();  // never two waiting: the order of pushes is kept
     pending_ = PendingPush{ctx_.closure_id(), ctx_.generation(), sequence, std::move(grads)};
     return Status::Ok();
@@ -424,27 +383,19 @@ class TrainClosure {
   // prepared; the next closure then meets the error itself.
   void PullAheadWithLastPush() {
     const bool pushing = pending_.has_value();
-    auto prepared = PrepareStep(ctx_, state_, plan_, names_, store_, io_, pending_);
+    auto prepared = PrepareStep(ctx_, state_, plan_, names_, store_, prefetch_, pending_);
     if (!prepared.ok()) return;
     cur_ = std::move(prepared).value();
     if (pushing && !pending_) pushes_.push_back(cur_->pulled);
   }
 
-  // Queues the push waiting, if any, on its own.
+  // Starts the push waiting, if any, on its own.
   void FlushPush() {
     if (!pending_) return;
     std::vector<VariableStore::Item> nothing;
-    auto started = store_->Start(pending_->closure_id, pending_->sequence, pending_->grads, pending_->generation, nothing);
+    pushes_.push_back(Later(
+        store_, store_->Start(pending_->closure_id, pending_->sequence, pending_->grads, pending_->generation, nothing)));
     pending_.reset();
-    if (!started.ok()) {
-      std::promise<Status> done;
-      done.set_value(started.status());
-      pushes_.push_back(done.get_future().share());
-      return;
-    }
-    pushes_.push_back(std::async(std::launch::deferred, [store = store_, p = std::move(started).value()]() mutable {
-                        return store->Finish(std::move(p)).status();
-                      }).share());
   }
 
   // Every push in flight must have landed before the closure says it is
@@ -498,7 +449,6 @@ class TrainClosure {
   bool prefetch_ = true;
   Device device_;
   uint64_t generation_ = 0;
-  IoQueue* io_ = nullptr;  // with prefetching: the worker's network thread
   std::unique_ptr<model::Model> m_;
   std::optional<Step> cur_;  // the step to compute next
   // The closure's progress.
@@ -506,7 +456,7 @@ class TrainClosure {
   Tensor device_stats_;
   int64_t examples_ = 0;
   int64_t pulled_bytes_ = 0;
-  std::optional<PendingPush> pending_;  // with a network thread: see Push
+  std::optional<PendingPush> pending_;  // when prefetching: see Push
   std::vector<std::shared_future<Status>> pushes_;
   PsStepSeconds time_;
 };

@@ -3,9 +3,10 @@
 // datasets are in TensorFlow) and the closure the chief schedules: pull the
 // variables (only the batch's rows of a first-layer Embedding), compute the
 // gradients (on the worker's device), push them with the closure's id, a
-// few steps per closure. With prefetching, the next step's batch and
-// values come in on a network thread while this one computes (staleness of
-// one update of this worker).
+// few steps per closure. With prefetching, the next step's pull (with the
+// last step's push) is sent before this step computes and its answer read
+// after, by the closure's own thread (staleness of one update of this
+// worker).
 //
 // Thread-safety: the registered functions run concurrently; their shared
 // state is behind one mutex. Failure: a closure's error is its result (the

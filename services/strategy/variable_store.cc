@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <thread>
 
 #include "services/tensor/ops.h"
 
@@ -26,17 +25,6 @@ StatusOr<Tensor> Reuse(const Tensor& t, DType dtype, const Shape& shape) {
 
 VariableStore::VariableStore(Placement placement, std::vector<std::shared_ptr<ps::PsClient>> ps)
     : placement_(std::move(placement)), ps_(std::move(ps)) {}
-
-Status VariableStore::ForEachPs(const std::vector<int64_t>& which, const std::function<Status(int64_t)>& fn) {
-  if (which.size() == 1) return fn(which[0]);
-  std::vector<Status> results(which.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 1; i < which.size(); ++i) threads.emplace_back([&, i] { results[i] = fn(which[i]); });
-  if (!which.empty()) results[0] = fn(which[0]);
-  for (auto& t : threads) t.join();
-  for (const Status& s : results) RETURN_IF_ERROR(s);
-  return Status::Ok();
-}
 
 Status VariableStore::Create(const std::string& name, const Tensor& initial,
                              const std::optional<model::OptimizerSpec>& optimizer) {
@@ -104,18 +92,9 @@ Status VariableStore::PlanFetch(std::vector<Item>& items, std::map<int64_t, Fetc
   return Status::Ok();
 }
 
-Status VariableStore::PullPlanned(int64_t ps, FetchPlan& p, bool whole) {
-  if (whole && !p.names.empty()) RETURN_IF_ERROR(ps_[ps]->PullInto(p.names, p.into));
-  for (RowPull& r : p.rows) RETURN_IF_ERROR(ps_[ps]->PullRowsInto(r.shard, r.local, r.into));
-  return Status::Ok();
-}
-
 Status VariableStore::Fetch(std::vector<Item>& items) {
-  std::map<int64_t, FetchPlan> by_ps;
-  RETURN_IF_ERROR(PlanFetch(items, by_ps));
-  std::vector<int64_t> which;
-  for (const auto& [ps, _] : by_ps) which.push_back(ps);
-  return ForEachPs(which, [&](int64_t ps) -> Status { return PullPlanned(ps, by_ps.at(ps), true); });
+  ASSIGN_OR_RETURN(std::unique_ptr<Pending> p, Start(0, 0, {}, 0, items));
+  return Finish(std::move(p)).status();
 }
 
 StatusOr<Tensor> VariableStore::Lookup(const std::string& name, const std::vector<int64_t>& ids) {
@@ -208,38 +187,17 @@ StatusOr<int> VariableStore::PushGradients(uint64_t closure_id, uint32_t sequenc
 
 StatusOr<int> VariableStore::PushAndFetch(uint64_t closure_id, uint32_t sequence, const std::vector<Grad>& grads,
                                           uint64_t generation, std::vector<Item>& items) {
-  std::map<int64_t, std::vector<ps::Update>> pushes;
-  RETURN_IF_ERROR(PlanPush(grads, pushes));
-  std::map<int64_t, FetchPlan> pulls;
-  RETURN_IF_ERROR(PlanFetch(items, pulls));
-  std::vector<int64_t> which;
-  for (const auto& [ps, _] : pushes) which.push_back(ps);
-  for (const auto& [ps, _] : pulls) {
-    if (!pushes.count(ps)) which.push_back(ps);
+  ASSIGN_OR_RETURN(std::unique_ptr<Pending> p, Start(closure_id, sequence, grads, generation, items));
+  return Finish(std::move(p));
+}
+
+Status VariableStore::StartRowPulls(int64_t ps, FetchPlan& plan,
+                                    std::vector<std::unique_ptr<ps::PsClient::Pending>>& started) {
+  for (RowPull& r : plan.rows) {
+    ASSIGN_OR_RETURN(std::unique_ptr<ps::PsClient::Pending> one, ps_[ps]->StartPullRowsInto(r.shard, r.local, r.into));
+    started.push_back(std::move(one));
   }
-  std::vector<int> duplicates(ps_.size(), 0);
-  RETURN_IF_ERROR(ForEachPs(which, [&](int64_t ps) -> Status {
-    auto push = pushes.find(ps);
-    auto pull = pulls.find(ps);
-    bool whole_pulled = false;
-    if (push != pushes.end()) {
-      int& d = duplicates[static_cast<size_t>(ps)];
-      if (pull != pulls.end() && !pull->second.names.empty()) {
-        // This PS's push and whole-value pull in one exchange.
-        ASSIGN_OR_RETURN(d, ps_[ps]->PushPullInto(closure_id, sequence, push->second, generation, pull->second.names,
-                                                  pull->second.into));
-        whole_pulled = true;
-      } else {
-        ASSIGN_OR_RETURN(d, ps_[ps]->Push(closure_id, sequence, push->second, generation));
-      }
-    }
-    // Row pulls after the push, so they see it too.
-    if (pull != pulls.end()) RETURN_IF_ERROR(PullPlanned(ps, pull->second, !whole_pulled));
-    return Status::Ok();
-  }));
-  int total = 0;
-  for (int d : duplicates) total += d;
-  return total;
+  return Status::Ok();
 }
 
 StatusOr<std::unique_ptr<VariableStore::Pending>> VariableStore::Start(uint64_t closure_id, uint32_t sequence,
@@ -255,21 +213,29 @@ StatusOr<std::unique_ptr<VariableStore::Pending>> VariableStore::Start(uint64_t 
   for (const auto& [ps, _] : p->pulls) {
     if (!pushes.count(ps)) which.push_back(ps);
   }
-  static const std::vector<std::string> kNone;
+  // Every PS gets its request before any answer is read: the PS tasks
+  // work in parallel.
   for (int64_t ps : which) {
     auto push = pushes.find(ps);
     auto pull = p->pulls.find(ps);
     const bool whole = pull != p->pulls.end() && !pull->second.names.empty();
-    Pending::Call call{ps, nullptr};
+    Pending::Call& call = p->calls.emplace_back();
+    call.ps = ps;
     if (push != pushes.end()) {
-      ASSIGN_OR_RETURN(call.exchange, ps_[ps]->StartPushPullInto(closure_id, sequence, push->second, generation,
-                                                                 whole ? pull->second.names : kNone,
-                                                                 whole ? std::span<Tensor>(pull->second.into)
-                                                                       : std::span<Tensor>()));
-    } else if (whole) {
+      call.pushes = true;
+      // This PS's push and whole-value pull in one exchange.
+      if (whole) {
+        ASSIGN_OR_RETURN(call.exchange, ps_[ps]->StartPushPullInto(closure_id, sequence, push->second, generation,
+                                                                   pull->second.names, pull->second.into));
+      } else {
+        ASSIGN_OR_RETURN(call.exchange, ps_[ps]->StartPush(closure_id, sequence, push->second, generation));
+      }
+      continue;
+    }
+    if (whole) {
       ASSIGN_OR_RETURN(call.exchange, ps_[ps]->StartPullInto(pull->second.names, pull->second.into));
     }
-    p->calls.push_back(std::move(call));
+    RETURN_IF_ERROR(StartRowPulls(ps, pull->second, call.rows));
   }
   return p;
 }
@@ -278,17 +244,22 @@ StatusOr<int> VariableStore::Finish(std::unique_ptr<Pending> p) {
   int total = 0;
   Status first;
   for (Pending::Call& call : p->calls) {
-    if (call.exchange) {
-      auto d = ps_[call.ps]->Finish(std::move(call.exchange));
-      if (!d.ok()) {
-        if (first.ok()) first = d.status();
-        continue;
-      }
-      total += *d;
+    if (!call.exchange) continue;
+    auto d = ps_[call.ps]->Finish(std::move(call.exchange));
+    if (!d.ok()) {
+      if (first.ok()) first = d.status();
+      continue;
     }
+    total += *d;
     // Row pulls after the push, so they see it too.
     auto pull = p->pulls.find(call.ps);
-    if (pull != p->pulls.end() && first.ok()) first = PullPlanned(call.ps, pull->second, false);
+    if (call.pushes && pull != p->pulls.end() && first.ok()) first = StartRowPulls(call.ps, pull->second, call.rows);
+  }
+  for (Pending::Call& call : p->calls) {
+    for (auto& rows : call.rows) {
+      Status s = ps_[call.ps]->Finish(std::move(rows)).status();
+      if (first.ok()) first = s;
+    }
   }
   RETURN_IF_ERROR(first);
   return total;

@@ -4,8 +4,9 @@
 // concatenation, no second copy); Fetch pulls only the rows asked for from
 // the shards that hold them (embedding lookups); pushes split dense gradients
 // by rows and route sparse rows to their shard, all tagged with the closure
-// id so every shard applies them at most once. Requests to different PS
-// tasks run in parallel, one request per PS for whole values.
+// id so every shard applies them at most once. Every PS gets its request
+// before any answer is read, so the PS tasks work in parallel with no
+// thread of the caller's per PS; one request per PS for whole values.
 //
 // Ownership: borrows nothing; holds shared PS clients. Thread-safety: all
 // methods may be called concurrently (PsClient is thread-safe; the placement
@@ -103,14 +104,11 @@ class VariableStore {
   };
   // Checks `items` and plans their pulls (destinations resized in place).
   Status PlanFetch(std::vector<Item>& items, std::map<int64_t, FetchPlan>& by_ps);
-  // Runs the planned pulls from one PS (`whole`: its whole-value pull too).
-  Status PullPlanned(int64_t ps, FetchPlan& p, bool whole);
   // Splits gradients into each PS's updates (dense by rows, sparse rows to
   // their shard, with shard-local ids).
   Status PlanPush(const std::vector<Grad>& grads, std::map<int64_t, std::vector<ps::Update>>& by_ps);
-  // Runs fn(ps) for every PS in `which`, all but one on their own threads;
-  // returns the first error.
-  Status ForEachPs(const std::vector<int64_t>& which, const std::function<Status(int64_t)>& fn);
+  // Starts `plan`'s row pulls from `ps`, adding them to `started`.
+  Status StartRowPulls(int64_t ps, FetchPlan& plan, std::vector<std::unique_ptr<ps::PsClient::Pending>>& started);
 
   Placement placement_;
   std::vector<std::shared_ptr<ps::PsClient>> ps_;
@@ -119,10 +117,12 @@ class VariableStore {
 class VariableStore::Pending {
  private:
   friend class VariableStore;
-  std::map<int64_t, FetchPlan> pulls;
+  std::map<int64_t, FetchPlan> pulls;  // the destinations the answers fill
   struct Call {
     int64_t ps = 0;
-    std::unique_ptr<ps::PsClient::Pending> exchange;  // null: row pulls only
+    bool pushes = false;  // its row pulls start once the push is answered
+    std::unique_ptr<ps::PsClient::Pending> exchange;  // push and/or whole values
+    std::vector<std::unique_ptr<ps::PsClient::Pending>> rows;
   };
   std::vector<Call> calls;
 };

@@ -513,6 +513,84 @@ TEST_F(PsTest, PushPullPullsWhatItPushed) {
   EXPECT_EQ(client_->PushPullInto(10, 0, push, 0, {"w", "c"}, two).status().code(), Code::kInvalidArgument);
 }
 
+// Started exchanges are answered while the caller does something else,
+// and finished in any order; each sees what was applied before it started.
+// One dropped unfinished leaves the client working.
+TEST_F(PsTest, StartedExchangesFinishInAnyOrder) {
+  ASSERT_TRUE(client_->CreateVariable("w", F({2}, {1, 2}), Sgd(0.5)).ok());
+  std::vector<Tensor> first{Tensor::Zeros(DType::kFloat32, {2})};
+  std::vector<Tensor> second{Tensor::Zeros(DType::kFloat32, {2})};
+  auto push_pull =
+      client_->StartPushPullInto(3, 0, {{"w", Update::Kind::kApplyGradient, F({2}, {2, -4}), {}}}, 0, {"w"}, first);
+  ASSERT_TRUE(push_pull.ok()) << push_pull.status();
+  // The PS applies the push without waiting for anyone to read its answer.
+  ASSERT_TRUE(client_->GetStatus().ok());
+  auto pull = client_->StartPullInto({"w"}, second);
+  ASSERT_TRUE(pull.ok()) << pull.status();
+  auto pushed = client_->StartPush(3, 0, {{"w", Update::Kind::kApplyGradient, F({2}, {2, -4}), {}}}, 0);
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  Tensor rows = Tensor::Zeros(DType::kFloat32, {1});
+  auto row = client_->StartPullRowsInto("w", {1}, rows);
+  ASSERT_TRUE(row.ok()) << row.status();
+  auto dropped = client_->StartPullInto({"w"}, second);
+  ASSERT_TRUE(dropped.ok());
+  dropped->reset();
+
+  EXPECT_EQ(*client_->Finish(std::move(*pushed)), 1);  // the same closure step: skipped
+  EXPECT_EQ(*client_->Finish(std::move(*row)), 0);
+  EXPECT_EQ(*client_->Finish(std::move(*pull)), 0);
+  EXPECT_EQ(*client_->Finish(std::move(*push_pull)), 0);
+  EXPECT_TRUE(AllClose(first[0], F({2}, {0, 4})));
+  EXPECT_TRUE(AllClose(second[0], F({2}, {0, 4})));
+  EXPECT_FLOAT_EQ(rows.data<float>()[0], 4.f);
+  EXPECT_TRUE(AllClose((*client_->Pull({"w"}))[0], F({2}, {0, 4})));
+
+  // Refusals come back from Finish, with the caller's tensors untouched.
+  std::vector<Tensor> wrong{Tensor::Zeros(DType::kFloat32, {3})};
+  auto refused = client_->StartPullInto({"w"}, wrong);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(client_->Finish(std::move(*refused)).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(client_->StartPullInto({"w", "w"}, wrong).status().code(), Code::kInvalidArgument);
+}
+
+// An answer nobody reads yet, bigger than what the socket holds, does not
+// keep the variable locked: another client's push lands meanwhile.
+TEST_F(PsTest, AnUnreadAnswerDoesNotHoldTheVariable) {
+  const int64_t n = int64_t{4} << 20;  // 16 MiB: more than the shared region and the socket's buffers
+  ASSERT_TRUE(client_->CreateVariable("big", Tensor::Zeros(DType::kFloat32, {n}), Sgd(1)).ok());
+  std::vector<Tensor> out{Tensor::Zeros(DType::kFloat32, {n})};
+  auto pull = client_->StartPullInto({"big"}, out);
+  ASSERT_TRUE(pull.ok()) << pull.status();
+  ClientOptions quick;
+  quick.timeout = std::chrono::seconds(10);
+  PsClient other("127.0.0.1:" + std::to_string(server_->port()), quick);
+  Tensor grad = Tensor::Zeros(DType::kFloat32, {n});
+  grad.data<float>()[n - 1] = -1;
+  auto pushed = other.Push(1, 0, {{"big", Update::Kind::kApplyGradient, grad, {}}});
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  ASSERT_TRUE(client_->Finish(std::move(*pull)).ok());
+  // The answer is the value when the pull was served: before the push.
+  EXPECT_FLOAT_EQ(out[0].data<float>()[n - 1], 0.f);
+  EXPECT_FLOAT_EQ((*other.Pull({"big"}))[0].data<float>()[n - 1], 1.f);
+}
+
+// A started exchange that could not reach its PS is done whole by Finish,
+// with the usual retries: here, once the PS is back.
+TEST_F(PsTest, FinishRedoesAnExchangeThatCouldNotStart) {
+  const int port = server_->port();
+  server_->Stop(std::chrono::milliseconds(0));
+  server_.reset();
+  std::vector<Tensor> out{Tensor::Zeros(DType::kFloat32, {2})};
+  auto pull = client_->StartPullInto({"w"}, out);
+  ASSERT_TRUE(pull.ok()) << pull.status();
+  auto again = PsServer::Start("127.0.0.1:" + std::to_string(port));
+  ASSERT_TRUE(again.ok()) << again.status();
+  server_ = std::move(again).value();
+  ASSERT_TRUE(client_->CreateVariable("w", F({2}, {3, 4}), std::nullopt).ok());
+  ASSERT_TRUE(client_->Finish(std::move(*pull)).ok());
+  EXPECT_TRUE(AllClose(out[0], F({2}, {3, 4})));
+}
+
 // One push to several big shards applies every update (they run on the
 // apply pool in parallel), exactly once per shard.
 TEST_F(PsTest, APushToManyShardsAppliesEachOnce) {
