@@ -268,8 +268,8 @@ PsClient::Pending::Pending() = default;
 PsClient::Pending::~Pending() = default;
 
 std::unique_ptr<PsClient::Pending> PsClient::Start(const char* what, uint32_t op, std::string meta_bytes,
-                                                    std::vector<Tensor> payload, OnResponse on_response,
-                                                    std::shared_ptr<int> duplicates) {
+                                                   std::vector<Tensor> payload, OnResponse on_response,
+                                                   std::shared_ptr<int> duplicates) {
   auto p = std::make_unique<Pending>();
   p->context = std::string(what) + " on parameter server " + address_;
   p->op = op;
@@ -435,14 +435,15 @@ StatusOr<std::unique_ptr<PsClient::Pending>> PsClient::StartPush(uint64_t closur
   RETURN_IF_ERROR(BuildPush(closure_id, sequence, updates, generation, req, payload));
   ASSIGN_OR_RETURN(std::string meta, SerializeMeta("Push on parameter server " + address_, req));
   auto duplicates = std::make_shared<int>(0);
-  return Start("Push", static_cast<uint32_t>(wire::Op::kPush), std::move(meta), std::move(payload),
-               [duplicates](Connection&, const std::string& meta, uint64_t payload_bytes) -> Status {
-                 proto::PushResponse resp;
-                 if (!resp.ParseFromString(meta) || payload_bytes != 0) return Internal("malformed response");
-                 *duplicates = resp.duplicates();
-                 return Status::Ok();
-               },
-               duplicates);
+  return Start(
+      "Push", static_cast<uint32_t>(wire::Op::kPush), std::move(meta), std::move(payload),
+      [duplicates](Connection&, const std::string& meta, uint64_t payload_bytes) -> Status {
+        proto::PushResponse resp;
+        if (!resp.ParseFromString(meta) || payload_bytes != 0) return Internal("malformed response");
+        *duplicates = resp.duplicates();
+        return Status::Ok();
+      },
+      duplicates);
 }
 
 PsClient::OnResponse PsClient::PullReader(size_t count, std::span<Tensor> out, std::shared_ptr<int> duplicates) {
@@ -470,7 +471,8 @@ PsClient::OnResponse PsClient::PullReader(size_t count, std::span<Tensor> out, s
 StatusOr<int> PsClient::PushPullInto(uint64_t closure_id, uint32_t sequence, const std::vector<Update>& updates,
                                      uint64_t generation, const std::vector<std::string>& names,
                                      std::span<Tensor> out) {
-  ASSIGN_OR_RETURN(std::unique_ptr<Pending> p, StartPushPullInto(closure_id, sequence, updates, generation, names, out));
+  ASSIGN_OR_RETURN(std::unique_ptr<Pending> p,
+                   StartPushPullInto(closure_id, sequence, updates, generation, names, out));
   return Finish(std::move(p));
 }
 

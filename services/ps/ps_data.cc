@@ -387,9 +387,8 @@ Status ParameterServerService::SendValues(Call& c, const std::vector<std::shared
       // computing (PsClient::Start), and pushes must not wait for it.
       RETURN_IF_ERROR(wire::SendNow(c.fd, send, c.peer));
       if (iov[2].iov_len > 0) {
-        ASSIGN_OR_RETURN(c.staging.gathered,
-                         Reserve(std::move(c.staging.gathered), DType::kFloat32,
-                                 static_cast<int64_t>((iov[2].iov_len + 3) / 4), 0));
+        ASSIGN_OR_RETURN(c.staging.gathered, Reserve(std::move(c.staging.gathered), DType::kFloat32,
+                                                     static_cast<int64_t>((iov[2].iov_len + 3) / 4), 0));
         std::memcpy(c.staging.gathered.raw(), iov[2].iov_base, iov[2].iov_len);
         iov[2].iov_base = c.staging.gathered.raw();
       }

@@ -60,8 +60,8 @@ Status SendNow(const net::Fd& fd, std::span<iovec> iov, const std::string& peer)
   if (fd.tls()) return Status::Ok();
   size_t first = Consume(iov, 0, 0);
   while (first < iov.size()) {
-    const ssize_t w = net::Sendv(fd, iov.data() + first, static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX)),
-                                 MSG_DONTWAIT);
+    const ssize_t w = net::Sendv(fd, iov.data() + first,
+                                 static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX)), MSG_DONTWAIT);
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::Ok();

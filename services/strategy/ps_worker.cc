@@ -158,9 +158,9 @@ StatusOr<Step> PrepareStep(worker::ClosureContext& ctx, WorkerFitState& state, c
     step.pulled = done.get_future().share();
     return step;
   }
-  step.pulled = Later(store, first ? store->Start(first->closure_id, first->sequence, first->grads,
-                                                  first->generation, items)
-                                   : store->Start(0, 0, {}, 0, items));
+  step.pulled =
+      Later(store, first ? store->Start(first->closure_id, first->sequence, first->grads, first->generation, items)
+                         : store->Start(0, 0, {}, 0, items));
   return step;
 }
 
@@ -393,8 +393,8 @@ class TrainClosure {
   void FlushPush() {
     if (!pending_) return;
     std::vector<VariableStore::Item> nothing;
-    pushes_.push_back(Later(
-        store_, store_->Start(pending_->closure_id, pending_->sequence, pending_->grads, pending_->generation, nothing)));
+    pushes_.push_back(Later(store_, store_->Start(pending_->closure_id, pending_->sequence, pending_->grads,
+                                                  pending_->generation, nothing)));
     pending_.reset();
   }
 

@@ -202,8 +202,7 @@ Status VariableStore::StartRowPulls(int64_t ps, FetchPlan& plan,
 
 StatusOr<std::unique_ptr<VariableStore::Pending>> VariableStore::Start(uint64_t closure_id, uint32_t sequence,
                                                                        const std::vector<Grad>& grads,
-                                                                       uint64_t generation,
-                                                                       std::vector<Item>& items) {
+                                                                       uint64_t generation, std::vector<Item>& items) {
   auto p = std::make_unique<Pending>();
   std::map<int64_t, std::vector<ps::Update>> pushes;
   RETURN_IF_ERROR(PlanPush(grads, pushes));

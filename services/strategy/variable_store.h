@@ -120,7 +120,7 @@ class VariableStore::Pending {
   std::map<int64_t, FetchPlan> pulls;  // the destinations the answers fill
   struct Call {
     int64_t ps = 0;
-    bool pushes = false;  // its row pulls start once the push is answered
+    bool pushes = false;                              // its row pulls start once the push is answered
     std::unique_ptr<ps::PsClient::Pending> exchange;  // push and/or whole values
     std::vector<std::unique_ptr<ps::PsClient::Pending>> rows;
   };
