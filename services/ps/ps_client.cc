@@ -286,7 +286,12 @@ std::unique_ptr<PsClient::Pending> PsClient::Start(const char* what, uint32_t op
 
 StatusOr<int> PsClient::Finish(std::unique_ptr<Pending> p) {
   Status s = Unavailable("not started");
-  if (p->c) s = ReadResponse(std::move(p->c), p->sent, p->context, p->on_response);
+  if (p->c) {
+    // The time to wait for the answer counts from now: the caller may
+    // have worked long since Start.
+    p->c->deadline = Clock::now() + options_.timeout;
+    s = ReadResponse(std::move(p->c), p->sent, p->context, p->on_response);
+  }
   // A broken exchange is retried whole, as DataCall would have: a push
   // sent twice is applied once.
   if (s.code() == Code::kUnavailable) s = Retried(p->context, p->op, p->meta_bytes, p->payload, p->on_response);

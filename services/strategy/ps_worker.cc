@@ -45,7 +45,6 @@ struct Step {
   std::vector<int64_t> rows;  // the table rows the batch uses, ascending
   int64_t pulled_bytes = 0;   // what the pull moves
   std::shared_ptr<std::vector<Tensor>> values;
-  Tensor table_rows;  // with a row plan: the view of the table the pull fills
   // Shared: when the pull went with the last step's push, the closure
   // waits on it for that push too. Deferred (Later) when prefetching.
   std::shared_future<Status> pulled;
@@ -131,14 +130,10 @@ StatusOr<Step> PrepareStep(worker::ClosureContext& ctx, WorkerFitState& state, c
         plan && i == plan->var ? static_cast<int64_t>(step.rows.size()) * v->shape[1] : NumElements(v->shape);
     step.pulled_bytes += elems * static_cast<int64_t>(DTypeSize(v->dtype));
   }
-  std::optional<PendingPush> first;
-  if (split && push) {
-    first = std::move(push);
-    push.reset();
-  }
   // The pull's destinations: the batch's rows land in the top of the
-  // compact table.
+  // compact table (Start and Fetch take views of them).
   std::vector<VariableStore::Item> items;
+  Tensor table_rows;
   for (size_t i = 0; i < names.size(); ++i) {
     Tensor& value = (*step.values)[i];
     if (plan && i == plan->var) {
@@ -146,8 +141,8 @@ StatusOr<Step> PrepareStep(worker::ClosureContext& ctx, WorkerFitState& state, c
         ASSIGN_OR_RETURN(const PlacedVariable* v, store->placement().Find(names[i]));
         ASSIGN_OR_RETURN(value, Tensor::CreateUninitialized(v->dtype, {plan->capacity, v->shape[1]}));
       }
-      step.table_rows = *value.Rows(0, static_cast<int64_t>(step.rows.size()));
-      items.push_back({names[i], step.rows, &step.table_rows});
+      table_rows = *value.Rows(0, static_cast<int64_t>(step.rows.size()));
+      items.push_back({names[i], step.rows, &table_rows});
     } else {
       items.push_back({names[i], std::nullopt, &value});
     }
@@ -157,6 +152,11 @@ StatusOr<Step> PrepareStep(worker::ClosureContext& ctx, WorkerFitState& state, c
     done.set_value(store->Fetch(items));
     step.pulled = done.get_future().share();
     return step;
+  }
+  std::optional<PendingPush> first;
+  if (push) {
+    first = std::move(push);
+    push.reset();
   }
   step.pulled =
       Later(store, first ? store->Start(first->closure_id, first->sequence, first->grads, first->generation, items)
