@@ -35,10 +35,6 @@ bool ArmTimeout(const net::Fd& fd, int option, Clock::time_point deadline) {
 
 Status Broken(const net::Fd& fd, const std::string& peer, int err) { return net::IoError(fd, err, peer); }
 
-}  // namespace
-
-namespace {
-
 // Advances `iov` past `done` bytes sent; returns the first entry left.
 size_t Consume(std::span<iovec> iov, size_t first, size_t done) {
   while (first < iov.size() && done >= iov[first].iov_len) {
