@@ -20,18 +20,32 @@ namespace {
 
 using namespace ps_detail;  // NOLINT: the strategy's own shared pieces
 
-// An exchange with the PS tasks started now (its requests sent) and
-// finished by whoever first waits on the future: the closure's own thread,
-// after computing. No thread of the worker's sits between the closure and
-// the PS, so a step hands off to no one (on two vCPUs that halt when idle,
-// each wake-up of a thread on the other one costs tens of microseconds).
-std::shared_future<Status> Later(const std::shared_ptr<VariableStore>& store,
-                                 StatusOr<std::unique_ptr<VariableStore::Pending>> started) {
-  if (!started.ok()) {
-    std::promise<Status> failed;
-    failed.set_value(started.status());
-    return failed.get_future().share();
-  }
+std::shared_future<Status> Ready(Status s) {
+  std::promise<Status> done;
+  done.set_value(std::move(s));
+  return done.get_future().share();
+}
+
+// A step's gradients waiting to be pushed with the next pull (with
+// prefetching), or alone at the closure's end.
+struct PendingPush {
+  uint64_t closure_id = 0;
+  uint64_t generation = 0;
+  uint32_t sequence = 0;
+  std::vector<VariableStore::Grad> grads;
+};
+
+// An exchange with the PS tasks (`push`, if any, and a pull of `items`)
+// started now (its requests sent) and finished by whoever first waits on
+// the future: the closure's own thread, after computing. No thread of the
+// worker's sits between the closure and the PS, so a step hands off to no
+// one (on two vCPUs that halt when idle, each wake-up of a thread on the
+// other one costs tens of microseconds).
+std::shared_future<Status> Later(const std::shared_ptr<VariableStore>& store, const std::optional<PendingPush>& push,
+                                 std::vector<VariableStore::Item>& items) {
+  auto started = push ? store->Start(push->closure_id, push->sequence, push->grads, push->generation, items)
+                      : store->Start(0, 0, {}, 0, items);
+  if (!started.ok()) return Ready(started.status());
   return std::async(std::launch::deferred,
                     [store, p = std::move(started).value()]() mutable { return store->Finish(std::move(p)).status(); })
       .share();
@@ -48,15 +62,6 @@ struct Step {
   // Shared: when the pull went with the last step's push, the closure
   // waits on it for that push too. Deferred (Later) when prefetching.
   std::shared_future<Status> pulled;
-};
-
-// A step's gradients waiting to be pushed with the next pull (with
-// prefetching), or alone at the closure's end.
-struct PendingPush {
-  uint64_t closure_id = 0;
-  uint64_t generation = 0;
-  uint32_t sequence = 0;
-  std::vector<VariableStore::Grad> grads;
 };
 
 // What a worker keeps between closures: the job and its placement (set by
@@ -148,19 +153,11 @@ StatusOr<Step> PrepareStep(worker::ClosureContext& ctx, WorkerFitState& state, c
     }
   }
   if (!split) {
-    std::promise<Status> done;
-    done.set_value(store->Fetch(items));
-    step.pulled = done.get_future().share();
+    step.pulled = Ready(store->Fetch(items));
     return step;
   }
-  std::optional<PendingPush> first;
-  if (push) {
-    first = std::move(push);
-    push.reset();
-  }
-  step.pulled =
-      Later(store, first ? store->Start(first->closure_id, first->sequence, first->grads, first->generation, items)
-                         : store->Start(0, 0, {}, 0, items));
+  step.pulled = Later(store, push, items);
+  push.reset();  // sent with this pull (or failed with it: the step's error)
   return step;
 }
 
@@ -393,8 +390,7 @@ class TrainClosure {
   void FlushPush() {
     if (!pending_) return;
     std::vector<VariableStore::Item> nothing;
-    pushes_.push_back(Later(store_, store_->Start(pending_->closure_id, pending_->sequence, pending_->grads,
-                                                  pending_->generation, nothing)));
+    pushes_.push_back(Later(store_, pending_, nothing));
     pending_.reset();
   }
 
