@@ -109,6 +109,10 @@ StatusOr<std::unique_ptr<PsClient::Connection>> PsClient::TakeConnection(Clock::
       }
     }
   }
+  return Connect(deadline);
+}
+
+StatusOr<std::unique_ptr<PsClient::Connection>> PsClient::Connect(Clock::time_point deadline) {
   auto c = std::make_unique<Connection>();
   c->deadline = deadline;
   ASSIGN_OR_RETURN(c->fd, ConnectOnce(address_, deadline));
@@ -170,6 +174,27 @@ Status PsClient::AttachSharedMemory(Connection& c) {
   c.region = std::move(region);
   shm_connections_.fetch_add(1);
   return Status::Ok();
+}
+
+Status PsClient::Open(size_t connections, std::chrono::milliseconds within) {
+  const auto deadline = Clock::now() + within;
+  {
+    MutexLock g(mu_);
+    if (idle_.size() >= connections) return Status::Ok();
+    connections -= idle_.size();
+  }
+  std::vector<std::unique_ptr<Connection>> opened;
+  Status s;
+  for (size_t i = 0; i < connections && s.ok(); ++i) {
+    auto c = Connect(deadline);
+    if (c.ok()) {
+      opened.push_back(std::move(c).value());
+    } else {
+      s = c.status();
+    }
+  }
+  for (auto& c : opened) GiveBack(std::move(c));
+  return s;
 }
 
 void PsClient::GiveBack(std::unique_ptr<Connection> c) {

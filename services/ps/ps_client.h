@@ -80,6 +80,13 @@ class PsClient {
   // payloads in shared memory.
   int shared_memory_connections() const { return shm_connections_.load(); }
 
+  // Opens data-plane connections (each with its shared-memory region when
+  // the PS is on this host) until `connections` are idle in the pool, so
+  // that as many exchanges at once start without connecting first. One
+  // attempt each, no retry, all `within` that time: the first error is
+  // returned, and what was opened before it stays in the pool.
+  Status Open(size_t connections, std::chrono::milliseconds within);
+
   // Returns true when created, false when it already existed identically.
   StatusOr<bool> CreateVariable(const std::string& name, const Tensor& initial,
                                 const std::optional<model::OptimizerSpec>& optimizer);
@@ -176,7 +183,10 @@ class PsClient {
                                  OnResponse on_response, std::shared_ptr<int> duplicates);
   // Reads a Pull (or, with `duplicates`, a PushPull) response into `out`.
   OnResponse PullReader(size_t count, std::span<Tensor> out, std::shared_ptr<int> duplicates);
+  // An idle connection of the pool, or a new one (Connect).
   StatusOr<std::unique_ptr<Connection>> TakeConnection(std::chrono::steady_clock::time_point deadline);
+  // A new connection: connect, the hello with the token, and the region.
+  StatusOr<std::unique_ptr<Connection>> Connect(std::chrono::steady_clock::time_point deadline);
   void GiveBack(std::unique_ptr<Connection> c);
   // Offers the PS a shared-memory region for `c` (its host key matched);
   // on a refusal the connection carries payloads inline, and so do the

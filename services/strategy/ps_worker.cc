@@ -189,6 +189,51 @@ StatusOr<model::Model::Output> ComputeOnDevice(model::Model& m, const model::Job
   return out;
 }
 
+// What the closures of a new dataset would otherwise make on their first
+// steps, made while the dataset is: a model each, buffers for the values
+// of the steps in flight, and data-plane connections (with their
+// shared-memory regions) to every PS for the exchanges those steps start.
+struct Warmed {
+  std::vector<std::unique_ptr<model::Model>> models;
+  std::vector<std::shared_ptr<std::vector<Tensor>>> values;
+};
+
+// The coordinator keeps two closures in flight per worker
+// (coordinator::Options::inflight_per_worker); each has a step computing
+// and the next one's exchange started, and the last to end leaves one
+// pulled ahead.
+constexpr int kClosuresInFlight = 2;
+
+// Best effort: what cannot be made now (a PS not up yet) the closures make
+// themselves, and meet its error there.
+Warmed WarmUp(const model::JobConfig& job, const std::optional<RowPlan>& plan, const std::vector<std::string>& names,
+              const Placement& placement, const std::vector<std::shared_ptr<ps::PsClient>>& ps) {
+  Warmed w;
+  model::ModelSpec spec = job.model;
+  if (plan) spec.layers[0].input_dim = plan->capacity;
+  for (int i = 0; i < kClosuresInFlight; ++i) {
+    auto m = model::Model::Create(spec, job.loss);
+    if (!m.ok()) return w;
+    w.models.push_back(std::move(m).value());
+  }
+  for (int i = 0; i < 2 * kClosuresInFlight + 1; ++i) {
+    auto values = std::make_shared<std::vector<Tensor>>();
+    for (size_t k = 0; k < names.size(); ++k) {
+      auto v = placement.Find(names[k]);
+      if (!v.ok()) return w;
+      std::vector<int64_t> shape = (*v)->shape;
+      if (plan && k == plan->var) shape[0] = plan->capacity;
+      auto t = Tensor::Create((*v)->dtype, shape);
+      if (!t.ok()) return w;
+      values->push_back(std::move(t).value());
+    }
+    w.values.push_back(std::move(values));
+  }
+  // Briefly: a PS that does not answer now must not hold up the dataset.
+  for (const auto& client : ps) (void)client->Open(2 * kClosuresInFlight, std::chrono::seconds(1));
+  return w;
+}
+
 // The training dataset function: the job (with its model, or Keras JSON
 // beside it), the variables' placement and this worker's shard of the
 // input; what the closures keep starts again for the new dataset.
@@ -218,17 +263,20 @@ StatusOr<data::Dataset> BuildTrainDataset(WorkerFitState& state, const worker::W
   // prefetch thread would be one more hand-off a step (and a thread
   // started each epoch under Repeat).
   data::Dataset ds = TrainingPipeline(ex, job, false).Repeat();
+  auto store = std::make_shared<VariableStore>(placement, env.ps);
+  std::vector<std::string> names = VariableNames(*m);
+  Warmed warmed = WarmUp(job, plan, names, placement, env.ps);
   MutexLock l(state.mu);
   state.job = job;
-  state.names = VariableNames(*m);
+  state.names = std::move(names);
   state.placement = std::move(placement);
-  state.store.reset();  // made by the next closure, which has the PS clients
+  state.store = std::move(store);
   state.plan = plan;
   state.prefetch = a.value("prefetch", true);
   state.device = devices.devices.empty() ? Device::Cpu() : devices.devices[0];
   ++state.generation;
-  state.idle.clear();
-  state.free_values.clear();
+  state.idle = std::move(warmed.models);
+  state.free_values = std::move(warmed.values);
   state.prefetched.reset();
   return ds;
 }
@@ -268,7 +316,6 @@ class TrainClosure {
     job_ = *state_.job;
     names_ = state_.names;
     plan_ = state_.plan;
-    if (!state_.store) state_.store = std::make_shared<VariableStore>(*state_.placement, ctx_.ps());
     store_ = state_.store;
     prefetch_ = state_.prefetch;
     device_ = state_.device;

@@ -34,7 +34,8 @@ const DatasetFn* Registry::FindDataset(const std::string& name) const {
 }
 
 WorkerState::WorkerState(WorkerEnv env) : env_(std::move(env)) {
-  for (const auto& a : env_.ps_addresses) ps_.push_back(std::make_shared<ps::PsClient>(a, env_.ps_options));
+  env_.ps.clear();
+  for (const auto& a : env_.ps_addresses) env_.ps.push_back(std::make_shared<ps::PsClient>(a, env_.ps_options));
 }
 
 void WorkerState::SetResource(const std::string& name, std::unique_ptr<data::Iterator> it) {

@@ -51,6 +51,11 @@ struct WorkerEnv {
   // Closures executed and their time go here when set (borrowed; must
   // outlive the server).
   runtime_metrics::RuntimeMetrics* metrics = nullptr;
+  // Clients for every PS task, by index: the ones the closures get
+  // (ClosureContext::ps), so a dataset function can prepare what they will
+  // need of the PS tasks. Made by the worker from ps_addresses and
+  // ps_options when it starts; what a caller sets here is replaced.
+  std::vector<std::shared_ptr<ps::PsClient>> ps = {};
 };
 
 class WorkerState;
@@ -97,7 +102,7 @@ class WorkerState {
  public:
   WorkerState(WorkerEnv env);
   const WorkerEnv& env() const { return env_; }
-  const std::vector<std::shared_ptr<ps::PsClient>>& ps() const { return ps_; }
+  const std::vector<std::shared_ptr<ps::PsClient>>& ps() const { return env_.ps; }
   void SetResource(const std::string& name, std::unique_ptr<data::Iterator> it);
   StatusOr<std::optional<data::Element>> Next(const std::string& name);
   std::vector<std::string> ResourceNames();
@@ -108,7 +113,6 @@ class WorkerState {
     std::unique_ptr<data::Iterator> it TFJOB_GUARDED_BY(mu);
   };
   WorkerEnv env_;
-  std::vector<std::shared_ptr<ps::PsClient>> ps_;
   Mutex mu_;
   std::map<std::string, std::shared_ptr<Resource>> resources_ TFJOB_GUARDED_BY(mu_);
 };

@@ -591,6 +591,40 @@ TEST_F(PsTest, FinishRedoesAnExchangeThatCouldNotStart) {
   EXPECT_TRUE(AllClose(out[0], F({2}, {3, 4})));
 }
 
+// Open fills the pool: the exchanges started next take its connections
+// (no new one, so no new shared-memory region), it opens only what is
+// missing, and a PS that is down is one error at once, naming it.
+TEST_F(PsTest, OpenedConnectionsServeTheNextExchanges) {
+  const bool shm = !(std::getenv("TFJOB_PS_SHM") && std::string(std::getenv("TFJOB_PS_SHM")) == "0");
+  ASSERT_TRUE(client_->CreateVariable("w", F({2}, {3, 4}), std::nullopt).ok());
+  const int before = client_->shared_memory_connections();  // CreateVariable's connection, idle now
+  ASSERT_TRUE(client_->Open(3, std::chrono::seconds(5)).ok());
+  if (shm) {
+    EXPECT_EQ(client_->shared_memory_connections(), before + 2);
+  }
+  std::vector<std::vector<Tensor>> outs(3, std::vector<Tensor>{Tensor::Zeros(DType::kFloat32, {2})});
+  std::vector<std::unique_ptr<PsClient::Pending>> started;
+  for (auto& out : outs) {
+    auto p = client_->StartPullInto({"w"}, out);
+    ASSERT_TRUE(p.ok()) << p.status();
+    started.push_back(std::move(p).value());
+  }
+  for (auto& p : started) ASSERT_TRUE(client_->Finish(std::move(p)).ok());
+  for (const auto& out : outs) EXPECT_TRUE(AllClose(out[0], F({2}, {3, 4})));
+  ASSERT_TRUE(client_->Open(2, std::chrono::seconds(5)).ok());
+  if (shm) {
+    EXPECT_EQ(client_->shared_memory_connections(), before + 2);
+  }
+
+  const int port = server_->port();
+  server_->Stop(std::chrono::milliseconds(0));
+  server_.reset();
+  PsClient fresh("127.0.0.1:" + std::to_string(port));
+  Status down = fresh.Open(2, std::chrono::seconds(5));
+  EXPECT_EQ(down.code(), Code::kUnavailable) << down;
+  EXPECT_NE(down.message().find("127.0.0.1:" + std::to_string(port)), std::string::npos) << down;
+}
+
 // One push to several big shards applies every update (they run on the
 // apply pool in parallel), exactly once per shard.
 TEST_F(PsTest, APushToManyShardsAppliesEachOnce) {
