@@ -137,6 +137,29 @@ Status ClusterCoordinator::Join() {
   return Status::Ok();
 }
 
+Status ClusterCoordinator::Join(const std::vector<RemoteValue>& values) {
+  {
+    MutexLock lock(mu_);
+    while (!first_error_ && !aborted_ && !(options_.stop && options_.stop->load())) {
+      bool done = true, failed = false;
+      for (const RemoteValue& v : values) {
+        if (!v.state_) continue;
+        MutexLock g(v.state_->mu);
+        if (!v.state_->done) {
+          done = false;
+        } else if (!v.state_->status.ok()) {
+          failed = true;
+        }
+      }
+      if (failed) break;
+      if (done) return Status::Ok();
+      // Finish notifies on every closure's end; the timeout is for a stop.
+      idle_cv_.WaitFor(lock, std::chrono::milliseconds(100));
+    }
+  }
+  return Join();
+}
+
 void ClusterCoordinator::Stop(const Status& cause, bool cancel_in_flight) {
   {
     MutexLock g(mu_);
@@ -195,7 +218,6 @@ void ClusterCoordinator::Finish(const std::shared_ptr<Closure>& c, Status s, Res
     c->value->result = std::move(r);
   }
   c->value->cv.NotifyAll();
-  bool idle = false;
   {
     MutexLock g(mu_);
     --pending_;
@@ -203,9 +225,9 @@ void ClusterCoordinator::Finish(const std::shared_ptr<Closure>& c, Status s, Res
       ++stats_.completed;
     else if (s.code() != Code::kCancelled)
       ++stats_.failed;
-    idle = pending_ == 0;
   }
-  if (idle) idle_cv_.NotifyAll();
+  // Every end: Join waits for the last one, Join(values) for some.
+  idle_cv_.NotifyAll();
 }
 
 void ClusterCoordinator::CancelQueued(const Status& cause) {

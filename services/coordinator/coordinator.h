@@ -128,6 +128,12 @@ class ClusterCoordinator {
   // Waits for every scheduled closure; returns the first error once.
   // After Abort (or Options::stop), returns the abort's cause promptly.
   Status Join();
+  // Waits for `values` only (closures of this coordinator), leaving the
+  // others scheduled queued or running, so a caller keeps the next ones
+  // coming while it looks at these. When one of them, or any closure,
+  // fails, or a stop comes, it is Join(): every closure ends, and the
+  // first error is returned once.
+  Status Join(const std::vector<RemoteValue>& values);
   bool Done() const;
   // Cancels every queued closure and every call in flight; the next Join
   // returns `cause`. The coordinator takes no more work afterwards.

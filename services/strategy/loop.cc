@@ -1,6 +1,7 @@
 #include "services/strategy/loop.h"
 
 #include <chrono>
+#include <optional>
 #include <ostream>
 
 namespace tfjob::strategy {
@@ -35,6 +36,7 @@ StatusOr<FitSummary> RunTrainingLoop(Strategy& strategy, const LoopOptions& o) {
   const int64_t total = o.epochs * o.steps_per_epoch;
   std::ostream* out = strategy.is_chief() ? o.out : nullptr;
   int64_t announced = 0;
+  std::optional<Clock::time_point> chained;  // the last Run's end, when Ahead was said for this chunk
   auto last_ckpt = Clock::now();
   auto stopping = [&] { return o.stop && o.stop->load(); };
   // A signal: keep what was trained, so a restarted task resumes here.
@@ -58,14 +60,22 @@ StatusOr<FitSummary> RunTrainingLoop(Strategy& strategy, const LoopOptions& o) {
     }
     announced = epoch;
     const int64_t end = ChunkEnd(st.step, total, o);
+    // Without checkpoints nothing needs the state exactly at `end`.
+    const bool ahead = !o.checkpoints.enabled() && end < total;
+    if (ahead) strategy.Ahead(ChunkEnd(end, total, o));
     const int64_t steps0 = st.step, examples0 = st.examples;
-    const auto t0 = Clock::now();
+    // A chunk that follows the last at once is timed from its end: work
+    // started ahead runs while this loop reports, so that time is training.
+    const auto t0 = chained.value_or(Clock::now());
+    chained.reset();
     if (Status s = strategy.Run(st, end); !s.ok()) {
       if (stopping()) return stop();
       RETURN_IF_ERROR(strategy.Recover(s, st));
       continue;
     }
-    const double seconds = Since(t0);
+    const auto t1 = Clock::now();
+    if (ahead) chained = t1;
+    const double seconds = std::chrono::duration<double>(t1 - t0).count();
     st.partial_seconds += seconds;
     st.train_seconds += seconds;
     const NamedValues now = st.partial.Values(o.metric_names);

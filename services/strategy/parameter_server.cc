@@ -85,14 +85,41 @@ class PsStrategy final : public Strategy {
     return coord_.CreatePerWorkerDataset(kTrainDataset, dargs, kTrainDataset);
   }
 
+  void Ahead(int64_t next_end) override { next_end_ = next_end; }
+
   Status Run(TrainState& st, int64_t end) override {
     chunk_started_ = Clock::now();
     const int64_t spe = p_.steps_per_execution;
+    auto schedule = [&](int64_t steps) { return coord_.Schedule(kTrainClosure, {{"steps", steps}}); };
+    // This chunk's closures: those the last Run started ahead for it, then
+    // the rest.
     std::vector<coordinator::RemoteValue> values;
-    for (int64_t s = st.step; s < end; s += spe) {
-      values.push_back(coord_.Schedule(kTrainClosure, {{"steps", std::min(spe, end - s)}}));
+    int64_t s = st.step;
+    if (ahead_step_ == st.step) {
+      for (auto& [steps, v] : ahead_) {
+        values.push_back(std::move(v));
+        s += steps;
+      }
     }
-    Status joined = coord_.Join();
+    ahead_.clear();
+    for (; s < end; s += spe) values.push_back(schedule(std::min(spe, end - s)));
+    // The next chunk's first closures go on the queue behind these, so the
+    // workers start them as this chunk's last ones end, instead of idling
+    // while the chief collects this chunk and prints its progress.
+    std::vector<std::pair<int64_t, coordinator::RemoteValue>> next;
+    const size_t slots = ctx_.worker_addresses.size() * static_cast<size_t>(ctx_.coordinator.inflight_per_worker);
+    for (int64_t a = end; a < next_end_ && next.size() < slots; a += spe) {
+      next.emplace_back(std::min(spe, next_end_ - a), schedule(std::min(spe, next_end_ - a)));
+    }
+    next_end_ = 0;
+    Status joined = coord_.Join(values);
+    if (joined.ok()) {
+      ahead_ = std::move(next);
+      ahead_step_ = end;
+    } else {
+      // Join ended every closure: those started ahead count like the rest.
+      for (auto& n : next) values.push_back(std::move(n.second));
+    }
     BatchStats stats;
     int64_t steps = 0, examples = 0;
     for (auto& v : values) {
@@ -364,6 +391,11 @@ class PsStrategy final : public Strategy {
   Clock::time_point chunk_started_ = Clock::now();  // of the last Run
   int recoveries_ = 0;
   int64_t reached_ = 0;
+  // Ahead: the next chunk's end, from the loop (0: none); the closures
+  // started for the chunk from ahead_step_, with their steps.
+  int64_t next_end_ = 0;
+  int64_t ahead_step_ = -1;
+  std::vector<std::pair<int64_t, coordinator::RemoteValue>> ahead_;
   int64_t ps_restarts_ = 0;
   int64_t checkpoints_ = 0;
   int64_t pulled_bytes_ = 0;   // by the workers, for the closures that completed

@@ -69,6 +69,11 @@ class Strategy {
   virtual Status Start(TrainState& state) = 0;
   // Trains until state.step == end (never past an epoch boundary).
   virtual Status Run(TrainState& state, int64_t end) = 0;
+  // Said before a Run: the chunk after it trains to `next_end` at once,
+  // with no checkpoint between them, so a strategy may start that chunk's
+  // first work before this Run returns (and must count it in the next
+  // Run). Holds for the next Run only.
+  virtual void Ahead(int64_t /*next_end*/) {}
   // After Run, Checkpoint or Finish failed with `cause`: OK when training
   // can continue from `state` (which may have moved back to a checkpoint or
   // forward to a group's newest state), else the error to stop with.

@@ -197,6 +197,47 @@ TEST_F(CoordinatorTest, FirstErrorIsRaisedOnceAndQueuedClosuresAreCancelled) {
   EXPECT_EQ(c.Schedule("add", {{"a", 1}, {"b", 2}}).Fetch()->json.get<int>(), 3);  // usable again
 }
 
+// Join(values) returns once those closures are done, while a closure
+// scheduled after them still holds its worker; a later Join(values) of that
+// one, or Join(), waits for it.
+TEST_F(CoordinatorTest, JoinOfSomeValuesLeavesTheOthersRunning) {
+  StartWorkers(1);
+  ClusterCoordinator c(addresses_);
+  std::vector<RemoteValue> first;
+  for (int i = 0; i < 4; ++i) first.push_back(c.Schedule("add", {{"a", i}, {"b", 10}}));
+  RemoteValue held = c.Schedule("hold");
+  ASSERT_TRUE(c.Join(first).ok());
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(first[i].Fetch()->json.get<int>(), i + 10);
+  EXPECT_FALSE(held.ready());
+  EXPECT_FALSE(c.Done());
+  probe_.Release();
+  ASSERT_TRUE(c.Join({held}).ok());
+  EXPECT_TRUE(held.ready());
+  EXPECT_TRUE(c.Join().ok());
+  EXPECT_TRUE(c.Done());
+}
+
+// When a closure fails, Join(values) is Join: the first error once, every
+// closure ended (those not asked for too), the queue cancelled.
+TEST_F(CoordinatorTest, JoinOfSomeValuesRaisesAnyFailureLikeJoin) {
+  StartWorkers(1);
+  Options o;
+  o.inflight_per_worker = 1;
+  ClusterCoordinator c(addresses_, o);
+  RemoteValue ok = c.Schedule("add", {{"a", 1}, {"b", 2}});
+  RemoteValue bad = c.Schedule("fail");
+  std::vector<RemoteValue> later;
+  for (int i = 0; i < 10; ++i) later.push_back(c.Schedule("slow", {{"ms", 20}}));
+  Status s = c.Join({ok, bad});
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), HasSubstr("bad step"));
+  EXPECT_TRUE(c.Done());
+  int cancelled = 0;
+  for (auto& v : later) cancelled += v.Wait().code() == Code::kCancelled;
+  EXPECT_GT(cancelled, 0);
+  EXPECT_TRUE(c.Join().ok());  // raised once
+}
+
 // A closure longer than the RPC deadline is retried as a new attempt, on a
 // worker that is not counted as failed (it still answers its probe), and
 // fails the job after the attempt cap with the deadline as its error.
