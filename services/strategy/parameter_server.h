@@ -17,7 +17,10 @@
 // then the chief restores it or fails naming it.
 // The loop's chunks end at checkpoint boundaries and each is joined before a
 // checkpoint, so a checkpoint is a consistent cut at a known step and at
-// most one checkpoint interval of progress is ever lost.
+// most one checkpoint interval of progress is ever lost. Without
+// checkpoints (Strategy::Ahead) the next chunk's first closures are queued
+// behind a chunk's, and Run waits only for its own, so workers do not idle
+// while the chief reports an epoch.
 //
 // Ownership: the strategy owns its options, clients and coordinator; `out`,
 // `signals` and `metrics` are borrowed and must outlive it. Thread-safety:

@@ -6,7 +6,9 @@
 // few steps per closure. With prefetching, the next step's pull (with the
 // last step's push) is sent before this step computes and its answer read
 // after, by the closure's own thread (staleness of one update of this
-// worker).
+// worker). The dataset function also makes what the first closures would:
+// a model per closure in flight, value buffers, and connections to every
+// PS (best effort).
 //
 // Thread-safety: the registered functions run concurrently; their shared
 // state is behind one mutex. Failure: a closure's error is its result (the
