@@ -207,7 +207,7 @@ constexpr int kClosuresInFlight = 2;
 // Best effort: what cannot be made now (a PS not up yet) the closures make
 // themselves, and meet its error there.
 Warmed WarmUp(const model::JobConfig& job, const std::optional<RowPlan>& plan, const std::vector<std::string>& names,
-              const Placement& placement, const std::vector<std::shared_ptr<ps::PsClient>>& ps) {
+              const Placement& placement, const std::vector<std::shared_ptr<ps::PsClient>>& ps, bool prefetch) {
   Warmed w;
   model::ModelSpec spec = job.model;
   if (plan) spec.layers[0].input_dim = plan->capacity;
@@ -216,7 +216,9 @@ Warmed WarmUp(const model::JobConfig& job, const std::optional<RowPlan>& plan, c
     if (!m.ok()) return w;
     w.models.push_back(std::move(m).value());
   }
-  for (int i = 0; i < 2 * kClosuresInFlight + 1; ++i) {
+  // Without prefetching a closure holds one step's values at a time.
+  const int buffers = prefetch ? 2 * kClosuresInFlight + 1 : kClosuresInFlight;
+  for (int i = 0; i < buffers; ++i) {
     auto values = std::make_shared<std::vector<Tensor>>();
     for (size_t k = 0; k < names.size(); ++k) {
       auto v = placement.Find(names[k]);
@@ -265,14 +267,15 @@ StatusOr<data::Dataset> BuildTrainDataset(WorkerFitState& state, const worker::W
   data::Dataset ds = TrainingPipeline(ex, job, false).Repeat();
   auto store = std::make_shared<VariableStore>(placement, env.ps);
   std::vector<std::string> names = VariableNames(*m);
-  Warmed warmed = WarmUp(job, plan, names, placement, env.ps);
+  const bool prefetch = a.value("prefetch", true);
+  Warmed warmed = WarmUp(job, plan, names, placement, env.ps, prefetch);
   MutexLock l(state.mu);
   state.job = job;
   state.names = std::move(names);
   state.placement = std::move(placement);
   state.store = std::move(store);
   state.plan = plan;
-  state.prefetch = a.value("prefetch", true);
+  state.prefetch = prefetch;
   state.device = devices.devices.empty() ? Device::Cpu() : devices.devices[0];
   ++state.generation;
   state.idle = std::move(warmed.models);
