@@ -64,14 +64,13 @@ struct Step {
   std::shared_future<Status> pulled;
 };
 
-// What a worker keeps between closures: the job and its placement (set by
-// the dataset function), idle models and value buffers to reuse, and the
-// next step's batch and values when prefetching.
+// What a worker keeps between closures: the job and the store of its
+// variables (set by the dataset function), idle models and value buffers to
+// reuse, and the next step's batch and values when prefetching.
 struct WorkerFitState {
   Mutex mu;
   std::optional<model::JobConfig> job TFJOB_GUARDED_BY(mu);
   std::vector<std::string> names TFJOB_GUARDED_BY(mu);  // the model's variables, in order
-  std::optional<Placement> placement TFJOB_GUARDED_BY(mu);
   std::shared_ptr<VariableStore> store TFJOB_GUARDED_BY(mu);
   std::optional<RowPlan> plan TFJOB_GUARDED_BY(mu);
   bool prefetch TFJOB_GUARDED_BY(mu) = true;
@@ -204,15 +203,20 @@ struct Warmed {
 // pulled ahead.
 constexpr int kClosuresInFlight = 2;
 
+// A closure's model: with a row plan, the compact table.
+StatusOr<std::unique_ptr<model::Model>> WorkerModel(const model::JobConfig& job, const std::optional<RowPlan>& plan) {
+  model::ModelSpec spec = job.model;
+  if (plan) spec.layers[0].input_dim = plan->capacity;
+  return model::Model::Create(spec, job.loss);
+}
+
 // Best effort: what cannot be made now (a PS not up yet) the closures make
 // themselves, and meet its error there.
 Warmed WarmUp(const model::JobConfig& job, const std::optional<RowPlan>& plan, const std::vector<std::string>& names,
               const Placement& placement, const std::vector<std::shared_ptr<ps::PsClient>>& ps, bool prefetch) {
   Warmed w;
-  model::ModelSpec spec = job.model;
-  if (plan) spec.layers[0].input_dim = plan->capacity;
   for (int i = 0; i < kClosuresInFlight; ++i) {
-    auto m = model::Model::Create(spec, job.loss);
+    auto m = WorkerModel(job, plan);
     if (!m.ok()) return w;
     w.models.push_back(std::move(m).value());
   }
@@ -265,14 +269,13 @@ StatusOr<data::Dataset> BuildTrainDataset(WorkerFitState& state, const worker::W
   // prefetch thread would be one more hand-off a step (and a thread
   // started each epoch under Repeat).
   data::Dataset ds = TrainingPipeline(ex, job, false).Repeat();
-  auto store = std::make_shared<VariableStore>(placement, env.ps);
+  auto store = std::make_shared<VariableStore>(std::move(placement), env.ps);
   std::vector<std::string> names = VariableNames(*m);
   const bool prefetch = a.value("prefetch", true);
-  Warmed warmed = WarmUp(job, plan, names, placement, env.ps, prefetch);
+  Warmed warmed = WarmUp(job, plan, names, store->placement(), env.ps, prefetch);
   MutexLock l(state.mu);
   state.job = job;
   state.names = std::move(names);
-  state.placement = std::move(placement);
   state.store = std::move(store);
   state.plan = plan;
   state.prefetch = prefetch;
@@ -336,10 +339,7 @@ class TrainClosure {
   // sums (on a GPU they accumulate there).
   Status Prepare() {
     if (!m_) {
-      // With a row plan the worker's model has the compact table.
-      model::ModelSpec spec = job_.model;
-      if (plan_) spec.layers[0].input_dim = plan_->capacity;
-      ASSIGN_OR_RETURN(m_, model::Model::Create(spec, job_.loss));
+      ASSIGN_OR_RETURN(m_, WorkerModel(job_, plan_));
     }
     stats_.metrics.resize(job_.metrics.size());
     if (!device_.is_cpu()) {
