@@ -16,6 +16,14 @@
 # summary's worker_step_seconds), with how many closures the worker runs at
 # once on average: closures overlap, so a closure's pull wait includes time
 # another closure computes.
+# After each round, bench_cpu_pair (bench/cpu_pair.cc) measures what
+# handing work between the two CPUs costs at that moment: a cache line's
+# round trip and a 400 KiB hand-off. On a VM the host may run its two
+# virtual CPUs on cores that share a last-level cache or not, and that can
+# change within seconds; the PS job hands every step's tensors and wake-ups
+# between processes, the single process does not (docs/parameter-server.md,
+# "Why runs of the same build differ"). The round lines print it, so a slow
+# round can be read beside the machine's state.
 # 8 epochs by default: at 2 (250 steps, a fifth of a second) the figure
 # is dominated by the first steps and by whoever else uses the machine.
 # Thread settings are inherited as given: run with OMP_NUM_THREADS=... in the
@@ -28,7 +36,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 rounds=5 epochs=8 threads=1
 bench_options "rounds epochs threads" "$@"
-need_built "$runtime"
+need_built "$runtime" "$build/bin/bench_cpu_pair"
 bench_tmp
 common=(fit --config examples/mnist/mlp.json --data-dir "$data" --threads "$threads" --epochs "$epochs")
 
@@ -68,12 +76,15 @@ for ((r = 1; r <= rounds; r++)); do
       --summary-json "$tmp/ps$spe.json" > "$tmp/log" 2>&1 || { cat "$tmp/log" >&2; exit 1; }
     record "ps$spe" "$tmp/ps$spe.json"; line+=", ps spe=$spe $(printf %.0f "$(eps "$tmp/ps$spe.json")")"
   done
-  echo "$line examples/s"
+  pair=$("$build/bin/bench_cpu_pair")
+  echo "$pair" >> "$tmp/pair.txt"
+  read -r trip handoff one <<< "$(sed -E 's/[a-z_]+=//g' <<< "$pair")"
+  echo "$line examples/s; CPU pair: cache line round trip $trip ns, 400 KiB hand-off $handoff us ($one on one CPU)"
 done
 
-/usr/bin/python3 - "$rounds" "$epochs" "$threads" "${OMP_NUM_THREADS:-unset}" "$tmp/all.txt" <<'PY'
+/usr/bin/python3 - "$rounds" "$epochs" "$threads" "${OMP_NUM_THREADS:-unset}" "$tmp/all.txt" "$tmp/pair.txt" <<'PY'
 import json, statistics, sys
-rounds, epochs, threads, omp, path = sys.argv[1:6]
+rounds, epochs, threads, omp, path, pair_path = sys.argv[1:7]
 runs = {}
 for line in open(path):
     r = json.loads(line)
@@ -95,6 +106,9 @@ for m in ("single", "ps1", "ps8"):
     if "in_flight" in runs[m][0]:
         parts.append(f"closures in flight {statistics.median(r['in_flight'] for r in runs[m]):.2f}")
     print(f"    {names[m]:<30} " + ", ".join(parts))
+trips = sorted(float(l.split()[0].split("=")[1]) for l in open(pair_path))
+print(f"  CPU pair after each round, cache line round trip ns: min {trips[0]:.0f}, median "
+      f"{statistics.median(trips):.0f}, max {trips[-1]:.0f}")
 for spe, goal in (("8", 0.85), ("1", 0.70)):
     ratio = med["ps" + spe] / med["single"]
     print(f"  goal median PS/single >= {goal} at steps/exec {spe}: {'met' if ratio >= goal else 'NOT met'} ({ratio:.2f})")
