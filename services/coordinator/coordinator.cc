@@ -138,24 +138,30 @@ Status ClusterCoordinator::Join() {
 }
 
 Status ClusterCoordinator::Join(const std::vector<RemoteValue>& values) {
-  {
-    MutexLock lock(mu_);
-    while (!first_error_ && !aborted_ && !(options_.stop && options_.stop->load())) {
-      bool done = true, failed = false;
-      for (const RemoteValue& v : values) {
-        if (!v.state_) continue;
-        MutexLock g(v.state_->mu);
-        if (!v.state_->done) {
-          done = false;
-        } else if (!v.state_->status.ok()) {
-          failed = true;
-        }
-      }
-      if (failed) break;
-      if (done) return Status::Ok();
-      // Finish notifies on every closure's end; the timeout is for a stop.
-      idle_cv_.WaitFor(lock, std::chrono::milliseconds(100));
+  while (true) {
+    {
+      MutexLock lock(mu_);
+      if (first_error_ || aborted_ || (options_.stop && options_.stop->load())) break;
     }
+    // The last of them not done yet is waited for on its own: closures
+    // start in order, so it is about the last to end, and the chief wakes
+    // once or twice a Join rather than at every closure's end. Another
+    // closure's failure or a stop is seen when it ends, or within 0.1 s.
+    RemoteValue::State* last = nullptr;
+    bool failed = false;
+    for (auto v = values.rbegin(); v != values.rend(); ++v) {
+      if (!v->state_) continue;
+      MutexLock g(v->state_->mu);
+      if (!v->state_->done) {
+        if (!last) last = v->state_.get();
+      } else if (!v->state_->status.ok()) {
+        failed = true;
+      }
+    }
+    if (failed) break;
+    if (!last) return Status::Ok();
+    MutexLock g(last->mu);
+    if (!last->done) last->cv.WaitFor(g, std::chrono::milliseconds(100));
   }
   return Join();
 }
@@ -218,6 +224,7 @@ void ClusterCoordinator::Finish(const std::shared_ptr<Closure>& c, Status s, Res
     c->value->result = std::move(r);
   }
   c->value->cv.NotifyAll();
+  bool idle = false;
   {
     MutexLock g(mu_);
     --pending_;
@@ -225,9 +232,9 @@ void ClusterCoordinator::Finish(const std::shared_ptr<Closure>& c, Status s, Res
       ++stats_.completed;
     else if (s.code() != Code::kCancelled)
       ++stats_.failed;
+    idle = pending_ == 0;
   }
-  // Every end: Join waits for the last one, Join(values) for some.
-  idle_cv_.NotifyAll();
+  if (idle) idle_cv_.NotifyAll();
 }
 
 void ClusterCoordinator::CancelQueued(const Status& cause) {
