@@ -22,8 +22,8 @@
 # virtual CPUs on cores that share a last-level cache or not, and that can
 # change within seconds; the PS job hands every step's tensors and wake-ups
 # between processes, the single process does not (docs/parameter-server.md,
-# "Why runs of the same build differ"). The round lines print it, so a slow
-# round can be read beside the machine's state.
+# "The slow periods: whether the two CPUs share a cache"). The round lines
+# print it, so a slow round can be read beside the machine's state.
 # 8 epochs by default: at 2 (250 steps, a fifth of a second) the figure
 # is dominated by the first steps and by whoever else uses the machine.
 # Thread settings are inherited as given: run with OMP_NUM_THREADS=... in the

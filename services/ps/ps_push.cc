@@ -246,9 +246,9 @@ Status ParameterServerService::ReceivePush(Call& c, const proto::PushRequest& re
   // what one pass gives. A push of several updates runs them side by side.
   const bool split = prepared.size() == 1 && total >= kParallelApplyBytes;
   // Side by side only when the updates besides the largest are worth a
-  // hand-off: the caller applies the largest meanwhile, so the pool can
-  // save at most their time, and waking its threads costs a context switch
-  // each (tens of microseconds on a VM whose idle CPU halts).
+  // hand-off: one thread applies the largest whoever takes it, so the pool
+  // can save at most the others' time, and waking its threads costs a
+  // context switch each (tens of microseconds on a VM whose idle CPU halts).
   uint64_t largest = 0;
   for (const PushUpdate& p : prepared) largest = std::max<uint64_t>(largest, p.value.bytes());
   auto apply = [&](size_t i) {
