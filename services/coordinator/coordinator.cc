@@ -62,7 +62,7 @@ ClusterCoordinator::ClusterCoordinator(std::vector<std::string> addresses, Optio
     workers_.push_back(std::move(w));
   }
   for (auto& w : workers_) {
-    for (int k = 0; k < std::max(1, options_.inflight_per_worker); ++k) {
+    for (int k = 0; k < std::max(1, options_.inflight_per_worker) + std::max(0, options_.queued_per_worker); ++k) {
       threads_.emplace_back([this, worker = w.get()] { Loop(*worker); });
     }
   }
@@ -89,6 +89,7 @@ RemoteValue ClusterCoordinator::Schedule(const std::string& fn, const nlohmann::
   c->request.set_function(fn);
   c->request.set_args_json(args.dump());
   c->request.set_coordinator_incarnation(generation_);
+  c->request.set_max_running(static_cast<uint32_t>(std::max(1, options_.inflight_per_worker)));
   for (const Tensor& t : tensors) rpc::TensorToProto(t, c->request.add_args());
   std::optional<Status> aborted;
   {

@@ -1,6 +1,7 @@
 // The ClusterCoordinator: TensorFlow's schedule / join / done over gRPC
 // workers, better where TF is weak:
-//   - several closures in flight per worker (TF allows one);
+//   - several closures in flight per worker (TF allows one), and one more
+//     waiting on it to start as soon as one ends;
 //   - a closure whose worker fails (transport error, restart) goes back on
 //     the queue and runs elsewhere; other workers carry on; when the worker
 //     returns (new incarnation) its per-worker datasets are rebuilt first;
@@ -84,7 +85,15 @@ struct Options {
   // either ran whole or not at all, and a checkpoint after Join is exact),
   // and Join returns CANCELLED (borrowed; must outlive the coordinator).
   const std::atomic<bool>* stop = nullptr;
+  // Closures running at once on each worker.
   int inflight_per_worker = 2;
+  // Closures sent to each worker beyond those, to wait there
+  // (RunClosureRequest.max_running): one starts as soon as a running one
+  // ends, where it would otherwise start a round trip to the chief later.
+  // They count as in flight: a stop lets them run, and a lost worker's go
+  // back on the queue with the others. A closure's rpc_timeout includes its
+  // wait.
+  int queued_per_worker = 1;
   // Deadline of one closure's RunClosure call. A call that runs past it is
   // not a worker failure when the worker still answers its health probe:
   // the closure was slow, and goes back on the queue as another attempt.

@@ -107,7 +107,8 @@ class PsStrategy final : public Strategy {
     // workers start them as this chunk's last ones end, instead of idling
     // while the chief collects this chunk and prints its progress.
     std::vector<std::pair<int64_t, coordinator::RemoteValue>> next;
-    const size_t slots = ctx_.worker_addresses.size() * static_cast<size_t>(ctx_.coordinator.inflight_per_worker);
+    const size_t slots = ctx_.worker_addresses.size() *
+                         static_cast<size_t>(ctx_.coordinator.inflight_per_worker + ctx_.coordinator.queued_per_worker);
     for (int64_t a = end; a < next_end_ && next.size() < slots; a += spe) {
       next.emplace_back(std::min(spe, next_end_ - a), schedule(std::min(spe, next_end_ - a)));
     }

@@ -197,8 +197,10 @@ struct Warmed {
   std::vector<std::shared_ptr<std::vector<Tensor>>> values;
 };
 
-// The coordinator keeps two closures in flight per worker
-// (coordinator::Options::inflight_per_worker); each has a step computing
+// The coordinator has two closures run at once per worker
+// (coordinator::Options::inflight_per_worker; one more sent ahead waits
+// for its turn, and takes the running ones' model and buffers when one
+// ends); each has a step computing
 // and the next one's exchange started, and the last to end leaves one
 // pulled ahead.
 constexpr int kClosuresInFlight = 2;

@@ -109,6 +109,12 @@ grpc::Status WorkerService::RunClosure(grpc::ServerContext* call, const proto::R
     resp->set_error_message(s.message());
     return grpc::Status::OK;
   };
+  if (!TakeTurn(call, req->max_running())) return grpc::Status(grpc::StatusCode::CANCELLED, "closure call cancelled");
+  struct Turn {
+    WorkerService* w;
+    ~Turn() { w->EndTurn(); }
+  } turn{this};
+  // Admitted once its turn came: a newer chief may have spoken meanwhile.
   if (Status g = Admit(req->coordinator_incarnation(), "closure"); !g.ok()) return fail(g);
   const ClosureFn* fn = registry_.FindClosure(req->function());
   if (!fn) return fail(NotFound("no closure \"" + req->function() + "\" on this worker"));
@@ -138,6 +144,30 @@ grpc::Status WorkerService::RunClosure(grpc::ServerContext* call, const proto::R
   return grpc::Status::OK;
 }
 
+bool WorkerService::TakeTurn(grpc::ServerContext* call, uint32_t max_running) {
+  MutexLock lock(turn_mu_);
+  ++waiting_;
+  while (max_running != 0 && running_ >= max_running) {
+    // A cancelled call wakes no one here; it is seen within this wait.
+    if (call->IsCancelled()) {
+      --waiting_;
+      return false;
+    }
+    turn_cv_.WaitFor(lock, std::chrono::milliseconds(50));
+  }
+  --waiting_;
+  ++running_;
+  return true;
+}
+
+void WorkerService::EndTurn() {
+  {
+    MutexLock g(turn_mu_);
+    --running_;
+  }
+  turn_cv_.NotifyAll();  // waiters may carry different limits
+}
+
 grpc::Status WorkerService::GetStatus(grpc::ServerContext* call, const proto::WorkerStatusRequest* req,
                                       proto::WorkerStatusResponse* resp) {
   if (auto a = rpc::Authenticate(*call, state_.env().ps_options.credentials); !a.ok()) return a;
@@ -147,6 +177,11 @@ grpc::Status WorkerService::GetStatus(grpc::ServerContext* call, const proto::Wo
   resp->set_generation(generation_.load());
   for (const auto& n : state_.ResourceNames()) resp->add_resources(n);
   resp->set_closures_run(closures_run_.load());
+  {
+    MutexLock g(turn_mu_);
+    resp->set_closures_running(running_);
+    resp->set_closures_waiting(waiting_);
+  }
   return grpc::Status::OK;
 }
 

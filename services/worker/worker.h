@@ -143,10 +143,21 @@ class WorkerService final : public proto::Worker::Service {
   // when it is older than one already seen (0 always passes).
   Status Admit(uint64_t generation, const char* what);
 
+  // Waits until fewer than `max_running` closures run (0: no limit), then
+  // counts this one as running; false, and nothing counted, when the call
+  // is cancelled first (the chief aborted, or the server is stopping), so a
+  // closure still waiting when its chief gives up never starts.
+  bool TakeTurn(grpc::ServerContext* call, uint32_t max_running);
+  void EndTurn();
+
   const uint64_t incarnation_;
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> completed_{false};
   std::atomic<int64_t> closures_run_{0};
+  Mutex turn_mu_;
+  CondVar turn_cv_;
+  int64_t running_ TFJOB_GUARDED_BY(turn_mu_) = 0;
+  int64_t waiting_ TFJOB_GUARDED_BY(turn_mu_) = 0;
   Mutex shutdown_mu_;
   CondVar shutdown_cv_;
   bool shutdown_ TFJOB_GUARDED_BY(shutdown_mu_) = false;

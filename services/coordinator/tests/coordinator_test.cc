@@ -13,6 +13,7 @@
 
 #include "services/ps/ps_client.h"
 #include "services/ps/ps_service.h"
+#include "services/rpc/rpc.h"
 #include "services/worker/worker.h"
 #include "tests/support/wait.h"
 
@@ -176,6 +177,62 @@ TEST_F(CoordinatorTest, SeveralClosuresInFlightPerWorker) {
   EXPECT_LE(probe_.max_running.load(), 6);
 }
 
+// What a worker says of its closures: running, and sent but waiting.
+proto::WorkerStatusResponse WorkerStatus(const std::string& address) {
+  auto stub = proto::Worker::NewStub(rpc::MakeChannel(address));
+  auto ctx = rpc::Context(std::chrono::seconds(10), {});
+  proto::WorkerStatusResponse resp;
+  EXPECT_TRUE(stub->GetStatus(ctx.get(), {}, &resp).ok());
+  return resp;
+}
+
+// The chief sends a worker one closure more than it may run at once: that
+// one waits on the worker, and starts when a running one ends.
+TEST_F(CoordinatorTest, AWorkerRunsAtMostTheChiefsLimitAndTheClosureSentAheadWaitsThere) {
+  StartWorkers(1);
+  Options o;
+  o.inflight_per_worker = 2;
+  o.queued_per_worker = 1;
+  ClusterCoordinator c(addresses_, o);
+  for (int i = 0; i < 5; ++i) c.Schedule("hold");
+  ASSERT_TRUE(t::WaitUntil([&] {
+    const auto s = WorkerStatus(addresses_[0]);
+    return s.closures_running() == 2 && s.closures_waiting() == 1;
+  }));
+  EXPECT_EQ(probe_.slow_started.load(), 2);
+  probe_.Release();
+  ASSERT_TRUE(c.Join().ok());
+  EXPECT_EQ(probe_.slow_started.load(), 5);
+  const auto s = WorkerStatus(addresses_[0]);
+  EXPECT_EQ(s.closures_running(), 0);
+  EXPECT_EQ(s.closures_waiting(), 0);
+  EXPECT_EQ(s.closures_run(), 5);
+}
+
+// A closure still waiting on the worker when its chief aborts never starts:
+// after Join, no closure of the chief's runs that was not running already.
+TEST_F(CoordinatorTest, AClosureWaitingOnAWorkerWhenTheChiefAbortsNeverStarts) {
+  StartWorkers(1);
+  Options o;
+  o.inflight_per_worker = 1;
+  o.queued_per_worker = 1;
+  ClusterCoordinator c(addresses_, o);
+  RemoteValue running = c.Schedule("hold");
+  RemoteValue waiting = c.Schedule("hold");
+  ASSERT_TRUE(t::WaitUntil([&] {
+    const auto s = WorkerStatus(addresses_[0]);
+    return s.closures_running() == 1 && s.closures_waiting() == 1;
+  }));
+  c.Abort(Aborted("the job is over"));
+  EXPECT_EQ(c.Join().code(), Code::kAborted);
+  EXPECT_EQ(waiting.Wait().code(), Code::kAborted);
+  ASSERT_TRUE(t::WaitUntil([&] { return WorkerStatus(addresses_[0]).closures_waiting() == 0; }));
+  probe_.Release();
+  ASSERT_TRUE(t::WaitUntil([&] { return WorkerStatus(addresses_[0]).closures_running() == 0; }));
+  EXPECT_EQ(probe_.slow_started.load(), 1);
+  EXPECT_EQ(WorkerStatus(addresses_[0]).closures_run(), 1);
+}
+
 TEST_F(CoordinatorTest, FirstErrorIsRaisedOnceAndQueuedClosuresAreCancelled) {
   StartWorkers(1);
   Options o;
@@ -246,6 +303,11 @@ TEST_F(CoordinatorTest, AClosurePastItsDeadlineIsCappedNotRequeuedForever) {
   Options o;
   o.rpc_timeout = std::chrono::milliseconds(100);
   o.max_attempts = 3;
+  // A worker runs an attempt the chief gave up on to its end: room for all
+  // three at once, and none sent ahead to wait there (it could meet its
+  // deadline waiting, and never start).
+  o.inflight_per_worker = 3;
+  o.queued_per_worker = 0;
   ClusterCoordinator c(addresses_, o);
   RemoteValue v = c.Schedule("slow", {{"ms", 400}});
   Status s = c.Join();
@@ -311,6 +373,7 @@ TEST_F(CoordinatorTest, ReRunClosureIsAppliedExactlyOnceOnThePs) {
   StartWorkers(2, {ps_address_});
   Options o;
   o.inflight_per_worker = 1;
+  o.queued_per_worker = 0;  // so that the second closure goes to the other worker
   ClusterCoordinator c(addresses_, o);
   // Both workers take one closure each; worker 1's update lands, then the
   // worker dies before replying, so the closure re-runs on worker 0.
