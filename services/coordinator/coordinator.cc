@@ -75,8 +75,12 @@ ClusterCoordinator::~ClusterCoordinator() {
   }
   queue_cv_.NotifyAll();
   for (auto& w : workers_) {
-    MutexLock g(w->mu);
-    w->cv.NotifyAll();
+    {
+      MutexLock g(w->mu);
+      w->cv.NotifyAll();
+    }
+    MutexLock g(w->call_mu);
+    w->call_cv.NotifyAll();
   }
   for (auto& t : threads_) t.join();
   CancelQueued(Cancelled("coordinator stopped"));
@@ -387,8 +391,52 @@ void ClusterCoordinator::Loop(Worker& w) {
       queue_cv_.NotifyOne();
       continue;
     }
+    // Enough on their way to this worker: the closure goes back to the
+    // front, for another worker or for this one when a call ends.
+    if (!StartCall(w)) {
+      {
+        MutexLock g(mu_);
+        queue_.push_front(std::move(c));
+      }
+      queue_cv_.NotifyOne();
+      WaitForCall(w);
+      continue;
+    }
     RunOn(w, std::move(c));
+    EndCall(w);
   }
+}
+
+bool ClusterCoordinator::StartCall(Worker& w) {
+  const int running = std::max(1, options_.inflight_per_worker);
+  MutexLock g(w.call_mu);
+  if (w.calls < running) {
+    ++w.calls;
+    return true;
+  }
+  // A closure sent ahead waits on the worker, and its deadline counts the
+  // wait: only while the calls are short next to the deadline.
+  if (w.calls >= running + std::max(0, options_.queued_per_worker) || 4 * w.last_call > options_.rpc_timeout) {
+    return false;
+  }
+  ++w.calls;
+  MutexLock g2(mu_);
+  ++stats_.sent_ahead;
+  return true;
+}
+
+void ClusterCoordinator::EndCall(Worker& w) {
+  {
+    MutexLock g(w.call_mu);
+    --w.calls;
+  }
+  w.call_cv.NotifyAll();
+}
+
+void ClusterCoordinator::WaitForCall(Worker& w) {
+  const int running = std::max(1, options_.inflight_per_worker);
+  MutexLock lock(w.call_mu);
+  w.call_cv.Wait(lock, [&]() TFJOB_REQUIRES(w.call_mu) { return w.calls < running || stopping_; });
 }
 
 void ClusterCoordinator::RunOn(Worker& w, std::shared_ptr<Closure> c) {
@@ -406,6 +454,12 @@ void ClusterCoordinator::RunOn(Worker& w, std::shared_ptr<Closure> c) {
   }
   const auto sent = std::chrono::steady_clock::now();
   grpc::Status st = w.stub->RunClosure(ctx.get(), c->request, &resp);
+  {
+    // Before the closure is finished: whoever waits on it sees the calls
+    // it decides on (StartCall) already knowing this one's time.
+    MutexLock g(w.call_mu);
+    w.last_call = std::chrono::steady_clock::now() - sent;
+  }
   {
     MutexLock g(mu_);
     in_flight_.erase(ctx.get());

@@ -91,8 +91,10 @@ struct Options {
   // (RunClosureRequest.max_running): one starts as soon as a running one
   // ends, where it would otherwise start a round trip to the chief later.
   // They count as in flight: a stop lets them run, and a lost worker's go
-  // back on the queue with the others. A closure's rpc_timeout includes its
-  // wait.
+  // back on the queue with the others. A closure's rpc_timeout counts its
+  // wait, so they are sent only while the worker's last closure took at
+  // most a quarter of rpc_timeout (the round trip they save matters only
+  // for short closures anyway).
   int queued_per_worker = 1;
   // Deadline of one closure's RunClosure call. A call that runs past it is
   // not a worker failure when the worker still answers its health probe:
@@ -118,6 +120,9 @@ struct Stats {
   int64_t retried = 0;  // re-queued after a worker failure
   int64_t worker_failures = 0;
   int64_t failed = 0;  // closures that returned an error
+  // Sent to a worker already running inflight_per_worker of them (to wait
+  // there: Options::queued_per_worker).
+  int64_t sent_ahead = 0;
 };
 
 // A generation newer than `newer_than` and than any earlier call's: the
@@ -180,6 +185,12 @@ class ClusterCoordinator {
     bool healthy TFJOB_GUARDED_BY(mu) = false;
     bool reconnecting TFJOB_GUARDED_BY(mu) = false;
     uint64_t incarnation TFJOB_GUARDED_BY(mu) = 0;
+    // The RunClosure calls this worker has outstanding, and how long its
+    // last one took (Options::queued_per_worker).
+    Mutex call_mu;
+    CondVar call_cv;
+    int calls TFJOB_GUARDED_BY(call_mu) = 0;
+    std::chrono::steady_clock::duration last_call TFJOB_GUARDED_BY(call_mu){};
   };
   struct ResourceSpec {
     std::string dataset_fn, args_json, resource;
@@ -188,6 +199,14 @@ class ClusterCoordinator {
   // A worker thread: runs queued closures on `w` until the coordinator stops,
   // reconnecting when the worker is lost.
   void Loop(Worker& w);
+  // Counts one more call to `w` when it may have one now: fewer than
+  // inflight_per_worker outstanding, or fewer than that plus
+  // queued_per_worker while its last call was short. EndCall uncounts it;
+  // WaitForCall waits until fewer than inflight_per_worker are outstanding
+  // (or the coordinator stops).
+  bool StartCall(Worker& w) TFJOB_EXCLUDES(w.call_mu, mu_);
+  void EndCall(Worker& w) TFJOB_EXCLUDES(w.call_mu);
+  void WaitForCall(Worker& w) TFJOB_EXCLUDES(w.call_mu);
   // The steps of one closure on `w`. None is called with a lock held; those
   // that take both take w.mu before mu_.
   bool MarkedHealthy(Worker& w) TFJOB_EXCLUDES(w.mu);

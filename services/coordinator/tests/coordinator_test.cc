@@ -207,6 +207,26 @@ TEST_F(CoordinatorTest, AWorkerRunsAtMostTheChiefsLimitAndTheClosureSentAheadWai
   EXPECT_EQ(s.closures_running(), 0);
   EXPECT_EQ(s.closures_waiting(), 0);
   EXPECT_EQ(s.closures_run(), 5);
+  EXPECT_GE(c.stats().sent_ahead, 1);
+}
+
+// A closure sent ahead waits on the worker, and its deadline counts the
+// wait: once a call took over a quarter of the deadline, the next closures
+// go only as running ones end, and none runs out of time waiting.
+TEST_F(CoordinatorTest, NoClosureIsSentAheadOnceACallTookAQuarterOfTheDeadline) {
+  StartWorkers(1);
+  Options o;
+  o.rpc_timeout = std::chrono::milliseconds(2000);
+  o.inflight_per_worker = 1;
+  o.queued_per_worker = 1;
+  ClusterCoordinator c(addresses_, o);
+  ASSERT_TRUE(c.Schedule("slow", {{"ms", 600}}).Wait().ok());
+  EXPECT_EQ(c.stats().sent_ahead, 0);  // nothing else was queued
+  for (int i = 0; i < 3; ++i) c.Schedule("slow", {{"ms", 600}});
+  ASSERT_TRUE(c.Join().ok());
+  EXPECT_EQ(c.stats().sent_ahead, 0);
+  EXPECT_EQ(c.stats().retried, 0);
+  EXPECT_EQ(probe_.max_running.load(), 1);
 }
 
 // A closure still waiting on the worker when its chief aborts never starts:
