@@ -409,16 +409,26 @@ void ClusterCoordinator::Loop(Worker& w) {
 
 bool ClusterCoordinator::StartCall(Worker& w) {
   const int running = std::max(1, options_.inflight_per_worker);
+  const int most = running + std::max(0, options_.queued_per_worker);
+  {
+    MutexLock g(w.call_mu);
+    if (w.calls < running) {
+      ++w.calls;
+      return true;
+    }
+    // A closure sent ahead waits on the worker, and its deadline counts the
+    // wait: only while the calls are short next to the deadline.
+    if (w.calls >= most || 4 * w.last_call > options_.rpc_timeout) return false;
+  }
+  // Nor while another worker could start it now (one not connected yet
+  // counts as such, and gets it once it is).
+  for (auto& other : workers_) {
+    if (other.get() == &w) continue;
+    MutexLock g(other->call_mu);
+    if (other->calls < running) return false;
+  }
   MutexLock g(w.call_mu);
-  if (w.calls < running) {
-    ++w.calls;
-    return true;
-  }
-  // A closure sent ahead waits on the worker, and its deadline counts the
-  // wait: only while the calls are short next to the deadline.
-  if (w.calls >= running + std::max(0, options_.queued_per_worker) || 4 * w.last_call > options_.rpc_timeout) {
-    return false;
-  }
+  if (w.calls >= most) return false;
   ++w.calls;
   MutexLock g2(mu_);
   ++stats_.sent_ahead;

@@ -91,10 +91,11 @@ struct Options {
   // (RunClosureRequest.max_running): one starts as soon as a running one
   // ends, where it would otherwise start a round trip to the chief later.
   // They count as in flight: a stop lets them run, and a lost worker's go
-  // back on the queue with the others. A closure's rpc_timeout counts its
-  // wait, so they are sent only while the worker's last closure took at
-  // most a quarter of rpc_timeout (the round trip they save matters only
-  // for short closures anyway).
+  // back on the queue with the others. One is sent only when no worker
+  // could start it now (every worker runs inflight_per_worker), and only
+  // while the worker's last call took at most a quarter of rpc_timeout: a
+  // closure's deadline counts its wait (and the round trip saved matters
+  // only for short closures anyway).
   int queued_per_worker = 1;
   // Deadline of one closure's RunClosure call. A call that runs past it is
   // not a worker failure when the worker still answers its health probe:
@@ -201,7 +202,8 @@ class ClusterCoordinator {
   void Loop(Worker& w);
   // Counts one more call to `w` when it may have one now: fewer than
   // inflight_per_worker outstanding, or fewer than that plus
-  // queued_per_worker while its last call was short. EndCall uncounts it;
+  // queued_per_worker while its last call was short and every other worker
+  // has inflight_per_worker outstanding. EndCall uncounts it;
   // WaitForCall waits until fewer than inflight_per_worker are outstanding
   // (or the coordinator stops).
   bool StartCall(Worker& w) TFJOB_EXCLUDES(w.call_mu, mu_);

@@ -210,6 +210,31 @@ TEST_F(CoordinatorTest, AWorkerRunsAtMostTheChiefsLimitAndTheClosureSentAheadWai
   EXPECT_GE(c.stats().sent_ahead, 1);
 }
 
+// A closure goes ahead to a busy worker only when no worker could start it
+// now: with one of two workers busy, the next goes to the other.
+TEST_F(CoordinatorTest, AClosureGoesToAnIdleWorkerBeforeAheadToABusyOne) {
+  StartWorkers(2);
+  Options o;
+  o.inflight_per_worker = 1;
+  o.queued_per_worker = 1;
+  ClusterCoordinator c(addresses_, o);
+  RemoteValue first = c.Schedule("hold");
+  RemoteValue second = c.Schedule("hold");
+  // Each worker runs one (the second waits for worker 1 to connect rather
+  // than behind the first on worker 0).
+  ASSERT_TRUE(t::WaitUntil([&] { return probe_.slow_started >= 2; }));
+  EXPECT_EQ(WorkerStatus(addresses_[0]).closures_running(), 1);
+  EXPECT_EQ(WorkerStatus(addresses_[1]).closures_running(), 1);
+  // Both busy: the third goes ahead to one of them, and waits there.
+  RemoteValue third = c.Schedule("hold");
+  ASSERT_TRUE(t::WaitUntil([&] {
+    return WorkerStatus(addresses_[0]).closures_waiting() + WorkerStatus(addresses_[1]).closures_waiting() == 1;
+  }));
+  EXPECT_EQ(c.stats().sent_ahead, 1);
+  probe_.Release();
+  ASSERT_TRUE(c.Join().ok());
+}
+
 // A closure sent ahead waits on the worker, and its deadline counts the
 // wait: once a call took over a quarter of the deadline, the next closures
 // go only as running ones end, and none runs out of time waiting.
@@ -393,7 +418,6 @@ TEST_F(CoordinatorTest, ReRunClosureIsAppliedExactlyOnceOnThePs) {
   StartWorkers(2, {ps_address_});
   Options o;
   o.inflight_per_worker = 1;
-  o.queued_per_worker = 0;  // so that the second closure goes to the other worker
   ClusterCoordinator c(addresses_, o);
   // Both workers take one closure each; worker 1's update lands, then the
   // worker dies before replying, so the closure re-runs on worker 0.
