@@ -109,7 +109,8 @@ grpc::Status WorkerService::RunClosure(grpc::ServerContext* call, const proto::R
     resp->set_error_message(s.message());
     return grpc::Status::OK;
   };
-  if (!TakeTurn(call, req->max_running())) return grpc::Status(grpc::StatusCode::CANCELLED, "closure call cancelled");
+  if (!TakeTurn(call, req->max_running(), req->closure_id()))
+    return grpc::Status(grpc::StatusCode::CANCELLED, "closure call cancelled");
   struct Turn {
     WorkerService* w;
     ~Turn() { w->EndTurn(); }
@@ -144,19 +145,22 @@ grpc::Status WorkerService::RunClosure(grpc::ServerContext* call, const proto::R
   return grpc::Status::OK;
 }
 
-bool WorkerService::TakeTurn(grpc::ServerContext* call, uint32_t max_running) {
+bool WorkerService::TakeTurn(grpc::ServerContext* call, uint32_t max_running, uint64_t closure_id) {
   MutexLock lock(turn_mu_);
-  ++waiting_;
-  while (max_running != 0 && running_ >= max_running) {
+  const std::pair<uint64_t, uint64_t> me{closure_id, arrivals_++};
+  waiting_.insert(me);
+  while (*waiting_.begin() != me || (max_running != 0 && running_ >= max_running)) {
     // A cancelled call wakes no one here; it is seen within this wait.
     if (call->IsCancelled()) {
-      --waiting_;
+      waiting_.erase(me);
+      turn_cv_.NotifyAll();  // the next in line may be this one's successor
       return false;
     }
     turn_cv_.WaitFor(lock, std::chrono::milliseconds(50));
   }
-  --waiting_;
+  waiting_.erase(me);
   ++running_;
+  turn_cv_.NotifyAll();  // the next in line may fit as well
   return true;
 }
 
@@ -180,7 +184,7 @@ grpc::Status WorkerService::GetStatus(grpc::ServerContext* call, const proto::Wo
   {
     MutexLock g(turn_mu_);
     resp->set_closures_running(running_);
-    resp->set_closures_waiting(waiting_);
+    resp->set_closures_waiting(static_cast<int64_t>(waiting_.size()));
   }
   return grpc::Status::OK;
 }

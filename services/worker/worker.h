@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -143,11 +144,13 @@ class WorkerService final : public proto::Worker::Service {
   // when it is older than one already seen (0 always passes).
   Status Admit(uint64_t generation, const char* what);
 
-  // Waits until fewer than `max_running` closures run (0: no limit), then
-  // counts this one as running; false, and nothing counted, when the call
-  // is cancelled first (the chief aborted, or the server is stopping), so a
-  // closure still waiting when its chief gives up never starts.
-  bool TakeTurn(grpc::ServerContext* call, uint32_t max_running);
+  // Waits until fewer than `max_running` closures run (0: no limit) and no
+  // waiting closure has a smaller id (closures start in the order the chief
+  // scheduled them, whatever order their calls arrive in), then counts this
+  // one as running; false, and nothing counted, when the call is cancelled
+  // first (the chief aborted, or the server is stopping), so a closure
+  // still waiting when its chief gives up never starts.
+  bool TakeTurn(grpc::ServerContext* call, uint32_t max_running, uint64_t closure_id);
   void EndTurn();
 
   const uint64_t incarnation_;
@@ -157,7 +160,9 @@ class WorkerService final : public proto::Worker::Service {
   Mutex turn_mu_;
   CondVar turn_cv_;
   int64_t running_ TFJOB_GUARDED_BY(turn_mu_) = 0;
-  int64_t waiting_ TFJOB_GUARDED_BY(turn_mu_) = 0;
+  // Closures waiting for their turn: (closure id, arrival), first in line first.
+  std::set<std::pair<uint64_t, uint64_t>> waiting_ TFJOB_GUARDED_BY(turn_mu_);
+  uint64_t arrivals_ TFJOB_GUARDED_BY(turn_mu_) = 0;
   Mutex shutdown_mu_;
   CondVar shutdown_cv_;
   bool shutdown_ TFJOB_GUARDED_BY(shutdown_mu_) = false;

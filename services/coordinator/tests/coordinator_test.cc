@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -29,6 +30,9 @@ struct Probe {
   std::atomic<int> running{0};
   std::atomic<int> max_running{0};
   std::atomic<int> slow_started{0};
+  // Ids of the "hold_and_record" closures, in the order they ended.
+  std::mutex order_mu;
+  std::vector<uint64_t> order;
   // Per-worker datasets built, by worker index.
   std::array<std::atomic<int>, 4> datasets_built{};
 
@@ -91,6 +95,15 @@ worker::Registry MakeRegistry(Probe& probe) {
       "hold", [&probe](ClosureContext&, const nlohmann::json&, const std::vector<Tensor>&) -> StatusOr<ClosureResult> {
         ++probe.slow_started;
         probe.WaitForRelease();
+        return ClosureResult{nullptr, {}};
+      });
+  (void)r.AddClosure(
+      "hold_and_record",
+      [&probe](ClosureContext& ctx, const nlohmann::json&, const std::vector<Tensor>&) -> StatusOr<ClosureResult> {
+        ++probe.slow_started;
+        probe.WaitForRelease();
+        std::lock_guard g(probe.order_mu);
+        probe.order.push_back(ctx.closure_id());
         return ClosureResult{nullptr, {}};
       });
   (void)r.AddDataset("unbuildable", [](const worker::WorkerEnv&, const nlohmann::json&) -> StatusOr<data::Dataset> {
@@ -208,6 +221,37 @@ TEST_F(CoordinatorTest, AWorkerRunsAtMostTheChiefsLimitAndTheClosureSentAheadWai
   EXPECT_EQ(s.closures_waiting(), 0);
   EXPECT_EQ(s.closures_run(), 5);
   EXPECT_GE(c.stats().sent_ahead, 1);
+}
+
+// Closures waiting on a worker start in the order of their ids (the order
+// the chief scheduled them), not the order their calls arrived in.
+TEST_F(CoordinatorTest, ClosuresWaitingOnAWorkerStartInTheirChiefsOrder) {
+  StartWorkers(1);
+  auto stub = proto::Worker::NewStub(rpc::MakeChannel(addresses_[0]));
+  auto call = [&](uint64_t id) {
+    return std::thread([&stub, id] {
+      proto::RunClosureRequest req;
+      req.set_closure_id(id);
+      req.set_function("hold_and_record");
+      req.set_max_running(1);
+      proto::RunClosureResponse resp;
+      auto ctx = rpc::Context(std::chrono::seconds(60), {});
+      EXPECT_TRUE(stub->RunClosure(ctx.get(), req, &resp).ok());
+      EXPECT_EQ(resp.error_code(), 0) << resp.error_message();
+    });
+  };
+  std::thread first = call(10);
+  ASSERT_TRUE(t::WaitUntil([&] { return probe_.slow_started >= 1; }));
+  std::thread later = call(30);
+  ASSERT_TRUE(t::WaitUntil([&] { return WorkerStatus(addresses_[0]).closures_waiting() == 1; }));
+  std::thread earlier = call(20);
+  ASSERT_TRUE(t::WaitUntil([&] { return WorkerStatus(addresses_[0]).closures_waiting() == 2; }));
+  probe_.Release();
+  first.join();
+  later.join();
+  earlier.join();
+  std::lock_guard g(probe_.order_mu);
+  EXPECT_EQ(probe_.order, (std::vector<uint64_t>{10, 20, 30}));
 }
 
 // A closure goes ahead to a busy worker only when no worker could start it
