@@ -6,7 +6,8 @@
 #   - `perf stat` of single-process `fit` and of 1 PS + 1 worker
 #     (`tfjob-runtime local`: a chief, a PS and a worker process) with steps
 #     per execution 8 and 1, every process of the run: CPU ms, context
-#     switches and CPU migrations per step. Each mode runs for E1 and E2
+#     switches, CPU migrations and threads started per step (a server that
+#     ends idle threads only to start new ones shows there). Each mode runs for E1 and E2
 #     epochs; the longer run less the shorter, over the steps between them,
 #     leaves start-up out;
 #   - two-process scaling: the examples/s of two single-process runs at once
@@ -49,14 +50,16 @@ mode_args() {  # MODE: the runtime's arguments before the common ones
   esac
 }
 
-# counters MODE EPOCHS: "cpu_ms context_switches migrations" of one run.
+# counters MODE EPOCHS: "cpu_ms context_switches migrations threads_started"
+# of one run.
 counters() {
   # shellcheck disable=SC2046
-  timeout 300 perf stat -x, -e task-clock,context-switches,cpu-migrations -o "$tmp/perf" \
+  timeout 300 perf stat -x, -e task-clock,context-switches,cpu-migrations,task:task_newtask -o "$tmp/perf" \
     "$runtime" $(mode_args "$1") "${common[@]}" --epochs "$2" > "$tmp/log" 2>&1 \
     || { cat "$tmp/log" "$tmp/perf" >&2; exit 1; }
   awk -F, '$3 == "task-clock" { t = $1 } $3 == "context-switches" { c = $1 } $3 == "cpu-migrations" { m = $1 }
-           END { if (t == "" || c == "" || m == "") exit 1; print t, c, m }' "$tmp/perf" \
+           $3 == "task:task_newtask" { n = $1 }
+           END { if (t == "" || c == "" || m == "" || n == "") exit 1; print t, c, m, n }' "$tmp/perf" \
     || { echo "perf stat counted nothing:" >&2; cat "$tmp/perf" >&2; exit 1; }
 }
 
@@ -116,20 +119,20 @@ for line in open(path):
     if f[0] == "scaling":
         scaling.append(float(f[1]))
         continue
-    a, b = [float(x) for x in f[1:4]], [float(x) for x in f[4:7]]
+    a, b = [float(x) for x in f[1:5]], [float(x) for x in f[5:9]]
     per.setdefault(f[0], []).append([(y - x) / steps for x, y in zip(a, b)])
 med = {m: [statistics.median(col) for col in zip(*v)] for m, v in per.items()}
 s = statistics.median(scaling)
 print(f"MNIST MLP batch 64, --threads 1, medians of {len(scaling)} rounds ({e1} vs {e2} epochs), {cores} cores")
 print(f"  two-process scaling {s:.2f} (min {min(scaling):.2f}, max {max(scaling):.2f}; 2.00 = a core each)")
-print(f"  per step                         CPU ms  context switches  CPU migrations  ceiling ({cores} cores)  bound")
+print(f"  per step                         CPU ms  context switches  CPU migrations  threads started  ceiling ({cores} cores)  bound")
 names = {"single": "single process (fit)", "ps8": "1 PS + 1 worker, steps/exec 8", "ps1": "1 PS + 1 worker, steps/exec 1"}
 for m in ("single", "ps8", "ps1"):
-    cpu, cs, mig = med[m]
+    cpu, cs, mig, started = med[m]
     ceiling = bound = ""
     if m != "single":
         ceiling, bound = f"{cores * med['single'][0] / cpu:.2f}", f"{s * med['single'][0] / cpu:.2f}"
-    print(f"  {names[m]:<32} {cpu:6.3f}  {cs:16.2f}  {mig:14.3f}  {ceiling:>17}  {bound:>5}")
+    print(f"  {names[m]:<32} {cpu:6.3f}  {cs:16.2f}  {mig:14.3f}  {started:15.4f}  {ceiling:>17}  {bound:>5}")
 PY
 echo "processes of a PS run (steps/exec 1), halfway through it:"
 processes
