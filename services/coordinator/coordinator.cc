@@ -6,15 +6,6 @@
 #include "services/rpc/rpc.h"
 
 namespace tfjob::coordinator {
-namespace {
-
-// Codes that mean "the worker (or the path to it) failed", not the closure.
-bool IsWorkerFailure(grpc::StatusCode c) {
-  return c == grpc::StatusCode::UNAVAILABLE || c == grpc::StatusCode::DEADLINE_EXCEEDED ||
-         c == grpc::StatusCode::CANCELLED || c == grpc::StatusCode::UNKNOWN || c == grpc::StatusCode::ABORTED;
-}
-
-}  // namespace
 
 uint64_t NewGeneration(uint64_t newer_than) {
   static std::atomic<uint64_t> last{0};
@@ -61,11 +52,7 @@ ClusterCoordinator::ClusterCoordinator(std::vector<std::string> addresses, Optio
     w->stub = proto::Worker::NewStub(rpc::MakeChannel(addresses[i], options_.credentials));
     workers_.push_back(std::move(w));
   }
-  for (auto& w : workers_) {
-    for (int k = 0; k < std::max(1, options_.inflight_per_worker) + std::max(0, options_.queued_per_worker); ++k) {
-      threads_.emplace_back([this, worker = w.get()] { Loop(*worker); });
-    }
-  }
+  for (auto& w : workers_) threads_.emplace_back([this, worker = w.get()] { Loop(*worker); });
 }
 
 ClusterCoordinator::~ClusterCoordinator() {
@@ -75,12 +62,8 @@ ClusterCoordinator::~ClusterCoordinator() {
   }
   queue_cv_.NotifyAll();
   for (auto& w : workers_) {
-    {
-      MutexLock g(w->mu);
-      w->cv.NotifyAll();
-    }
-    MutexLock g(w->call_mu);
-    w->call_cv.NotifyAll();
+    MutexLock g(w->mu);
+    w->cv.NotifyAll();
   }
   for (auto& t : threads_) t.join();
   CancelQueued(Cancelled("coordinator stopped"));
@@ -110,6 +93,7 @@ RemoteValue ClusterCoordinator::Schedule(const std::string& fn, const nlohmann::
     CancelQueued(*aborted);
   } else {
     queue_cv_.NotifyOne();
+    Kick();
   }
   return RemoteValue(c->value);
 }
@@ -202,6 +186,14 @@ Stats ClusterCoordinator::stats() const {
   return stats_;
 }
 
+std::shared_ptr<ClusterCoordinator::Closure> ClusterCoordinator::TryPop() {
+  MutexLock lock(mu_);
+  if (stopping_ || queue_.empty()) return nullptr;
+  auto c = queue_.front();
+  queue_.pop_front();
+  return c;
+}
+
 std::shared_ptr<ClusterCoordinator::Closure> ClusterCoordinator::Pop() {
   MutexLock lock(mu_);
   queue_cv_.Wait(lock, [&]() TFJOB_REQUIRES(mu_) { return stopping_ || !queue_.empty(); });
@@ -219,6 +211,7 @@ void ClusterCoordinator::Requeue(std::shared_ptr<Closure> c) {
     queue_.push_front(std::move(c));
   }
   queue_cv_.NotifyOne();
+  Kick();
 }
 
 void ClusterCoordinator::Finish(const std::shared_ptr<Closure>& c, Status s, Result r) {
@@ -360,160 +353,6 @@ void ClusterCoordinator::Reconnect(Worker& w) {
 bool ClusterCoordinator::MarkedHealthy(Worker& w) {
   MutexLock g(w.mu);
   return w.healthy;
-}
-
-void ClusterCoordinator::Loop(Worker& w) {
-  while (true) {
-    {
-      MutexLock g(mu_);
-      if (stopping_) return;
-    }
-    if (!MarkedHealthy(w)) {
-      if (no_more_work_) {
-        // Nothing will be scheduled again: idle until the coordinator goes.
-        MutexLock lock(mu_);
-        queue_cv_.Wait(lock, [&] { return stopping_.load(); });
-        return;
-      }
-      Reconnect(w);
-      continue;
-    }
-    std::shared_ptr<Closure> c = Pop();
-    if (!c) return;
-    // Another thread of this worker may have lost it while this one waited
-    // for work: the closure goes back to the front for a healthy worker, no
-    // attempt spent, rather than to a dead address.
-    if (!MarkedHealthy(w)) {
-      {
-        MutexLock g(mu_);
-        queue_.push_front(std::move(c));
-      }
-      queue_cv_.NotifyOne();
-      continue;
-    }
-    // Enough on their way to this worker: the closure goes back to the
-    // front, for another worker or for this one when a call ends.
-    if (!StartCall(w)) {
-      {
-        MutexLock g(mu_);
-        queue_.push_front(std::move(c));
-      }
-      queue_cv_.NotifyOne();
-      WaitForCall(w);
-      continue;
-    }
-    RunOn(w, std::move(c));
-    EndCall(w);
-  }
-}
-
-bool ClusterCoordinator::StartCall(Worker& w) {
-  const int running = std::max(1, options_.inflight_per_worker);
-  const int most = running + std::max(0, options_.queued_per_worker);
-  {
-    MutexLock g(w.call_mu);
-    if (w.calls < running) {
-      ++w.calls;
-      return true;
-    }
-    // A closure sent ahead waits on the worker, and its deadline counts the
-    // wait: only while the calls are short next to the deadline.
-    if (w.calls >= most || 4 * w.last_call > options_.rpc_timeout) return false;
-  }
-  // Nor while another worker could start it now (one not connected yet
-  // counts as such, and gets it once it is).
-  for (auto& other : workers_) {
-    if (other.get() == &w) continue;
-    MutexLock g(other->call_mu);
-    if (other->calls < running) return false;
-  }
-  MutexLock g(w.call_mu);
-  if (w.calls >= most) return false;
-  ++w.calls;
-  MutexLock g2(mu_);
-  ++stats_.sent_ahead;
-  return true;
-}
-
-void ClusterCoordinator::EndCall(Worker& w) {
-  {
-    MutexLock g(w.call_mu);
-    --w.calls;
-  }
-  w.call_cv.NotifyAll();
-}
-
-void ClusterCoordinator::WaitForCall(Worker& w) {
-  const int running = std::max(1, options_.inflight_per_worker);
-  MutexLock lock(w.call_mu);
-  w.call_cv.Wait(lock, [&]() TFJOB_REQUIRES(w.call_mu) { return w.calls < running || stopping_; });
-}
-
-void ClusterCoordinator::RunOn(Worker& w, std::shared_ptr<Closure> c) {
-  proto::RunClosureResponse resp;
-  auto ctx = rpc::Context(options_.rpc_timeout, options_.credentials);
-  std::optional<Status> aborted;
-  {
-    MutexLock g(mu_);
-    aborted = aborted_;
-    if (!aborted) in_flight_.insert(ctx.get());
-  }
-  if (aborted) {
-    Finish(c, *aborted, {});
-    return;
-  }
-  const auto sent = std::chrono::steady_clock::now();
-  grpc::Status st = w.stub->RunClosure(ctx.get(), c->request, &resp);
-  {
-    // Before the closure is finished: whoever waits on it sees the calls
-    // it decides on (StartCall) already knowing this one's time.
-    MutexLock g(w.call_mu);
-    w.last_call = std::chrono::steady_clock::now() - sent;
-  }
-  {
-    MutexLock g(mu_);
-    in_flight_.erase(ctx.get());
-    aborted = aborted_;
-  }
-  if (options_.metrics) {
-    options_.metrics->RecordClosure(std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count());
-  }
-  if (!st.ok() && aborted) {
-    Finish(c, *aborted, {});
-    return;
-  }
-  if (!st.ok() && IsWorkerFailure(st.error_code())) {
-    OnCallFailed(w, std::move(c), st);
-    return;
-  }
-  if (st.ok() && NoteRestart(w, resp) && resp.error_code() != 0) {
-    Requeue(std::move(c));
-    return;
-  }
-  Complete(w, c, st, resp);
-}
-
-void ClusterCoordinator::OnCallFailed(Worker& w, std::shared_ptr<Closure> c, const grpc::Status& st) {
-  const Status why = rpc::FromGrpc(st, "closure " + c->request.function() + " on worker " + w.address);
-  // A call past its deadline from a worker that still answers, as the
-  // same process, is a slow closure, not a lost worker.
-  const bool worker_lost = st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED || !Healthy(w);
-  if (worker_lost) {
-    MutexLock g(w.mu);
-    if (w.healthy) {
-      w.healthy = false;
-      MutexLock g2(mu_);  // the order: a worker's mu, then mu_
-      ++stats_.worker_failures;
-      if (options_.metrics) options_.metrics->RecordWorkerFailure();
-    }
-  }
-  if (++c->attempts >= options_.max_attempts) {
-    const Status err(why.code(), why.message() + " (failed " + std::to_string(c->attempts) +
-                                     " attempts; the limit is " + std::to_string(options_.max_attempts) + ")");
-    FailJob(c, err);
-    return;
-  }
-  Requeue(std::move(c));
 }
 
 bool ClusterCoordinator::NoteRestart(Worker& w, const proto::RunClosureResponse& resp) {

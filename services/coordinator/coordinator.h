@@ -19,8 +19,10 @@
 // so a replaced chief's closures, datasets, updates and shutdowns are fenced
 // off.
 //
-// Ownership: the coordinator owns its dispatcher threads (K per worker) and
-// stops them in its destructor; RemoteValues share state with it and stay
+// Ownership: the coordinator owns its dispatcher threads (one per worker:
+// it sends the worker's calls and takes their answers from the worker's own
+// completion queue, so an answer wakes no other thread) and stops them in
+// its destructor; RemoteValues share state with it and stay
 // valid after it is gone. Thread-safety: every public method may be called
 // from any thread. Failure: errors are Status values; a worker that never
 // comes back stalls only the closures no other worker can take.
@@ -38,6 +40,9 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include <grpcpp/alarm.h>
+#include <grpcpp/completion_queue.h>
 
 #include "common/mutex.h"
 #include "common/status.h"
@@ -189,30 +194,44 @@ class ClusterCoordinator {
     // The RunClosure calls this worker has outstanding, and how long its
     // last one took (Options::queued_per_worker).
     Mutex call_mu;
-    CondVar call_cv;
     int calls TFJOB_GUARDED_BY(call_mu) = 0;
     std::chrono::steady_clock::duration last_call TFJOB_GUARDED_BY(call_mu){};
+    // Where the worker's calls end, read by its dispatcher thread alone.
+    grpc::CompletionQueue cq;
+    // Set while the dispatcher waits on `cq` with room for a running
+    // closure: a closure queued then sets `kick`, which wakes it.
+    bool waiting_with_room TFJOB_GUARDED_BY(call_mu) = false;
+    std::unique_ptr<grpc::Alarm> kick TFJOB_GUARDED_BY(call_mu);  // set: its tag (this Worker) not taken yet
   };
+  struct Call;  // one RunClosure call in flight (coordinator.cc)
   struct ResourceSpec {
     std::string dataset_fn, args_json, resource;
   };
 
-  // A worker thread: runs queued closures on `w` until the coordinator stops,
-  // reconnecting when the worker is lost.
+  // A worker's dispatcher thread: sends queued closures to `w` while it has
+  // room (StartCall) and finishes each as its answer comes, until the
+  // coordinator stops; reconnects when the worker is lost and nothing of it
+  // is in flight any more.
   void Loop(Worker& w);
   // Counts one more call to `w` when it may have one now: fewer than
   // inflight_per_worker outstanding, or fewer than that plus
   // queued_per_worker while its last call was short and every other worker
-  // has inflight_per_worker outstanding. EndCall uncounts it;
-  // WaitForCall waits until fewer than inflight_per_worker are outstanding
-  // (or the coordinator stops).
-  bool StartCall(Worker& w) TFJOB_EXCLUDES(w.call_mu, mu_);
+  // has inflight_per_worker outstanding (`ahead`: the call is one of those
+  // queued_per_worker). EndCall uncounts it.
+  bool StartCall(Worker& w, bool* ahead) TFJOB_EXCLUDES(w.call_mu, mu_);
   void EndCall(Worker& w) TFJOB_EXCLUDES(w.call_mu);
-  void WaitForCall(Worker& w) TFJOB_EXCLUDES(w.call_mu);
+  // Wakes the dispatchers that wait with room, for a closure just queued.
+  void Kick() TFJOB_EXCLUDES(mu_);
   // The steps of one closure on `w`. None is called with a lock held; those
   // that take both take w.mu before mu_.
   bool MarkedHealthy(Worker& w) TFJOB_EXCLUDES(w.mu);
-  void RunOn(Worker& w, std::shared_ptr<Closure> c) TFJOB_EXCLUDES(w.mu, mu_);
+  // Sends `c` to `w` (its call counted by StartCall); its answer comes on
+  // w.cq. False (the closure finished as aborted, the call uncounted) after
+  // an abort.
+  bool Send(Worker& w, std::shared_ptr<Closure> c) TFJOB_EXCLUDES(w.mu, mu_);
+  // What the answer of a call means for its closure: done, failed, or back
+  // on the queue.
+  void Answered(Worker& w, std::unique_ptr<Call> call) TFJOB_EXCLUDES(w.mu, mu_);
   // The call failed as a lost worker would: marks it lost unless it still
   // answers, then retries the closure or, past max_attempts, fails the job.
   void OnCallFailed(Worker& w, std::shared_ptr<Closure> c, const grpc::Status& st) TFJOB_EXCLUDES(w.mu, mu_);
@@ -232,6 +251,7 @@ class ClusterCoordinator {
   Status CreateResourcesOn(Worker& w, const ResourceSpec& spec) TFJOB_REQUIRES(w.mu);
   Status ReplayResources(Worker& w) TFJOB_REQUIRES(w.mu);
   std::shared_ptr<Closure> Pop();
+  std::shared_ptr<Closure> TryPop();
   void Requeue(std::shared_ptr<Closure> c);
   void Finish(const std::shared_ptr<Closure>& c, Status s, Result r);
   void CancelQueued(const Status& cause);
