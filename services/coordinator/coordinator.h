@@ -21,8 +21,8 @@
 //
 // Ownership: the coordinator owns its dispatcher threads (one per worker:
 // it sends the worker's calls and takes their answers from the worker's own
-// completion queue, so an answer wakes no other thread) and stops them in
-// its destructor; RemoteValues share state with it and stay
+// completion queue, so gRPC hands no answer from thread to thread) and
+// stops them in its destructor, after the calls in flight end; RemoteValues share state with it and stay
 // valid after it is gone. Thread-safety: every public method may be called
 // from any thread. Failure: errors are Status values; a worker that never
 // comes back stalls only the closures no other worker can take.
@@ -203,7 +203,7 @@ class ClusterCoordinator {
     bool waiting_with_room TFJOB_GUARDED_BY(call_mu) = false;
     std::unique_ptr<grpc::Alarm> kick TFJOB_GUARDED_BY(call_mu);  // set: its tag (this Worker) not taken yet
   };
-  struct Call;  // one RunClosure call in flight (coordinator.cc)
+  struct Call;  // one RunClosure call in flight (dispatch.cc)
   struct ResourceSpec {
     std::string dataset_fn, args_json, resource;
   };
