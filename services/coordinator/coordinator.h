@@ -21,8 +21,9 @@
 //
 // Ownership: the coordinator owns its dispatcher threads (one per worker:
 // it sends the worker's calls and takes their answers from the worker's own
-// completion queue, so gRPC hands no answer from thread to thread) and
-// stops them in its destructor, after the calls in flight end; RemoteValues share state with it and stay
+// completion queue, so with one worker gRPC hands no answer from thread to
+// thread; with several, one dispatcher may read another's answer and wake
+// it) and stops them in its destructor, after the calls in flight end; RemoteValues share state with it and stay
 // valid after it is gone. Thread-safety: every public method may be called
 // from any thread. Failure: errors are Status values; a worker that never
 // comes back stalls only the closures no other worker can take.
