@@ -186,21 +186,22 @@ Stats ClusterCoordinator::stats() const {
   return stats_;
 }
 
-std::shared_ptr<ClusterCoordinator::Closure> ClusterCoordinator::TryPop() {
+std::shared_ptr<ClusterCoordinator::Closure> ClusterCoordinator::Pop(bool wait) {
   MutexLock lock(mu_);
+  if (wait) queue_cv_.Wait(lock, [&]() TFJOB_REQUIRES(mu_) { return stopping_ || !queue_.empty(); });
   if (stopping_ || queue_.empty()) return nullptr;
   auto c = queue_.front();
   queue_.pop_front();
   return c;
 }
 
-std::shared_ptr<ClusterCoordinator::Closure> ClusterCoordinator::Pop() {
-  MutexLock lock(mu_);
-  queue_cv_.Wait(lock, [&]() TFJOB_REQUIRES(mu_) { return stopping_ || !queue_.empty(); });
-  if (stopping_) return nullptr;
-  auto c = queue_.front();
-  queue_.pop_front();
-  return c;
+void ClusterCoordinator::PutBack(std::shared_ptr<Closure> c) {
+  {
+    MutexLock g(mu_);
+    queue_.push_front(std::move(c));
+  }
+  queue_cv_.NotifyOne();
+  Kick();
 }
 
 void ClusterCoordinator::Requeue(std::shared_ptr<Closure> c) {
@@ -208,10 +209,8 @@ void ClusterCoordinator::Requeue(std::shared_ptr<Closure> c) {
     MutexLock g(mu_);
     ++stats_.retried;
     if (options_.metrics) options_.metrics->RecordClosureRetried();
-    queue_.push_front(std::move(c));
   }
-  queue_cv_.NotifyOne();
-  Kick();
+  PutBack(std::move(c));
 }
 
 void ClusterCoordinator::Finish(const std::shared_ptr<Closure>& c, Status s, Result r) {

@@ -251,8 +251,12 @@ class ClusterCoordinator {
   bool Healthy(Worker& w);
   Status CreateResourcesOn(Worker& w, const ResourceSpec& spec) TFJOB_REQUIRES(w.mu);
   Status ReplayResources(Worker& w) TFJOB_REQUIRES(w.mu);
-  std::shared_ptr<Closure> Pop();
-  std::shared_ptr<Closure> TryPop();
+  // The queue's front; null when the coordinator stops or (`wait` false)
+  // the queue is empty. With `wait`, blocks until either.
+  std::shared_ptr<Closure> Pop(bool wait);
+  // Back to the queue's front, for whichever worker has room first.
+  void PutBack(std::shared_ptr<Closure> c);
+  // PutBack, counted as a retry.
   void Requeue(std::shared_ptr<Closure> c);
   void Finish(const std::shared_ptr<Closure>& c, Status s, Result r);
   void CancelQueued(const Status& cause);

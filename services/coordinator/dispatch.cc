@@ -45,7 +45,7 @@ void ClusterCoordinator::Loop(Worker& w) {
       // closure queued while a running one's room is free.
       bool ahead = false;
       while (MarkedHealthy(w) && StartCall(w, &ahead)) {
-        std::shared_ptr<Closure> c = TryPop();
+        std::shared_ptr<Closure> c = Pop(/*wait=*/false);
         if (!c) {
           EndCall(w);
           break;
@@ -97,19 +97,14 @@ void ClusterCoordinator::Loop(Worker& w) {
       Reconnect(w);
       continue;
     }
-    std::shared_ptr<Closure> c = Pop();
+    std::shared_ptr<Closure> c = Pop(/*wait=*/true);
     if (!c) break;
     // Lost while this thread waited for work: the closure goes back to the
     // front for a healthy worker, no attempt spent, rather than to a dead
     // address.
     bool ahead = false;  // never, with nothing in flight
     if (!MarkedHealthy(w) || !StartCall(w, &ahead)) {
-      {
-        MutexLock g(mu_);
-        queue_.push_front(std::move(c));
-      }
-      queue_cv_.NotifyOne();
-      Kick();
+      PutBack(std::move(c));
       continue;
     }
     if (Send(w, std::move(c))) ++outstanding;
