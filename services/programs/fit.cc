@@ -62,6 +62,10 @@ Flags FitFlags() {
              "true: workers pull the next step's variables while a step computes and push without "
              "waiting (staleness of one step); false: pull, compute, push in turn (parameter-server mode)",
              "true")
+      .Value("ps-closures-per-worker",
+             "closures running at once on each worker: N, or auto (3 when a closure is one step, "
+             "--steps-per-execution 1; 2 otherwise) (parameter-server mode)",
+             "auto")
       .Value("ps-pull",
              "rows: with a first-layer Embedding, workers pull only the rows a batch uses; "
              "full: whole tables every step (parameter-server mode)",
@@ -112,7 +116,7 @@ std::string Usage() {
          "      [--rejoin-timeout-seconds S] [--bucket-bytes B]\n"
          "      [--steps-per-execution K] [--partitioner SPEC] [--closure-timeout-seconds S] [--closure-max-attempts "
          "K]\n"
-         "      [--ps-prefetch true|false] [--ps-pull rows|full]\n"
+         "      [--ps-prefetch true|false] [--ps-pull rows|full] [--ps-closures-per-worker N|auto]\n"
          "      [--checkpoint-dir DIR [--checkpoint-every-steps N] [--checkpoint-every-seconds S] [--checkpoint-keep "
          "K]\n"
          "                            [--ignore-damaged-checkpoints]]\n"
@@ -137,6 +141,12 @@ StatusOr<Parsed> Parse(const std::vector<std::string>& args) {
     return InvalidArgument("flag --ps-prefetch: \"" + prefetch + "\" is not true or false");
   }
   if (pull != "rows" && pull != "full") return InvalidArgument("flag --ps-pull: \"" + pull + "\" is not rows or full");
+  if (const std::string n = p.flags.Get("ps-closures-per-worker"); n != "auto") {
+    ASSIGN_OR_RETURN(int64_t closures, p.flags.GetInt("ps-closures-per-worker"));
+    if (closures < 1 || closures > 64)
+      return InvalidArgument("flag --ps-closures-per-worker: must be auto or in 1..64");
+    p.ps_closures_per_worker = static_cast<int>(closures);
+  }
   p.ps_prefetch = prefetch == "true";
   p.ps_pull_rows = pull == "rows";
   ASSIGN_OR_RETURN(p.closure_timeout, Seconds(p.flags, "closure-timeout-seconds"));

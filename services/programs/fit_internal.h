@@ -39,6 +39,9 @@ struct Parsed {
   // Parameter-server workers: pull the next step's variables while this
   // step computes and push without waiting (bounded staleness of one).
   bool ps_prefetch = true;
+  // Parameter-server workers: closures running at once on each (0: auto,
+  // PsClosuresPerWorker).
+  int ps_closures_per_worker = 0;
   // Parameter-server workers: with a first-layer Embedding, pull only the
   // rows each batch uses (false: the whole table every step).
   bool ps_pull_rows = true;

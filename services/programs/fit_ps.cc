@@ -15,6 +15,8 @@ StatusOr<std::unique_ptr<strategy::Strategy>> MakePsStrategy(const Parsed& p, co
   ASSIGN_OR_RETURN(c.coordinator, ctx.CoordinatorOptions());
   c.coordinator.rpc_timeout = p.closure_timeout;
   c.coordinator.max_attempts = p.closure_max_attempts;
+  c.coordinator.inflight_per_worker =
+      p.ps_closures_per_worker > 0 ? p.ps_closures_per_worker : strategy::PsClosuresPerWorker(p.steps_per_execution);
   // From here on a PS that does not answer is lost after ps_timeout.
   c.clients = ctx.PsClients(ctx.ps_timeout);
   c.ps_addresses = ctx.ps_addresses;

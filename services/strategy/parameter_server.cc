@@ -76,6 +76,7 @@ class PsStrategy final : public Strategy {
                          {"num_workers", static_cast<int64_t>(ctx_.worker_addresses.size())},
                          {"threads", p_.threads},
                          {"prefetch", p_.ps_prefetch},
+                         {"closures_per_worker", ctx_.coordinator.inflight_per_worker},
                          {"pull_rows", p_.ps_pull_rows},
                          {"device", p_.device}};
     if (!p_.keras_model.empty()) {
@@ -183,6 +184,7 @@ class PsStrategy final : public Strategy {
             {"steps_per_execution", p_.steps_per_execution},
             {"partitioner", PartitionerString(p_.partitioner)},
             {"ps_prefetch", p_.ps_prefetch},
+            {"ps_closures_per_worker", ctx_.coordinator.inflight_per_worker},
             {"ps_pull", p_.ps_pull_rows ? "rows" : "full"},
             {"ps_applied_updates", AppliedUpdates()},
             {"ps_pulled_bytes", pulled_bytes_},
@@ -406,6 +408,8 @@ class PsStrategy final : public Strategy {
 };
 
 }  // namespace
+
+int PsClosuresPerWorker(int64_t steps_per_execution) { return steps_per_execution == 1 ? 3 : 2; }
 
 StatusOr<std::unique_ptr<Strategy>> MakeParameterServerStrategy(PsOptions options, PsCluster cluster,
                                                                 const model::Model& m) {

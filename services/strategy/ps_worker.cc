@@ -197,13 +197,11 @@ struct Warmed {
   std::vector<std::shared_ptr<std::vector<Tensor>>> values;
 };
 
-// The coordinator has two closures run at once per worker
-// (coordinator::Options::inflight_per_worker; one more sent ahead waits
-// for its turn, and takes the running ones' model and buffers when one
-// ends); each has a step computing
-// and the next one's exchange started, and the last to end leaves one
-// pulled ahead.
-constexpr int kClosuresInFlight = 2;
+// The coordinator runs `closures` at once on each worker (the dataset's
+// closures_per_worker: coordinator::Options::inflight_per_worker; one more
+// sent ahead waits for its turn, and takes the running ones' model and
+// buffers when one ends); each has a step computing and the next one's
+// exchange started, and the last to end leaves one pulled ahead.
 
 // A closure's model: with a row plan, the compact table.
 StatusOr<std::unique_ptr<model::Model>> WorkerModel(const model::JobConfig& job, const std::optional<RowPlan>& plan) {
@@ -215,15 +213,16 @@ StatusOr<std::unique_ptr<model::Model>> WorkerModel(const model::JobConfig& job,
 // Best effort: what cannot be made now (a PS not up yet) the closures make
 // themselves, and meet its error there.
 Warmed WarmUp(const model::JobConfig& job, const std::optional<RowPlan>& plan, const std::vector<std::string>& names,
-              const Placement& placement, const std::vector<std::shared_ptr<ps::PsClient>>& ps, bool prefetch) {
+              const Placement& placement, const std::vector<std::shared_ptr<ps::PsClient>>& ps, bool prefetch,
+              int closures) {
   Warmed w;
-  for (int i = 0; i < kClosuresInFlight; ++i) {
+  for (int i = 0; i < closures; ++i) {
     auto m = WorkerModel(job, plan);
     if (!m.ok()) return w;
     w.models.push_back(std::move(m).value());
   }
   // Without prefetching a closure holds one step's values at a time.
-  const int buffers = prefetch ? 2 * kClosuresInFlight + 1 : kClosuresInFlight;
+  const int buffers = prefetch ? 2 * closures + 1 : closures;
   for (int i = 0; i < buffers; ++i) {
     auto values = std::make_shared<std::vector<Tensor>>();
     for (size_t k = 0; k < names.size(); ++k) {
@@ -238,7 +237,7 @@ Warmed WarmUp(const model::JobConfig& job, const std::optional<RowPlan>& plan, c
     w.values.push_back(std::move(values));
   }
   // Briefly: a PS that does not answer now must not hold up the dataset.
-  for (const auto& client : ps) (void)client->Open(2 * kClosuresInFlight, std::chrono::seconds(1));
+  for (const auto& client : ps) (void)client->Open(2 * closures, std::chrono::seconds(1));
   return w;
 }
 
@@ -274,7 +273,9 @@ StatusOr<data::Dataset> BuildTrainDataset(WorkerFitState& state, const worker::W
   auto store = std::make_shared<VariableStore>(std::move(placement), env.ps);
   std::vector<std::string> names = VariableNames(*m);
   const bool prefetch = a.value("prefetch", true);
-  Warmed warmed = WarmUp(job, plan, names, store->placement(), env.ps, prefetch);
+  // What a chief of an older build does not send: its number then.
+  const int closures = static_cast<int>(std::clamp<int64_t>(a.value("closures_per_worker", int64_t{2}), 1, 64));
+  Warmed warmed = WarmUp(job, plan, names, store->placement(), env.ps, prefetch, closures);
   MutexLock l(state.mu);
   state.job = job;
   state.names = std::move(names);

@@ -195,6 +195,10 @@ TEST(FitBadInputTest, StrategyFlags) {
   ExpectBadInput(Fit(job, {"--strategy", "mirroredd"}), "flag --strategy: \"mirroredd\" is not one of");
   ExpectBadInput(Fit(job, {"--strategy", "parameter_server"}), "needs a cluster with \"ps\" tasks");
   ExpectBadInput(Fit(job, {"--replicas", "2"}), "flag --replicas: only --strategy mirrored and central_storage");
+  ExpectBadInput(Fit(job, {"--ps-closures-per-worker", "0"}),
+                 "flag --ps-closures-per-worker: must be auto or in 1..64");
+  ExpectBadInput(Fit(job, {"--ps-closures-per-worker", "three"}),
+                 "flag --ps-closures-per-worker: not an integer: \"three\"");
   ExpectBadInput(Fit(job, {"--strategy", "mirrored", "--replicas", "0"}), "flag --replicas: must be in 1..256");
   ExpectBadInput(Fit(job, {"--communication", "mpi"}), "flag --communication: communication \"mpi\"");
   ExpectBadInput(Fit(job, {"--collective-timeout-seconds", "0"}),

@@ -136,12 +136,11 @@ nlohmann::json TrainEmbedding(const std::string& dir, const std::string& pull, b
   if (!cluster.ok()) return {};
   std::ostringstream out, err;
   programs::ChiefContext ctx{(*cluster)->ps_addresses(), (*cluster)->worker_addresses(), {}, &out, &err};
-  ctx.coordinator_options.inflight_per_worker = 1;
   const std::string summary = dir + "/" + pull + (prefetch ? "-prefetch" : "") + ".json";
-  EXPECT_EQ(programs::MakeFit()->RunChief(
-                {"--config", dir + "/job.json", "--data-dir", dir, "--partitioner", "fixed:2", "--ps-prefetch",
-                 prefetch ? "true" : "false", "--ps-pull", pull, "--summary-json", summary},
-                ctx),
+  EXPECT_EQ(programs::MakeFit()->RunChief({"--config", dir + "/job.json", "--data-dir", dir, "--partitioner", "fixed:2",
+                                           "--ps-closures-per-worker", "1", "--ps-prefetch",
+                                           prefetch ? "true" : "false", "--ps-pull", pull, "--summary-json", summary},
+                                          ctx),
             0)
       << err.str();
   return t::ReadJsonFile(summary);
@@ -162,6 +161,7 @@ TEST(EmbeddingPullTest, OneStepClosuresSeeEveryUpdateWithPrefetchingToo) {
   EXPECT_EQ(ahead["ps_prefetch"], true);
   EXPECT_EQ(plain["ps_prefetch"], false);
   EXPECT_EQ(ahead["steps_per_execution"], 1);
+  EXPECT_EQ(ahead["ps_closures_per_worker"], 1);
   EXPECT_EQ(ahead["ps_applied_updates"], 200 * 6);
   EXPECT_EQ(ahead["eval_loss"], plain["eval_loss"]);
   ASSERT_EQ(ahead["history"].size(), 2u);
@@ -229,8 +229,34 @@ TEST(EmbeddingPullTest, PrefetchingWorkersApplyEveryStepOnce) {
       << err.str();
   const nlohmann::json s = t::ReadJsonFile(summary);
   EXPECT_EQ(s["ps_prefetch"], true);
+  EXPECT_EQ(s["ps_closures_per_worker"], 2);  // auto, with closures of several steps
   EXPECT_EQ(s["steps"], 200);
   EXPECT_EQ(s["ps_applied_updates"], 200 * 6);
+  EXPECT_GT(s["eval_accuracy"].get<double>(), 0.6);
+}
+
+// Closures of one step (the default): three run at once on each worker (one
+// more waits there), and still every step is applied exactly once.
+TEST(EmbeddingPullTest, OneStepClosuresRunThreeAtOnceAndApplyEveryStepOnce) {
+  const std::string dir = t::MakeTempDir("embedding-three");
+  WriteEmbeddingJob(dir);
+  auto programs = programs::BuiltinPrograms();
+  auto cluster = InProcessCluster::Start(2, 2, programs);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::ostringstream out, err;
+  programs::ChiefContext ctx{(*cluster)->ps_addresses(), (*cluster)->worker_addresses(), {}, &out, &err};
+  const std::string summary = dir + "/out.json";
+  ASSERT_EQ(programs::MakeFit()->RunChief({"--config", dir + "/job.json", "--data-dir", dir, "--partitioner", "fixed:2",
+                                           "--summary-json", summary},
+                                          ctx),
+            0)
+      << err.str();
+  const nlohmann::json s = t::ReadJsonFile(summary);
+  EXPECT_EQ(s["steps_per_execution"], 1);
+  EXPECT_EQ(s["ps_closures_per_worker"], 3);
+  EXPECT_EQ(s["steps"], 200);
+  EXPECT_EQ(s["ps_applied_updates"], 200 * 6);
+  EXPECT_EQ(s["closures"]["completed"], 200);
   EXPECT_GT(s["eval_accuracy"].get<double>(), 0.6);
 }
 
