@@ -10,6 +10,7 @@ PACKAGES=(
   libcpprest-dev libcpp-httplib-dev prometheus-cpp-dev nlohmann-json3-dev libyaml-cpp-dev libeigen3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libssl-dev zlib1g-dev
   python3-torch python3-numpy
+  libgoogle-perftools-dev  # tcmalloc (libtcmalloc_minimal), tfjob-runtime's allocator (services/runtime/CMakeLists.txt)
   libhdf5-dev libfarmhash-dev  # Keras .weights.h5 (HDF5); the hash Keras' lookups bucket unknown strings with
   python3-h5py python3-protobuf  # tests: reading .weights.h5 back; an independent TFRecord writer
   openmpi-bin libopenmpi-dev  # the OpenMPI peer of bench/allreduce.sh
