@@ -197,12 +197,6 @@ struct Warmed {
   std::vector<std::shared_ptr<std::vector<Tensor>>> values;
 };
 
-// The coordinator runs `closures` at once on each worker (the dataset's
-// closures_per_worker: coordinator::Options::inflight_per_worker; one more
-// sent ahead waits for its turn, and takes the running ones' model and
-// buffers when one ends); each has a step computing and the next one's
-// exchange started, and the last to end leaves one pulled ahead.
-
 // A closure's model: with a row plan, the compact table.
 StatusOr<std::unique_ptr<model::Model>> WorkerModel(const model::JobConfig& job, const std::optional<RowPlan>& plan) {
   model::ModelSpec spec = job.model;
@@ -210,8 +204,13 @@ StatusOr<std::unique_ptr<model::Model>> WorkerModel(const model::JobConfig& job,
   return model::Model::Create(spec, job.loss);
 }
 
-// Best effort: what cannot be made now (a PS not up yet) the closures make
-// themselves, and meet its error there.
+// A model and value buffers for each of the `closures` the coordinator runs
+// at once on this worker (the dataset's closures_per_worker:
+// coordinator::Options::inflight_per_worker; one more sent ahead waits for
+// its turn, and takes a running one's model and buffers when it ends): each
+// has a step computing and the next one's exchange started, and the last
+// to end leaves one pulled ahead. Best effort: what cannot be made now (a
+// PS not up yet) the closures make themselves, and meet its error there.
 Warmed WarmUp(const model::JobConfig& job, const std::optional<RowPlan>& plan, const std::vector<std::string>& names,
               const Placement& placement, const std::vector<std::shared_ptr<ps::PsClient>>& ps, bool prefetch,
               int closures) {

@@ -235,9 +235,10 @@ TEST(EmbeddingPullTest, PrefetchingWorkersApplyEveryStepOnce) {
   EXPECT_GT(s["eval_accuracy"].get<double>(), 0.6);
 }
 
-// Closures of one step (the default): three run at once on each worker (one
-// more waits there), and still every step is applied exactly once.
-TEST(EmbeddingPullTest, OneStepClosuresRunThreeAtOnceAndApplyEveryStepOnce) {
+// Closures of one step (the default): the coordinator runs three at once on
+// each worker (one more may wait there), and still every step is applied
+// exactly once.
+TEST(EmbeddingPullTest, OneStepClosuresGetThreePerWorkerAndApplyEveryStepOnce) {
   const std::string dir = t::MakeTempDir("embedding-three");
   WriteEmbeddingJob(dir);
   auto programs = programs::BuiltinPrograms();
