@@ -211,23 +211,30 @@ TEST(EmbeddingPullTest, RowPullsTrainExactlyAsWholeTablesAndMoveFarLess) {
   EXPECT_LE(parts, t["closure"].get<double>() * 1.001);
 }
 
-// Prefetching workers (the default), several closures in flight, two
-// workers: every step is applied exactly once on every shard.
-TEST(EmbeddingPullTest, PrefetchingWorkersApplyEveryStepOnce) {
-  const std::string dir = t::MakeTempDir("embedding-prefetch");
+// The embedding job on 2 PS and 2 workers with fit's default flags but
+// `flags`; its summary (null when it did not run).
+nlohmann::json TrainOnTwoWorkers(const std::string& name, std::vector<std::string> flags) {
+  const std::string dir = t::MakeTempDir(name);
   WriteEmbeddingJob(dir);
   auto programs = programs::BuiltinPrograms();
   auto cluster = InProcessCluster::Start(2, 2, programs);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  EXPECT_TRUE(cluster.ok()) << cluster.status();
+  if (!cluster.ok()) return {};
   std::ostringstream out, err;
   programs::ChiefContext ctx{(*cluster)->ps_addresses(), (*cluster)->worker_addresses(), {}, &out, &err};
   const std::string summary = dir + "/out.json";
-  ASSERT_EQ(programs::MakeFit()->RunChief({"--config", dir + "/job.json", "--data-dir", dir, "--partitioner", "fixed:2",
-                                           "--steps-per-execution", "3", "--summary-json", summary},
-                                          ctx),
-            0)
-      << err.str();
-  const nlohmann::json s = t::ReadJsonFile(summary);
+  std::vector<std::string> args = {"--config",      dir + "/job.json", "--data-dir",     dir,
+                                   "--partitioner", "fixed:2",         "--summary-json", summary};
+  args.insert(args.end(), flags.begin(), flags.end());
+  EXPECT_EQ(programs::MakeFit()->RunChief(args, ctx), 0) << err.str();
+  return t::ReadJsonFile(summary);
+}
+
+// Prefetching workers (the default), several closures in flight, two
+// workers: every step is applied exactly once on every shard.
+TEST(EmbeddingPullTest, PrefetchingWorkersApplyEveryStepOnce) {
+  const nlohmann::json s = TrainOnTwoWorkers("embedding-prefetch", {"--steps-per-execution", "3"});
+  ASSERT_TRUE(s.is_object());
   EXPECT_EQ(s["ps_prefetch"], true);
   EXPECT_EQ(s["ps_closures_per_worker"], 2);  // auto, with closures of several steps
   EXPECT_EQ(s["steps"], 200);
@@ -239,20 +246,8 @@ TEST(EmbeddingPullTest, PrefetchingWorkersApplyEveryStepOnce) {
 // each worker (one more may wait there), and still every step is applied
 // exactly once.
 TEST(EmbeddingPullTest, OneStepClosuresGetThreePerWorkerAndApplyEveryStepOnce) {
-  const std::string dir = t::MakeTempDir("embedding-three");
-  WriteEmbeddingJob(dir);
-  auto programs = programs::BuiltinPrograms();
-  auto cluster = InProcessCluster::Start(2, 2, programs);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-  std::ostringstream out, err;
-  programs::ChiefContext ctx{(*cluster)->ps_addresses(), (*cluster)->worker_addresses(), {}, &out, &err};
-  const std::string summary = dir + "/out.json";
-  ASSERT_EQ(programs::MakeFit()->RunChief({"--config", dir + "/job.json", "--data-dir", dir, "--partitioner", "fixed:2",
-                                           "--summary-json", summary},
-                                          ctx),
-            0)
-      << err.str();
-  const nlohmann::json s = t::ReadJsonFile(summary);
+  const nlohmann::json s = TrainOnTwoWorkers("embedding-three", {});
+  ASSERT_TRUE(s.is_object());
   EXPECT_EQ(s["steps_per_execution"], 1);
   EXPECT_EQ(s["ps_closures_per_worker"], 3);
   EXPECT_EQ(s["steps"], 200);
