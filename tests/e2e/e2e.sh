@@ -131,7 +131,7 @@ indent() { sed 's/^/      /'; }
 stage cluster
 cluster_started=1  # from here on, cleanup stops whatever did start
 ENVTEST_APISERVER_EXTRA_ARGS=--kubelet-preferred-address-types=InternalIP,Hostname \
-  bash "$kit/start-control-plane.sh" "$cp_dir" > "$work/control-plane.log" 2>&1 \
+  bash tests/support/control-plane-up.sh "$kit" "$cp_dir" > "$work/control-plane.log" 2>&1 \
   || { tail -n 5 "$work/control-plane.log" | indent; fatal cluster "the control plane did not start"; }
 bash "$kit/node/start-node.sh" "$cp_dir" > "$work/node.log" 2>&1 \
   || { tail -n 5 "$work/node.log" | indent; fatal cluster "the node did not start"; }

@@ -227,7 +227,7 @@ wait_for() {
 operator_against_envtest() {
   [[ -x $kit/start-control-plane.sh ]] || fail "no envtest kit at $kit" || return 1
   control_plane=$work/control-plane
-  bash "$kit/start-control-plane.sh" "$control_plane" > "$work/control-plane.log" 2>&1 \
+  bash tests/support/control-plane-up.sh "$kit" "$control_plane" > "$work/control-plane.log" 2>&1 \
     || { tail -n 5 "$work/control-plane.log"; fail "the control plane did not start"; return 1; }
   # The official kubectl (scripts/setup.sh), else the kit's.
   [[ -x $kubectl ]] || kubectl=$control_plane/bin/kubectl

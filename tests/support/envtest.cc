@@ -76,10 +76,10 @@ ControlPlane* ControlPlane::Shared(std::string* why) {
   cp->env_ = {"ETCD=" + etcd, "ENVTEST_BIN_DIR=" + fs::weakly_canonical(bin).string()};
   // Not a MakeTempDir: that one may be removed at exit before this is stopped.
   cp->dir_ = (fs::path(::testing::TempDir()) / ("tfjob-envtest-" + std::to_string(getpid()))).string();
-  // The kit picks ports that nothing answers on, but one can still be some
-  // connection's local port (these run beside other control planes), and
-  // then etcd or the API server cannot bind it: start again on new ports,
-  // from an empty folder, a few times before calling it a failure.
+  // control-plane-up.sh already takes ports below the ephemeral range and
+  // retries a failed bind; a start that fails otherwise (a component slow
+  // to come up beside other control planes) is tried again here, from an
+  // empty folder, a few times before calling it a failure.
   bool started = false;
   for (int attempt = 1; attempt <= 3 && !started; ++attempt) {
     fs::remove_all(cp->dir_);
@@ -115,7 +115,7 @@ ControlPlane* ControlPlane::Shared(std::string* why) {
 bool ControlPlane::Start(std::string* why) const {
   std::map<std::string, std::string> env;
   for (const std::string& kv : env_) env[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
-  RunResult r = Run({kit_ + "/start-control-plane.sh", dir_}, env);
+  RunResult r = Run({"/bin/bash", SourceDir() + "/tests/support/control-plane-up.sh", kit_, dir_}, env);
   std::cout << r.out << std::flush;  // the log shows the control plane starting
   if (r.exit_code != 0) {
     // The kit's own error line (which process exited, with its log's last

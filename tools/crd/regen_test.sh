@@ -16,7 +16,7 @@ if [[ ! -x $kit/start-control-plane.sh ]]; then
 fi
 dir=$(mktemp -d "${TMPDIR:-/tmp}/tfjob-crd-regen.XXXXXX")
 trap '"$kit/stop-control-plane.sh" "$dir" >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
-"$kit/start-control-plane.sh" "$dir"
+bash "$root/tests/support/control-plane-up.sh" "$kit" "$dir"
 kubectl=$root/.tools/bin/kubectl
 [[ -x $kubectl ]] || kubectl=${ENVTEST_BIN_DIR:-$dir/bin}/kubectl
 "${PYTHON:-/usr/bin/python3}" "$root/tools/gen_crd_schema.py" --kubeconfig "$dir/admin.kubeconfig" \
