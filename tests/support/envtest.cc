@@ -76,10 +76,9 @@ ControlPlane* ControlPlane::Shared(std::string* why) {
   cp->env_ = {"ETCD=" + etcd, "ENVTEST_BIN_DIR=" + fs::weakly_canonical(bin).string()};
   // Not a MakeTempDir: that one may be removed at exit before this is stopped.
   cp->dir_ = (fs::path(::testing::TempDir()) / ("tfjob-envtest-" + std::to_string(getpid()))).string();
-  // control-plane-up.sh already takes ports below the ephemeral range and
-  // retries a failed bind; a start that fails otherwise (a component slow
-  // to come up beside other control planes) is tried again here, from an
-  // empty folder, a few times before calling it a failure.
+  // control-plane-up.sh takes ports below the ephemeral range and retries
+  // a failed bind itself; a start that fails for another reason is tried
+  // again here, from an empty folder, before calling it a failure.
   bool started = false;
   for (int attempt = 1; attempt <= 3 && !started; ++attempt) {
     fs::remove_all(cp->dir_);

@@ -74,18 +74,12 @@ chmod 400 "$DIR/munge/munge.key"
 SOCKET=$DIR/munge/munge.socket
 
 # --- ports: reuse DIR/ports.env when still free, else pick random free ones ---
-# From below the kernel's ephemeral range: a port in it can be some
-# connection's local port by the time the daemon binds it.
-read -r EPHEMERAL_LOW _ < /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || EPHEMERAL_LOW=32768
-PORT_SPAN=$((EPHEMERAL_LOW > 21000 ? EPHEMERAL_LOW - 20000 : 40000))
-USED=" "
-port_free() { [[ $USED != *" $1 "* ]] && ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# shellcheck source=tests/support/ports.sh
+source "$KIT/../ports.sh"
 pick_port() {
   local p=${!1:-}
-  if [[ -n $p ]] && port_free "$p"; then USED+="$p "; return 0; fi
-  for _ in {1..200}; do p=$((20000 + RANDOM % PORT_SPAN))
-    if port_free "$p"; then USED+="$p "; printf -v "$1" %s "$p"; return 0; fi; done
-  die "could not find a free port"
+  if [[ -n $p ]] && port_free "$p"; then PORTS_USED+="$p "; return 0; fi
+  random_free_port "$1" || die "could not find a free port"
 }
 CTLD_PORT='' SLURMD_PORT=''
 # shellcheck source=/dev/null
