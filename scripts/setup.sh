@@ -69,6 +69,30 @@ PY
   "$dir/helm" version --short
 }
 
+# TensorFlow.js (@tensorflow/tfjs 4.22.0, pinned by tools/tfjs/package-lock.json)
+# for tools/tfjs/gen_goldens.js and the TfjsGoldensAreWhatGenGoldensWrites
+# test. Installed into tools/tfjs/node_modules (git-ignored).
+TFJS_VERSION=4.22.0
+install_tfjs() {
+  local root dir
+  root="$(cd "$(dirname "$0")/.." && pwd)"
+  dir="$root/tools/tfjs"
+  local installed=""
+  if [[ -f $dir/node_modules/@tensorflow/tfjs/package.json ]]; then
+    installed=$(node -p 'JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).version' \
+      "$dir/node_modules/@tensorflow/tfjs/package.json" 2>/dev/null || true)
+  fi
+  if [[ $installed == "$TFJS_VERSION" ]]; then
+    return 0
+  fi
+  echo "setup: installing @tensorflow/tfjs $TFJS_VERSION into $dir/node_modules (npm ci)"
+  if ! command -v npm >/dev/null; then
+    echo "setup: error: npm (Node.js) is needed to install @tensorflow/tfjs from the npm registry" >&2
+    exit 1
+  fi
+  (cd "$dir" && npm ci --silent --no-audit --no-fund)
+}
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -79,6 +103,7 @@ done
 if ((${#missing[@]} == 0)); then
   echo "setup: all ${#PACKAGES[@]} packages present"
   install_kube_tools
+  install_tfjs
   exit 0
 fi
 
@@ -89,4 +114,5 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 install_kube_tools
+install_tfjs
 echo "setup: done"
