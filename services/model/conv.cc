@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "services/model/activation.h"
-#include "services/model/layers_internal.h"
+#include "services/model/layers_more.h"
 #include "services/tensor/backend.h"
 #include "services/tensor/eigen.h"
 
@@ -20,6 +20,8 @@ namespace {
 class Conv2D final : public Layer {
  public:
   using Layer::Layer;
+
+  bool device_kernels() const override { return ActivationOnDevice(spec_.activation); }
 
   StatusOr<Shape> Build(const Shape& in, DType dtype) override {
     if (dtype != DType::kFloat32) return Error("expects float32 input, got " + std::string(DTypeName(dtype)));
@@ -67,6 +69,7 @@ class Conv2D final : public Layer {
     Eigen::Map<RowMatrix> Y(y.data<float>(), rows, spec_.filters);
     Y.noalias() = P * K;
     if (spec_.use_bias) Y.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(params[1].data<float>(), spec_.filters);
+    z_ = ActivationNeedsInput(spec_.activation) ? y.Clone() : Tensor();
     ApplyActivation(spec_.activation, y);
     y_ = y;
     batch_ = n;
@@ -79,7 +82,7 @@ class Conv2D final : public Layer {
       return Error("gradient shape " + ShapeString(dy.shape()) + " does not match output " + ShapeString(y_.shape()));
     }
     if (!dy.on_cpu() || !y_.on_cpu()) return BackwardOnDevice(params, std::move(dy), need_input_grad, grads);
-    ActivationBackward(spec_.activation, y_, dy);
+    ActivationBackward(spec_.activation, z_, y_, dy);
     const int64_t k = kh_ * kw_ * c_, rows = batch_ * oh_ * ow_;
     Eigen::Map<const RowMatrix> P(patches_.data<float>(), rows, k);
     Eigen::Map<const RowMatrix> D(dy.data<float>(), rows, spec_.filters);
@@ -199,10 +202,15 @@ class Conv2D final : public Layer {
   int64_t h_ = 0, w_ = 0, c_ = 0, kh_ = 0, kw_ = 0, oh_ = 0, ow_ = 0, pt_ = 0, pl_ = 0;
   int64_t batch_ = 0;
   Tensor patches_, y_;
+  Tensor z_;  // the pre-activation, when the activation's gradient needs it
 };
 
 }  // namespace
 
-std::unique_ptr<Layer> MakeConv2D(const LayerSpec& spec) { return std::make_unique<Conv2D>(spec); }
+std::unique_ptr<Layer> MakeConv2D(const LayerSpec& spec) {
+  // Dilated and grouped convolutions: conv_more.cc's host engine.
+  if (spec.dilation_rate != std::array<int64_t, 2>{1, 1} || spec.groups != 1) return MakeConvMore(spec);
+  return std::make_unique<Conv2D>(spec);
+}
 
 }  // namespace tfjob::model::internal

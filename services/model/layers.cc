@@ -24,6 +24,8 @@ class Dense final : public Layer {
  public:
   using Layer::Layer;
 
+  bool device_kernels() const override { return ActivationOnDevice(spec_.activation); }
+
   StatusOr<Shape> Build(const Shape& in, DType dtype) override {
     if (dtype != DType::kFloat32) return Error("expects float32 input, got " + std::string(DTypeName(dtype)));
     if (in.empty()) return Error("expects input of rank >= 1 per example, got a scalar");
@@ -62,6 +64,7 @@ class Dense final : public Layer {
       Eigen::Map<const Eigen::RowVectorXf> b(params[1].data<float>(), spec_.units);
       Y.rowwise() += b;
     }
+    z_ = ActivationNeedsInput(spec_.activation) ? y.Clone() : Tensor();
     ApplyActivation(spec_.activation, y);
     x_ = x;
     y_ = y;
@@ -75,7 +78,7 @@ class Dense final : public Layer {
     }
     int64_t rows = y_.size() / spec_.units;
     if (!dy.on_cpu() || !y_.on_cpu()) return BackwardOnDevice(params, std::move(dy), rows, need_input_grad, grads);
-    ActivationBackward(spec_.activation, y_, dy);
+    ActivationBackward(spec_.activation, z_, y_, dy);
     Eigen::Map<const RowMatrix> X(x_.data<float>(), rows, in_features_);
     Eigen::Map<const RowMatrix> D(dy.data<float>(), rows, spec_.units);
     Tensor dw = Tensor::Zeros(DType::kFloat32, {in_features_, spec_.units});
@@ -138,6 +141,7 @@ class Dense final : public Layer {
   Shape in_shape_, out_shape_;
   int64_t in_features_ = 0;
   Tensor x_, y_;
+  Tensor z_;  // the pre-activation, when the activation's gradient needs it
 };
 
 class Embedding final : public Layer {
@@ -295,6 +299,8 @@ class ActivationLayer final : public Layer {
  public:
   using Layer::Layer;
 
+  bool device_kernels() const override { return ActivationOnDevice(spec_.activation); }
+
   StatusOr<Shape> Build(const Shape& in, DType dtype) override {
     if (dtype != DType::kFloat32) return Error("expects float32 input");
     if (spec_.activation == Activation::kSoftmax && in.empty()) return Error("softmax needs a feature axis");
@@ -308,18 +314,20 @@ class ActivationLayer final : public Layer {
       return Error("expected input float32" + ShapeString(WithBatch(-1, in_shape_)) + ", got " + x.DebugString());
     }
     ASSIGN_OR_RETURN(y_, x.Copy());
+    x_ = ActivationNeedsInput(spec_.activation) ? x : Tensor();
     RETURN_IF_ERROR(Activate(spec_.activation, y_));
     return y_;
   }
 
   StatusOr<Tensor> Backward(std::span<const Tensor>, Tensor dy, bool, std::span<Gradient>) override {
     if (dy.shape() != y_.shape()) return Error("gradient shape does not match output");
-    RETURN_IF_ERROR(ActivateBackward(spec_.activation, y_, dy));
+    RETURN_IF_ERROR(ActivateBackward(spec_.activation, x_, y_, dy));
     return dy;
   }
 
  private:
   Shape in_shape_;
+  Tensor x_;  // the input, when the activation's gradient needs it
   Tensor y_;
 };
 

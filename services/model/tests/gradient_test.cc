@@ -81,6 +81,7 @@ double Act(Activation a, double z) {
     case Activation::kSigmoid: return 1 / (1 + std::exp(-z));
     case Activation::kTanh: return std::tanh(z);
     case Activation::kSoftmax: break;  // handled row-wise by the caller
+    default: break;                    // the others: layers_more_test.cc
   }
   return z;
 }

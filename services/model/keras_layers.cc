@@ -1,0 +1,355 @@
+// Keras configs of the layers added for Functional models: every argument
+// is read into the LayerSpec, checked against what the runtime implements,
+// or reported (Config::Finish reports what no parser took). Keras 2 (and
+// TF.js) and Keras 3 spell a few arguments differently; both are read:
+// LeakyReLU's alpha / negative_slope, pool sizes as n or [n].
+#include <string_view>
+#include <utility>
+
+#include "services/model/keras_config.h"
+
+namespace tfjob::model::keras {
+namespace {
+
+// n or [n], a positive integer.
+Status OneInt(Config& c, const std::string& key, int64_t& out) {
+  const json* v = c.Take(key);
+  if (!v) return Status::Ok();
+  const json& x = v->is_array() && v->size() == 1 ? (*v)[0] : *v;
+  if (!x.is_number_integer() || x.get<int64_t>() <= 0) {
+    return c.Error("argument " + key + "=" + Dump(*v) + " is not a positive integer or a list of one");
+  }
+  out = x.get<int64_t>();
+  return Status::Ok();
+}
+
+Status NonNegative(Config& c, const std::string& key, double& out) {
+  RETURN_IF_ERROR(c.Number(key, out));
+  if (!(out >= 0)) return c.Error("argument " + key + "=" + std::to_string(out) + " must be >= 0");
+  return Status::Ok();
+}
+
+// padding: valid, same, and causal where allowed; data_format channels_last.
+Status ConvPadding(Config& c, LayerSpec& s, bool causal_ok) {
+  std::string p = "valid";
+  RETURN_IF_ERROR(c.String("padding", p));
+  s.padding = p == "same" ? Padding::kSame : Padding::kValid;
+  s.causal = p == "causal" && causal_ok;
+  if (p != "valid" && p != "same" && !s.causal) {
+    return c.Error("argument padding=\"" + p + "\" is not supported (valid, same" + (causal_ok ? ", causal)" : ")"));
+  }
+  return c.Only("data_format", {"channels_last"}, "only channels_last");
+}
+
+// A non-negative integer, [a, b], or (2D) [[top, bottom], [left, right]];
+// [a, b] means (a, a), (b, b) in 2D and (a, b) in 1D.
+Status Margins(Config& c, const std::string& key, bool two_d, std::array<int64_t, 4>& m) {
+  const json* v = c.Take(key);
+  if (!v) return Status::Ok();
+  auto n = [](const json& x) { return x.is_number_integer() && x.get<int64_t>() >= 0; };
+  auto pair = [&](const json& x) { return x.is_array() && x.size() == 2 && n(x[0]) && n(x[1]); };
+  if (n(*v)) {
+    const auto k = v->get<int64_t>();
+    m = two_d ? std::array<int64_t, 4>{k, k, k, k} : std::array<int64_t, 4>{k, k, 0, 0};
+  } else if (pair(*v)) {
+    const auto a = (*v)[0].get<int64_t>(), b = (*v)[1].get<int64_t>();
+    m = two_d ? std::array<int64_t, 4>{a, a, b, b} : std::array<int64_t, 4>{a, b, 0, 0};
+  } else if (two_d && v->is_array() && v->size() == 2 && pair((*v)[0]) && pair((*v)[1])) {
+    m = {(*v)[0][0].get<int64_t>(), (*v)[0][1].get<int64_t>(), (*v)[1][0].get<int64_t>(), (*v)[1][1].get<int64_t>()};
+  } else {
+    return c.Error("argument " + key + "=" + Dump(*v) + " is not a non-negative integer, a pair of them" +
+                   (two_d ? " or a pair of pairs" : ""));
+  }
+  return Status::Ok();
+}
+
+// An integer or a list of integers.
+Status Ints(Config& c, const std::string& key, std::vector<int64_t>& out, bool required = false) {
+  const json* v = c.Take(key);
+  if (!v) return required ? c.Error("argument " + key + " is missing") : Status::Ok();
+  out.clear();
+  if (v->is_number_integer()) {
+    out.push_back(v->get<int64_t>());
+    return Status::Ok();
+  }
+  if (!v->is_array()) return c.Error("argument " + key + "=" + Dump(*v) + " is not an integer or a list of them");
+  for (const json& x : *v) {
+    if (!x.is_number_integer()) return c.Error("argument " + key + "=" + Dump(*v) + " is not a list of integers");
+    out.push_back(x.get<int64_t>());
+  }
+  return Status::Ok();
+}
+
+Status ReLU(Config& c, LayerSpec& s) {
+  const json* max = c.Take("max_value");
+  if (max) {
+    if (!max->is_number() || max->get<double>() < 0) {
+      return c.Error("argument max_value=" + Dump(*max) + " is not a number >= 0");
+    }
+    s.has_max_value = true;
+    s.max_value = max->get<double>();
+  }
+  RETURN_IF_ERROR(NonNegative(c, "negative_slope", s.negative_slope));
+  return NonNegative(c, "threshold", s.threshold);
+}
+
+Status LeakyReLU(Config& c, LayerSpec& s) {
+  s.negative_slope = 0.3;
+  RETURN_IF_ERROR(NonNegative(c, "alpha", s.negative_slope));  // Keras 2, TF.js
+  return NonNegative(c, "negative_slope", s.negative_slope);   // Keras 3
+}
+
+Status PReLU(Config& c, LayerSpec& s) {
+  RETURN_IF_ERROR(InitializerArgument(c, "alpha_initializer", s.alpha_initializer));
+  RETURN_IF_ERROR(RegularizerArgument(c, "alpha_regularizer", s.alpha_regularizer));
+  RETURN_IF_ERROR(ConstraintArgument(c, "alpha_constraint", s.alpha_constraint));
+  return Ints(c, "shared_axes", s.shared_axes);
+}
+
+Status ELU(Config& c, LayerSpec& s) {
+  s.alpha = 1;
+  return c.Number("alpha", s.alpha);
+}
+
+Status Softmax(Config& c, LayerSpec& s) {
+  std::vector<int64_t> axes{-1};
+  RETURN_IF_ERROR(Ints(c, "axis", axes));
+  if (axes.size() != 1) return c.Error("argument axis is not supported (one axis)");
+  s.axis = axes[0];
+  return Status::Ok();
+}
+
+Status ThresholdedReLU(Config& c, LayerSpec& s) {
+  s.threshold = 1;
+  return NonNegative(c, "theta", s.threshold);
+}
+
+Status Rescaling(Config& c, LayerSpec& s) {
+  if (!c.Take("scale")) return c.Error("argument scale is missing");
+  RETURN_IF_ERROR(c.Number("scale", s.rescale));  // read again: Take only marked it
+  return c.Number("offset", s.offset);
+}
+
+Status LayerNormalization(Config& c, LayerSpec& s) {
+  RETURN_IF_ERROR(Ints(c, "axis", s.norm_axes));
+  RETURN_IF_ERROR(c.Number("epsilon", s.epsilon));
+  RETURN_IF_ERROR(c.Bool("center", s.center));
+  RETURN_IF_ERROR(c.Bool("scale", s.scale));
+  RETURN_IF_ERROR(c.Only("rms_scaling", {false}, "only false"));
+  RETURN_IF_ERROR(InitializerArgument(c, "gamma_initializer", s.gamma_initializer));
+  RETURN_IF_ERROR(InitializerArgument(c, "beta_initializer", s.beta_initializer));
+  RETURN_IF_ERROR(RegularizerArgument(c, "gamma_regularizer", s.gamma_regularizer));
+  RETURN_IF_ERROR(RegularizerArgument(c, "beta_regularizer", s.beta_regularizer));
+  RETURN_IF_ERROR(ConstraintArgument(c, "gamma_constraint", s.gamma_constraint));
+  return ConstraintArgument(c, "beta_constraint", s.beta_constraint);
+}
+
+Status Permute(Config& c, LayerSpec& s) { return Ints(c, "dims", s.permutation, true); }
+Status RepeatVector(Config& c, LayerSpec& s) { return c.Int("n", s.repeats, true); }
+
+Status DropoutLike(Config& c, LayerSpec& s) {
+  const json* rate = c.Take("rate");
+  if (!rate || !rate->is_number()) return c.Error("argument rate is missing");
+  s.rate = rate->get<double>();
+  if (!(s.rate >= 0 && s.rate < 1)) return c.Error("argument rate=" + Dump(*rate) + " must be in [0, 1)");
+  RETURN_IF_ERROR(c.Int("seed", s.seed));
+  RETURN_IF_ERROR(c.Null("noise_shape"));
+  return c.Only("data_format", {"channels_last"}, "only channels_last");
+}
+
+Status GaussianNoise(Config& c, LayerSpec& s) {
+  if (!c.Take("stddev")) return c.Error("argument stddev is missing");
+  RETURN_IF_ERROR(NonNegative(c, "stddev", s.stddev));
+  return c.Int("seed", s.seed);
+}
+
+Status GlobalPooling(Config& c, LayerSpec& s) {
+  RETURN_IF_ERROR(c.Only("data_format", {"channels_last"}, "only channels_last"));
+  return c.Bool("keepdims", s.keepdims);
+}
+
+Status Pooling1D(Config& c, LayerSpec& s) {
+  s.kernel_size = {2, 1};
+  RETURN_IF_ERROR(OneInt(c, "pool_size", s.kernel_size[0]));
+  s.strides = {s.kernel_size[0], 1};
+  RETURN_IF_ERROR(OneInt(c, "strides", s.strides[0]));
+  return ConvPadding(c, s, false);
+}
+
+// What Conv1D, Conv2D and Conv2DTranspose share: filters, kernel_size,
+// strides, dilation_rate, activation, use_bias and the weight arguments.
+Status ConvCommon(Config& c, LayerSpec& s, bool one_d) {
+  RETURN_IF_ERROR(c.Int("filters", s.filters, true));
+  if (one_d) {
+    if (!c.Take("kernel_size")) return c.Error("argument kernel_size is missing");
+    RETURN_IF_ERROR(OneInt(c, "kernel_size", s.kernel_size[0]));
+    RETURN_IF_ERROR(OneInt(c, "strides", s.strides[0]));
+    RETURN_IF_ERROR(OneInt(c, "dilation_rate", s.dilation_rate[0]));
+    s.kernel_size[1] = s.strides[1] = s.dilation_rate[1] = 1;
+  } else {
+    RETURN_IF_ERROR(c.Pair("kernel_size", s.kernel_size, true));
+    RETURN_IF_ERROR(c.Pair("strides", s.strides));
+    RETURN_IF_ERROR(c.Pair("dilation_rate", s.dilation_rate));
+  }
+  RETURN_IF_ERROR(ActivationArgument(c, s));
+  RETURN_IF_ERROR(c.Bool("use_bias", s.use_bias));
+  return WeightArguments(c, s, true);
+}
+
+Status Conv1D(Config& c, LayerSpec& s) {
+  RETURN_IF_ERROR(ConvCommon(c, s, true));
+  RETURN_IF_ERROR(c.Int("groups", s.groups));
+  return ConvPadding(c, s, true);
+}
+
+Status Conv2DTranspose(Config& c, LayerSpec& s) {
+  RETURN_IF_ERROR(ConvCommon(c, s, false));
+  RETURN_IF_ERROR(c.Null("output_padding"));
+  RETURN_IF_ERROR(c.Only("groups", {1}, "only 1"));
+  return ConvPadding(c, s, false);
+}
+
+// DepthwiseConv2D and SeparableConv2D: the depthwise step's arguments.
+Status Depthwise(Config& c, LayerSpec& s, bool separable) {
+  if (separable) RETURN_IF_ERROR(c.Int("filters", s.filters, true));
+  RETURN_IF_ERROR(c.Pair("kernel_size", s.kernel_size, true));
+  RETURN_IF_ERROR(c.Pair("strides", s.strides));
+  RETURN_IF_ERROR(c.Pair("dilation_rate", s.dilation_rate));
+  RETURN_IF_ERROR(c.Int("depth_multiplier", s.depth_multiplier));
+  RETURN_IF_ERROR(ConvPadding(c, s, false));
+  RETURN_IF_ERROR(ActivationArgument(c, s));
+  RETURN_IF_ERROR(c.Bool("use_bias", s.use_bias));
+  RETURN_IF_ERROR(InitializerArgument(c, "depthwise_initializer", s.depthwise_initializer));
+  RETURN_IF_ERROR(RegularizerArgument(c, "depthwise_regularizer", s.depthwise_regularizer));
+  RETURN_IF_ERROR(ConstraintArgument(c, "depthwise_constraint", s.depthwise_constraint));
+  if (separable) {
+    RETURN_IF_ERROR(InitializerArgument(c, "pointwise_initializer", s.pointwise_initializer));
+    RETURN_IF_ERROR(RegularizerArgument(c, "pointwise_regularizer", s.pointwise_regularizer));
+    RETURN_IF_ERROR(ConstraintArgument(c, "pointwise_constraint", s.pointwise_constraint));
+    RETURN_IF_ERROR(c.Only("groups", {1}, "only 1"));  // tf.keras 2 writes Conv's groups
+  }
+  RETURN_IF_ERROR(InitializerArgument(c, "bias_initializer", s.bias_initializer));
+  RETURN_IF_ERROR(RegularizerArgument(c, "bias_regularizer", s.bias_regularizer));
+  RETURN_IF_ERROR(ConstraintArgument(c, "bias_constraint", s.bias_constraint));
+  return RegularizerArgument(c, "activity_regularizer", s.activity_regularizer);
+}
+
+Status ZeroPadding1D(Config& c, LayerSpec& s) {
+  s.margins = {1, 1, 0, 0};
+  return Margins(c, "padding", false, s.margins);
+}
+Status ZeroPadding2D(Config& c, LayerSpec& s) {
+  s.margins = {1, 1, 1, 1};
+  RETURN_IF_ERROR(Margins(c, "padding", true, s.margins));
+  return c.Only("data_format", {"channels_last"}, "only channels_last");
+}
+Status Cropping1D(Config& c, LayerSpec& s) {
+  s.margins = {1, 1, 0, 0};
+  return Margins(c, "cropping", false, s.margins);
+}
+Status Cropping2D(Config& c, LayerSpec& s) {
+  s.margins = {0, 0, 0, 0};
+  RETURN_IF_ERROR(Margins(c, "cropping", true, s.margins));
+  return c.Only("data_format", {"channels_last"}, "only channels_last");
+}
+Status UpSampling1D(Config& c, LayerSpec& s) {
+  s.kernel_size = {2, 1};
+  return OneInt(c, "size", s.kernel_size[0]);
+}
+Status UpSampling2D(Config& c, LayerSpec& s) {
+  s.kernel_size = {2, 2};
+  RETURN_IF_ERROR(c.Pair("size", s.kernel_size));
+  RETURN_IF_ERROR(c.Only("interpolation", {"nearest"}, "only nearest"));
+  return c.Only("data_format", {"channels_last"}, "only channels_last");
+}
+
+Status CategoryEncoding(Config& c, LayerSpec& s) {
+  RETURN_IF_ERROR(c.Int("num_tokens", s.num_tokens, true));
+  std::string mode = "multi_hot";
+  RETURN_IF_ERROR(c.String("output_mode", mode));
+  if (mode == "one_hot") {
+    s.encoding = EncodingMode::kOneHot;
+  } else if (mode == "multi_hot") {
+    s.encoding = EncodingMode::kMultiHot;
+  } else if (mode == "count") {
+    s.encoding = EncodingMode::kCount;
+  } else {
+    return c.Error("argument output_mode=\"" + mode + "\" is not supported (one_hot, multi_hot, count)");
+  }
+  return c.Only("sparse", {false}, "only false");
+}
+
+Status Hashing(Config& c, LayerSpec& s) {
+  RETURN_IF_ERROR(c.Int("num_bins", s.num_bins, true));
+  const json* mask = c.Take("mask_value");
+  if (mask) {
+    if (!mask->is_number_integer()) return c.Error("argument mask_value=" + Dump(*mask) + " is not an integer");
+    s.has_mask_value = true;
+    s.mask_value = mask->get<int64_t>();
+  }
+  RETURN_IF_ERROR(c.Null("salt"));
+  RETURN_IF_ERROR(c.Only("output_mode", {"int"}, "only int"));
+  return c.Only("sparse", {false}, "only false");
+}
+
+struct Entry {
+  std::string_view cls;
+  LayerType type;
+  Status (*parse)(Config&, LayerSpec&);
+};
+
+const Entry kLayers[] = {
+    {"ReLU", LayerType::kReLU, ReLU},
+    {"LeakyReLU", LayerType::kLeakyReLU, LeakyReLU},
+    {"PReLU", LayerType::kPReLU, PReLU},
+    {"ELU", LayerType::kELU, ELU},
+    {"Softmax", LayerType::kSoftmax, Softmax},
+    {"ThresholdedReLU", LayerType::kThresholdedReLU, ThresholdedReLU},
+    {"Rescaling", LayerType::kRescaling, Rescaling},
+    {"LayerNormalization", LayerType::kLayerNormalization, LayerNormalization},
+    {"Permute", LayerType::kPermute, Permute},
+    {"RepeatVector", LayerType::kRepeatVector, RepeatVector},
+    {"SpatialDropout1D", LayerType::kSpatialDropout1D, DropoutLike},
+    {"SpatialDropout2D", LayerType::kSpatialDropout2D, DropoutLike},
+    {"GaussianNoise", LayerType::kGaussianNoise, GaussianNoise},
+    {"GaussianDropout", LayerType::kGaussianDropout, DropoutLike},
+    {"GlobalMaxPooling1D", LayerType::kGlobalMaxPooling1D, GlobalPooling},
+    {"GlobalMaxPooling2D", LayerType::kGlobalMaxPooling2D, GlobalPooling},
+    {"GlobalAveragePooling1D", LayerType::kGlobalAveragePooling1D, GlobalPooling},
+    {"MaxPooling1D", LayerType::kMaxPooling1D, Pooling1D},
+    {"AveragePooling1D", LayerType::kAveragePooling1D, Pooling1D},
+    {"Conv1D", LayerType::kConv1D, Conv1D},
+    {"ZeroPadding1D", LayerType::kZeroPadding1D, ZeroPadding1D},
+    {"ZeroPadding2D", LayerType::kZeroPadding2D, ZeroPadding2D},
+    {"Cropping1D", LayerType::kCropping1D, Cropping1D},
+    {"Cropping2D", LayerType::kCropping2D, Cropping2D},
+    {"UpSampling1D", LayerType::kUpSampling1D, UpSampling1D},
+    {"UpSampling2D", LayerType::kUpSampling2D, UpSampling2D},
+    {"DepthwiseConv2D", LayerType::kDepthwiseConv2D, [](Config& c, LayerSpec& s) { return Depthwise(c, s, false); }},
+    {"SeparableConv2D", LayerType::kSeparableConv2D, [](Config& c, LayerSpec& s) { return Depthwise(c, s, true); }},
+    {"Conv2DTranspose", LayerType::kConv2DTranspose, Conv2DTranspose},
+    {"CategoryEncoding", LayerType::kCategoryEncoding, CategoryEncoding},
+    {"Hashing", LayerType::kHashing, Hashing},
+};
+
+}  // namespace
+
+StatusOr<bool> ParseMoreLayer(const std::string& cls, Config& c, LayerSpec& s) {
+  for (const Entry& e : kLayers) {
+    if (e.cls != cls) continue;
+    s.type = e.type;
+    // Hashing's dtype is its int64 output's.
+    RETURN_IF_ERROR(c.Common(s, /*lookup=*/e.type == LayerType::kHashing));
+    RETURN_IF_ERROR(e.parse(c, s));
+    return true;
+  }
+  return false;
+}
+
+std::string MoreLayerNames() {
+  std::string names;
+  for (const Entry& e : kLayers) names += ", " + std::string(e.cls);
+  return names;
+}
+
+}  // namespace tfjob::model::keras
