@@ -1,5 +1,6 @@
 #include "services/model/activation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 

@@ -236,7 +236,8 @@ Status Depthwise(Config& c, LayerSpec& s, bool separable) {
 
 Status ZeroPadding1D(Config& c, LayerSpec& s) {
   s.margins = {1, 1, 0, 0};
-  return Margins(c, "padding", false, s.margins);
+  RETURN_IF_ERROR(Margins(c, "padding", false, s.margins));
+  return c.Only("data_format", {"channels_last"}, "only channels_last");  // newer Keras 3 writes it
 }
 Status ZeroPadding2D(Config& c, LayerSpec& s) {
   s.margins = {1, 1, 1, 1};

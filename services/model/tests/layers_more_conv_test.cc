@@ -435,5 +435,38 @@ TEST(LayersMoreModelTest, GradientsThroughAModelOfNewLayers) {
   }
 }
 
+TEST(LayersMoreModelTest, HashedIdsEncodedForADense) {
+  ModelSpec spec;
+  spec.input_shape = {3};
+  spec.input_dtype = DType::kInt64;
+  LayerSpec hash = Spec(LayerType::kHashing, "hash");
+  hash.num_bins = 5;
+  hash.path = "model.layers[0]";
+  LayerSpec enc = Spec(LayerType::kCategoryEncoding, "enc");
+  enc.num_tokens = 5;
+  enc.encoding = EncodingMode::kCount;
+  enc.path = "model.layers[1]";
+  LayerSpec dense = Spec(LayerType::kDense, "out");
+  dense.units = 1;
+  dense.path = "model.layers[2]";
+  spec.layers = {hash, enc, dense};
+  auto model = Model::Create(spec, {LossType::kMeanSquaredError, false});
+  ASSERT_TRUE(model.ok()) << model.status();
+  Gen gen(31);
+  std::vector<Tensor> values;
+  for (const VariableSpec& v : (*model)->variables()) values.push_back(RandomF(v.shape, gen));
+  Tensor x = Tensor::FromVector({2, 3}, std::vector<int64_t>{7, 7, 123, -4, 0, 99}).value();
+  Tensor y = F({2, 1}, {1, -1});
+  auto out = (*model)->ComputeGradients(values, x, y);
+  ASSERT_TRUE(out.ok()) << out.status();
+  // Each example's counts sum to its three ids: the kernel's gradient sums to 3 * sum(dL/dy).
+  auto pred = (*model)->Predict(values, x).value();
+  double want = 0;
+  for (int64_t b = 0; b < 2; ++b) want += 3 * 2 * (pred.data<float>()[b] - y.data<float>()[b]) / 2;
+  double got = 0;
+  for (float g : out->grads[0].dense.flat<float>()) got += g;
+  EXPECT_NEAR(got, want, 1e-4);
+}
+
 }  // namespace
 }  // namespace tfjob::model
