@@ -49,8 +49,8 @@ class Conv2D final : public Layer {
 
   std::vector<VariableSpec> Variables() const override {
     std::vector<VariableSpec> v{
-        {spec_.name + "/kernel", {kh_, kw_, c_, spec_.filters}, Initializer::kGlorotUniform, false}};
-    if (spec_.use_bias) v.push_back({spec_.name + "/bias", {spec_.filters}, Initializer::kZeros, false});
+        {spec_.name + "/kernel", {kh_, kw_, c_, spec_.filters}, spec_.kernel_initializer, false}};
+    if (spec_.use_bias) v.push_back({spec_.name + "/bias", {spec_.filters}, spec_.bias_initializer, false});
     return v;
   }
 

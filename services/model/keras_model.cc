@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/json_reader.h"
+#include "services/model/keras_config.h"
 #include "services/model/layers.h"
 #include "services/model/preprocessing.h"
 
@@ -12,174 +13,133 @@ namespace tfjob::model {
 namespace {
 
 using json = nlohmann::json;
+using keras::Config;
+using keras::Dump;
+using keras::NumberOr;
+using keras::StringOr;
 
-std::string Dump(const json& v) {
-  std::string s = v.dump();
-  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
-}
+}  // namespace
 
-// j[key] when j is an object holding a string (a number) there, else
-// `fallback`: json::value() throws on a value of another kind, and a model
-// file may hold anything.
-std::string StringOr(const json& j, const char* key, const std::string& fallback) {
-  auto it = j.is_object() ? j.find(key) : j.end();
-  return j.is_object() && it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
-}
-double NumberOr(const json& j, const char* key, double fallback) {
-  auto it = j.is_object() ? j.find(key) : j.end();
-  return j.is_object() && it != j.end() && it->is_number() ? it->get<double>() : fallback;
-}
+namespace keras {
 
-// Reads a layer's config: every key is taken, checked against what this
-// runtime implements, or reported.
-class Config {
- public:
-  Config(const json& cfg, std::string where) : cfg_(cfg), where_(std::move(where)) {}
-
-  Status Error(const std::string& what) const { return InvalidArgument(where_ + ": " + what); }
-
-  // The value, or nullptr when absent or null; the key is consumed.
-  const json* Take(const std::string& key) {
-    taken_.insert(key);
-    auto it = cfg_.find(key);
-    return it == cfg_.end() || it->is_null() ? nullptr : &*it;
-  }
-
-  Status Int(const std::string& key, int64_t& out, bool required = false) {
-    const json* v = Take(key);
-    if (!v) return required ? Error("argument " + key + " is missing") : Status::Ok();
-    if (!v->is_number_integer()) return Error("argument " + key + "=" + Dump(*v) + " is not an integer");
-    out = v->get<int64_t>();
-    return Status::Ok();
-  }
-  Status Number(const std::string& key, double& out) {
-    const json* v = Take(key);
-    if (!v) return Status::Ok();
-    if (!v->is_number()) return Error("argument " + key + "=" + Dump(*v) + " is not a number");
-    out = v->get<double>();
-    return Status::Ok();
-  }
-  Status Bool(const std::string& key, bool& out) {
-    const json* v = Take(key);
-    if (!v) return Status::Ok();
-    if (!v->is_boolean()) return Error("argument " + key + "=" + Dump(*v) + " is not true or false");
-    out = v->get<bool>();
-    return Status::Ok();
-  }
-  Status String(const std::string& key, std::string& out) {
-    const json* v = Take(key);
-    if (!v) return Status::Ok();
-    if (!v->is_string()) return Error("argument " + key + "=" + Dump(*v) + " is not a string");
-    out = v->get<std::string>();
-    return Status::Ok();
-  }
-  // n or [h, w].
-  Status Pair(const std::string& key, std::array<int64_t, 2>& out, bool required = false) {
-    const json* v = Take(key);
-    if (!v) return required ? Error("argument " + key + " is missing") : Status::Ok();
-    auto ok = [](const json& x) { return x.is_number_integer() && x.get<int64_t>() > 0; };
-    if (ok(*v)) {
-      out = {v->get<int64_t>(), v->get<int64_t>()};
-    } else if (v->is_array() && v->size() == 2 && ok((*v)[0]) && ok((*v)[1])) {
-      out = {(*v)[0].get<int64_t>(), (*v)[1].get<int64_t>()};
-    } else {
-      return Error("argument " + key + "=" + Dump(*v) + " is not a positive integer or a pair of them");
-    }
-    return Status::Ok();
-  }
-  // Absent, null, or one of `allowed` (what this runtime does).
-  Status Only(const std::string& key, std::initializer_list<json> allowed, const std::string& meaning) {
-    const json* v = Take(key);
-    if (!v) return Status::Ok();
-    for (const json& a : allowed) {
-      if (*v == a) return Status::Ok();
-    }
-    return Error("argument " + key + "=" + Dump(*v) + " is not supported (" + meaning + ")");
-  }
-  Status Null(const std::string& key) {
-    const json* v = Take(key);
-    if (!v) return Status::Ok();
-    return Error("argument " + key + "=" + Dump(*v) + " is not supported (only null)");
-  }
-  // An initializer of one of `classes` (Keras 3's object or Keras 2's name
-  // or object); `check` may look at its config.
-  Status Initializer(const std::string& key, std::initializer_list<const char*> classes,
-                     const std::function<bool(const json&)>& check = nullptr) {
-    const json* v = Take(key);
-    if (!v) return Status::Ok();
-    std::string name;
-    json config = json::object();
-    if (v->is_string()) {
-      name = v->get<std::string>();
-    } else if (v->is_object() && v->contains("class_name") && (*v)["class_name"].is_string()) {
-      name = (*v)["class_name"].get<std::string>();
-      if (v->contains("config") && (*v)["config"].is_object()) config = (*v)["config"];
-    }
-    for (const char* c : classes) {
-      if (name == c && (!check || check(config))) return Status::Ok();
-    }
-    std::string known;
-    for (const char* c : classes) known += (known.empty() ? "" : ", ") + std::string(c);
-    return Error("argument " + key + "=" + Dump(*v) + " is not supported (only " + known + ")");
-  }
-  // The keys every layer has: name (read), trainable, dtype.
-  Status Common(LayerSpec& s, bool lookup = false) {
-    RETURN_IF_ERROR(String("name", s.name));
-    RETURN_IF_ERROR(Only("trainable", {true}, "layers cannot be frozen"));
-    const json* dtype = Take("dtype");
-    if (dtype) {
-      std::string name;
-      if (dtype->is_string()) name = dtype->get<std::string>();
-      if (dtype->is_object() && dtype->contains("config") && (*dtype)["config"].is_object() &&
-          (*dtype)["config"].contains("name") && (*dtype)["config"]["name"].is_string()) {
-        name = (*dtype)["config"]["name"].get<std::string>();
-      }
-      const bool ok = name == "float32" || (lookup && (name == "int64" || name == "int32" || name == "string"));
-      if (!ok) return Error("argument dtype=" + Dump(*dtype) + " is not supported (only float32)");
-    }
-    return Status::Ok();
-  }
-
-  // Keys the caller did not take.
-  Status Finish() const {
-    for (auto it = cfg_.begin(); it != cfg_.end(); ++it) {
-      if (!taken_.count(it.key())) return Error("argument " + it.key() + " is not supported");
-    }
-    return Status::Ok();
-  }
-
- private:
-  const json& cfg_;
-  std::string where_;
-  std::set<std::string> taken_;
-};
-
-bool GlorotUniform(const json&) { return true; }  // any seed: initial values come from the job's seed
-// glorot_uniform as Keras 2.2 wrote it out.
-bool VarianceScalingGlorot(const json& c) {
-  return NumberOr(c, "scale", 0.0) == 1.0 && StringOr(c, "mode", "") == "fan_avg" &&
-         StringOr(c, "distribution", "") == "uniform";
-}
-
-Status KernelInitializers(Config& c, bool bias) {
-  {
-    Config probe = c;
-    if (!probe.Initializer("kernel_initializer", {"VarianceScaling"}, VarianceScalingGlorot).ok()) {
-      RETURN_IF_ERROR(c.Initializer("kernel_initializer", {"GlorotUniform", "glorot_uniform"}, GlorotUniform));
-    } else {
-      (void)c.Take("kernel_initializer");
-    }
-  }
-  if (bias) RETURN_IF_ERROR(c.Initializer("bias_initializer", {"Zeros", "zeros"}));
-  for (const char* k : {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
-                        "bias_constraint", "lora_rank", "quantization_config"}) {
-    RETURN_IF_ERROR(c.Null(k));
-  }
-  RETURN_IF_ERROR(c.Null("lora_alpha"));
+Status InitializerArgument(Config& c, const std::string& key, Initializer& out) {
+  const json* v = c.Take(key);
+  if (!v) return Status::Ok();
+  auto init = ParseInitializer(*v);
+  if (!init.ok()) return c.Error("argument " + key + ": " + init.status().message());
+  out = *init;
   return Status::Ok();
 }
 
-Status Activation(Config& c, LayerSpec& s, bool required = false) {
+Status RegularizerArgument(Config& c, const std::string& key, Regularizer& out) {
+  const json* v = c.Take(key);
+  if (!v) return Status::Ok();
+  auto bad = [&](const std::string& why) { return c.Error("argument " + key + "=" + Dump(*v) + ": " + why); };
+  std::string name;
+  json config = json::object();
+  if (v->is_string()) {
+    name = v->get<std::string>();
+  } else if (v->is_object() && v->contains("class_name") && (*v)["class_name"].is_string()) {
+    name = (*v)["class_name"].get<std::string>();
+    if (v->contains("config") && (*v)["config"].is_object()) config = (*v)["config"];
+  } else {
+    return bad("not a regularizer");
+  }
+  Regularizer r;
+  // Keras' defaults: L1(0.01), L2(0.01), L1L2(0, 0); the names l1, l2, l1_l2.
+  if (name == "L1" || name == "l1") {
+    r.l1 = 0.01;
+  } else if (name == "L2" || name == "l2") {
+    r.l2 = 0.01;
+  } else if (name == "L1L2" || name == "l1_l2") {
+    r.l1 = name == "l1_l2" ? 0.01 : 0;
+    r.l2 = name == "l1_l2" ? 0.01 : 0;
+  } else {
+    return bad("only L1, L2 and L1L2 are supported");
+  }
+  for (auto it = config.begin(); it != config.end(); ++it) {
+    const bool l1 = it.key() == "l1" && name != "L2" && name != "l2";
+    const bool l2 = it.key() == "l2" && name != "L1" && name != "l1";
+    if (!l1 && !l2) return bad("argument " + it.key() + " is not supported");
+    if (!it->is_number() || it->get<double>() < 0) return bad(it.key() + " must be a number >= 0");
+    (l1 ? r.l1 : r.l2) = it->get<double>();
+  }
+  out = r;
+  return Status::Ok();
+}
+
+Status ConstraintArgument(Config& c, const std::string& key, Constraint& out) {
+  const json* v = c.Take(key);
+  if (!v) return Status::Ok();
+  auto bad = [&](const std::string& why) { return c.Error("argument " + key + "=" + Dump(*v) + ": " + why); };
+  std::string name;
+  json config = json::object();
+  if (v->is_string()) {
+    name = v->get<std::string>();
+  } else if (v->is_object() && v->contains("class_name") && (*v)["class_name"].is_string()) {
+    name = (*v)["class_name"].get<std::string>();
+    if (v->contains("config") && (*v)["config"].is_object()) config = (*v)["config"];
+  } else {
+    return bad("not a constraint");
+  }
+  Constraint k;
+  std::set<std::string> allowed;
+  if (name == "MaxNorm" || name == "max_norm") {
+    k.kind = Constraint::Kind::kMaxNorm;
+    allowed = {"max_value", "axis"};
+  } else if (name == "NonNeg" || name == "non_neg") {
+    k.kind = Constraint::Kind::kNonNeg;
+  } else if (name == "UnitNorm" || name == "unit_norm") {
+    k.kind = Constraint::Kind::kUnitNorm;
+    allowed = {"axis"};
+  } else if (name == "MinMaxNorm" || name == "min_max_norm") {
+    k.kind = Constraint::Kind::kMinMaxNorm;
+    k.max_value = 1;
+    allowed = {"min_value", "max_value", "rate", "axis"};
+  } else {
+    return bad("only MaxNorm, NonNeg, UnitNorm and MinMaxNorm are supported");
+  }
+  for (auto it = config.begin(); it != config.end(); ++it) {
+    if (!allowed.count(it.key())) return bad("argument " + it.key() + " is not supported");
+    if (it.key() == "axis") {
+      k.axis.clear();
+      if (it->is_number_integer()) {
+        k.axis.push_back(it->get<int64_t>());
+      } else if (it->is_array()) {
+        for (const json& a : *it) {
+          if (!a.is_number_integer()) return bad("axis must be an integer or a list of them");
+          k.axis.push_back(a.get<int64_t>());
+        }
+      } else {
+        return bad("axis must be an integer or a list of them");
+      }
+      continue;
+    }
+    if (!it->is_number()) return bad(it.key() + " must be a number");
+    const double x = it->get<double>();
+    if (it.key() == "min_value") k.min_value = x;
+    if (it.key() == "max_value") k.max_value = x;
+    if (it.key() == "rate") k.rate = x;
+  }
+  out = k;
+  return Status::Ok();
+}
+
+Status WeightArguments(Config& c, LayerSpec& s, bool bias) {
+  RETURN_IF_ERROR(InitializerArgument(c, "kernel_initializer", s.kernel_initializer));
+  RETURN_IF_ERROR(RegularizerArgument(c, "kernel_regularizer", s.kernel_regularizer));
+  RETURN_IF_ERROR(ConstraintArgument(c, "kernel_constraint", s.kernel_constraint));
+  RETURN_IF_ERROR(RegularizerArgument(c, "activity_regularizer", s.activity_regularizer));
+  if (bias) {
+    RETURN_IF_ERROR(InitializerArgument(c, "bias_initializer", s.bias_initializer));
+    RETURN_IF_ERROR(RegularizerArgument(c, "bias_regularizer", s.bias_regularizer));
+    RETURN_IF_ERROR(ConstraintArgument(c, "bias_constraint", s.bias_constraint));
+  }
+  for (const char* k : {"lora_rank", "lora_alpha", "quantization_config"}) RETURN_IF_ERROR(c.Null(k));
+  return Status::Ok();
+}
+
+Status ActivationArgument(Config& c, LayerSpec& s, bool required) {
   const json* a = c.Take("activation");
   if (!a) {
     if (required) return c.Error("argument activation is missing");
@@ -192,7 +152,7 @@ Status Activation(Config& c, LayerSpec& s, bool required = false) {
   return Status::Ok();
 }
 
-Status Padding(Config& c, LayerSpec& s) {
+Status PaddingArgument(Config& c, LayerSpec& s) {
   std::string p = "valid";
   RETURN_IF_ERROR(c.String("padding", p));
   if (p == "valid")
@@ -203,6 +163,13 @@ Status Padding(Config& c, LayerSpec& s) {
     return c.Error("argument padding=\"" + p + "\" is not supported (valid, same)");
   return c.Only("data_format", {"channels_last"}, "only channels_last (NHWC)");
 }
+
+}  // namespace keras
+
+namespace {
+
+using keras::ActivationArgument;
+using keras::WeightArguments;
 
 Status Lookup(Config& c, LayerSpec& s, bool strings) {
   LookupSpec& l = s.lookup;
@@ -313,14 +280,11 @@ Status EmbeddingLayer(Config& c, LayerSpec& s) {
   RETURN_IF_ERROR(c.Common(s));
   RETURN_IF_ERROR(c.Int("input_dim", s.input_dim, true));
   RETURN_IF_ERROR(c.Int("output_dim", s.output_dim, true));
-  RETURN_IF_ERROR(
-      c.Initializer("embeddings_initializer", {"RandomUniform", "uniform", "random_uniform"}, [](const json& cfg) {
-        return NumberOr(cfg, "minval", -0.05) == -0.05 && NumberOr(cfg, "maxval", 0.05) == 0.05;
-      }));
-  for (const char* k : {"embeddings_regularizer", "activity_regularizer", "embeddings_constraint", "lora_rank",
-                        "quantization_config"}) {
-    RETURN_IF_ERROR(c.Null(k));
-  }
+  RETURN_IF_ERROR(keras::InitializerArgument(c, "embeddings_initializer", s.embeddings_initializer));
+  RETURN_IF_ERROR(keras::RegularizerArgument(c, "embeddings_regularizer", s.kernel_regularizer));
+  RETURN_IF_ERROR(keras::ConstraintArgument(c, "embeddings_constraint", s.kernel_constraint));
+  RETURN_IF_ERROR(keras::RegularizerArgument(c, "activity_regularizer", s.activity_regularizer));
+  for (const char* k : {"lora_rank", "lora_alpha", "quantization_config"}) RETURN_IF_ERROR(c.Null(k));
   RETURN_IF_ERROR(c.Only("mask_zero", {false}, "only false"));
   RETURN_IF_ERROR(c.Only("sparse", {false}, "only false"));
   (void)c.Take("input_length");  // Keras 2: the input shape says it
@@ -362,27 +326,54 @@ Status NormalizationLayer(Config& c, LayerSpec& s) {
   return Status::Ok();
 }
 
+// The merge layers: Concatenate's axis, Dot's axes and normalize.
+Status MergeLayer(const std::string& cls, Config& c, LayerSpec& s) {
+  static const std::pair<const char*, LayerType> kTypes[] = {
+      {"Add", LayerType::kAdd},         {"Subtract", LayerType::kSubtract}, {"Multiply", LayerType::kMultiply},
+      {"Average", LayerType::kAverage}, {"Maximum", LayerType::kMaximum},   {"Minimum", LayerType::kMinimum},
+      {"Concatenate", LayerType::kConcatenate}, {"Dot", LayerType::kDot}};
+  for (const auto& [name, type] : kTypes) {
+    if (cls == name) s.type = type;
+  }
+  RETURN_IF_ERROR(c.Common(s));
+  if (s.type == LayerType::kConcatenate) RETURN_IF_ERROR(c.Int("axis", s.merge_axis));
+  if (s.type == LayerType::kDot) {
+    const json* axes = c.Take("axes");
+    if (!axes) return c.Error("argument axes is missing");
+    auto ok = [](const json& a) { return a.is_number_integer(); };
+    if (ok(*axes)) {
+      s.dot_axes = {axes->get<int64_t>(), axes->get<int64_t>()};
+    } else if (axes->is_array() && axes->size() == 2 && ok((*axes)[0]) && ok((*axes)[1])) {
+      s.dot_axes = {(*axes)[0].get<int64_t>(), (*axes)[1].get<int64_t>()};
+    } else {
+      return c.Error("argument axes=" + Dump(*axes) + " is not an integer or a pair of them");
+    }
+    RETURN_IF_ERROR(c.Bool("normalize", s.normalize));
+  }
+  return Status::Ok();
+}
+
 // One layer's config into `s`.
-Status Layer(const std::string& cls, Config& c, LayerSpec& s) {
+Status LayerConfig(const std::string& cls, Config& c, LayerSpec& s) {
   if (cls == "Dense") {
     s.type = LayerType::kDense;
     RETURN_IF_ERROR(c.Common(s));
     RETURN_IF_ERROR(c.Int("units", s.units, true));
-    RETURN_IF_ERROR(Activation(c, s));
+    RETURN_IF_ERROR(ActivationArgument(c, s));
     RETURN_IF_ERROR(c.Bool("use_bias", s.use_bias));
-    RETURN_IF_ERROR(KernelInitializers(c, true));
+    RETURN_IF_ERROR(WeightArguments(c, s, true));
   } else if (cls == "Conv2D") {
     s.type = LayerType::kConv2D;
     RETURN_IF_ERROR(c.Common(s));
     RETURN_IF_ERROR(c.Int("filters", s.filters, true));
     RETURN_IF_ERROR(c.Pair("kernel_size", s.kernel_size, true));
     RETURN_IF_ERROR(c.Pair("strides", s.strides));
-    RETURN_IF_ERROR(Padding(c, s));
-    RETURN_IF_ERROR(c.Only("dilation_rate", {1, json::array({1, 1})}, "only 1"));
-    RETURN_IF_ERROR(c.Only("groups", {1}, "only 1"));
-    RETURN_IF_ERROR(Activation(c, s));
+    RETURN_IF_ERROR(keras::PaddingArgument(c, s));
+    RETURN_IF_ERROR(c.Pair("dilation_rate", s.dilation_rate));  // not 1: conv_more.cc
+    RETURN_IF_ERROR(c.Int("groups", s.groups));
+    RETURN_IF_ERROR(ActivationArgument(c, s));
     RETURN_IF_ERROR(c.Bool("use_bias", s.use_bias));
-    RETURN_IF_ERROR(KernelInitializers(c, true));
+    RETURN_IF_ERROR(WeightArguments(c, s, true));
   } else if (cls == "MaxPooling2D" || cls == "AveragePooling2D") {
     s.type = cls == "MaxPooling2D" ? LayerType::kMaxPooling2D : LayerType::kAveragePooling2D;
     RETURN_IF_ERROR(c.Common(s));
@@ -390,7 +381,7 @@ Status Layer(const std::string& cls, Config& c, LayerSpec& s) {
     RETURN_IF_ERROR(c.Pair("pool_size", s.kernel_size));
     s.strides = s.kernel_size;
     RETURN_IF_ERROR(c.Pair("strides", s.strides));
-    RETURN_IF_ERROR(Padding(c, s));
+    RETURN_IF_ERROR(keras::PaddingArgument(c, s));
   } else if (cls == "GlobalAveragePooling2D") {
     s.type = LayerType::kGlobalAveragePooling2D;
     RETURN_IF_ERROR(c.Common(s));
@@ -403,7 +394,7 @@ Status Layer(const std::string& cls, Config& c, LayerSpec& s) {
   } else if (cls == "Activation") {
     s.type = LayerType::kActivation;
     RETURN_IF_ERROR(c.Common(s));
-    RETURN_IF_ERROR(Activation(c, s, true));
+    RETURN_IF_ERROR(ActivationArgument(c, s, true));
   } else if (cls == "Dropout") {
     RETURN_IF_ERROR(DropoutLayer(c, s));
   } else if (cls == "BatchNormalization") {
@@ -419,11 +410,18 @@ Status Layer(const std::string& cls, Config& c, LayerSpec& s) {
     s.type = strings ? LayerType::kStringLookup : LayerType::kIntegerLookup;
     RETURN_IF_ERROR(c.Common(s, /*lookup=*/true));
     RETURN_IF_ERROR(Lookup(c, s, strings));
+  } else if (cls == "Add" || cls == "Subtract" || cls == "Multiply" || cls == "Average" || cls == "Maximum" ||
+             cls == "Minimum" || cls == "Concatenate" || cls == "Dot") {
+    RETURN_IF_ERROR(MergeLayer(cls, c, s));
   } else {
+    auto more = keras::ParseMoreLayer(cls, c, s);
+    if (!more.ok()) return more.status();
+    if (*more) return c.Finish();
     return c.Error("unsupported layer " + cls +
                    " (supported: Dense, Embedding, Activation, Flatten, Conv2D, "
                    "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Dropout, BatchNormalization, Reshape, "
-                   "Normalization, StringLookup, IntegerLookup)");
+                   "Normalization, StringLookup, IntegerLookup, Add, Subtract, Multiply, Average, Maximum, Minimum, "
+                   "Concatenate, Dot" + keras::MoreLayerNames() + ")");
   }
   return c.Finish();
 }
@@ -467,8 +465,9 @@ StatusOr<ModelSpec> Parse(const json& doc, const std::string& source) {
   auto fail = [&](const std::string& what) { return InvalidArgument(source + ": " + what); };
   if (!doc.is_object()) return fail("expected a Keras model (a JSON object), got " + Dump(doc));
   const std::string cls = StringOr(doc, "class_name", "");
+  if (cls == "Model" || cls == "Functional") return keras::ParseFunctional(doc, source);
   if (cls != "Sequential") {
-    return fail("class_name \"" + cls + "\": only Sequential models are supported (a Functional model's graph is not)");
+    return fail("class_name \"" + cls + "\": not a Keras model (Sequential, Functional or Model)");
   }
   const json* layers = nullptr;
   const json* config = doc.contains("config") ? &doc["config"] : nullptr;
@@ -534,7 +533,7 @@ StatusOr<ModelSpec> Parse(const json& doc, const std::string& source) {
     LayerSpec s;
     s.path = source + ": " + at;
     Config c(rest, where);
-    RETURN_IF_ERROR(Layer(lcls, c, s));
+    RETURN_IF_ERROR(LayerConfig(lcls, c, s));
     if (s.name.empty()) s.name = KerasSnakeCase(lcls) + (i ? "_" + std::to_string(i) : "");
     if (s.type == LayerType::kStringLookup && m.layers.empty()) m.string_input = true, m.input_dtype = DType::kInt64;
     if (s.type == LayerType::kIntegerLookup && m.layers.empty()) m.input_dtype = DType::kInt64;
@@ -547,6 +546,12 @@ StatusOr<ModelSpec> Parse(const json& doc, const std::string& source) {
 }
 
 }  // namespace
+
+namespace keras {
+Status ParseLayerConfig(const std::string& cls, Config& c, LayerSpec& s) { return LayerConfig(cls, c, s); }
+StatusOr<Shape> ParseBatchShape(const json& v, const std::string& where) { return InputShape(v, where); }
+Status ParseInputDType(const json* dtype, const std::string& where, ModelSpec& m) { return InputDType(dtype, where, m); }
+}  // namespace keras
 
 std::string KerasSnakeCase(const std::string& name) {
   // (.)([A-Z][a-z]+) -> \1_\2, then ([a-z])([A-Z]) -> \1_\2, lower-cased.

@@ -11,6 +11,17 @@ namespace tfjob::model {
 
 Status Layer::Error(const std::string& what) const { return InvalidArgument("layer \"" + spec_.name + "\": " + what); }
 
+StatusOr<Shape> Layer::BuildMulti(std::span<const Shape>, std::span<const DType>) {
+  return Error("takes one input, not a list");
+}
+StatusOr<Tensor> Layer::ForwardMulti(std::span<const Tensor>, std::span<const Tensor>, bool) {
+  return Error("takes one input, not a list");
+}
+StatusOr<std::vector<Tensor>> Layer::BackwardMulti(std::span<const Tensor>, Tensor, const std::vector<bool>&,
+                                                   std::span<Gradient>) {
+  return Error("takes one input, not a list");
+}
+
 namespace {
 
 // A new device tensor, uninitialised (every element is about to be written).
@@ -39,8 +50,8 @@ class Dense final : public Layer {
 
   std::vector<VariableSpec> Variables() const override {
     std::vector<VariableSpec> v{
-        {spec_.name + "/kernel", {in_features_, spec_.units}, Initializer::kGlorotUniform, false}};
-    if (spec_.use_bias) v.push_back({spec_.name + "/bias", {spec_.units}, Initializer::kZeros, false});
+        {spec_.name + "/kernel", {in_features_, spec_.units}, spec_.kernel_initializer, false}};
+    if (spec_.use_bias) v.push_back({spec_.name + "/bias", {spec_.units}, spec_.bias_initializer, false});
     return v;
   }
 
@@ -165,7 +176,7 @@ class Embedding final : public Layer {
   }
 
   std::vector<VariableSpec> Variables() const override {
-    return {{spec_.name + "/embeddings", {spec_.input_dim, spec_.output_dim}, Initializer::kUniform005, true}};
+    return {{spec_.name + "/embeddings", {spec_.input_dim, spec_.output_dim}, spec_.embeddings_initializer, true}};
   }
 
   StatusOr<Tensor> Forward(std::span<const Tensor> params, const Tensor& x, bool) override {
@@ -381,6 +392,15 @@ StatusOr<std::unique_ptr<Layer>> MakeLayer(const LayerSpec& spec) {
     case LayerType::kNormalization: return internal::MakeNormalization(spec);
     case LayerType::kStringLookup:
     case LayerType::kIntegerLookup: return internal::MakeLookupLayer(spec);
+    case LayerType::kAdd:
+    case LayerType::kSubtract:
+    case LayerType::kMultiply:
+    case LayerType::kAverage:
+    case LayerType::kMaximum:
+    case LayerType::kMinimum:
+    case LayerType::kConcatenate:
+    case LayerType::kDot: return internal::MakeMerge(spec);
+    default: return internal::MakeMoreLayer(spec);
   }
   return InvalidArgument("unknown layer type");
 }
@@ -401,6 +421,15 @@ std::string_view LayerTypeName(LayerType t) {
     case LayerType::kStringLookup: return "StringLookup";
     case LayerType::kIntegerLookup: return "IntegerLookup";
     case LayerType::kNormalization: return "Normalization";
+    case LayerType::kAdd: return "Add";
+    case LayerType::kSubtract: return "Subtract";
+    case LayerType::kMultiply: return "Multiply";
+    case LayerType::kAverage: return "Average";
+    case LayerType::kMaximum: return "Maximum";
+    case LayerType::kMinimum: return "Minimum";
+    case LayerType::kConcatenate: return "Concatenate";
+    case LayerType::kDot: return "Dot";
+    default: return MoreLayerTypeName(t);
   }
   return "?";
 }

@@ -1,4 +1,4 @@
-// Layers of a Sequential model. A layer owns no parameter values: the model
+// Layers of a model. A layer owns no parameter values: the model
 // passes them in (so a worker can train with values pulled from parameter
 // servers), and the layer caches what Forward saw for the next Backward.
 //
@@ -13,15 +13,11 @@
 #include <vector>
 
 #include "common/status.h"
+#include "services/model/initializers.h"
 #include "services/model/spec.h"
 #include "services/tensor/tensor.h"
 
 namespace tfjob::model {
-
-// Keras' initializers: zeros, glorot_uniform (fans as Keras computes them,
-// so a conv kernel counts its receptive field), ones, RandomUniform(-0.05,
-// 0.05) for embeddings, and a given value (adapted statistics).
-enum class Initializer { kZeros, kGlorotUniform, kUniform005, kOnes, kValue };
 
 struct VariableSpec {
   VariableSpec() = default;
@@ -31,6 +27,10 @@ struct VariableSpec {
   std::string name;  // "dense/kernel"
   Shape shape;
   Initializer init = Initializer::kZeros;
+  // Keras' kernel_regularizer / bias_regularizer: a penalty added to the loss.
+  Regularizer regularizer;
+  // Keras' kernel_constraint / bias_constraint: applied after each update.
+  Constraint constraint;
   // Gradients arrive as rows (indices + values), as for embeddings.
   bool sparse_grad = false;
   // Non-trainable state (BatchNormalization's moving statistics, adapted
@@ -79,6 +79,20 @@ class Layer {
   virtual StatusOr<Tensor> Backward(std::span<const Tensor> params, Tensor dy, bool need_input_grad,
                                     std::span<Gradient> grads) = 0;
 
+  // Merge layers (Add, Concatenate, ...) take several inputs: arity() is
+  // their count, or 0 for "two or more". The model calls the *Multi forms
+  // for them and the single forms above for every other layer (whose
+  // arity() is 1); the defaults of each form report the mix-up.
+  virtual int arity() const { return 1; }
+  virtual StatusOr<Shape> BuildMulti(std::span<const Shape> in, std::span<const DType> dtypes);
+  virtual StatusOr<Tensor> ForwardMulti(std::span<const Tensor> params, std::span<const Tensor> xs, bool training);
+  // dL/dx for each input: an empty tensor where need_input_grad[i] is false.
+  virtual StatusOr<std::vector<Tensor>> BackwardMulti(std::span<const Tensor> params, Tensor dy,
+                                                      const std::vector<bool>& need_input_grad,
+                                                      std::span<Gradient> grads);
+  // Whether the layer computes on a CUDA device (Model::CheckDeviceSupport).
+  virtual bool device_kernels() const { return true; }
+
  protected:
   Status Error(const std::string& what) const;
 
@@ -88,5 +102,7 @@ class Layer {
 StatusOr<std::unique_ptr<Layer>> MakeLayer(const LayerSpec& spec);
 // Keras' class name ("Conv2D").
 std::string_view LayerTypeName(LayerType t);
+// The same for the layers of layers_more.cc.
+std::string_view MoreLayerTypeName(LayerType t);
 
 }  // namespace tfjob::model

@@ -1,82 +1,225 @@
 #include "services/model/model.h"
 
 #include <cmath>
+#include <cstring>
 #include <iomanip>
+#include <map>
 #include <set>
 
 #include "services/model/layers_internal.h"
 #include "services/model/random.h"
-#include "services/tensor/backend.h"
 #include "services/tensor/eigen.h"
 
 namespace tfjob::model {
+namespace {
+
+// A Sequential spec as the graph it is: one input, each layer called once
+// on the one before.
+void ChainSequential(ModelSpec& m) {
+  m.inputs = {InputSpec{"input", m.input_shape, m.input_dtype, m.string_input}};
+  m.nodes.clear();
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    NodeSpec n;
+    n.layer = l;
+    n.inputs = {l == 0 ? TensorRef{-1, 0} : TensorRef{static_cast<int64_t>(l) - 1, -1}};
+    n.path = m.layers[l].path;
+    m.nodes.push_back(std::move(n));
+  }
+  m.output = TensorRef{static_cast<int64_t>(m.layers.size()) - 1, -1};
+}
+
+bool EndsWith(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+}  // namespace
 
 StatusOr<std::unique_ptr<Model>> Model::Create(const ModelSpec& spec, const LossSpec& loss) {
   std::unique_ptr<Model> m(new Model());
   m->spec_ = spec;
   m->training_loss_ = loss;
   if (spec.layers.empty()) return InvalidArgument("model.layers: a model needs at least one layer");
-  if (NumElements(spec.input_shape) <= 0) {
-    return InvalidArgument("model.input_shape: invalid shape " + ShapeString(spec.input_shape));
-  }
-
-  // Fuse a final softmax/sigmoid into the loss (see header).
-  LayerSpec* last = &m->spec_.layers.back();
-  const bool probs = !loss.from_logits;
-  if (probs && (last->type == LayerType::kDense || last->type == LayerType::kActivation)) {
-    const bool cce =
-        loss.type == LossType::kSparseCategoricalCrossentropy || loss.type == LossType::kCategoricalCrossentropy;
-    if ((cce && last->activation == Activation::kSoftmax) ||
-        (loss.type == LossType::kBinaryCrossentropy && last->activation == Activation::kSigmoid)) {
-      m->output_activation_ = last->activation;
-      last->activation = Activation::kLinear;
-      m->training_loss_.from_logits = true;
+  if (!spec.functional()) {
+    if (NumElements(spec.input_shape) <= 0) {
+      return InvalidArgument("model.input_shape: invalid shape " + ShapeString(spec.input_shape));
     }
-  }
-
-  if (spec.string_input) {
-    // Strings are looked up as the data is read (tensors hold no strings);
-    // the StringLookup then passes the int64 ids on.
-    const LayerSpec& first = spec.layers.front();
-    if (first.type != LayerType::kStringLookup || first.lookup.invert) {
-      return InvalidArgument(first.path +
-                             ": model.input_dtype \"string\" needs a StringLookup (invert false) as the "
-                             "first layer, got " +
-                             std::string(LayerTypeName(first.type)));
+    if (spec.string_input) {
+      // Strings are looked up as the data is read (tensors hold no strings);
+      // the StringLookup then passes the int64 ids on.
+      const LayerSpec& first = spec.layers.front();
+      if (first.type != LayerType::kStringLookup || first.lookup.invert) {
+        return InvalidArgument(first.path +
+                               ": model.input_dtype \"string\" needs a StringLookup (invert false) as the "
+                               "first layer, got " +
+                               std::string(LayerTypeName(first.type)));
+      }
+      m->spec_.input_dtype = DType::kInt64;
     }
-    m->spec_.input_dtype = DType::kInt64;
+    ChainSequential(m->spec_);
+    m->sequential_ = true;
   }
+  RETURN_IF_ERROR(m->Build());
+  return m;
+}
+
+Status Model::Build() {
+  ModelSpec& s = spec_;
+  layer_specs_ = s.layers;
   std::set<std::string> names;
-  Shape shape = spec.input_shape;
-  DType dtype = m->spec_.input_dtype;
-  bool vars_before = false;
-  for (size_t l = 0; l < m->spec_.layers.size(); ++l) {
-    const LayerSpec& ls = m->spec_.layers[l];
-    if (!names.insert(ls.name).second)
+  for (const LayerSpec& ls : s.layers) {
+    if (!names.insert(ls.name).second) {
       return InvalidArgument(ls.path + ".name: duplicate layer name \"" + ls.name + "\"");
-    if (ls.type == LayerType::kStringLookup && (l > 0 || !spec.string_input)) {
+    }
+  }
+  if (s.inputs.empty()) return InvalidArgument("the model has no input");
+  for (InputSpec& in : s.inputs) {
+    if (NumElements(in.shape) <= 0) {
+      return InvalidArgument("input \"" + in.name + "\": invalid shape " + ShapeString(in.shape));
+    }
+    if (in.string_input) in.dtype = DType::kInt64;
+  }
+  if (s.output.node < 0) return InvalidArgument("the model's output is one of its inputs: it has no layer to train");
+
+  // The packed input (model.h).
+  if (s.inputs.size() > 1) {
+    bool any_float = false, any_int = false;
+    int64_t total = 0;
+    for (const InputSpec& in : s.inputs) {
+      if (in.string_input) {
+        return InvalidArgument("input \"" + in.name +
+                               "\": string inputs are supported in models of one input only (the data's strings "
+                               "are looked up as they are read)");
+      }
+      (in.dtype == DType::kFloat32 ? any_float : any_int) = true;
+      input_offsets_.push_back(total);
+      total += NumElements(in.shape);
+    }
+    s.input_shape = {total};
+    s.input_dtype = any_int ? DType::kInt64 : DType::kFloat32;
+    (void)any_float;
+  } else {
+    s.input_shape = s.inputs[0].shape;
+    s.input_dtype = s.inputs[0].dtype;
+    s.string_input = s.inputs[0].string_input;
+  }
+
+  // Fuse a final softmax/sigmoid into the loss (see header), when the
+  // output's layer is called only there.
+  const size_t out_layer = s.nodes[static_cast<size_t>(s.output.node)].layer;
+  size_t out_calls = 0;
+  for (const NodeSpec& n : s.nodes) out_calls += n.layer == out_layer;
+  std::vector<LayerSpec> built = s.layers;
+  LayerSpec* last = &built[out_layer];
+  if (!training_loss_.from_logits && out_calls == 1 &&
+      (last->type == LayerType::kDense || last->type == LayerType::kActivation)) {
+    const bool cce = training_loss_.type == LossType::kSparseCategoricalCrossentropy ||
+                     training_loss_.type == LossType::kCategoricalCrossentropy;
+    if ((cce && last->activation == Activation::kSoftmax) ||
+        (training_loss_.type == LossType::kBinaryCrossentropy && last->activation == Activation::kSigmoid)) {
+      output_activation_ = last->activation;
+      last->activation = Activation::kLinear;
+      training_loss_.from_logits = true;
+    }
+  }
+
+  first_node_.assign(s.layers.size(), SIZE_MAX);
+  nodes_.resize(s.nodes.size());
+  for (size_t n = 0; n < s.nodes.size(); ++n) {
+    const NodeSpec& ns = s.nodes[n];
+    if (ns.layer >= s.layers.size()) return Internal("node of a layer that does not exist");
+    RETURN_IF_ERROR(BuildNode(n, ns, built[ns.layer]));
+    if (first_node_[ns.layer] == SIZE_MAX) first_node_[ns.layer] = n;
+  }
+
+  // Variables, layer by layer in the order the model lists them.
+  for (size_t l = 0; l < s.layers.size(); ++l) {
+    if (first_node_[l] == SIZE_MAX) {
+      return InvalidArgument(s.layers[l].path + ": layer \"" + s.layers[l].name + "\" is never called");
+    }
+    auto vars = nodes_[first_node_[l]].impl->Variables();
+    for (VariableSpec& v : vars) {
+      const LayerSpec& ls = s.layers[l];
+      if (EndsWith(v.name, "/bias")) {
+        v.regularizer = ls.bias_regularizer;
+        v.constraint = ls.bias_constraint;
+      } else if (EndsWith(v.name, "/kernel") || EndsWith(v.name, "/embeddings")) {
+        v.regularizer = ls.kernel_regularizer;
+        v.constraint = ls.kernel_constraint;
+      }
+    }
+    for (size_t n = first_node_[l] + 1; n < nodes_.size(); ++n) {
+      if (nodes_[n].layer != l) continue;
+      auto again = nodes_[n].impl->Variables();
+      bool same = again.size() == vars.size();
+      for (size_t i = 0; same && i < vars.size(); ++i) same = again[i].shape == vars[i].shape;
+      if (!same) {
+        return InvalidArgument(s.nodes[n].path + ": layer \"" + s.layers[l].name +
+                               "\" is called again on an input its weights do not fit");
+      }
+    }
+    layer_vars_.emplace_back(variables_.size(), vars.size());
+    variables_.insert(variables_.end(), vars.begin(), vars.end());
+  }
+
+  for (Node& node : nodes_) {
+    bool upstream = layer_vars_[node.layer].second > 0;
+    for (const TensorRef& r : node.inputs) upstream = upstream || (r.node >= 0 && nodes_[r.node].needs_grad);
+    node.needs_grad = node.out_dtype == DType::kFloat32 && upstream;
+  }
+  output_shape_ = nodes_[static_cast<size_t>(s.output.node)].out_shape;
+  return Status::Ok();
+}
+
+Status Model::BuildNode(size_t n, const NodeSpec& ns, const LayerSpec& ls) {
+  std::vector<Shape> shapes;
+  std::vector<DType> dtypes;
+  for (const TensorRef& r : ns.inputs) {
+    if (r.node >= static_cast<int64_t>(n) || (r.node < 0 && (r.input < 0 || r.input >= static_cast<int64_t>(spec_.inputs.size())))) {
+      return Internal(ns.path + ": a call's input comes after it");
+    }
+    if (r.node >= 0) {
+      shapes.push_back(nodes_[r.node].out_shape);
+      dtypes.push_back(nodes_[r.node].out_dtype);
+    } else {
+      shapes.push_back(spec_.inputs[r.input].shape);
+      dtypes.push_back(spec_.inputs[r.input].dtype);
+    }
+  }
+  if (ls.type == LayerType::kStringLookup) {
+    const bool from_strings = ns.inputs.size() == 1 && ns.inputs[0].node < 0 &&
+                              spec_.inputs[ns.inputs[0].input].string_input;
+    if (!from_strings) {
       return InvalidArgument(ls.path +
                              ": a StringLookup takes strings, which only the model's input holds: make it "
                              "the first layer and set model.input_dtype to \"string\"");
     }
-    auto made = MakeLayer(ls);
-    if (!made.ok()) return made.status().WithContext(ls.path);
-    std::unique_ptr<Layer> layer = std::move(made).value();
-    auto out = layer->Build(shape, dtype);
-    if (!out.ok()) return out.status().WithContext(ls.path);
-    m->input_float_.push_back(dtype == DType::kFloat32);
-    m->vars_before_.push_back(vars_before);
-    shape = *out;
-    dtype = layer->output_dtype();
-    auto vars = layer->Variables();
-    vars_before = vars_before || !vars.empty();
-    m->layer_vars_.emplace_back(m->variables_.size(), vars.size());
-    m->variables_.insert(m->variables_.end(), vars.begin(), vars.end());
-    m->layer_output_shapes_.push_back(shape);
-    m->layers_.push_back(std::move(layer));
   }
-  m->output_shape_ = shape;
-  return m;
+  auto made = MakeLayer(ls);
+  if (!made.ok()) return made.status().WithContext(ls.path);
+  Node& node = nodes_[n];
+  node.layer = ns.layer;
+  node.impl = std::move(made).value();
+  node.inputs = ns.inputs;
+  const int arity = node.impl->arity();
+  StatusOr<Shape> out = Shape{};
+  if (arity == 1) {
+    if (ns.inputs.size() != 1) {
+      return InvalidArgument(ns.path + ": layer \"" + ls.name + "\" takes one input, got " +
+                             std::to_string(ns.inputs.size()));
+    }
+    out = node.impl->Build(shapes[0], dtypes[0]);
+  } else {
+    if ((arity == 0 && ns.inputs.size() < 2) || (arity > 0 && ns.inputs.size() != static_cast<size_t>(arity))) {
+      return InvalidArgument(ns.path + ": layer \"" + ls.name + "\" takes " +
+                             (arity == 0 ? std::string("two or more") : std::to_string(arity)) + " inputs, got " +
+                             std::to_string(ns.inputs.size()));
+    }
+    out = node.impl->BuildMulti(shapes, dtypes);
+  }
+  if (!out.ok()) return out.status().WithContext(ns.path);
+  node.out_shape = *out;
+  node.out_dtype = node.impl->output_dtype();
+  return Status::Ok();
 }
 
 std::vector<Tensor> Model::InitialValues(uint64_t seed) const {
@@ -85,25 +228,13 @@ std::vector<Tensor> Model::InitialValues(uint64_t seed) const {
     const VariableSpec& v = variables_[i];
     Tensor t = Tensor::Zeros(DType::kFloat32, v.shape);
     Rng rng(MixSeed(seed, i));
-    float* p = t.data<float>();
-    switch (v.init) {
-      case Initializer::kZeros: break;
-      case Initializer::kOnes: AsArray(t).setOnes(); break;
-      case Initializer::kValue: t = v.value.Clone(); break;
-      case Initializer::kGlorotUniform: {
-        // Keras' fans: a kernel of rank > 2 counts its receptive field.
-        double receptive = 1;
-        for (size_t d = 0; d + 2 < v.shape.size(); ++d) receptive *= static_cast<double>(v.shape[d]);
-        const double fan_in =
-            receptive * static_cast<double>(v.shape.size() >= 2 ? v.shape[v.shape.size() - 2] : v.shape[0]);
-        const double fan_out = receptive * static_cast<double>(v.shape.back());
-        const float limit = static_cast<float>(std::sqrt(6.0 / (fan_in + fan_out)));
-        for (int64_t k = 0; k < t.size(); ++k) p[k] = rng.Uniform(-limit, limit);
-        break;
-      }
-      case Initializer::kUniform005:
-        for (int64_t k = 0; k < t.size(); ++k) p[k] = rng.Uniform(-0.05f, 0.05f);
-        break;
+    if (v.init.kind == Initializer::Kind::kValue) {
+      t = v.value.Clone();
+    } else {
+      // Shapes were checked when the layer was built; an Orthogonal or
+      // Identity initializer on a weight it cannot fill leaves zeros, and
+      // the parser refuses those configurations.
+      (void)FillInitializer(v.init, t, rng);
     }
     values.push_back(std::move(t));
   }
@@ -126,205 +257,122 @@ Status Model::CheckInput(const Tensor& x) const {
                          std::string(DTypeName(spec_.input_dtype)) + ShapeString(want) + " (batch first)");
 }
 
-StatusOr<Tensor> Model::Forward(std::span<const Tensor> values, const Tensor& x, bool training) {
-  if (values.size() != variables_.size()) {
-    return InvalidArgument("model has " + std::to_string(variables_.size()) + " variables, got " +
-                           std::to_string(values.size()) + " values");
+StatusOr<Tensor> Model::PackInputs(std::span<const Tensor> xs) const {
+  if (xs.size() != spec_.inputs.size()) {
+    return InvalidArgument("the model has " + std::to_string(spec_.inputs.size()) + " inputs, got " +
+                           std::to_string(xs.size()) + " tensors");
   }
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (values[i].dtype() != DType::kFloat32 || values[i].shape() != variables_[i].shape) {
-      return InvalidArgument("variable " + variables_[i].name + " should be float32" +
-                             ShapeString(variables_[i].shape) + ", got " + values[i].DebugString());
+  if (!packed_input()) return xs[0];
+  const int64_t batch = xs.empty() || xs[0].rank() < 1 ? 0 : xs[0].dim(0);
+  const int64_t width = spec_.input_shape[0];
+  Tensor out = Tensor::Zeros(spec_.input_dtype, {batch, width});
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const InputSpec& in = spec_.inputs[i];
+    if (!internal::Matches(xs[i], in.dtype, in.shape) || xs[i].dim(0) != batch || !xs[i].on_cpu()) {
+      return InvalidArgument("input \"" + in.name + "\": " + internal::Expected(in.dtype, in.shape, xs[i]));
+    }
+    const int64_t n = NumElements(in.shape), at = input_offsets_[i];
+    for (int64_t b = 0; b < batch; ++b) {
+      if (spec_.input_dtype == DType::kFloat32) {
+        std::copy_n(xs[i].data<float>() + b * n, n, out.data<float>() + b * width + at);
+      } else if (in.dtype == DType::kInt64) {
+        std::copy_n(xs[i].data<int64_t>() + b * n, n, out.data<int64_t>() + b * width + at);
+      } else {
+        for (int64_t k = 0; k < n; ++k) {
+          uint32_t bits;
+          std::memcpy(&bits, xs[i].data<float>() + b * n + k, sizeof bits);
+          out.data<int64_t>()[b * width + at + k] = static_cast<int64_t>(bits);
+        }
+      }
     }
   }
+  return out;
+}
+
+StatusOr<std::vector<Tensor>> Model::UnpackInputs(const Tensor& x) const {
   RETURN_IF_ERROR(CheckInput(x));
-  Tensor h = x;
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    auto [first, count] = layer_vars_[l];
-    ASSIGN_OR_RETURN(h, layers_[l]->Forward(values.subspan(first, count), h, training));
+  if (!packed_input()) return std::vector<Tensor>{x};
+  if (!x.on_cpu()) return InvalidArgument("packed inputs are unpacked on the host, got " + x.DebugString());
+  const int64_t batch = x.dim(0), width = spec_.input_shape[0];
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < spec_.inputs.size(); ++i) {
+    const InputSpec& in = spec_.inputs[i];
+    const int64_t n = NumElements(in.shape), at = input_offsets_[i];
+    Tensor t = Tensor::Zeros(in.dtype, internal::WithBatch(batch, in.shape));
+    for (int64_t b = 0; b < batch; ++b) {
+      if (x.dtype() == DType::kFloat32) {
+        std::copy_n(x.data<float>() + b * width + at, n, t.data<float>() + b * n);
+      } else if (in.dtype == DType::kInt64) {
+        std::copy_n(x.data<int64_t>() + b * width + at, n, t.data<int64_t>() + b * n);
+      } else {
+        for (int64_t k = 0; k < n; ++k) {
+          const uint32_t bits = static_cast<uint32_t>(x.data<int64_t>()[b * width + at + k]);
+          std::memcpy(t.data<float>() + b * n + k, &bits, sizeof bits);
+        }
+      }
+    }
+    out.push_back(std::move(t));
   }
-  return h;
-}
-
-StatusOr<Tensor> Model::Predict(std::span<const Tensor> values, const Tensor& x) {
-  ASSIGN_OR_RETURN(Tensor y, Forward(values, x, false));
-  RETURN_IF_ERROR(Activate(output_activation_, y));
-  return y;
-}
-
-StatusOr<Model::Output> Model::Evaluate(std::span<const Tensor> values, const Tensor& x, const Tensor& y) {
-  Output out;
-  ASSIGN_OR_RETURN(out.predictions, Forward(values, x, false));
-  if (y.rank() < 1 || y.dim(0) != x.dim(0)) {
-    return InvalidArgument("labels " + y.DebugString() + " do not match a batch of " + std::to_string(x.dim(0)));
-  }
-  ASSIGN_OR_RETURN(LossResult lr, ComputeLoss(training_loss_, out.predictions, y));
-  out.loss = lr.loss;
-  out.logits = output_activation_ != Activation::kLinear || training_loss_.from_logits;
   return out;
-}
-
-StatusOr<Model::Output> Model::ComputeGradients(std::span<const Tensor> values, const Tensor& x, const Tensor& y) {
-  Output out;
-  ASSIGN_OR_RETURN(out.predictions, Forward(values, x, true));
-  if (y.rank() < 1 || y.dim(0) != x.dim(0)) {
-    return InvalidArgument("labels " + y.DebugString() + " do not match a batch of " + std::to_string(x.dim(0)));
-  }
-  ASSIGN_OR_RETURN(LossResult lr, ComputeLoss(training_loss_, out.predictions, y));
-  out.loss = lr.loss;
-  out.logits = output_activation_ != Activation::kLinear || training_loss_.from_logits;
-  if (!std::isfinite(lr.loss)) return InvalidArgument("loss is " + std::to_string(lr.loss) + " (diverged)");
-  RETURN_IF_ERROR(Backward(values, std::move(lr.grad), out.grads));
-  return out;
-}
-
-Status Model::Backward(std::span<const Tensor> values, Tensor dy, std::vector<Gradient>& grads) {
-  grads.resize(variables_.size());
-  for (size_t l = layers_.size(); l-- > 0;) {
-    auto [first, count] = layer_vars_[l];
-    // Below the first layer with variables no gradient is needed (a layer
-    // there has none to write), and ids have none.
-    if (!vars_before_[l] && count == 0) break;
-    const bool need_dx = l > 0 && input_float_[l] && vars_before_[l];
-    ASSIGN_OR_RETURN(dy, layers_[l]->Backward(values.subspan(first, count), std::move(dy), need_dx,
-                                              std::span<Gradient>(grads).subspan(first, count)));
-    if (!need_dx) break;
-  }
-  return Status::Ok();
-}
-
-Status Model::CheckDeviceSupport() const {
-  for (const auto& layer : layers_) {
-    switch (layer->spec().type) {
-      case LayerType::kDense:
-      case LayerType::kEmbedding:
-      case LayerType::kActivation:
-      case LayerType::kFlatten:
-      case LayerType::kReshape:
-      case LayerType::kConv2D:
-      case LayerType::kMaxPooling2D:
-      case LayerType::kAveragePooling2D:
-      case LayerType::kGlobalAveragePooling2D:
-      case LayerType::kBatchNormalization:
-      case LayerType::kDropout: continue;
-      case LayerType::kStringLookup:
-      case LayerType::kIntegerLookup:
-      case LayerType::kNormalization:
-        return FailedPrecondition("layer \"" + layer->name() + "\" (" + layer->spec().path + ", " +
-                                  std::string(LayerTypeName(layer->spec().type)) +
-                                  ") has no GPU kernel yet; every other layer type has one");
-    }
-  }
-  return Status::Ok();
-}
-
-StatusOr<Tensor> Model::Targets(const Tensor& labels) const {
-  if (!labels.on_cpu()) return InvalidArgument("labels must be on the host to be checked, got " + labels.DebugString());
-  if (labels.rank() < 1) return InvalidArgument("labels " + labels.DebugString() + " have no batch axis");
-  Shape pred{labels.dim(0)};
-  pred.insert(pred.end(), output_shape_.begin(), output_shape_.end());
-  RETURN_IF_ERROR(CheckLabels(training_loss_, pred, labels));
-  ASSIGN_OR_RETURN(Tensor t, Tensor::Create(DType::kFloat32, pred));
-  float* out = t.data<float>();
-  if (training_loss_.type == LossType::kSparseCategoricalCrossentropy) {
-    const int64_t classes = pred.back();
-    for (int64_t b = 0; b < labels.dim(0); ++b) {
-      const int64_t id =
-          labels.dtype() == DType::kInt64 ? labels.data<int64_t>()[b] : static_cast<int64_t>(labels.data<float>()[b]);
-      out[b * classes + id] = 1.f;
-    }
-    return t;
-  }
-  for (int64_t i = 0; i < t.size(); ++i) {
-    out[i] = labels.dtype() == DType::kInt64 ? static_cast<float>(labels.data<int64_t>()[i]) : labels.data<float>()[i];
-  }
-  return t;
-}
-
-StatusOr<Tensor> Model::PlaceFeatures(const Tensor& x, Device device) const {
-  if (x.dtype() == DType::kInt64) return x;
-  return x.ToDevice(device);
-}
-
-Status Model::DeviceLossAndMetrics(const Tensor& pred, const Tensor& targets, Tensor* grad,
-                                   const std::vector<MetricType>& metrics, Tensor& stats) {
-  RETURN_IF_ERROR(device::CheckSameDevice("loss", {&pred, &targets, &stats}));
-  if (targets.shape() != pred.shape() || targets.dtype() != DType::kFloat32) {
-    return InvalidArgument("targets " + targets.DebugString() + " do not match predictions " + pred.DebugString());
-  }
-  if (stats.size() != StatsSize(metrics.size())) {
-    return InvalidArgument("stats " + stats.DebugString() + " should have " +
-                           std::to_string(StatsSize(metrics.size())) + " elements");
-  }
-  ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(pred.device()));
-  const device::Loss kind = training_loss_.type == LossType::kMeanSquaredError ? device::Loss::kMeanSquaredError
-                            : training_loss_.type == LossType::kBinaryCrossentropy
-                                ? device::Loss::kBinaryCrossentropy
-                                : device::Loss::kCategoricalCrossentropy;
-  if (grad) {
-    RETURN_IF_ERROR(b->LossAndGradient(kind, training_loss_.from_logits, pred, targets, *grad, stats, 0));
-  } else {
-    RETURN_IF_ERROR(b->LossValue(kind, training_loss_.from_logits, pred, targets, stats, 0));
-  }
-  const bool logits = output_activation_ != Activation::kLinear || training_loss_.from_logits;
-  for (size_t i = 0; i < metrics.size(); ++i) {
-    device::Metric m = device::Metric::kEqual;
-    switch (metrics[i]) {
-      case MetricType::kSparseCategoricalAccuracy:
-      case MetricType::kCategoricalAccuracy:
-        if (pred.rank() != 2) return InvalidArgument(MetricName(metrics[i]) + ": predictions must be [batch, classes]");
-        m = device::Metric::kArgMaxMatch;
-        break;
-      case MetricType::kBinaryAccuracy: m = device::Metric::kBinary; break;
-      case MetricType::kAccuracy: m = device::Metric::kEqual; break;
-    }
-    RETURN_IF_ERROR(b->MetricUpdate(m, logits, pred, targets, stats, 2 + 2 * static_cast<int64_t>(i)));
-  }
-  return Status::Ok();
-}
-
-StatusOr<std::vector<Gradient>> Model::ComputeGradientsOnDevice(std::span<const Tensor> values, const Tensor& x,
-                                                                const Tensor& targets,
-                                                                const std::vector<MetricType>& metrics, Tensor& stats) {
-  ASSIGN_OR_RETURN(Tensor pred, Forward(values, x, true));
-  ASSIGN_OR_RETURN(Tensor grad, Tensor::CreateUninitialized(DType::kFloat32, pred.shape(), pred.device()));
-  RETURN_IF_ERROR(DeviceLossAndMetrics(pred, targets, &grad, metrics, stats));
-  std::vector<Gradient> grads;
-  RETURN_IF_ERROR(Backward(values, std::move(grad), grads));
-  return grads;
-}
-
-Status Model::EvaluateOnDevice(std::span<const Tensor> values, const Tensor& x, const Tensor& targets,
-                               const std::vector<MetricType>& metrics, Tensor& stats) {
-  ASSIGN_OR_RETURN(Tensor pred, Forward(values, x, false));
-  return DeviceLossAndMetrics(pred, targets, nullptr, metrics, stats);
 }
 
 StatusOr<Tensor> Model::LookupStrings(const std::vector<std::string>& terms, const Shape& shape) const {
   if (!spec_.string_input) return FailedPrecondition("the model's input is not strings (model.input_dtype)");
-  const Lookup* table = internal::LookupTable(*layers_[0]);
-  if (!table) return Internal("the model's first layer is no StringLookup");
-  auto ids = table->LookupStrings(terms, shape);
-  if (!ids.ok()) return ids.status().WithContext("layer \"" + layers_[0]->name() + "\"");
-  return ids;
+  for (const Node& node : nodes_) {
+    if (node.inputs.size() != 1 || node.inputs[0].node >= 0) continue;
+    const Lookup* table = internal::LookupTable(*node.impl);
+    if (!table) continue;
+    auto ids = table->LookupStrings(terms, shape);
+    if (!ids.ok()) return ids.status().WithContext("layer \"" + node.impl->name() + "\"");
+    return ids;
+  }
+  return Internal("the model's input feeds no StringLookup");
 }
 
-Status Model::Adapt(const Tensor& features) {
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    auto* a = dynamic_cast<internal::AdaptableLayer*>(layers_[l].get());
-    if (!a || !a->adaptable()) continue;
-    // What reaches the layer, through layers that need no values.
-    if (vars_before_[l]) {
-      return InvalidArgument(layers_[l]->spec().path + ": layer \"" + layers_[l]->name() +
+StatusOr<Tensor> Model::RunTo(size_t target, const Tensor& features) {
+  // The calls `target` depends on, which must need no variables.
+  std::vector<bool> needed(nodes_.size(), false);
+  needed[target] = true;
+  for (size_t n = target + 1; n-- > 0;) {
+    if (!needed[n]) continue;
+    if (n != target && layer_vars_[nodes_[n].layer].second > 0) {
+      const LayerSpec& ls = layer_specs_[nodes_[target].layer];
+      return InvalidArgument(ls.path + ": layer \"" + ls.name +
                              "\" adapts to the training data, which reaches it only through layers with weights; "
                              "move it before them or give its mean and variance");
     }
-    RETURN_IF_ERROR(CheckInput(features));
-    Tensor h = features;
-    for (size_t k = 0; k < l; ++k) {
-      ASSIGN_OR_RETURN(h, layers_[k]->Forward({}, h, false));
+    for (const TensorRef& r : nodes_[n].inputs) {
+      if (r.node >= 0) needed[r.node] = true;
     }
-    RETURN_IF_ERROR(a->Adapt(h).WithContext(layers_[l]->spec().path));
+  }
+  ASSIGN_OR_RETURN(std::vector<Tensor> inputs, UnpackInputs(features));
+  std::vector<Tensor> outs(nodes_.size());
+  auto input_of = [&](const TensorRef& r) -> const Tensor& { return r.node >= 0 ? outs[r.node] : inputs[r.input]; };
+  for (size_t n = 0; n < target; ++n) {
+    if (!needed[n]) continue;
+    Node& node = nodes_[n];
+    if (node.impl->arity() == 1) {
+      ASSIGN_OR_RETURN(outs[n], node.impl->Forward({}, input_of(node.inputs[0]), false));
+    } else {
+      std::vector<Tensor> xs;
+      for (const TensorRef& r : node.inputs) xs.push_back(input_of(r));
+      ASSIGN_OR_RETURN(outs[n], node.impl->ForwardMulti({}, xs, false));
+    }
+  }
+  return input_of(nodes_[target].inputs[0]);
+}
+
+Status Model::Adapt(const Tensor& features) {
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    auto* a = dynamic_cast<internal::AdaptableLayer*>(nodes_[n].impl.get());
+    if (!a || !a->adaptable()) continue;
+    const size_t l = nodes_[n].layer;
+    if (first_node_[l] != n) {
+      return InvalidArgument(layer_specs_[l].path + ": layer \"" + layer_specs_[l].name +
+                             "\" adapts to the training data and is called more than once");
+    }
+    ASSIGN_OR_RETURN(Tensor h, RunTo(n, features));
+    RETURN_IF_ERROR(a->Adapt(h).WithContext(layer_specs_[l].path));
     auto vars = a->Variables();
     auto [first, count] = layer_vars_[l];
     if (vars.size() != count) return Internal("adapting changed a layer's variables");
@@ -334,24 +382,62 @@ Status Model::Adapt(const Tensor& features) {
 }
 
 int64_t Model::adapt_count(size_t l) const {
-  const auto* a = dynamic_cast<const internal::AdaptableLayer*>(layers_[l].get());
+  const auto* a = dynamic_cast<const internal::AdaptableLayer*>(nodes_[first_node_[l]].impl.get());
   return a ? a->adapt_count() : 0;
 }
 
+Status Model::CheckDeviceSupport() const {
+  std::vector<size_t> calls(layer_specs_.size(), 0);
+  for (const Node& node : nodes_) ++calls[node.layer];
+  for (const Node& node : nodes_) {
+    const LayerSpec& ls = layer_specs_[node.layer];
+    std::string why;
+    if (!node.impl->device_kernels()) {
+      why = "has no GPU kernel yet";
+    } else if (calls[node.layer] > 1 && ls.type == LayerType::kEmbedding) {
+      why = "is shared by several calls, whose row gradients are summed on the host only";
+    } else if (ls.activity_regularizer.active() || ls.kernel_regularizer.active() || ls.bias_regularizer.active()) {
+      why = "has a regularizer, whose penalty is computed on the host only";
+    }
+    if (!why.empty()) {
+      return FailedPrecondition("layer \"" + ls.name + "\" (" + ls.path + ", " + std::string(LayerTypeName(ls.type)) +
+                                ") " + why);
+    }
+  }
+  if (packed_input()) {
+    return FailedPrecondition("a model of several inputs computes on the host only (its inputs are unpacked there)");
+  }
+  return Status::Ok();
+}
+
 void Model::Summary(std::ostream& os) const {
-  os << "Model: sequential\n";
+  os << "Model: " << (spec_.name.empty() ? (functional() ? "functional" : "sequential") : spec_.name) << "\n";
   os << std::left << std::setw(28) << "Layer (type)" << std::setw(22) << "Output Shape"
-     << "Param #\n";
-  for (size_t l = 0; l < layers_.size(); ++l) {
+     << (functional() ? "Param #   Connected to" : "Param #") << "\n";
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    const size_t l = nodes_[n].layer;
     int64_t params = 0;
-    for (size_t i = 0; i < layer_vars_[l].second; ++i)
-      params += NumElements(variables_[layer_vars_[l].first + i].shape);
+    if (first_node_[l] == n) {
+      for (size_t i = 0; i < layer_vars_[l].second; ++i) params += NumElements(variables_[layer_vars_[l].first + i].shape);
+    }
     Shape s{-1};
-    s.insert(s.end(), layer_output_shapes_[l].begin(), layer_output_shapes_[l].end());
+    s.insert(s.end(), nodes_[n].out_shape.begin(), nodes_[n].out_shape.end());
     std::string shape = ShapeString(s);
     shape.replace(1, 2, "None");
-    os << std::setw(28) << (layers_[l]->name() + " (" + std::string(LayerTypeName(layers_[l]->spec().type)) + ")")
-       << std::setw(22) << shape << params << "\n";
+    std::string from;
+    if (functional()) {
+      for (const TensorRef& r : nodes_[n].inputs) {
+        from += (from.empty() ? "" : ", ") +
+                (r.node >= 0 ? layer_specs_[nodes_[r.node].layer].name : spec_.inputs[r.input].name);
+      }
+    }
+    os << std::setw(28) << (layer_specs_[l].name + " (" + std::string(LayerTypeName(layer_specs_[l].type)) + ")")
+       << std::setw(22) << shape;
+    if (functional()) {
+      os << std::setw(10) << params << from << "\n";
+    } else {
+      os << params << "\n";
+    }
   }
   os << "Total params: " << ParameterCount() << "\n";
 }

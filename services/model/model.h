@@ -1,5 +1,7 @@
-// A Sequential model: layers built from a ModelSpec, computing predictions,
-// loss and gradients for parameter values supplied by the caller. Values live
+// A model: layers built from a ModelSpec, Sequential (a chain) or Functional
+// (a graph of layer calls: named inputs, shared layers, merges, one output),
+// computing predictions, loss and gradients for parameter values supplied by
+// the caller. Values live
 // outside the model (trainer, or parameter servers), so the same Model serves
 // single-process training and a worker computing gradients for pulled values.
 //
@@ -8,12 +10,23 @@
 // loss from the logits: same value, stable gradients. Predict still returns
 // probabilities.
 //
+// A model of several inputs takes them packed into one tensor per batch
+// (PackInputs), so the input pipelines and every strategy move one feature
+// tensor as for a Sequential model: all float32 inputs pack as float32, all
+// int64 as int64, a mix as int64 with each float32 value's bits in the low
+// 32 bits of its slot (lossless; unpacked before the first layer).
+//
+// Keras' regularizers add their penalty to the loss (weights' L1/L2 as
+// Keras does; activity regularizers divided by the batch size, as tf.keras
+// 2 does); constraints are the optimizer's business (VariableSpec).
+//
 // Thread-safety: one thread at a time (layers cache activations between
 // forward and backward). Failure: bad shapes, dtypes, ids and labels return
 // INVALID_ARGUMENT naming the layer or label; nothing is left half-updated.
 #pragma once
 
 #include <memory>
+#include <string>
 #include <ostream>
 #include <span>
 #include <vector>
@@ -34,6 +47,15 @@ class Model {
   // Initial values for every variable, deterministic for a seed.
   std::vector<Tensor> InitialValues(uint64_t seed) const;
   int64_t ParameterCount() const;
+
+  // The named inputs, in order (a Sequential model's one input is "input").
+  const std::vector<InputSpec>& inputs() const { return spec_.inputs; }
+  // Several inputs packed into input_shape() (see above).
+  bool packed_input() const { return spec_.inputs.size() > 1; }
+  // One batch of every input, in inputs() order, as one input tensor.
+  StatusOr<Tensor> PackInputs(std::span<const Tensor> per_input) const;
+  StatusOr<std::vector<Tensor>> UnpackInputs(const Tensor& x) const;
+  bool functional() const { return !sequential_; }
 
   const Shape& input_shape() const { return spec_.input_shape; }
   DType input_dtype() const { return spec_.input_dtype; }
@@ -60,8 +82,8 @@ class Model {
   // The layers, for exporters: spec (as written; a final activation fused
   // into the loss is still there), its variables [first, first + count),
   // and how many examples an adapted layer saw (0 otherwise).
-  size_t num_layers() const { return layers_.size(); }
-  const LayerSpec& layer_spec(size_t l) const { return layers_[l]->spec(); }
+  size_t num_layers() const { return layer_specs_.size(); }
+  const LayerSpec& layer_spec(size_t l) const { return layer_specs_[l]; }
   std::pair<size_t, size_t> layer_variables(size_t l) const { return layer_vars_[l]; }
   int64_t adapt_count(size_t l) const;
 
@@ -78,6 +100,16 @@ class Model {
   StatusOr<Output> ComputeGradients(std::span<const Tensor> values, const Tensor& x, const Tensor& y);
   // Forward and loss only.
   StatusOr<Output> Evaluate(std::span<const Tensor> values, const Tensor& x, const Tensor& y);
+
+  // Forward, then backward from a given dL/d(output) (on the host): the
+  // gradients of every variable and of every float32 input (empty for int64
+  // inputs). What the TensorFlow.js goldens check, with any loss.
+  struct Backprop {
+    Tensor output;
+    std::vector<Gradient> grads;
+    std::vector<Tensor> input_grads;
+  };
+  StatusOr<Backprop> Differentiate(std::span<const Tensor> values, const Tensor& x, Tensor dy, bool training);
 
   // ---- on a device ----
   // Values (the variables) on a CUDA device make the model compute there:
@@ -115,24 +147,49 @@ class Model {
   void Summary(std::ostream& os) const;
 
  private:
+  // One call of a layer: its own Layer instance (layers cache per call),
+  // sharing the layer's variables with the layer's other calls.
+  struct Node {
+    size_t layer = 0;
+    std::unique_ptr<Layer> impl;
+    std::vector<TensorRef> inputs;
+    Shape out_shape;
+    DType out_dtype = DType::kFloat32;
+    // The output is float32 and depends on some variable, so its gradient
+    // is worth computing.
+    bool needs_grad = false;
+  };
+
   Model() = default;
+  Status Build();
+  Status BuildNode(size_t n, const NodeSpec& ns, const LayerSpec& ls);
   StatusOr<Tensor> Forward(std::span<const Tensor> values, const Tensor& x, bool training);
-  // Backward through every layer from dL/d(output).
-  Status Backward(std::span<const Tensor> values, Tensor dy, std::vector<Gradient>& grads);
+  // Backward through the graph from dL/d(output); `input_grads` (when given)
+  // receives dL/d(input) for every float32 input.
+  Status Backward(std::span<const Tensor> values, Tensor dy, std::vector<Gradient>& grads,
+                  std::vector<Tensor>* input_grads = nullptr);
+  // Regularization penalties of the last Forward and the weights: added to
+  // `loss`, and their gradients to `grads` (after Backward) when given.
+  Status Regularize(std::span<const Tensor> values, float& loss, std::vector<Gradient>* grads);
+  bool regularized() const;
   // Loss (with its gradient when `grad` is given) and metrics on the device.
   Status DeviceLossAndMetrics(const Tensor& pred, const Tensor& targets, Tensor* grad,
                               const std::vector<MetricType>& metrics, Tensor& stats);
+  // The node outputs reaching node `n`, for Adapt.
+  StatusOr<Tensor> RunTo(size_t n, const Tensor& features);
 
-  ModelSpec spec_;
+  bool sequential_ = false;
+  ModelSpec spec_;  // as a graph (a Sequential spec gets its chain of nodes)
+  std::vector<LayerSpec> layer_specs_;  // as written
   LossSpec training_loss_;
   Activation output_activation_ = Activation::kLinear;  // applied after the layers when fused
-  std::vector<std::unique_ptr<Layer>> layers_;
-  std::vector<Shape> layer_output_shapes_;
-  std::vector<std::pair<size_t, size_t>> layer_vars_;  // [first, count) into variables_
-  // Per layer: its input is float32 (a gradient can flow into it), and some
-  // earlier layer has variables (so that gradient is worth computing).
-  std::vector<bool> input_float_, vars_before_;
+  std::vector<Node> nodes_;
+  std::vector<size_t> first_node_;                     // per layer
+  std::vector<std::pair<size_t, size_t>> layer_vars_;  // per layer: [first, count) into variables_
   std::vector<VariableSpec> variables_;
+  std::vector<int64_t> input_offsets_;  // packed: where each input starts in an example
+  // The outputs of the last Forward's nodes with an activity regularizer.
+  std::vector<std::pair<size_t, Tensor>> activity_outputs_;
   Shape output_shape_;
 };
 

@@ -242,6 +242,7 @@ class BatchNormalization final : public Layer {
 
 class Normalization final : public AdaptableLayer {
  public:
+  bool device_kernels() const override { return false; }
   using AdaptableLayer::AdaptableLayer;
 
   StatusOr<Shape> Build(const Shape& in, DType dtype) override {

@@ -230,6 +230,7 @@ namespace {
 
 class LookupLayer final : public Layer {
  public:
+  bool device_kernels() const override { return false; }
   LookupLayer(const LayerSpec& spec, Lookup table) : Layer(spec), table_(std::move(table)) {}
 
   StatusOr<Shape> Build(const Shape& in, DType dtype) override {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "services/model/activation.h"
+#include "services/model/initializers.h"
 #include "services/tensor/tensor.h"
 
 namespace tfjob::model {
@@ -28,9 +29,71 @@ enum class LayerType {
   kStringLookup,
   kIntegerLookup,
   kNormalization,
+  // merge.cc: layers of several inputs
+  kAdd,
+  kSubtract,
+  kMultiply,
+  kAverage,
+  kMaximum,
+  kMinimum,
+  kConcatenate,
+  kDot,
+  // Layers added for Functional models (keras_layers.cc parses them)
+  kReLU,
+  kLeakyReLU,
+  kPReLU,
+  kELU,
+  kSoftmax,
+  kThresholdedReLU,
+  kRescaling,
+  kLayerNormalization,
+  kPermute,
+  kRepeatVector,
+  kSpatialDropout1D,
+  kSpatialDropout2D,
+  kGaussianNoise,
+  kGaussianDropout,
+  kGlobalMaxPooling1D,
+  kGlobalMaxPooling2D,
+  kGlobalAveragePooling1D,
+  kMaxPooling1D,
+  kAveragePooling1D,
+  kConv1D,
+  kZeroPadding1D,
+  kZeroPadding2D,
+  kCropping1D,
+  kCropping2D,
+  kUpSampling1D,
+  kUpSampling2D,
+  kDepthwiseConv2D,
+  kSeparableConv2D,
+  kConv2DTranspose,
+  kCategoryEncoding,
+  kHashing,
 };
+// Keras' L1, L2 and L1L2 regularizers: l1 * sum|w| + l2 * sum w^2.
+struct Regularizer {
+  double l1 = 0, l2 = 0;
+  bool active() const { return l1 != 0 || l2 != 0; }
+  bool operator==(const Regularizer&) const = default;
+};
+
+// Keras' weight constraints, applied to a variable after each update:
+// MaxNorm (max_value, axis), NonNeg, UnitNorm (axis), MinMaxNorm (min_value,
+// max_value, rate, axis). Norms are over `axis` of the variable (Keras'
+// default 0: per output unit of a Dense kernel); -1 is the last axis.
+struct Constraint {
+  enum class Kind { kNone, kMaxNorm, kNonNeg, kUnitNorm, kMinMaxNorm };
+  Kind kind = Kind::kNone;
+  double min_value = 0, max_value = 2, rate = 1;
+  std::vector<int64_t> axis{0};
+  bool operator==(const Constraint&) const = default;
+};
+
 enum class Combiner { kNone, kSum, kMean };
 enum class Padding { kValid, kSame };
+// CategoryEncoding's output_mode.
+enum class EncodingMode { kOneHot, kMultiHot, kCount };
 
 // StringLookup / IntegerLookup (Keras' IndexLookup, output_mode "int"): index
 // 0 is the mask token when there is one, then num_oov_indices OOV indices,
@@ -56,6 +119,13 @@ struct LayerSpec {
   bool use_bias = true;
   // Dense and Activation
   Activation activation = Activation::kLinear;
+  // Layers with weights: Keras' initializers, regularizers and constraints
+  // (kernel_* also for Embedding's embeddings).
+  Initializer kernel_initializer = Initializer::kGlorotUniform;
+  Initializer bias_initializer = Initializer::kZeros;
+  Initializer embeddings_initializer = Initializer::kUniform005;
+  Regularizer kernel_regularizer, bias_regularizer, activity_regularizer;
+  Constraint kernel_constraint, bias_constraint;
   // Embedding
   int64_t input_dim = 0;
   int64_t output_dim = 0;
@@ -86,13 +156,98 @@ struct LayerSpec {
   bool invert = false;
   // Reshape
   Shape target_shape;
+  // Concatenate (axis, counting the batch axis; -1 the last); Dot (axes:
+  // one per input, counting the batch axis; normalize).
+  int64_t merge_axis = -1;
+  std::array<int64_t, 2> dot_axes{-1, -1};
+  bool normalize = false;
   // StringLookup / IntegerLookup
   LookupSpec lookup;
   // Where the spec came from ("model.layers[2]"), for error messages.
   std::string path;
+
+  // keras_layers.cc's layers. Defaults are Keras'; where one field serves
+  // layers whose Keras defaults differ, the parser sets the layer's own.
+  // ReLU: max_value (when has_max_value), negative_slope, threshold.
+  // LeakyReLU: negative_slope (Keras 2's alpha, 0.3). ELU: alpha.
+  // ThresholdedReLU: threshold (Keras' theta, 1.0). Softmax: axis (above).
+  bool has_max_value = false;
+  double max_value = 0, negative_slope = 0, threshold = 0, alpha = 1;
+  // PReLU: alpha's initializer, regularizer, constraint; shared_axes as
+  // Keras counts them (1 is the first axis after the batch).
+  Initializer alpha_initializer = Initializer::kZeros;
+  Regularizer alpha_regularizer;
+  Constraint alpha_constraint;
+  std::vector<int64_t> shared_axes;
+  // Rescaling: y = x * rescale + offset.
+  double rescale = 1, offset = 0;
+  // LayerNormalization: the normalized axes (Keras' axis, counting the
+  // batch axis; negative from the end), with epsilon, center and scale
+  // above; gamma and beta's initializers, regularizers, constraints.
+  std::vector<int64_t> norm_axes{-1};
+  Initializer gamma_initializer = Initializer::kOnes, beta_initializer = Initializer::kZeros;
+  Regularizer gamma_regularizer, beta_regularizer;
+  Constraint gamma_constraint, beta_constraint;
+  // Permute: Keras' dims (1-based, a permutation of the non-batch axes).
+  std::vector<int64_t> permutation;
+  // RepeatVector: n.
+  int64_t repeats = 0;
+  // GaussianNoise: stddev (GaussianDropout and SpatialDropout use rate and
+  // seed above).
+  double stddev = 0;
+  // Conv1D, MaxPooling1D, AveragePooling1D: kernel_size[0], strides[0];
+  // Conv1D's padding "causal" (left padding only).
+  bool causal = false;
+  // Conv1D, Conv2D, DepthwiseConv2D, SeparableConv2D, Conv2DTranspose.
+  std::array<int64_t, 2> dilation_rate{1, 1};
+  int64_t groups = 1;
+  // DepthwiseConv2D, SeparableConv2D.
+  int64_t depth_multiplier = 1;
+  Initializer depthwise_initializer = Initializer::kGlorotUniform;
+  Initializer pointwise_initializer = Initializer::kGlorotUniform;
+  Regularizer depthwise_regularizer, pointwise_regularizer;
+  Constraint depthwise_constraint, pointwise_constraint;
+  // ZeroPadding1D/2D, Cropping1D/2D: {top, bottom, left, right} (1D: the
+  // first two). UpSampling1D/2D: the factors in kernel_size.
+  std::array<int64_t, 4> margins{0, 0, 0, 0};
+  // CategoryEncoding.
+  int64_t num_tokens = 0;
+  EncodingMode encoding = EncodingMode::kMultiHot;
+  // Hashing: num_bins; mask_value (when has_mask_value) hashes to bin 0.
+  int64_t num_bins = 0;
+  bool has_mask_value = false;
+  int64_t mask_value = 0;
+};
+
+// A tensor of a Functional model: the model's input `input`, or the output
+// of node `node` (one of them is -1).
+struct TensorRef {
+  int64_t node = -1;
+  int64_t input = -1;
+  bool operator==(const TensorRef&) const = default;
+};
+
+// One call of a layer (Keras' node): layers[layer] applied to `inputs` (one,
+// or several for a merge layer). A layer called twice shares its variables.
+struct NodeSpec {
+  size_t layer = 0;
+  std::vector<TensorRef> inputs;
+  std::string path;  // "model.json: layers[4] (Dense \"d\") call 1", for messages
+};
+
+// A named input of a Functional model (Keras' Input(name=..., shape=...)):
+// fed from the data's feature of the same name.
+struct InputSpec {
+  std::string name;
+  Shape shape;
+  DType dtype = DType::kFloat32;
+  bool string_input = false;  // strings looked up by the StringLookup it feeds
 };
 
 struct ModelSpec {
+  // Sequential: the one input. Functional with one input: that input's.
+  // Functional with several: set by Model::Create to their packed form
+  // (model.h).
   Shape input_shape;  // per example, without the batch dimension
   // The dtype of the tensors the layers see. With string_input the data
   // holds strings, which the first layer (a StringLookup) turns into int64
@@ -100,6 +255,15 @@ struct ModelSpec {
   DType input_dtype = DType::kFloat32;
   bool string_input = false;
   std::vector<LayerSpec> layers;
+  // A Functional model: its named inputs, the calls of `layers` in an order
+  // where every call comes after the calls it takes inputs from, and the
+  // output. `nodes` empty: Sequential (each layer once, in order, on the
+  // one input).
+  std::vector<InputSpec> inputs;
+  std::vector<NodeSpec> nodes;
+  TensorRef output;
+  std::string name;  // the model's name, when the JSON gives one
+  bool functional() const { return !nodes.empty(); }
 };
 
 enum class LossType {

@@ -1,5 +1,6 @@
 #include "services/strategy/input.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -182,6 +183,116 @@ StatusOr<Raw> LoadTfRecordSource(const model::DataSourceSpec& spec, const std::s
   return raw;
 }
 
+std::string Names(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s.empty() ? "(none)" : s;
+}
+
+// One named input's batch of examples from its column, in the input's dtype
+// and shape.
+StatusOr<Tensor> InputTensor(Tensor column, const model::InputSpec& in, const std::string& field) {
+  const int64_t rows = column.dim(0);
+  if (column.size() != rows * NumElements(in.shape)) {
+    return InvalidArgument(field + ": input \"" + in.name + "\" takes " + std::string(DTypeName(in.dtype)) +
+                           ShapeString(in.shape) + " per example, but its feature holds " +
+                           std::to_string(rows ? column.size() / rows : 0) + " values per example");
+  }
+  ASSIGN_OR_RETURN(column, ToDType(column, in.dtype, field + " (input \"" + in.name + "\")"));
+  Shape shape{rows};
+  shape.insert(shape.end(), in.shape.begin(), in.shape.end());
+  return column.Reshape(shape);
+}
+
+// A model of several named inputs, fed as Keras feeds a dict of inputs: each
+// input from the feature of its name (a tfrecord feature key, a CSV column),
+// packed into the one features tensor the pipelines carry (model.h).
+StatusOr<Raw> LoadNamedInputs(const model::DataSourceSpec& spec, const std::string& data_dir, const model::Model& m,
+                              const InputShard& shard) {
+  std::vector<std::string> names;
+  std::vector<Tensor> columns;
+  Raw raw;
+  if (spec.kind == model::DataSourceKind::kTfRecord) {
+    for (const auto& f : spec.features) names.push_back(f.name);
+    for (const model::InputSpec& in : m.inputs()) {
+      if (std::find(names.begin(), names.end(), in.name) == names.end()) {
+        return InvalidArgument(spec.field + ": input \"" + in.name + "\" has no feature of that name; the features are " +
+                               Names(names));
+      }
+    }
+    ASSIGN_OR_RETURN(data::Compression compression, data::ParseCompression(spec.compression));
+    ASSIGN_OR_RETURN(data::AutoShardPolicy policy, data::ParseAutoShardPolicy(spec.auto_shard_policy));
+    std::vector<std::string> files;
+    for (const auto& f : spec.files) files.push_back(Resolve(data_dir, f));
+    ASSIGN_OR_RETURN(data::ShardPlan plan, data::PlanShard(files, policy, shard.num_shards, shard.index));
+    std::vector<data::FeatureSpec> specs;
+    for (const auto& f : spec.features) specs.push_back(ToData(f));
+    specs.push_back(ToData(spec.label));
+    ASSIGN_OR_RETURN(std::vector<data::Column> cols, data::ReadExamples(plan, compression, specs));
+    if (cols.back().rows == 0) return InvalidArgument("no records in " + std::to_string(plan.files.size()) + " TFRecord file(s)");
+    for (size_t i = 0; i + 1 < cols.size(); ++i) {
+      if (cols[i].type == data::FeatureType::kString) {
+        columns.emplace_back();  // refused below if an input takes it
+        continue;
+      }
+      ASSIGN_OR_RETURN(Tensor t, ColumnTensor(cols[i]));
+      columns.push_back(std::move(t));
+    }
+    data::Column& label = cols.back();
+    if (label.type == data::FeatureType::kString) {
+      raw.label_strings = std::move(label.strings);
+    } else {
+      if (NumElements(label.shape) == 1) label.shape = {};
+      ASSIGN_OR_RETURN(raw.labels, ColumnTensor(label));
+    }
+  } else if (spec.kind == model::DataSourceKind::kCsv) {
+    ASSIGN_OR_RETURN(data::CsvTable t, data::ReadCsvTable(Resolve(data_dir, spec.path), spec.delimiter[0], spec.header));
+    names = t.column_names;
+    int64_t label = t.num_columns - 1;
+    if (!spec.label_name.empty()) {
+      ASSIGN_OR_RETURN(label, data::CsvColumn(t, spec.label_name));
+    } else if (spec.label_column >= 0) {
+      label = spec.label_column;
+    }
+    for (const model::InputSpec& in : m.inputs()) {
+      auto k = std::find(names.begin(), names.end(), in.name);
+      if (k == names.end()) {
+        return InvalidArgument(spec.field + ": input \"" + in.name + "\" has no column of that name; the columns are " +
+                               Names(names));
+      }
+      ASSIGN_OR_RETURN(Tensor c, data::CsvNumbers(t, {k - names.begin()}, DType::kFloat32));
+      columns.push_back(std::move(c));
+    }
+    names.assign(m.inputs().size(), "");
+    for (size_t i = 0; i < m.inputs().size(); ++i) names[i] = m.inputs()[i].name;
+    const int64_t rows = static_cast<int64_t>(t.rows.size());
+    if (spec.label_lookup && spec.label_lookup->type == model::LayerType::kStringLookup) {
+      raw.label_strings = data::CsvStrings(t, {label});
+    } else {
+      ASSIGN_OR_RETURN(Tensor labels, data::CsvNumbers(t, {label}, DType::kInt64));
+      ASSIGN_OR_RETURN(raw.labels, labels.Reshape({rows}));
+    }
+  } else {
+    std::vector<std::string> inputs;
+    for (const model::InputSpec& in : m.inputs()) inputs.push_back(in.name);
+    return InvalidArgument(spec.field + ": the model's inputs " + Names(inputs) +
+                           " are fed by name, from a csv or tfrecord source");
+  }
+  std::vector<Tensor> parts;
+  for (const model::InputSpec& in : m.inputs()) {
+    const size_t k = static_cast<size_t>(std::find(names.begin(), names.end(), in.name) - names.begin());
+    if (columns[k].size() == 0) {
+      return InvalidArgument(spec.field + ": input \"" + in.name + "\": string features feed models of one input only");
+    }
+    ASSIGN_OR_RETURN(Tensor t, InputTensor(columns[k], in, spec.field));
+    parts.push_back(std::move(t));
+  }
+  auto packed = m.PackInputs(parts);
+  if (!packed.ok()) return packed.status().WithContext(spec.field);
+  raw.features = std::move(packed).value();
+  return raw;
+}
+
 // Rows [begin, end) of every part.
 StatusOr<Raw> Slice(Raw raw, const model::DataSourceSpec& spec) {
   const int64_t n = raw.rows();
@@ -212,6 +323,9 @@ StatusOr<Examples> Load(const model::DataSourceSpec& spec, const std::string& da
                         DType feature_dtype, const InputShard& shard) {
   const bool string_model = m && m->string_input();
   Raw raw;
+  if (m && m->packed_input()) {
+    ASSIGN_OR_RETURN(raw, LoadNamedInputs(spec, data_dir, *m, shard));
+  } else {
   switch (spec.kind) {
     case model::DataSourceKind::kMnist: {
       auto mn = data::LoadMnist(Resolve(data_dir, spec.images), Resolve(data_dir, spec.labels), spec.begin, spec.end);
@@ -257,6 +371,7 @@ StatusOr<Examples> Load(const model::DataSourceSpec& spec, const std::string& da
       raw = std::move(t).value();
       break;
     }
+  }
   }
   if (spec.kind != model::DataSourceKind::kMnist && (spec.begin != 0 || spec.end != -1)) {
     ASSIGN_OR_RETURN(raw, Slice(std::move(raw), spec));

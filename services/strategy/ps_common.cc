@@ -41,7 +41,11 @@ nlohmann::json StatsToJson(const BatchStats& s, int64_t steps, int64_t examples)
 }
 
 std::optional<RowPlan> PlanRows(const model::JobConfig& job, const model::Model& m, bool pull_rows) {
-  if (!pull_rows || job.model.layers.empty() || job.model.layers[0].type != model::LayerType::kEmbedding)
+  // Rows-only pulls remap the ids of a Sequential model's first Embedding,
+  // which are its whole input; a Functional model's Embedding pulls its
+  // whole table (its ids are one input among several).
+  if (!pull_rows || job.model.functional() || job.model.layers.empty() ||
+      job.model.layers[0].type != model::LayerType::kEmbedding)
     return std::nullopt;
   const model::LayerSpec& e = job.model.layers[0];
   const int64_t bag = job.model.input_shape.empty() ? 1 : NumElements(job.model.input_shape);

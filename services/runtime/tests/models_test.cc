@@ -352,10 +352,10 @@ TEST(KerasModelTest, ExamplesTrainAndUnsupportedLayersAreOneLine) {
       Fit({"--config", job, "--keras-model", WriteJson(dir + "/lstm.json", model), "--data-dir", t::MnistDir()}),
       "lstm.json: layers[2] (LSTM \"max_pooling2d\"): unsupported layer LSTM (supported: Dense,");
   model = ReadJson(Source("examples/keras/mnist_cnn.keras3.json"));
-  model["config"]["layers"][1]["config"]["dilation_rate"] = {2, 2};
+  model["config"]["layers"][1]["config"]["data_format"] = "channels_first";
   ExpectBadInput(
-      Fit({"--config", job, "--keras-model", WriteJson(dir + "/dilated.json", model), "--data-dir", t::MnistDir()}),
-      "layers[1] (Conv2D \"conv2d\"): argument dilation_rate=[2,2] is not supported (only 1)");
+      Fit({"--config", job, "--keras-model", WriteJson(dir + "/nchw.json", model), "--data-dir", t::MnistDir()}),
+      "layers[1] (Conv2D \"conv2d\"): argument data_format=\"channels_first\" is not supported (only channels_last");
   // A job that also has a model is ambiguous.
   ExpectBadInput(Fit({"--config", Source("examples/mnist/cnn.json"), "--keras-model",
                       Source("examples/keras/mnist_cnn.keras3.json")}),

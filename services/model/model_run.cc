@@ -1,0 +1,347 @@
+// Model: running the graph (forward, backward, regularization) and the
+// device step. model.cc builds it.
+#include <cmath>
+#include <map>
+
+#include "services/model/model.h"
+#include "services/tensor/backend.h"
+#include "services/tensor/eigen.h"
+
+namespace tfjob::model {
+namespace {
+
+// a += b, on the host or the device they share. `a` may be a view of
+// something a layer still holds, so the sum goes to a fresh tensor.
+Status AddInto(Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) {
+    return Internal("gradient shapes differ: " + a.DebugString() + " and " + b.DebugString());
+  }
+  if (a.on_cpu() && b.on_cpu()) {
+    Tensor sum = a.Clone();
+    AsArray(sum) += AsArray(b);
+    a = std::move(sum);
+    return Status::Ok();
+  }
+  RETURN_IF_ERROR(device::CheckSameDevice("gradient sum", {&a, &b}));
+  ASSIGN_OR_RETURN(device::Backend * be, device::BackendFor(a.device()));
+  ASSIGN_OR_RETURN(Tensor sum, Tensor::CreateUninitialized(DType::kFloat32, a.shape(), a.device()));
+  RETURN_IF_ERROR(be->BinaryOp(device::Binary::kAdd, a, b, sum));
+  a = std::move(sum);
+  return Status::Ok();
+}
+
+// A sparse gradient as dense rows of a [rows, ...] variable (host).
+Tensor Densify(const Gradient& g, const Shape& shape) {
+  Tensor d = Tensor::Zeros(DType::kFloat32, shape);
+  const int64_t row = shape.empty() ? 1 : NumElements(shape) / std::max<int64_t>(shape[0], 1);
+  for (int64_t i = 0; i < g.indices.size(); ++i) {
+    const int64_t r = g.indices.data<int64_t>()[i];
+    Eigen::Map<Eigen::ArrayXf>(d.data<float>() + r * row, row) +=
+        Eigen::Map<const Eigen::ArrayXf>(g.values.data<float>() + i * row, row);
+  }
+  return d;
+}
+
+// Sums a second call's gradient of a shared variable into the first's.
+Status Accumulate(Gradient& into, Gradient from, const Shape& shape) {
+  if (!into.sparse && !from.sparse) return AddInto(into.dense, from.dense);
+  if (!into.indices.on_cpu() || !from.indices.on_cpu() || !into.dense.on_cpu() || !from.dense.on_cpu()) {
+    return FailedPrecondition("a shared layer's row gradients are summed on the host only");
+  }
+  if (into.sparse && from.sparse) {
+    // Distinct ids in ascending order, as a single call gives them.
+    const int64_t row = NumElements(shape) / std::max<int64_t>(shape[0], 1);
+    std::map<int64_t, Eigen::ArrayXf> rows;
+    for (const Gradient* g : {&into, &from}) {
+      for (int64_t i = 0; i < g->indices.size(); ++i) {
+        auto [it, fresh] = rows.try_emplace(g->indices.data<int64_t>()[i], Eigen::ArrayXf::Zero(row));
+        it->second += Eigen::Map<const Eigen::ArrayXf>(g->values.data<float>() + i * row, row);
+      }
+    }
+    Tensor idx = Tensor::Zeros(DType::kInt64, {static_cast<int64_t>(rows.size())});
+    Tensor vals = Tensor::Zeros(DType::kFloat32, {static_cast<int64_t>(rows.size()), row});
+    int64_t k = 0;
+    for (const auto& [id, v] : rows) {
+      idx.data<int64_t>()[k] = id;
+      Eigen::Map<Eigen::ArrayXf>(vals.data<float>() + k * row, row) = v;
+      ++k;
+    }
+    into = Gradient{true, {}, idx, vals, into.delta};
+    return Status::Ok();
+  }
+  Tensor a = into.sparse ? Densify(into, shape) : into.dense;
+  Tensor b = from.sparse ? Densify(from, shape) : from.dense;
+  RETURN_IF_ERROR(AddInto(a, b));
+  into = Gradient{false, a, {}, {}, into.delta};
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<Tensor> Model::Forward(std::span<const Tensor> values, const Tensor& x, bool training) {
+  if (values.size() != variables_.size()) {
+    return InvalidArgument("model has " + std::to_string(variables_.size()) + " variables, got " +
+                           std::to_string(values.size()) + " values");
+  }
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (values[i].dtype() != DType::kFloat32 || values[i].shape() != variables_[i].shape) {
+      return InvalidArgument("variable " + variables_[i].name + " should be float32" +
+                             ShapeString(variables_[i].shape) + ", got " + values[i].DebugString());
+    }
+  }
+  ASSIGN_OR_RETURN(std::vector<Tensor> inputs, UnpackInputs(x));
+  activity_outputs_.clear();
+  std::vector<Tensor> outs(nodes_.size());
+  auto input_of = [&](const TensorRef& r) -> const Tensor& { return r.node >= 0 ? outs[r.node] : inputs[r.input]; };
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    Node& node = nodes_[n];
+    auto [first, count] = layer_vars_[node.layer];
+    auto params = values.subspan(first, count);
+    if (node.impl->arity() == 1) {
+      ASSIGN_OR_RETURN(outs[n], node.impl->Forward(params, input_of(node.inputs[0]), training));
+    } else {
+      std::vector<Tensor> xs;
+      for (const TensorRef& r : node.inputs) xs.push_back(input_of(r));
+      ASSIGN_OR_RETURN(outs[n], node.impl->ForwardMulti(params, xs, training));
+    }
+    if (layer_specs_[node.layer].activity_regularizer.active()) activity_outputs_.emplace_back(n, outs[n]);
+  }
+  return outs[static_cast<size_t>(spec_.output.node)];
+}
+
+Status Model::Backward(std::span<const Tensor> values, Tensor dy, std::vector<Gradient>& grads,
+                       std::vector<Tensor>* input_grads) {
+  grads.assign(variables_.size(), Gradient{});
+  std::vector<bool> have_grad(variables_.size(), false);
+  std::vector<Tensor> dys(nodes_.size());
+  std::vector<bool> have(nodes_.size(), false);
+  const size_t out = static_cast<size_t>(spec_.output.node);
+  dys[out] = std::move(dy);
+  have[out] = true;
+  if (input_grads) input_grads->assign(spec_.inputs.size(), Tensor());
+  // Activity regularizers: l1 sign(y) + 2 l2 y, over the batch.
+  for (const auto& [n, y] : activity_outputs_) {
+    if (!have[n] || !y.on_cpu()) continue;
+    const Regularizer& r = layer_specs_[nodes_[n].layer].activity_regularizer;
+    Tensor g = y.Clone();
+    const float batch = static_cast<float>(std::max<int64_t>(y.dim(0), 1));
+    auto Y = AsArray(y);
+    AsArray(g) = (static_cast<float>(r.l1) * Y.sign() + static_cast<float>(2 * r.l2) * Y) / batch;
+    RETURN_IF_ERROR(AddInto(dys[n], g));
+  }
+  for (size_t n = nodes_.size(); n-- > 0;) {
+    if (!have[n]) continue;
+    Node& node = nodes_[n];
+    auto [first, count] = layer_vars_[node.layer];
+    std::vector<bool> need(node.inputs.size(), false);
+    bool any = false;
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      const TensorRef& r = node.inputs[i];
+      need[i] = r.node >= 0 ? nodes_[r.node].needs_grad
+                            : input_grads != nullptr && spec_.inputs[r.input].dtype == DType::kFloat32;
+      any = any || need[i];
+    }
+    if (count == 0 && !any) continue;
+    std::vector<Gradient> local(count);
+    std::vector<Tensor> dxs;
+    auto params = values.subspan(first, count);
+    if (node.impl->arity() == 1) {
+      ASSIGN_OR_RETURN(Tensor dx, node.impl->Backward(params, std::move(dys[n]), need[0], local));
+      dxs.push_back(std::move(dx));
+    } else {
+      ASSIGN_OR_RETURN(dxs, node.impl->BackwardMulti(params, std::move(dys[n]), need, local));
+    }
+    for (size_t k = 0; k < count; ++k) {
+      if (!have_grad[first + k]) {
+        grads[first + k] = std::move(local[k]);
+        have_grad[first + k] = true;
+      } else {
+        RETURN_IF_ERROR(Accumulate(grads[first + k], std::move(local[k]), variables_[first + k].shape));
+      }
+    }
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      if (!need[i] || dxs.size() <= i || dxs[i].size() == 0) continue;
+      const TensorRef& r = node.inputs[i];
+      Tensor& target = r.node >= 0 ? dys[r.node] : (*input_grads)[r.input];
+      const bool had = r.node >= 0 ? have[r.node] : target.size() > 0;
+      if (!had) {
+        target = std::move(dxs[i]);
+        if (r.node >= 0) have[r.node] = true;
+      } else {
+        RETURN_IF_ERROR(AddInto(target, dxs[i]));
+      }
+    }
+  }
+  // A variable no call reached (a branch that does not lead to the output)
+  // gets a zero gradient, on the device of its value.
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (have_grad[i]) continue;
+    ASSIGN_OR_RETURN(Tensor z, Tensor::Create(DType::kFloat32, variables_[i].shape, values[i].device()));
+    grads[i] = Gradient{false, z, {}, {}, !variables_[i].trainable};
+  }
+  return Status::Ok();
+}
+
+bool Model::regularized() const {
+  for (const VariableSpec& v : variables_) {
+    if (v.regularizer.active()) return true;
+  }
+  return !activity_outputs_.empty();
+}
+
+Status Model::Regularize(std::span<const Tensor> values, float& loss, std::vector<Gradient>* grads) {
+  double penalty = 0;
+  for (size_t i = 0; i < variables_.size(); ++i) {
+    const Regularizer& r = variables_[i].regularizer;
+    if (!r.active()) continue;
+    if (!values[i].on_cpu()) return FailedPrecondition("regularizers are computed on the host only");
+    auto W = AsArray(values[i]);
+    penalty += r.l1 * static_cast<double>(W.abs().sum()) + r.l2 * static_cast<double>(W.square().sum());
+    if (!grads) continue;
+    Gradient& g = (*grads)[i];
+    if (g.sparse) g = Gradient{false, Densify(g, variables_[i].shape), {}, {}, g.delta};
+    Tensor add = values[i].Clone();
+    AsArray(add) = static_cast<float>(r.l1) * W.sign() + static_cast<float>(2 * r.l2) * W;
+    RETURN_IF_ERROR(AddInto(g.dense, add));
+  }
+  for (const auto& [n, y] : activity_outputs_) {
+    if (!y.on_cpu()) return FailedPrecondition("activity regularizers are computed on the host only");
+    const Regularizer& r = layer_specs_[nodes_[n].layer].activity_regularizer;
+    auto Y = AsArray(y);
+    penalty += (r.l1 * static_cast<double>(Y.abs().sum()) + r.l2 * static_cast<double>(Y.square().sum())) /
+               static_cast<double>(std::max<int64_t>(y.dim(0), 1));
+  }
+  loss += static_cast<float>(penalty);
+  return Status::Ok();
+}
+
+StatusOr<Tensor> Model::Predict(std::span<const Tensor> values, const Tensor& x) {
+  ASSIGN_OR_RETURN(Tensor y, Forward(values, x, false));
+  RETURN_IF_ERROR(Activate(output_activation_, y));
+  return y;
+}
+
+StatusOr<Model::Output> Model::Evaluate(std::span<const Tensor> values, const Tensor& x, const Tensor& y) {
+  Output out;
+  ASSIGN_OR_RETURN(out.predictions, Forward(values, x, false));
+  if (y.rank() < 1 || y.dim(0) != x.dim(0)) {
+    return InvalidArgument("labels " + y.DebugString() + " do not match a batch of " + std::to_string(x.dim(0)));
+  }
+  ASSIGN_OR_RETURN(LossResult lr, ComputeLoss(training_loss_, out.predictions, y));
+  out.loss = lr.loss;
+  if (regularized()) RETURN_IF_ERROR(Regularize(values, out.loss, nullptr));
+  out.logits = output_activation_ != Activation::kLinear || training_loss_.from_logits;
+  return out;
+}
+
+StatusOr<Model::Output> Model::ComputeGradients(std::span<const Tensor> values, const Tensor& x, const Tensor& y) {
+  Output out;
+  ASSIGN_OR_RETURN(out.predictions, Forward(values, x, true));
+  if (y.rank() < 1 || y.dim(0) != x.dim(0)) {
+    return InvalidArgument("labels " + y.DebugString() + " do not match a batch of " + std::to_string(x.dim(0)));
+  }
+  ASSIGN_OR_RETURN(LossResult lr, ComputeLoss(training_loss_, out.predictions, y));
+  out.loss = lr.loss;
+  out.logits = output_activation_ != Activation::kLinear || training_loss_.from_logits;
+  if (!std::isfinite(lr.loss)) return InvalidArgument("loss is " + std::to_string(lr.loss) + " (diverged)");
+  RETURN_IF_ERROR(Backward(values, std::move(lr.grad), out.grads));
+  if (regularized()) RETURN_IF_ERROR(Regularize(values, out.loss, &out.grads));
+  return out;
+}
+
+StatusOr<Model::Backprop> Model::Differentiate(std::span<const Tensor> values, const Tensor& x, Tensor dy,
+                                               bool training) {
+  Backprop b;
+  ASSIGN_OR_RETURN(b.output, Forward(values, x, training));
+  if (dy.shape() != b.output.shape()) {
+    return InvalidArgument("dL/d(output) " + dy.DebugString() + " does not match the output " +
+                           b.output.DebugString());
+  }
+  b.output = b.output.Clone();  // layers may keep and change what they returned
+  RETURN_IF_ERROR(Backward(values, std::move(dy), b.grads, &b.input_grads));
+  return b;
+}
+
+StatusOr<Tensor> Model::Targets(const Tensor& labels) const {
+  if (!labels.on_cpu()) return InvalidArgument("labels must be on the host to be checked, got " + labels.DebugString());
+  if (labels.rank() < 1) return InvalidArgument("labels " + labels.DebugString() + " have no batch axis");
+  Shape pred{labels.dim(0)};
+  pred.insert(pred.end(), output_shape_.begin(), output_shape_.end());
+  RETURN_IF_ERROR(CheckLabels(training_loss_, pred, labels));
+  ASSIGN_OR_RETURN(Tensor t, Tensor::Create(DType::kFloat32, pred));
+  float* out = t.data<float>();
+  if (training_loss_.type == LossType::kSparseCategoricalCrossentropy) {
+    const int64_t classes = pred.back();
+    for (int64_t b = 0; b < labels.dim(0); ++b) {
+      const int64_t id =
+          labels.dtype() == DType::kInt64 ? labels.data<int64_t>()[b] : static_cast<int64_t>(labels.data<float>()[b]);
+      out[b * classes + id] = 1.f;
+    }
+    return t;
+  }
+  for (int64_t i = 0; i < t.size(); ++i) {
+    out[i] = labels.dtype() == DType::kInt64 ? static_cast<float>(labels.data<int64_t>()[i]) : labels.data<float>()[i];
+  }
+  return t;
+}
+
+StatusOr<Tensor> Model::PlaceFeatures(const Tensor& x, Device device) const {
+  if (x.dtype() == DType::kInt64) return x;
+  return x.ToDevice(device);
+}
+
+Status Model::DeviceLossAndMetrics(const Tensor& pred, const Tensor& targets, Tensor* grad,
+                                   const std::vector<MetricType>& metrics, Tensor& stats) {
+  RETURN_IF_ERROR(device::CheckSameDevice("loss", {&pred, &targets, &stats}));
+  if (targets.shape() != pred.shape() || targets.dtype() != DType::kFloat32) {
+    return InvalidArgument("targets " + targets.DebugString() + " do not match predictions " + pred.DebugString());
+  }
+  if (stats.size() != StatsSize(metrics.size())) {
+    return InvalidArgument("stats " + stats.DebugString() + " should have " +
+                           std::to_string(StatsSize(metrics.size())) + " elements");
+  }
+  ASSIGN_OR_RETURN(device::Backend * b, device::BackendFor(pred.device()));
+  const device::Loss kind = training_loss_.type == LossType::kMeanSquaredError ? device::Loss::kMeanSquaredError
+                            : training_loss_.type == LossType::kBinaryCrossentropy
+                                ? device::Loss::kBinaryCrossentropy
+                                : device::Loss::kCategoricalCrossentropy;
+  if (grad) {
+    RETURN_IF_ERROR(b->LossAndGradient(kind, training_loss_.from_logits, pred, targets, *grad, stats, 0));
+  } else {
+    RETURN_IF_ERROR(b->LossValue(kind, training_loss_.from_logits, pred, targets, stats, 0));
+  }
+  const bool logits = output_activation_ != Activation::kLinear || training_loss_.from_logits;
+  for (size_t i = 0; i < metrics.size(); ++i) {
+    device::Metric m = device::Metric::kEqual;
+    switch (metrics[i]) {
+      case MetricType::kSparseCategoricalAccuracy:
+      case MetricType::kCategoricalAccuracy:
+        if (pred.rank() != 2) return InvalidArgument(MetricName(metrics[i]) + ": predictions must be [batch, classes]");
+        m = device::Metric::kArgMaxMatch;
+        break;
+      case MetricType::kBinaryAccuracy: m = device::Metric::kBinary; break;
+      case MetricType::kAccuracy: m = device::Metric::kEqual; break;
+    }
+    RETURN_IF_ERROR(b->MetricUpdate(m, logits, pred, targets, stats, 2 + 2 * static_cast<int64_t>(i)));
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::vector<Gradient>> Model::ComputeGradientsOnDevice(std::span<const Tensor> values, const Tensor& x,
+                                                                const Tensor& targets,
+                                                                const std::vector<MetricType>& metrics, Tensor& stats) {
+  ASSIGN_OR_RETURN(Tensor pred, Forward(values, x, true));
+  ASSIGN_OR_RETURN(Tensor grad, Tensor::CreateUninitialized(DType::kFloat32, pred.shape(), pred.device()));
+  RETURN_IF_ERROR(DeviceLossAndMetrics(pred, targets, &grad, metrics, stats));
+  std::vector<Gradient> grads;
+  RETURN_IF_ERROR(Backward(values, std::move(grad), grads));
+  return grads;
+}
+
+Status Model::EvaluateOnDevice(std::span<const Tensor> values, const Tensor& x, const Tensor& targets,
+                               const std::vector<MetricType>& metrics, Tensor& stats) {
+  ASSIGN_OR_RETURN(Tensor pred, Forward(values, x, false));
+  return DeviceLossAndMetrics(pred, targets, nullptr, metrics, stats);
+}
+
+}  // namespace tfjob::model
