@@ -398,6 +398,9 @@ Status Model::CheckDeviceSupport() const {
       why = "is shared by several calls, whose row gradients are summed on the host only";
     } else if (ls.activity_regularizer.active() || ls.kernel_regularizer.active() || ls.bias_regularizer.active()) {
       why = "has a regularizer, whose penalty is computed on the host only";
+    } else if (ls.kernel_constraint.kind != Constraint::Kind::kNone ||
+               ls.bias_constraint.kind != Constraint::Kind::kNone) {
+      why = "has a weight constraint, which is applied on the host only";
     }
     if (!why.empty()) {
       return FailedPrecondition("layer \"" + ls.name + "\" (" + ls.path + ", " + std::string(LayerTypeName(ls.type)) +

@@ -18,7 +18,9 @@
 //
 // Keras' regularizers add their penalty to the loss (weights' L1/L2 as
 // Keras does; activity regularizers divided by the batch size, as tf.keras
-// 2 does); constraints are the optimizer's business (VariableSpec).
+// 2 does). Constraints (VariableSpec::constraint) are applied after each
+// update by the synchronous strategies; the parameter-server strategy
+// refuses them for now.
 //
 // Thread-safety: one thread at a time (layers cache activations between
 // forward and backward). Failure: bad shapes, dtypes, ids and labels return

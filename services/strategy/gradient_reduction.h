@@ -26,6 +26,8 @@
 // tensor ops' own errors.
 #pragma once
 
+#include "services/model/spec.h"
+
 #include <cstdint>
 #include <span>
 #include <string>
@@ -46,6 +48,8 @@ struct VariableInfo {
   // Gets sparse gradients. Probed once before the first step, and only when
   // replicas reduce: one replica applies its gradients as computed.
   bool sparse = false;
+  // Keras' kernel/bias constraint, applied after each update.
+  model::Constraint constraint;
 };
 
 // One variable's gradient in a form replicas can add up.

@@ -414,6 +414,15 @@ int PsClosuresPerWorker(int64_t steps_per_execution) { return steps_per_executio
 StatusOr<std::unique_ptr<Strategy>> MakeParameterServerStrategy(PsOptions options, PsCluster cluster,
                                                                 const model::Model& m) {
   if (cluster.out == nullptr) return InvalidArgument("parameter-server strategy: no output stream");
+  // The parameter servers apply updates shard by shard; a norm constraint
+  // spans a variable's shards, so none is applied there yet.
+  for (const auto& v : m.variables()) {
+    if (v.constraint.kind != model::Constraint::Kind::kNone) {
+      return InvalidArgument("variable " + v.name +
+                             ": weight constraints are not applied by the parameter-server strategy yet (use a "
+                             "synchronous strategy, or remove the constraint)");
+    }
+  }
   ASSIGN_OR_RETURN(Placement placement,
                    PlaceModel(m, static_cast<int64_t>(cluster.clients.size()), options.partitioner));
   std::vector<bool> trainable;

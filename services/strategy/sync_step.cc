@@ -4,6 +4,7 @@
 #include <ostream>
 
 #include "services/collective/nccl.h"
+#include "services/model/constraints.h"
 #include "services/tensor/backend.h"
 #include "services/tensor/ops.h"
 
@@ -82,7 +83,8 @@ void SyncStep::CreateVariables() {
   const std::vector<Tensor> init = models_[0]->InitialValues(static_cast<uint64_t>(job_.seed));
   const auto& model_vars = models_[0]->variables();
   for (size_t v = 0; v < init.size(); ++v) {
-    vars_.push_back({.name = model_vars[v].name, .shape = init[v].shape(), .trainable = model_vars[v].trainable});
+    vars_.push_back({.name = model_vars[v].name, .shape = init[v].shape(), .trainable = model_vars[v].trainable,
+                     .constraint = model_vars[v].constraint});
   }
   const int copies = traits_.copy_per_replica ? local_replicas_ : 1;
   for (int c = 0; c < copies; ++c) {
@@ -286,6 +288,7 @@ Status SyncStep::ApplyReduced(VariableCopy& copy, const ReplicaGradients& g) {
     }
     if (!vars_[v].sparse) {
       RETURN_IF_ERROR(optimizer_.ApplyDense(value, g[v].dense, copy.slots[v]));
+      RETURN_IF_ERROR(model::ApplyConstraint(vars_[v].constraint, value));
       continue;
     }
     if (!value.on_cpu()) {
@@ -297,6 +300,7 @@ Status SyncStep::ApplyReduced(VariableCopy& copy, const ReplicaGradients& g) {
     ASSIGN_OR_RETURN(Tensor indices, Tensor::FromVector({static_cast<int64_t>(rows.size())}, rows));
     ASSIGN_OR_RETURN(Tensor updates, ops::Gather(g[v].dense, indices));
     RETURN_IF_ERROR(optimizer_.ApplySparse(value, indices, updates, copy.slots[v]));
+    RETURN_IF_ERROR(model::ApplyConstraint(vars_[v].constraint, value));
   }
   return Status::Ok();
 }
@@ -321,6 +325,7 @@ Status SyncStep::ApplyAsComputed() {
   VariableCopy& copy = copies_[0];
   for (size_t v = 0; v < copy.values.size(); ++v) {
     RETURN_IF_ERROR(optimizer_.Apply(copy.values[v], outputs_[0].raw[v], copy.slots[v]));
+    if (vars_[v].trainable) RETURN_IF_ERROR(model::ApplyConstraint(vars_[v].constraint, copy.values[v]));
   }
   return Status::Ok();
 }

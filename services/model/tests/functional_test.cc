@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "common/json_reader.h"
+#include "services/model/constraints.h"
 #include "services/model/keras_model.h"
 #include "services/model/model.h"
 #include "services/model/random.h"
@@ -287,6 +288,64 @@ TEST(RegularizerTest, L1L2AddToTheLossAndItsGradient) {
   }
   EXPECT_NEAR(with->loss - plain->loss, penalty, 1e-5);
   EXPECT_NEAR(with->grads[1].dense.data<float>()[0] - plain->grads[1].dense.data<float>()[0], 0.5, 1e-5);
+}
+
+TEST(ConstraintTest, AsKerasAppliesThem) {
+  // A [2, 3] kernel: axis 0 norms are per column.
+  auto kernel = [] { return Tensor::FromVector({2, 3}, std::vector<float>{3, 0.1f, -1, 4, 0.1f, 0}).value(); };
+  Constraint max_norm;
+  max_norm.kind = Constraint::Kind::kMaxNorm;
+  max_norm.max_value = 2;
+  Tensor w = kernel();
+  ASSERT_TRUE(ApplyConstraint(max_norm, w).ok());
+  // Column 0 has norm 5: scaled to 2. The others are under 2: unchanged.
+  EXPECT_NEAR(w.data<float>()[0], 3 * 2 / 5.0, 1e-6);
+  EXPECT_NEAR(w.data<float>()[3], 4 * 2 / 5.0, 1e-6);
+  EXPECT_NEAR(w.data<float>()[1], 0.1, 1e-6);
+  EXPECT_NEAR(w.data<float>()[2], -1, 1e-6);
+  Constraint unit;
+  unit.kind = Constraint::Kind::kUnitNorm;
+  unit.axis = {1};
+  w = kernel();
+  ASSERT_TRUE(ApplyConstraint(unit, w).ok());
+  const double n0 = std::sqrt(9 + 0.01 + 1);
+  EXPECT_NEAR(w.data<float>()[0], 3 / n0, 1e-6);
+  Constraint nonneg;
+  nonneg.kind = Constraint::Kind::kNonNeg;
+  w = kernel();
+  ASSERT_TRUE(ApplyConstraint(nonneg, w).ok());
+  EXPECT_EQ(w.data<float>()[2], 0.f);
+  EXPECT_EQ(w.data<float>()[0], 3.f);
+  Constraint minmax;
+  minmax.kind = Constraint::Kind::kMinMaxNorm;
+  minmax.min_value = 1;
+  minmax.max_value = 2;
+  minmax.rate = 0.5;
+  w = kernel();
+  ASSERT_TRUE(ApplyConstraint(minmax, w).ok());
+  // Column 1: norm 0.1414, desired 0.5 * 1 + 0.5 * 0.1414.
+  const double n1 = std::sqrt(0.02);
+  EXPECT_NEAR(w.data<float>()[1], 0.1 * (0.5 + 0.5 * n1) / n1, 1e-5);
+  Constraint bad = max_norm;
+  bad.axis = {2};
+  EXPECT_THAT(ApplyConstraint(bad, w).message(), HasSubstr("axis 2 is outside a weight of shape"));
+
+  // Parsed from Keras JSON into the variables.
+  json doc = json::parse(R"({"class_name": "Sequential", "config": {"name": "s", "layers": [
+    {"class_name": "Dense", "config": {"units": 2, "name": "d", "batch_input_shape": [null, 3],
+      "kernel_constraint": {"class_name": "MaxNorm", "config": {"max_value": 1.5, "axis": 0}},
+      "bias_constraint": {"class_name": "NonNeg", "config": {}}}}]}})");
+  auto spec = ParseKerasModel(doc, "s.json");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  auto m = Model::Create(*spec, Mse());
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ((*m)->variables()[0].constraint.kind, Constraint::Kind::kMaxNorm);
+  EXPECT_EQ((*m)->variables()[0].constraint.max_value, 1.5);
+  EXPECT_EQ((*m)->variables()[1].constraint.kind, Constraint::Kind::kNonNeg);
+  EXPECT_THAT((*m)->CheckDeviceSupport().message(), HasSubstr("weight constraint"));
+  doc["config"]["layers"][0]["config"]["kernel_constraint"] = {{"class_name", "RadialConstraint"}};
+  EXPECT_THAT(ParseKerasModel(doc, "s.json").status().message(),
+              HasSubstr("argument kernel_constraint={\"class_name\":\"RadialConstraint\"}: only MaxNorm"));
 }
 
 }  // namespace
