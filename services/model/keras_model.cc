@@ -267,6 +267,11 @@ Status ReshapeLayer(Config& c, LayerSpec& s) {
   const json* t = c.Take("target_shape");
   if (!t || !t->is_array() || t->empty()) return c.Error("argument target_shape is missing");
   for (const json& d : *t) {
+    // TF.js writes the inferred dimension, -1, as null.
+    if (d.is_null()) {
+      s.target_shape.push_back(-1);
+      continue;
+    }
     if (!d.is_number_integer()) return c.Error("argument target_shape=" + Dump(*t) + " is not a list of integers");
     s.target_shape.push_back(d.get<int64_t>());
   }
@@ -514,7 +519,11 @@ StatusOr<ModelSpec> Parse(const json& doc, const std::string& source) {
     }
     // Keras 2 without an InputLayer: the first layer carries the input.
     json rest = cfg;
-    if (rest.contains("batch_input_shape")) {
+    if (rest.contains("batch_input_shape") && have_input) {
+      // The input is known already: TF.js writes an Embedding's shape
+      // ([null, null]) into its config wherever it stands.
+      rest.erase("batch_input_shape");
+    } else if (rest.contains("batch_input_shape")) {
       if (!m.layers.empty()) return InvalidArgument(where + ": only the first layer may give batch_input_shape");
       ASSIGN_OR_RETURN(m.input_shape, InputShape(rest["batch_input_shape"], where + ": batch_input_shape"));
       json dtype = rest.value("dtype", json("float32"));

@@ -1,5 +1,6 @@
-// Keras model JSON: what `model.to_json()` writes for a Sequential model,
-// read into a ModelSpec. Both forms are accepted:
+// Keras model JSON: what `model.to_json()` (or TensorFlow.js' toJSON())
+// writes for a Sequential or a Functional model (keras_functional.cc), read
+// into a ModelSpec. Both forms are accepted:
 //
 //   Keras 3   {"module": "keras", "class_name": "Sequential", "config":
 //             {"layers": [{"module": "keras.layers", "class_name": "Conv2D",
@@ -12,12 +13,10 @@
 //             the list of layers, as Keras 2.2 wrote it); the input from the
 //             InputLayer's or the first layer's "batch_input_shape"
 //
-// Layers: InputLayer, Dense, Embedding, Activation, Flatten, Conv2D,
-// MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Dropout,
-// BatchNormalization, Reshape, Normalization, StringLookup, IntegerLookup.
+// Layers: those of this file (Dense, Conv2D, ..., the merge layers) and of
+// keras_layers.cc; docs/models-and-data.md lists them with their arguments.
 // Every argument in a layer's config is either read, or checked to hold the
-// value this runtime implements (Keras' default: glorot_uniform kernels,
-// channels_last, no regularizers or constraints, dilation 1, ...); anything
+// value this runtime implements (channels_last, trainable, ...); anything
 // else is an error naming the layer and the argument, so a model never
 // trains as something other than what its JSON says.
 //

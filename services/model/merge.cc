@@ -226,9 +226,11 @@ class Dot final : public Merge {
   StatusOr<Shape> BuildMulti(std::span<const Shape> in, std::span<const DType> dtypes) override {
     RETURN_IF_ERROR(CheckFloat(dtypes));
     if (in.size() != 2) return Error("takes two inputs, got " + std::to_string(in.size()));
-    if (in[0].size() != in[1].size() || in[0].empty() || in[0].size() > 2) {
-      return Error("takes two inputs of rank 2 or 3 with the batch, got " + ShapeString(in[0]) + " and " +
-                   ShapeString(in[1]));
+    for (const Shape& s : in) {
+      if (s.empty() || s.size() > 2) {
+        return Error("takes two inputs of rank 2 or 3 with the batch, got " + ShapeString(in[0]) + " and " +
+                     ShapeString(in[1]));
+      }
     }
     a0_ = PerExampleAxis(spec_.dot_axes[0], in[0].size());
     a1_ = PerExampleAxis(spec_.dot_axes[1], in[1].size());
@@ -237,8 +239,7 @@ class Dot final : public Merge {
                    "] do not pair inputs " + ShapeString(in[0]) + " and " + ShapeString(in[1]));
     }
     in_.assign(in.begin(), in.end());
-    if (in[0].size() == 1) return Shape{1};
-    return Shape{in[0][1 - a0_], in[1][1 - a1_]};
+    return Out();
   }
 
   StatusOr<Tensor> ForwardMulti(std::span<const Tensor>, std::span<const Tensor> xs, bool) override {
@@ -253,7 +254,7 @@ class Dot final : public Merge {
     Tensor y = Tensor::Zeros(DType::kFloat32, WithBatch(batch_, Out()));
     for (int64_t b = 0; b < batch_; ++b) {
       auto A = Mat(u_[0], 0, b), B = Mat(u_[1], 1, b);
-      Map(y, b, Out()) = A.transpose() * B;
+      OutMap(y, b) = A.transpose() * B;
     }
     return y;
   }
@@ -265,7 +266,7 @@ class Dot final : public Merge {
       if (!need[k]) continue;
       Tensor du = Tensor::Zeros(DType::kFloat32, raw_[k].shape());
       for (int64_t b = 0; b < batch_; ++b) {
-        auto D = Map(dy, b, Out());
+        auto D = OutMap(dy, b);
         // y = A^T B: dA = B D^T, dB = A D (A, B with the summed axis as rows).
         Eigen::MatrixXf g = k == 0 ? Eigen::MatrixXf(Mat(u_[1], 1, b) * D.transpose()) : Eigen::MatrixXf(Mat(u_[0], 0, b) * D);
         MatOutSet(du, k, b, g);
@@ -278,7 +279,17 @@ class Dot final : public Merge {
 
  private:
   using MatMap = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
-  Shape Out() const { return in_[0].size() == 1 ? Shape{1} : Shape{in_[0][1 - a0_], in_[1][1 - a1_]}; }
+  // Keras' batch_dot: each input's other axis, in order; [1] when neither has one.
+  Shape Out() const {
+    Shape out;
+    if (in_[0].size() == 2) out.push_back(in_[0][1 - a0_]);
+    if (in_[1].size() == 2) out.push_back(in_[1][1 - a1_]);
+    return out.empty() ? Shape{1} : out;
+  }
+  // Example b of the output (or its gradient) as the product's matrix.
+  Eigen::Map<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> OutMap(Tensor& t, int64_t b) const {
+    return {t.data<float>() + b * Cols(0) * Cols(1), Cols(0), Cols(1)};
+  }
   // Example b of input k as a matrix whose rows run along the summed axis.
   Eigen::MatrixXf Mat(const Tensor& t, int k, int64_t b) const {
     const Shape& s = in_[k];
@@ -298,16 +309,6 @@ class Dot final : public Merge {
     else
       m = g.transpose();
   }
-  static Eigen::Map<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> Map(Tensor& t, int64_t b,
-                                                                                               const Shape& s) {
-    return {t.data<float>() + b * NumElements(s), s[0], s.size() == 1 ? 1 : s[1]};
-  }
-  static Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> Map(const Tensor& t,
-                                                                                                     int64_t b,
-                                                                                                     const Shape& s) {
-    return {t.data<float>() + b * NumElements(s), s[0], s.size() == 1 ? 1 : s[1]};
-  }
-
   // l2-normalizes `t` along the summed axis in place (tf.math.l2_normalize,
   // epsilon 1e-12 on the squared norm); returns the norms used.
   Tensor Normalize(Tensor& t, int k) {

@@ -129,6 +129,16 @@ Status Model::Backward(std::span<const Tensor> values, Tensor dy, std::vector<Gr
     AsArray(g) = (static_cast<float>(r.l1) * Y.sign() + static_cast<float>(2 * r.l2) * Y) / batch;
     RETURN_IF_ERROR(AddInto(dys[n], g));
   }
+  // Which calls' outputs need a gradient: those depending on a variable,
+  // and with input gradients asked for, those depending on a float input.
+  std::vector<bool> needs(nodes_.size());
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    needs[n] = nodes_[n].needs_grad;
+    if (!input_grads || nodes_[n].out_dtype != DType::kFloat32) continue;
+    for (const TensorRef& r : nodes_[n].inputs) {
+      needs[n] = needs[n] || (r.node >= 0 ? needs[r.node] : spec_.inputs[r.input].dtype == DType::kFloat32);
+    }
+  }
   for (size_t n = nodes_.size(); n-- > 0;) {
     if (!have[n]) continue;
     Node& node = nodes_[n];
@@ -137,8 +147,7 @@ Status Model::Backward(std::span<const Tensor> values, Tensor dy, std::vector<Gr
     bool any = false;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       const TensorRef& r = node.inputs[i];
-      need[i] = r.node >= 0 ? nodes_[r.node].needs_grad
-                            : input_grads != nullptr && spec_.inputs[r.input].dtype == DType::kFloat32;
+      need[i] = r.node >= 0 ? needs[r.node] : input_grads != nullptr && spec_.inputs[r.input].dtype == DType::kFloat32;
       any = any || need[i];
     }
     if (count == 0 && !any) continue;

@@ -69,9 +69,14 @@ class BatchNormalization final : public Layer {
     const float eps = static_cast<float>(spec_.epsilon);
     training_ = training;
     if (!training) {
-      const Array scale = p.gamma * (p.moving_variance + eps).rsqrt();
-      const Array shift = p.beta - p.moving_mean * scale;
-      Y.array() = (X.array().rowwise() * scale).rowwise() + shift;
+      // Kept for a backward in inference mode (a frozen BatchNormalization,
+      // as Keras differentiates it): x-hat from the moving statistics.
+      rows_ = rows;
+      inv_ = (p.moving_variance + eps).rsqrt();
+      xhat_ = Tensor::Zeros(DType::kFloat32, x.shape());
+      Eigen::Map<RowMatrix> H(xhat_.data<float>(), rows, c_);
+      H.array() = (X.array().rowwise() - p.moving_mean).rowwise() * inv_;
+      Y.array() = (H.array().rowwise() * p.gamma).rowwise() + p.beta;
       return y;
     }
     rows_ = rows;
@@ -87,12 +92,14 @@ class BatchNormalization final : public Layer {
 
   StatusOr<Tensor> Backward(std::span<const Tensor> params, Tensor dy, bool need_input_grad,
                             std::span<Gradient> grads) override {
-    if (!training_) return Error("backward needs a training forward pass (batch statistics)");
     if (dy.shape() != xhat_.shape()) {
       return Error("gradient shape " + ShapeString(dy.shape()) + " does not match output " +
                    ShapeString(xhat_.shape()));
     }
-    if (!dy.on_cpu()) return BackwardOnDevice(params, dy, need_input_grad, grads);
+    if (!dy.on_cpu()) {
+      if (!training_) return Error("backward in inference mode computes on the host only");
+      return BackwardOnDevice(params, dy, need_input_grad, grads);
+    }
     const Params p = Split(params);
     Eigen::Map<const RowMatrix> D(dy.data<float>(), rows_, c_);
     Eigen::Map<const RowMatrix> H(xhat_.data<float>(), rows_, c_);
@@ -106,6 +113,16 @@ class BatchNormalization final : public Layer {
     size_t g = 0;
     if (spec_.scale) grads[g++] = Gradient{false, dense(dgamma), {}, {}};
     if (spec_.center) grads[g++] = Gradient{false, dense(dbeta), {}, {}};
+    if (!training_) {
+      // The moving statistics are constants here: no update, and x-hat's
+      // gradient is plain scaling.
+      grads[g++] = Gradient{false, dense(Array::Zero(c_)), {}, {}, /*delta=*/true};
+      grads[g++] = Gradient{false, dense(Array::Zero(c_)), {}, {}, /*delta=*/true};
+      if (!need_input_grad) return Tensor();
+      Tensor dx = Tensor::Zeros(DType::kFloat32, dy.shape());
+      Eigen::Map<RowMatrix>(dx.data<float>(), rows_, c_).array() = D.array().rowwise() * (p.gamma * inv_);
+      return dx;
+    }
     const float keep = 1.f - static_cast<float>(spec_.momentum);
     grads[g++] = Gradient{false, dense((mean_ - p.moving_mean) * keep), {}, {}, /*delta=*/true};
     grads[g++] = Gradient{false, dense((var_ - p.moving_variance) * keep), {}, {}, /*delta=*/true};
