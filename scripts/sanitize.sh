@@ -34,7 +34,7 @@ esac
 # operator_e2e_test, prometheus_test, chart_test, dockerfile_test,
 # custom_loop_test. gpu_test needs CUDA, which these builds leave out.
 ASAN_TESTS=(
-  common_test base_test cluster_test tensor_test data_test model_test checkpoint_test
+  common_test base_test cluster_test tensor_test data_test model_test tfjs_golden_test checkpoint_test
   operator_api_test kube_test operator_planner_test operator_controller_test rpc_server_test operator_leader_test
   tls_test
 )
