@@ -59,7 +59,8 @@ Status ApplyConstraint(const Constraint& c, Tensor& value) {
     }
     factor[static_cast<size_t>(g)] = desired / (kEpsilon + norm);
   }
-  for (int64_t i = 0; i < n; ++i) w[i] = static_cast<float>(w[i] * factor[static_cast<size_t>(group[static_cast<size_t>(i)])]);
+  for (int64_t i = 0; i < n; ++i)
+    w[i] = static_cast<float>(w[i] * factor[static_cast<size_t>(group[static_cast<size_t>(i)])]);
   return Status::Ok();
 }
 

@@ -96,7 +96,10 @@ std::string Initializer::ToString() const {
     case Kind::kIdentity: os << "Identity(gain=" << gain << ")"; break;
     case Kind::kVarianceScaling:
       os << "VarianceScaling(scale=" << scale << ", mode="
-         << (mode == Mode::kFanIn ? "fan_in" : mode == Mode::kFanOut ? "fan_out" : "fan_avg") << ", distribution="
+         << (mode == Mode::kFanIn    ? "fan_in"
+             : mode == Mode::kFanOut ? "fan_out"
+                                     : "fan_avg")
+         << ", distribution="
          << (distribution == Distribution::kUniform           ? "uniform"
              : distribution == Distribution::kTruncatedNormal ? "truncated_normal"
                                                               : "untruncated_normal")
@@ -138,7 +141,8 @@ StatusOr<Initializer> ParseInitializer(const json& v) {
     taken.insert(key);
     auto it = config.find(key);
     if (it == config.end() || it->is_null()) return Status::Ok();
-    if (!it->is_number()) return InvalidArgument("initializer " + name + ": " + key + "=" + Short(*it) + " is not a number");
+    if (!it->is_number())
+      return InvalidArgument("initializer " + name + ": " + key + "=" + Short(*it) + " is not a number");
     out = it->get<double>();
     return Status::Ok();
   };
@@ -146,7 +150,8 @@ StatusOr<Initializer> ParseInitializer(const json& v) {
     taken.insert(key);
     auto it = config.find(key);
     if (it == config.end() || it->is_null()) return Status::Ok();
-    if (!it->is_string()) return InvalidArgument("initializer " + name + ": " + key + "=" + Short(*it) + " is not a string");
+    if (!it->is_string())
+      return InvalidArgument("initializer " + name + ": " + key + "=" + Short(*it) + " is not a string");
     out = it->get<std::string>();
     return Status::Ok();
   };
@@ -202,7 +207,8 @@ StatusOr<Initializer> ParseInitializer(const json& v) {
     case Kind::kValue: break;
   }
   for (auto it = config.begin(); it != config.end(); ++it) {
-    if (!taken.count(it.key())) return InvalidArgument("initializer " + name + ": argument " + it.key() + " is not supported");
+    if (!taken.count(it.key()))
+      return InvalidArgument("initializer " + name + ": argument " + it.key() + " is not supported");
   }
   return init;
 }
@@ -216,7 +222,8 @@ Status FillInitializer(const Initializer& init, Tensor& t, Rng& rng) {
     case Kind::kValue: return Status::Ok();  // the caller copies the value
     case Kind::kConstant: std::fill_n(p, n, static_cast<float>(init.value)); return Status::Ok();
     case Kind::kRandomUniform:
-      for (int64_t i = 0; i < n; ++i) p[i] = rng.Uniform(static_cast<float>(init.minval), static_cast<float>(init.maxval));
+      for (int64_t i = 0; i < n; ++i)
+        p[i] = rng.Uniform(static_cast<float>(init.minval), static_cast<float>(init.maxval));
       return Status::Ok();
     case Kind::kRandomNormal:
       for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(init.mean + init.stddev * rng.Normal());
@@ -226,7 +233,9 @@ Status FillInitializer(const Initializer& init, Tensor& t, Rng& rng) {
       return Status::Ok();
     case Kind::kVarianceScaling: {
       auto [fan_in, fan_out] = Fans(t.shape());
-      const double fan = init.mode == Mode::kFanIn ? fan_in : init.mode == Mode::kFanOut ? fan_out : (fan_in + fan_out) / 2;
+      const double fan = init.mode == Mode::kFanIn    ? fan_in
+                         : init.mode == Mode::kFanOut ? fan_out
+                                                      : (fan_in + fan_out) / 2;
       const double scale = init.scale / std::max(1.0, fan);
       switch (init.distribution) {
         case Distribution::kUniform: {

@@ -24,8 +24,7 @@ struct History {
 
 // ["name", node, tensor] or ["name", node, tensor, {kwargs}].
 StatusOr<History> Triple(const json& v, const std::string& where) {
-  if (!v.is_array() || v.size() < 3 || !v[0].is_string() || !v[1].is_number_integer() ||
-      !v[2].is_number_integer()) {
+  if (!v.is_array() || v.size() < 3 || !v[0].is_string() || !v[1].is_number_integer() || !v[2].is_number_integer()) {
     return InvalidArgument(where + ": expected [\"layer\", node_index, tensor_index], got " + Dump(v));
   }
   if (v.size() > 3 && !(v[3].is_object() && v[3].empty()) && !v[3].is_null()) {
@@ -63,7 +62,8 @@ StatusOr<std::vector<History>> CallInputs(const json& call, const std::string& w
   }
   const json& args = call["args"];
   if (args.size() != 1) {
-    return InvalidArgument(where + ": a call of " + std::to_string(args.size()) + " positional arguments is not supported");
+    return InvalidArgument(where + ": a call of " + std::to_string(args.size()) +
+                           " positional arguments is not supported");
   }
   if (args[0].is_array()) {
     for (const json& t : args[0]) {

@@ -333,10 +333,14 @@ Status NormalizationLayer(Config& c, LayerSpec& s) {
 
 // The merge layers: Concatenate's axis, Dot's axes and normalize.
 Status MergeLayer(const std::string& cls, Config& c, LayerSpec& s) {
-  static const std::pair<const char*, LayerType> kTypes[] = {
-      {"Add", LayerType::kAdd},         {"Subtract", LayerType::kSubtract}, {"Multiply", LayerType::kMultiply},
-      {"Average", LayerType::kAverage}, {"Maximum", LayerType::kMaximum},   {"Minimum", LayerType::kMinimum},
-      {"Concatenate", LayerType::kConcatenate}, {"Dot", LayerType::kDot}};
+  static const std::pair<const char*, LayerType> kTypes[] = {{"Add", LayerType::kAdd},
+                                                             {"Subtract", LayerType::kSubtract},
+                                                             {"Multiply", LayerType::kMultiply},
+                                                             {"Average", LayerType::kAverage},
+                                                             {"Maximum", LayerType::kMaximum},
+                                                             {"Minimum", LayerType::kMinimum},
+                                                             {"Concatenate", LayerType::kConcatenate},
+                                                             {"Dot", LayerType::kDot}};
   for (const auto& [name, type] : kTypes) {
     if (cls == name) s.type = type;
   }
@@ -426,7 +430,8 @@ Status LayerConfig(const std::string& cls, Config& c, LayerSpec& s) {
                    " (supported: Dense, Embedding, Activation, Flatten, Conv2D, "
                    "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Dropout, BatchNormalization, Reshape, "
                    "Normalization, StringLookup, IntegerLookup, Add, Subtract, Multiply, Average, Maximum, Minimum, "
-                   "Concatenate, Dot" + keras::MoreLayerNames() + ")");
+                   "Concatenate, Dot" +
+                   keras::MoreLayerNames() + ")");
   }
   return c.Finish();
 }
@@ -559,7 +564,9 @@ StatusOr<ModelSpec> Parse(const json& doc, const std::string& source) {
 namespace keras {
 Status ParseLayerConfig(const std::string& cls, Config& c, LayerSpec& s) { return LayerConfig(cls, c, s); }
 StatusOr<Shape> ParseBatchShape(const json& v, const std::string& where) { return InputShape(v, where); }
-Status ParseInputDType(const json* dtype, const std::string& where, ModelSpec& m) { return InputDType(dtype, where, m); }
+Status ParseInputDType(const json* dtype, const std::string& where, ModelSpec& m) {
+  return InputDType(dtype, where, m);
+}
 }  // namespace keras
 
 std::string KerasSnakeCase(const std::string& name) {

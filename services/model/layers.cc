@@ -49,8 +49,7 @@ class Dense final : public Layer {
   }
 
   std::vector<VariableSpec> Variables() const override {
-    std::vector<VariableSpec> v{
-        {spec_.name + "/kernel", {in_features_, spec_.units}, spec_.kernel_initializer, false}};
+    std::vector<VariableSpec> v{{spec_.name + "/kernel", {in_features_, spec_.units}, spec_.kernel_initializer, false}};
     if (spec_.use_bias) v.push_back({spec_.name + "/bias", {spec_.units}, spec_.bias_initializer, false});
     return v;
   }

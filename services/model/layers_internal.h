@@ -67,7 +67,7 @@ std::unique_ptr<Layer> MakeNormalization(const LayerSpec& spec);
 std::unique_ptr<Layer> MakeDropout(const LayerSpec& spec);
 std::unique_ptr<Layer> MakeReshape(const LayerSpec& spec);
 StatusOr<std::unique_ptr<Layer>> MakeLookupLayer(const LayerSpec& spec);  // String/IntegerLookup
-std::unique_ptr<Layer> MakeMerge(const LayerSpec& spec);  // Add ... Dot (merge.cc)
+std::unique_ptr<Layer> MakeMerge(const LayerSpec& spec);                  // Add ... Dot (merge.cc)
 // The layers added for Functional models (layers_more.cc): their factory,
 // INVALID_ARGUMENT for a type that is none of them.
 StatusOr<std::unique_ptr<Layer>> MakeMoreLayer(const LayerSpec& spec);

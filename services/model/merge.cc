@@ -35,7 +35,8 @@ class Merge : public Layer {
     if (xs.size() != in_.size()) return Error("expected " + std::to_string(in_.size()) + " inputs");
     for (size_t i = 0; i < xs.size(); ++i) {
       if (!xs[i].on_cpu()) return Error("computes on the host only");
-      if (!Matches(xs[i], DType::kFloat32, in_[i])) return Error("input " + std::to_string(i) + ": " + Expected(DType::kFloat32, in_[i], xs[i]));
+      if (!Matches(xs[i], DType::kFloat32, in_[i]))
+        return Error("input " + std::to_string(i) + ": " + Expected(DType::kFloat32, in_[i], xs[i]));
       if (xs[i].dim(0) != xs[0].dim(0)) return Error("inputs have different batch sizes");
     }
     return Status::Ok();
@@ -152,7 +153,9 @@ class Concatenate final : public Merge {
     RETURN_IF_ERROR(CheckFloat(dtypes));
     if (in.size() < 2) return Error("needs at least two inputs, got " + std::to_string(in.size()));
     axis_ = PerExampleAxis(spec_.merge_axis, in[0].size());
-    if (axis_ < 0) return Error("axis " + std::to_string(spec_.merge_axis) + " is outside inputs " + ShapeString(WithBatch(-1, in[0])));
+    if (axis_ < 0)
+      return Error("axis " + std::to_string(spec_.merge_axis) + " is outside inputs " +
+                   ShapeString(WithBatch(-1, in[0])));
     Shape out = in[0];
     out[axis_] = 0;
     for (const Shape& s : in) {
@@ -268,7 +271,8 @@ class Dot final : public Merge {
       for (int64_t b = 0; b < batch_; ++b) {
         auto D = OutMap(dy, b);
         // y = A^T B: dA = B D^T, dB = A D (A, B with the summed axis as rows).
-        Eigen::MatrixXf g = k == 0 ? Eigen::MatrixXf(Mat(u_[1], 1, b) * D.transpose()) : Eigen::MatrixXf(Mat(u_[0], 0, b) * D);
+        Eigen::MatrixXf g =
+            k == 0 ? Eigen::MatrixXf(Mat(u_[1], 1, b) * D.transpose()) : Eigen::MatrixXf(Mat(u_[0], 0, b) * D);
         MatOutSet(du, k, b, g);
       }
       if (spec_.normalize) du = NormalizeBackward(du, k);
@@ -303,7 +307,8 @@ class Dot final : public Merge {
     const Shape& s = in_[k];
     const int64_t axis = k == 0 ? a0_ : a1_;
     float* p = t.data<float>() + b * NumElements(s);
-    Eigen::Map<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> m(p, s[0], s.size() == 1 ? 1 : s[1]);
+    Eigen::Map<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> m(p, s[0],
+                                                                                        s.size() == 1 ? 1 : s[1]);
     if (s.size() == 1 || axis == 0)
       m = g;
     else

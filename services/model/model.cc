@@ -174,7 +174,8 @@ Status Model::BuildNode(size_t n, const NodeSpec& ns, const LayerSpec& ls) {
   std::vector<Shape> shapes;
   std::vector<DType> dtypes;
   for (const TensorRef& r : ns.inputs) {
-    if (r.node >= static_cast<int64_t>(n) || (r.node < 0 && (r.input < 0 || r.input >= static_cast<int64_t>(spec_.inputs.size())))) {
+    if (r.node >= static_cast<int64_t>(n) ||
+        (r.node < 0 && (r.input < 0 || r.input >= static_cast<int64_t>(spec_.inputs.size())))) {
       return Internal(ns.path + ": a call's input comes after it");
     }
     if (r.node >= 0) {
@@ -186,8 +187,8 @@ Status Model::BuildNode(size_t n, const NodeSpec& ns, const LayerSpec& ls) {
     }
   }
   if (ls.type == LayerType::kStringLookup) {
-    const bool from_strings = ns.inputs.size() == 1 && ns.inputs[0].node < 0 &&
-                              spec_.inputs[ns.inputs[0].input].string_input;
+    const bool from_strings =
+        ns.inputs.size() == 1 && ns.inputs[0].node < 0 && spec_.inputs[ns.inputs[0].input].string_input;
     if (!from_strings) {
       return InvalidArgument(ls.path +
                              ": a StringLookup takes strings, which only the model's input holds: make it "
@@ -421,7 +422,8 @@ void Model::Summary(std::ostream& os) const {
     const size_t l = nodes_[n].layer;
     int64_t params = 0;
     if (first_node_[l] == n) {
-      for (size_t i = 0; i < layer_vars_[l].second; ++i) params += NumElements(variables_[layer_vars_[l].first + i].shape);
+      for (size_t i = 0; i < layer_vars_[l].second; ++i)
+        params += NumElements(variables_[layer_vars_[l].first + i].shape);
     }
     Shape s{-1};
     s.insert(s.end(), nodes_[n].out_shape.begin(), nodes_[n].out_shape.end());

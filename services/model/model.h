@@ -181,7 +181,7 @@ class Model {
   StatusOr<Tensor> RunTo(size_t n, const Tensor& features);
 
   bool sequential_ = false;
-  ModelSpec spec_;  // as a graph (a Sequential spec gets its chain of nodes)
+  ModelSpec spec_;                      // as a graph (a Sequential spec gets its chain of nodes)
   std::vector<LayerSpec> layer_specs_;  // as written
   LossSpec training_loss_;
   Activation output_activation_ = Activation::kLinear;  // applied after the layers when fused

@@ -263,8 +263,7 @@ StatusOr<Model::Backprop> Model::Differentiate(std::span<const Tensor> values, c
   Backprop b;
   ASSIGN_OR_RETURN(b.output, Forward(values, x, training));
   if (dy.shape() != b.output.shape()) {
-    return InvalidArgument("dL/d(output) " + dy.DebugString() + " does not match the output " +
-                           b.output.DebugString());
+    return InvalidArgument("dL/d(output) " + dy.DebugString() + " does not match the output " + b.output.DebugString());
   }
   b.output = b.output.Clone();  // layers may keep and change what they returned
   RETURN_IF_ERROR(Backward(values, std::move(dy), b.grads, &b.input_grads));

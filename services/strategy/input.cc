@@ -216,8 +216,8 @@ StatusOr<Raw> LoadNamedInputs(const model::DataSourceSpec& spec, const std::stri
     for (const auto& f : spec.features) names.push_back(f.name);
     for (const model::InputSpec& in : m.inputs()) {
       if (std::find(names.begin(), names.end(), in.name) == names.end()) {
-        return InvalidArgument(spec.field + ": input \"" + in.name + "\" has no feature of that name; the features are " +
-                               Names(names));
+        return InvalidArgument(spec.field + ": input \"" + in.name +
+                               "\" has no feature of that name; the features are " + Names(names));
       }
     }
     ASSIGN_OR_RETURN(data::Compression compression, data::ParseCompression(spec.compression));
@@ -229,7 +229,8 @@ StatusOr<Raw> LoadNamedInputs(const model::DataSourceSpec& spec, const std::stri
     for (const auto& f : spec.features) specs.push_back(ToData(f));
     specs.push_back(ToData(spec.label));
     ASSIGN_OR_RETURN(std::vector<data::Column> cols, data::ReadExamples(plan, compression, specs));
-    if (cols.back().rows == 0) return InvalidArgument("no records in " + std::to_string(plan.files.size()) + " TFRecord file(s)");
+    if (cols.back().rows == 0)
+      return InvalidArgument("no records in " + std::to_string(plan.files.size()) + " TFRecord file(s)");
     for (size_t i = 0; i + 1 < cols.size(); ++i) {
       if (cols[i].type == data::FeatureType::kString) {
         columns.emplace_back();  // refused below if an input takes it
@@ -246,7 +247,8 @@ StatusOr<Raw> LoadNamedInputs(const model::DataSourceSpec& spec, const std::stri
       ASSIGN_OR_RETURN(raw.labels, ColumnTensor(label));
     }
   } else if (spec.kind == model::DataSourceKind::kCsv) {
-    ASSIGN_OR_RETURN(data::CsvTable t, data::ReadCsvTable(Resolve(data_dir, spec.path), spec.delimiter[0], spec.header));
+    ASSIGN_OR_RETURN(data::CsvTable t,
+                     data::ReadCsvTable(Resolve(data_dir, spec.path), spec.delimiter[0], spec.header));
     names = t.column_names;
     int64_t label = t.num_columns - 1;
     if (!spec.label_name.empty()) {
@@ -326,52 +328,52 @@ StatusOr<Examples> Load(const model::DataSourceSpec& spec, const std::string& da
   if (m && m->packed_input()) {
     ASSIGN_OR_RETURN(raw, LoadNamedInputs(spec, data_dir, *m, shard));
   } else {
-  switch (spec.kind) {
-    case model::DataSourceKind::kMnist: {
-      auto mn = data::LoadMnist(Resolve(data_dir, spec.images), Resolve(data_dir, spec.labels), spec.begin, spec.end);
-      if (!mn.ok()) return mn.status().WithContext(spec.field);
-      raw.features = mn->images;
-      raw.labels = mn->labels;
-      break;
-    }
-    case model::DataSourceKind::kCsv: {
-      // Columns by name, strings or a label lookup need the cells as text.
-      if (spec.feature_columns.empty() && spec.label_name.empty() && !spec.label_lookup && !string_model) {
-        data::CsvOptions o;
-        o.delimiter = spec.delimiter[0];
-        o.header = spec.header;
-        o.label_column = spec.label_column;
-        auto c = data::LoadCsv(Resolve(data_dir, spec.path), o);
-        if (!c.ok()) return c.status().WithContext(spec.field);
-        raw.features = c->features;
-        raw.labels = c->labels;
-      } else {
-        auto c = LoadCsvSource(spec, Resolve(data_dir, spec.path), string_model);
-        if (!c.ok()) return c.status().WithContext(spec.field);
-        raw = std::move(c).value();
+    switch (spec.kind) {
+      case model::DataSourceKind::kMnist: {
+        auto mn = data::LoadMnist(Resolve(data_dir, spec.images), Resolve(data_dir, spec.labels), spec.begin, spec.end);
+        if (!mn.ok()) return mn.status().WithContext(spec.field);
+        raw.features = mn->images;
+        raw.labels = mn->labels;
+        break;
       }
-      break;
+      case model::DataSourceKind::kCsv: {
+        // Columns by name, strings or a label lookup need the cells as text.
+        if (spec.feature_columns.empty() && spec.label_name.empty() && !spec.label_lookup && !string_model) {
+          data::CsvOptions o;
+          o.delimiter = spec.delimiter[0];
+          o.header = spec.header;
+          o.label_column = spec.label_column;
+          auto c = data::LoadCsv(Resolve(data_dir, spec.path), o);
+          if (!c.ok()) return c.status().WithContext(spec.field);
+          raw.features = c->features;
+          raw.labels = c->labels;
+        } else {
+          auto c = LoadCsvSource(spec, Resolve(data_dir, spec.path), string_model);
+          if (!c.ok()) return c.status().WithContext(spec.field);
+          raw = std::move(c).value();
+        }
+        break;
+      }
+      case model::DataSourceKind::kSynthetic: {
+        data::SyntheticOptions o;
+        o.num_examples = spec.num_examples;
+        o.feature_shape = spec.feature_shape;
+        o.num_classes = spec.num_classes;
+        o.seed = static_cast<uint64_t>(spec.seed);
+        o.noise = spec.noise;
+        auto syn = data::MakeSynthetic(o);
+        if (!syn.ok()) return syn.status().WithContext(spec.field);
+        raw.features = syn->features;
+        raw.labels = syn->labels;
+        break;
+      }
+      case model::DataSourceKind::kTfRecord: {
+        auto t = LoadTfRecordSource(spec, data_dir, shard);
+        if (!t.ok()) return t.status().WithContext(spec.field);
+        raw = std::move(t).value();
+        break;
+      }
     }
-    case model::DataSourceKind::kSynthetic: {
-      data::SyntheticOptions o;
-      o.num_examples = spec.num_examples;
-      o.feature_shape = spec.feature_shape;
-      o.num_classes = spec.num_classes;
-      o.seed = static_cast<uint64_t>(spec.seed);
-      o.noise = spec.noise;
-      auto syn = data::MakeSynthetic(o);
-      if (!syn.ok()) return syn.status().WithContext(spec.field);
-      raw.features = syn->features;
-      raw.labels = syn->labels;
-      break;
-    }
-    case model::DataSourceKind::kTfRecord: {
-      auto t = LoadTfRecordSource(spec, data_dir, shard);
-      if (!t.ok()) return t.status().WithContext(spec.field);
-      raw = std::move(t).value();
-      break;
-    }
-  }
   }
   if (spec.kind != model::DataSourceKind::kMnist && (spec.begin != 0 || spec.end != -1)) {
     ASSIGN_OR_RETURN(raw, Slice(std::move(raw), spec));

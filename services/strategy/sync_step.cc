@@ -83,7 +83,9 @@ void SyncStep::CreateVariables() {
   const std::vector<Tensor> init = models_[0]->InitialValues(static_cast<uint64_t>(job_.seed));
   const auto& model_vars = models_[0]->variables();
   for (size_t v = 0; v < init.size(); ++v) {
-    vars_.push_back({.name = model_vars[v].name, .shape = init[v].shape(), .trainable = model_vars[v].trainable,
+    vars_.push_back({.name = model_vars[v].name,
+                     .shape = init[v].shape(),
+                     .trainable = model_vars[v].trainable,
                      .constraint = model_vars[v].constraint});
   }
   const int copies = traits_.copy_per_replica ? local_replicas_ : 1;

@@ -144,7 +144,7 @@ json Keras3Tensor(const std::string& layer, int node = 0) {
 }
 
 json Keras3Layer(const std::string& cls, json config, json inbound) {
-  return {{"module", "keras.layers"}, {"class_name", cls},         {"config", config},
+  return {{"module", "keras.layers"},   {"class_name", cls},      {"config", config},
           {"registered_name", nullptr}, {"name", config["name"]}, {"inbound_nodes", inbound}};
 }
 
@@ -155,9 +155,21 @@ TEST(FunctionalTest, ReadsKeras3FunctionalJson) {
                 {"units", 3},
                 {"activation", "tanh"},
                 {"use_bias", true},
-                {"kernel_initializer", {{"module", "keras.initializers"}, {"class_name", "HeUniform"}, {"config", {{"seed", nullptr}}}, {"registered_name", nullptr}}},
-                {"bias_initializer", {{"module", "keras.initializers"}, {"class_name", "Zeros"}, {"config", json::object()}, {"registered_name", nullptr}}},
-                {"kernel_regularizer", {{"module", "keras.regularizers"}, {"class_name", "L2"}, {"config", {{"l2", 0.01}}}, {"registered_name", nullptr}}},
+                {"kernel_initializer",
+                 {{"module", "keras.initializers"},
+                  {"class_name", "HeUniform"},
+                  {"config", {{"seed", nullptr}}},
+                  {"registered_name", nullptr}}},
+                {"bias_initializer",
+                 {{"module", "keras.initializers"},
+                  {"class_name", "Zeros"},
+                  {"config", json::object()},
+                  {"registered_name", nullptr}}},
+                {"kernel_regularizer",
+                 {{"module", "keras.regularizers"},
+                  {"class_name", "L2"},
+                  {"config", {{"l2", 0.01}}},
+                  {"registered_name", nullptr}}},
                 {"bias_regularizer", nullptr},
                 {"kernel_constraint", nullptr},
                 {"bias_constraint", nullptr}};
@@ -168,8 +180,12 @@ TEST(FunctionalTest, ReadsKeras3FunctionalJson) {
        {{"name", "k3"},
         {"trainable", true},
         {"layers",
-         {Keras3Layer("InputLayer", {{"batch_shape", {nullptr, 3}}, {"dtype", "float32"}, {"sparse", false}, {"name", "a"}}, json::array()),
-          Keras3Layer("InputLayer", {{"batch_shape", {nullptr, 3}}, {"dtype", "float32"}, {"sparse", false}, {"name", "b"}}, json::array()),
+         {Keras3Layer("InputLayer",
+                      {{"batch_shape", {nullptr, 3}}, {"dtype", "float32"}, {"sparse", false}, {"name", "a"}},
+                      json::array()),
+          Keras3Layer("InputLayer",
+                      {{"batch_shape", {nullptr, 3}}, {"dtype", "float32"}, {"sparse", false}, {"name", "b"}},
+                      json::array()),
           Keras3Layer("Dense", dense,
                       {{{"args", {Keras3Tensor("a")}}, {"kwargs", json::object()}},
                        {{"args", {Keras3Tensor("b")}}, {"kwargs", json::object()}}}),
@@ -177,7 +193,8 @@ TEST(FunctionalTest, ReadsKeras3FunctionalJson) {
                       {{{"args", {{Keras3Tensor("d", 0), Keras3Tensor("d", 1)}}}, {"kwargs", json::object()}}}),
           Keras3Layer("Concatenate", {{"name", "cat"}, {"trainable", true}, {"dtype", "float32"}, {"axis", -1}},
                       {{{"args", {{Keras3Tensor("diff"), Keras3Tensor("a")}}}, {"kwargs", json::object()}}}),
-          Keras3Layer("Dot", {{"name", "dot"}, {"trainable", true}, {"dtype", "float32"}, {"axes", 1}, {"normalize", true}},
+          Keras3Layer("Dot",
+                      {{"name", "dot"}, {"trainable", true}, {"dtype", "float32"}, {"axes", 1}, {"normalize", true}},
                       {{{"args", {{Keras3Tensor("cat"), Keras3Tensor("cat")}}}, {"kwargs", json::object()}}})}},
         {"input_layers", {{"a", 0, 0}, {"b", 0, 0}}},
         {"output_layers", {"dot", 0, 0}}}}};
@@ -230,8 +247,9 @@ TEST(InitializerTest, DrawsKerasDistributions) {
   check(R"("lecun_normal")", {200, 100}, 0, std::sqrt(1.0 / 200));
   check(R"({"class_name": "VarianceScaling", "config": {"scale": 1, "mode": "fan_avg", "distribution": "normal"}})",
         {200, 100}, 0, std::sqrt(1.0 / 150));
-  check(R"({"class_name": "VarianceScaling", "config": {"scale": 3, "mode": "fan_out", "distribution": "untruncated_normal"}})",
-        {200, 100}, 0, std::sqrt(3.0 / 100));
+  check(
+      R"({"class_name": "VarianceScaling", "config": {"scale": 3, "mode": "fan_out", "distribution": "untruncated_normal"}})",
+      {200, 100}, 0, std::sqrt(3.0 / 100));
   check(R"({"class_name": "RandomNormal", "config": {"mean": 1, "stddev": 0.5}})", {100, 100}, 1, 0.5);
   check(R"({"class_name": "RandomUniform", "config": {"minval": 0, "maxval": 2}})", {100, 100}, 1, 2 / std::sqrt(12.0));
   check(R"({"class_name": "Constant", "config": {"value": 0.25}})", {10, 10}, 0.25, 0);

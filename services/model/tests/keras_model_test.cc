@@ -217,16 +217,19 @@ TEST(KerasModelTest, UnsupportedLayersAndArgumentsAreNamed) {
     auto m = ParseKerasModel(doc, "m.json");
     return m.ok() ? std::string("accepted") : m.status().message();
   };
-  EXPECT_THAT(err([](json& d) { d["class_name"] = "Functional"; }), HasSubstr("m.json: config.input_layers is missing"));
+  EXPECT_THAT(err([](json& d) { d["class_name"] = "Functional"; }),
+              HasSubstr("m.json: config.input_layers is missing"));
   EXPECT_THAT(err([](json& d) { d["class_name"] = "Graph"; }),
               HasSubstr("m.json: class_name \"Graph\": not a Keras model (Sequential, Functional or Model)"));
   EXPECT_THAT(err([](json& d) { d["config"]["layers"][3]["class_name"] = "LSTM"; }),
               HasSubstr("m.json: layers[3] (LSTM \"flatten\"): unsupported layer LSTM"));
   EXPECT_THAT(
       err([](json& d) { d["config"]["layers"][1]["config"]["kernel_regularizer"] = "l3"; }),
-      HasSubstr("layers[1] (Conv2D \"conv2d\"): argument kernel_regularizer=\"l3\": only L1, L2 and L1L2 are supported"));
-  EXPECT_THAT(err([](json& d) { d["config"]["layers"][1]["config"]["kernel_initializer"]["class_name"] = "HeSideways"; }),
-              HasSubstr("argument kernel_initializer: initializer"));
+      HasSubstr(
+          "layers[1] (Conv2D \"conv2d\"): argument kernel_regularizer=\"l3\": only L1, L2 and L1L2 are supported"));
+  EXPECT_THAT(
+      err([](json& d) { d["config"]["layers"][1]["config"]["kernel_initializer"]["class_name"] = "HeSideways"; }),
+      HasSubstr("argument kernel_initializer: initializer"));
   EXPECT_THAT(
       err([](json& d) { d["config"]["layers"][4]["config"]["trainable"] = false; }),
       HasSubstr("layers[4] (Dense \"dense\"): argument trainable=false is not supported (layers cannot be frozen)"));

@@ -198,14 +198,15 @@ void ExpectClose(const std::string& what, const Tensor& got, const Shape& shape,
     max_err = std::max(max_err, err);
     max_ratio = std::max(max_ratio, err / tol);
     if (!(err <= tol)) {
-      if (bad < 5) first << "\n    " << IndexString(i, shape) << ": got " << v << ", want " << w << " (|diff| " << err << ")";
+      if (bad < 5)
+        first << "\n    " << IndexString(i, shape) << ": got " << v << ", want " << w << " (|diff| " << err << ")";
       ++bad;
     }
   }
   if (bad > 0) {
-    ADD_FAILURE() << what << ": " << bad << " of " << got.size() << " values differ beyond atol " << atol
-                  << " + rtol " << rtol << " * |want|; max |diff| " << max_err << " (" << max_ratio
-                  << "x the tolerance)" << first.str();
+    ADD_FAILURE() << what << ": " << bad << " of " << got.size() << " values differ beyond atol " << atol << " + rtol "
+                  << rtol << " * |want|; max |diff| " << max_err << " (" << max_ratio << "x the tolerance)"
+                  << first.str();
   }
 }
 
@@ -242,7 +243,9 @@ std::string UnsupportedClass(const Status& s) {
   const size_t at = s.message().find(kTag);
   if (at == std::string::npos) return "";
   size_t end = at + kTag.size();
-  while (end < s.message().size() && (std::isalnum(static_cast<unsigned char>(s.message()[end])) || s.message()[end] == '_')) ++end;
+  while (end < s.message().size() &&
+         (std::isalnum(static_cast<unsigned char>(s.message()[end])) || s.message()[end] == '_'))
+    ++end;
   return s.message().substr(at + kTag.size(), end - at - kTag.size());
 }
 
@@ -313,7 +316,8 @@ TEST_P(TfjsGoldenTest, Matches) {
       const json& w = weights[it->second];
       const Shape shape = ShapeOf(w.at("shape"));
       if (shape != vars[k].shape) {
-        problems += "\n  " + vars[k].name + ": variable " + ShapeString(vars[k].shape) + ", golden " + ShapeString(shape);
+        problems +=
+            "\n  " + vars[k].name + ": variable " + ShapeString(vars[k].shape) + ", golden " + ShapeString(shape);
         continue;
       }
       if (!used.insert(it->second).second) {
@@ -334,7 +338,8 @@ TEST_P(TfjsGoldenTest, Matches) {
       }
     }
     ASSERT_TRUE(problems.empty()) << "weights do not match by name and shape:" << problems
-                                  << "\n  variables: " << VariableList(vars) << "\n  golden:    " << WeightList(weights);
+                                  << "\n  variables: " << VariableList(vars)
+                                  << "\n  golden:    " << WeightList(weights);
   }
 
   // Inputs, in the model's order (by name when there are several).
@@ -349,8 +354,8 @@ TEST_P(TfjsGoldenTest, Matches) {
       continue;
     }
     auto it = std::find_if(inputs.begin(), inputs.end(), [&](const json& in) { return in.at("name") == ins[i].name; });
-    ASSERT_TRUE(it != inputs.end()) << "model input " << ins[i].name << " is not in the golden's "
-                                    << WeightList(inputs) << " (model: " << InputList(ins) << ")";
+    ASSERT_TRUE(it != inputs.end()) << "model input " << ins[i].name << " is not in the golden's " << WeightList(inputs)
+                                    << " (model: " << InputList(ins) << ")";
     golden_of[i] = static_cast<size_t>(it - inputs.begin());
   }
   std::vector<Tensor> xs;
@@ -366,8 +371,8 @@ TEST_P(TfjsGoldenTest, Matches) {
       t = Tensor::FromVector(shape, in.at("values").get<std::vector<float>>());
     }
     ASSERT_TRUE(t.ok()) << "input " << in.at("name") << ": " << t.status().ToString();
-    ASSERT_EQ(t->dtype(), ins[i].dtype) << "input " << ins[i].name << ": the model takes "
-                                        << DTypeName(ins[i].dtype) << ", the golden has " << dtype;
+    ASSERT_EQ(t->dtype(), ins[i].dtype) << "input " << ins[i].name << ": the model takes " << DTypeName(ins[i].dtype)
+                                        << ", the golden has " << dtype;
     xs.push_back(*std::move(t));
   }
   auto x = m.PackInputs(xs);
@@ -397,8 +402,9 @@ TEST_P(TfjsGoldenTest, Matches) {
     auto it = std::find_if(grads.at("weights").begin(), grads.at("weights").end(),
                            [&](const json& g) { return g.at("name") == vars[k].name; });
     if (it == grads.at("weights").end()) {
-      ADD_FAILURE() << "trainable variable " << vars[k].name << " has no golden gradient (golden: "
-                    << WeightList(grads["weights"]) << "; variables: " << VariableList(vars) << ")";
+      ADD_FAILURE() << "trainable variable " << vars[k].name
+                    << " has no golden gradient (golden: " << WeightList(grads["weights"])
+                    << "; variables: " << VariableList(vars) << ")";
       continue;
     }
     checked.insert(vars[k].name);
