@@ -157,6 +157,14 @@ Status Model::Build() {
                                "\" is called again on an input its weights do not fit");
       }
     }
+    for (const VariableSpec& v : vars) {
+      const bool two_d = v.init.kind == Initializer::Kind::kIdentity && v.shape.size() != 2;
+      const bool orth = v.init.kind == Initializer::Kind::kOrthogonal && v.shape.size() < 2;
+      if (two_d || orth) {
+        return InvalidArgument(s.layers[l].path + ": initializer " + v.init.ToString() + " cannot fill weight " +
+                               v.name + " of shape " + ShapeString(v.shape));
+      }
+    }
     layer_vars_.emplace_back(variables_.size(), vars.size());
     variables_.insert(variables_.end(), vars.begin(), vars.end());
   }
@@ -232,9 +240,8 @@ std::vector<Tensor> Model::InitialValues(uint64_t seed) const {
     if (v.init.kind == Initializer::Kind::kValue) {
       t = v.value.Clone();
     } else {
-      // Shapes were checked when the layer was built; an Orthogonal or
-      // Identity initializer on a weight it cannot fill leaves zeros, and
-      // the parser refuses those configurations.
+      // Build refused an Orthogonal or Identity initializer on a weight it
+      // cannot fill, so this cannot fail.
       (void)FillInitializer(v.init, t, rng);
     }
     values.push_back(std::move(t));

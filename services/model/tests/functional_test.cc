@@ -278,6 +278,17 @@ TEST(InitializerTest, DrawsKerasDistributions) {
               HasSubstr("argument scale is not supported"));
 }
 
+TEST(InitializerTest, AWeightAnInitializerCannotFillIsRefused) {
+  json doc = json::parse(R"({"class_name": "Sequential", "config": {"name": "s", "layers": [
+    {"class_name": "Dense", "config": {"units": 2, "name": "d", "batch_input_shape": [null, 3],
+      "bias_initializer": {"class_name": "Orthogonal", "config": {"gain": 1}}}}]}})");
+  auto spec = ParseKerasModel(doc, "s.json");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  auto m = Model::Create(*spec, Mse());
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(m.status().message(), HasSubstr("initializer Orthogonal(gain=1) cannot fill weight d/bias of shape [2]"));
+}
+
 TEST(RegularizerTest, L1L2AddToTheLossAndItsGradient) {
   json doc = json::parse(R"({"class_name": "Sequential", "config": {"name": "s", "layers": [
     {"class_name": "Dense", "config": {"units": 2, "name": "d", "batch_input_shape": [null, 3],
