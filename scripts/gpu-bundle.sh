@@ -69,7 +69,9 @@ if ! grep -q '^tfjob_gpu:' <<< "$build_targets"; then
   exit 1
 fi
 
-exes=(bin/tfjob-runtime tests/gpu_test tests/kernel_math_test tests/nccl_test tests/gpu_fit_test)
+# kernel_math_test checks host arithmetic, which CI runs on every machine; it
+# stays out so the bundle keeps under 60 MiB.
+exes=(bin/tfjob-runtime tests/gpu_test tests/nccl_test tests/gpu_fit_test)
 targets=()
 for e in "${exes[@]}"; do targets+=("$(basename "$e")"); done
 cmake --build "$build" --target "${targets[@]}"

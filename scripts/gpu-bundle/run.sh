@@ -4,7 +4,7 @@
 #      nvidia-* packages, /usr/local/cuda), and the driver
 #   2. self-containment: every executable loads only the bundle's libraries
 #      and those CUDA libraries
-#   3. gpu_test, kernel_math_test, nccl_test, gpu_fit_test: each case
+#   3. gpu_test, nccl_test, gpu_fit_test: each case
 #   4. MNIST with --device gpu: the MLP to eval_accuracy >= 0.92, the CNN
 #      to >= 0.97
 #   5. bench/gpu_train.sh --rounds 1 against PyTorch ($PYTHON, default
@@ -99,7 +99,7 @@ fi
 echo
 echo "== self-containment =="
 allowed=":${TFJOB_BUNDLE_LIBPATH}:"
-exes=(gpu_test kernel_math_test nccl_test gpu_fit_test tfjob-runtime)
+exes=(gpu_test nccl_test gpu_fit_test tfjob-runtime)
 for n in "${exes[@]}"; do
   rc=0
   "$b/lib/ld-linux-x86-64.so.2" --library-path "$TFJOB_BUNDLE_LIBPATH" --list "$b/exe/$n" > "$tmp/list" 2>&1 || rc=$?
@@ -172,7 +172,6 @@ gtest() {
   echo "  ($n: $cases cases, exit $rc, $took s)"
 }
 gtest gpu_test 150
-gtest kernel_math_test 60
 gtest nccl_test 60
 gtest gpu_fit_test 210
 
