@@ -42,21 +42,28 @@ struct PsStepSeconds {
   void Add(const nlohmann::json& j);
 };
 
-// Row pulls for a model whose first layer is an Embedding: each step pulls
-// only the rows its batch uses. The worker computes with a copy of the model
+// Row pulls for a model whose ids reach an Embedding straight from the input
+// (a Sequential model's first layer, or a Functional model's Embedding that
+// alone takes one of its inputs): each step pulls only the rows its batch
+// uses. The worker computes with a copy of the model
 // whose table has `capacity` rows (the most one batch can use): the batch's
 // distinct ids, ascending, become rows 0..u-1, the ids are renumbered to
 // match, and the gradient's rows are renumbered back before the push.
 struct RowPlan {
-  size_t var = 0;         // the table's index among the model's variables
-  std::string name;       // the table variable
-  std::string layer;      // the Embedding layer
+  size_t var = 0;          // the table's index among the model's variables
+  std::string name;        // the table variable
+  std::string layer;       // the Embedding layer
+  size_t layer_index = 0;  // its index in the model spec's layers
+  // Where each example's ids sit in the model's (packed) input: elements
+  // [id_offset, id_offset + id_count) of each row of width `width`.
+  int64_t id_offset = 0, id_count = 0, width = 0;
   int64_t input_dim = 0;  // rows of the real table
   int64_t capacity = 0;   // rows of the worker's compact table
 };
 
 // The plan for `job` when row pulls are on and pay: nullopt for models
-// without a first-layer Embedding, or whose table is no bigger than a batch.
+// without such an Embedding, or whose table is no bigger than a batch. A
+// Functional model with several such tables plans the biggest.
 std::optional<RowPlan> PlanRows(const model::JobConfig& job, const model::Model& m, bool pull_rows);
 
 }  // namespace tfjob::strategy::ps_detail

@@ -98,26 +98,38 @@ StatusOr<Step> PrepareStep(worker::ClosureContext& ctx, WorkerFitState& state, c
   step.batch = std::move(*e);
   step.x = step.batch[0];
   if (plan) {
-    const Tensor& ids = step.batch[0];
-    if (ids.dtype() != DType::kInt64) return InvalidArgument("layer \"" + plan->layer + "\": expects int64 ids");
-    const int64_t* id = ids.data<int64_t>();
-    for (int64_t i = 0; i < ids.size(); ++i) {
-      if (id[i] < 0 || id[i] >= plan->input_dim) {
-        return InvalidArgument("layer \"" + plan->layer + "\": id " + std::to_string(id[i]) + " at position " +
-                               std::to_string(i) + " is outside [0, " + std::to_string(plan->input_dim) + ")");
+    const Tensor& x = step.batch[0];
+    if (x.dtype() != DType::kInt64) return InvalidArgument("layer \"" + plan->layer + "\": expects int64 ids");
+    const int64_t rows = x.dim(0);
+    if (x.size() != rows * plan->width) return Internal("fit: features do not match the row plan's input width");
+    const int64_t* in = x.data<int64_t>();
+    step.rows.clear();
+    for (int64_t b = 0; b < rows; ++b) {
+      for (int64_t j = 0; j < plan->id_count; ++j) {
+        const int64_t i = b * plan->width + plan->id_offset + j;
+        if (in[i] < 0 || in[i] >= plan->input_dim) {
+          return InvalidArgument("layer \"" + plan->layer + "\": id " + std::to_string(in[i]) + " at position " +
+                                 std::to_string(b * plan->id_count + j) + " is outside [0, " +
+                                 std::to_string(plan->input_dim) + ")");
+        }
+        step.rows.push_back(in[i]);
       }
     }
-    step.rows.assign(id, id + ids.size());
     std::sort(step.rows.begin(), step.rows.end());
     step.rows.erase(std::unique(step.rows.begin(), step.rows.end()), step.rows.end());
     if (static_cast<int64_t>(step.rows.size()) > plan->capacity) {
       return Internal("fit: a batch uses " + std::to_string(step.rows.size()) + " rows, more than " +
                       std::to_string(plan->capacity));
     }
-    ASSIGN_OR_RETURN(step.x, Tensor::CreateUninitialized(DType::kInt64, ids.shape()));
+    // The ids renumbered to the compact table's rows; the rest of the input as it is.
+    ASSIGN_OR_RETURN(step.x, Tensor::CreateUninitialized(DType::kInt64, x.shape()));
     int64_t* out = step.x.data<int64_t>();
-    for (int64_t i = 0; i < ids.size(); ++i) {
-      out[i] = std::lower_bound(step.rows.begin(), step.rows.end(), id[i]) - step.rows.begin();
+    std::copy_n(in, x.size(), out);
+    for (int64_t b = 0; b < rows; ++b) {
+      for (int64_t j = 0; j < plan->id_count; ++j) {
+        const int64_t i = b * plan->width + plan->id_offset + j;
+        out[i] = std::lower_bound(step.rows.begin(), step.rows.end(), in[i]) - step.rows.begin();
+      }
     }
   }
   {
@@ -200,7 +212,7 @@ struct Warmed {
 // A closure's model: with a row plan, the compact table.
 StatusOr<std::unique_ptr<model::Model>> WorkerModel(const model::JobConfig& job, const std::optional<RowPlan>& plan) {
   model::ModelSpec spec = job.model;
-  if (plan) spec.layers[0].input_dim = plan->capacity;
+  if (plan) spec.layers[plan->layer_index].input_dim = plan->capacity;
   return model::Model::Create(spec, job.loss);
 }
 
