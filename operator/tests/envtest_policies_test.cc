@@ -114,11 +114,13 @@ TEST_F(EnvtestPolicies, BackoffLimitCountsOnFailureRestartsAndExitCodeRecreation
 // pod that had already completed is kept, with its logs (Kubeflow deletes
 // every pod).
 TEST_F(EnvtestPolicies, ActiveDeadlineFailsTheJobOnTimeAndStopsItsPods) {
-  Apply(JobYaml("deadline", Replica("Worker", 3), "  runPolicy: {activeDeadlineSeconds: 3}\n"));
+  // 10 s: the pods must be up and one of them completed before the deadline
+  // fires, which on a loaded machine took more than 3 s (CI of 400f835).
+  Apply(JobYaml("deadline", Replica("Worker", 3), "  runPolicy: {activeDeadlineSeconds: 10}\n"));
   ASSERT_TRUE(Eventually([&] { return Pods("deadline").size() == 3; }));
   AllRunning("deadline");
   SetPhase("deadline-worker-2", "Succeeded", 0);
-  ASSERT_TRUE(Eventually([&] { return HasCondition("deadline", "Failed"); }, std::chrono::seconds(20)))
+  ASSERT_TRUE(Eventually([&] { return HasCondition("deadline", "Failed"); }, std::chrono::seconds(40)))
       << op_->output();
   EXPECT_THAT(ConditionMessage("deadline", "Failed"),
               HasSubstr("Job deadline has failed because it was active longer than specified deadline"));
