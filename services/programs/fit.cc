@@ -16,10 +16,12 @@
 #include <iostream>
 
 #include "common/files.h"
+#include "common/json_reader.h"
 #include "services/checkpoint/manager.h"
 #include "services/collective/nccl.h"
 #include "services/model/keras_model.h"
 #include "services/model/keras_weights.h"
+#include "services/model/tfjs_export.h"
 #include "services/programs/fit_internal.h"
 #include "services/programs/programs.h"
 #include "services/strategy/fit.h"
@@ -36,6 +38,13 @@ Flags FitFlags() {
   f.Value("config", "job description (JSON)", "", true)
       .Value("keras-model", "the model as Keras' model.to_json() writes it (the job then has no \"model\")")
       .Value("export-weights", "after training, write the variables as Keras 3 weights (OUT.weights.h5)")
+      .Value("export-tfjs", "after training, write the model for TensorFlow.js' tf.loadLayersModel (DIR/model.json)")
+      .Value("initial-weights",
+             "start from the weights of a TF.js layers model (DIR/model.json: what --export-tfjs or TF.js' "
+             "model.save writes), matched to the variables by name")
+      .Value("predict-out",
+             "after training, write the first --predict-examples eval examples and their predictions (JSON)")
+      .Value("predict-examples", "how many examples --predict-out writes", "16")
       .Value("data-dir", "directory that relative data paths resolve against", ".")
       .Value("summary-json", "write the run's summary here")
       // One by default: a small model gains nothing from more, and OpenMP's
@@ -106,10 +115,46 @@ nlohmann::json SummaryJson(const strategy::FitSummary& s, const nlohmann::json& 
 
 }  // namespace
 
+StatusOr<AfterFitFn> AfterFit(const Parsed& p, std::ostream& out) {
+  if (!p.flags.Has("export-tfjs") && !p.flags.Has("predict-out")) return AfterFitFn();
+  nlohmann::json topology;
+  if (p.flags.Has("export-tfjs")) {
+    nlohmann::json keras;
+    if (p.flags.Has("keras-model")) {
+      ASSIGN_OR_RETURN(keras, ReadJsonFile(p.flags.Get("keras-model")));
+    }
+    ASSIGN_OR_RETURN(topology, model::TfjsTopology(p.job.model, keras.is_null() ? nullptr : &keras));
+  }
+  ASSIGN_OR_RETURN(int64_t n, p.flags.GetInt("predict-examples"));
+  if (n < 1) return InvalidArgument("flag --predict-examples: must be >= 1");
+  return AfterFitFn([&p, &out, topology, n](model::Model& m, const std::vector<Tensor>& values,
+                                            const strategy::JobData& data) -> Status {
+    if (p.flags.Has("export-tfjs")) {
+      const std::string dir = p.flags.Get("export-tfjs");
+      RETURN_IF_ERROR(model::ExportTfjs(m, values, topology, dir));
+      out << "fit: wrote the TF.js model to " << dir << "/model.json" << std::endl;
+    }
+    if (p.flags.Has("predict-out")) {
+      const Tensor& x = data.eval ? data.eval->features : data.train.features;
+      RETURN_IF_ERROR(model::WritePredictions(m, values, x, n, p.flags.Get("predict-out")));
+      out << "fit: wrote predictions to " << p.flags.Get("predict-out") << std::endl;
+    }
+    return Status::Ok();
+  });
+}
+
+StatusOr<std::vector<Tensor>> InitialWeights(const Parsed& p, const model::Model& m) {
+  if (!p.flags.Has("initial-weights")) return std::vector<Tensor>();
+  auto v = model::ImportTfjs(m, p.flags.Get("initial-weights"));
+  if (!v.ok()) return v.status().WithContext("flag --initial-weights");
+  return v;
+}
+
 std::string Usage() {
   return "fit --config FILE [--keras-model MODEL.json] [--data-dir DIR] [--summary-json OUT] [--threads N] [--epochs "
          "N]\n"
-         "      [--export-weights OUT.weights.h5]\n"
+         "      [--export-weights OUT.weights.h5] [--export-tfjs DIR] [--initial-weights DIR]\n"
+         "      [--predict-out OUT.json [--predict-examples N]]\n"
          "      [--strategy one_device|mirrored|multi_worker_mirrored|central_storage|parameter_server]\n"
          "      [--replicas N] [--device cpu|gpu|auto] [--communication ring|nccl|auto] [--collective-timeout-seconds "
          "S]\n"
@@ -328,8 +373,12 @@ class Fit final : public Program {
       if (Status s = checkpoint::CheckWritable(p->checkpoints.dir); !s.ok()) return ReportError(s, err);
     }
     const int64_t steps_per_epoch = strategy::StepsPerEpoch(job, data->train.size());
+    auto after_fit = fit::AfterFit(*p, *ctx.out);
+    if (!after_fit.ok()) return ReportError(after_fit.status(), err);
+    auto init = fit::InitialWeights(*p, **m);
+    if (!init.ok()) return ReportError(init.status(), err);
     // From here on the cluster is touched: failures are the run's, not the input's.
-    auto ps = fit::MakePsStrategy(*p, ctx, **m);
+    auto ps = fit::MakePsStrategy(*p, ctx, **m, std::move(init).value());
     if (!ps.ok()) return ReportRunEnd(ps.status().WithContext(job.source), ctx.signals, *ctx.out, err);
     strategy::LoopOptions lo;
     lo.epochs = job.epochs;
@@ -348,6 +397,11 @@ class Fit final : public Program {
           values.ok() ? model::ExportKerasWeights(**m, *values, p->flags.Get("export-weights")) : values.status();
       if (!s.ok()) return ReportRuntimeError(s, err);
       *ctx.out << "fit: wrote Keras weights to " << p->flags.Get("export-weights") << std::endl;
+    }
+    if (*after_fit) {
+      auto values = (*ps)->Values();
+      Status s = values.ok() ? (*after_fit)(**m, *values, *data) : values.status();
+      if (!s.ok()) return ReportRuntimeError(s, err);
     }
     if (Status s = fit::WriteSummary(p->flags, fit::SummaryJson(*summary, (*ps)->SummaryJson(), *p)); !s.ok()) {
       return ReportRuntimeError(s, err);
@@ -375,6 +429,10 @@ class Fit final : public Program {
                    std::ostream& err) {
     auto model = model::Model::Create(p.job.model, p.job.loss);
     if (!model.ok()) return ReportError(model.status().WithContext(p.job.source), err);
+    auto after_fit = fit::AfterFit(p, out);
+    if (!after_fit.ok()) return ReportError(after_fit.status(), err);
+    auto init = fit::InitialWeights(p, **model);
+    if (!init.ok()) return ReportError(init.status(), err);
     // Only the process that writes checkpoints needs to write there.
     if (p.checkpoints.enabled() && (!group || group->rank() == 0)) {
       if (Status s = checkpoint::CheckWritable(p.checkpoints.dir); !s.ok()) return ReportError(s, err);
@@ -396,6 +454,8 @@ class Fit final : public Program {
     opt.checkpoints = p.checkpoints;
     opt.metrics = metrics;
     if (p.flags.Has("export-weights")) opt.export_weights = p.flags.Get("export-weights");
+    opt.initial_values = std::move(init).value();
+    opt.after_fit = std::move(after_fit).value();
     if (signals) opt.stop = &signals->stop();
     nlohmann::json sj;
     auto summary = strategy::Fit(p.job, opt, &sj);

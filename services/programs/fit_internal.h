@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <optional>
@@ -71,7 +72,19 @@ Status CheckCommunication(collective::Implementation impl, strategy::StrategyKin
 // the chief's context: claims the cluster (waiting for every PS, fencing
 // off an earlier chief), then hands the strategy its part of the flags.
 StatusOr<std::unique_ptr<strategy::Strategy>> MakePsStrategy(const Parsed& p, const ChiefContext& ctx,
-                                                             const model::Model& m);
+                                                             const model::Model& m,
+                                                             std::vector<Tensor> initial_values = {});
+
+// --export-tfjs and --predict-out: what the chief does with the trained
+// model, checked before training (a model TF.js cannot express is bad
+// input); an empty function when neither flag is given. It refers to `p`
+// and `out`, which must outlive it.
+using AfterFitFn = std::function<Status(model::Model&, const std::vector<Tensor>&, const strategy::JobData&)>;
+StatusOr<AfterFitFn> AfterFit(const Parsed& p, std::ostream& out);
+// --initial-weights: every variable's first value from a TF.js layers model
+// directory (one line naming the weight that is missing, extra or of
+// another shape); empty without the flag.
+StatusOr<std::vector<Tensor>> InitialWeights(const Parsed& p, const model::Model& m);
 
 // The side-car evaluator (fit_evaluator.cc).
 int RunEvaluator(const Parsed& p, const EvaluatorContext& ctx);

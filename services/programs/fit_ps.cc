@@ -8,7 +8,8 @@
 namespace tfjob::programs::fit {
 
 StatusOr<std::unique_ptr<strategy::Strategy>> MakePsStrategy(const Parsed& p, const ChiefContext& ctx,
-                                                             const model::Model& m) {
+                                                             const model::Model& m,
+                                                             std::vector<Tensor> initial_values) {
   // Waits for every PS (connect_timeout), fencing off any previous chief.
   ASSIGN_OR_RETURN(Claim claim, ctx.ClaimCluster());
   strategy::PsCluster c;
@@ -39,6 +40,7 @@ StatusOr<std::unique_ptr<strategy::Strategy>> MakePsStrategy(const Parsed& p, co
   o.ps_pull_rows = p.ps_pull_rows;
   o.steps_per_execution = p.steps_per_execution;
   o.checkpoints = p.checkpoints;
+  o.initial_values = std::move(initial_values);
   return strategy::MakeParameterServerStrategy(std::move(o), std::move(c), m);
 }
 

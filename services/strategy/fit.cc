@@ -62,6 +62,7 @@ StatusOr<FitSummary> Fit(const model::JobConfig& job, const FitOptions& o, nlohm
   so.log = o.out;
   so.stop = o.stop;
   so.sharded_input = sharded;
+  so.initial_values = o.initial_values;
   auto strategy = MakeSyncStrategy(job, data->train, so);
   if (!strategy.ok()) return with_source(strategy.status());
   LoopOptions lo;
@@ -74,12 +75,15 @@ StatusOr<FitSummary> Fit(const model::JobConfig& job, const FitOptions& o, nlohm
   lo.stop = o.stop;
   auto summary = FitAndEvaluate(**strategy, job, *data, lo, o.out);
   if (strategy_json) *strategy_json = (*strategy)->SummaryJson();
-  if (summary.ok() && !o.export_weights.empty() && (*strategy)->is_chief()) {
+  if (summary.ok() && (!o.export_weights.empty() || o.after_fit) && (*strategy)->is_chief()) {
     // The adapted count Keras keeps beside Normalization's statistics.
     RETURN_IF_ERROR((*m)->Adapt(data->train.features));
     ASSIGN_OR_RETURN(std::vector<Tensor> values, (*strategy)->Values());
-    RETURN_IF_ERROR(model::ExportKerasWeights(**m, values, o.export_weights));
-    if (o.out) *o.out << "fit: wrote Keras weights to " << o.export_weights << std::endl;
+    if (!o.export_weights.empty()) {
+      RETURN_IF_ERROR(model::ExportKerasWeights(**m, values, o.export_weights));
+      if (o.out) *o.out << "fit: wrote Keras weights to " << o.export_weights << std::endl;
+    }
+    if (o.after_fit) RETURN_IF_ERROR(o.after_fit(**m, values, *data));
   }
   return summary;
 }

@@ -12,8 +12,10 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -41,6 +43,14 @@ struct FitOptions {
   runtime_metrics::RuntimeMetrics* metrics = nullptr;
   const std::atomic<bool>* stop = nullptr;  // see LoopOptions
   std::string export_weights;               // the chief writes Keras .weights.h5 here after training
+  // Every variable's first value (the model's order), instead of the job's
+  // seed's (fit --initial-weights); empty: from the seed. A checkpoint to
+  // restore still wins.
+  std::vector<Tensor> initial_values;
+  // Called on the chief after training and evaluation with the model
+  // (adapted), the trained values on the host and the data: exporters
+  // (fit --export-tfjs, --predict-out). Its error is the run's.
+  std::function<Status(model::Model&, const std::vector<Tensor>&, const JobData&)> after_fit;
 };
 
 // Trains `strategy` on `data` per `loop` and evaluates on the chief. The

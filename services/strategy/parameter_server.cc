@@ -427,7 +427,8 @@ StatusOr<std::unique_ptr<Strategy>> MakeParameterServerStrategy(PsOptions option
                    PlaceModel(m, static_cast<int64_t>(cluster.clients.size()), options.partitioner));
   std::vector<bool> trainable;
   for (const auto& v : m.variables()) trainable.push_back(v.trainable);
-  std::vector<Tensor> init = m.InitialValues(static_cast<uint64_t>(options.job.seed));
+  std::vector<Tensor> init = options.initial_values.empty() ? m.InitialValues(static_cast<uint64_t>(options.job.seed))
+                                                            : std::move(options.initial_values);
   return std::unique_ptr<Strategy>(std::make_unique<PsStrategy>(std::move(options), std::move(cluster),
                                                                 VariableNames(m), std::move(trainable), std::move(init),
                                                                 std::move(placement)));

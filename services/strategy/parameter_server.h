@@ -59,6 +59,9 @@ struct PsOptions {
   bool ps_pull_rows = true;  // a first-layer Embedding pulls only the batch's rows
   int64_t steps_per_execution = 1;
   CheckpointPolicy checkpoints;
+  // Every variable's first value (the model's order); empty: from the job's
+  // seed.
+  std::vector<Tensor> initial_values;
 };
 
 // The chief's claim on the parameter servers (fencing off earlier chiefs).

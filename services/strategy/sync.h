@@ -92,6 +92,9 @@ struct SyncOptions {
   // it (batch * (rank + 1) / n - batch * rank / n rows) instead of slicing
   // a global batch every member reads.
   bool sharded_input = false;
+  // Every variable's first value (the model's order); empty: from the job's
+  // seed.
+  std::vector<Tensor> initial_values;
 };
 
 // `train` holds the whole training set; INVALID_ARGUMENT for a kind that is

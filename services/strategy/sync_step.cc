@@ -58,7 +58,7 @@ StatusOr<std::unique_ptr<SyncStep>> SyncStep::Create(const model::JobConfig& job
   s->devices_ = o.devices.empty() ? std::vector<Device>(static_cast<size_t>(local), Device::Cpu()) : o.devices;
   s->on_device_ = !s->devices_[0].is_cpu();
   RETURN_IF_ERROR(s->CreateModels(input));
-  s->CreateVariables();
+  RETURN_IF_ERROR(s->CreateVariables(o.initial_values));
   s->outputs_.resize(static_cast<size_t>(local));
   s->pool_ = std::make_unique<ReplicaPool>(local);
   if (s->traits_.copy_per_replica && local > 1) {
@@ -79,9 +79,19 @@ Status SyncStep::CreateModels(GlobalBatches& input) {
   return models_[0]->Adapt(input.examples().features).WithContext(job_.data.train.field);
 }
 
-void SyncStep::CreateVariables() {
-  const std::vector<Tensor> init = models_[0]->InitialValues(static_cast<uint64_t>(job_.seed));
+Status SyncStep::CreateVariables(const std::vector<Tensor>& given) {
+  const std::vector<Tensor> init = given.empty() ? models_[0]->InitialValues(static_cast<uint64_t>(job_.seed)) : given;
   const auto& model_vars = models_[0]->variables();
+  if (init.size() != model_vars.size()) {
+    return InvalidArgument("strategy: " + std::to_string(init.size()) + " initial values for " +
+                           std::to_string(model_vars.size()) + " variables");
+  }
+  for (size_t v = 0; v < init.size(); ++v) {
+    if (init[v].shape() != model_vars[v].shape || init[v].dtype() != DType::kFloat32) {
+      return InvalidArgument("strategy: the initial value of " + model_vars[v].name + " is " + init[v].DebugString() +
+                             ", the variable is float32" + ShapeString(model_vars[v].shape));
+    }
+  }
   for (size_t v = 0; v < init.size(); ++v) {
     vars_.push_back({.name = model_vars[v].name,
                      .shape = init[v].shape(),
@@ -100,6 +110,7 @@ void SyncStep::CreateVariables() {
     }
     copies_.push_back(std::move(copy));
   }
+  return Status::Ok();
 }
 
 Status SyncStep::ProbeSparse(GlobalBatches& input) {

@@ -118,7 +118,8 @@ class SyncStep {
 
   SyncStep(const model::JobConfig& job, const SyncOptions& o);
   Status CreateModels(GlobalBatches& input);
-  void CreateVariables();
+  // From `given` (the model's order) or, when empty, the job's seed.
+  Status CreateVariables(const std::vector<Tensor>& given);
   Status ProbeSparse(GlobalBatches& input);
   Status MoveToDevices();
   void JoinNcclLocal();
