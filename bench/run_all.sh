@@ -2,6 +2,7 @@
 # Runs every benchmark in bench/ in turn; each prints its own table.
 #   mlp_vs_torch.sh      single-process MLP training vs PyTorch
 #   cnn_vs_torch.sh      single-process CNN training vs PyTorch
+#   keras_vs_torch.sh    the Keras examples (residual CNN, wide-and-deep) vs PyTorch
 #   ps_throughput.sh     PS push+pull GB/s vs raw TCP and PyTorch RPC
 #   mlp_ps_vs_single.sh  MLP training, 1 PS + 1 worker vs single-process
 #   embedding_ps.sh      embedding model over 2 PS: rows a batch uses vs whole tables
@@ -18,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 status=0
-for b in mlp_vs_torch.sh cnn_vs_torch.sh ps_throughput.sh mlp_ps_vs_single.sh embedding_ps.sh closures.sh allreduce.sh mwms_scaling.sh \
+for b in mlp_vs_torch.sh cnn_vs_torch.sh keras_vs_torch.sh ps_throughput.sh mlp_ps_vs_single.sh embedding_ps.sh closures.sh allreduce.sh mwms_scaling.sh \
          tls_overhead.sh gpu_train.sh; do
   echo "== bench/$b"
   if ! bash "bench/$b"; then

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Single-process training throughput of the two Keras Functional examples
+# (examples/keras) in tfjob-runtime against the same models, batch, data,
+# optimizer and thread count in PyTorch (bench/torch_keras.py), measured in
+# the same run, alternating, median of --rounds:
+#
+#   residual_cnn  residual_cnn.json + residual_cnn_job.json on MNIST t10k
+#                 0..7999 (batch 64, Adam), --epochs epochs;
+#   wide_deep     wide_deep.json + wide_deep_job.json on make_data.py's
+#                 100,000 Criteo-like training records (batch 256, Adagrad,
+#                 one Embedding(100000, 8)), --epochs epochs, one process
+#                 (the example's manifest uses parameter servers; this
+#                 measures the model's arithmetic alone).
+#
+# Both sides count examples/s over the training loop only (data loading and
+# evaluation excluded) and print their evaluation accuracy as a sanity check.
+#
+# usage: bench/keras_vs_torch.sh [--model residual_cnn|wide_deep|both]
+#        [--threads N] [--rounds R] [--epochs E]
+#        (from the project root, after the build; MNIST from
+#         ../shared/data/mnist or $MNIST_DIR)
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+model=both threads=1 rounds=3 epochs=2
+bench_options "model threads rounds epochs" "$@"
+case "$model" in
+  residual_cnn | wide_deep) models=("$model") ;;
+  both) models=(residual_cnn wide_deep) ;;
+  *) echo "--model: residual_cnn, wide_deep or both, not '$model'" >&2; exit 2 ;;
+esac
+need_built "$runtime"
+need_torch
+bench_tmp
+
+for m in "${models[@]}"; do
+  if [[ $m == wide_deep ]]; then
+    dir=$tmp/wide_deep
+    /usr/bin/python3 examples/keras/wide_deep/make_data.py --out "$dir" > /dev/null
+    title="wide-and-deep (Embedding 100000x8, 26 ids + 13 dense), batch 256, Adagrad"
+  else
+    dir=$data
+    title="residual CNN (6 Conv2D + BN, 2 Add, GAP), batch 64, Adam"
+  fi
+  ours=() theirs=()
+  for ((r = 1; r <= rounds; r++)); do
+    "$runtime" fit --config "examples/keras/${m}_job.json" --keras-model "examples/keras/$m.json" \
+      --data-dir "$dir" --threads "$threads" --epochs "$epochs" --summary-json "$tmp/ours.json" > /dev/null
+    ours+=("$(eps "$tmp/ours.json")")
+    /usr/bin/python3 bench/torch_keras.py "$m" --data-dir "$dir" --threads "$threads" --epochs "$epochs" \
+      > "$tmp/torch.json"
+    theirs+=("$(eps "$tmp/torch.json")")
+    echo "$m round $r: tfjob ${ours[-1]} examples/s, pytorch ${theirs[-1]} examples/s"
+  done
+  /usr/bin/python3 - "$title" "$threads" "$epochs" "$tmp/ours.json" "$tmp/torch.json" "${#ours[@]}" \
+    "${ours[@]}" "${theirs[@]}" <<'PY'
+import json, statistics, sys
+title, threads, epochs, ours_json, torch_json, n = sys.argv[1:6] + [int(sys.argv[6])]
+vals = [float(v) for v in sys.argv[7:]]
+ours, theirs = statistics.median(vals[:n]), statistics.median(vals[n:])
+peer = json.load(open(torch_json))
+mine = json.load(open(ours_json))
+print(f"{title}, {epochs} epochs, threads {threads}, median of {n}")
+print(f"  tfjob-runtime fit : {ours:10.0f} examples/s  (eval_accuracy {mine['eval_accuracy']:.4f})")
+print(f"  {peer['peer']:<17} : {theirs:10.0f} examples/s  (eval_accuracy {peer['eval_accuracy']:.4f})")
+print(f"  ratio tfjob/pytorch: {ours / theirs:.2f}")
+PY
+done
