@@ -68,25 +68,29 @@ std::string WriteCsv(const std::string& path, int rows, uint32_t seed) {
 // form (as TF.js writes it); the inputs in another order than the columns.
 json TwoInputModel(const std::string& first, const std::string& second) {
   auto input = [](const std::string& name) {
-    return json{{"name", name},
-                {"class_name", "InputLayer"},
-                {"config", {{"batch_input_shape", {nullptr, 1}}, {"dtype", "float32"}, {"sparse", false}, {"name", name}}},
-                {"inbound_nodes", json::array()}};
+    return json{
+        {"name", name},
+        {"class_name", "InputLayer"},
+        {"config", {{"batch_input_shape", {nullptr, 1}}, {"dtype", "float32"}, {"sparse", false}, {"name", name}}},
+        {"inbound_nodes", json::array()}};
   };
   auto layer = [](const std::string& cls, json config, json inbound) {
     return json{{"name", config["name"]}, {"class_name", cls}, {"config", config}, {"inbound_nodes", {inbound}}};
   };
-  return {{"class_name", "Model"},
-          {"config",
-           {{"name", "two_inputs"},
-            {"layers",
-             {input(first), input(second),
-              layer("Concatenate", {{"name", "both"}, {"axis", -1}}, {{first, 0, 0, json::object()}, {second, 0, 0, json::object()}}),
-              layer("Dense", {{"name", "hidden"}, {"units", 16}, {"activation", "relu"}}, {{"both", 0, 0, json::object()}}),
-              layer("Dense", {{"name", "out"}, {"units", 2}, {"activation", "softmax"}}, {{"hidden", 0, 0, json::object()}})}},
-            {"input_layers", {{first, 0, 0}, {second, 0, 0}}},
-            {"output_layers", {{"out", 0, 0}}}}},
-          {"keras_version", "tfjs-layers 4.22.0"}};
+  return {
+      {"class_name", "Model"},
+      {"config",
+       {{"name", "two_inputs"},
+        {"layers",
+         {input(first), input(second),
+          layer("Concatenate", {{"name", "both"}, {"axis", -1}},
+                {{first, 0, 0, json::object()}, {second, 0, 0, json::object()}}),
+          layer("Dense", {{"name", "hidden"}, {"units", 16}, {"activation", "relu"}}, {{"both", 0, 0, json::object()}}),
+          layer("Dense", {{"name", "out"}, {"units", 2}, {"activation", "softmax"}},
+                {{"hidden", 0, 0, json::object()}})}},
+        {"input_layers", {{first, 0, 0}, {second, 0, 0}}},
+        {"output_layers", {{"out", 0, 0}}}}},
+      {"keras_version", "tfjs-layers 4.22.0"}};
 }
 
 json CsvJob(const std::string& dir) {
@@ -129,10 +133,12 @@ TEST(NamedInputsTest, CsvColumnsFeedTheInputsOfTheirNamesInEveryStrategy) {
 TEST(NamedInputsTest, AMissingFeatureIsOneLineNamingInputAndColumns) {
   const std::string dir = t::MakeTempDir("named-inputs-bad");
   const std::string job = WriteJson(dir + "/job.json", CsvJob(dir));
-  auto r = Runtime({"fit", "--config", job, "--keras-model", WriteJson(dir + "/model.json", TwoInputModel("score", "points"))});
+  auto r = Runtime(
+      {"fit", "--config", job, "--keras-model", WriteJson(dir + "/model.json", TwoInputModel("score", "points"))});
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_THAT(r.err, StartsWith("tfjob-runtime: error: "));
-  EXPECT_THAT(r.err, HasSubstr("input \"points\" has no column of that name; the columns are age, noise, score, label"));
+  EXPECT_THAT(r.err,
+              HasSubstr("input \"points\" has no column of that name; the columns are age, noise, score, label"));
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   // Several outputs: one line naming them.
   json two = ReadJson(Source("services/model/tests/data/functional/two_outputs.json"));

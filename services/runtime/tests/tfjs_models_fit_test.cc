@@ -60,38 +60,38 @@ enum class Label {
 struct ModelCase {
   const char* name;  // <name>.json in kModelsDir
   Label label;
-  int64_t classes;    // kClassId
-  Shape shape;        // kReal: the output's shape without the batch
+  int64_t classes;  // kClassId
+  Shape shape;      // kReal: the output's shape without the batch
 };
 
 // Each model's output layer, by hand: the activation of the layer that
 // output_layers (a Sequential model: its last layer) names, and its shape.
 const ModelCase kModels[] = {
-    {"attention_pooling", Label::kReal, 0, {3}},            // Dense(3, linear)
-    {"category_features", Label::kReal, 0, {1}},            // Dense(1, linear)
-    {"conv1d_timeseries", Label::kReal, 0, {1}},            // Dense(1, linear) forecast
-    {"dense_autoencoder", Label::kReal, 0, {4, 6}},         // Reshape([4, 6])
-    {"embedding_bag", Label::kClassId, 4, {}},              // Dense(4, softmax)
-    {"gated_merge", Label::kReal, 0, {2}},                  // Dense(2, linear)
-    {"image_tabular", Label::kClassId, 3, {}},              // Dense(3, softmax)
-    {"mlp_batchnorm_dropout", Label::kClassId, 4, {}},      // Dense(4, softmax)
-    {"mnist_cnn", Label::kClassId, 10, {}},                 // Dense(10, softmax)
-    {"mnist_mlp", Label::kClassId, 10, {}},                 // Dense(10, softmax)
-    {"mobilenet_block", Label::kClassId, 5, {}},            // Dense(5, softmax)
-    {"noisy_activations", Label::kReal, 0, {3}},            // Dense(3, linear)
-    {"rescaling_mlp", Label::kClassId, 3, {}},              // Dense(3, softmax)
-    {"residual_cnn", Label::kClassId, 10, {}},              // Dense(10, softmax)
-    {"separable_upsampling", Label::kReal, 0, {162}},       // Conv2D(2, softplus) 9x9 -> Flatten
-    {"sequential_input_layer", Label::kReal, 0, {3}},       // Dense(3, hard_sigmoid)
-    {"shared_text_encoder", Label::kBinary, 0, {}},         // Dot -> Activation(sigmoid), 1 unit
-    {"shared_tower", Label::kReal, 0, {2}},                 // Dense(2, linear)
-    {"siamese_conv", Label::kBinary, 0, {}},                // Dense(1, sigmoid)
-    {"siamese_dot", Label::kBinary, 0, {}},                 // Dense(1, sigmoid)
-    {"text_conv1d", Label::kBinary, 0, {}},                 // Dense(1, sigmoid)
-    {"transformer_ffn", Label::kClassId, 2, {}},            // Dense(2, softmax)
-    {"unet_like", Label::kReal, 0, {16, 16, 1}},            // Conv2D(1, sigmoid) mask, image-shaped
-    {"vgg_small", Label::kClassId, 4, {}},                  // Dense(4, softmax)
-    {"wide_deep", Label::kBinary, 0, {}},                   // Add -> Activation(sigmoid), 1 unit
+    {"attention_pooling", Label::kReal, 0, {3}},        // Dense(3, linear)
+    {"category_features", Label::kReal, 0, {1}},        // Dense(1, linear)
+    {"conv1d_timeseries", Label::kReal, 0, {1}},        // Dense(1, linear) forecast
+    {"dense_autoencoder", Label::kReal, 0, {4, 6}},     // Reshape([4, 6])
+    {"embedding_bag", Label::kClassId, 4, {}},          // Dense(4, softmax)
+    {"gated_merge", Label::kReal, 0, {2}},              // Dense(2, linear)
+    {"image_tabular", Label::kClassId, 3, {}},          // Dense(3, softmax)
+    {"mlp_batchnorm_dropout", Label::kClassId, 4, {}},  // Dense(4, softmax)
+    {"mnist_cnn", Label::kClassId, 10, {}},             // Dense(10, softmax)
+    {"mnist_mlp", Label::kClassId, 10, {}},             // Dense(10, softmax)
+    {"mobilenet_block", Label::kClassId, 5, {}},        // Dense(5, softmax)
+    {"noisy_activations", Label::kReal, 0, {3}},        // Dense(3, linear)
+    {"rescaling_mlp", Label::kClassId, 3, {}},          // Dense(3, softmax)
+    {"residual_cnn", Label::kClassId, 10, {}},          // Dense(10, softmax)
+    {"separable_upsampling", Label::kReal, 0, {162}},   // Conv2D(2, softplus) 9x9 -> Flatten
+    {"sequential_input_layer", Label::kReal, 0, {3}},   // Dense(3, hard_sigmoid)
+    {"shared_text_encoder", Label::kBinary, 0, {}},     // Dot -> Activation(sigmoid), 1 unit
+    {"shared_tower", Label::kReal, 0, {2}},             // Dense(2, linear)
+    {"siamese_conv", Label::kBinary, 0, {}},            // Dense(1, sigmoid)
+    {"siamese_dot", Label::kBinary, 0, {}},             // Dense(1, sigmoid)
+    {"text_conv1d", Label::kBinary, 0, {}},             // Dense(1, sigmoid)
+    {"transformer_ffn", Label::kClassId, 2, {}},        // Dense(2, softmax)
+    {"unet_like", Label::kReal, 0, {16, 16, 1}},        // Conv2D(1, sigmoid) mask, image-shaped
+    {"vgg_small", Label::kClassId, 4, {}},              // Dense(4, softmax)
+    {"wide_deep", Label::kBinary, 0, {}},               // Add -> Activation(sigmoid), 1 unit
 };
 
 // Models the runtime refuses yet, for a Keras feature it does not have: the
@@ -125,7 +125,7 @@ constexpr int64_t kStepsPerEpoch = kTrainExamples / kBatchSize;  // one pass on 
 struct Input {
   std::string name;
   bool is_int = false;
-  Shape shape;         // without the batch
+  Shape shape;        // without the batch
   int64_t limit = 0;  // integer inputs: ids in [0, limit)
 };
 
@@ -235,8 +235,7 @@ class Rng {
 };
 
 // Writes `rows` tf.Examples for the model's inputs and labels to `path`.
-void WriteData(const std::string& path, const std::vector<Input>& inputs, const ModelCase& m, int64_t rows,
-               Rng& rng) {
+void WriteData(const std::string& path, const std::vector<Input>& inputs, const ModelCase& m, int64_t rows, Rng& rng) {
   std::vector<std::string> records;
   for (int64_t r = 0; r < rows; ++r) {
     std::vector<std::pair<std::string, data::Column>> features;
@@ -286,14 +285,15 @@ json TfRecordSource(const std::string& file, const std::vector<Input>& inputs, c
 }
 
 json Job(const std::vector<Input>& inputs, const ModelCase& m) {
-  json job = {{"name", std::string("tfjs-") + m.name},
-              {"seed", 1},
-              {"optimizer", {{"type", "Adam"}, {"learning_rate", 0.001}}},
-              {"data",
-               {{"train", TfRecordSource("train.tfrecord", inputs, m)}, {"eval", TfRecordSource("eval.tfrecord", inputs, m)}}},
-              {"batch_size", kBatchSize},
-              {"epochs", 1},
-              {"steps_per_epoch", kStepsPerEpoch}};
+  json job = {
+      {"name", std::string("tfjs-") + m.name},
+      {"seed", 1},
+      {"optimizer", {{"type", "Adam"}, {"learning_rate", 0.001}}},
+      {"data",
+       {{"train", TfRecordSource("train.tfrecord", inputs, m)}, {"eval", TfRecordSource("eval.tfrecord", inputs, m)}}},
+      {"batch_size", kBatchSize},
+      {"epochs", 1},
+      {"steps_per_epoch", kStepsPerEpoch}};
   switch (m.label) {
     case Label::kClassId:
       job["loss"] = "sparse_categorical_crossentropy";
@@ -303,9 +303,7 @@ json Job(const std::vector<Input>& inputs, const ModelCase& m) {
       job["loss"] = "binary_crossentropy";
       job["metrics"] = {"accuracy"};
       break;
-    case Label::kReal:
-      job["loss"] = "mean_squared_error";
-      break;
+    case Label::kReal: job["loss"] = "mean_squared_error"; break;
   }
   return job;
 }
@@ -343,8 +341,8 @@ TEST_P(TfjsModelFitTest, TrainsOneEpoch) {
 
   std::vector<std::string> args{t::RuntimeBinary()};
   args.insert(args.end(), s.prefix.begin(), s.prefix.end());
-  for (const std::string& a : {std::string("--config"), job, std::string("--keras-model"), model_path,
-                               std::string("--data-dir"), dir}) {
+  for (const std::string& a :
+       {std::string("--config"), job, std::string("--keras-model"), model_path, std::string("--data-dir"), dir}) {
     args.push_back(a);
   }
   args.insert(args.end(), s.suffix.begin(), s.suffix.end());
@@ -374,8 +372,7 @@ std::string CaseName(const ::testing::TestParamInfo<Param>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModels, TfjsModelFitTest,
-                         ::testing::Combine(::testing::ValuesIn(kModels), ::testing::ValuesIn(kStrategies)),
-                         CaseName);
+                         ::testing::Combine(::testing::ValuesIn(kModels), ::testing::ValuesIn(kStrategies)), CaseName);
 
 // Every model of the folder has its row, and every row its model: a model
 // added to the generator is trained here, or this fails.
@@ -417,7 +414,8 @@ TEST(TfjsModelsTest, TheSetCoversEveryLayerBothKindsSharedLayersAndTwoInputs) {
   const json goldens = ReadJson(Source("services/model/tests/data/tfjs/layers.json"));
   for (const json& c : goldens.at("cases")) {
     for (const json& cls : c.at("layers")) {
-      EXPECT_TRUE(used.count(cls.get<std::string>())) << cls << " (layers.json case " << c.at("name") << ") is in no model";
+      EXPECT_TRUE(used.count(cls.get<std::string>()))
+          << cls << " (layers.json case " << c.at("name") << ") is in no model";
     }
   }
 }
