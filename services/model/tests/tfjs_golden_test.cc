@@ -363,13 +363,10 @@ TEST_P(TfjsGoldenTest, Matches) {
     const json& in = inputs[golden_of[i]];
     const Shape shape = ShapeOf(in.at("shape"));
     const std::string dtype = in.at("dtype").get<std::string>();
-    StatusOr<Tensor> t = Status();
-    if (dtype == "int32") {
-      t = Tensor::FromVector(shape, in.at("values").get<std::vector<int64_t>>());
-    } else {
-      ASSERT_EQ(dtype, "float32") << "input " << in.at("name");
-      t = Tensor::FromVector(shape, in.at("values").get<std::vector<float>>());
-    }
+    if (dtype != "int32") ASSERT_EQ(dtype, "float32") << "input " << in.at("name");
+    // (A StatusOr is never built from an OK Status: status.h asserts it.)
+    StatusOr<Tensor> t = dtype == "int32" ? Tensor::FromVector(shape, in.at("values").get<std::vector<int64_t>>())
+                                          : Tensor::FromVector(shape, in.at("values").get<std::vector<float>>());
     ASSERT_TRUE(t.ok()) << "input " << in.at("name") << ": " << t.status().ToString();
     ASSERT_EQ(t->dtype(), ins[i].dtype) << "input " << ins[i].name << ": the model takes " << DTypeName(ins[i].dtype)
                                         << ", the golden has " << dtype;
