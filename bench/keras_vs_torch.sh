@@ -7,7 +7,7 @@
 #   residual_cnn  residual_cnn.json + residual_cnn_job.json on MNIST t10k
 #                 0..7999 (batch 64, Adam), --epochs epochs;
 #   wide_deep     wide_deep.json + wide_deep_job.json on make_data.py's
-#                 100,000 Criteo-like training records (batch 256, Adagrad,
+#                 100,000 Criteo-like training records (batch 256, Adam,
 #                 one Embedding(100000, 8)), --epochs epochs, one process
 #                 (the example's manifest uses parameter servers; this
 #                 measures the model's arithmetic alone).
@@ -36,7 +36,7 @@ for m in "${models[@]}"; do
   if [[ $m == wide_deep ]]; then
     dir=$tmp/wide_deep
     /usr/bin/python3 examples/keras/wide_deep/make_data.py --out "$dir" > /dev/null
-    title="wide-and-deep (Embedding 100000x8, 26 ids + 13 dense), batch 256, Adagrad"
+    title="wide-and-deep (Embedding 100000x8, 26 ids + 13 dense), batch 256, Adam"
   else
     dir=$data
     title="residual CNN (6 Conv2D + BN, 2 Add, GAP), batch 64, Adam"

@@ -14,9 +14,10 @@ examples of examples/keras, built the same way in PyTorch.
                 26 ids, Flatten, Concatenate with the 13 dense features,
                 LayerNormalization (epsilon 1e-3), Dense 64 relu, Dense 32
                 relu, Dense 1; wide Dense 1 on the dense features; Add,
-                sigmoid; binary cross-entropy; Adagrad 0.1 (Keras' initial
-                accumulator 0.1, epsilon 1e-7) with a sparse embedding
-                gradient (as Keras updates an Embedding's rows), batch 256,
+                sigmoid; binary cross-entropy; Adam 1e-3 (epsilon 1e-7):
+                SparseAdam on the embedding's sparse gradient (the lazy
+                rule, as the runtime updates an Embedding's rows), Adam on
+                the rest, batch 256,
                 on make_data.py's TFRecord files (read here with its
                 tf.Example class).
 
@@ -116,6 +117,21 @@ def read_tfrecord(path, Example):
             torch.tensor(label, dtype=torch.float32))
 
 
+class Optimizers:
+    """Several optimizers stepped as one (SparseAdam takes only sparse gradients, Adam only dense ones)."""
+
+    def __init__(self, *opts):
+        self.opts = opts
+
+    def zero_grad(self, set_to_none=True):
+        for o in self.opts:
+            o.zero_grad(set_to_none=set_to_none)
+
+    def step(self):
+        for o in self.opts:
+            o.step()
+
+
 def train(model, opt, loss_fn, inputs, labels, batch, epochs, gen):
     n = labels.shape[0]
     examples, seconds = 0, 0.0
@@ -165,7 +181,9 @@ def main():
         train_set = read_tfrecord(os.path.join(args.data_dir, "train.tfrecord"), Example)
         eval_set = read_tfrecord(os.path.join(args.data_dir, "eval.tfrecord"), Example)
         model = WideDeep(100000)
-        opt = torch.optim.Adagrad(model.parameters(), lr=0.1, initial_accumulator_value=0.1, eps=1e-7)
+        dense_params = [p for n, p in model.named_parameters() if not n.startswith("embedding.")]
+        opt = Optimizers(torch.optim.SparseAdam([model.embedding.weight], lr=1e-3, eps=1e-7),
+                         torch.optim.Adam(dense_params, lr=1e-3, eps=1e-7))
         examples, seconds = train(model, opt, torch.nn.BCEWithLogitsLoss(), list(train_set[:2]), train_set[2], 256,
                                   args.epochs, gen)
         model.eval()

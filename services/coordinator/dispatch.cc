@@ -29,6 +29,16 @@ struct ClusterCoordinator::Call {
 void ClusterCoordinator::Loop(Worker& w) {
   const int running = std::max(1, options_.inflight_per_worker);
   int outstanding = 0;  // calls sent whose answers have not come
+  // The newest call sent while it is unanswered (0: none): the next one
+  // goes queued behind it (RunClosureRequest.queued_behind).
+  uint64_t last_sent = 0;
+  auto send = [&](std::shared_ptr<Closure> c) {
+    const uint64_t id = c->request.closure_id();
+    c->request.set_queued_behind(outstanding > 0 ? last_sent : 0);
+    if (!Send(w, std::move(c))) return;
+    ++outstanding;
+    last_sent = id;
+  };
   auto take = [&](void* tag) {
     if (tag == &w) {  // a kick: a closure was queued
       MutexLock g(w.call_mu);
@@ -36,6 +46,7 @@ void ClusterCoordinator::Loop(Worker& w) {
       return;
     }
     --outstanding;
+    if (static_cast<Call*>(tag)->closure->request.closure_id() == last_sent) last_sent = 0;
     Answered(w, std::unique_ptr<Call>(static_cast<Call*>(tag)));
     EndCall(w);
   };
@@ -54,7 +65,7 @@ void ClusterCoordinator::Loop(Worker& w) {
           MutexLock g(mu_);
           ++stats_.sent_ahead;
         }
-        if (Send(w, std::move(c))) ++outstanding;
+        send(std::move(c));
       }
       bool room = MarkedHealthy(w);
       {
@@ -107,7 +118,7 @@ void ClusterCoordinator::Loop(Worker& w) {
       PutBack(std::move(c));
       continue;
     }
-    if (Send(w, std::move(c))) ++outstanding;
+    send(std::move(c));
   }
   // Stopping: the calls in flight still end, as they did when each had a
   // thread of its own for the destructor to join.

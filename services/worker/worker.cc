@@ -1,5 +1,7 @@
 #include "services/worker/worker.h"
 
+#include <algorithm>
+
 #include "common/mutex.h"
 #include "services/rpc/rpc.h"
 
@@ -109,7 +111,7 @@ grpc::Status WorkerService::RunClosure(grpc::ServerContext* call, const proto::R
     resp->set_error_message(s.message());
     return grpc::Status::OK;
   };
-  if (!TakeTurn(call, req->max_running(), req->closure_id()))
+  if (!TakeTurn(call, req->max_running(), req->closure_id(), req->queued_behind()))
     return grpc::Status(grpc::StatusCode::CANCELLED, "closure call cancelled");
   struct Turn {
     WorkerService* w;
@@ -145,11 +147,22 @@ grpc::Status WorkerService::RunClosure(grpc::ServerContext* call, const proto::R
   return grpc::Status::OK;
 }
 
-bool WorkerService::TakeTurn(grpc::ServerContext* call, uint32_t max_running, uint64_t closure_id) {
+bool WorkerService::TakeTurn(grpc::ServerContext* call, uint32_t max_running, uint64_t closure_id, uint64_t behind) {
+  // Long next to two calls' arrival gap on one connection, short next to a
+  // closure's deadline: the predecessor was cancelled if it has not come.
+  constexpr auto kPredecessorWait = std::chrono::seconds(2);
+  const auto give_up = std::chrono::steady_clock::now() + kPredecessorWait;
   MutexLock lock(turn_mu_);
   const std::pair<uint64_t, uint64_t> me{closure_id, arrivals_++};
   waiting_.insert(me);
-  while (*waiting_.begin() != me || (max_running != 0 && running_ >= max_running)) {
+  arrived_.push_back(closure_id);
+  if (arrived_.size() > 64) arrived_.pop_front();
+  turn_cv_.NotifyAll();  // a closure sent behind this one may wait for it
+  auto predecessor_missing = [&]() TFJOB_REQUIRES(turn_mu_) {
+    return behind != 0 && std::find(arrived_.begin(), arrived_.end(), behind) == arrived_.end() &&
+           std::chrono::steady_clock::now() < give_up;
+  };
+  while (*waiting_.begin() != me || (max_running != 0 && running_ >= max_running) || predecessor_missing()) {
     // A cancelled call wakes no one here; it is seen within this wait.
     if (call->IsCancelled()) {
       waiting_.erase(me);

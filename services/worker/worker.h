@@ -18,6 +18,7 @@
 // RequestShutdown with completed() false.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -144,13 +145,15 @@ class WorkerService final : public proto::Worker::Service {
   // when it is older than one already seen (0 always passes).
   Status Admit(uint64_t generation, const char* what);
 
-  // Waits until fewer than `max_running` closures run (0: no limit) and no
-  // waiting closure has a smaller id (closures start in the order the chief
-  // scheduled them, whatever order their calls arrive in), then counts this
-  // one as running; false, and nothing counted, when the call is cancelled
-  // first (the chief aborted, or the server is stopping), so a closure
-  // still waiting when its chief gives up never starts.
-  bool TakeTurn(grpc::ServerContext* call, uint32_t max_running, uint64_t closure_id);
+  // Waits until fewer than `max_running` closures run (0: no limit), no
+  // waiting closure has a smaller id, and the closure it was sent behind
+  // (`behind`, 0: none) has arrived or kPredecessorWait has passed: closures
+  // start in the order the chief scheduled them, whatever order their calls
+  // arrive in. Then counts this one as running; false, and nothing counted,
+  // when the call is cancelled first (the chief aborted, or the server is
+  // stopping), so a closure still waiting when its chief gives up never
+  // starts.
+  bool TakeTurn(grpc::ServerContext* call, uint32_t max_running, uint64_t closure_id, uint64_t behind);
   void EndTurn();
 
   const uint64_t incarnation_;
@@ -163,6 +166,8 @@ class WorkerService final : public proto::Worker::Service {
   // Closures waiting for their turn: (closure id, arrival), first in line first.
   std::set<std::pair<uint64_t, uint64_t>> waiting_ TFJOB_GUARDED_BY(turn_mu_);
   uint64_t arrivals_ TFJOB_GUARDED_BY(turn_mu_) = 0;
+  // The ids of the last closures that arrived, for `behind` in TakeTurn.
+  std::deque<uint64_t> arrived_ TFJOB_GUARDED_BY(turn_mu_);
   Mutex shutdown_mu_;
   CondVar shutdown_cv_;
   bool shutdown_ TFJOB_GUARDED_BY(shutdown_mu_) = false;

@@ -254,6 +254,45 @@ TEST_F(CoordinatorTest, ClosuresWaitingOnAWorkerStartInTheirChiefsOrder) {
   EXPECT_EQ(probe_.order, (std::vector<uint64_t>{10, 20, 30}));
 }
 
+// Two calls sent back to back to an idle worker can reach its threads in
+// either order: the second names the first (queued_behind), and does not
+// start until the first has arrived, so the worker takes its batches in the
+// chief's order. A predecessor that never comes (cancelled) holds it only
+// for a bounded wait.
+TEST_F(CoordinatorTest, AClosureSentBehindAnotherWaitsForItToArrive) {
+  StartWorkers(1);
+  probe_.Release();  // nothing holds: the order they start in is the order they end in
+  auto stub = proto::Worker::NewStub(rpc::MakeChannel(addresses_[0]));
+  auto call = [&](uint64_t id, uint64_t behind) {
+    return std::thread([&stub, id, behind] {
+      proto::RunClosureRequest req;
+      req.set_closure_id(id);
+      req.set_function("hold_and_record");
+      req.set_max_running(1);
+      req.set_queued_behind(behind);
+      proto::RunClosureResponse resp;
+      auto ctx = rpc::Context(std::chrono::seconds(60), {});
+      EXPECT_TRUE(stub->RunClosure(ctx.get(), req, &resp).ok());
+      EXPECT_EQ(resp.error_code(), 0) << resp.error_message();
+    });
+  };
+  std::thread second = call(21, 20);
+  ASSERT_TRUE(t::WaitUntil([&] { return WorkerStatus(addresses_[0]).closures_waiting() == 1; }));
+  EXPECT_EQ(probe_.slow_started.load(), 0);
+  std::thread first = call(20, 0);
+  first.join();
+  second.join();
+  {
+    std::lock_guard g(probe_.order_mu);
+    EXPECT_EQ(probe_.order, (std::vector<uint64_t>{20, 21}));
+  }
+  // Behind a closure that never arrives: it still runs, after the wait.
+  std::thread orphan = call(23, 22);
+  orphan.join();
+  std::lock_guard g(probe_.order_mu);
+  EXPECT_EQ(probe_.order, (std::vector<uint64_t>{20, 21, 23}));
+}
+
 // A closure goes ahead to a busy worker only when no worker could start it
 // now: with one of two workers busy, the next goes to the other.
 TEST_F(CoordinatorTest, AClosureGoesToAnIdleWorkerBeforeAheadToABusyOne) {
