@@ -27,9 +27,14 @@ bench_options() {
 }
 
 # need_built FILE...: each exists and is executable, or the script exits 2.
+# The bench_* executables are not in the default build: they are built here,
+# in $build, when missing.
 need_built() {
   local f
   for f; do
+    if [[ ! -x $f && $(basename "$f") == bench_* && -f $build/build.ninja ]]; then
+      cmake --build "$build" --target "$(basename "$f")" >&2 || exit 2
+    fi
     [[ -x $f ]] || { echo "build first: $f is missing (ninja -C $build $(basename "$f"))" >&2; exit 2; }
   done
 }
