@@ -37,15 +37,4 @@ for ((r = 1; r <= rounds; r++)); do
   echo "round $r: tfjob ${ours[-1]} examples/s, pytorch ${theirs[-1]} examples/s"
 done
 
-/usr/bin/python3 - "$title" "$threads" "$epochs" "$tmp/ours.json" "$tmp/torch.json" "${#ours[@]}" "${ours[@]}" "${theirs[@]}" <<'PY'
-import json, statistics, sys
-title, threads, epochs, ours_json, torch_json, n = sys.argv[1:6] + [int(sys.argv[6])]
-vals = [float(v) for v in sys.argv[7:]]
-ours, theirs = statistics.median(vals[:n]), statistics.median(vals[n:])
-peer = json.load(open(torch_json))
-mine = json.load(open(ours_json))
-print(f"{title}, {epochs} epochs of 8000 examples, threads {threads}, median of {n}")
-print(f"  tfjob-runtime fit : {ours:10.0f} examples/s  (eval_accuracy {mine['eval_accuracy']:.4f})")
-print(f"  {peer['peer']:<17} : {theirs:10.0f} examples/s  (eval_accuracy {peer['eval_accuracy']:.4f})")
-print(f"  ratio tfjob/pytorch: {ours / theirs:.2f}")
-PY
+report_vs_torch "$title, $epochs epochs of 8000 examples"

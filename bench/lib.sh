@@ -53,3 +53,22 @@ bench_tmp() {
 
 # eps SUMMARY_JSON: the examples/s a `fit --summary-json` wrote.
 eps() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["examples_per_second"])' "$1"; }
+
+# report_vs_torch TITLE: the medians of the rounds' examples/s in the arrays
+# $ours and $theirs, the last round's eval accuracies ($tmp/ours.json, the
+# runtime's --summary-json, and $tmp/torch.json, the PyTorch peer's line),
+# and their ratio, under TITLE and the thread count ($threads).
+report_vs_torch() {
+  /usr/bin/python3 - "$1" "$threads" "$tmp/ours.json" "$tmp/torch.json" "${#ours[@]}" "${ours[@]}" "${theirs[@]}" <<'PY'
+import json, statistics, sys
+title, threads, ours_json, torch_json, n = sys.argv[1:5] + [int(sys.argv[5])]
+vals = [float(v) for v in sys.argv[6:]]
+ours, theirs = statistics.median(vals[:n]), statistics.median(vals[n:])
+peer = json.load(open(torch_json))
+mine = json.load(open(ours_json))
+print(f"{title}, threads {threads}, median of {n}")
+print(f"  tfjob-runtime fit : {ours:10.0f} examples/s  (eval_accuracy {mine['eval_accuracy']:.4f})")
+print(f"  {peer['peer']:<17} : {theirs:10.0f} examples/s  (eval_accuracy {peer['eval_accuracy']:.4f})")
+print(f"  ratio tfjob/pytorch: {ours / theirs:.2f}")
+PY
+}

@@ -28,7 +28,6 @@ check. Run with Debian's interpreter (/usr/bin/python3), which sees
 python3-torch.
 """
 import argparse
-import gzip
 import json
 import os
 import struct
@@ -39,16 +38,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-
-def load_idx(path, magic):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    got = int.from_bytes(data[0:4], "big")
-    if got != magic:
-        raise SystemExit(f"{path}: bad magic {got:#010x}, expected {magic:#010x}")
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+from mnist_idx import load_idx
 
 
 class ConvBn(torch.nn.Module):

@@ -19,23 +19,13 @@ Run with Debian's interpreter (/usr/bin/python3), which sees python3-torch, or
 with any interpreter whose torch has CUDA for --device cuda.
 """
 import argparse
-import gzip
 import json
 import time
 
 import numpy as np
 import torch
 
-
-def load_idx(path, magic):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    got = int.from_bytes(data[0:4], "big")
-    if got != magic:
-        raise SystemExit(f"{path}: bad magic {got:#010x}, expected {magic:#010x}")
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+from mnist_idx import load_idx
 
 
 def main():

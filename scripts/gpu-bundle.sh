@@ -134,7 +134,7 @@ chmod 755 "$stage/lib/ld-linux-x86-64.so.2"
 # src/ (TFJOB_SOURCE_DIR for the tests, the project root for the benchmark)
 # and shared/ beside it, where SourceDir()/../shared/data/mnist looks.
 cp examples/mnist/*.json "$stage/src/examples/mnist/"
-cp bench/gpu_train.sh bench/torch_mlp.py "$stage/src/bench/"
+cp bench/gpu_train.sh bench/torch_mlp.py bench/mnist_idx.py "$stage/src/bench/"
 for f in "${mnist_files[@]}"; do cp -L "$mnist/$f" "$stage/shared/data/mnist/"; done
 
 # bin/: a wrapper per executable that starts it through the bundled loader

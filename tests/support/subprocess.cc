@@ -122,6 +122,13 @@ std::string MakeTempDir(const std::string& name) {
 
 std::string RuntimeBinary() { return BinDir() + "/tfjob-runtime"; }
 
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void WriteText(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
 nlohmann::json ReadJsonFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) return nlohmann::json(nlohmann::json::value_t::discarded);

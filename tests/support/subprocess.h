@@ -31,6 +31,10 @@ std::string RuntimeBinary();  // BinDir()/tfjob-runtime
 // A JSON file's contents: discarded (is_discarded()) when the file is
 // missing or not JSON, so a test fails at its check, never by a throw.
 nlohmann::json ReadJsonFile(const std::string& path);
+// A file's bytes ("" when it cannot be read), and a file written with
+// `text` (binary: no newline translation).
+std::string ReadText(const std::string& path);
+void WriteText(const std::string& path, const std::string& text);
 // A fresh empty directory under the test temp dir ($TEST_TMPDIR or /tmp),
 // removed with everything in it when the test process exits (kept when
 // TFJOB_KEEP_TEST_TMP=1).

@@ -26,8 +26,8 @@ Everything comes from Python's random module seeded with --seed, so the same
 arguments write the same bytes. Written with Python's standard library and
 Debian's python3-protobuf only (the tf.Example classes are built from a
 descriptor with TensorFlow's field numbers; the TFRecord framing and its
-masked CRC32C are written out here), as
-services/runtime/tests/mnist_to_tfrecord.py.
+masked CRC32C are written out here; services/runtime/tests/mnist_to_tfrecord.py
+and bench/torch_keras.py import them from this file).
 
 usage: make_data.py --out DIR [--seed S] [--train N] [--eval N] [--vocab V]
 writes DIR/train.tfrecord and DIR/eval.tfrecord.

@@ -363,7 +363,9 @@ TEST_P(TfjsGoldenTest, Matches) {
     const json& in = inputs[golden_of[i]];
     const Shape shape = ShapeOf(in.at("shape"));
     const std::string dtype = in.at("dtype").get<std::string>();
-    if (dtype != "int32") ASSERT_EQ(dtype, "float32") << "input " << in.at("name");
+    if (dtype != "int32") {
+      ASSERT_EQ(dtype, "float32") << "input " << in.at("name");
+    }
     // (A StatusOr is never built from an OK Status: status.h asserts it.)
     StatusOr<Tensor> t = dtype == "int32" ? Tensor::FromVector(shape, in.at("values").get<std::vector<int64_t>>())
                                           : Tensor::FromVector(shape, in.at("values").get<std::vector<float>>());

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/subprocess.h"
+#include "services/runtime/tests/bad_input.h"
 
 namespace tfjob {
 namespace {
@@ -18,13 +19,6 @@ namespace t = ::tfjob::testing;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
-
-void ExpectBadInput(const t::RunResult& r, const std::string& want) {
-  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
-  EXPECT_THAT(r.err, StartsWith("tfjob-runtime: error: "));
-  EXPECT_THAT(r.err, HasSubstr(want));
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-}
 
 // A small job that trains in a second: synthetic data, a few steps.
 std::string SmallJob(const std::string& dir) {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/subprocess.h"
+#include "services/runtime/tests/bad_input.h"
 
 namespace tfjob {
 namespace {
@@ -15,6 +16,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 namespace t = ::tfjob::testing;
+using t::ReadText;
 
 std::string Example(const std::string& name) { return t::SourceDir() + "/examples/" + name; }
 
@@ -22,20 +24,7 @@ void WriteFile(const std::string& path, const std::string& content) {
   std::ofstream(path, std::ios::binary) << content;
 }
 
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 nlohmann::json MlpJob() { return nlohmann::json::parse(ReadText(Example("mnist/mlp.json"))); }
-
-// Bad input: exit 2 and exactly one line on stderr containing `want`.
-void ExpectBadInput(const t::RunResult& r, const std::string& want) {
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_THAT(r.err, StartsWith("tfjob-runtime: error: "));
-  EXPECT_THAT(r.err, HasSubstr(want));
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-}
 
 t::RunResult Fit(const std::string& config, const std::vector<std::string>& extra = {}) {
   std::vector<std::string> argv{t::RuntimeBinary(), "fit", "--config", config, "--data-dir", t::MnistDir()};

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/support/fit_output.h"
 #include "tests/support/subprocess.h"
 
 namespace tfjob {
@@ -106,13 +107,29 @@ json CsvJob(const std::string& dir) {
           {"epochs", 6}};
 }
 
-double EvalAccuracy(const std::string& out) {
-  std::smatch m;
-  if (!std::regex_search(out, m,
-                         std::regex(R"(Evaluation\n(?:\[[^\]]*\] )?\d+/\d+ - \S+ - loss: \S+ - accuracy: (\S+))"))) {
-    return -1;
-  }
-  return std::stod(m[1]);
+double EvalAccuracy(const std::string& out) { return t::ParseEvaluation(out).accuracy; }
+
+// A CI log (2 December): worker 1's last line came between the chief's
+// "Evaluation" and its result, and the old pattern, which wanted them
+// adjacent, read no evaluation at all.
+TEST(FitOutputTest, TheEvaluationIsReadPastOtherProcessesLines) {
+  const t::Evaluation e = t::ParseEvaluation(
+      "38/38 - 0s - loss: 0.0495 - accuracy: 0.9933\nEvaluation\n"
+      "[worker:1] fit: worker:1 done at step 228 (generation 1)\n"
+      "[worker:1] 13/13 - 0s - loss: 9.9 - accuracy: 0.1\n"
+      "13/13 - 0s - loss: 0.0412 - accuracy: 0.9975\n");
+  EXPECT_EQ(e.loss, 0.0412);
+  EXPECT_EQ(e.accuracy, 0.9975);
+  // A process behind a prefix (tfjob run): its own line, not another's.
+  const t::Evaluation c = t::ParseEvaluation(
+      "[job-chief-0] Evaluation\n[job-worker-0] 4/4 - 0s - loss: 7 - accuracy: 0.5\n"
+      "[job-chief-0] 40/40 - 0s - loss: 0.3457 - accuracy: 0.8434\n");
+  EXPECT_EQ(c.loss, 0.3457);
+  EXPECT_EQ(c.accuracy, 0.8434);
+  // A loss alone (a regression), and no evaluation at all.
+  EXPECT_EQ(t::ParseEvaluation("Evaluation\n2/2 - 0s - loss: 0.5\n").accuracy, -1);
+  EXPECT_EQ(t::ParseEvaluation("Evaluation\n2/2 - 0s - loss: 0.5\n").loss, 0.5);
+  EXPECT_EQ(t::ParseEvaluation("Epoch 1/1\n2/2 - 0s - loss: 0.5\n").loss, -1);
 }
 
 TEST(NamedInputsTest, CsvColumnsFeedTheInputsOfTheirNamesInEveryStrategy) {

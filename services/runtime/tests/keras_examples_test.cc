@@ -31,6 +31,7 @@
 
 #include "services/data/example.h"
 #include "services/data/tfrecord.h"
+#include "tests/support/fit_output.h"
 #include "tests/support/subprocess.h"
 
 namespace tfjob {
@@ -39,6 +40,8 @@ namespace {
 using ::testing::HasSubstr;
 using json = nlohmann::json;
 namespace t = ::tfjob::testing;
+using t::ReadText;
+using t::WriteText;
 
 // The size of the shared categorical id space: make_data.py's --vocab
 // default and wide_deep.json's Embedding input_dim.
@@ -46,21 +49,12 @@ constexpr int64_t kVocab = 100000;
 
 std::string Source(const std::string& rel) { return t::SourceDir() + "/" + rel; }
 
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-void WriteText(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 json ReadJson(const std::string& path) { return json::parse(ReadText(path)); }
 
 // The chief's (or worker 0's) evaluation from its output: accuracy, loss.
 std::pair<double, double> Evaluation(const std::string& out) {
-  std::smatch m;
-  if (!std::regex_search(out, m,
-                         std::regex(R"(Evaluation\n(?:\[[^\]]*\] )?\d+/\d+ - \S+ - loss: (\S+) - accuracy: (\S+))"))) {
-    return {-1, -1};
-  }
-  return {std::stod(m[2]), std::stod(m[1])};
+  const t::Evaluation e = t::ParseEvaluation(out);
+  return {e.accuracy, e.loss};
 }
 
 // Runs a TFJob manifest from the repository root, as its comments say.

@@ -19,7 +19,9 @@
 #include "services/data/example.h"
 #include "services/data/mnist.h"
 #include "services/data/tfrecord.h"
+#include "tests/support/fit_output.h"
 #include "tests/support/subprocess.h"
+#include "services/runtime/tests/bad_input.h"
 
 namespace tfjob {
 namespace {
@@ -28,14 +30,11 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using json = nlohmann::json;
 namespace t = ::tfjob::testing;
+using t::ReadText;
+using t::WriteText;
 
 std::string Source(const std::string& rel) { return t::SourceDir() + "/" + rel; }
 
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-void WriteText(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 json ReadJson(const std::string& path) { return json::parse(ReadText(path)); }
 std::string WriteJson(const std::string& path, const json& j) {
   WriteText(path, j.dump(1));
@@ -48,30 +47,9 @@ t::RunResult Fit(const std::vector<std::string>& args) {
   return t::Run(argv);
 }
 
-// Bad input: exit 2 and exactly one line on stderr containing `want`.
-void ExpectBadInput(const t::RunResult& r, const std::string& want) {
-  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
-  EXPECT_THAT(r.err, StartsWith("tfjob-runtime: error: "));
-  EXPECT_THAT(r.err, HasSubstr(want));
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-}
-
-// The chief's (or only process') evaluation accuracy from its output.
-double EvalAccuracy(const std::string& out) {
-  std::smatch m;
-  if (!std::regex_search(out, m,
-                         std::regex(R"(Evaluation\n(?:\[[^\]]*\] )?\d+/\d+ - \S+ - loss: \S+ - accuracy: (\S+))"))) {
-    return -1;
-  }
-  return std::stod(m[1]);
-}
-
-// The evaluation loss, the same way.
-double EvalLoss(const std::string& out) {
-  std::smatch m;
-  if (!std::regex_search(out, m, std::regex(R"(Evaluation\n(?:\[[^\]]*\] )?\d+/\d+ - \S+ - loss: (\S+))"))) return -1;
-  return std::stod(m[1]);
-}
+// The chief's (or only process') evaluation from its output.
+double EvalAccuracy(const std::string& out) { return t::ParseEvaluation(out).accuracy; }
+double EvalLoss(const std::string& out) { return t::ParseEvaluation(out).loss; }
 
 // Runs a TFJob manifest from the repository root, as its comments say.
 t::RunResult RunManifest(const std::string& manifest, const std::string& state) {

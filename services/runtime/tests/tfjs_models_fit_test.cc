@@ -30,6 +30,7 @@
 
 #include "services/data/example.h"
 #include "services/data/tfrecord.h"
+#include "tests/support/fit_output.h"
 #include "tests/support/subprocess.h"
 
 namespace tfjob {
@@ -310,11 +311,8 @@ json Job(const std::vector<Input>& inputs, const ModelCase& m) {
 
 // The evaluation loss the (chief's) output reports; NaN when there is none.
 double EvalLoss(const std::string& out) {
-  std::smatch m;
-  if (!std::regex_search(out, m, std::regex(R"(Evaluation\n(?:\[[^\]]*\] )?\d+/\d+ - \S+ - loss: (\S+))"))) {
-    return std::nan("");
-  }
-  return std::stod(m[1]);
+  const t::Evaluation e = t::ParseEvaluation(out);
+  return e.loss < 0 ? std::nan("") : e.loss;
 }
 
 // Names instead of bytes in gtest's messages.

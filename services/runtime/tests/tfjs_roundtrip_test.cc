@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/subprocess.h"
+#include "services/runtime/tests/bad_input.h"
 
 namespace tfjob {
 namespace {
@@ -30,13 +31,10 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using json = nlohmann::json;
 namespace t = ::tfjob::testing;
+using t::ReadText;
 
 std::string Source(const std::string& rel) { return t::SourceDir() + "/" + rel; }
 
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 std::string WriteJson(const std::string& path, const json& j) {
   std::ofstream(path, std::ios::binary) << j.dump(1);
   return path;
@@ -46,14 +44,6 @@ t::RunResult Fit(const std::vector<std::string>& args) {
   std::vector<std::string> argv{t::RuntimeBinary(), "fit", "--data-dir", t::MnistDir()};
   argv.insert(argv.end(), args.begin(), args.end());
   return t::Run(argv);
-}
-
-// Bad input: exit 2 and exactly one line on stderr containing `want`.
-void ExpectBadInput(const t::RunResult& r, const std::string& want) {
-  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
-  EXPECT_THAT(r.err, StartsWith("tfjob-runtime: error: "));
-  EXPECT_THAT(r.err, HasSubstr(want));
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
 }
 
 // node, or "" with the reason in `why`.
