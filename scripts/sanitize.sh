@@ -45,7 +45,14 @@ run_tests() {
   local dir=$1
   shift
   cmake --build "$dir" --target "$@"
-  (cd "$dir" && ctest --output-on-failure --timeout 900 -j "$(nproc)" -E '_NOT_BUILT$' -LE 'envtest|slurm')
+  # A test run whole (tfjob_add_test WHOLE, label whole) is named after its
+  # executable and has no _NOT_BUILT placeholder: skipped here by name when
+  # this build did not make it.
+  local skip='_NOT_BUILT$' t
+  for t in $(cd "$dir" && ctest -N -L whole | sed -n 's/^ *Test *#[0-9]*: *//p'); do
+    [[ -x $dir/tests/$t ]] || skip+="|^$t\$"
+  done
+  (cd "$dir" && ctest --output-on-failure --timeout 900 -j "$(nproc)" -E "$skip" -LE 'envtest|slurm')
 }
 
 if [[ $WHAT == asan || $WHAT == all ]]; then
