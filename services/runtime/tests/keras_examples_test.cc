@@ -53,12 +53,6 @@ std::string Source(const std::string& rel) { return t::SourceDir() + "/" + rel; 
 
 json ReadJson(const std::string& path) { return json::parse(ReadText(path)); }
 
-// The chief's (or worker 0's) evaluation from its output: accuracy, loss.
-std::pair<double, double> Evaluation(const std::string& out) {
-  const t::Evaluation e = t::ParseEvaluation(out);
-  return {e.accuracy, e.loss};
-}
-
 // Runs a TFJob manifest from the repository root, as its comments say.
 t::RunResult RunManifest(const std::string& manifest, const std::string& state) {
   return t::Run({"bash", "-c", "cd \"$0\" && exec \"$1\" run \"$2\" --state-dir \"$3\"", t::SourceDir(),
@@ -171,7 +165,7 @@ TEST(KerasExamplesTest, ResidualCnnFromItsManifest) {
   const auto start = std::chrono::steady_clock::now();
   auto r = RunManifest("examples/keras/tfjob-residual-cnn.yaml", t::MakeTempDir("residual-cnn"));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  const auto [accuracy, loss] = Evaluation(r.out);
+  const auto [loss, accuracy] = t::ParseEvaluation(r.out);
   std::cout << "residual_cnn: eval accuracy " << accuracy << ", loss " << loss << ", "
             << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s\n";
   EXPECT_GE(accuracy, 0.985) << r.out;
@@ -205,7 +199,7 @@ TEST(KerasExamplesTest, WideDeepOverParameterServersFromItsManifest) {
   const auto start = std::chrono::steady_clock::now();
   auto r = RunManifest(dir + "/tfjob-wide-deep-ps.yaml", dir + "/state");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  const auto [accuracy, loss] = Evaluation(r.out);
+  const auto [loss, accuracy] = t::ParseEvaluation(r.out);
   std::cout << "wide_deep: eval accuracy " << accuracy << " (majority class " << majority << "), loss " << loss << ", "
             << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s\n";
   EXPECT_GE(accuracy, 0.78) << r.out;
