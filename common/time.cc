@@ -100,4 +100,11 @@ std::optional<SystemTime> ParseRfc3339(std::string_view s) {
   return std::nullopt;
 }
 
+std::string FormatSeconds(std::chrono::milliseconds ms) {
+  std::string s = std::to_string(static_cast<double>(ms.count()) / 1000.0);
+  while (s.size() > 1 && s.back() == '0') s.pop_back();
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s;
+}
+
 }  // namespace tfjob

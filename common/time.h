@@ -26,4 +26,8 @@ std::string FormatRfc3339Micro(SystemTime t);
 // else, including out-of-range fields, is nullopt.
 std::optional<SystemTime> ParseRfc3339(std::string_view s);
 
+// A duration for messages, in seconds without trailing zeros: 2500 ms is
+// "2.5", 3000 ms "3".
+std::string FormatSeconds(std::chrono::milliseconds ms);
+
 }  // namespace tfjob

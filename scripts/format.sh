@@ -9,10 +9,10 @@ cd "$(dirname "$0")/.."
 command -v clang-format > /dev/null || { echo "format: clang-format not found (Debian's clang-format; scripts/setup.sh installs it)" >&2; exit 2; }
 mapfile -t files < <(git ls-files '*.cc' '*.h' '*.cu')
 if [[ ${1:-} == --check ]]; then
-  bad=()
-  for f in "${files[@]}"; do
-    clang-format --dry-run --Werror "$f" > /dev/null 2>&1 || bad+=("$f")
-  done
+  # One clang-format per file, a file per core at a time; each prints the
+  # name of a file it would change.
+  mapfile -t bad < <(printf '%s\0' "${files[@]}" |
+    xargs -0 -P "$(nproc)" -I{} sh -c 'clang-format --dry-run --Werror "$1" > /dev/null 2>&1 || echo "$1"' _ {} | sort)
   if ((${#bad[@]})); then
     echo "format: ${#bad[@]} of ${#files[@]} files are not formatted (bash scripts/format.sh fixes them):" >&2
     printf '  %s\n' "${bad[@]}" >&2

@@ -35,18 +35,33 @@ if clang++ "${flags[@]}" -I. "$probe" 2> /dev/null; then
 fi
 
 # One line per translation unit: the file, then its arguments (GCC-only
-# flags and the precompiled header left out), NUL-separated for xargs.
+# flags and the precompiled header left out), NUL-separated for xargs. A
+# unity build's batch (CMakeFiles/<target>.dir/Unity/unity_N_cxx.cxx, which
+# #includes the target's sources) is parsed whole when every source in it is
+# production code, which is how a library's batches are; a batch of test
+# sources is skipped, and production sources in a mixed batch are parsed
+# one by one with the batch's arguments.
 python3 - "$db" "$PWD" > "$build/thread-safety.args" <<'EOF'
-import json, shlex, sys, os
+import json, re, shlex, sys, os
 db, root = sys.argv[1], sys.argv[2]
 skip_parts = ("/tests/", "/bench/", "/fuzz/", "/examples/")
 drop = {"-Winvalid-pch", "-Wno-maybe-uninitialized", "-fno-fat-lto-objects"}
+def production(f):
+    if not f.startswith(root + "/") or not f.endswith(".cc"):
+        return False
+    rel = f[len(root):]
+    return not (any(p in rel for p in skip_parts) or rel.startswith("/build") or rel.startswith("/tests/"))
 for e in json.load(open(db)):
     f = os.path.realpath(os.path.join(e["directory"], e["file"]))
-    if not f.startswith(root + "/") or not f.endswith(".cc"):
-        continue
-    rel = f[len(root):]
-    if any(p in rel for p in skip_parts) or rel.startswith("/build") or rel.startswith("/tests/"):
+    if "/Unity/unity_" in f:
+        included = [os.path.realpath(m) for m in re.findall(r'^#include "([^"]+)"', open(f).read(), re.M)]
+        mine = [s for s in included if production(s)]
+        if not mine:
+            continue
+        files = [f] if len(mine) == len(included) else mine
+    elif production(f):
+        files = [f]
+    else:
         continue
     args = e.get("arguments") or shlex.split(e["command"])
     out, i = [], 1
@@ -59,11 +74,12 @@ for e in json.load(open(db)):
         if a in ("-c", "-MD") or a in drop or a.startswith("-march") or a == f or a == e["file"]:
             i += 1; continue
         out.append(a); i += 1
-    sys.stdout.write("\0".join([f] + out) + "\n")
+    for one in files:
+        sys.stdout.write("\0".join([one] + out) + "\n")
 EOF
 
 count=$(wc -l < "$build/thread-safety.args")
-echo "thread-safety: clang++ -Wthread-safety over $count production sources"
+echo "thread-safety: clang++ -Wthread-safety over $count translation units of production sources"
 fail=0
 # Two parsers at a time: clang's front end on these sources takes about a
 # gigabyte each.

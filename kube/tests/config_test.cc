@@ -8,11 +8,13 @@
 #include <gtest/gtest.h>
 
 #include "kube/client.h"
+#include "tests/support/subprocess.h"
 
 namespace tfjob::kube {
 namespace {
 
 using ::testing::HasSubstr;
+namespace t = ::tfjob::testing;
 
 std::string Dir(const std::string& name) {
   auto d = std::filesystem::path(::testing::TempDir()) / ("kubeconfig-" + name + "-" + std::to_string(::getpid()));
@@ -29,12 +31,10 @@ std::string Dir(const std::string& name) {
   return d.string();
 }
 
-void Write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
-
 TEST(KubeconfigTest, TokenAndInlineCaFromTheCurrentContext) {
   const std::string d = Dir("token");
   // "-----BEGIN CERTIFICATE-----\n" in base64, standing in for a CA bundle.
-  Write(d + "/config", R"(apiVersion: v1
+  t::WriteText(d + "/config", R"(apiVersion: v1
 kind: Config
 current-context: dev
 clusters:
@@ -55,7 +55,7 @@ users:
 - name: u2
   user: {tokenFile: token.txt}
 )");
-  Write(d + "/token.txt", "from-file\n");
+  t::WriteText(d + "/token.txt", "from-file\n");
   auto c = LoadKubeconfig(d + "/config");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->server, "https://10.0.0.1:6443");
@@ -72,13 +72,13 @@ users:
 
 TEST(KubeconfigTest, ClientCertificateFiles) {
   const std::string d = Dir("certs");
-  Write(d + "/cert.pem", "CERT");
-  Write(d + "/key.pem", "KEY");
-  Write(d + "/config",
-        "current-context: x\nclusters: [{name: c, cluster: {server: 'https://h:1'}}]\n"
-        "contexts: [{name: x, context: {cluster: c, user: u}}]\n"
-        "users: [{name: u, user: {client-certificate: cert.pem, client-key: " +
-            d + "/key.pem}}]\n");
+  t::WriteText(d + "/cert.pem", "CERT");
+  t::WriteText(d + "/key.pem", "KEY");
+  t::WriteText(d + "/config",
+               "current-context: x\nclusters: [{name: c, cluster: {server: 'https://h:1'}}]\n"
+               "contexts: [{name: x, context: {cluster: c, user: u}}]\n"
+               "users: [{name: u, user: {client-certificate: cert.pem, client-key: " +
+                   d + "/key.pem}}]\n");
   auto c = LoadKubeconfig(d + "/config");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->client_cert_pem, "CERT");
@@ -88,15 +88,15 @@ TEST(KubeconfigTest, ClientCertificateFiles) {
 TEST(KubeconfigTest, ErrorsNameTheFileAndField) {
   const std::string d = Dir("bad");
   EXPECT_EQ(LoadKubeconfig(d + "/missing").status().code(), Code::kNotFound);
-  Write(d + "/garbage", "clusters: [unclosed");
+  t::WriteText(d + "/garbage", "clusters: [unclosed");
   EXPECT_THAT(LoadKubeconfig(d + "/garbage").status().message(), HasSubstr("malformed YAML"));
-  Write(d + "/noctx", "clusters: []\n");
+  t::WriteText(d + "/noctx", "clusters: []\n");
   EXPECT_THAT(LoadKubeconfig(d + "/noctx").status().message(), HasSubstr("current-context"));
-  Write(d + "/wrong", "current-context: x\ncontexts: [{name: x, context: {cluster: nope, user: u}}]\n");
+  t::WriteText(d + "/wrong", "current-context: x\ncontexts: [{name: x, context: {cluster: nope, user: u}}]\n");
   auto s = LoadKubeconfig(d + "/wrong").status();
   EXPECT_EQ(s.code(), Code::kNotFound);
   EXPECT_THAT(s.message(), HasSubstr("no cluster named \"nope\""));
-  Write(
+  t::WriteText(
       d + "/nofile",
       "current-context: x\nclusters: [{name: c, cluster: {server: 'https://h:1', certificate-authority: /no/ca.pem}}]\n"
       "contexts: [{name: x, context: {cluster: c, user: u}}]\n");
@@ -105,12 +105,12 @@ TEST(KubeconfigTest, ErrorsNameTheFileAndField) {
 
 TEST(KubeconfigTest, ExecPluginsAndWhereCredentialsComeFrom) {
   const std::string d = Dir("exec");
-  Write(d + "/ca.pem", "CA");
-  Write(d + "/token", "tok\n");
+  t::WriteText(d + "/ca.pem", "CA");
+  t::WriteText(d + "/token", "tok\n");
   const std::string head =
       "current-context: x\nclusters: [{name: c, cluster: {server: 'https://h:1', certificate-authority: ca.pem}}]\n"
       "contexts: [{name: x, context: {cluster: c, user: u}}]\n";
-  Write(d + "/config", head + R"(users:
+  t::WriteText(d + "/config", head + R"(users:
 - name: u
   user:
     exec:
@@ -136,17 +136,17 @@ TEST(KubeconfigTest, ExecPluginsAndWhereCredentialsComeFrom) {
   EXPECT_TRUE(c->token.empty());
 
   // A bare command name is left to PATH; v1beta1 is accepted.
-  Write(d + "/bare", head +
-                         "users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1beta1, "
-                         "command: aws, args: [eks, get-token]}}}]\n");
+  t::WriteText(d + "/bare", head +
+                                "users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1beta1, "
+                                "command: aws, args: [eks, get-token]}}}]\n");
   c = LoadKubeconfig(d + "/bare");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->exec->command, "aws");
 
   // A token file is kept as the source, for re-reads.
-  Write(d + "/tokenfile", head +
-                              "users: [{name: u, user: {tokenFile: token, client-certificate-data: Q0VSVA==, "
-                              "client-key-data: S0VZ}}]\n");
+  t::WriteText(d + "/tokenfile", head +
+                                     "users: [{name: u, user: {tokenFile: token, client-certificate-data: Q0VSVA==, "
+                                     "client-key-data: S0VZ}}]\n");
   c = LoadKubeconfig(d + "/tokenfile");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->token_file, d + "/token");
@@ -162,7 +162,7 @@ TEST(KubeconfigTest, UnusableUsersAreErrorsNamingTheField) {
       "current-context: x\nclusters: [{name: c, cluster: {server: 'https://h:1'}}]\n"
       "contexts: [{name: x, context: {cluster: c, user: u}}]\n";
   auto error = [&](const std::string& user) {
-    Write(d + "/config", head + "users: [{name: u, user: " + user + "}]\n");
+    t::WriteText(d + "/config", head + "users: [{name: u, user: " + user + "}]\n");
     return LoadKubeconfig(d + "/config").status();
   };
   EXPECT_THAT(error("{exec: {command: x}}").message(), HasSubstr("users[u].user.exec.apiVersion: missing"));
@@ -191,9 +191,9 @@ TEST(Base64Test, RoundTrip) {
 
 TEST(InClusterTest, ServiceAccountFilesAndEnvironment) {
   const std::string d = Dir("sa");
-  Write(d + "/token", "sa-token\n");
-  Write(d + "/ca.crt", "CA");
-  Write(d + "/namespace", "kubeflow");
+  t::WriteText(d + "/token", "sa-token\n");
+  t::WriteText(d + "/ca.crt", "CA");
+  t::WriteText(d + "/namespace", "kubeflow");
   auto env = [](const std::string& k) -> std::optional<std::string> {
     if (k == "KUBERNETES_SERVICE_HOST") return "10.96.0.1";
     if (k == "KUBERNETES_SERVICE_PORT") return "443";

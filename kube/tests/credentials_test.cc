@@ -32,13 +32,8 @@ using namespace std::chrono_literals;
 namespace t = ::tfjob::testing;
 using SysTime = std::chrono::system_clock::time_point;
 
-void Write(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-}
-
 void WriteExecutable(const std::string& path, const std::string& text) {
-  Write(path, text);
+  t::WriteText(path, text);
   ASSERT_EQ(chmod(path.c_str(), 0755), 0);
 }
 
@@ -102,7 +97,7 @@ class CredentialsTest : public ::testing::Test {
     return client.ok() ? std::move(client).value() : nullptr;
   }
   std::unique_ptr<RestClient> ClientFor(const std::string& kubeconfig_yaml) {
-    Write(dir_ + "/kubeconfig", kubeconfig_yaml);
+    t::WriteText(dir_ + "/kubeconfig", kubeconfig_yaml);
     auto c = LoadKubeconfig(dir_ + "/kubeconfig");
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? ClientFor(*c) : nullptr;
@@ -143,9 +138,9 @@ TEST_F(CredentialsTest, InClusterTokenIsReReadWhenTheKubeletRotatesIt) {
   StartServer(o);
   const std::string sa = dir_ + "/sa";
   std::filesystem::create_directories(sa + "/..2030_01");
-  Write(sa + "/..2030_01/token", "token-one\n");
-  Write(sa + "/..2030_01/ca.crt", pki->ca_pem());
-  Write(sa + "/..2030_01/namespace", "default");
+  t::WriteText(sa + "/..2030_01/token", "token-one\n");
+  t::WriteText(sa + "/..2030_01/ca.crt", pki->ca_pem());
+  t::WriteText(sa + "/..2030_01/namespace", "default");
   std::filesystem::create_directory_symlink("..2030_01", sa + "/..data");
   for (const char* f : {"token", "ca.crt", "namespace"}) {
     std::filesystem::create_symlink(std::string("..data/") + f, sa + "/" + f);
@@ -167,7 +162,7 @@ TEST_F(CredentialsTest, InClusterTokenIsReReadWhenTheKubeletRotatesIt) {
 
   // The kubelet writes a new directory and swaps the symlink atomically.
   std::filesystem::create_directories(sa + "/..2030_02");
-  Write(sa + "/..2030_02/token", "token-two-rotated\n");
+  t::WriteText(sa + "/..2030_02/token", "token-two-rotated\n");
   std::filesystem::create_directory_symlink("..2030_02", sa + "/..data_tmp");
   std::filesystem::rename(sa + "/..data_tmp", sa + "/..data");
   server_->SetBearerTokens({"token-two-rotated"});
@@ -181,7 +176,7 @@ void RewriteUnnoticeably(const std::string& path, const std::string& text) {
   struct stat before {};
   ASSERT_EQ(stat(path.c_str(), &before), 0);
   ASSERT_EQ(static_cast<size_t>(before.st_size), text.size());
-  Write(path, text);
+  t::WriteText(path, text);
   const timespec times[2] = {before.st_atim, before.st_mtim};
   ASSERT_EQ(utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
 }
@@ -190,7 +185,7 @@ TEST_F(CredentialsTest, TokenFileIsReReadAtLeastEveryMinute) {
   t::ApiServerDouble::Options o;
   StartServer(o);
   server_->SetBearerTokens({"token-a1", "token-a2"});
-  Write(dir_ + "/token", "token-a1");
+  t::WriteText(dir_ + "/token", "token-a1");
   auto client = ClientFor(Kubeconfig(server_->url(), "", "tokenFile: token"));
   ASSERT_TRUE(client);
   ASSERT_TRUE(ListPods(*client).ok());
@@ -203,7 +198,7 @@ TEST_F(CredentialsTest, TokenFileIsReReadAtLeastEveryMinute) {
   ASSERT_TRUE(ListPods(*client).ok());
   EXPECT_EQ(Seen(), (Seen_t{{200, "token-a2"}}));
   // A visible change (another size) is read at once.
-  Write(dir_ + "/token", "token-a3-longer");
+  t::WriteText(dir_ + "/token", "token-a3-longer");
   server_->SetBearerTokens({"token-a3-longer"});
   ASSERT_TRUE(ListPods(*client).ok());
   EXPECT_EQ(Seen(), (Seen_t{{200, "token-a3-longer"}}));
@@ -219,7 +214,7 @@ TEST_F(CredentialsTest, TokenFileIsReReadAtLeastEveryMinute) {
 TEST_F(CredentialsTest, A401ReReadsTheTokenFileAndRetriesOnce) {
   StartServer();
   server_->SetBearerTokens({"token-b1"});
-  Write(dir_ + "/token", "token-b1");
+  t::WriteText(dir_ + "/token", "token-b1");
   auto client = ClientFor(Kubeconfig(server_->url(), "", "tokenFile: token"));
   ASSERT_TRUE(client);
   ASSERT_TRUE(ListPods(*client).ok());
@@ -254,7 +249,7 @@ TEST_F(CredentialsTest, ExecPluginTokenIsRenewedBeforeItExpires) {
   StartServer();
   server_->SetBearerTokens({"exec-token-1"});
   WriteExecutable(dir_ + "/plugin.sh", kTokenPlugin);
-  Write(dir_ + "/expiry", "2030-01-01T00:10:00Z");  // ten minutes: renewed a minute early
+  t::WriteText(dir_ + "/expiry", "2030-01-01T00:10:00Z");  // ten minutes: renewed a minute early
   // A command with a '/' is relative to the kubeconfig's directory.
   auto client = ClientFor(Kubeconfig(
       server_->url(), "", ExecUser("./plugin.sh", dir_, "  provideClusterInfo: true\n  interactiveMode: Never\n")));
@@ -273,7 +268,7 @@ TEST_F(CredentialsTest, ExecPluginTokenIsRenewedBeforeItExpires) {
   ASSERT_TRUE(ListPods(*client).ok());
   EXPECT_EQ(client->credentials().exec_runs(), 1);  // still well within its lifetime
 
-  Write(dir_ + "/expiry", "2030-01-01T00:20:00Z");
+  t::WriteText(dir_ + "/expiry", "2030-01-01T00:20:00Z");
   server_->SetBearerTokens({"exec-token-2"});
   clock_.Set("2030-01-01T00:09:00Z");  // expiry minus a tenth of the lifetime (60 s)
   ASSERT_TRUE(ListPods(*client).ok());
@@ -380,9 +375,9 @@ class TlsTest : public CredentialsTest {
     o.tls_ca_pem = pki_.ca_pem();
     o.client_ca_pem = pki_.ca_pem();
     StartServer(o);
-    Write(dir_ + "/ca.crt", pki_.ca_pem());
-    Write(dir_ + "/client.crt", client_.cert_pem);
-    Write(dir_ + "/client.key", client_.key_pem);
+    t::WriteText(dir_ + "/ca.crt", pki_.ca_pem());
+    t::WriteText(dir_ + "/client.crt", client_.cert_pem);
+    t::WriteText(dir_ + "/client.key", client_.key_pem);
   }
   std::vector<std::string> ClientNames() {
     std::vector<std::string> out;
@@ -421,7 +416,7 @@ TEST_F(TlsTest, ClientCertificateAndCaFromInlineData) {
 TEST_F(TlsTest, AnUntrustedServerIsAClearError) {
   auto other = t::TestPki::Create("another CA");
   ASSERT_TRUE(other.ok());
-  Write(dir_ + "/other-ca.crt", other->ca_pem());
+  t::WriteText(dir_ + "/other-ca.crt", other->ca_pem());
   auto client = ClientFor(Kubeconfig(server_->url(), "certificate-authority: other-ca.crt",
                                      "client-certificate: client.crt\nclient-key: client.key"));
   ASSERT_TRUE(client);
@@ -435,19 +430,19 @@ TEST_F(TlsTest, AnUntrustedServerIsAClearError) {
 // and OpenSSL's reason.
 TEST_F(TlsTest, BadTlsFilesAreReportedWithTheFileAndReason) {
   auto create = [&](const std::string& cluster_extra, const std::string& user) {
-    Write(dir_ + "/kubeconfig", Kubeconfig(server_->url(), cluster_extra, user));
+    t::WriteText(dir_ + "/kubeconfig", Kubeconfig(server_->url(), cluster_extra, user));
     auto c = LoadKubeconfig(dir_ + "/kubeconfig");
     if (!c.ok()) return c.status();
     return RestClient::Create(*c).status();
   };
-  Write(dir_ + "/garbage.crt", "this is not a certificate\n");
+  t::WriteText(dir_ + "/garbage.crt", "this is not a certificate\n");
   Status s = create("certificate-authority: garbage.crt", "");
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("certificate authority " + dir_ + "/garbage.crt: no PEM certificate"));
 
   std::string broken = pki_.ca_pem();
   broken.replace(broken.find('\n') + 5, 20, "!!!!!!!!!!!!!!!!!!!!");
-  Write(dir_ + "/broken.crt", broken);
+  t::WriteText(dir_ + "/broken.crt", broken);
   s = create("certificate-authority: broken.crt", "");
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("certificate authority " + dir_ + "/broken.crt: "));
@@ -462,7 +457,7 @@ TEST_F(TlsTest, BadTlsFilesAreReportedWithTheFileAndReason) {
 
   auto other = pki_.Client("someone-else");
   ASSERT_TRUE(other.ok());
-  Write(dir_ + "/other.key", other->key_pem);
+  t::WriteText(dir_ + "/other.key", other->key_pem);
   s = create("certificate-authority: ca.crt",
              "client-certificate-data: " + Base64Encode(client_.cert_pem) + "\nclient-key: other.key");
   EXPECT_THAT(s.message(), HasSubstr("client key " + dir_ + "/other.key does not match client certificate " + dir_ +
@@ -490,25 +485,25 @@ TEST_F(TlsTest, ExecPluginClientCertificate) {
          {{"clientCertificateData", kp.cert_pem}, {"clientKeyData", kp.key_pem}, {"expirationTimestamp", expiry}}}}
         .dump();
   };
-  Write(dir_ + "/credential.json", credential(*first, "2030-01-01T01:00:00Z"));
+  t::WriteText(dir_ + "/credential.json", credential(*first, "2030-01-01T01:00:00Z"));
   WriteExecutable(dir_ + "/plugin.sh", "#!/bin/sh\ncat \"$STATE/credential.json\"\n");
   auto client = ClientFor(Kubeconfig(server_->url(), "certificate-authority: ca.crt", ExecUser("./plugin.sh", dir_)));
   ASSERT_TRUE(client);
   Status s = ListPods(*client);
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(ClientNames(), std::vector<std::string>{"200 exec-user-1"});
-  Write(dir_ + "/credential.json", credential(*second, "2030-01-01T02:00:00Z"));
+  t::WriteText(dir_ + "/credential.json", credential(*second, "2030-01-01T02:00:00Z"));
   clock_.Set("2030-01-01T00:59:30Z");
   s = ListPods(*client);
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(ClientNames(), std::vector<std::string>{"200 exec-user-2"});
   EXPECT_EQ(client->credentials().exec_runs(), 2);
   // A plugin certificate whose key does not match is refused before use.
-  Write(dir_ + "/credential.json",
-        json{{"apiVersion", "client.authentication.k8s.io/v1"},
-             {"kind", "ExecCredential"},
-             {"status", {{"clientCertificateData", first->cert_pem}, {"clientKeyData", second->key_pem}}}}
-            .dump());
+  t::WriteText(dir_ + "/credential.json",
+               json{{"apiVersion", "client.authentication.k8s.io/v1"},
+                    {"kind", "ExecCredential"},
+                    {"status", {{"clientCertificateData", first->cert_pem}, {"clientKeyData", second->key_pem}}}}
+                   .dump());
   client->credentials().Invalidate();
   s = ListPods(*client);
   EXPECT_EQ(s.code(), Code::kInvalidArgument) << s;

@@ -17,12 +17,12 @@ constexpr int64_t kMaxHosts = 1'000'000;
 constexpr int64_t kMaxTasks = 1'000'000;
 constexpr int64_t kMaxGpusPerNode = 4096;
 
-std::string Quote(std::string_view s) {
+std::string QuoteJson(std::string_view s) {
   return nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // At most 18 digits, so every value fits in int64 with room for ranges.
-std::optional<int64_t> ParseCount(std::string_view s) {
+std::optional<int64_t> ParseSlurmCount(std::string_view s) {
   if (s.empty() || s.size() > 18) return std::nullopt;
   if (!std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) return std::nullopt;
   int64_t v = 0;
@@ -46,17 +46,17 @@ std::vector<std::string_view> Split(std::string_view s, char sep) {
 // is padded to the width of its lower bound, as TF and Slurm do.
 Status ExpandRanges(std::string_view body, const std::string& text, int64_t budget, std::vector<std::string>& out) {
   auto bad = [&](const std::string& reason) {
-    return InvalidArgument("invalid hostlist " + Quote(text) + ": " + reason);
+    return InvalidArgument("invalid hostlist " + QuoteJson(text) + ": " + reason);
   };
   if (body.empty()) return bad("empty brackets");
   for (std::string_view item : Split(body, ',')) {
     size_t dash = item.find('-');
     std::string_view lo_text = item.substr(0, dash);
     std::string_view hi_text = dash == std::string_view::npos ? lo_text : item.substr(dash + 1);
-    std::optional<int64_t> lo = ParseCount(lo_text);
-    std::optional<int64_t> hi = ParseCount(hi_text);
-    if (!lo || !hi) return bad("range " + Quote(item) + " is not N or N-M");
-    if (*hi < *lo) return bad("range " + Quote(item) + " is descending");
+    std::optional<int64_t> lo = ParseSlurmCount(lo_text);
+    std::optional<int64_t> hi = ParseSlurmCount(hi_text);
+    if (!lo || !hi) return bad("range " + QuoteJson(item) + " is not N or N-M");
+    if (*hi < *lo) return bad("range " + QuoteJson(item) + " is descending");
     if (*hi - *lo + 1 > budget - static_cast<int64_t>(out.size())) {
       return bad("expands to more than " + std::to_string(kMaxHosts) + " hosts");
     }
@@ -92,8 +92,8 @@ StatusOr<Var> GetVar(const Env& env, const std::string& primary, const std::stri
 }
 
 StatusOr<int64_t> ParseVarCount(const Var& var) {
-  std::optional<int64_t> v = ParseCount(var.value);
-  if (!v) return InvalidArgument("Slurm: " + var.name + " " + Quote(var.value) + " is not a non-negative integer");
+  std::optional<int64_t> v = ParseSlurmCount(var.value);
+  if (!v) return InvalidArgument("Slurm: " + var.name + " " + QuoteJson(var.value) + " is not a non-negative integer");
   return *v;
 }
 
@@ -115,7 +115,7 @@ Status ValidateOptions(const SlurmOptions& o) {
   for (const auto& [name, count] : o.jobs) {
     if (Status s = ValidateJobName(name); !s.ok()) return InvalidArgument("Slurm: " + s.message());
     if (count < 0 || count > kMaxTasks) {
-      return InvalidArgument("Slurm: job " + Quote(name) + " has task count " + std::to_string(count) +
+      return InvalidArgument("Slurm: job " + QuoteJson(name) + " has task count " + std::to_string(count) +
                              ", expected 0 to " + std::to_string(kMaxTasks));
     }
   }
@@ -126,7 +126,7 @@ StatusOr<std::vector<std::string>> VisibleDevices(const std::string& value) {
   std::vector<std::string> devices;
   if (value.empty()) return devices;
   for (std::string_view d : Split(value, ',')) {
-    if (d.empty()) return InvalidArgument("Slurm: CUDA_VISIBLE_DEVICES " + Quote(value) + " has an empty entry");
+    if (d.empty()) return InvalidArgument("Slurm: CUDA_VISIBLE_DEVICES " + QuoteJson(value) + " has an empty entry");
     devices.emplace_back(d);
   }
   return devices;
@@ -136,7 +136,7 @@ StatusOr<std::vector<std::string>> VisibleDevices(const std::string& value) {
 
 StatusOr<std::vector<std::string>> ExpandHostlist(const std::string& text) {
   auto bad = [&](const std::string& reason) {
-    return InvalidArgument("invalid hostlist " + Quote(text) + ": " + reason);
+    return InvalidArgument("invalid hostlist " + QuoteJson(text) + ": " + reason);
   };
   if (text.empty()) return bad("it is empty");
 
@@ -197,24 +197,24 @@ StatusOr<std::vector<std::string>> ExpandHostlist(const std::string& text) {
 
 StatusOr<std::vector<int64_t>> ExpandTasksPerNode(const std::string& text) {
   auto bad = [&](const std::string& reason) {
-    return InvalidArgument("invalid tasks-per-node list " + Quote(text) + ": " + reason);
+    return InvalidArgument("invalid tasks-per-node list " + QuoteJson(text) + ": " + reason);
   };
   if (text.empty()) return bad("it is empty");
   std::vector<int64_t> counts;
   for (std::string_view part : Split(text, ',')) {
     if (part.empty()) return bad("empty entry");
     size_t paren = part.find('(');
-    std::optional<int64_t> tasks = ParseCount(part.substr(0, paren));
+    std::optional<int64_t> tasks = ParseSlurmCount(part.substr(0, paren));
     std::optional<int64_t> repeat = 1;
     if (paren != std::string_view::npos) {
       std::string_view suffix = part.substr(paren);
       bool shaped = suffix.size() > 3 && suffix.substr(0, 2) == "(x" && suffix.back() == ')';
-      repeat = shaped ? ParseCount(suffix.substr(2, suffix.size() - 3)) : std::nullopt;
+      repeat = shaped ? ParseSlurmCount(suffix.substr(2, suffix.size() - 3)) : std::nullopt;
     }
-    if (!tasks || !repeat) return bad("entry " + Quote(part) + " is not N or N(xM)");
+    if (!tasks || !repeat) return bad("entry " + QuoteJson(part) + " is not N or N(xM)");
     if (*tasks > kMaxTasks)
-      return bad("entry " + Quote(part) + " has more than " + std::to_string(kMaxTasks) + " tasks");
-    if (*repeat == 0) return bad("entry " + Quote(part) + " repeats zero times");
+      return bad("entry " + QuoteJson(part) + " has more than " + std::to_string(kMaxTasks) + " tasks");
+    if (*repeat == 0) return bad("entry " + QuoteJson(part) + " repeats zero times");
     if (*repeat > kMaxHosts - static_cast<int64_t>(counts.size())) {
       return bad("describes more than " + std::to_string(kMaxHosts) + " nodes");
     }
@@ -246,8 +246,8 @@ StatusOr<SlurmResolution> ResolveSlurm(const SlurmOptions& options, const Env& e
   std::set<std::string> seen;
   for (const std::string& h : hosts) {
     if (!seen.insert(h).second) {
-      return InvalidArgument("Slurm: " + nodelist.name + " " + Quote(nodelist.value) + " lists host " + Quote(h) +
-                             " more than once");
+      return InvalidArgument("Slurm: " + nodelist.name + " " + QuoteJson(nodelist.value) + " lists host " +
+                             QuoteJson(h) + " more than once");
     }
   }
 
@@ -262,9 +262,9 @@ StatusOr<SlurmResolution> ResolveSlurm(const SlurmOptions& options, const Env& e
     // TF zips the two lists and drops the excess; a mismatch means the
     // variables describe different steps, so nothing sensible can be built.
     if (tasks_per_node.size() != hosts.size()) {
-      return InvalidArgument("Slurm: " + tpn.name + " " + Quote(tpn.value) + " describes " +
+      return InvalidArgument("Slurm: " + tpn.name + " " + QuoteJson(tpn.value) + " describes " +
                              std::to_string(tasks_per_node.size()) + " nodes but " + nodelist.name + " " +
-                             Quote(nodelist.value) + " lists " + std::to_string(hosts.size()));
+                             QuoteJson(nodelist.value) + " lists " + std::to_string(hosts.size()));
     }
   }
 
@@ -294,7 +294,7 @@ StatusOr<SlurmResolution> ResolveSlurm(const SlurmOptions& options, const Env& e
   const int64_t gpus_per_node = options.gpus_per_node.value_or(static_cast<int64_t>(visible.size()));
   if (!visible.empty() && gpus_per_node > static_cast<int64_t>(visible.size())) {
     return InvalidArgument("Slurm: gpus_per_node is " + std::to_string(gpus_per_node) + " but CUDA_VISIBLE_DEVICES " +
-                           Quote(visible_text) + " lists " + std::to_string(visible.size()));
+                           QuoteJson(visible_text) + " lists " + std::to_string(visible.size()));
   }
   const int64_t gpus_per_task = options.gpus_per_task.value_or(max_per_node > 0 ? gpus_per_node / max_per_node : 0);
   // max_per_node * gpus_per_task > gpus_per_node, without overflow.
@@ -311,7 +311,7 @@ StatusOr<SlurmResolution> ResolveSlurm(const SlurmOptions& options, const Env& e
   int64_t local_rank = 0;
   for (size_t h = 0; h < hosts.size(); ++h) {
     if (options.port_base + tasks_per_node[h] - 1 > 65535) {
-      return InvalidArgument("Slurm: host " + Quote(hosts[h]) + " runs " + std::to_string(tasks_per_node[h]) +
+      return InvalidArgument("Slurm: host " + QuoteJson(hosts[h]) + " runs " + std::to_string(tasks_per_node[h]) +
                              " tasks from port_base " + std::to_string(options.port_base) + ", past port 65535");
     }
     for (int64_t k = 0; k < tasks_per_node[h]; ++k) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <random>
 
+#include "common/time.h"
 #include "proto/collective.pb.h"
 #include "services/rpc/auth.h"
 
@@ -33,13 +34,6 @@ uint64_t Fingerprint(const std::vector<Peer>& members) {
 uint64_t NewIncarnation() {
   std::random_device rd;
   return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ 1;
-}
-
-std::string Seconds(std::chrono::milliseconds ms) {
-  std::string s = std::to_string(static_cast<double>(ms.count()) / 1000.0);
-  while (s.size() > 1 && s.back() == '0') s.pop_back();
-  if (!s.empty() && s.back() == '.') s.pop_back();
-  return s;
 }
 
 }  // namespace
@@ -210,7 +204,7 @@ StatusOr<Group::Formation> Group::Lead(int64_t step, Clock::time_point deadline)
     const auto now = Clock::now();
     if (now >= deadline) {
       const std::string why = "collective: " + Names(missing) + (missing.size() == 1 ? " has" : " have") +
-                              " not joined the group within " + Seconds(options_.rendezvous_timeout) + " s";
+                              " not joined the group within " + FormatSeconds(options_.rendezvous_timeout) + " s";
       proto::LeaderMessage m;
       m.set_error(why);
       m.set_error_code(static_cast<uint32_t>(Code::kDeadlineExceeded));
@@ -308,7 +302,7 @@ StatusOr<Group::Formation> Group::Follow(int64_t step, Clock::time_point deadlin
     if (Clock::now() + std::chrono::milliseconds(100) < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  std::string why = "collective: no group formed within " + Seconds(options_.rendezvous_timeout) + " s";
+  std::string why = "collective: no group formed within " + FormatSeconds(options_.rendezvous_timeout) + " s";
   if (!waiting.empty()) {
     why += ": the leader " + leader.Describe() + " was " + waiting;
     return DeadlineExceeded(why);
@@ -350,7 +344,7 @@ StatusOr<std::unique_ptr<RingCommunicator>> Group::Connect(int64_t generation, C
     const auto key = std::make_pair(generation, prev_rank);
     if (!cv_.WaitUntil(l, deadline, [&]() TFJOB_REQUIRES(mu_) { return links_.count(key) > 0; })) {
       return Unavailable("collective: " + members_[prev_rank].Describe() + " did not connect for generation " +
-                         std::to_string(generation) + " within " + Seconds(options_.timeout) + " s");
+                         std::to_string(generation) + " within " + FormatSeconds(options_.timeout) + " s");
     }
     from_prev = std::move(links_.at(key));
     links_.erase(key);

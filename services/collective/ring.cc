@@ -8,6 +8,7 @@
 #include <cstring>
 #include <optional>
 
+#include "common/time.h"
 #include "proto/collective.pb.h"
 
 namespace tfjob::collective {
@@ -18,13 +19,6 @@ using net::Clock;
 // How long an operation keeps polling without sleeping after its last
 // progress (see RunPlan).
 constexpr auto kSpin = std::chrono::microseconds(50);
-
-std::string Seconds(std::chrono::milliseconds ms) {
-  std::string s = std::to_string(static_cast<double>(ms.count()) / 1000.0);
-  while (s.size() > 1 && s.back() == '0') s.pop_back();
-  if (!s.empty() && s.back() == '.') s.pop_back();
-  return s;
-}
 
 std::string Describe(const proto::OpDescriptor& d) {
   // Broadcasts move bytes whatever the dtypes; the others count elements.
@@ -314,11 +308,11 @@ Status RingCommunicator::RunPlan(const std::string& descriptor, const RingPlan& 
     if (!send_done) RETURN_IF_ERROR(send.Advance(link_, recv.received));
     const auto now = Clock::now();
     if (!recv.done() && now - recv.last_received > timeout) {
-      return DeadlineExceeded("collective: nothing from " + prev().Describe() + " for " + Seconds(timeout) +
+      return DeadlineExceeded("collective: nothing from " + prev().Describe() + " for " + FormatSeconds(timeout) +
                               " s, not even a keepalive: it is hung or unreachable");
     }
     if (send.blocked_since && now - *send.blocked_since > timeout) {
-      return DeadlineExceeded("collective: " + next().Describe() + " stopped reading for " + Seconds(timeout) +
+      return DeadlineExceeded("collective: " + next().Describe() + " stopped reading for " + FormatSeconds(timeout) +
                               " s: it is hung or unreachable");
     }
   }

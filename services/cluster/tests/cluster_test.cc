@@ -7,17 +7,17 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "services/cluster/tests/test_util.h"
+
 namespace tfjob::cluster {
 namespace {
 
+using testing_util::Spec;
+using testing_util::With;
+using testing_util::Without;
+
 using ::testing::ElementsAre;
 using ::testing::StartsWith;
-
-ClusterSpec Spec(const std::map<std::string, std::vector<std::string>>& jobs) {
-  StatusOr<ClusterSpec> spec = ClusterSpec::FromLists(jobs);
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  return spec.ok() ? *spec : ClusterSpec();
-}
 
 ClusterConfig MustParse(const std::string& text, TaskRequirement req = TaskRequirement::kRequired) {
   StatusOr<ClusterConfig> c = ParseTfConfig(text, req);

@@ -5,8 +5,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "services/cluster/tests/test_util.h"
+
 namespace tfjob::cluster {
 namespace {
+
+using testing_util::Spec;
+using testing_util::With;
+using testing_util::Without;
 
 using cluster::FixedEnv;
 using cluster::TaskId;
@@ -17,17 +23,6 @@ std::map<std::string, std::string> SlurmStep(int procid) {
   return {{"TFJOB_CLUSTER_RESOLVER", "slurm"},      {"TFJOB_SLURM_JOBS", "chief:1,ps:1,worker:2"},
           {"SLURM_PROCID", std::to_string(procid)}, {"SLURM_STEP_NUM_TASKS", "4"},
           {"SLURM_STEP_NODELIST", "node[1-2]"},     {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"}};
-}
-
-std::map<std::string, std::string> With(std::map<std::string, std::string> env, const std::string& k,
-                                        const std::string& v) {
-  env[k] = v;
-  return env;
-}
-
-std::map<std::string, std::string> Without(std::map<std::string, std::string> env, const std::string& k) {
-  env.erase(k);
-  return env;
 }
 
 TEST(ResolveClusterTest, DefaultsToTfConfig) {

@@ -7,8 +7,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "services/cluster/tests/test_util.h"
+
 namespace tfjob::cluster {
 namespace {
+
+using testing_util::Spec;
+using testing_util::With;
+using testing_util::Without;
 
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
@@ -23,12 +29,6 @@ std::vector<int64_t> PerNode(const std::string& text) {
   StatusOr<std::vector<int64_t>> t = ExpandTasksPerNode(text);
   EXPECT_TRUE(t.ok()) << t.status();
   return t.ok() ? *t : std::vector<int64_t>{};
-}
-
-ClusterSpec Spec(const std::map<std::string, std::vector<std::string>>& jobs) {
-  StatusOr<ClusterSpec> spec = ClusterSpec::FromLists(jobs);
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  return spec.ok() ? *spec : ClusterSpec();
 }
 
 SlurmResolution MustResolve(const SlurmOptions& options, std::map<std::string, std::string> vars) {
@@ -313,17 +313,6 @@ std::map<std::string, std::string> Basic() {
           {"SLURM_STEP_NUM_TASKS", "3"},
           {"SLURM_STEP_NODELIST", "n[1-3]"},
           {"SLURM_STEP_TASKS_PER_NODE", "1(x3)"}};
-}
-
-std::map<std::string, std::string> Without(std::map<std::string, std::string> vars, const std::string& name) {
-  vars.erase(name);
-  return vars;
-}
-
-std::map<std::string, std::string> With(std::map<std::string, std::string> vars, const std::string& name,
-                                        const std::string& value) {
-  vars[name] = value;
-  return vars;
 }
 
 TEST(ResolveSlurmError, MissingVariablesAreNamed) {

@@ -12,7 +12,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-Tensor Input(int r, int64_t count) {
+Tensor LocalInput(int r, int64_t count) {
   std::mt19937 rng(31 + static_cast<uint32_t>(r));
   std::uniform_real_distribution<float> u(-1, 1);
   std::vector<float> v(static_cast<size_t>(count));
@@ -34,13 +34,13 @@ TEST(LocalGroupTest, AllReduceGatherBroadcastBarrier) {
   std::vector<Tensor> sums(n), means(n), gathered(n), bcast(n);
   auto st = OnEveryReplica(n, [&](int r) -> Status {
     Communicator& c = *g.member(r);
-    Tensor s = Input(r, 101), m = Input(r, 7);
+    Tensor s = LocalInput(r, 101), m = LocalInput(r, 7);
     RETURN_IF_ERROR(c.AllReduce(s, ReduceOp::kSum));
     RETURN_IF_ERROR(c.AllReduce(m, ReduceOp::kMean));
     sums[static_cast<size_t>(r)] = s;
     means[static_cast<size_t>(r)] = m;
     ASSIGN_OR_RETURN(gathered[static_cast<size_t>(r)], c.AllGather(Tensor::Scalar(static_cast<float>(r))));
-    Tensor b = r == 1 ? Input(9, 50) : *Tensor::Create(DType::kFloat32, {50});
+    Tensor b = r == 1 ? LocalInput(9, 50) : *Tensor::Create(DType::kFloat32, {50});
     Tensor* bp[] = {&b};
     RETURN_IF_ERROR(c.Broadcast(bp, 1));
     bcast[static_cast<size_t>(r)] = b;
@@ -49,12 +49,12 @@ TEST(LocalGroupTest, AllReduceGatherBroadcastBarrier) {
   for (const Status& s : st) ASSERT_TRUE(s.ok()) << s;
   for (int64_t i = 0; i < 101; ++i) {
     double want = 0;
-    for (int r = 0; r < n; ++r) want += Input(r, 101).data<float>()[i];
+    for (int r = 0; r < n; ++r) want += LocalInput(r, 101).data<float>()[i];
     EXPECT_NEAR(sums[0].data<float>()[i], want, 1e-6);
   }
   for (int64_t i = 0; i < 7; ++i) {
     double want = 0;
-    for (int r = 0; r < n; ++r) want += Input(r, 7).data<float>()[i];
+    for (int r = 0; r < n; ++r) want += LocalInput(r, 7).data<float>()[i];
     EXPECT_NEAR(means[0].data<float>()[i], want / n, 1e-6);
   }
   for (int r = 1; r < n; ++r) {
@@ -63,14 +63,14 @@ TEST(LocalGroupTest, AllReduceGatherBroadcastBarrier) {
   }
   for (int r = 0; r < n; ++r) {
     EXPECT_TRUE(Equal(gathered[static_cast<size_t>(r)], *Tensor::FromVector({3}, std::vector<float>{0, 1, 2})));
-    EXPECT_TRUE(Equal(bcast[static_cast<size_t>(r)], Input(9, 50)));
+    EXPECT_TRUE(Equal(bcast[static_cast<size_t>(r)], LocalInput(9, 50)));
   }
 }
 
 TEST(LocalGroupTest, DisagreementFailsEveryReplica) {
   LocalGroup g(2);
   auto st = OnEveryReplica(2, [&](int r) {
-    Tensor t = Input(r, r == 0 ? 4 : 5);
+    Tensor t = LocalInput(r, r == 0 ? 4 : 5);
     return g.member(r)->AllReduce(t, ReduceOp::kSum);
   });
   for (const Status& s : st) {

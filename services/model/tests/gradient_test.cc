@@ -15,11 +15,14 @@
 #include "services/model/layers.h"
 #include "services/model/losses.h"
 #include "services/model/model.h"
+#include "services/model/tests/layers_more_testing.h"
 #include "services/tensor/tests/tensor_testing.h"
 
 namespace tfjob::model {
 namespace {
 
+using more_testing::NumericGrad;
+using more_testing::WeightedSum;
 using Gen = std::mt19937_64;
 
 using ::tfjob::testing::RandomF;
@@ -32,32 +35,11 @@ Tensor RandomAwayFromZero(Shape s, Gen& gen, float lo, float hi) {
   return t;
 }
 
-double WeightedSum(const Tensor& y, const Tensor& w) {
-  EXPECT_EQ(y.shape(), w.shape());
-  double acc = 0;
-  for (int64_t i = 0; i < y.size(); ++i) acc += static_cast<double>(y.data<float>()[i]) * w.data<float>()[i];
-  return acc;
-}
-
-// Central differences of f with respect to every element of x (x is restored).
-std::vector<double> NumericGrad(const Tensor& x, const std::function<double(const Tensor&)>& f, float eps) {
-  std::vector<double> g(x.size());
-  for (int64_t i = 0; i < x.size(); ++i) {
-    Tensor p = x.Clone(), m = x.Clone();
-    p.data<float>()[i] += eps;
-    m.data<float>()[i] -= eps;
-    // The step actually taken in float, not the nominal one.
-    const double h = static_cast<double>(p.data<float>()[i]) - m.data<float>()[i];
-    g[i] = (f(p) - f(m)) / h;
-  }
-  return g;
-}
-
 constexpr double kRtol = 1e-2;
 constexpr double kAtol = 1e-3;
 
-void ExpectGradNear(const Tensor& analytic, const std::vector<double>& numeric, const std::string& what,
-                    double rtol = kRtol, double atol = kAtol) {
+void ExpectGradWithin(const Tensor& analytic, const std::vector<double>& numeric, const std::string& what,
+                      double rtol = kRtol, double atol = kAtol) {
   ASSERT_EQ(analytic.dtype(), DType::kFloat32) << what;
   ASSERT_EQ(static_cast<size_t>(analytic.size()), numeric.size()) << what;
   for (size_t i = 0; i < numeric.size(); ++i) {
@@ -194,12 +176,12 @@ void CheckDense(const DenseCase& c, uint64_t seed) {
     std::vector<double> num = NumericGrad(params[v], loss, eps);
     ASSERT_FALSE(grads[v].sparse);
     ASSERT_EQ(grads[v].dense.shape(), vars[v].shape);
-    ExpectGradNear(grads[v].dense, num, vars[v].name);
+    ExpectGradWithin(grads[v].dense, num, vars[v].name);
     ExpectNotAllZero(num, vars[v].name);
   }
   auto loss_x = [&](const Tensor& xp) { return WeightedSum(layer->Forward(params, xp, true).value(), w); };
   std::vector<double> num_x = NumericGrad(x, loss_x, eps);
-  ExpectGradNear(*dx, num_x, "dx");
+  ExpectGradWithin(*dx, num_x, "dx");
   ExpectNotAllZero(num_x, "dx");
 
   // Without the input gradient, parameter gradients are unchanged.
@@ -406,7 +388,7 @@ TEST(ActivationLayerGradientTest, EveryActivation) {
       ASSERT_TRUE(dx.ok()) << dx.status();
       auto loss = [&](const Tensor& xp) { return WeightedSum(layer->Forward({}, xp, true).value(), w); };
       std::vector<double> num = NumericGrad(x, loss, 1e-2f);
-      ExpectGradNear(*dx, num, "dx");
+      ExpectGradWithin(*dx, num, "dx");
       ExpectNotAllZero(num, "dx");
     }
   }
@@ -434,7 +416,7 @@ TEST(FlattenGradientTest, InputGradientIsReshapedOutputGradient) {
   EXPECT_EQ(dx->shape(), Shape({4, 2, 3}));
   auto loss = [&](const Tensor& xp) { return WeightedSum(layer->Forward({}, xp, true).value(), w); };
   std::vector<double> num = NumericGrad(x, loss, 1e-2f);
-  ExpectGradNear(*dx, num, "dx");
+  ExpectGradWithin(*dx, num, "dx");
   ExpectNotAllZero(num, "dx");
 
   ASSERT_TRUE(layer->Forward({}, x, true).ok());
@@ -515,7 +497,7 @@ void CheckLoss(const LossSpec& spec, const Tensor& pred, const Tensor& labels, d
   ASSERT_EQ(r->grad.shape(), pred.shape());
   auto loss = [&](const Tensor& p) { return static_cast<double>(ComputeLoss(spec, p, labels).value().loss); };
   std::vector<double> num = NumericGrad(pred, loss, eps);
-  ExpectGradNear(r->grad, num, "d loss / d prediction", 1e-2, 2e-4);
+  ExpectGradWithin(r->grad, num, "d loss / d prediction", 1e-2, 2e-4);
   ExpectNotAllZero(num, "d loss / d prediction");
 }
 

@@ -43,6 +43,7 @@ inline std::unique_ptr<Layer> Built(const LayerSpec& spec, const Shape& in, DTyp
 }
 
 inline double WeightedSum(const Tensor& y, const Tensor& w) {
+  EXPECT_EQ(y.shape(), w.shape());
   double acc = 0;
   for (int64_t i = 0; i < y.size(); ++i) acc += static_cast<double>(y.data<float>()[i]) * w.data<float>()[i];
   return acc;

@@ -21,13 +21,14 @@
 #include "services/model/preprocessing.h"
 #include "services/tensor/eigen.h"
 #include "tests/support/subprocess.h"
+#include "services/model/tests/layers_more_testing.h"
 #include "services/tensor/tests/tensor_testing.h"
 
 namespace tfjob::model {
 namespace {
 
 using ::testing::HasSubstr;
-using Gen = std::mt19937_64;
+using namespace more_testing;  // NOLINT(google-build-using-namespace): the test helpers
 
 using ::tfjob::testing::RandomF;
 
@@ -42,49 +43,10 @@ Tensor Spaced(Shape s, Gen& gen, float gap) {
   return t;
 }
 
-double WeightedSum(const Tensor& y, const Tensor& w) {
-  double acc = 0;
-  for (int64_t i = 0; i < y.size(); ++i) acc += static_cast<double>(y.data<float>()[i]) * w.data<float>()[i];
-  return acc;
-}
-
-std::vector<double> NumericGrad(const Tensor& x, const std::function<double(const Tensor&)>& f, float eps) {
-  std::vector<double> g(static_cast<size_t>(x.size()));
-  for (int64_t i = 0; i < x.size(); ++i) {
-    Tensor p = x.Clone(), m = x.Clone();
-    p.data<float>()[i] += eps;
-    m.data<float>()[i] -= eps;
-    const double h = static_cast<double>(p.data<float>()[i]) - m.data<float>()[i];
-    g[static_cast<size_t>(i)] = (f(p) - f(m)) / h;
-  }
-  return g;
-}
-
-void ExpectGradNear(const Tensor& analytic, const std::vector<double>& numeric, const std::string& what) {
-  ASSERT_EQ(static_cast<size_t>(analytic.size()), numeric.size()) << what;
-  double largest = 0;
-  for (size_t i = 0; i < numeric.size(); ++i) {
-    const double a = analytic.data<float>()[i], n = numeric[i];
-    largest = std::max(largest, std::fabs(n));
-    EXPECT_LE(std::fabs(a - n), 2e-3 + 1e-2 * std::max(std::fabs(a), std::fabs(n)))
-        << what << " element " << i << ": analytic " << a << ", numeric " << n;
-  }
-  EXPECT_GT(largest, 1e-2) << what << ": the numeric gradient is all zero, the check would be vacuous";
-}
-
-std::unique_ptr<Layer> Built(const LayerSpec& spec, const Shape& in, DType dtype = DType::kFloat32) {
-  auto layer = MakeLayer(spec);
-  EXPECT_TRUE(layer.ok()) << layer.status();
-  if (!layer.ok()) return nullptr;
-  auto out = (*layer)->Build(in, dtype);
-  EXPECT_TRUE(out.ok()) << out.status();
-  return std::move(layer).value();
-}
-
 // Checks Backward against finite differences for every trainable variable
 // and the input. Returns the layer's output on x.
-Tensor CheckGradients(const LayerSpec& spec, const Shape& in, const std::vector<Tensor>& params, const Tensor& x,
-                      Gen& gen, float eps = 1e-2f) {
+Tensor CheckTrainingGradients(const LayerSpec& spec, const Shape& in, const std::vector<Tensor>& params,
+                              const Tensor& x, Gen& gen, float eps = 1e-2f) {
   auto layer = Built(spec, in);
   const auto vars = layer->Variables();
   auto y = layer->Forward(params, x, true);
@@ -125,14 +87,6 @@ std::vector<Tensor> RandomParams(const Layer& layer, Gen& gen) {
   std::vector<Tensor> p;
   for (const auto& v : layer.Variables()) p.push_back(RandomF(v.shape, gen, 0.5f, 1.5f));
   return p;
-}
-
-LayerSpec Spec(LayerType type, const std::string& name) {
-  LayerSpec s;
-  s.type = type;
-  s.name = name;
-  s.path = "model.layers[0]";
-  return s;
 }
 
 // ---------------------------------------------------------------- Conv2D
@@ -206,7 +160,7 @@ TEST(Conv2DTest, ForwardMatchesNaiveAndGradientsMatchFiniteDifferences) {
     Shape xs{2};
     xs.insert(xs.end(), c.in.begin(), c.in.end());
     const Tensor x = RandomF(xs, gen);
-    const Tensor y = CheckGradients(s, c.in, params, x, gen);
+    const Tensor y = CheckTrainingGradients(s, c.in, params, x, gen);
     std::vector<double> want = NaiveConv(x, params[0], c.bias ? &params[1] : nullptr, c.strides[0], c.strides[1],
                                          c.pad_top, c.pad_left, c.want_out[0], c.want_out[1]);
     ASSERT_EQ(static_cast<size_t>(y.size()), want.size());
@@ -269,7 +223,7 @@ TEST(PoolingTest, MaxAndAverageMatchNaiveAndFiniteDifferences) {
     Shape xs{2};
     xs.insert(xs.end(), c.in.begin(), c.in.end());
     const Tensor x = Spaced(xs, gen, 0.05f);
-    const Tensor y = CheckGradients(s, c.in, {}, x, gen, 1e-2f);
+    const Tensor y = CheckTrainingGradients(s, c.in, {}, x, gen, 1e-2f);
     // Naive: over the window's real inputs only.
     const int64_t h = c.in[0], w = c.in[1], ch = c.in[2], oh = c.want_out[0], ow = c.want_out[1];
     const int64_t pt =
@@ -306,7 +260,7 @@ TEST(PoolingTest, GlobalAveragePooling) {
     auto layer = Built(s, {3, 2, 4});
     EXPECT_EQ(*layer->Build({3, 2, 4}, DType::kFloat32), keepdims ? Shape({1, 1, 4}) : Shape({4}));
     const Tensor x = RandomF({2, 3, 2, 4}, gen);
-    const Tensor y = CheckGradients(s, {3, 2, 4}, {}, x, gen);
+    const Tensor y = CheckTrainingGradients(s, {3, 2, 4}, {}, x, gen);
     for (int64_t b = 0; b < 2; ++b)
       for (int64_t c = 0; c < 4; ++c) {
         double sum = 0;
@@ -354,7 +308,7 @@ TEST(DropoutTest, InvertedSeededAndOffAtInference) {
   // Inference: the identity.
   EXPECT_TRUE(Equal(layer->Forward({}, x, false).value(), x));
   s.seed = 7;
-  CheckGradients(s, {50}, {}, RandomF({4, 50}, gen), gen);
+  CheckTrainingGradients(s, {50}, {}, RandomF({4, 50}, gen), gen);
   s.rate = 1.0;
   EXPECT_FALSE(MakeLayer(s).value()->Build({3}, DType::kFloat32).ok());
 }
@@ -386,7 +340,7 @@ TEST(BatchNormalizationTest, TrainingGradientsMovingStatisticsAndInference) {
     EXPECT_FALSE(vars[vars.size() - 2].trainable);
     std::vector<Tensor> params = RandomParams(*layer, gen);
     const Tensor x = RandomF({5, 3, 4}, gen, -2.f, 3.f);
-    const Tensor y = CheckGradients(s, in, params, x, gen, 1e-2f);
+    const Tensor y = CheckTrainingGradients(s, in, params, x, gen, 1e-2f);
 
     // Forward: per channel over 15 rows, biased variance.
     const size_t mm = params.size() - 2;
@@ -436,7 +390,7 @@ TEST(ReshapeTest, InfersOneDimensionAndRejectsWrongCounts) {
   auto layer = Built(s, {2, 6});
   EXPECT_EQ(*layer->Build({2, 6}, DType::kFloat32), Shape({4, 3, 1}));
   Gen gen(80);
-  CheckGradients(s, {2, 6}, {}, RandomF({3, 2, 6}, gen), gen);
+  CheckTrainingGradients(s, {2, 6}, {}, RandomF({3, 2, 6}, gen), gen);
   s.target_shape = {5, 5};
   auto r = MakeLayer(s).value()->Build({28, 28}, DType::kFloat32);
   ASSERT_FALSE(r.ok());
@@ -465,9 +419,9 @@ TEST(NormalizationTest, GivenStatisticsInvertAndGradients) {
   auto back = Built(s, {3})->Forward({}, y, false).value();
   EXPECT_TRUE(AllClose(back, x));
   Gen gen(90);
-  CheckGradients(s, {3}, {}, RandomF({4, 3}, gen), gen);
+  CheckTrainingGradients(s, {3}, {}, RandomF({4, 3}, gen), gen);
   s.invert = false;
-  CheckGradients(s, {3}, {}, RandomF({4, 3}, gen), gen);
+  CheckTrainingGradients(s, {3}, {}, RandomF({4, 3}, gen), gen);
   // One scalar pair for every element (axis None).
   LayerSpec all = Spec(LayerType::kNormalization, "normalization");
   all.axis_none = true;

@@ -104,7 +104,7 @@ struct Config {
   OptimizerSpec spec;
 };
 
-OptimizerSpec Spec(OptimizerType t, double lr) {
+OptimizerSpec OptSpec(OptimizerType t, double lr) {
   OptimizerSpec s;
   s.type = t;
   s.learning_rate = lr;
@@ -113,10 +113,10 @@ OptimizerSpec Spec(OptimizerType t, double lr) {
 
 std::vector<Config> AllConfigs() {
   std::vector<Config> c;
-  c.push_back({"sgd", Spec(OptimizerType::kSGD, 0.1)});
+  c.push_back({"sgd", OptSpec(OptimizerType::kSGD, 0.1)});
   c.push_back({"sgd_keras_defaults", OptimizerSpec{}});
   {
-    auto s = Spec(OptimizerType::kSGD, 0.1);
+    auto s = OptSpec(OptimizerType::kSGD, 0.1);
     s.momentum = 0.9;
     c.push_back({"sgd_momentum", s});
     s.nesterov = true;
@@ -124,16 +124,16 @@ std::vector<Config> AllConfigs() {
     s.momentum = 0.5;
     c.push_back({"sgd_nesterov_0.5", s});
   }
-  c.push_back({"adagrad", Spec(OptimizerType::kAdagrad, 0.1)});
+  c.push_back({"adagrad", OptSpec(OptimizerType::kAdagrad, 0.1)});
   {
-    auto s = Spec(OptimizerType::kAdagrad, 0.05);
+    auto s = OptSpec(OptimizerType::kAdagrad, 0.05);
     s.initial_accumulator_value = 0.5;
     s.epsilon = 1e-3;
     c.push_back({"adagrad_custom", s});
   }
-  c.push_back({"adagrad_keras_defaults", Spec(OptimizerType::kAdagrad, 0.001)});
+  c.push_back({"adagrad_keras_defaults", OptSpec(OptimizerType::kAdagrad, 0.001)});
   {
-    auto s = Spec(OptimizerType::kRMSprop, 0.01);
+    auto s = OptSpec(OptimizerType::kRMSprop, 0.01);
     c.push_back({"rmsprop", s});
     s.rho = 0.8;
     s.epsilon = 1e-4;
@@ -146,9 +146,9 @@ std::vector<Config> AllConfigs() {
     s.momentum = 0.7;
     c.push_back({"rmsprop_centered_momentum", s});
   }
-  c.push_back({"rmsprop_keras_defaults", Spec(OptimizerType::kRMSprop, 0.001)});
+  c.push_back({"rmsprop_keras_defaults", OptSpec(OptimizerType::kRMSprop, 0.001)});
   {
-    auto s = Spec(OptimizerType::kAdam, 0.01);
+    auto s = OptSpec(OptimizerType::kAdam, 0.01);
     c.push_back({"adam", s});
     s.beta_1 = 0.8;
     s.beta_2 = 0.9;
@@ -159,7 +159,7 @@ std::vector<Config> AllConfigs() {
     c.push_back({"adam_amsgrad", s});
   }
   {
-    auto s = Spec(OptimizerType::kAdam, 0.001);
+    auto s = OptSpec(OptimizerType::kAdam, 0.001);
     c.push_back({"adam_keras_defaults", s});
     s.amsgrad = true;
     c.push_back({"adam_amsgrad_keras_defaults", s});
@@ -221,9 +221,9 @@ TEST(OptimizerTest, NamesAndSlotNames) {
   EXPECT_THAT(Optimizer(s).SlotNames(), IsEmpty());
   s.momentum = 0.9;
   EXPECT_THAT(Optimizer(s).SlotNames(), ElementsAre("momentum"));
-  s = Spec(OptimizerType::kAdagrad, 0.001);
+  s = OptSpec(OptimizerType::kAdagrad, 0.001);
   EXPECT_THAT(Optimizer(s).SlotNames(), ElementsAre("accumulator"));
-  s = Spec(OptimizerType::kRMSprop, 0.001);
+  s = OptSpec(OptimizerType::kRMSprop, 0.001);
   EXPECT_THAT(Optimizer(s).SlotNames(), ElementsAre("velocity"));
   s.momentum = 0.5;
   EXPECT_THAT(Optimizer(s).SlotNames(), ElementsAre("velocity", "momentum"));
@@ -231,7 +231,7 @@ TEST(OptimizerTest, NamesAndSlotNames) {
   EXPECT_THAT(Optimizer(s).SlotNames(), ElementsAre("velocity", "momentum", "average_gradient"));
   s.momentum = 0;
   EXPECT_THAT(Optimizer(s).SlotNames(), ElementsAre("velocity", "average_gradient"));
-  s = Spec(OptimizerType::kAdam, 0.001);
+  s = OptSpec(OptimizerType::kAdam, 0.001);
   EXPECT_EQ(Optimizer(s).name(), "Adam");
   EXPECT_THAT(Optimizer(s).SlotNames(), ElementsAre("momentum", "velocity"));
   s.amsgrad = true;
@@ -307,16 +307,16 @@ TEST(OptimizerTest, VariantsDifferFromTheirBaseRule) {
     for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
     return d;
   };
-  auto base = Spec(OptimizerType::kAdam, 0.01);
+  auto base = OptSpec(OptimizerType::kAdam, 0.01);
   base.beta_2 = 0.9;
   auto ams = base;
   ams.amsgrad = true;
   EXPECT_GT(differ(run(base), run(ams)), 1e-4);
-  auto rms = Spec(OptimizerType::kRMSprop, 0.01);
+  auto rms = OptSpec(OptimizerType::kRMSprop, 0.01);
   auto centered = rms;
   centered.centered = true;
   EXPECT_GT(differ(run(rms), run(centered)), 1e-4);
-  auto sgd = Spec(OptimizerType::kSGD, 0.1);
+  auto sgd = OptSpec(OptimizerType::kSGD, 0.1);
   sgd.momentum = 0.9;
   auto nesterov = sgd;
   nesterov.nesterov = true;
@@ -326,7 +326,7 @@ TEST(OptimizerTest, VariantsDifferFromTheirBaseRule) {
 TEST(OptimizerTest, HandComputedFirstSteps) {
   // SGD: w = 1 - 0.1 * 2 = 0.8.
   {
-    Optimizer opt(Spec(OptimizerType::kSGD, 0.1));
+    Optimizer opt(OptSpec(OptimizerType::kSGD, 0.1));
     Tensor w = Tensor::FromVector({1}, std::vector<float>{1}).value();
     SlotState st = opt.CreateSlots(w);
     ASSERT_TRUE(opt.ApplyDense(w, Tensor::FromVector({1}, std::vector<float>{2}).value(), st).ok());
@@ -334,7 +334,7 @@ TEST(OptimizerTest, HandComputedFirstSteps) {
   }
   // Adam's first step moves by lr * g / (|g| + eps) ~ lr whatever |g| is.
   {
-    Optimizer opt(Spec(OptimizerType::kAdam, 0.001));
+    Optimizer opt(OptSpec(OptimizerType::kAdam, 0.001));
     Tensor w = Tensor::FromVector({2}, std::vector<float>{0, 0}).value();
     SlotState st = opt.CreateSlots(w);
     ASSERT_TRUE(opt.ApplyDense(w, Tensor::FromVector({2}, std::vector<float>{5, -0.01f}).value(), st).ok());
@@ -343,7 +343,7 @@ TEST(OptimizerTest, HandComputedFirstSteps) {
   }
   // Adagrad: a = 0.1 + 0.09 = 0.19, w = 1 - 0.1 * 0.3 / sqrt(0.19 + 1e-7).
   {
-    Optimizer opt(Spec(OptimizerType::kAdagrad, 0.1));
+    Optimizer opt(OptSpec(OptimizerType::kAdagrad, 0.1));
     Tensor w = Tensor::FromVector({1}, std::vector<float>{1}).value();
     SlotState st = opt.CreateSlots(w);
     ASSERT_TRUE(opt.ApplyDense(w, Tensor::FromVector({1}, std::vector<float>{0.3f}).value(), st).ok());
@@ -521,7 +521,7 @@ TEST(OptimizerTest, ShapeAndDtypeMismatchesLeaveEverythingUntouched) {
 }
 
 TEST(OptimizerTest, EmptySparseUpdateCountsAsAStep) {
-  Optimizer opt(Spec(OptimizerType::kAdam, 0.001));
+  Optimizer opt(OptSpec(OptimizerType::kAdam, 0.001));
   Tensor var = Tensor::FromVector({2, 1}, std::vector<float>{1, 2}).value();
   SlotState st = opt.CreateSlots(var);
   ASSERT_TRUE(opt.ApplySparse(var, Tensor::Zeros(DType::kInt64, {0}), Tensor::Zeros(DType::kFloat32, {0, 1}), st).ok());

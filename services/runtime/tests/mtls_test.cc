@@ -27,8 +27,6 @@ namespace {
 namespace t = ::tfjob::testing;
 using ::testing::HasSubstr;
 
-const std::string& kToken = t::kJobToken;
-
 std::shared_ptr<const tls::Config> NewJobTls(const std::string& job) {
   auto pem = pki::NewJobPki(job);
   EXPECT_TRUE(pem.ok()) << pem.status();
@@ -56,10 +54,10 @@ std::shared_ptr<const tls::Config> TrustingWithAnotherCertificate(const tls::Con
 // from another job's CA (same job name), and with such a certificate while
 // trusting the job's CA.
 std::vector<Caller> Outsiders(const tls::Config& job) {
-  return {
-      {"no TLS", rpc::Credentials{kToken, nullptr}},
-      {"another CA", rpc::Credentials{kToken, NewJobTls("job")}},
-      {"another CA's certificate, trusting the job's", rpc::Credentials{kToken, TrustingWithAnotherCertificate(job)}}};
+  return {{"no TLS", rpc::Credentials{t::kJobToken, nullptr}},
+          {"another CA", rpc::Credentials{t::kJobToken, NewJobTls("job")}},
+          {"another CA's certificate, trusting the job's",
+           rpc::Credentials{t::kJobToken, TrustingWithAnotherCertificate(job)}}};
 }
 
 ps::ClientOptions Quick(const rpc::Credentials& c) {
@@ -72,7 +70,7 @@ ps::ClientOptions Quick(const rpc::Credentials& c) {
 
 TEST(MtlsTest, AParameterServerServesOnlyTheJobsCertificate) {
   const std::string dir = t::MakeTempDir("mtls-ps");
-  const rpc::Credentials job{kToken, NewJobTls("job")};
+  const rpc::Credentials job{t::kJobToken, NewJobTls("job")};
   ps::PsOptions o;
   o.credentials = job;
   o.checkpoint_dir = dir;
@@ -123,7 +121,7 @@ TEST(MtlsTest, AWorkerServesOnlyTheJobsCertificate) {
   std::atomic<int> ran{0};
   const worker::Registry registry = t::CountingRegistry(ran);
   worker::WorkerEnv env;
-  env.ps_options.credentials = rpc::Credentials{kToken, NewJobTls("job")};
+  env.ps_options.credentials = rpc::Credentials{t::kJobToken, NewJobTls("job")};
   const rpc::Credentials job = env.ps_options.credentials;
   auto server = worker::WorkerServer::Start("127.0.0.1:0", registry, env);
   ASSERT_TRUE(server.ok()) << server.status();

@@ -21,7 +21,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-model::JobConfig Job(const std::string& optimizer, const std::string& layers = "") {
+model::JobConfig SyncJob(const std::string& optimizer, const std::string& layers = "") {
   auto text = ReadFile(::tfjob::testing::SourceDir() + "/tests/support/data/synthetic-small.json");
   EXPECT_TRUE(text.ok());
   nlohmann::json j = nlohmann::json::parse(*text);
@@ -104,7 +104,7 @@ double MaxRelativeDifference(const std::vector<Tensor>& a, const std::vector<Ten
 class EquivalenceTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(EquivalenceTest, ReplicatedTrainingMatchesOneDevice) {
-  const model::JobConfig job = Job(GetParam());
+  const model::JobConfig job = SyncJob(GetParam());
   SyncOptions one;
   auto base = Train(job, one);
   ASSERT_TRUE(base.ok()) << base.status();
@@ -145,7 +145,7 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, EquivalenceTest,
                                            R"({"type": "Adam", "learning_rate": 0.01})"));
 
 TEST(SyncStrategyTest, ReplicatedStrategiesLearn) {
-  model::JobConfig job = Job(R"({"type": "Adam", "learning_rate": 0.01})");
+  model::JobConfig job = SyncJob(R"({"type": "Adam", "learning_rate": 0.01})");
   job.epochs = 4;
   FitOptions o;
   o.strategy = StrategyKind::kMirrored;
@@ -169,7 +169,7 @@ Examples TrainingExamples(const model::JobConfig& job) {
 }
 
 TEST(SyncStrategyTest, BadOptionsAreRejected) {
-  const model::JobConfig job = Job(R"({"type": "SGD", "learning_rate": 0.1})");
+  const model::JobConfig job = SyncJob(R"({"type": "SGD", "learning_rate": 0.1})");
   const Examples train = TrainingExamples(job);
   SyncOptions o;
   o.kind = StrategyKind::kMultiWorkerMirrored;
@@ -182,7 +182,7 @@ TEST(SyncStrategyTest, BadOptionsAreRejected) {
 }
 
 TEST(GlobalBatchesTest, AnyStepCanBeReachedDirectly) {
-  const model::JobConfig job = Job(R"({"type": "SGD", "learning_rate": 0.1})");
+  const model::JobConfig job = SyncJob(R"({"type": "SGD", "learning_rate": 0.1})");
   const Examples train = TrainingExamples(job);
   GlobalBatches seq(train, job), jump(train, job);
   std::vector<data::Element> all;

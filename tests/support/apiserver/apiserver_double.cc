@@ -10,8 +10,7 @@
 #include <regex>
 #include <set>
 
-#include <openssl/evp.h>
-
+#include "tests/support/apiserver/base64.h"
 #include "tests/support/apiserver/http_server.h"
 #include "tests/support/apiserver/resources.h"
 #include "tests/support/apiserver/selectors.h"
@@ -79,14 +78,6 @@ json ParseBody(const std::string& text) {
   constexpr size_t kMaxDepth = 1000;
   if (JsonDepth(text) > kMaxDepth) return json(json::value_t::discarded);
   return json::parse(text, nullptr, false);
-}
-
-std::string Base64(const std::string& in) {
-  std::string out(4 * ((in.size() + 2) / 3) + 1, '\0');
-  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                                reinterpret_cast<const unsigned char*>(in.data()), static_cast<int>(in.size()));
-  out.resize(static_cast<size_t>(n));
-  return out;
 }
 
 bool Truthy(const std::string& v) { return v == "1" || v == "true" || v == "True"; }
