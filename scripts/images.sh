@@ -7,6 +7,10 @@
 # `podman image exists` finds it.
 #
 # usage: scripts/images.sh [--portable | --from-source] [IMAGE...]
+#        scripts/images.sh --base
+#   --base         only the base image (CI makes it in the background while
+#                  scripts/test.sh builds: debootstrap waits on the network,
+#                  the build on the CPUs)
 #   IMAGE          operator, runtime-cpu or runtime-gpu (default: all three)
 #   (no option)    from the binaries of build/ (as scripts/test.sh configures
 #                  it; $TFJOB_BUILD_DIR names another), built incrementally
@@ -33,8 +37,9 @@ me=images.sh
 # shellcheck source=podman/env.sh
 source scripts/podman/env.sh
 
-usage="usage: scripts/images.sh [--portable | --from-source] [operator] [runtime-cpu] [runtime-gpu]"
+usage="usage: scripts/images.sh [--portable | --from-source] [operator] [runtime-cpu] [runtime-gpu] | --base"
 mode=prebuilt
+base_only=0
 images=()
 while (($#)); do
   case "$1" in
@@ -45,6 +50,7 @@ while (($#)); do
       fi
       mode=${1#--}
       ;;
+    --base) base_only=1 ;;
     operator | runtime-cpu | runtime-gpu) images+=("$1") ;;
     -h | --help) echo "$usage"; exit 0 ;;
     *) echo "$me: unknown argument '$1' ($usage)" >&2; exit 2 ;;
@@ -289,6 +295,7 @@ build_image() {
 }
 
 make_base_image
+((base_only)) && exit 0
 ctx=
 [[ $mode == from-source ]] || stage_context
 if [[ -d ${ctx:-} && -n $(ls -A "$ctx/cuda") ]]; then
