@@ -70,7 +70,7 @@ if ! grep -q '^tfjob_gpu:' <<< "$build_targets"; then
 fi
 
 # kernel_math_test checks host arithmetic, which CI runs on every machine; it
-# stays out so the bundle keeps under 60 MiB.
+# stays out so the bundle keeps under 62 MiB.
 exes=(bin/tfjob-runtime tests/gpu_test tests/nccl_test tests/gpu_fit_test)
 targets=()
 for e in "${exes[@]}"; do targets+=("$(basename "$e")"); done
@@ -198,7 +198,9 @@ chmod 755 "$out"
 bytes=$(du -sb "$out" | cut -f1)
 mib=$(awk -v b="$bytes" 'BEGIN {printf "%.1f", b / 1048576}')
 echo "GPU bundle: $(cd "$out" && pwd -P) ($mib MiB)"
-if ((bytes >= 60 * 1048576)); then
-  echo "gpu-bundle.sh: the bundle is $mib MiB, over the 60 MiB a GPU host takes per copy" >&2
+# A GPU host takes 64 MiB per copy; 62 leaves room for anything carried
+# beside the bundle.
+if ((bytes >= 62 * 1048576)); then
+  echo "gpu-bundle.sh: the bundle is $mib MiB, over the 62 MiB kept under the 64 MiB a GPU host takes per copy" >&2
   exit 1
 fi
