@@ -1,4 +1,5 @@
-// Helpers of the tests of layers_more.cc's layers: building a layer, and
+// Helpers of the layer tests (layers_test, layers_more_test,
+// layers_more_conv_test, gradient_test): building a layer, and
 // checking every gradient (input and each variable) of a freshly built
 // layer against central finite differences of L = sum(w * y) for a fixed
 // random w. Each evaluation builds a new layer, so a noise layer's draw (a
@@ -49,12 +50,15 @@ inline double WeightedSum(const Tensor& y, const Tensor& w) {
   return acc;
 }
 
+// Central differences of f with respect to every element of x (x is left
+// unchanged).
 inline std::vector<double> NumericGrad(const Tensor& x, const std::function<double(const Tensor&)>& f, float eps) {
   std::vector<double> g(static_cast<size_t>(x.size()));
   for (int64_t i = 0; i < x.size(); ++i) {
     Tensor p = x.Clone(), m = x.Clone();
     p.data<float>()[i] += eps;
     m.data<float>()[i] -= eps;
+    // The step actually taken in float, not the nominal one.
     const double h = static_cast<double>(p.data<float>()[i]) - m.data<float>()[i];
     g[static_cast<size_t>(i)] = (f(p) - f(m)) / h;
   }
