@@ -7,6 +7,7 @@
 #
 #   bash scripts/fuzz.sh [SECONDS]
 #   bash scripts/fuzz.sh --configure-only      # just set up build-asan
+#   bash scripts/fuzz.sh --build-only          # set up and build, run nothing
 #
 # Reproduce a crash with: build-asan/fuzz/<harness> <crash file>
 set -euo pipefail
@@ -17,6 +18,11 @@ if [[ ${1:-} == --configure-only ]]; then
   configure_asan
   exit 0
 fi
+BUILD_ONLY=0
+if [[ ${1:-} == --build-only ]]; then
+  BUILD_ONLY=1
+  shift
+fi
 SECONDS_EACH=${1:-10}
 BUILD=build-asan
 HARNESSES=(tf_config_fuzz job_config_fuzz tfjob_json_fuzz tfjob_yaml_fuzz tensor_fuzz checkpoint_fuzz tfrecord_fuzz
@@ -24,6 +30,7 @@ HARNESSES=(tf_config_fuzz job_config_fuzz tfjob_json_fuzz tfjob_yaml_fuzz tensor
 
 configure_asan
 cmake --build "$BUILD" --target fuzzers
+((BUILD_ONLY)) && exit 0
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/tfjob-fuzz.XXXXXX")
 # Crash inputs outlive the run (the work dir is removed): keep them in the

@@ -8,6 +8,11 @@
 #         and informer tests, in build-tsan.
 #
 #   bash scripts/sanitize.sh [asan|tsan|all]     (default all)
+#   bash scripts/sanitize.sh --build-only [asan|tsan|all]
+#                          builds those tests without running them (.ci/run
+#                          builds them in the background, at idle priority,
+#                          while the main build and its tests leave a core
+#                          free)
 #
 # Only the test executables listed below (and what they link) are built, to
 # keep CI's time down; ctest then runs every test of those executables
@@ -20,9 +25,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/sanitizer_build.sh
 
+BUILD_ONLY=0
+if [[ ${1:-} == --build-only ]]; then
+  BUILD_ONLY=1
+  shift
+fi
 WHAT=${1:-all}
 case "$WHAT" in asan | tsan | all) ;; *)
-  echo "usage: $0 [asan|tsan|all]" >&2
+  echo "usage: $0 [--build-only] [asan|tsan|all]" >&2
   exit 2
   ;;
 esac
@@ -47,6 +57,7 @@ run_tests() {
   local dir=$1
   shift
   cmake --build "$dir" --target "$@"
+  ((BUILD_ONLY)) && return 0
   # A test run whole (tfjob_add_test WHOLE, label whole) is named after its
   # executable and has no _NOT_BUILT placeholder: skipped here by name when
   # this build did not make it.
