@@ -46,6 +46,7 @@ class Config {
   Config(const json& cfg, std::string where) : cfg_(cfg), where_(std::move(where)) {}
 
   Status Error(const std::string& what) const { return InvalidArgument(where_ + ": " + what); }
+  const std::string& where() const { return where_; }
 
   // The value, or nullptr when absent or null; the key is consumed.
   const json* Take(const std::string& key) {
@@ -53,6 +54,9 @@ class Config {
     auto it = cfg_.find(key);
     return it == cfg_.end() || it->is_null() ? nullptr : &*it;
   }
+
+  // Whether the key is there at all (null included).
+  bool Present(const std::string& key) const { return cfg_.contains(key); }
 
   Status Int(const std::string& key, int64_t& out, bool required = false) {
     const json* v = Take(key);

@@ -7,6 +7,8 @@
 #include <utility>
 
 #include "services/model/keras_config.h"
+#include "services/model/keras_model.h"
+#include "services/model/layers.h"
 
 namespace tfjob::model::keras {
 namespace {
@@ -293,6 +295,131 @@ Status Hashing(Config& c, LayerSpec& s) {
   return c.Only("sparse", {false}, "only false");
 }
 
+// SimpleRNN, LSTM, GRU (Keras 2, TF.js and Keras 3 spellings). Hints that
+// change how Keras computes but not what (implementation, unroll,
+// use_cudnn) are read and have no effect; state the runtime does not keep
+// between batches (stateful) and extra outputs (return_state) are refused.
+Status Recurrent(Config& c, LayerSpec& s) {
+  RETURN_IF_ERROR(c.Int("units", s.units, true));
+  if (s.units <= 0) return c.Error("argument units=" + std::to_string(s.units) + " must be positive");
+  s.activation = Activation::kTanh;
+  RETURN_IF_ERROR(ActivationArgument(c, s));
+  if (s.type != LayerType::kSimpleRNN) {
+    if (const json* a = c.Take("recurrent_activation")) {
+      if (!a->is_string()) return c.Error("argument recurrent_activation=" + Dump(*a) + " is not a built-in name");
+      auto act = ParseActivation(a->get<std::string>());
+      if (!act.ok()) return c.Error("argument recurrent_activation: " + act.status().message());
+      s.recurrent_activation = *act;
+    }
+  }
+  RETURN_IF_ERROR(c.Bool("use_bias", s.use_bias));
+  RETURN_IF_ERROR(WeightArguments(c, s, s.use_bias));
+  if (!s.use_bias) {
+    for (const char* k : {"bias_initializer", "bias_regularizer", "bias_constraint"}) c.Take(k);
+  }
+  RETURN_IF_ERROR(InitializerArgument(c, "recurrent_initializer", s.recurrent_initializer));
+  RETURN_IF_ERROR(RegularizerArgument(c, "recurrent_regularizer", s.recurrent_regularizer));
+  RETURN_IF_ERROR(ConstraintArgument(c, "recurrent_constraint", s.recurrent_constraint));
+  if (s.type == LayerType::kLSTM) {
+    // TF.js writes null for its default, false; Keras' default is true.
+    if (const json* u = c.Take("unit_forget_bias")) {
+      if (!u->is_boolean()) return c.Error("argument unit_forget_bias=" + Dump(*u) + " is not true or false");
+      s.unit_forget_bias = u->get<bool>();
+    } else if (c.Present("unit_forget_bias")) {
+      s.unit_forget_bias = false;
+    }
+  }
+  using Kind = Initializer::Kind;
+  const Kind bias_kind = s.bias_initializer.kind;
+  if (s.type == LayerType::kLSTM && s.unit_forget_bias && s.use_bias && bias_kind != Kind::kZeros &&
+      bias_kind != Kind::kOnes && bias_kind != Kind::kConstant) {
+    return c.Error("argument unit_forget_bias=true with bias_initializer " + s.bias_initializer.ToString() +
+                   " is not supported (Zeros, Ones or Constant)");
+  }
+  if (s.type == LayerType::kGRU) RETURN_IF_ERROR(c.Bool("reset_after", s.reset_after));
+  for (auto [key, out] :
+       {std::pair<const char*, double*>{"dropout", &s.rate}, {"recurrent_dropout", &s.recurrent_dropout}}) {
+    RETURN_IF_ERROR(c.Number(key, *out));
+    if (!(*out >= 0 && *out < 1))
+      return c.Error("argument " + std::string(key) + "=" + std::to_string(*out) + " must be in [0, 1)");
+  }
+  RETURN_IF_ERROR(c.Int("seed", s.seed));
+  RETURN_IF_ERROR(c.Bool("return_sequences", s.return_sequences));
+  RETURN_IF_ERROR(c.Bool("go_backwards", s.go_backwards));
+  RETURN_IF_ERROR(c.Only("return_state", {false}, "only false: a layer has one output here"));
+  RETURN_IF_ERROR(c.Only("stateful", {false}, "only false: state is not kept between batches"));
+  RETURN_IF_ERROR(c.Only("time_major", {false}, "only false: [batch, time, features]"));
+  RETURN_IF_ERROR(c.Only("zero_output_for_mask", {false}, "only false"));
+  for (const char* hint : {"implementation", "unroll", "use_cudnn"}) c.Take(hint);
+  return Status::Ok();
+}
+
+// The layer a wrapper holds under `key` ({"class_name", "config"}, Keras 3's
+// "module" and "registered_name" beside them), parsed as any layer is.
+StatusOr<LayerSpec> Wrapped(Config& c, const std::string& key) {
+  const json* v = c.Take(key);
+  if (!v) return c.Error("argument " + key + " is missing");
+  if (!v->is_object() || !v->contains("class_name") || !(*v)["class_name"].is_string() ||
+      (v->contains("config") && !(*v)["config"].is_object())) {
+    return c.Error("argument " + key + "=" + Dump(*v) + " is not a layer ({\"class_name\": ..., \"config\": {...}})");
+  }
+  const std::string cls = (*v)["class_name"].get<std::string>();
+  static const json kEmpty = json::object();
+  const json& cfg = v->contains("config") ? (*v)["config"] : kEmpty;
+  Config inner(cfg, c.where() + ": " + key + " (" + cls + ")");
+  LayerSpec s;
+  RETURN_IF_ERROR(ParseLayerConfig(cls, inner, s));
+  if (s.name.empty()) s.name = KerasSnakeCase(cls);
+  return s;
+}
+
+bool IsRecurrent(LayerType t) { return t == LayerType::kSimpleRNN || t == LayerType::kLSTM || t == LayerType::kGRU; }
+
+// Bidirectional(layer, merge_mode, backward_layer): the backward layer is
+// the given one, or a copy of `layer` with go_backwards flipped.
+Status Bidirectional(Config& c, LayerSpec& s) {
+  ASSIGN_OR_RETURN(LayerSpec fwd, Wrapped(c, "layer"));
+  if (!IsRecurrent(fwd.type)) {
+    return c.Error("argument layer: Bidirectional wraps SimpleRNN, LSTM or GRU, got " +
+                   std::string(LayerTypeName(fwd.type)));
+  }
+  std::string mode = "concat";
+  if (c.Present("merge_mode") && !c.Take("merge_mode")) {
+    return c.Error("argument merge_mode=null is not supported (two outputs; a layer has one output here)");
+  }
+  RETURN_IF_ERROR(c.String("merge_mode", mode));
+  static const std::pair<const char*, BidiMerge> kModes[] = {
+      {"concat", BidiMerge::kConcat}, {"sum", BidiMerge::kSum}, {"mul", BidiMerge::kMul}, {"ave", BidiMerge::kAve}};
+  bool known = false;
+  for (const auto& [name, m] : kModes) {
+    if (mode == name) s.bidi_merge = m, known = true;
+  }
+  if (!known) return c.Error("argument merge_mode=\"" + mode + "\" is not supported (concat, sum, mul, ave)");
+  LayerSpec bwd = fwd;
+  bwd.go_backwards = !fwd.go_backwards;
+  if (c.Present("backward_layer")) {
+    ASSIGN_OR_RETURN(bwd, Wrapped(c, "backward_layer"));
+    if (bwd.type != fwd.type || bwd.units != fwd.units || bwd.return_sequences != fwd.return_sequences) {
+      return c.Error("argument backward_layer: must be a " + std::string(LayerTypeName(fwd.type)) + " of " +
+                     std::to_string(fwd.units) + " units with the forward layer's return_sequences");
+    }
+  }
+  // Keras 3 writes the forward copy, already named forward_<name>.
+  for (LayerSpec* half : {&fwd, &bwd}) {
+    for (const char* prefix : {"forward_", "backward_"}) {
+      if (half->name.rfind(prefix, 0) == 0) half->name.erase(0, std::string(prefix).size());
+    }
+  }
+  s.wrapped = {fwd, bwd};
+  return Status::Ok();
+}
+
+Status TimeDistributed(Config& c, LayerSpec& s) {
+  ASSIGN_OR_RETURN(LayerSpec inner, Wrapped(c, "layer"));
+  s.wrapped = {inner};
+  return Status::Ok();
+}
+
 struct Entry {
   std::string_view cls;
   LayerType type;
@@ -331,6 +458,11 @@ const Entry kLayers[] = {
     {"Conv2DTranspose", LayerType::kConv2DTranspose, Conv2DTranspose},
     {"CategoryEncoding", LayerType::kCategoryEncoding, CategoryEncoding},
     {"Hashing", LayerType::kHashing, Hashing},
+    {"SimpleRNN", LayerType::kSimpleRNN, Recurrent},
+    {"LSTM", LayerType::kLSTM, Recurrent},
+    {"GRU", LayerType::kGRU, Recurrent},
+    {"Bidirectional", LayerType::kBidirectional, Bidirectional},
+    {"TimeDistributed", LayerType::kTimeDistributed, TimeDistributed},
 };
 
 }  // namespace
@@ -339,6 +471,9 @@ StatusOr<bool> ParseMoreLayer(const std::string& cls, Config& c, LayerSpec& s) {
   for (const Entry& e : kLayers) {
     if (e.cls != cls) continue;
     s.type = e.type;
+    // A Keras 3 GRU defaults to reset_after true; TF.js and tf.keras 1
+    // write the key (false) when they mean otherwise.
+    if (e.type == LayerType::kGRU) s.reset_after = true;
     // Hashing's dtype is its int64 output's.
     RETURN_IF_ERROR(c.Common(s, /*lookup=*/e.type == LayerType::kHashing));
     RETURN_IF_ERROR(e.parse(c, s));

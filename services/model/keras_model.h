@@ -21,7 +21,7 @@
 // trains as something other than what its JSON says.
 //
 // Thread-safety: reentrant. Failure: INVALID_ARGUMENT starting with the
-// source ("model.json: layers[3] (LSTM \"lstm\"): unsupported layer ...");
+// source ("model.json: layers[3] (ConvLSTM2D \"c\"): unsupported layer ...");
 // NOT_FOUND for a missing file.
 #pragma once
 

@@ -4,6 +4,9 @@
 
 #include <cstdio>
 #include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "services/model/keras_model.h"
 
@@ -93,6 +96,26 @@ class Writer {
   std::map<std::string, std::unique_ptr<Handle>> groups_;
 };
 
+// Where Keras 3 keeps a layer's variables, below layers/<name>, with how
+// many of the layer's variables (in order) each group holds: a layer's own
+// in vars; a recurrent layer's in its cell (cell/vars); Bidirectional's in
+// its two copies (forward_layer/..., backward_layer/...); TimeDistributed's
+// in its layer (layer/...).
+std::vector<std::pair<std::string, size_t>> KerasGroups(const LayerSpec& spec, size_t count) {
+  auto own = [](const LayerSpec& s) {
+    const bool cell = s.type == LayerType::kSimpleRNN || s.type == LayerType::kLSTM || s.type == LayerType::kGRU;
+    return std::string(cell ? "/cell/vars" : "/vars");
+  };
+  if (spec.type == LayerType::kBidirectional && spec.wrapped.size() == 2) {
+    return {{"/forward_layer" + own(spec.wrapped[0]), count / 2},
+            {"/backward_layer" + own(spec.wrapped[1]), count / 2}};
+  }
+  if (spec.type == LayerType::kTimeDistributed && spec.wrapped.size() == 1) {
+    return {{"/layer" + own(spec.wrapped[0]), count}};
+  }
+  return {{own(spec), count}};
+}
+
 }  // namespace
 
 Status ExportKerasWeights(const Model& m, const std::vector<Tensor>& values, const std::string& path) {
@@ -124,19 +147,26 @@ Status ExportKerasWeights(const Model& m, const std::vector<Tensor>& values, con
       const int n = used[name]++;
       // Appended piece by piece: GCC 12 warns (-Wrestrict) on "literal" + string.
       if (n > 0) name.append("_").append(std::to_string(n));
-      std::string group = "layers/";
-      group.append(name).append("/vars");
-      RETURN_IF_ERROR(w.Group(group).status());
+      std::string base = "layers/";
+      base.append(name);
+      RETURN_IF_ERROR(w.Group(base + "/vars").status());
       auto [first, count] = m.layer_variables(l);
+      std::string group = base + "/vars";
       int k = 0;
-      // Trainable variables first, then the rest, as Keras lists them.
-      for (bool trainable : {true, false}) {
-        for (size_t v = first; v < first + count; ++v) {
-          if (m.variables()[v].trainable != trainable) continue;
-          Shape shape = values[v].shape();
-          if (spec.type == LayerType::kNormalization && spec.axis_none) shape = {};  // Keras' scalar statistics
-          RETURN_IF_ERROR(w.Dataset(group, std::to_string(k++), shape, values[v].data<float>(), false));
+      for (const auto& [where, n] : KerasGroups(spec, count)) {
+        group = base + where;
+        RETURN_IF_ERROR(w.Group(group).status());
+        k = 0;
+        // Trainable variables first, then the rest, as Keras lists them.
+        for (bool trainable : {true, false}) {
+          for (size_t v = first; v < first + n; ++v) {
+            if (m.variables()[v].trainable != trainable) continue;
+            Shape shape = values[v].shape();
+            if (spec.type == LayerType::kNormalization && spec.axis_none) shape = {};  // Keras' scalar statistics
+            RETURN_IF_ERROR(w.Dataset(group, std::to_string(k++), shape, values[v].data<float>(), false));
+          }
         }
+        first += n;
       }
       if (spec.type == LayerType::kNormalization && count > 0) {
         const int64_t adapted = m.adapt_count(l);

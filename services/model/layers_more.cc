@@ -37,6 +37,11 @@ std::string_view MoreLayerTypeName(LayerType t) {
     case LayerType::kConv2DTranspose: return "Conv2DTranspose";
     case LayerType::kCategoryEncoding: return "CategoryEncoding";
     case LayerType::kHashing: return "Hashing";
+    case LayerType::kSimpleRNN: return "SimpleRNN";
+    case LayerType::kLSTM: return "LSTM";
+    case LayerType::kGRU: return "GRU";
+    case LayerType::kBidirectional: return "Bidirectional";
+    case LayerType::kTimeDistributed: return "TimeDistributed";
     default: return "?";
   }
 }
@@ -76,6 +81,11 @@ StatusOr<std::unique_ptr<Layer>> MakeMoreLayer(const LayerSpec& spec) {
     case LayerType::kConv2DTranspose: return MakeConvMore(spec);
     case LayerType::kCategoryEncoding:
     case LayerType::kHashing: return MakeEncodingLayer(spec);
+    case LayerType::kSimpleRNN:
+    case LayerType::kLSTM:
+    case LayerType::kGRU: return MakeRecurrent(spec);
+    case LayerType::kBidirectional:
+    case LayerType::kTimeDistributed: return MakeWrapper(spec);
     default: return InvalidArgument("layer \"" + spec.name + "\": unknown layer type");
   }
 }

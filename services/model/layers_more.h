@@ -65,5 +65,9 @@ std::unique_ptr<Layer> MakePoolingMore(const LayerSpec& spec);
 std::unique_ptr<Layer> MakeConvMore(const LayerSpec& spec);
 // encoding_layers.cc: CategoryEncoding, Hashing.
 std::unique_ptr<Layer> MakeEncodingLayer(const LayerSpec& spec);
+// recurrent.cc: SimpleRNN, LSTM, GRU.
+std::unique_ptr<Layer> MakeRecurrent(const LayerSpec& spec);
+// wrappers.cc: Bidirectional, TimeDistributed.
+std::unique_ptr<Layer> MakeWrapper(const LayerSpec& spec);
 
 }  // namespace tfjob::model::internal

@@ -14,13 +14,6 @@
 namespace tfjob::model::internal {
 namespace {
 
-// FNV-1a, as reshaping.cc's Dropout mixes the name into its seed.
-uint64_t NameHash(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
 class Noise final : public HostLayer {
  public:
   explicit Noise(const LayerSpec& spec)

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string_view>
 
 namespace tfjob {
 
@@ -34,6 +35,14 @@ inline uint64_t MixSeed(uint64_t seed, uint64_t stream) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
+}
+
+// FNV-1a of a name (a layer's): mixed into a seed, it gives each layer its
+// own stream of dropout masks and noise.
+inline uint64_t NameHash(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
 }
 
 }  // namespace tfjob

@@ -18,13 +18,6 @@
 namespace tfjob::model::internal {
 namespace {
 
-// FNV-1a: the same on every standard library, unlike std::hash.
-uint64_t NameHash(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
 class Dropout final : public Layer {
  public:
   explicit Dropout(const LayerSpec& spec)

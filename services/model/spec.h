@@ -70,6 +70,13 @@ enum class LayerType {
   kConv2DTranspose,
   kCategoryEncoding,
   kHashing,
+  // recurrent.cc
+  kSimpleRNN,
+  kLSTM,
+  kGRU,
+  // wrappers.cc: layers around other layers (LayerSpec::wrapped)
+  kBidirectional,
+  kTimeDistributed,
 };
 // Keras' L1, L2 and L1L2 regularizers: l1 * sum|w| + l2 * sum w^2.
 struct Regularizer {
@@ -94,6 +101,8 @@ enum class Combiner { kNone, kSum, kMean };
 enum class Padding { kValid, kSame };
 // CategoryEncoding's output_mode.
 enum class EncodingMode { kOneHot, kMultiHot, kCount };
+// Bidirectional's merge_mode.
+enum class BidiMerge { kConcat, kSum, kMul, kAve };
 
 // StringLookup / IntegerLookup (Keras' IndexLookup, output_mode "int"): index
 // 0 is the mask token when there is one, then num_oov_indices OOV indices,
@@ -217,6 +226,25 @@ struct LayerSpec {
   int64_t num_bins = 0;
   bool has_mask_value = false;
   int64_t mask_value = 0;
+  // SimpleRNN, LSTM, GRU: units, activation (tanh), use_bias, kernel_* and
+  // bias_* above; rate is Keras' dropout (on the inputs), seed its masks'.
+  Activation recurrent_activation = Activation::kSigmoid;
+  Initializer recurrent_initializer = Initializer::Of(Initializer::Kind::kOrthogonal);
+  Regularizer recurrent_regularizer;
+  Constraint recurrent_constraint;
+  double recurrent_dropout = 0;
+  bool return_sequences = false;
+  bool go_backwards = false;
+  // LSTM: the forget gate's bias starts at one (Keras' default true).
+  bool unit_forget_bias = true;
+  // GRU: Keras 3's default true (the reset gate applied after the recurrent
+  // product, which has its own bias); TF.js and tf.keras 1 write false.
+  bool reset_after = true;
+  // Bidirectional: the forward and the backward layer; TimeDistributed:
+  // the layer applied to every time step (named as the wrapper, so its
+  // variables are "<wrapper>/kernel", as TF.js names them).
+  std::vector<LayerSpec> wrapped;
+  BidiMerge bidi_merge = BidiMerge::kConcat;
 };
 
 // A tensor of a Functional model: the model's input `input`, or the output

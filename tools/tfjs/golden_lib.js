@@ -130,6 +130,8 @@ function weightValue(shortName, shape, rng) {
     case 'kernel':
     case 'pointwise_kernel':
       return short3(u * Math.sqrt(3 / prod(shape.slice(0, -1))));
+    case 'recurrent_kernel':  // [units, G * units]: fan-in units
+      return short3(u * Math.sqrt(3 / shape[0]));
     case 'depthwise_kernel':  // [kh, kw, in, multiplier]: fan-in kh*kw
       return short3(u * Math.sqrt(3 / (shape[0] * shape[1])));
     case 'bias':

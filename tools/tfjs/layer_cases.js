@@ -255,4 +255,46 @@ add(one('category_encoding_count', () => L.categoryEncoding({numTokens: 6, outpu
 add(chain('category_encoding_dense', [() => L.categoryEncoding({numTokens: 4, outputMode: 'count', name: 'enc'}),
   () => L.dense({units: 2, name: 'd1'})], [{shape: [3], dtype: 'int32', range: [0, 4]}]));
 
+// --- Recurrent ------------------------------------------------------------------
+// TF.js' defaults: recurrent_activation hard_sigmoid, kernel glorot_normal,
+// GRU reset_after false (TF.js has no other form). Inference mode, so
+// dropout and recurrent_dropout are the identity.
+add(one('simple_rnn', () => L.simpleRNN({units: 3, name: 'rnn'}), [[4, 2]], {note: 'tanh; the last state'}));
+add(one('simple_rnn_sequences_relu', () => L.simpleRNN({units: 3, activation: 'relu', returnSequences: true, name: 'rnn'}),
+  [[4, 2]], {note: 'relu; every step\'s state, [batch, 4, 3]'}));
+add(one('simple_rnn_backwards_no_bias', () => L.simpleRNN({units: 2, goBackwards: true, useBias: false, name: 'rnn'}),
+  [[5, 3]], {note: 'go_backwards: the steps run last to first'}));
+add(one('lstm', () => L.lstm({units: 3, name: 'lstm'}), [[4, 2]], {note: 'gates i, f, c, o; recurrent_activation hard_sigmoid'}));
+add(one('lstm_sigmoid_sequences', () => L.lstm({units: 3, recurrentActivation: 'sigmoid', returnSequences: true, name: 'lstm'}),
+  [[5, 2]], {note: 'sigmoid gates, every step\'s state'}));
+add(one('lstm_backwards', () => L.lstm({units: 2, goBackwards: true, recurrentActivation: 'sigmoid', name: 'lstm'}),
+  [[4, 3]]));
+add(one('lstm_backwards_sequences', () => L.lstm({units: 2, goBackwards: true, returnSequences: true, name: 'lstm'}),
+  [[3, 2]], {note: 'the outputs in the order the steps ran: output step 0 is input step 2'}));
+add(one('lstm_no_bias_relu', () => L.lstm({units: 3, useBias: false, activation: 'relu', recurrentActivation: 'sigmoid',
+  unitForgetBias: true, dropout: 0.3, recurrentDropout: 0.2, name: 'lstm'}), [[4, 2]],
+  {note: 'relu cell activation, no bias; dropout 0.3 and recurrent_dropout 0.2 are the identity in inference'}));
+add(one('gru', () => L.gru({units: 3, name: 'gru'}), [[4, 2]], {note: 'gates z, r, h; reset_after false'}));
+add(one('gru_sigmoid_sequences', () => L.gru({units: 3, recurrentActivation: 'sigmoid', returnSequences: true, name: 'gru'}),
+  [[5, 2]]));
+add(one('gru_backwards_no_bias', () => L.gru({units: 2, goBackwards: true, useBias: false, recurrentActivation: 'sigmoid',
+  name: 'gru'}), [[4, 3]]));
+add(chain('lstm_gru_dense', [() => L.lstm({units: 4, returnSequences: true, recurrentActivation: 'sigmoid', name: 'lstm'}),
+  () => L.gru({units: 3, recurrentActivation: 'sigmoid', name: 'gru'}), () => L.dense({units: 2, name: 'd1'})], [[6, 3]],
+  {note: 'a stacked LSTM (sequences) into a GRU into a Dense'}));
+
+add(one('bidirectional_lstm_concat_sequences', () => L.bidirectional({layer: L.lstm({units: 2, returnSequences: true,
+  recurrentActivation: 'sigmoid', name: 'lstm'}), name: 'bi'}), [[4, 3]],
+  {note: 'concat: forward then backward units; the backward half turned back into input order'}));
+add(one('bidirectional_gru_sum', () => L.bidirectional({layer: L.gru({units: 3, name: 'gru'}), mergeMode: 'sum',
+  name: 'bi'}), [[4, 2]], {note: 'the last states of both directions, summed'}));
+add(one('bidirectional_simple_rnn_mul', () => L.bidirectional({layer: L.simpleRNN({units: 3, name: 'rnn'}),
+  mergeMode: 'mul', name: 'bi'}), [[3, 2]]));
+add(one('bidirectional_lstm_ave_sequences', () => L.bidirectional({layer: L.lstm({units: 2, returnSequences: true,
+  name: 'lstm'}), mergeMode: 'ave', name: 'bi'}), [[3, 2]]));
+add(one('time_distributed_dense', () => L.timeDistributed({layer: L.dense({units: 3, activation: 'tanh', name: 'd1'}),
+  name: 'td'}), [[4, 2]], {note: 'one Dense on every time step; TF.js names its weights td/kernel, td/bias'}));
+add(chain('lstm_time_distributed', [() => L.lstm({units: 3, returnSequences: true, recurrentActivation: 'sigmoid', name: 'lstm'}),
+  () => L.timeDistributed({layer: L.dense({units: 2, name: 'd1'}), name: 'td'})], [[5, 2]]));
+
 module.exports = {cases, ACTIVATIONS};

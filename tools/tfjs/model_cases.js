@@ -491,4 +491,64 @@ add({
   batch: 3,
 });
 
+// 26. An LSTM over MNIST's 28 rows of 28 pixels (issue 44's example).
+add({
+  name: 'mnist_lstm',
+  build: () => tf.sequential({
+    name: 'mnist_lstm',
+    layers: [
+      L.lstm({inputShape: [28, 28], units: 16, recurrentActivation: 'sigmoid', name: 'rows_lstm'}),
+      L.dense({units: 10, activation: 'softmax', name: 'out'}),
+    ],
+  }),
+  inputs: [pixels],
+  batch: 2,
+});
+
+// 27. Text classifier: embedded tokens through a bidirectional GRU, pooled.
+add({
+  name: 'text_bigru',
+  build() {
+    const tokens = tf.input({shape: [12], dtype: 'int32', name: 'tokens'});
+    let x = L.embedding({inputDim: 50, outputDim: 8, name: 'embedding'}).apply(tokens);
+    x = L.bidirectional({layer: L.gru({units: 6, returnSequences: true, name: 'gru'}), name: 'bigru'}).apply(x);
+    x = L.globalAveragePooling1d({name: 'pool'}).apply(x);
+    const out = L.dense({units: 1, activation: 'sigmoid', name: 'out'}).apply(x);
+    return tf.model({inputs: tokens, outputs: out, name: 'text_bigru'});
+  },
+  inputs: [{range: [0, 50]}],
+  batch: 3,
+});
+
+// 28. Sequence tagger: a SimpleRNN's every step through one Dense.
+add({
+  name: 'sequence_tagger',
+  build: () => tf.sequential({
+    name: 'sequence_tagger',
+    layers: [
+      L.simpleRNN({inputShape: [10, 4], units: 8, returnSequences: true, name: 'rnn'}),
+      L.timeDistributed({layer: L.dense({units: 2, activation: 'sigmoid', name: 'tag'}), name: 'tags'}),
+    ],
+  }),
+  batch: 3,
+});
+
+// 29. Forecaster: two stacked LSTMs, the first reading backwards, and a
+// GRU beside them over the same series, summed by a Bidirectional
+// LSTM's pair of directions.
+add({
+  name: 'stacked_forecast',
+  build() {
+    const series = tf.input({shape: [8, 3], name: 'series'});
+    let a = L.lstm({units: 6, returnSequences: true, goBackwards: true, name: 'lstm1'}).apply(series);
+    a = L.lstm({units: 4, name: 'lstm2'}).apply(a);
+    const b = L.bidirectional({layer: L.lstm({units: 2, name: 'lstm3'}), mergeMode: 'sum', name: 'bilstm'}).apply(series);
+    const c = L.gru({units: 4, name: 'gru1'}).apply(series);
+    const x = L.concatenate({name: 'joined'}).apply([a, b, c]);
+    const out = L.dense({units: 1, name: 'forecast'}).apply(x);
+    return tf.model({inputs: series, outputs: out, name: 'stacked_forecast'});
+  },
+  batch: 3,
+});
+
 module.exports = {cases};

@@ -221,8 +221,8 @@ TEST(KerasModelTest, UnsupportedLayersAndArgumentsAreNamed) {
               HasSubstr("m.json: config.input_layers is missing"));
   EXPECT_THAT(err([](json& d) { d["class_name"] = "Graph"; }),
               HasSubstr("m.json: class_name \"Graph\": not a Keras model (Sequential, Functional or Model)"));
-  EXPECT_THAT(err([](json& d) { d["config"]["layers"][3]["class_name"] = "LSTM"; }),
-              HasSubstr("m.json: layers[3] (LSTM \"flatten\"): unsupported layer LSTM"));
+  EXPECT_THAT(err([](json& d) { d["config"]["layers"][3]["class_name"] = "ConvLSTM2D"; }),
+              HasSubstr("m.json: layers[3] (ConvLSTM2D \"flatten\"): unsupported layer ConvLSTM2D"));
   EXPECT_THAT(
       err([](json& d) { d["config"]["layers"][1]["config"]["kernel_regularizer"] = "l3"; }),
       HasSubstr(

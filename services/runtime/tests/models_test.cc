@@ -325,10 +325,10 @@ TEST(KerasModelTest, ExamplesTrainAndUnsupportedLayersAreOneLine) {
   EXPECT_THAT(r.out, HasSubstr("20/20 - "));
 
   json model = ReadJson(Source("examples/keras/mnist_cnn.keras3.json"));
-  model["config"]["layers"][2]["class_name"] = "LSTM";
+  model["config"]["layers"][2]["class_name"] = "ConvLSTM2D";
   ExpectBadInput(
-      Fit({"--config", job, "--keras-model", WriteJson(dir + "/lstm.json", model), "--data-dir", t::MnistDir()}),
-      "lstm.json: layers[2] (LSTM \"max_pooling2d\"): unsupported layer LSTM (supported: Dense,");
+      Fit({"--config", job, "--keras-model", WriteJson(dir + "/convlstm.json", model), "--data-dir", t::MnistDir()}),
+      "convlstm.json: layers[2] (ConvLSTM2D \"max_pooling2d\"): unsupported layer ConvLSTM2D (supported: Dense,");
   model = ReadJson(Source("examples/keras/mnist_cnn.keras3.json"));
   model["config"]["layers"][1]["config"]["data_format"] = "channels_first";
   ExpectBadInput(

@@ -1,4 +1,4 @@
-// The 25 Keras models TensorFlow.js' toJSON() wrote
+// The 29 Keras models TensorFlow.js' toJSON() wrote
 // (services/model/tests/data/tfjs/models, tools/tfjs/gen_goldens.js) load
 // and train one epoch in every strategy through the real binary: one
 // device, mirrored (2 replicas), multi-worker mirrored (2 workers) and
@@ -77,17 +77,21 @@ const ModelCase kModels[] = {
     {"image_tabular", Label::kClassId, 3, {}},          // Dense(3, softmax)
     {"mlp_batchnorm_dropout", Label::kClassId, 4, {}},  // Dense(4, softmax)
     {"mnist_cnn", Label::kClassId, 10, {}},             // Dense(10, softmax)
+    {"mnist_lstm", Label::kClassId, 10, {}},            // Dense(10, softmax)
     {"mnist_mlp", Label::kClassId, 10, {}},             // Dense(10, softmax)
     {"mobilenet_block", Label::kClassId, 5, {}},        // Dense(5, softmax)
     {"noisy_activations", Label::kReal, 0, {3}},        // Dense(3, linear)
     {"rescaling_mlp", Label::kClassId, 3, {}},          // Dense(3, softmax)
     {"residual_cnn", Label::kClassId, 10, {}},          // Dense(10, softmax)
     {"separable_upsampling", Label::kReal, 0, {162}},   // Conv2D(2, softplus) 9x9 -> Flatten
+    {"sequence_tagger", Label::kReal, 0, {10, 2}},      // TimeDistributed(Dense(2, sigmoid))
     {"sequential_input_layer", Label::kReal, 0, {3}},   // Dense(3, hard_sigmoid)
     {"shared_text_encoder", Label::kBinary, 0, {}},     // Dot -> Activation(sigmoid), 1 unit
     {"shared_tower", Label::kReal, 0, {2}},             // Dense(2, linear)
     {"siamese_conv", Label::kBinary, 0, {}},            // Dense(1, sigmoid)
     {"siamese_dot", Label::kBinary, 0, {}},             // Dense(1, sigmoid)
+    {"stacked_forecast", Label::kReal, 0, {1}},         // Dense(1, linear)
+    {"text_bigru", Label::kBinary, 0, {}},              // Dense(1, sigmoid)
     {"text_conv1d", Label::kBinary, 0, {}},             // Dense(1, sigmoid)
     {"transformer_ffn", Label::kClassId, 2, {}},        // Dense(2, softmax)
     {"unet_like", Label::kReal, 0, {16, 16, 1}},        // Conv2D(1, sigmoid) mask, image-shaped
