@@ -411,6 +411,7 @@ Status Bidirectional(Config& c, LayerSpec& s) {
     }
   }
   s.wrapped = {fwd, bwd};
+  s.return_sequences = fwd.return_sequences;  // whether a mask passes (layers.h)
   return Status::Ok();
 }
 
@@ -463,6 +464,7 @@ const Entry kLayers[] = {
     {"GRU", LayerType::kGRU, Recurrent},
     {"Bidirectional", LayerType::kBidirectional, Bidirectional},
     {"TimeDistributed", LayerType::kTimeDistributed, TimeDistributed},
+    {"Masking", LayerType::kMasking, [](Config& c, LayerSpec& s) { return c.Number("mask_value", s.masking_value); }},
 };
 
 }  // namespace

@@ -144,7 +144,7 @@ Status EmbeddingLayer(Config& c, LayerSpec& s) {
   RETURN_IF_ERROR(keras::ConstraintArgument(c, "embeddings_constraint", s.kernel_constraint));
   RETURN_IF_ERROR(keras::RegularizerArgument(c, "activity_regularizer", s.activity_regularizer));
   for (const char* k : {"lora_rank", "lora_alpha", "quantization_config"}) RETURN_IF_ERROR(c.Null(k));
-  RETURN_IF_ERROR(c.Only("mask_zero", {false}, "only false"));
+  RETURN_IF_ERROR(c.Bool("mask_zero", s.mask_zero));
   RETURN_IF_ERROR(c.Only("sparse", {false}, "only false"));
   (void)c.Take("input_length");  // Keras 2: the input shape says it
   return Status::Ok();

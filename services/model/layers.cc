@@ -11,6 +11,46 @@ namespace tfjob::model {
 
 Status Layer::Error(const std::string& what) const { return InvalidArgument("layer \"" + spec_.name + "\": " + what); }
 
+Layer::MaskUse Layer::mask_use() const {
+  switch (spec_.type) {
+    // Layers that keep each time step where it was pass a mask on (Keras'
+    // supports_masking); the recurrent layers, Bidirectional and
+    // GlobalAveragePooling1D override this to consume it.
+    case LayerType::kDense:
+    case LayerType::kActivation:
+    case LayerType::kDropout:
+    case LayerType::kSpatialDropout1D:
+    case LayerType::kGaussianNoise:
+    case LayerType::kGaussianDropout:
+    case LayerType::kReLU:
+    case LayerType::kLeakyReLU:
+    case LayerType::kPReLU:
+    case LayerType::kELU:
+    case LayerType::kSoftmax:
+    case LayerType::kThresholdedReLU:
+    case LayerType::kRescaling:
+    case LayerType::kLayerNormalization:
+    case LayerType::kBatchNormalization:
+    case LayerType::kTimeDistributed:
+    case LayerType::kMasking: return MaskUse::kPass;
+    default: return MaskUse::kRefuse;
+  }
+}
+
+bool Layer::output_masked(bool input_masked) const {
+  if (makes_mask()) return true;
+  if (!input_masked) return false;
+  const MaskUse use = mask_use();
+  if (use == MaskUse::kPass) return true;
+  return use == MaskUse::kConsume && spec_.return_sequences;
+}
+
+StatusOr<Tensor> Layer::OutputMask(const Tensor&) const {
+  const MaskUse use = mask_use();
+  if (use == MaskUse::kPass || (use == MaskUse::kConsume && spec_.return_sequences)) return mask_;
+  return Tensor();
+}
+
 StatusOr<Shape> Layer::BuildMulti(std::span<const Shape>, std::span<const DType>) {
   return Error("takes one input, not a list");
 }
@@ -169,6 +209,9 @@ class Embedding final : public Layer {
     }
     bag_ = in.empty() ? 1 : in[0];
     in_shape_ = in;
+    if (spec_.mask_zero && (in.size() != 1 || spec_.combiner != Combiner::kNone)) {
+      return Error("mask_zero needs a sequence of ids [time] per example, not combined, got " + ShapeString(in));
+    }
     if (spec_.combiner != Combiner::kNone && bag_ == 0) return Error("cannot combine an empty bag of ids");
     if (spec_.combiner != Combiner::kNone || in.empty()) return Shape{spec_.output_dim};
     return Shape{bag_, spec_.output_dim};
@@ -176,6 +219,16 @@ class Embedding final : public Layer {
 
   std::vector<VariableSpec> Variables() const override {
     return {{spec_.name + "/embeddings", {spec_.input_dim, spec_.output_dim}, spec_.embeddings_initializer, true}};
+  }
+
+  bool makes_mask() const override { return spec_.mask_zero; }
+  // mask_zero: the steps whose id is not 0.
+  StatusOr<Tensor> OutputMask(const Tensor& x) const override {
+    if (!spec_.mask_zero) return Tensor();
+    if (!x.on_cpu()) return Error("mask_zero makes its mask on the host; the ids are on a device");
+    Tensor m = Tensor::Zeros(DType::kFloat32, x.shape());
+    for (int64_t i = 0; i < x.size(); ++i) m.data<float>()[i] = x.data<int64_t>()[i] != 0 ? 1.f : 0.f;
+    return m;
   }
 
   StatusOr<Tensor> Forward(std::span<const Tensor> params, const Tensor& x, bool) override {

@@ -93,10 +93,32 @@ class Layer {
   // Whether the layer computes on a CUDA device (Model::CheckDeviceSupport).
   virtual bool device_kernels() const { return true; }
 
+  // Keras' masks: which time steps of each example are real, a host
+  // float32 [batch, time] of 1 (real) and 0 (padding). Masking and
+  // Embedding(mask_zero) make one; the recurrent layers and
+  // GlobalAveragePooling1D consume it (padded steps neither update the
+  // state nor count); layers that keep the time axis (Dense, activations,
+  // dropout, normalization, TimeDistributed) pass it on; merges pass the
+  // product of their inputs' masks (the model does that). Any other layer
+  // refuses a masked input when the model is built, as Keras does.
+  enum class MaskUse { kRefuse, kPass, kConsume };
+  virtual MaskUse mask_use() const;
+  // Whether the output carries a mask of the layer's own (a producer).
+  virtual bool makes_mask() const { return false; }
+  // Whether the output carries a mask, given whether the input does.
+  bool output_masked(bool input_masked) const;
+  // Before Forward: the input's mask, or an empty tensor.
+  void SetInputMask(Tensor mask) { mask_ = std::move(mask); }
+  // After Forward(x): the output's mask, or an empty tensor. The default
+  // passes the input's on (kPass) and drops it otherwise; a recurrent layer
+  // with return_sequences passes it; producers make theirs from x.
+  virtual StatusOr<Tensor> OutputMask(const Tensor& x) const;
+
  protected:
   Status Error(const std::string& what) const;
 
   LayerSpec spec_;
+  Tensor mask_;  // SetInputMask's
 };
 
 StatusOr<std::unique_ptr<Layer>> MakeLayer(const LayerSpec& spec);

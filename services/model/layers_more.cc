@@ -42,6 +42,7 @@ std::string_view MoreLayerTypeName(LayerType t) {
     case LayerType::kGRU: return "GRU";
     case LayerType::kBidirectional: return "Bidirectional";
     case LayerType::kTimeDistributed: return "TimeDistributed";
+    case LayerType::kMasking: return "Masking";
     default: return "?";
   }
 }
@@ -86,6 +87,7 @@ StatusOr<std::unique_ptr<Layer>> MakeMoreLayer(const LayerSpec& spec) {
     case LayerType::kGRU: return MakeRecurrent(spec);
     case LayerType::kBidirectional:
     case LayerType::kTimeDistributed: return MakeWrapper(spec);
+    case LayerType::kMasking: return MakeMasking(spec);
     default: return InvalidArgument("layer \"" + spec.name + "\": unknown layer type");
   }
 }

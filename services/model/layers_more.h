@@ -69,5 +69,7 @@ std::unique_ptr<Layer> MakeEncodingLayer(const LayerSpec& spec);
 std::unique_ptr<Layer> MakeRecurrent(const LayerSpec& spec);
 // wrappers.cc: Bidirectional, TimeDistributed.
 std::unique_ptr<Layer> MakeWrapper(const LayerSpec& spec);
+// masking.cc
+std::unique_ptr<Layer> MakeMasking(const LayerSpec& spec);
 
 }  // namespace tfjob::model::internal

@@ -228,6 +228,21 @@ Status Model::BuildNode(size_t n, const NodeSpec& ns, const LayerSpec& ls) {
   if (!out.ok()) return out.status().WithContext(ns.path);
   node.out_shape = *out;
   node.out_dtype = node.impl->output_dtype();
+  // Masks: a merge passes its inputs' (their product); any other layer
+  // passes, consumes or makes one, or refuses a masked input, as Keras
+  // refuses it when the model is built.
+  bool in_masked = false;
+  for (const TensorRef& r : ns.inputs) in_masked = in_masked || (r.node >= 0 && nodes_[r.node].masked);
+  if (arity != 1) {
+    node.masked = in_masked;
+  } else {
+    if (in_masked && node.impl->mask_use() == Layer::MaskUse::kRefuse && !node.impl->makes_mask()) {
+      return InvalidArgument(ns.path + ": layer \"" + ls.name + "\" (" + std::string(LayerTypeName(ls.type)) +
+                             ") does not support masking, but its input carries a mask (from a Masking layer or an "
+                             "Embedding with mask_zero); Keras refuses that too");
+    }
+    node.masked = node.impl->output_masked(in_masked);
+  }
   return Status::Ok();
 }
 

@@ -160,6 +160,9 @@ class Model {
     // The output is float32 and depends on some variable, so its gradient
     // is worth computing.
     bool needs_grad = false;
+    // The output carries a mask (layers.h: Masking, Embedding(mask_zero),
+    // and the layers that pass one on).
+    bool masked = false;
   };
 
   Model() = default;

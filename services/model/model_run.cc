@@ -76,6 +76,24 @@ Status Accumulate(Gradient& into, Gradient from, const Shape& shape) {
   return Status::Ok();
 }
 
+// A merge's mask: the product of its inputs' masks (an input without one
+// counts as all real), as Keras' merges combine them.
+StatusOr<Tensor> ProductOfMasks(const std::string& layer, const std::vector<Tensor>& masks) {
+  Tensor product;
+  for (const Tensor& m : masks) {
+    if (m.size() == 0) continue;
+    if (product.size() == 0) {
+      product = m.Clone();
+    } else if (m.shape() != product.shape()) {
+      return InvalidArgument("layer \"" + layer + "\": its inputs' masks differ in shape (" +
+                             ShapeString(product.shape()) + " and " + ShapeString(m.shape()) + ")");
+    } else {
+      AsArray(product) *= AsArray(m);
+    }
+  }
+  return product;
+}
+
 }  // namespace
 
 StatusOr<Tensor> Model::Forward(std::span<const Tensor> values, const Tensor& x, bool training) {
@@ -92,17 +110,29 @@ StatusOr<Tensor> Model::Forward(std::span<const Tensor> values, const Tensor& x,
   ASSIGN_OR_RETURN(std::vector<Tensor> inputs, UnpackInputs(x));
   activity_outputs_.clear();
   std::vector<Tensor> outs(nodes_.size());
+  std::vector<Tensor> masks(nodes_.size());  // of the calls whose outputs carry one (Node::masked)
   auto input_of = [&](const TensorRef& r) -> const Tensor& { return r.node >= 0 ? outs[r.node] : inputs[r.input]; };
+  auto mask_of = [&](const TensorRef& r) { return r.node >= 0 && nodes_[r.node].masked ? masks[r.node] : Tensor(); };
   for (size_t n = 0; n < nodes_.size(); ++n) {
     Node& node = nodes_[n];
     auto [first, count] = layer_vars_[node.layer];
     auto params = values.subspan(first, count);
     if (node.impl->arity() == 1) {
-      ASSIGN_OR_RETURN(outs[n], node.impl->Forward(params, input_of(node.inputs[0]), training));
+      const Tensor& x = input_of(node.inputs[0]);
+      node.impl->SetInputMask(mask_of(node.inputs[0]));
+      ASSIGN_OR_RETURN(outs[n], node.impl->Forward(params, x, training));
+      if (node.masked) {
+        ASSIGN_OR_RETURN(masks[n], node.impl->OutputMask(x));
+      }
     } else {
       std::vector<Tensor> xs;
       for (const TensorRef& r : node.inputs) xs.push_back(input_of(r));
       ASSIGN_OR_RETURN(outs[n], node.impl->ForwardMulti(params, xs, training));
+      if (node.masked) {
+        std::vector<Tensor> in_masks;
+        for (const TensorRef& r : node.inputs) in_masks.push_back(mask_of(r));
+        ASSIGN_OR_RETURN(masks[n], ProductOfMasks(node.impl->name(), in_masks));
+      }
     }
     if (layer_specs_[node.layer].activity_regularizer.active()) activity_outputs_.emplace_back(n, outs[n]);
   }

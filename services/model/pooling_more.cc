@@ -67,8 +67,27 @@ class GlobalPooling final : public HostLayer {
     return out_shape_;
   }
 
+  // GlobalAveragePooling1D averages over the real steps only (Keras 3).
+  MaskUse mask_use() const override {
+    return spec_.type == LayerType::kGlobalAveragePooling1D ? MaskUse::kConsume : MaskUse::kRefuse;
+  }
+
   StatusOr<Tensor> Forward(std::span<const Tensor>, const Tensor& x, bool) override {
     RETURN_IF_ERROR(CheckInput(x));
+    RETURN_IF_ERROR(MaskWeights());
+    if (!weights_.empty()) {
+      // The mean over the real steps; an example without any is all zero
+      // (Keras divides 0 by 0 there).
+      Tensor y = Tensor::Zeros(DType::kFloat32, WithBatch(batch_, out_shape_));
+      for (int64_t b = 0; b < batch_; ++b) {
+        for (int64_t p = 0; p < positions_; ++p) {
+          const float w = weights_[static_cast<size_t>(b * positions_ + p)];
+          for (int64_t ch = 0; ch < c_; ++ch)
+            y.data<float>()[b * c_ + ch] += w * x.data<float>()[(b * positions_ + p) * c_ + ch];
+        }
+      }
+      return y;
+    }
     const bool max = spec_.type != LayerType::kGlobalAveragePooling1D;
     Tensor y = Tensor::Zeros(DType::kFloat32, WithBatch(batch_, out_shape_));
     if (max) argmax_.assign(static_cast<size_t>(batch_ * c_), 0);
@@ -109,7 +128,10 @@ class GlobalPooling final : public HostLayer {
           d[argmax_[static_cast<size_t>(b * c_ + ch)]] += v;
           continue;
         }
-        for (int64_t p = 0; p < positions_; ++p) d[(b * positions_ + p) * c_ + ch] = v * inv;
+        for (int64_t p = 0; p < positions_; ++p) {
+          const float w = weights_.empty() ? inv : weights_[static_cast<size_t>(b * positions_ + p)];
+          d[(b * positions_ + p) * c_ + ch] = v * w;
+        }
       }
     }
     return dx;
@@ -119,6 +141,24 @@ class GlobalPooling final : public HostLayer {
   int64_t c_ = 0, positions_ = 0;
   Shape out_shape_;
   std::vector<int64_t> argmax_;  // max pooling: the input offset each output took
+  std::vector<float> weights_;   // masked average: each step's weight, [batch * steps]; empty unmasked
+
+  Status MaskWeights() {
+    weights_.clear();
+    if (mask_.size() == 0) return Status::Ok();
+    if (!mask_.on_cpu() || mask_.shape() != Shape{batch_, positions_}) {
+      return Error("mask " + mask_.DebugString() + " does not match the input's steps");
+    }
+    weights_.assign(static_cast<size_t>(batch_ * positions_), 0.f);
+    for (int64_t b = 0; b < batch_; ++b) {
+      const float* m = mask_.data<float>() + b * positions_;
+      float real = 0;
+      for (int64_t p = 0; p < positions_; ++p) real += m[p];
+      for (int64_t p = 0; p < positions_ && real > 0; ++p)
+        weights_[static_cast<size_t>(b * positions_ + p)] = m[p] / real;
+    }
+    return Status::Ok();
+  }
 };
 
 }  // namespace

@@ -34,7 +34,9 @@ class Recurrent final : public HostLayer {
  public:
   explicit Recurrent(const LayerSpec& spec)
       : HostLayer(spec),
-        gates_(spec.type == LayerType::kLSTM ? 4 : spec.type == LayerType::kGRU ? 3 : 1),
+        gates_(spec.type == LayerType::kLSTM  ? 4
+               : spec.type == LayerType::kGRU ? 3
+                                              : 1),
         rng_(MixSeed(static_cast<uint64_t>(spec.seed), NameHash(spec.name))) {}
 
   StatusOr<Shape> Build(const Shape& in, DType dtype) override {
@@ -50,6 +52,8 @@ class Recurrent final : public HostLayer {
     gu_ = gates_ * u_;
     return spec_.return_sequences ? Shape{steps_, u_} : Shape{u_};
   }
+
+  MaskUse mask_use() const override { return MaskUse::kConsume; }
 
   std::vector<VariableSpec> Variables() const override {
     std::vector<VariableSpec> v;
@@ -67,9 +71,10 @@ class Recurrent final : public HostLayer {
         // (keras_layers.cc), so the value is the same on every task.
         b.init = Initializer::kValue;
         b.value = Tensor::Zeros(DType::kFloat32, {gu_});
-        const float base = spec_.bias_initializer.kind == Initializer::Kind::kOnes       ? 1.f
-                           : spec_.bias_initializer.kind == Initializer::Kind::kConstant ? float(spec_.bias_initializer.value)
-                                                                                         : 0.f;
+        const float base = spec_.bias_initializer.kind == Initializer::Kind::kOnes ? 1.f
+                           : spec_.bias_initializer.kind == Initializer::Kind::kConstant
+                               ? float(spec_.bias_initializer.value)
+                               : 0.f;
         float* p = b.value.data<float>();
         std::fill(p, p + gu_, base);
         std::fill(p + u_, p + 2 * u_, 1.f);
@@ -113,8 +118,21 @@ class Recurrent final : public HostLayer {
     }
     // LSTM: act(c); GRU: the reset gate's operand (see Step).
     if (gates_ > 1) aux_ = Tensor::Zeros(DType::kFloat32, {T * B, U});
+    if (mask_.size() > 0 && (!mask_.on_cpu() || mask_.shape() != Shape{B, T})) {
+      return Error("mask " + mask_.DebugString() + " does not match the input's [batch, time] [" + std::to_string(B) +
+                   ", " + std::to_string(T) + "]");
+    }
     RowMatrix hm(B, U), m(B, GU);
-    for (int64_t s = 0; s < T; ++s) RETURN_IF_ERROR(StepForward(s, rk, bias, hm, m));
+    for (int64_t s = 0; s < T; ++s) {
+      RETURN_IF_ERROR(StepForward(s, rk, bias, hm, m));
+      // A padded step keeps the state it started from (and the LSTM its
+      // cell), so its output is the last real step's, as Keras carries it.
+      for (int64_t b = 0; b < B; ++b) {
+        if (Real(b, s)) continue;
+        State(h_, s + 1).row(b) = State(h_, s).row(b);
+        if (spec_.type == LayerType::kLSTM) State(c_, s + 1).row(b) = State(c_, s).row(b);
+      }
+    }
 
     if (!spec_.return_sequences) {
       // A copy: the next layer may own and change its input.
@@ -146,7 +164,21 @@ class Recurrent final : public HostLayer {
       } else if (s == T - 1) {
         dh += CMat(dy.data<float>(), B, U);
       }
+      // A padded step passed its state through untouched: its gradient
+      // goes straight to the state before it, and none into the step.
+      RowMatrix carry_h = RowMatrix::Zero(B, U), carry_c = RowMatrix::Zero(B, U);
+      for (int64_t b = 0; b < B; ++b) {
+        if (Real(b, s)) continue;
+        carry_h.row(b) = dh.row(b);
+        dh.row(b).setZero();
+        if (spec_.type == LayerType::kLSTM) {
+          carry_c.row(b) = dc_.row(b);
+          dc_.row(b).setZero();
+        }
+      }
       RETURN_IF_ERROR(StepBackward(s, rk, dh, Mat(drk.data<float>(), U, GU)));
+      dh += carry_h;
+      if (spec_.type == LayerType::kLSTM) dc_ += carry_c;
     }
     CMat dxw(dxw_.data<float>(), B * T, GU);
     Tensor dk = Tensor::Zeros(DType::kFloat32, {F, GU});
@@ -173,6 +205,10 @@ class Recurrent final : public HostLayer {
 
  private:
   bool two_biases() const { return spec_.type == LayerType::kGRU && spec_.reset_after; }
+  // Whether processing step s of example b reads a real (unmasked) step.
+  bool Real(int64_t b, int64_t s) const {
+    return mask_.size() == 0 || mask_.data<float>()[b * steps_ + TimeOf(s)] != 0;
+  }
   // The input time step that processing step s reads.
   int64_t TimeOf(int64_t s) const { return spec_.go_backwards ? steps_ - 1 - s : s; }
 
@@ -364,12 +400,12 @@ class Recurrent final : public HostLayer {
   Rng rng_;
   int64_t steps_ = 0, features_ = 0, u_ = 0, gu_ = 0;
   // Forward's record for Backward.
-  Tensor xin_;                    // the input after dropout, [batch, time, features]
-  Tensor in_mask_, rec_mask_;     // dropout masks, empty when off
-  Tensor xw_;                     // input projections, [batch * time, G * units]
-  Tensor h_, c_;                  // states 0..T, [(T + 1) * batch, units]
+  Tensor xin_;                      // the input after dropout, [batch, time, features]
+  Tensor in_mask_, rec_mask_;       // dropout masks, empty when off
+  Tensor xw_;                       // input projections, [batch * time, G * units]
+  Tensor h_, c_;                    // states 0..T, [(T + 1) * batch, units]
   std::vector<Tensor> pre_, post_;  // per gate, [T * batch, units], step-major
-  Tensor aux_;                    // LSTM act(c); GRU r * state or the recurrent candidate product
+  Tensor aux_;                      // LSTM act(c); GRU r * state or the recurrent candidate product
   // Backward's scratch.
   Tensor dxw_;
   RowMatrix dbr_, dc_;

@@ -77,6 +77,8 @@ enum class LayerType {
   // wrappers.cc: layers around other layers (LayerSpec::wrapped)
   kBidirectional,
   kTimeDistributed,
+  // masking.cc
+  kMasking,
 };
 // Keras' L1, L2 and L1L2 regularizers: l1 * sum|w| + l2 * sum w^2.
 struct Regularizer {
@@ -245,6 +247,11 @@ struct LayerSpec {
   // variables are "<wrapper>/kernel", as TF.js names them).
   std::vector<LayerSpec> wrapped;
   BidiMerge bidi_merge = BidiMerge::kConcat;
+  // Embedding: id 0 is padding, masked for the layers after it.
+  bool mask_zero = false;
+  // Masking (Keras' mask_value): time steps whose every value equals this
+  // are masked.
+  double masking_value = 0;
 };
 
 // A tensor of a Functional model: the model's input `input`, or the output

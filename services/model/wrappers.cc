@@ -74,8 +74,11 @@ class Bidirectional final : public HostLayer {
     return v;
   }
 
+  MaskUse mask_use() const override { return MaskUse::kConsume; }
+
   StatusOr<Tensor> Forward(std::span<const Tensor> params, const Tensor& x, bool training) override {
     RETURN_IF_ERROR(CheckInput(x));
+    for (auto& h : halves_) h->SetInputMask(mask_);
     ASSIGN_OR_RETURN(Tensor yf, halves_[0]->Forward(params.first(nvars_[0]), x, training));
     ASSIGN_OR_RETURN(Tensor yb, halves_[1]->Forward(params.subspan(nvars_[0]), x, training));
     if (sequences_) yb = ReverseTime(yb);

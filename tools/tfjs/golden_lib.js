@@ -16,6 +16,18 @@ if (tf.getGradient('Greater') == null) {
     gradFunc: (dy, saved) => ({a: () => tf.zerosLike(saved[0]), b: () => tf.zerosLike(saved[1])}),
   });
 }
+//    Masking computes its mask as any(x != mask_value); neither NotEqual
+//    nor Any has a gradient, and the mask is a constant of the input as
+//    TensorFlow treats it: zero as well.
+for (const [kernelName, inputs] of [['NotEqual', ['a', 'b']], ['Any', ['x']]]) {
+  if (tf.getGradient(kernelName) == null) {
+    tf.registerGradient({
+      kernelName,
+      inputsToSave: inputs,
+      gradFunc: (dy, saved) => Object.fromEntries(inputs.map((k, i) => [k, () => tf.zeros(saved[i].shape, 'float32')])),
+    });
+  }
+}
 // 2. CategoryEncoding.computeOutputShape overwrites the shape array it is
 //    given, so the InputLayer before it would get (and write, as its
 //    batch_input_shape) [null, num_tokens]. Give it a copy.
@@ -222,7 +234,9 @@ const LADDER = [[1e-5, 1e-6], [1e-5, 1e-5], [1e-4, 1e-5], [1e-4, 1e-4], [1e-3, 1
 // about this much, so the case's tolerance must cover it: this is what "the
 // math forces". A large change also exposes a tie (two equal maxima) or a
 // value on a kink (ReLU at 0), which would make the golden ill-posed.
-function measureSensitivity(model, name, weightValues, inputTensors, upstream, base, withGrads) {
+// keepZeros: inputs that are exactly 0 stay 0 (a masked step must stay
+// masked; moving it by an ulp would unmask it).
+function measureSensitivity(model, name, weightValues, inputTensors, upstream, base, withGrads, keepZeros) {
   const rng = new Rng(name + '/ulp');
   const bump = (v) => {
     const x = Math.fround(v);
@@ -236,7 +250,8 @@ function measureSensitivity(model, name, weightValues, inputTensors, upstream, b
     const w = model.weights.map((wt, i) => tf.tensor(weightValues[i].map(bump), wt.shape, 'float32'));
     model.setWeights(w);
     w.forEach((t) => t.dispose());
-    const xs = inputTensors.map((t) => (t.dtype === 'float32' ? tf.tensor(Array.from(t.dataSync()).map(bump), t.shape) : t));
+    const bumpInput = (v) => (keepZeros && v === 0 ? 0 : bump(v));
+    const xs = inputTensors.map((t) => (t.dtype === 'float32' ? tf.tensor(Array.from(t.dataSync()).map(bumpInput), t.shape) : t));
     const res = forwardBackward(model, xs, upstream, withGrads);
     xs.forEach((t, i) => { if (t !== inputTensors[i]) t.dispose(); });
     flat(res).forEach((a, j) => a.forEach((v, k) => { dev[j][k] = Math.max(dev[j][k], Math.abs(v - want[j][k])); }));
@@ -311,6 +326,12 @@ function runCase(spec) {
       const scale = s.scale === undefined ? 1 : s.scale;
       const offset = s.offset || 0;
       for (let k = 0; k < n; k++) values[k] = f32(offset + scale * rng.sym());
+      // zeroSteps [[example, step], ...]: those time steps all zero, for
+      // Masking (a [batch, time, features] input).
+      for (const [b, t] of s.zeroSteps || []) {
+        const row = prod(shape.slice(2));
+        for (let k = 0; k < row; k++) values[(b * shape[1] + t) * row + k] = 0;
+      }
     }
     return {name: inputLayerName(t), shape, dtype: t.dtype, values};
   });
@@ -322,7 +343,8 @@ function runCase(spec) {
   for (let k = 0; k < upstream.length; k++) upstream[k] = f32(rng.sym());
 
   const res = forwardBackward(model, inputTensors, upstream, !spec.noGrads);
-  const tol = measureSensitivity(model, spec.name, weightValues, inputTensors, upstream, res, !spec.noGrads);
+  const keepZeros = inputSpecs.some((s) => s && s.zeroSteps);
+  const tol = measureSensitivity(model, spec.name, weightValues, inputTensors, upstream, res, !spec.noGrads, keepZeros);
   inputTensors.forEach((t) => t.dispose());
 
   const notes = [];

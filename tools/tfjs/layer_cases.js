@@ -297,4 +297,21 @@ add(one('time_distributed_dense', () => L.timeDistributed({layer: L.dense({units
 add(chain('lstm_time_distributed', [() => L.lstm({units: 3, returnSequences: true, recurrentActivation: 'sigmoid', name: 'lstm'}),
   () => L.timeDistributed({layer: L.dense({units: 2, name: 'd1'}), name: 'td'})], [[5, 2]]));
 
+// Masks: padded steps neither update the state nor count. Embedding
+// (mask_zero) makes the mask from id 0 (drawn among the ids), Masking from
+// all-zero steps (zeroSteps).
+add(chain('embedding_mask_lstm', [() => L.embedding({inputDim: 4, outputDim: 3, maskZero: true, name: 'emb'}),
+  () => L.lstm({units: 3, recurrentActivation: 'sigmoid', name: 'lstm'})], [{shape: [6], dtype: 'int32', range: [0, 4]}],
+  {batch: 3, note: 'ids 0 are padding: the LSTM skips those steps, its state carried over them'}));
+add(chain('embedding_mask_gru_sequences', [() => L.embedding({inputDim: 4, outputDim: 2, maskZero: true, name: 'emb'}),
+  () => L.gru({units: 2, returnSequences: true, name: 'gru'})], [{shape: [5], dtype: 'int32', range: [0, 4]}],
+  {batch: 3, note: 'a padded step\'s output is the state carried from the last real step'}));
+add(chain('masking_simple_rnn', [() => L.masking({maskValue: 0, name: 'mask'}),
+  () => L.simpleRNN({units: 3, name: 'rnn'})], [{shape: [5, 2], zeroSteps: [[0, 1], [0, 4], [1, 0]]}],
+  {note: 'steps (0, 1), (0, 4) and (1, 0) are all zero, so masked'}));
+add(chain('masking_dense_bidirectional', [() => L.masking({maskValue: 0, name: 'mask'}),
+  () => L.dense({units: 3, activation: 'tanh', name: 'd1'}),
+  () => L.bidirectional({layer: L.lstm({units: 2, recurrentActivation: 'sigmoid', name: 'lstm'}), name: 'bi'})],
+  [{shape: [4, 2], zeroSteps: [[0, 3], [1, 1]]}], {note: 'the mask passes through Dense to both directions'}));
+
 module.exports = {cases, ACTIVATIONS};

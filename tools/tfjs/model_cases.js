@@ -551,4 +551,36 @@ add({
   batch: 3,
 });
 
+// 30. Padded token sequences: id 0 is padding (mask_zero), skipped by the
+// LSTM.
+add({
+  name: 'masked_text_lstm',
+  build: () => tf.sequential({
+    name: 'masked_text_lstm',
+    layers: [
+      L.inputLayer({inputShape: [10], dtype: 'int32', name: 'tokens'}),
+      L.embedding({inputDim: 30, outputDim: 6, maskZero: true, name: 'embedding'}),
+      L.lstm({units: 8, name: 'lstm'}),
+      L.dense({units: 1, activation: 'sigmoid', name: 'out'}),
+    ],
+  }),
+  inputs: [{range: [0, 30]}],
+  batch: 3,
+});
+
+// 31. Sessions of feature vectors, padded with all-zero steps (Masking).
+add({
+  name: 'padded_sessions',
+  build: () => tf.sequential({
+    name: 'padded_sessions',
+    layers: [
+      L.masking({inputShape: [6, 3], maskValue: 0, name: 'padding'}),
+      L.gru({units: 5, recurrentActivation: 'sigmoid', name: 'gru'}),
+      L.dense({units: 2, activation: 'softmax', name: 'out'}),
+    ],
+  }),
+  inputs: [{zeroSteps: [[0, 4], [0, 5], [1, 2], [2, 5]]}],
+  batch: 3,
+});
+
 module.exports = {cases};

@@ -317,5 +317,52 @@ TEST(RecurrentTest, WrapperConfigs) {
   EXPECT_THAT(err({{"layer", 3}}, "TimeDistributed"), HasSubstr("argument layer=3 is not a layer"));
 }
 
+nlohmann::json Layer(const char* cls, nlohmann::json config) { return {{"class_name", cls}, {"config", config}}; }
+
+StatusOr<std::unique_ptr<Model>> MaskedModel(const std::vector<nlohmann::json>& after) {
+  nlohmann::json layers = {Layer("InputLayer", {{"batch_input_shape", {nullptr, 4}}, {"dtype", "int32"}}),
+                           Layer("Embedding", {{"input_dim", 5}, {"output_dim", 2}, {"mask_zero", true}})};
+  for (const auto& l : after) layers.push_back(l);
+  auto spec = ParseKerasModel({{"class_name", "Sequential"}, {"config", {{"layers", layers}}}}, "m.json");
+  if (!spec.ok()) return spec.status();
+  return Model::Create(*spec, LossSpec{});
+}
+
+TEST(MaskTest, ALayerThatCannotTakeAMaskRefusesIt) {
+  auto m = MaskedModel({Layer("Flatten", nlohmann::json::object())});
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(m.status().message(),
+              HasSubstr("(Flatten) does not support masking, but its input carries a mask (from a Masking layer or an "
+                        "Embedding with mask_zero)"));
+  // A consumer ends the mask: a Flatten after a last-state LSTM is fine.
+  EXPECT_TRUE(MaskedModel({Layer("LSTM", {{"units", 2}}), Layer("Flatten", nlohmann::json::object())}).ok());
+  EXPECT_TRUE(
+      MaskedModel({Layer("Dense", {{"units", 3}}), Layer("GlobalAveragePooling1D", nlohmann::json::object())}).ok());
+  EXPECT_FALSE(MaskedModel({Layer("GlobalMaxPooling1D", nlohmann::json::object())}).ok());
+}
+
+// GlobalAveragePooling1D over the real steps only; padded steps change
+// nothing, whatever their embedding.
+TEST(MaskTest, MaskedAverageAndRecurrentStateIgnorePaddedSteps) {
+  for (const char* consumer : {"GlobalAveragePooling1D", "GRU"}) {
+    SCOPED_TRACE(consumer);
+    auto m = MaskedModel(
+        {Layer(consumer, std::string(consumer) == "GRU" ? nlohmann::json{{"units", 2}} : nlohmann::json::object())});
+    ASSERT_TRUE(m.ok()) << m.status();
+    auto values = (*m)->InitialValues(3);
+    // Ids 3, 0, 4, 0 and 3, 4: the same real steps in the same order.
+    auto a = (*m)->Predict(values, Tensor::FromVector({1, 4}, std::vector<int64_t>{3, 0, 4, 0}).value());
+    auto b = (*m)->Predict(values, Tensor::FromVector({1, 4}, std::vector<int64_t>{3, 4, 0, 0}).value());
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+    ExpectValues(*a, {b->data<float>()[0], b->data<float>()[1]}, 1e-6f, "padded anywhere");
+    if (std::string(consumer) == "GlobalAveragePooling1D") {
+      const Tensor& emb = values[0];
+      ExpectValues(
+          *a, {(emb.data<float>()[6] + emb.data<float>()[8]) / 2, (emb.data<float>()[7] + emb.data<float>()[9]) / 2},
+          1e-6f, "mean of rows 3 and 4");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tfjob::model

@@ -82,8 +82,6 @@ json WithTfjsFixes(json model, const json& weights) {
 // line naming it) until it is implemented, with the reason. Such a case is
 // skipped.
 const std::map<std::string, std::string> kKnownDifferences = {
-    {"embedding_mask_zero",
-     "Embedding(mask_zero=true) is refused until masks are carried through the model (issue 44)"},
     {"up_sampling2d_bilinear",
      "UpSampling2D interpolation \"bilinear\" is refused (nearest only); TF.js also maps pixels the TF1 way "
      "(no half-pixel centres), unlike tf.keras 2 and Keras 3"},

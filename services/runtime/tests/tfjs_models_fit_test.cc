@@ -1,4 +1,4 @@
-// The 29 Keras models TensorFlow.js' toJSON() wrote
+// The 31 Keras models TensorFlow.js' toJSON() wrote
 // (services/model/tests/data/tfjs/models, tools/tfjs/gen_goldens.js) load
 // and train one epoch in every strategy through the real binary: one
 // device, mirrored (2 replicas), multi-worker mirrored (2 workers) and
@@ -76,11 +76,13 @@ const ModelCase kModels[] = {
     {"gated_merge", Label::kReal, 0, {2}},              // Dense(2, linear)
     {"image_tabular", Label::kClassId, 3, {}},          // Dense(3, softmax)
     {"mlp_batchnorm_dropout", Label::kClassId, 4, {}},  // Dense(4, softmax)
+    {"masked_text_lstm", Label::kBinary, 0, {}},        // Dense(1, sigmoid)
     {"mnist_cnn", Label::kClassId, 10, {}},             // Dense(10, softmax)
     {"mnist_lstm", Label::kClassId, 10, {}},            // Dense(10, softmax)
     {"mnist_mlp", Label::kClassId, 10, {}},             // Dense(10, softmax)
     {"mobilenet_block", Label::kClassId, 5, {}},        // Dense(5, softmax)
     {"noisy_activations", Label::kReal, 0, {3}},        // Dense(3, linear)
+    {"padded_sessions", Label::kClassId, 2, {}},        // Dense(2, softmax)
     {"rescaling_mlp", Label::kClassId, 3, {}},          // Dense(3, softmax)
     {"residual_cnn", Label::kClassId, 10, {}},          // Dense(10, softmax)
     {"separable_upsampling", Label::kReal, 0, {162}},   // Conv2D(2, softplus) 9x9 -> Flatten
