@@ -21,6 +21,11 @@ examples of examples/keras, built the same way in PyTorch.
                 on make_data.py's TFRecord files (read here with its
                 tf.Example class).
 
+  mnist_lstm    examples/keras/mnist_lstm.json: LSTM(128) over the 28
+                rows of 28 pixels (sigmoid gates: torch.nn.LSTM's; its two
+                biases are Keras' one), Dense(10). Adam 1e-3 (epsilon 1e-7),
+                batch 64, the residual CNN's MNIST split.
+
 One thread unless --threads; per-epoch shuffling. Prints one JSON line:
 examples_per_second over the training loop only (data loading and
 evaluation excluded, as in tfjob's summary) and eval_accuracy as a sanity
@@ -107,6 +112,17 @@ def read_tfrecord(path, Example):
             torch.tensor(label, dtype=torch.float32))
 
 
+class MnistLstm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(28, 128, batch_first=True)
+        self.out = torch.nn.Linear(128, 10)
+
+    def forward(self, x):
+        _, (h, _) = self.lstm(x)
+        return self.out(h[-1])
+
+
 class Optimizers:
     """Several optimizers stepped as one (SparseAdam takes only sparse gradients, Adam only dense ones)."""
 
@@ -142,7 +158,7 @@ def train(model, opt, loss_fn, inputs, labels, batch, epochs, gen):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("model", choices=["residual_cnn", "wide_deep"])
+    ap.add_argument("model", choices=["residual_cnn", "wide_deep", "mnist_lstm"])
     ap.add_argument("--data-dir", required=True, help="MNIST (residual_cnn) or make_data.py's output (wide_deep)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--epochs", type=int, default=2)
@@ -152,12 +168,13 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     gen = torch.Generator().manual_seed(args.seed)
-    if args.model == "residual_cnn":
+    if args.model in ("residual_cnn", "mnist_lstm"):
         images = load_idx(f"{args.data_dir}/t10k-images-idx3-ubyte.gz", 0x803).astype(np.float32) / 255.0
         labels = load_idx(f"{args.data_dir}/t10k-labels-idx1-ubyte.gz", 0x801).astype(np.int64)
-        x = torch.from_numpy(images.reshape(10000, 1, 28, 28).copy())
+        shape = (10000, 1, 28, 28) if args.model == "residual_cnn" else (10000, 28, 28)
+        x = torch.from_numpy(images.reshape(shape).copy())
         y = torch.from_numpy(labels.copy())
-        model = ResidualCnn()
+        model = ResidualCnn() if args.model == "residual_cnn" else MnistLstm()
         opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
         examples, seconds = train(model, opt, torch.nn.CrossEntropyLoss(), [x[:8000]], y[:8000], 64, args.epochs,
                                   gen)

@@ -19,6 +19,8 @@
 //                    with dense -> LayerNormalization -> Dense 64 relu ->
 //                    Dense 32 relu -> Dense 1; wide = Dense 1 on dense;
 //                    Add, sigmoid.
+// mnist_lstm.json    MNIST as 28 rows of 28 pixels: LSTM(128) (sigmoid
+//                    gates, as Keras' default) over the rows, Dense softmax.
 //
 // The JSON holds no weights (Keras' to_json() never does) and every layer
 // is named, so the files depend on nothing but this script and TF.js.
@@ -76,7 +78,17 @@ function wideDeep() {
   return tf.model({inputs: [dense, cat], outputs: out, name: 'wide_deep'});
 }
 
-const MODELS = {'residual_cnn.json': residualCnn, 'wide_deep.json': wideDeep};
+function mnistLstm() {
+  return tf.sequential({
+    name: 'mnist_lstm',
+    layers: [
+      L.lstm({inputShape: [28, 28], units: 128, recurrentActivation: 'sigmoid', name: 'rows'}),
+      L.dense({units: 10, activation: 'softmax', name: 'classifier'}),
+    ],
+  });
+}
+
+const MODELS = {'residual_cnn.json': residualCnn, 'wide_deep.json': wideDeep, 'mnist_lstm.json': mnistLstm};
 
 function main() {
   const args = process.argv.slice(2);
@@ -113,7 +125,8 @@ function main() {
   }
   if (check) {
     if (differ) process.exit(1);
-    console.log('make_examples: examples/keras/{residual_cnn,wide_deep}.json are what make_examples.js writes');
+    console.log('make_examples: examples/keras/{residual_cnn,wide_deep,mnist_lstm}.json are what make_examples.js ' +
+                'writes');
   }
 }
 

@@ -5,6 +5,9 @@
 //   GlobalAveragePooling2D, Dense softmax) on MNIST t10k rows 0..7999,
 //   evaluated on 8000..9999 by tfjob-residual-cnn.yaml (multi-worker
 //   mirrored, 2 workers): eval accuracy >= 0.985.
+// - mnist_lstm.json (TF.js-written: LSTM(128) over the 28 rows of 28
+//   pixels, Dense softmax) on the same split by tfjob-mnist-lstm.yaml
+//   (multi-worker mirrored, 2 workers): eval accuracy >= 0.97 (0.982 here).
 // - wide_deep.json (inputs "dense" [13] and "cat" [26] fed by name from
 //   tf.Example features; one Embedding(100000, 8) for 26 categorical
 //   features) on the Criteo-like data examples/keras/wide_deep/make_data.py
@@ -169,6 +172,19 @@ TEST(KerasExamplesTest, ResidualCnnFromItsManifest) {
   std::cout << "residual_cnn: eval accuracy " << accuracy << ", loss " << loss << ", "
             << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s\n";
   EXPECT_GE(accuracy, 0.985) << r.out;
+}
+
+// Issue 44's first example: an LSTM over MNIST's rows, 2 workers.
+TEST(KerasExamplesTest, MnistLstmFromItsManifest) {
+  const json model = ReadJson(Source("examples/keras/mnist_lstm.json"));
+  EXPECT_EQ(ClassNames(model), (std::set<std::string>{"LSTM", "Dense"}));
+  const auto start = std::chrono::steady_clock::now();
+  auto r = RunManifest("examples/keras/tfjob-mnist-lstm.yaml", t::MakeTempDir("mnist-lstm"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto [loss, accuracy] = t::ParseEvaluation(r.out);
+  std::cout << "mnist_lstm: eval accuracy " << accuracy << ", loss " << loss << ", "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s\n";
+  EXPECT_GE(accuracy, 0.97) << r.out;
 }
 
 TEST(KerasExamplesTest, WideDeepOverParameterServersFromItsManifest) {

@@ -306,6 +306,45 @@ TEST(KerasWeightsTest, ExportRoundTripsThroughH5pyAndCheckpointsKeepMovingStatis
   ExpectBadInput(Fit({"--config", config, "--export-weights", dir + "/model.h5"}), "must end in .weights.h5");
 }
 
+// Keras 3 keeps recurrent layers' weights in their cells, and the wrappers'
+// in the layers they hold: the paths a Keras model's load_weights reads.
+TEST(KerasWeightsTest, RecurrentLayersAndWrappersGoWhereKerasKeepsThem) {
+  const std::string dir = t::MakeTempDir("rnn_weights");
+  json job = SyntheticJob();
+  job.erase("model");
+  auto layer = [](const char* cls, json config) { return json{{"class_name", cls}, {"config", config}}; };
+  const json lstm = layer("LSTM", {{"units", 4}, {"return_sequences", true}});
+  const json model = {
+      {"class_name", "Sequential"},
+      {"config",
+       {{"layers",
+         {layer("InputLayer", {{"batch_shape", {nullptr, 6, 6}}}), layer("Bidirectional", {{"layer", lstm}}),
+          layer("TimeDistributed", {{"layer", layer("Dense", {{"units", 3}})}}), layer("GRU", {{"units", 5}}),
+          layer("Dense", {{"units", 3}, {"activation", "softmax"}})}}}}};
+  const std::string weights = dir + "/rnn.weights.h5";
+  auto r = Fit({"--config", WriteJson(dir + "/job.json", job), "--keras-model", WriteJson(dir + "/m.json", model),
+                "--epochs", "1", "--export-weights", weights});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto d = t::Run({"/usr/bin/python3", Source("services/runtime/tests/h5_dump.py"), weights, dir + "/dump"});
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  const json datasets = ReadJson(dir + "/dump/manifest.json")["datasets"];
+  std::map<std::string, Shape> shapes;
+  for (auto it = datasets.begin(); it != datasets.end(); ++it) shapes[it.key()] = it.value()["shape"].get<Shape>();
+  EXPECT_EQ(shapes, (std::map<std::string, Shape>{{"layers/bidirectional/forward_layer/cell/vars/0", {6, 16}},
+                                                  {"layers/bidirectional/forward_layer/cell/vars/1", {4, 16}},
+                                                  {"layers/bidirectional/forward_layer/cell/vars/2", {16}},
+                                                  {"layers/bidirectional/backward_layer/cell/vars/0", {6, 16}},
+                                                  {"layers/bidirectional/backward_layer/cell/vars/1", {4, 16}},
+                                                  {"layers/bidirectional/backward_layer/cell/vars/2", {16}},
+                                                  {"layers/time_distributed/layer/vars/0", {8, 3}},
+                                                  {"layers/time_distributed/layer/vars/1", {3}},
+                                                  {"layers/gru/cell/vars/0", {3, 15}},
+                                                  {"layers/gru/cell/vars/1", {5, 15}},
+                                                  {"layers/gru/cell/vars/2", {2, 15}},
+                                                  {"layers/dense/vars/0", {5, 3}},
+                                                  {"layers/dense/vars/1", {3}}}));
+}
+
 // ---------------------------------------------------------- Keras JSON
 
 TEST(KerasModelTest, ExamplesTrainAndUnsupportedLayersAreOneLine) {
