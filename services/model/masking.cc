@@ -45,7 +45,8 @@ class Masking final : public HostLayer {
     if (!need_input_grad) return Tensor();
     RETURN_IF_ERROR(CheckGradient(dy, in_shape_));
     for (int64_t s = 0; s < batch_ * steps_; ++s) {
-      if (step_mask_.data<float>()[s] == 0) std::fill(dy.data<float>() + s * row_, dy.data<float>() + (s + 1) * row_, 0.f);
+      if (step_mask_.data<float>()[s] == 0)
+        std::fill(dy.data<float>() + s * row_, dy.data<float>() + (s + 1) * row_, 0.f);
     }
     return dy;
   }
