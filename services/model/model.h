@@ -169,6 +169,8 @@ class Model {
   Status Build();
   Status BuildNode(size_t n, const NodeSpec& ns, const LayerSpec& ls);
   StatusOr<Tensor> Forward(std::span<const Tensor> values, const Tensor& x, bool training);
+  // A loss over a masked output would need Keras' masked loss: refused.
+  Status CheckOutputUnmasked() const;
   // Backward through the graph from dL/d(output); `input_grads` (when given)
   // receives dL/d(input) for every float32 input.
   Status Backward(std::span<const Tensor> values, Tensor dy, std::vector<Gradient>& grads,

@@ -221,6 +221,15 @@ Status Model::Backward(std::span<const Tensor> values, Tensor dy, std::vector<Gr
   return Status::Ok();
 }
 
+Status Model::CheckOutputUnmasked() const {
+  const Node& out = nodes_[static_cast<size_t>(spec_.output.node)];
+  if (!out.masked) return Status::Ok();
+  return InvalidArgument("the model's output carries a mask (layer \"" + layer_specs_[out.layer].name +
+                         "\" passes on a Masking layer's or a mask_zero Embedding's): Keras would leave the padded "
+                         "steps out of the loss, which is not supported; end the masked steps in a recurrent layer "
+                         "without return_sequences or in GlobalAveragePooling1D");
+}
+
 bool Model::regularized() const {
   for (const VariableSpec& v : variables_) {
     if (v.regularizer.active()) return true;
@@ -262,6 +271,7 @@ StatusOr<Tensor> Model::Predict(std::span<const Tensor> values, const Tensor& x)
 
 StatusOr<Model::Output> Model::Evaluate(std::span<const Tensor> values, const Tensor& x, const Tensor& y) {
   Output out;
+  RETURN_IF_ERROR(CheckOutputUnmasked());
   ASSIGN_OR_RETURN(out.predictions, Forward(values, x, false));
   if (y.rank() < 1 || y.dim(0) != x.dim(0)) {
     return InvalidArgument("labels " + y.DebugString() + " do not match a batch of " + std::to_string(x.dim(0)));
@@ -275,6 +285,7 @@ StatusOr<Model::Output> Model::Evaluate(std::span<const Tensor> values, const Te
 
 StatusOr<Model::Output> Model::ComputeGradients(std::span<const Tensor> values, const Tensor& x, const Tensor& y) {
   Output out;
+  RETURN_IF_ERROR(CheckOutputUnmasked());
   ASSIGN_OR_RETURN(out.predictions, Forward(values, x, true));
   if (y.rank() < 1 || y.dim(0) != x.dim(0)) {
     return InvalidArgument("labels " + y.DebugString() + " do not match a batch of " + std::to_string(x.dim(0)));

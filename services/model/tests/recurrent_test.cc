@@ -339,6 +339,16 @@ TEST(MaskTest, ALayerThatCannotTakeAMaskRefusesIt) {
   EXPECT_TRUE(
       MaskedModel({Layer("Dense", {{"units", 3}}), Layer("GlobalAveragePooling1D", nlohmann::json::object())}).ok());
   EXPECT_FALSE(MaskedModel({Layer("GlobalMaxPooling1D", nlohmann::json::object())}).ok());
+  // An output still masked would need Keras' masked loss: its loss is
+  // refused (its forward and gradients, as the TF.js goldens take them,
+  // are not).
+  auto masked_out = MaskedModel({Layer("Dense", {{"units", 3}})});
+  ASSERT_TRUE(masked_out.ok()) << masked_out.status();
+  auto values = (*masked_out)->InitialValues(1);
+  const Tensor ids = Tensor::FromVector({1, 4}, std::vector<int64_t>{1, 2, 0, 0}).value();
+  auto loss = (*masked_out)->Evaluate(values, ids, Tensor::Zeros(DType::kFloat32, {1, 4, 3}));
+  ASSERT_FALSE(loss.ok());
+  EXPECT_THAT(loss.status().message(), HasSubstr("the model's output carries a mask (layer \"dense_2\""));
 }
 
 // GlobalAveragePooling1D over the real steps only; padded steps change
