@@ -13,9 +13,11 @@ Status Layer::Error(const std::string& what) const { return InvalidArgument("lay
 
 Layer::MaskUse Layer::mask_use() const {
   switch (spec_.type) {
-    // Layers that keep each time step where it was pass a mask on (Keras'
+    // Layers that compute each time step on its own pass a mask on (Keras'
     // supports_masking); the recurrent layers, Bidirectional and
-    // GlobalAveragePooling1D override this to consume it.
+    // GlobalAveragePooling1D override this to consume it. Not
+    // BatchNormalization: Keras leaves padded steps out of its batch
+    // statistics, which this runtime does not, so it refuses the mask.
     case LayerType::kDense:
     case LayerType::kActivation:
     case LayerType::kDropout:
@@ -30,7 +32,6 @@ Layer::MaskUse Layer::mask_use() const {
     case LayerType::kThresholdedReLU:
     case LayerType::kRescaling:
     case LayerType::kLayerNormalization:
-    case LayerType::kBatchNormalization:
     case LayerType::kTimeDistributed:
     case LayerType::kMasking: return MaskUse::kPass;
     default: return MaskUse::kRefuse;

@@ -97,8 +97,8 @@ class Layer {
   // float32 [batch, time] of 1 (real) and 0 (padding). Masking and
   // Embedding(mask_zero) make one; the recurrent layers and
   // GlobalAveragePooling1D consume it (padded steps neither update the
-  // state nor count); layers that keep the time axis (Dense, activations,
-  // dropout, normalization, TimeDistributed) pass it on; merges pass the
+  // state nor count); layers that compute each step on its own (Dense,
+  // activations, dropout, LayerNormalization, TimeDistributed) pass it on; merges pass the
   // product of their inputs' masks (the model does that). Any other layer
   // refuses a masked input when the model is built, as Keras does.
   enum class MaskUse { kRefuse, kPass, kConsume };

@@ -339,6 +339,9 @@ TEST(MaskTest, ALayerThatCannotTakeAMaskRefusesIt) {
   EXPECT_TRUE(
       MaskedModel({Layer("Dense", {{"units", 3}}), Layer("GlobalAveragePooling1D", nlohmann::json::object())}).ok());
   EXPECT_FALSE(MaskedModel({Layer("GlobalMaxPooling1D", nlohmann::json::object())}).ok());
+  // Keras takes BatchNormalization's statistics over the real steps only.
+  EXPECT_FALSE(MaskedModel({Layer("BatchNormalization", nlohmann::json::object())}).ok());
+  EXPECT_TRUE(MaskedModel({Layer("LayerNormalization", nlohmann::json::object()), Layer("LSTM", {{"units", 2}})}).ok());
   // An output still masked would need Keras' masked loss: its loss is
   // refused (its forward and gradients, as the TF.js goldens take them,
   // are not).
