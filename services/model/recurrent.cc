@@ -17,6 +17,10 @@
 // Dropout (training only) is one mask per example over the input features
 // and one over the state's units, the same for every step, as Keras draws
 // them; the GRU carries the masked state, as TF.js' does.
+//
+// A time-step mask (layers.h: Masking, Embedding(mask_zero)) makes a padded
+// step keep the state, and the LSTM its cell, that the step started from;
+// its gradient passes straight through to the step before.
 #include <algorithm>
 
 #include "services/model/layers_more.h"
