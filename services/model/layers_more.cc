@@ -43,6 +43,7 @@ std::string_view MoreLayerTypeName(LayerType t) {
     case LayerType::kBidirectional: return "Bidirectional";
     case LayerType::kTimeDistributed: return "TimeDistributed";
     case LayerType::kMasking: return "Masking";
+    case LayerType::kTextVectorization: return "TextVectorization";
     default: return "?";
   }
 }
@@ -88,6 +89,7 @@ StatusOr<std::unique_ptr<Layer>> MakeMoreLayer(const LayerSpec& spec) {
     case LayerType::kBidirectional:
     case LayerType::kTimeDistributed: return MakeWrapper(spec);
     case LayerType::kMasking: return MakeMasking(spec);
+    case LayerType::kTextVectorization: return MakeTextVectorization(spec);
     default: return InvalidArgument("layer \"" + spec.name + "\": unknown layer type");
   }
 }

@@ -47,10 +47,11 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelSpec& spec, const Loss
       // Strings are looked up as the data is read (tensors hold no strings);
       // the StringLookup then passes the int64 ids on.
       const LayerSpec& first = spec.layers.front();
-      if (first.type != LayerType::kStringLookup || first.lookup.invert) {
+      const bool lookup = first.type == LayerType::kStringLookup && !first.lookup.invert;
+      if (!lookup && first.type != LayerType::kTextVectorization) {
         return InvalidArgument(first.path +
-                               ": model.input_dtype \"string\" needs a StringLookup (invert false) as the "
-                               "first layer, got " +
+                               ": model.input_dtype \"string\" needs a StringLookup (invert false) or a "
+                               "TextVectorization as the first layer, got " +
                                std::string(LayerTypeName(first.type)));
       }
       m->spec_.input_dtype = DType::kInt64;
@@ -77,6 +78,29 @@ Status Model::Build() {
       return InvalidArgument("input \"" + in.name + "\": invalid shape " + ShapeString(in.shape));
     }
     if (in.string_input) in.dtype = DType::kInt64;
+  }
+  // Text is vectorized as the data is read: the input holds what the
+  // TextVectorization layer makes of it.
+  for (size_t k = 0; k < s.inputs.size(); ++k) {
+    InputSpec& in = s.inputs[k];
+    if (!in.string_input) continue;
+    for (const NodeSpec& ns : s.nodes) {
+      const LayerSpec& ls = s.layers[ns.layer];
+      if (ls.type != LayerType::kTextVectorization || ns.inputs.size() != 1 ||
+          ns.inputs[0] != TensorRef{-1, static_cast<int64_t>(k)}) {
+        continue;
+      }
+      if (!in.shape.empty() && in.shape != Shape{1}) {
+        return InvalidArgument(ls.path +
+                               ": TextVectorization takes one string per example (an input of shape [1] "
+                               "or []), got input \"" +
+                               in.name + "\" of shape " + ShapeString(in.shape));
+      }
+      auto v = TextVectorizer::Create(ls.text);
+      if (!v.ok()) return InvalidArgument(ls.path + ": layer \"" + ls.name + "\" " + v.status().message());
+      in.shape = v->output_shape();
+      in.dtype = v->output_dtype();
+    }
   }
   if (s.output.node < 0) return InvalidArgument("the model's output is one of its inputs: it has no layer to train");
 
@@ -194,13 +218,13 @@ Status Model::BuildNode(size_t n, const NodeSpec& ns, const LayerSpec& ls) {
       dtypes.push_back(spec_.inputs[r.input].dtype);
     }
   }
-  if (ls.type == LayerType::kStringLookup) {
+  if (ls.type == LayerType::kStringLookup || ls.type == LayerType::kTextVectorization) {
     const bool from_strings =
         ns.inputs.size() == 1 && ns.inputs[0].node < 0 && spec_.inputs[ns.inputs[0].input].string_input;
     if (!from_strings) {
-      return InvalidArgument(ls.path +
-                             ": a StringLookup takes strings, which only the model's input holds: make it "
-                             "the first layer and set model.input_dtype to \"string\"");
+      return InvalidArgument(ls.path + ": a " + std::string(LayerTypeName(ls.type)) +
+                             " takes strings, which only the model's input holds: make it the first layer and "
+                             "set model.input_dtype to \"string\"");
     }
   }
   auto made = MakeLayer(ls);
@@ -343,6 +367,14 @@ StatusOr<Tensor> Model::LookupStrings(const std::vector<std::string>& terms, con
   if (!spec_.string_input) return FailedPrecondition("the model's input is not strings (model.input_dtype)");
   for (const Node& node : nodes_) {
     if (node.inputs.size() != 1 || node.inputs[0].node >= 0) continue;
+    if (const TextVectorizer* text = internal::TextTable(*node.impl)) {
+      const int64_t n = shape.empty() ? 0 : shape[0];
+      if (static_cast<int64_t>(terms.size()) != n) {
+        return InvalidArgument("layer \"" + node.impl->name() + "\" takes one text per example, got " +
+                               std::to_string(terms.size()) + " strings for " + std::to_string(n) + " examples");
+      }
+      return text->Vectorize(terms);
+    }
     const Lookup* table = internal::LookupTable(*node.impl);
     if (!table) continue;
     auto ids = table->LookupStrings(terms, shape);

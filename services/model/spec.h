@@ -79,6 +79,8 @@ enum class LayerType {
   kTimeDistributed,
   // masking.cc
   kMasking,
+  // text.cc
+  kTextVectorization,
 };
 // Keras' L1, L2 and L1L2 regularizers: l1 * sum|w| + l2 * sum w^2.
 struct Regularizer {
@@ -120,6 +122,27 @@ struct LookupSpec {
   std::string oov_token = "[UNK]";  // returned by invert for OOV indices
   int64_t int_oov_token = -1;
   bool invert = false;  // indices -> vocabulary
+};
+
+// TextVectorization (Keras' arguments; text.h says what each does).
+enum class TextStandardize { kLowerAndStripPunctuation, kLower, kStripPunctuation, kNone };
+enum class TextSplit { kWhitespace, kCharacter, kNone };
+enum class TextOutput { kInt, kMultiHot, kCount };
+struct TextSpec {
+  TextStandardize standardize = TextStandardize::kLowerAndStripPunctuation;
+  TextSplit split = TextSplit::kWhitespace;
+  int64_t max_tokens = 0;  // 0: no limit
+  TextOutput output_mode = TextOutput::kInt;
+  int64_t output_sequence_length = 0;  // 0: Keras' None
+  bool pad_to_max_tokens = false;
+  // The vocabulary, without the special tokens: given (has_vocabulary) or
+  // adapted from the training data (AdaptText, text.h).
+  bool has_vocabulary = false;
+  std::vector<std::string> vocabulary;
+  // Int output without output_sequence_length: the length the model is
+  // built for, the longest text of the training data (AdaptText).
+  int64_t build_length = 0;
+  bool adapted = false;  // AdaptText has run (with or without a vocabulary to learn)
 };
 
 struct LayerSpec {
@@ -252,6 +275,8 @@ struct LayerSpec {
   // Masking (Keras' mask_value): time steps whose every value equals this
   // are masked.
   double masking_value = 0;
+  // TextVectorization.
+  TextSpec text;
 };
 
 // A tensor of a Functional model: the model's input `input`, or the output

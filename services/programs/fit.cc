@@ -21,6 +21,7 @@
 #include "services/collective/nccl.h"
 #include "services/model/keras_model.h"
 #include "services/model/keras_weights.h"
+#include "services/model/text.h"
 #include "services/model/tfjs_export.h"
 #include "services/programs/fit_internal.h"
 #include "services/programs/programs.h"
@@ -246,6 +247,10 @@ StatusOr<Parsed> Parse(const std::vector<std::string>& args) {
     ASSIGN_OR_RETURN(p.job, model::LoadJobConfig(p.flags.Get("config")));
   }
   if (epochs > 0) p.job.epochs = epochs;
+  // Every task that reads the job adapts a TextVectorization the same way
+  // (deterministic over the whole training source); the parameter-server
+  // workers, which read only their shard, get the chief's result instead.
+  RETURN_IF_ERROR(strategy::AdaptText(p.job, p.flags.Get("data-dir")).WithContext(p.job.source));
   return p;
 }
 
@@ -365,6 +370,7 @@ class Fit final : public Program {
     if (!m.ok()) return ReportError(m.status().WithContext(job.source), err);
     auto data = strategy::LoadJobData(job, p->flags.Get("data-dir"), **m);
     if (!data.ok()) return ReportError(data.status().WithContext(job.source), err);
+    if (const std::string text = model::AdaptedTextLine(job.model); !text.empty()) *ctx.out << text << std::endl;
     // Adapted state (Normalization) is part of the initial values the PS tasks get.
     if (Status s = (*m)->Adapt(data->train.features); !s.ok()) {
       return ReportError(s.WithContext(job.data.train.field).WithContext(job.source), err);
@@ -442,6 +448,7 @@ class Fit final : public Program {
     if (!plan.ok()) return ReportError(plan.status(), err);
     if (!plan->note.empty()) out << plan->note << std::endl;
     for (const Device& d : plan->devices) out << "fit: replica on " << DeviceLine(d) << std::endl;
+    if (const std::string text = model::AdaptedTextLine(p.job.model); !text.empty()) out << text << std::endl;
     strategy::FitOptions opt;
     opt.data_dir = p.flags.Get("data-dir");
     opt.out = &out;

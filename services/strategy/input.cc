@@ -9,6 +9,7 @@
 #include "services/data/mnist.h"
 #include "services/data/synthetic.h"
 #include "services/model/preprocessing.h"
+#include "services/model/text.h"
 #include "services/tensor/ops.h"
 
 namespace tfjob::strategy {
@@ -319,6 +320,41 @@ StatusOr<Raw> Slice(Raw raw, const model::DataSourceSpec& spec) {
   }
   return raw;
 }
+
+}  // namespace
+
+Status AdaptText(model::JobConfig& job, const std::string& data_dir) {
+  const model::LayerSpec* layer = model::TextLayer(job.model);
+  if (!layer || layer->text.adapted) return Status::Ok();
+  const model::DataSourceSpec& spec = job.data.train;
+  Raw raw;
+  if (spec.kind == model::DataSourceKind::kCsv) {
+    auto c = LoadCsvSource(spec, Resolve(data_dir, spec.path), true);
+    if (!c.ok()) return c.status().WithContext(spec.field);
+    raw = std::move(c).value();
+  } else if (spec.kind == model::DataSourceKind::kTfRecord) {
+    auto t = LoadTfRecordSource(spec, data_dir, {});
+    if (!t.ok()) return t.status().WithContext(spec.field);
+    raw = std::move(t).value();
+  } else {
+    return InvalidArgument(spec.field + ": layer \"" + layer->name +
+                           "\" (TextVectorization) reads text: a csv column or a tfrecord bytes feature");
+  }
+  if (spec.begin != 0 || spec.end != -1) {
+    ASSIGN_OR_RETURN(raw, Slice(std::move(raw), spec));
+  }
+  const int64_t rows = raw.feature_shape.empty() ? 0 : raw.feature_shape[0];
+  if (raw.feature_strings.empty() || static_cast<int64_t>(raw.feature_strings.size()) != rows) {
+    return InvalidArgument(spec.field + ": layer \"" + layer->name +
+                           "\" (TextVectorization) takes one text per example; the source gives " +
+                           (raw.feature_strings.empty() ? std::string("numbers")
+                                                        : std::to_string(rows ? raw.feature_strings.size() / rows : 0) +
+                                                              " strings per example"));
+  }
+  return model::AdaptText(job.model, raw.feature_strings).WithContext(spec.field);
+}
+
+namespace {
 
 // Loads one source; `m` (when given) looks up string features.
 StatusOr<Examples> Load(const model::DataSourceSpec& spec, const std::string& data_dir, const model::Model* m,

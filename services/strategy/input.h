@@ -39,6 +39,13 @@ StatusOr<Examples> LoadExamples(const model::DataSourceSpec& spec, const std::st
 // The same for numeric sources without a model: features as `feature_dtype`.
 StatusOr<Examples> LoadExamples(const model::DataSourceSpec& spec, const std::string& data_dir, DType feature_dtype);
 
+// Keras' adapt() for a model with a TextVectorization layer (model/text.h):
+// its vocabulary (unless given) and padded length from the texts of the
+// whole training source (every row in data.train's range, whatever shard a
+// task reads), set in job.model. A no-op for other models and for one
+// already adapted. Errors name data.train.
+Status AdaptText(model::JobConfig& job, const std::string& data_dir);
+
 // Checks the examples against the model's input and the loss's labels, naming
 // the data field and both shapes.
 Status CheckExamples(const Examples& ex, const std::string& field, const Shape& input_shape, DType input_dtype);

@@ -12,6 +12,7 @@
 #include "services/strategy/checkpoints.h"
 #include "services/strategy/ps_common.h"
 #include "services/strategy/stats.h"
+#include "services/model/text.h"
 #include "services/strategy/variable_store.h"
 
 namespace tfjob::strategy {
@@ -79,6 +80,8 @@ class PsStrategy final : public Strategy {
                          {"closures_per_worker", ctx_.coordinator.inflight_per_worker},
                          {"pull_rows", p_.ps_pull_rows},
                          {"device", p_.device}};
+    // A TextVectorization adapted here: the workers read only their shard.
+    dargs["text"] = model::AdaptedTextJson(p_.job.model);
     if (!p_.keras_model.empty()) {
       ASSIGN_OR_RETURN(dargs["keras_model"], ReadJsonFile(p_.keras_model));
       dargs["keras_model_source"] = p_.keras_model;

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "common/mutex.h"
+#include "services/model/text.h"
 #include "services/model/keras_model.h"
 #include "services/strategy/devices.h"
 #include "services/strategy/input.h"
@@ -263,6 +264,7 @@ StatusOr<data::Dataset> BuildTrainDataset(WorkerFitState& state, const worker::W
   }
   ASSIGN_OR_RETURN(model::JobConfig job,
                    model::ParseJobConfig(a.at("config"), a.at("source").get<std::string>(), keras ? &*keras : nullptr));
+  if (a.contains("text")) RETURN_IF_ERROR(model::ApplyAdaptedText(a["text"], job.model));
   SetComputeThreads(static_cast<int>(a.value("threads", int64_t{1})));
   ASSIGN_OR_RETURN(Partitioner part, ParsePartitioner(a.at("partitioner").get<std::string>()));
   ASSIGN_OR_RETURN(auto m, model::Model::Create(job.model, job.loss));

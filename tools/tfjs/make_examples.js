@@ -21,6 +21,17 @@
 //                    Add, sigmoid.
 // mnist_lstm.json    MNIST as 28 rows of 28 pixels: LSTM(128) (sigmoid
 //                    gates, as Keras' default) over the rows, Dense softmax.
+// text_order_bigru.json  The text classifier of examples/text: a string
+//                    input [1] -> TextVectorization (int ids, padded to the
+//                    longest training sentence) -> Embedding(TEXT_TOKENS, 16,
+//                    mask_zero) -> Bidirectional(GRU(32)) -> Dense 2 softmax.
+// text_order_bow.json  Its bag-of-words baseline: TextVectorization
+//                    (multi_hot, TEXT_TOKENS wide) -> Dense 32 relu -> Dense 2
+//                    softmax.
+//
+// TF.js has no TextVectorization layer: the one here is a layer class of
+// this script that only carries Keras' arguments into the JSON (Keras'
+// names and defaults; the runtime reads them as Keras' own).
 //
 // The JSON holds no weights (Keras' to_json() never does) and every layer
 // is named, so the files depend on nothing but this script and TF.js.
@@ -78,6 +89,56 @@ function wideDeep() {
   return tf.model({inputs: [dense, cat], outputs: out, name: 'wide_deep'});
 }
 
+// Must leave room for examples/text/make_order_data.py's default 2000
+// filler words, its 2 cue words and the 2 special tokens.
+const TEXT_TOKENS = 2100;
+
+class TextVectorization extends tf.layers.Layer {
+  constructor(args) {
+    super({name: args.name, dtype: 'string'});
+    this.keras = {
+      max_tokens: args.max_tokens ?? null,
+      standardize: 'lower_and_strip_punctuation',
+      split: 'whitespace',
+      ngrams: null,
+      output_mode: args.output_mode ?? 'int',
+      output_sequence_length: args.output_sequence_length ?? null,
+      pad_to_max_tokens: args.pad_to_max_tokens ?? false,
+      sparse: false,
+      ragged: false,
+      vocabulary: null,
+      idf_weights: null,
+      encoding: 'utf-8',
+    };
+  }
+  computeOutputShape(inputShape) {
+    const k = this.keras;
+    return [inputShape[0], k.output_mode === 'int' ? k.output_sequence_length : k.max_tokens];
+  }
+  getConfig() { return Object.assign({}, super.getConfig(), this.keras); }
+  static get className() { return 'TextVectorization'; }
+}
+tf.serialization.registerClass(TextVectorization);
+
+function textOrderBigru() {
+  const text = tf.input({shape: [1], dtype: 'string', name: 'text'});
+  let x = new TextVectorization({name: 'vectorize', max_tokens: TEXT_TOKENS}).apply(text);
+  x = L.embedding({inputDim: TEXT_TOKENS, outputDim: 16, maskZero: true, name: 'embed'}).apply(x);
+  x = L.bidirectional({layer: L.gru({units: 32, recurrentActivation: 'sigmoid', name: 'order'}), mergeMode: 'concat',
+                       name: 'bi'}).apply(x);
+  const out = L.dense({units: 2, activation: 'softmax', name: 'label'}).apply(x);
+  return tf.model({inputs: text, outputs: out, name: 'text_order_bigru'});
+}
+
+function textOrderBow() {
+  const text = tf.input({shape: [1], dtype: 'string', name: 'text'});
+  let x = new TextVectorization({name: 'vectorize', max_tokens: TEXT_TOKENS, output_mode: 'multi_hot',
+                                 pad_to_max_tokens: true}).apply(text);
+  x = L.dense({units: 32, activation: 'relu', name: 'hidden'}).apply(x);
+  const out = L.dense({units: 2, activation: 'softmax', name: 'label'}).apply(x);
+  return tf.model({inputs: text, outputs: out, name: 'text_order_bow'});
+}
+
 function mnistLstm() {
   return tf.sequential({
     name: 'mnist_lstm',
@@ -88,7 +149,13 @@ function mnistLstm() {
   });
 }
 
-const MODELS = {'residual_cnn.json': residualCnn, 'wide_deep.json': wideDeep, 'mnist_lstm.json': mnistLstm};
+const MODELS = {
+  'residual_cnn.json': residualCnn,
+  'wide_deep.json': wideDeep,
+  'mnist_lstm.json': mnistLstm,
+  'text_order_bigru.json': textOrderBigru,
+  'text_order_bow.json': textOrderBow,
+};
 
 function main() {
   const args = process.argv.slice(2);
@@ -125,8 +192,8 @@ function main() {
   }
   if (check) {
     if (differ) process.exit(1);
-    console.log('make_examples: examples/keras/{residual_cnn,wide_deep,mnist_lstm}.json are what make_examples.js ' +
-                'writes');
+    console.log(`make_examples: examples/keras/{${Object.keys(MODELS).map((n) => n.replace('.json', '')).join(',')}}` +
+                '.json are what make_examples.js writes');
   }
 }
 
