@@ -10,6 +10,7 @@
 //     "config": {"keras_history": ["layer", node_index, tensor_index]}};
 //     input_layers / output_layers a list of triples, or one triple.
 #include <map>
+#include <tuple>
 
 #include "services/model/keras_config.h"
 #include "services/model/keras_model.h"
@@ -111,13 +112,23 @@ struct RawLayer {
   int64_t input = -1;  // an InputLayer: index into ModelSpec::inputs
 };
 
+// (layer, call, output) to the tensor.
+using Made = std::map<std::tuple<std::string, int64_t, int64_t>, TensorRef>;
+
+// How many outputs a layer has (spec.h: return_state, bidi_split).
+int64_t NumOutputs(const LayerSpec& s) {
+  if (s.return_state) return s.type == LayerType::kLSTM ? 3 : 2;
+  return s.bidi_split ? 2 : 1;
+}
+
 // The calls of every layer, each once its inputs exist (Keras' own
-// deserialization order), into m.nodes; `made` maps (layer, call) to the
-// tensor the call makes.
+// deserialization order), into m.nodes; `made` maps (layer, call, output)
+// to the tensor. A call of a layer of several outputs makes one node that
+// computes them packed, and a kOutputPart node for each.
 Status ResolveCalls(const std::vector<RawLayer>& raw, const std::map<std::string, size_t>& by_name, ModelSpec& m,
-                    std::map<std::pair<std::string, int64_t>, TensorRef>& made) {
+                    Made& made) {
   for (const RawLayer& r : raw) {
-    if (r.input >= 0) made[{r.name, 0}] = TensorRef{-1, r.input};
+    if (r.input >= 0) made[{r.name, 0, 0}] = TensorRef{-1, r.input};
   }
   struct Pending {
     size_t raw;
@@ -136,9 +147,11 @@ Status ResolveCalls(const std::vector<RawLayer>& raw, const std::map<std::string
       ASSIGN_OR_RETURN(std::vector<History> from, CallInputs((*r.inbound)[k], where));
       for (const History& h : from) {
         if (!by_name.count(h.layer)) return InvalidArgument(where + ": no layer is named \"" + h.layer + "\"");
-        if (h.tensor != 0) {
+        const RawLayer& from_layer = raw[by_name.at(h.layer)];
+        const int64_t outputs = from_layer.spec >= 0 ? NumOutputs(m.layers[from_layer.spec]) : 1;
+        if (h.tensor < 0 || h.tensor >= outputs) {
           return InvalidArgument(where + ": output " + std::to_string(h.tensor) + " of layer \"" + h.layer +
-                                 "\" (layers of one output only)");
+                                 "\", which has " + std::to_string(outputs));
         }
       }
       if (from.empty()) return InvalidArgument(where + ": a call without inputs");
@@ -149,7 +162,7 @@ Status ResolveCalls(const std::vector<RawLayer>& raw, const std::map<std::string
     bool progress = false;
     for (auto it = pending.begin(); it != pending.end();) {
       bool ready = true;
-      for (const History& h : it->from) ready = ready && made.count({h.layer, h.node});
+      for (const History& h : it->from) ready = ready && made.count({h.layer, h.node, h.tensor});
       if (!ready) {
         ++it;
         continue;
@@ -157,10 +170,33 @@ Status ResolveCalls(const std::vector<RawLayer>& raw, const std::map<std::string
       const RawLayer& r = raw[it->raw];
       NodeSpec n;
       n.layer = static_cast<size_t>(r.spec);
-      for (const History& h : it->from) n.inputs.push_back(made[{h.layer, h.node}]);
+      for (const History& h : it->from) n.inputs.push_back(made[{h.layer, h.node, h.tensor}]);
       n.path = r.where + (r.inbound->size() > 1 ? " call " + std::to_string(it->call) : "");
-      made[{r.name, it->call}] = TensorRef{static_cast<int64_t>(m.nodes.size()), -1};
-      m.nodes.push_back(std::move(n));
+      const TensorRef packed{static_cast<int64_t>(m.nodes.size()), -1};
+      m.nodes.push_back(n);
+      const LayerSpec src = m.layers[n.layer];
+      const int64_t outputs = NumOutputs(src);
+      if (outputs == 1) made[{r.name, it->call, 0}] = packed;
+      for (int64_t k = 0; outputs > 1 && k < outputs; ++k) {
+        LayerSpec part;
+        part.type = LayerType::kOutputPart;
+        part.name = src.name + (it->call ? "_call" + std::to_string(it->call) : "") + "/output_" + std::to_string(k);
+        part.path = n.path + " output " + std::to_string(k);
+        part.units = src.type == LayerType::kBidirectional ? src.wrapped[0].units : src.units;
+        part.output_index = k;
+        part.part_of_states = src.return_state;
+        part.part_states = outputs - 1;
+        // A sequence output keeps the time-step mask; the states do not.
+        part.return_sequences =
+            src.type == LayerType::kBidirectional ? src.return_sequences : k == 0 && src.return_sequences;
+        NodeSpec pn;
+        pn.layer = m.layers.size();
+        pn.inputs = {packed};
+        pn.path = part.path;
+        m.layers.push_back(std::move(part));
+        made[{r.name, it->call, k}] = TensorRef{static_cast<int64_t>(m.nodes.size()), -1};
+        m.nodes.push_back(std::move(pn));
+      }
       it = pending.erase(it);
       progress = true;
     }
@@ -168,7 +204,7 @@ Status ResolveCalls(const std::vector<RawLayer>& raw, const std::map<std::string
       const Pending& p = pending.front();
       std::string missing;
       for (const History& h : p.from) {
-        if (!made.count({h.layer, h.node})) missing = h.layer + "[" + std::to_string(h.node) + "]";
+        if (!made.count({h.layer, h.node, h.tensor})) missing = h.layer + "[" + std::to_string(h.node) + "]";
       }
       return InvalidArgument(raw[p.raw].where + ": call " + std::to_string(p.call) + " takes " + missing +
                              ", which no call makes (a cycle, or a node index out of range)");
@@ -254,7 +290,7 @@ StatusOr<ModelSpec> ParseFunctional(const json& doc, const std::string& source) 
     m.layers.push_back(std::move(s));
   }
 
-  std::map<std::pair<std::string, int64_t>, TensorRef> made;
+  Made made;
   RETURN_IF_ERROR(ResolveCalls(raw, by_name, m, made));
 
   ASSIGN_OR_RETURN(std::vector<History> outs, Endpoints(*config, "output_layers", source));
@@ -264,7 +300,7 @@ StatusOr<ModelSpec> ParseFunctional(const json& doc, const std::string& source) 
     return InvalidArgument(source + ": the model has " + std::to_string(outs.size()) + " outputs (" + names +
                            "): only models of one output are supported (Keras' per-output losses are not)");
   }
-  auto out = made.find({outs[0].layer, outs[0].node});
+  auto out = made.find({outs[0].layer, outs[0].node, outs[0].tensor});
   if (out == made.end()) {
     return InvalidArgument(source + ": config.output_layers names \"" + outs[0].layer + "\" call " +
                            std::to_string(outs[0].node) + ", which does not exist");

@@ -348,7 +348,7 @@ Status Recurrent(Config& c, LayerSpec& s) {
   RETURN_IF_ERROR(c.Int("seed", s.seed));
   RETURN_IF_ERROR(c.Bool("return_sequences", s.return_sequences));
   RETURN_IF_ERROR(c.Bool("go_backwards", s.go_backwards));
-  RETURN_IF_ERROR(c.Only("return_state", {false}, "only false: a layer has one output here"));
+  RETURN_IF_ERROR(c.Bool("return_state", s.return_state));
   RETURN_IF_ERROR(c.Only("stateful", {false}, "only false: state is not kept between batches"));
   RETURN_IF_ERROR(c.Only("time_major", {false}, "only false: [batch, time, features]"));
   RETURN_IF_ERROR(c.Only("zero_output_for_mask", {false}, "only false"));
@@ -386,9 +386,12 @@ Status Bidirectional(Config& c, LayerSpec& s) {
                    std::string(LayerTypeName(fwd.type)));
   }
   std::string mode = "concat";
-  if (c.Present("merge_mode") && !c.Take("merge_mode")) {
-    return c.Error("argument merge_mode=null is not supported (two outputs; a layer has one output here)");
+  if (fwd.return_state) {
+    return c.Error("argument layer: return_state=true in a Bidirectional is not supported (its four states)");
   }
+  // null: the two directions' outputs, computed concatenated and taken
+  // apart by the model (spec.h: bidi_split).
+  if (c.Present("merge_mode") && !c.Take("merge_mode")) s.bidi_split = true;
   RETURN_IF_ERROR(c.String("merge_mode", mode));
   static const std::pair<const char*, BidiMerge> kModes[] = {
       {"concat", BidiMerge::kConcat}, {"sum", BidiMerge::kSum}, {"mul", BidiMerge::kMul}, {"ave", BidiMerge::kAve}};
@@ -419,6 +422,7 @@ Status Bidirectional(Config& c, LayerSpec& s) {
 
 Status TimeDistributed(Config& c, LayerSpec& s) {
   ASSIGN_OR_RETURN(LayerSpec inner, Wrapped(c, "layer"));
+  if (inner.return_state || inner.bidi_split) return c.Error("argument layer: a layer of several outputs");
   s.wrapped = {inner};
   return Status::Ok();
 }

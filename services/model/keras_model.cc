@@ -408,6 +408,10 @@ StatusOr<ModelSpec> Parse(const json& doc, const std::string& source) {
     }
     if (s.type == LayerType::kIntegerLookup && m.layers.empty()) m.input_dtype = DType::kInt64;
     if (s.type == LayerType::kEmbedding && m.layers.empty()) m.input_dtype = DType::kInt64;
+    if (s.return_state || s.bidi_split) {
+      return fail(at + ": a layer of several outputs (" + (s.return_state ? "return_state" : "merge_mode null") +
+                  ") in a Sequential model, which Keras refuses too: use a Functional model");
+    }
     m.layers.push_back(std::move(s));
   }
   if (!have_input) return fail("no input shape (an InputLayer, or batch_input_shape on the first layer)");

@@ -143,6 +143,7 @@ Status ExportKerasWeights(const Model& m, const std::vector<Tensor>& values, con
     std::map<std::string, int> used;
     for (size_t l = 0; l < m.num_layers(); ++l) {
       const LayerSpec& spec = m.layer_spec(l);
+      if (spec.type == LayerType::kOutputPart) continue;  // not a Keras layer (spec.h)
       std::string name = KerasSnakeCase(std::string(LayerTypeName(spec.type)));
       const int n = used[name]++;
       // Appended piece by piece: GCC 12 warns (-Wrestrict) on "literal" + string.

@@ -44,6 +44,7 @@ std::string_view MoreLayerTypeName(LayerType t) {
     case LayerType::kTimeDistributed: return "TimeDistributed";
     case LayerType::kMasking: return "Masking";
     case LayerType::kTextVectorization: return "TextVectorization";
+    case LayerType::kOutputPart: return "OutputPart";
     default: return "?";
   }
 }
@@ -90,6 +91,7 @@ StatusOr<std::unique_ptr<Layer>> MakeMoreLayer(const LayerSpec& spec) {
     case LayerType::kTimeDistributed: return MakeWrapper(spec);
     case LayerType::kMasking: return MakeMasking(spec);
     case LayerType::kTextVectorization: return MakeTextVectorization(spec);
+    case LayerType::kOutputPart: return MakeOutputPart(spec);
     default: return InvalidArgument("layer \"" + spec.name + "\": unknown layer type");
   }
 }

@@ -67,6 +67,7 @@ std::unique_ptr<Layer> MakeConvMore(const LayerSpec& spec);
 std::unique_ptr<Layer> MakeEncodingLayer(const LayerSpec& spec);
 // recurrent.cc: SimpleRNN, LSTM, GRU.
 std::unique_ptr<Layer> MakeRecurrent(const LayerSpec& spec);
+std::unique_ptr<Layer> MakeOutputPart(const LayerSpec& spec);
 // wrappers.cc: Bidirectional, TimeDistributed.
 std::unique_ptr<Layer> MakeWrapper(const LayerSpec& spec);
 // masking.cc

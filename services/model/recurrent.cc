@@ -54,7 +54,8 @@ class Recurrent final : public HostLayer {
     features_ = in[1];
     u_ = spec_.units;
     gu_ = gates_ * u_;
-    return spec_.return_sequences ? Shape{steps_, u_} : Shape{u_};
+    if (!spec_.return_state) return main_shape();
+    return Shape{NumElements(main_shape()) + states() * u_};
   }
 
   MaskUse mask_use() const override { return MaskUse::kConsume; }
@@ -138,30 +139,50 @@ class Recurrent final : public HostLayer {
       }
     }
 
+    // A copy: the next layer may own and change its input.
+    Tensor y = Tensor::Zeros(DType::kFloat32, WithBatch(B, main_shape()));
     if (!spec_.return_sequences) {
-      // A copy: the next layer may own and change its input.
-      Tensor last = Tensor::Zeros(DType::kFloat32, {B, U});
-      Mat(last.data<float>(), B, U) = State(h_, T);
-      return last;
+      Mat(y.data<float>(), B, U) = State(h_, T);
+    } else {
+      for (int64_t s = 0; s < T; ++s) {
+        Strided(y.data<float>() + s * U, B, U, Eigen::OuterStride<>(T * U)) = State(h_, s + 1);
+      }
     }
-    Tensor y = Tensor::Zeros(DType::kFloat32, {B, T, U});
-    for (int64_t s = 0; s < T; ++s) {
-      Strided(y.data<float>() + s * U, B, U, Eigen::OuterStride<>(T * U)) = State(h_, s + 1);
-    }
-    return y;
+    if (!spec_.return_state) return y;
+    // return_state: [output | h | c] per example, taken apart by the
+    // kOutputPart layers after it.
+    const int64_t main = NumElements(main_shape()), P = main + states() * U;
+    Tensor packed = Tensor::Zeros(DType::kFloat32, {B, P});
+    Strided rows(packed.data<float>(), B, P, Eigen::OuterStride<>(P));
+    rows.leftCols(main) = CMat(y.data<float>(), B, main);
+    rows.middleCols(main, U) = State(h_, T);
+    if (states() == 2) rows.middleCols(main + U, U) = State(c_, T);
+    return packed;
   }
 
   StatusOr<Tensor> Backward(std::span<const Tensor> params, Tensor dy, bool need_input_grad,
                             std::span<Gradient> grads) override {
     const int64_t B = batch_, T = steps_, F = features_, U = u_, GU = gu_;
-    RETURN_IF_ERROR(CheckGradient(dy, spec_.return_sequences ? Shape{T, U} : Shape{U}));
+    // return_state: the gradients of the final states join the output's.
+    RowMatrix dh_final = RowMatrix::Zero(B, U), dc_final = RowMatrix::Zero(B, U);
+    if (spec_.return_state) {
+      const int64_t main = NumElements(main_shape()), P = main + states() * U;
+      RETURN_IF_ERROR(CheckGradient(dy, {P}));
+      Strided rows(dy.data<float>(), B, P, Eigen::OuterStride<>(P));
+      Tensor d = Tensor::Zeros(DType::kFloat32, WithBatch(B, main_shape()));
+      Mat(d.data<float>(), B, main) = rows.leftCols(main);
+      dh_final = rows.middleCols(main, U);
+      if (states() == 2) dc_final = rows.middleCols(main + U, U);
+      dy = std::move(d);
+    }
+    RETURN_IF_ERROR(CheckGradient(dy, main_shape()));
     const float* kernel = params[0].data<float>();
     const float* rk = params[1].data<float>();
     dxw_ = Tensor::Zeros(DType::kFloat32, {B * T, GU});
     Tensor drk = Tensor::Zeros(DType::kFloat32, {U, GU});
     dbr_ = RowMatrix::Zero(1, GU);
-    RowMatrix dh = RowMatrix::Zero(B, U);
-    dc_ = RowMatrix::Zero(B, U);
+    RowMatrix dh = dh_final;
+    dc_ = dc_final;
     for (int64_t s = T - 1; s >= 0; --s) {
       if (spec_.return_sequences) {
         dh += Strided(dy.data<float>() + s * U, B, U, Eigen::OuterStride<>(T * U));
@@ -209,6 +230,9 @@ class Recurrent final : public HostLayer {
 
  private:
   bool two_biases() const { return spec_.type == LayerType::kGRU && spec_.reset_after; }
+  // The output without the states, and how many states return_state adds.
+  Shape main_shape() const { return spec_.return_sequences ? Shape{steps_, u_} : Shape{u_}; }
+  int64_t states() const { return spec_.type == LayerType::kLSTM ? 2 : 1; }
   // Whether processing step s of example b reads a real (unmasked) step.
   bool Real(int64_t b, int64_t s) const {
     return mask_.size() == 0 || mask_.data<float>()[b * steps_ + TimeOf(s)] != 0;
@@ -415,8 +439,65 @@ class Recurrent final : public HostLayer {
   RowMatrix dbr_, dc_;
 };
 
+// One output of a layer that packs several (spec.h: kOutputPart).
+class OutputPart final : public HostLayer {
+ public:
+  using HostLayer::HostLayer;
+
+  StatusOr<Shape> Build(const Shape& in, DType dtype) override {
+    if (dtype != DType::kFloat32) return Error("expects float32 input, got " + std::string(DTypeName(dtype)));
+    const int64_t U = spec_.units, k = spec_.output_index;
+    in_shape_ = in;
+    if (spec_.part_of_states) {
+      const int64_t main = in.size() == 1 ? in[0] - spec_.part_states * U : 0;
+      if (main <= 0 || main % U != 0) return Error("expects the packed outputs of its layer, got " + ShapeString(in));
+      begin_ = k == 0 ? 0 : main + (k - 1) * U;
+      size_ = k == 0 ? main : U;
+      return k == 0 && spec_.return_sequences ? Shape{main / U, U} : Shape{size_};
+    }
+    if (in.empty() || in.back() != 2 * U) return Error("expects both directions' outputs, got " + ShapeString(in));
+    begin_ = k * U;
+    size_ = U;
+    Shape out = in;
+    out.back() = U;
+    return out;
+  }
+
+  // A sequence output keeps the time-step mask (Layer::output_masked).
+  MaskUse mask_use() const override { return MaskUse::kConsume; }
+
+  StatusOr<Tensor> Forward(std::span<const Tensor>, const Tensor& x, bool) override {
+    RETURN_IF_ERROR(CheckInput(x));
+    const int64_t width = in_shape_.back(), rows = x.size() / width;
+    Shape out{batch_};
+    if (spec_.part_of_states && spec_.output_index == 0 && spec_.return_sequences) {
+      out.push_back(size_ / spec_.units);
+      out.push_back(spec_.units);
+    } else {
+      out.insert(out.end(), in_shape_.begin(), in_shape_.end() - 1);
+      out.push_back(size_);
+    }
+    Tensor y = Tensor::Zeros(DType::kFloat32, out);
+    Mat(y.data<float>(), rows, size_) =
+        Strided(const_cast<float*>(x.data<float>()) + begin_, rows, size_, Eigen::OuterStride<>(width));
+    return y;
+  }
+
+  StatusOr<Tensor> Backward(std::span<const Tensor>, Tensor dy, bool need_input_grad, std::span<Gradient>) override {
+    if (!need_input_grad) return Tensor();
+    const int64_t width = in_shape_.back(), rows = dy.size() / size_;
+    Tensor dx = Tensor::Zeros(DType::kFloat32, WithBatch(batch_, in_shape_));
+    Strided(dx.data<float>() + begin_, rows, size_, Eigen::OuterStride<>(width)) = CMat(dy.data<float>(), rows, size_);
+    return dx;
+  }
+
+ private:
+  int64_t begin_ = 0, size_ = 0;  // along the input's last axis
+};
+
 }  // namespace
 
 std::unique_ptr<Layer> MakeRecurrent(const LayerSpec& spec) { return std::make_unique<Recurrent>(spec); }
+std::unique_ptr<Layer> MakeOutputPart(const LayerSpec& spec) { return std::make_unique<OutputPart>(spec); }
 
 }  // namespace tfjob::model::internal

@@ -81,6 +81,10 @@ enum class LayerType {
   kMasking,
   // text.cc
   kTextVectorization,
+  // recurrent.cc: one output of a layer of several (return_state, or
+  // Bidirectional with merge_mode null). Not a Keras class: the Functional
+  // parser adds one per output a model takes (keras_functional.cc).
+  kOutputPart,
 };
 // Keras' L1, L2 and L1L2 regularizers: l1 * sum|w| + l2 * sum w^2.
 struct Regularizer {
@@ -265,6 +269,22 @@ struct LayerSpec {
   // GRU: Keras 3's default true (the reset gate applied after the recurrent
   // product, which has its own bias); TF.js and tf.keras 1 write false.
   bool reset_after = true;
+  // SimpleRNN, LSTM, GRU: the final states are outputs too (Keras'
+  // return_state: [output, h] or, for an LSTM, [output, h, c]). The layer
+  // then computes them packed into one tensor that kOutputPart layers take
+  // apart.
+  bool return_state = false;
+  // Bidirectional with merge_mode null: two outputs, the directions' (the
+  // layer concatenates them, kOutputPart layers take them apart).
+  bool bidi_split = false;
+  // kOutputPart: output `output_index` of a layer of `units` units that
+  // packs its outputs (part_of_states: return_state's [main | h (| c)]
+  // flattened; else Bidirectional's halves of the last axis);
+  // return_sequences says whether this output is a sequence, which then
+  // keeps the input's time-step mask.
+  int64_t output_index = 0;
+  bool part_of_states = false;
+  int64_t part_states = 0;  // part_of_states: 1 (h) or 2 (h, c)
   // Bidirectional: the forward and the backward layer; TimeDistributed:
   // the layer applied to every time step (named as the wrapper, so its
   // variables are "<wrapper>/kernel", as TF.js names them).

@@ -583,4 +583,71 @@ add({
   batch: 3,
 });
 
+// 32. An LSTM's every step and both final states (return_state), the
+// steps pooled and joined with the states.
+add({
+  name: 'lstm_states',
+  build() {
+    const series = tf.input({shape: [7, 3], name: 'series'});
+    const [seq, h, c] = L.lstm({units: 5, returnSequences: true, returnState: true, unitForgetBias: false,
+                                recurrentActivation: 'hardSigmoid', name: 'lstm'}).apply(series);
+    const pooled = L.globalAveragePooling1d({name: 'pool'}).apply(seq);
+    const x = L.concatenate({name: 'joined'}).apply([pooled, h, c]);
+    const out = L.dense({units: 2, activation: 'softmax', name: 'out'}).apply(x);
+    return tf.model({inputs: series, outputs: out, name: 'lstm_states'});
+  },
+  batch: 3,
+});
+
+// 33. Encoders whose final states are used: a GRU read backwards and a
+// SimpleRNN, each with return_state; the GRU's output and its state (the
+// same values) both feed the sum.
+add({
+  name: 'state_encoders',
+  build() {
+    const series = tf.input({shape: [6, 4], name: 'series'});
+    const [gruOut, gruState] = L.gru({units: 4, returnState: true, goBackwards: true, recurrentActivation: 'sigmoid',
+                                      name: 'gru'}).apply(series);
+    const [, rnnState] = L.simpleRNN({units: 4, returnState: true, activation: 'relu', name: 'rnn'}).apply(series);
+    const x = L.add({name: 'sum'}).apply([gruOut, gruState, rnnState]);
+    const out = L.dense({units: 1, name: 'forecast'}).apply(x);
+    return tf.model({inputs: series, outputs: out, name: 'state_encoders'});
+  },
+  batch: 3,
+});
+
+// 34. A Bidirectional GRU with merge_mode null: the two directions' step
+// outputs, multiplied, then pooled.
+add({
+  name: 'bidi_split',
+  build() {
+    const series = tf.input({shape: [5, 3], name: 'series'});
+    const [fwd, bwd] = L.bidirectional({layer: L.gru({units: 3, returnSequences: true, name: 'gru'}), mergeMode: null,
+                                        name: 'bigru'}).apply(series);
+    const x = L.multiply({name: 'product'}).apply([fwd, bwd]);
+    const pooled = L.globalAveragePooling1d({name: 'pool'}).apply(x);
+    const out = L.dense({units: 3, activation: 'softmax', name: 'out'}).apply(pooled);
+    return tf.model({inputs: series, outputs: out, name: 'bidi_split'});
+  },
+  batch: 3,
+});
+
+// 35. The other merges and arguments: Bidirectional LSTM averaged and
+// Bidirectional SimpleRNN multiplied, a SimpleRNN without bias, dropout
+// on the inputs and the state (training only).
+add({
+  name: 'bidi_merges_dropout',
+  build() {
+    const series = tf.input({shape: [6, 3], name: 'series'});
+    const a = L.bidirectional({layer: L.lstm({units: 3, dropout: 0.2, recurrentDropout: 0.1, name: 'lstm'}),
+                               mergeMode: 'ave', name: 'bilstm'}).apply(series);
+    const b = L.bidirectional({layer: L.simpleRNN({units: 3, useBias: false, name: 'rnn'}), mergeMode: 'mul',
+                               name: 'birnn'}).apply(series);
+    const x = L.concatenate({name: 'joined'}).apply([a, b]);
+    const out = L.dense({units: 2, activation: 'softmax', name: 'out'}).apply(x);
+    return tf.model({inputs: series, outputs: out, name: 'bidi_merges_dropout'});
+  },
+  batch: 3,
+});
+
 module.exports = {cases};

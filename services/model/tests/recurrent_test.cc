@@ -82,6 +82,63 @@ TEST(RecurrentTest, GruGradientsInBothForms) {
   }
 }
 
+// return_state: the packed [output | h (| c)] and its gradients, every
+// part of it (the output part, the final state, an LSTM's final cell).
+TEST(RecurrentTest, ReturnStateGradients) {
+  for (LayerType t : {LayerType::kSimpleRNN, LayerType::kLSTM, LayerType::kGRU}) {
+    LayerSpec s = Rnn(t, 3);
+    s.return_state = true;
+    CheckMode(s);
+    s.return_sequences = true;
+    s.go_backwards = true;
+    CheckMode(s);
+  }
+}
+
+// A Functional model takes the outputs apart by Keras' tensor index:
+// [sequence, h, c] of an LSTM; the final state equals the sequence's last
+// step; an index past the outputs is refused.
+TEST(RecurrentTest, ReturnStateOutputsByTensorIndex) {
+  using nlohmann::json;
+  auto model = [](int64_t index) {
+    const json lstm = {{"name", "lstm"},
+                       {"class_name", "LSTM"},
+                       {"config", {{"name", "lstm"}, {"units", 2}, {"return_sequences", true}, {"return_state", true}}},
+                       {"inbound_nodes", {{{"in", 0, 0, json::object()}}}}};
+    const json in = {{"name", "in"},
+                     {"class_name", "InputLayer"},
+                     {"config", {{"batch_input_shape", {nullptr, 3, 2}}, {"name", "in"}}},
+                     {"inbound_nodes", json::array()}};
+    return ParseKerasModel({{"class_name", "Model"},
+                            {"config",
+                             {{"name", "m"},
+                              {"layers", {in, lstm}},
+                              {"input_layers", {{"in", 0, 0}}},
+                              {"output_layers", {{"lstm", 0, index}}}}}},
+                           "m.json");
+  };
+  Gen gen(3);
+  const Tensor x = RandomF({2, 3, 2}, gen);
+  std::vector<Tensor> outs;
+  for (int64_t k = 0; k < 3; ++k) {
+    auto spec = model(k);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    auto m = Model::Create(*spec, LossSpec{});
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ((*m)->output_shape(), k == 0 ? (Shape{3, 2}) : (Shape{2}));
+    auto y = (*m)->Predict((*m)->InitialValues(1), x);
+    ASSERT_TRUE(y.ok()) << y.status();
+    outs.push_back(*y);
+  }
+  for (int64_t b = 0; b < 2; ++b) {
+    for (int64_t u = 0; u < 2; ++u) {
+      EXPECT_EQ(outs[1].data<float>()[b * 2 + u], outs[0].data<float>()[b * 6 + 2 * 2 + u]) << b << " " << u;
+    }
+  }
+  EXPECT_NE(outs[1].data<float>()[0], outs[2].data<float>()[0]);  // h is not c
+  EXPECT_THAT(model(3).status().message(), HasSubstr("names \"lstm\" call 0, which does not exist"));
+}
+
 TEST(RecurrentTest, DropoutWhileTrainingHasItsGradients) {
   for (LayerType t : {LayerType::kSimpleRNN, LayerType::kLSTM, LayerType::kGRU}) {
     LayerSpec s = Rnn(t, 3);
@@ -268,7 +325,8 @@ TEST(RecurrentTest, KerasConfigs) {
     auto m = ParseKerasModel(Sequential({{"class_name", "LSTM"}, {"config", config}}), "m.json");
     return m.ok() ? std::string("accepted") : m.status().message();
   };
-  EXPECT_THAT(err({{"units", 2}, {"return_state", true}}), HasSubstr("argument return_state=true is not supported"));
+  EXPECT_THAT(err({{"units", 2}, {"return_state", true}}),
+              HasSubstr("a layer of several outputs (return_state) in a Sequential model, which Keras refuses too"));
   EXPECT_THAT(err({{"units", 2}, {"stateful", true}}), HasSubstr("argument stateful=true is not supported"));
   EXPECT_THAT(err({{"units", 2}, {"dropout", 1.5}}), HasSubstr("argument dropout=1.5"));
   EXPECT_THAT(err({{"units", 0}}), HasSubstr("units=0 must be positive"));
@@ -307,7 +365,13 @@ TEST(RecurrentTest, WrapperConfigs) {
     auto r = ParseKerasModel(Sequential({{"class_name", cls}, {"config", config}}), "m.json");
     return r.ok() ? std::string("accepted") : r.status().message();
   };
-  EXPECT_THAT(err({{"layer", lstm}, {"merge_mode", nullptr}}), HasSubstr("argument merge_mode=null is not supported"));
+  EXPECT_THAT(err({{"layer", lstm}, {"merge_mode", nullptr}}),
+              HasSubstr("a layer of several outputs (merge_mode null) in a Sequential model"));
+  json with_states = lstm;
+  with_states["config"]["return_state"] = true;
+  EXPECT_THAT(err({{"layer", with_states}}), HasSubstr("return_state=true in a Bidirectional is not supported"));
+  EXPECT_THAT(err({{"layer", with_states}}, "TimeDistributed"),
+              HasSubstr("argument layer: a layer of several outputs"));
   EXPECT_THAT(err({{"layer", lstm}, {"merge_mode", "max"}}), HasSubstr("merge_mode=\"max\" is not supported"));
   EXPECT_THAT(err({{"layer", {{"class_name", "Dense"}, {"config", {{"units", 2}}}}}}),
               HasSubstr("Bidirectional wraps SimpleRNN, LSTM or GRU, got Dense"));

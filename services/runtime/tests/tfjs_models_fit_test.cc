@@ -1,4 +1,4 @@
-// The 31 Keras models TensorFlow.js' toJSON() wrote
+// The 35 Keras models TensorFlow.js' toJSON() wrote
 // (services/model/tests/data/tfjs/models, tools/tfjs/gen_goldens.js) load
 // and train one epoch in every strategy through the real binary: one
 // device, mirrored (2 replicas), multi-worker mirrored (2 workers) and
@@ -69,12 +69,15 @@ struct ModelCase {
 // output_layers (a Sequential model: its last layer) names, and its shape.
 const ModelCase kModels[] = {
     {"attention_pooling", Label::kReal, 0, {3}},        // Dense(3, linear)
+    {"bidi_merges_dropout", Label::kClassId, 2, {}},    // Dense(2, softmax)
+    {"bidi_split", Label::kClassId, 3, {}},             // Dense(3, softmax)
     {"category_features", Label::kReal, 0, {1}},        // Dense(1, linear)
     {"conv1d_timeseries", Label::kReal, 0, {1}},        // Dense(1, linear) forecast
     {"dense_autoencoder", Label::kReal, 0, {4, 6}},     // Reshape([4, 6])
     {"embedding_bag", Label::kClassId, 4, {}},          // Dense(4, softmax)
     {"gated_merge", Label::kReal, 0, {2}},              // Dense(2, linear)
     {"image_tabular", Label::kClassId, 3, {}},          // Dense(3, softmax)
+    {"lstm_states", Label::kClassId, 2, {}},            // Dense(2, softmax)
     {"mlp_batchnorm_dropout", Label::kClassId, 4, {}},  // Dense(4, softmax)
     {"masked_text_lstm", Label::kBinary, 0, {}},        // Dense(1, sigmoid)
     {"mnist_cnn", Label::kClassId, 10, {}},             // Dense(10, softmax)
@@ -93,6 +96,7 @@ const ModelCase kModels[] = {
     {"siamese_conv", Label::kBinary, 0, {}},            // Dense(1, sigmoid)
     {"siamese_dot", Label::kBinary, 0, {}},             // Dense(1, sigmoid)
     {"stacked_forecast", Label::kReal, 0, {1}},         // Dense(1, linear)
+    {"state_encoders", Label::kReal, 0, {1}},           // Dense(1, linear) forecast
     {"text_bigru", Label::kBinary, 0, {}},              // Dense(1, sigmoid)
     {"text_conv1d", Label::kBinary, 0, {}},             // Dense(1, sigmoid)
     {"transformer_ffn", Label::kClassId, 2, {}},        // Dense(2, softmax)
