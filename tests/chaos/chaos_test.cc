@@ -226,6 +226,67 @@ TEST(ChaosTest, MnistMlpSurvivesWorkerPsChiefAndMidCheckpointKills) {
   EXPECT_THAT(out, ::testing::Not(HasSubstr("DATA_LOSS")));
 }
 
+// Issue 44: a recurrent text model (TextVectorization adapted on the chief,
+// Embedding(mask_zero), Bidirectional GRU; examples/keras/text_order_*)
+// with 2 PS, 2 workers, a chief and a side-car evaluator, a worker SIGKILLed
+// twice mid-training. Training completes and reaches its bar, and the
+// evaluator, which adapts the TextVectorization itself from the same
+// training file, ends on the chief's own result: the same vocabulary.
+TEST(ChaosTest, RecurrentTextModelSurvivesWorkerKills) {
+  const std::string dir = t::MakeTempDir("chaos-text");
+  const std::string ckpt = dir + "/ckpt";
+  fs::create_directories(ckpt);
+  auto data = t::Run({"python3", t::SourceDir() + "/examples/text/make_order_data.py", "--out", dir + "/data"});
+  ASSERT_EQ(data.exit_code, 0) << data.out << data.err;
+  constexpr int kEpochs = 40;
+  auto fit = [&](const std::string& summary) {
+    return "[\"" + t::RuntimeBinary() + "\", fit, --config, \"" + t::SourceDir() +
+           "/examples/keras/text_order_job.json\", --keras-model, \"" + t::SourceDir() +
+           "/examples/keras/text_order_bigru.json\", --epochs, \"" + std::to_string(kEpochs) + "\", --data-dir, \"" +
+           dir + "/data\", --checkpoint-dir, \"" + ckpt + "\", --checkpoint-every-steps, \"100\", --summary-json, \"" +
+           summary + "\"]";
+  };
+  auto replica = [&](const std::string& type, int n, const std::string& command) {
+    return "    " + type + ":\n      replicas: " + std::to_string(n) +
+           "\n      restartPolicy: OnFailure\n      template: {spec: {containers: [{name: tensorflow, "
+           "image: tfjob/runtime-cpu:0.1.0,\n        command: " +
+           command + "}]}}\n";
+  };
+  std::ofstream(dir + "/text.yaml") << "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata: {name: text}\nspec:\n"
+                                    << "  runPolicy: {backoffLimit: 20, cleanPodPolicy: None}\n  tfReplicaSpecs:\n"
+                                    << replica("Chief", 1, fit(dir + "/chief.json"))
+                                    << replica("PS", 2, fit(dir + "/ps.json"))
+                                    << replica("Worker", 2, fit(dir + "/worker.json"))
+                                    << replica("Evaluator", 1, fit(dir + "/evaluator.json"));
+  LocalJob job(dir + "/text.yaml", dir);
+  std::mt19937 rng(44);
+  const std::regex checkpoint(R"(\[text-chief-0\] fit: checkpoint \S+ \(step [1-9])");
+  size_t at = job.WaitForOutput(checkpoint, 0);
+  ASSERT_NE(at, std::string::npos) << job.output();
+  for (int k = 0; k < 2; ++k) {
+    const std::string pod = "text-worker-" + std::to_string(rng() % 2);
+    ASSERT_GT(job.KillAndAwaitRestart(pod), 0) << pod << "\n" << job.output();
+    at = job.WaitForOutput(checkpoint, job.output().size());
+    ASSERT_NE(at, std::string::npos) << "no progress after killing " << pod << "\n" << job.output();
+  }
+  ASSERT_EQ(job.Wait(), 0) << job.output();
+  const std::string out = job.output();
+  std::ofstream(dir + "/job.log") << out;
+  EXPECT_THAT(out, HasSubstr("[text-chief-0] fit: TextVectorization \"vectorize\": 2002 terms adapted"));
+  auto chief = t::ReadJsonFile(dir + "/chief.json");
+  ASSERT_TRUE(chief.is_object()) << out;
+  EXPECT_GE(chief["eval_accuracy"].get<double>(), 0.95) << chief.dump();
+  EXPECT_EQ(chief["steps"], kEpochs * 125);
+  auto ev = t::ReadJsonFile(dir + "/evaluator.json");
+  ASSERT_TRUE(ev.is_object() && !ev["evaluations"].empty()) << out;
+  const auto& last = ev["evaluations"].back();
+  EXPECT_TRUE(last["final"].get<bool>());
+  EXPECT_NEAR(last["eval_accuracy"].get<double>(), chief["eval_accuracy"].get<double>(), 1e-9);
+  std::cout << "text_order under 2 worker kills: chief eval accuracy " << chief["eval_accuracy"] << " after "
+            << chief["steps"] << " steps; the evaluator's final evaluation " << last["eval_accuracy"] << " at step "
+            << last["step"] << "\n";
+}
+
 // Prefetching workers (fit's default: the next step's variables are pulled
 // while a step computes, pushes do not block the next step) SIGKILLed three
 // times while their closures run, four steps each: every step's update still

@@ -671,8 +671,9 @@ TEST(ModelTest, LookupsFeedAnEmbedding) {
   // Anywhere else a StringLookup has no strings to take.
   sm.layers = {emb, words, dense};
   sm.layers[1].path = "model.layers[1]";
-  EXPECT_THAT(Model::Create(sm, {LossType::kMeanSquaredError, false}).status().message(),
-              HasSubstr("needs a StringLookup (invert false) or a TextVectorization as the first layer, got Embedding"));
+  EXPECT_THAT(
+      Model::Create(sm, {LossType::kMeanSquaredError, false}).status().message(),
+      HasSubstr("needs a StringLookup (invert false) or a TextVectorization as the first layer, got Embedding"));
   sm.string_input = false;
   sm.layers = {dense, words};
   sm.input_dtype = DType::kFloat32;

@@ -271,5 +271,42 @@ TEST(KerasExamplesTest, TextOrderOverParameterServersBeatsBagOfWords) {
   EXPECT_LE(bow_accuracy, 0.6) << bow.out;
 }
 
+// The text model in the synchronous strategies too (the parameter-server
+// run is above): every process adapts the TextVectorization to the same
+// vocabulary, so one epoch trains and evaluates in each.
+TEST(KerasExamplesTest, TextOrderTrainsInTheSynchronousStrategies) {
+  const std::string dir = t::MakeTempDir("text-order-sync");
+  auto g =
+      t::Run({"python3", Source("examples/text/make_order_data.py"), "--out", dir, "--train", "1024", "--eval", "256"});
+  ASSERT_EQ(g.exit_code, 0) << g.out << g.err;
+  const std::vector<std::string> fit = {"fit",
+                                        "--config",
+                                        Source("examples/keras/text_order_job.json"),
+                                        "--keras-model",
+                                        Source("examples/keras/text_order_bigru.json"),
+                                        "--data-dir",
+                                        dir,
+                                        "--epochs",
+                                        "1"};
+  const std::vector<std::vector<std::string>> runs = {
+      {},
+      {"--strategy", "mirrored", "--replicas", "2"},
+      {"--strategy", "central_storage", "--replicas", "2"},
+  };
+  for (const auto& extra : runs) {
+    std::vector<std::string> argv{t::BinDir() + "/tfjob-runtime"};
+    argv.insert(argv.end(), fit.begin(), fit.end());
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto r = t::Run(argv);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_GE(t::ParseEvaluation(r.out).accuracy, 0.0) << r.out;  // an evaluation was printed
+  }
+  std::vector<std::string> argv{t::BinDir() + "/tfjob-runtime", "local", "--workers", "2", "--"};
+  argv.insert(argv.end(), fit.begin(), fit.end());
+  auto r = t::Run(argv);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_GE(t::ParseEvaluation(r.out).accuracy, 0.0) << r.out;
+}
+
 }  // namespace
 }  // namespace tfjob
