@@ -236,7 +236,8 @@ TEST(ChaosTest, RecurrentTextModelSurvivesWorkerKills) {
   const std::string dir = t::MakeTempDir("chaos-text");
   const std::string ckpt = dir + "/ckpt";
   fs::create_directories(ckpt);
-  auto data = t::Run({"python3", t::SourceDir() + "/examples/text/make_order_data.py", "--out", dir + "/data"});
+  auto data =
+      t::Run({"/usr/bin/python3", t::SourceDir() + "/examples/text/make_order_data.py", "--out", dir + "/data"});
   ASSERT_EQ(data.exit_code, 0) << data.out << data.err;
   constexpr int kEpochs = 40;
   auto fit = [&](const std::string& summary) {

@@ -238,7 +238,7 @@ TEST(KerasExamplesTest, WideDeepOverParameterServersFromItsManifest) {
 // chance. Both accuracies are printed.
 TEST(KerasExamplesTest, TextOrderOverParameterServersBeatsBagOfWords) {
   const std::string dir = t::MakeTempDir("text-order");
-  auto g = t::Run({"python3", Source("examples/text/make_order_data.py"), "--out", dir + "/data"});
+  auto g = t::Run({"/usr/bin/python3", Source("examples/text/make_order_data.py"), "--out", dir + "/data"});
   ASSERT_EQ(g.exit_code, 0) << g.out << g.err;
   EXPECT_THAT(g.out, HasSubstr("train.csv: 8000 sentences")) << g.out;
   const json bigru = ReadJson(Source("examples/keras/text_order_bigru.json"));
@@ -276,8 +276,8 @@ TEST(KerasExamplesTest, TextOrderOverParameterServersBeatsBagOfWords) {
 // vocabulary, so one epoch trains and evaluates in each.
 TEST(KerasExamplesTest, TextOrderTrainsInTheSynchronousStrategies) {
   const std::string dir = t::MakeTempDir("text-order-sync");
-  auto g =
-      t::Run({"python3", Source("examples/text/make_order_data.py"), "--out", dir, "--train", "1024", "--eval", "256"});
+  auto g = t::Run({"/usr/bin/python3", Source("examples/text/make_order_data.py"), "--out", dir, "--train", "1024",
+                   "--eval", "256"});
   ASSERT_EQ(g.exit_code, 0) << g.out << g.err;
   const std::vector<std::string> fit = {"fit",
                                         "--config",
