@@ -146,6 +146,7 @@ Status Model::Build() {
     }
   }
 
+  built_specs_ = built;
   first_node_.assign(s.layers.size(), SIZE_MAX);
   nodes_.resize(s.nodes.size());
   for (size_t n = 0; n < s.nodes.size(); ++n) {
@@ -199,7 +200,84 @@ Status Model::Build() {
     node.needs_grad = node.out_dtype == DType::kFloat32 && upstream;
   }
   output_shape_ = nodes_[static_cast<size_t>(s.output.node)].out_shape;
+
+  // Per-batch padding (model.h): checked now on the shortest length, so a
+  // model that cannot have it is refused before any data is read.
+  const LayerSpec* text = TextLayer(s);
+  if (text && s.inputs.size() == 1 && s.inputs[0].string_input && text->text.output_mode == TextOutput::kInt &&
+      text->text.output_sequence_length == 0) {
+    batch_time_ = true;
+    time_ = s.inputs[0].shape[0];
+    if (time_ > 1) {
+      RETURN_IF_ERROR(UseTime(1));
+      RETURN_IF_ERROR(UseTime(s.inputs[0].shape[0]));
+    }
+  }
   return Status::Ok();
+}
+
+Status Model::UseTime(int64_t steps) {
+  if (!batch_time_ || steps == time_) return Status::Ok();
+  std::vector<Node> next;
+  if (auto it = other_times_.find(steps); it != other_times_.end()) {
+    next = std::move(it->second);
+    other_times_.erase(it);
+  } else {
+    std::vector<Node> current = std::move(nodes_);
+    nodes_.clear();
+    nodes_.resize(current.size());
+    const Shape full = spec_.inputs[0].shape;
+    spec_.inputs[0].shape = {steps};
+    Status st = Status::Ok();
+    for (size_t n = 0; n < spec_.nodes.size() && st.ok(); ++n) {
+      st = BuildNode(n, spec_.nodes[n], built_specs_[spec_.nodes[n].layer]);
+    }
+    spec_.inputs[0].shape = full;
+    std::string why;
+    for (size_t n = 0; st.ok() && why.empty() && n < nodes_.size(); ++n) {
+      nodes_[n].needs_grad = current[n].needs_grad;
+      auto [first, count] = layer_vars_[nodes_[n].layer];
+      const auto vars = nodes_[n].impl->Variables();
+      bool same = vars.size() == count;
+      for (size_t i = 0; same && i < count; ++i) same = vars[i].shape == variables_[first + i].shape;
+      if (!same) why = "layer \"" + layer_specs_[nodes_[n].layer].name + "\"'s weights depend on it";
+    }
+    if (st.ok() && why.empty() && nodes_[static_cast<size_t>(spec_.output.node)].out_shape != output_shape_) {
+      why = "the model's output shape depends on it";
+    }
+    next = std::move(nodes_);
+    nodes_ = std::move(current);
+    if (!st.ok() || !why.empty()) {
+      const LayerSpec* text = TextLayer(spec_);
+      return InvalidArgument((text ? text->path + ": layer \"" + text->name + "\": " : std::string()) +
+                             "output_sequence_length is null, so each batch is padded to its own longest text, as "
+                             "Keras pads it, but " +
+                             (why.empty() ? st.message() : why) + ": give output_sequence_length");
+    }
+  }
+  other_times_[time_] = std::move(nodes_);
+  nodes_ = std::move(next);
+  time_ = steps;
+  return Status::Ok();
+}
+
+Tensor Model::CutToLongest(const Tensor& ids) {
+  const int64_t rows = ids.dim(0), width = ids.dim(1);
+  const int64_t* p = ids.data<int64_t>();
+  int64_t longest = 1;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t t = width; t > longest; --t) {
+      if (p[r * width + t - 1] != 0) {
+        longest = t;
+        break;
+      }
+    }
+  }
+  if (longest == width) return ids;
+  Tensor out = Tensor::Zeros(DType::kInt64, {rows, longest});
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy(p + r * width, p + r * width + longest, out.data<int64_t>() + r * longest);
+  return out;
 }
 
 Status Model::BuildNode(size_t n, const NodeSpec& ns, const LayerSpec& ls) {
@@ -418,6 +496,7 @@ StatusOr<Tensor> Model::RunTo(size_t target, const Tensor& features) {
 }
 
 Status Model::Adapt(const Tensor& features) {
+  if (batch_time_) RETURN_IF_ERROR(UseTime(spec_.inputs[0].shape[0]));
   for (size_t n = 0; n < nodes_.size(); ++n) {
     auto* a = dynamic_cast<internal::AdaptableLayer*>(nodes_[n].impl.get());
     if (!a || !a->adaptable()) continue;

@@ -27,6 +27,7 @@
 // INVALID_ARGUMENT naming the layer or label; nothing is left half-updated.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <ostream>
@@ -184,10 +185,24 @@ class Model {
                               const std::vector<MetricType>& metrics, Tensor& stats);
   // The node outputs reaching node `n`, for Adapt.
   StatusOr<Tensor> RunTo(size_t n, const Tensor& features);
+  // Per-batch padding (text.h): a TextVectorization of int output without
+  // output_sequence_length pads each batch to its own longest text, as
+  // Keras does. The data hold every text padded to the longest training
+  // text; Forward cuts a batch's trailing all-padding steps and runs the
+  // graph built for the length left (built once per length, then kept:
+  // the weights do not depend on it). UseTime makes `steps` the current
+  // graph; INVALID_ARGUMENT when the model's weights or output shape
+  // depend on the length (Keras cannot build such a model either).
+  Status UseTime(int64_t steps);
+  static Tensor CutToLongest(const Tensor& ids);
 
   bool sequential_ = false;
-  ModelSpec spec_;                      // as a graph (a Sequential spec gets its chain of nodes)
-  std::vector<LayerSpec> layer_specs_;  // as written
+  std::vector<LayerSpec> built_specs_;  // layer_specs_ with the output activation fused into the loss
+  bool batch_time_ = false;
+  int64_t time_ = 0;                                  // the length nodes_ is built for
+  std::map<int64_t, std::vector<Node>> other_times_;  // the graphs of other lengths
+  ModelSpec spec_;                                    // as a graph (a Sequential spec gets its chain of nodes)
+  std::vector<LayerSpec> layer_specs_;                // as written
   LossSpec training_loss_;
   Activation output_activation_ = Activation::kLinear;  // applied after the layers when fused
   std::vector<Node> nodes_;

@@ -108,6 +108,10 @@ StatusOr<Tensor> Model::Forward(std::span<const Tensor> values, const Tensor& x,
     }
   }
   ASSIGN_OR_RETURN(std::vector<Tensor> inputs, UnpackInputs(x));
+  if (batch_time_ && inputs[0].on_cpu()) {
+    inputs[0] = CutToLongest(inputs[0]);
+    RETURN_IF_ERROR(UseTime(inputs[0].dim(1)));
+  }
   activity_outputs_.clear();
   std::vector<Tensor> outs(nodes_.size());
   std::vector<Tensor> masks(nodes_.size());  // of the calls whose outputs carry one (Node::masked)

@@ -200,9 +200,9 @@ std::string AdaptedTextLine(const ModelSpec& spec) {
                      " terms " + (t.has_vocabulary ? std::string("given") : "adapted from the training texts");
   if (t.max_tokens > 0) line += " (max_tokens " + std::to_string(t.max_tokens) + ")";
   if (t.output_mode == TextOutput::kInt) {
-    line += t.output_sequence_length > 0
-                ? ", sequences of " + std::to_string(t.output_sequence_length)
-                : ", sequences padded to " + std::to_string(t.build_length) + " (the longest training text)";
+    line += t.output_sequence_length > 0 ? ", sequences of " + std::to_string(t.output_sequence_length)
+                                         : ", each batch padded to its longest text (at most " +
+                                               std::to_string(t.build_length) + ", the longest training text)";
   }
   return line;
 }
@@ -235,7 +235,10 @@ class TextVectorizationLayer final : public HostLayer {
   TextVectorizationLayer(const LayerSpec& spec, TextVectorizer v) : HostLayer(spec), vectorizer_(std::move(v)) {}
 
   StatusOr<Shape> Build(const Shape& in, DType dtype) override {
-    if (in != vectorizer_.output_shape() || dtype != vectorizer_.output_dtype()) {
+    // Padded per batch (Model::UseTime): any length up to the longest.
+    const bool per_batch = spec_.text.output_mode == TextOutput::kInt && spec_.text.output_sequence_length == 0 &&
+                           in.size() == 1 && in[0] >= 1 && in[0] <= vectorizer_.sequence_length();
+    if ((in != vectorizer_.output_shape() && !per_batch) || dtype != vectorizer_.output_dtype()) {
       return Error(
           "takes strings, which only the model's input holds: make it the first layer, fed by an input "
           "of dtype string and shape [1]");

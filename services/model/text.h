@@ -8,11 +8,9 @@
 // lays them out: in "int" mode 0 is padding ("") and 1 the OOV token
 // ("[UNK]"), then the vocabulary; in the bag modes 0 is OOV, then the
 // vocabulary. Int output is cut or padded with 0 to output_sequence_length,
-// or, when Keras' None, to the longest text of the training data (the
-// length the model is built for: this runtime's layers have fixed shapes,
-// so every batch is padded to that length, where Keras pads each batch to
-// its own longest; with Embedding(mask_zero) the padded steps change
-// nothing either way). Bag output is float32 [vocabulary size], or
+// or, when Keras' None, to the longest text of the training data; the
+// model then cuts each batch to its own longest text, as Keras pads it
+// (Model::UseTime). Bag output is float32 [vocabulary size], or
 // [max_tokens] with pad_to_max_tokens.
 //
 // Tensors hold no strings, so the texts are vectorized as the data is read

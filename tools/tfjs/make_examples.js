@@ -22,8 +22,8 @@
 // mnist_lstm.json    MNIST as 28 rows of 28 pixels: LSTM(128) (sigmoid
 //                    gates, as Keras' default) over the rows, Dense softmax.
 // text_order_bigru.json  The text classifier of examples/text: a string
-//                    input [1] -> TextVectorization (int ids, padded to the
-//                    longest training sentence) -> Embedding(TEXT_TOKENS, 16,
+//                    input [1] -> TextVectorization (int ids, each batch
+//                    padded to its longest sentence) -> Embedding(TEXT_TOKENS, 16,
 //                    mask_zero) -> Bidirectional(GRU(32)) -> Dense 2 softmax.
 // text_order_bow.json  Its bag-of-words baseline: TextVectorization
 //                    (multi_hot, TEXT_TOKENS wide) -> Dense 32 relu -> Dense 2

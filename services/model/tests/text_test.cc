@@ -209,5 +209,61 @@ TEST(TextTest, AModelReadsTextThroughTheLayer) {
   EXPECT_THAT(Model::Create(*two, LossSpec{}).status().message(), HasSubstr("one string per example"));
 }
 
+// Keras pads each batch to its longest text when output_sequence_length is
+// null: a model without a mask (the SimpleRNN runs over every step it is
+// given) computes on a batch of short texts exactly what the same model
+// built for that length computes, and on long texts what the full length
+// gives.
+TEST(TextTest, EachBatchIsPaddedToItsLongestText) {
+  auto rnn_model = [](json tv_config) {
+    json m = TextModel(std::move(tv_config));
+    json& layers = m["config"]["layers"];
+    layers[2]["config"]["mask_zero"] = false;
+    layers[3] = json{{"class_name", "SimpleRNN"}, {"config", {{"name", "rnn"}, {"units", 3}}}};
+    return ParseKerasModel(m, "m.json");
+  };
+  const std::vector<std::string> training = {"a b c d e f", "a b", "c d e"};
+  auto per_batch = rnn_model(json::object());
+  ASSERT_TRUE(per_batch.ok()) << per_batch.status();
+  ASSERT_TRUE(AdaptText(*per_batch, training).ok());
+  auto m = Model::Create(*per_batch, LossSpec{});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->input_shape(), (Shape{6}));
+  const std::vector<Tensor> values = (*m)->InitialValues(7);
+  auto predict = [&](Model& model, const std::vector<std::string>& texts) {
+    auto ids = model.LookupStrings(texts, {static_cast<int64_t>(texts.size()), 1});
+    EXPECT_TRUE(ids.ok()) << ids.status();
+    auto y = model.Predict(values, *ids);
+    EXPECT_TRUE(y.ok()) << y.status();
+    return Floats(*y);
+  };
+  for (const auto& [texts, length] : std::vector<std::pair<std::vector<std::string>, int64_t>>{
+           {{"b a", "c"}, 2}, {{"a b c d e f g h"}, 6}, {{"a", "b"}, 1}}) {
+    json fixed_config = {{"output_sequence_length", length}};
+    auto fixed = rnn_model(fixed_config);
+    ASSERT_TRUE(fixed.ok());
+    ASSERT_TRUE(AdaptText(*fixed, training).ok());
+    auto f = Model::Create(*fixed, LossSpec{});
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ(predict(**m, texts), predict(**f, texts)) << texts[0] << ": padded to " << length;
+  }
+  // Training on a short batch, then the full length again.
+  auto ids = (*m)->LookupStrings({"a b"}, {1, 1});
+  ASSERT_TRUE(ids.ok());
+  auto g = (*m)->ComputeGradients(values, *ids, Tensor::Zeros(DType::kInt64, {1}));
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->grads.size(), values.size());
+
+  // A model whose output shape depends on the length cannot have it.
+  json flat = TextModel(json::object());
+  flat["config"]["layers"][2]["config"]["mask_zero"] = false;
+  flat["config"]["layers"][3] = json{{"class_name", "Flatten"}, {"config", {{"name", "flat"}}}};
+  auto flat_spec = ParseKerasModel(flat, "m.json");
+  ASSERT_TRUE(flat_spec.ok());
+  ASSERT_TRUE(AdaptText(*flat_spec, training).ok());
+  EXPECT_THAT(Model::Create(*flat_spec, LossSpec{}).status().message(),
+              HasSubstr("output_sequence_length is null, so each batch is padded to its own longest text"));
+}
+
 }  // namespace
 }  // namespace tfjob::model
