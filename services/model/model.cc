@@ -28,6 +28,33 @@ void ChainSequential(ModelSpec& m) {
   m.output = TensorRef{static_cast<int64_t>(m.layers.size()) - 1, -1};
 }
 
+// Text is vectorized as the data is read: a string input that feeds a
+// TextVectorization holds what the layer makes of it (its shape and dtype).
+Status TextInputShapes(ModelSpec& s) {
+  for (size_t k = 0; k < s.inputs.size(); ++k) {
+    InputSpec& in = s.inputs[k];
+    if (!in.string_input) continue;
+    for (const NodeSpec& ns : s.nodes) {
+      const LayerSpec& ls = s.layers[ns.layer];
+      if (ls.type != LayerType::kTextVectorization || ns.inputs.size() != 1 ||
+          ns.inputs[0] != TensorRef{-1, static_cast<int64_t>(k)}) {
+        continue;
+      }
+      if (!in.shape.empty() && in.shape != Shape{1}) {
+        return InvalidArgument(ls.path +
+                               ": TextVectorization takes one string per example (an input of shape [1] "
+                               "or []), got input \"" +
+                               in.name + "\" of shape " + ShapeString(in.shape));
+      }
+      auto v = TextVectorizer::Create(ls.text);
+      if (!v.ok()) return InvalidArgument(ls.path + ": layer \"" + ls.name + "\" " + v.status().message());
+      in.shape = v->output_shape();
+      in.dtype = v->output_dtype();
+    }
+  }
+  return Status::Ok();
+}
+
 bool EndsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
@@ -79,29 +106,7 @@ Status Model::Build() {
     }
     if (in.string_input) in.dtype = DType::kInt64;
   }
-  // Text is vectorized as the data is read: the input holds what the
-  // TextVectorization layer makes of it.
-  for (size_t k = 0; k < s.inputs.size(); ++k) {
-    InputSpec& in = s.inputs[k];
-    if (!in.string_input) continue;
-    for (const NodeSpec& ns : s.nodes) {
-      const LayerSpec& ls = s.layers[ns.layer];
-      if (ls.type != LayerType::kTextVectorization || ns.inputs.size() != 1 ||
-          ns.inputs[0] != TensorRef{-1, static_cast<int64_t>(k)}) {
-        continue;
-      }
-      if (!in.shape.empty() && in.shape != Shape{1}) {
-        return InvalidArgument(ls.path +
-                               ": TextVectorization takes one string per example (an input of shape [1] "
-                               "or []), got input \"" +
-                               in.name + "\" of shape " + ShapeString(in.shape));
-      }
-      auto v = TextVectorizer::Create(ls.text);
-      if (!v.ok()) return InvalidArgument(ls.path + ": layer \"" + ls.name + "\" " + v.status().message());
-      in.shape = v->output_shape();
-      in.dtype = v->output_dtype();
-    }
-  }
+  RETURN_IF_ERROR(TextInputShapes(s));
   if (s.output.node < 0) return InvalidArgument("the model's output is one of its inputs: it has no layer to train");
 
   // The packed input (model.h).
@@ -201,19 +206,23 @@ Status Model::Build() {
   }
   output_shape_ = nodes_[static_cast<size_t>(s.output.node)].out_shape;
 
-  // Per-batch padding (model.h): checked now on the shortest length, so a
-  // model that cannot have it is refused before any data is read.
-  const LayerSpec* text = TextLayer(s);
-  if (text && s.inputs.size() == 1 && s.inputs[0].string_input && text->text.output_mode == TextOutput::kInt &&
-      text->text.output_sequence_length == 0) {
-    batch_time_ = true;
-    time_ = s.inputs[0].shape[0];
-    if (time_ > 1) {
-      RETURN_IF_ERROR(UseTime(1));
-      RETURN_IF_ERROR(UseTime(s.inputs[0].shape[0]));
-    }
+  return SetUpBatchTime();
+}
+
+Status Model::SetUpBatchTime() {
+  // Checked now on the shortest length, so a model that cannot have it is
+  // refused before any data is read.
+  const LayerSpec* text = TextLayer(spec_);
+  const std::vector<InputSpec>& in = spec_.inputs;
+  if (!text || in.size() != 1 || !in[0].string_input || text->text.output_mode != TextOutput::kInt ||
+      text->text.output_sequence_length != 0) {
+    return Status::Ok();
   }
-  return Status::Ok();
+  batch_time_ = true;
+  time_ = in[0].shape[0];
+  if (time_ == 1) return Status::Ok();
+  RETURN_IF_ERROR(UseTime(1));
+  return UseTime(in[0].shape[0]);
 }
 
 Status Model::UseTime(int64_t steps) {

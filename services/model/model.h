@@ -194,6 +194,8 @@ class Model {
   // graph; INVALID_ARGUMENT when the model's weights or output shape
   // depend on the length (Keras cannot build such a model either).
   Status UseTime(int64_t steps);
+  // Build's last step: per-batch padding for a model that has it.
+  Status SetUpBatchTime();
   static Tensor CutToLongest(const Tensor& ids);
 
   bool sequential_ = false;
