@@ -74,7 +74,5 @@ std::unique_ptr<Layer> MakeMerge(const LayerSpec& spec);                  // Add
 StatusOr<std::unique_ptr<Layer>> MakeMoreLayer(const LayerSpec& spec);
 // The table of a lookup layer; nullptr for any other layer.
 const Lookup* LookupTable(const Layer& layer);
-// The vectorizer of a TextVectorization layer; nullptr for any other layer.
-const TextVectorizer* TextTable(const Layer& layer);
 
 }  // namespace tfjob::model::internal

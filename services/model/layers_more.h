@@ -72,8 +72,8 @@ std::unique_ptr<Layer> MakeOutputPart(const LayerSpec& spec);
 std::unique_ptr<Layer> MakeWrapper(const LayerSpec& spec);
 // masking.cc
 std::unique_ptr<Layer> MakeMasking(const LayerSpec& spec);
-// text.cc: the TextVectorization layer; INVALID_ARGUMENT for a vocabulary
-// that is missing or bad.
-StatusOr<std::unique_ptr<Layer>> MakeTextVectorization(const LayerSpec& spec);
+// text.cc: the TextVectorization layer (the model checks its vocabulary
+// and keeps its table: Model::Build).
+std::unique_ptr<Layer> MakeTextVectorization(const LayerSpec& spec);
 
 }  // namespace tfjob::model::internal

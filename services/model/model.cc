@@ -29,8 +29,9 @@ void ChainSequential(ModelSpec& m) {
 }
 
 // Text is vectorized as the data is read: a string input that feeds a
-// TextVectorization holds what the layer makes of it (its shape and dtype).
-Status TextInputShapes(ModelSpec& s) {
+// TextVectorization holds what the layer makes of it (its shape and dtype),
+// and `text` the table that makes it.
+Status TextInputShapes(ModelSpec& s, std::shared_ptr<const TextVectorizer>& text) {
   for (size_t k = 0; k < s.inputs.size(); ++k) {
     InputSpec& in = s.inputs[k];
     if (!in.string_input) continue;
@@ -50,6 +51,7 @@ Status TextInputShapes(ModelSpec& s) {
       if (!v.ok()) return InvalidArgument(ls.path + ": layer \"" + ls.name + "\" " + v.status().message());
       in.shape = v->output_shape();
       in.dtype = v->output_dtype();
+      text = std::make_shared<const TextVectorizer>(std::move(v).value());
     }
   }
   return Status::Ok();
@@ -106,7 +108,7 @@ Status Model::Build() {
     }
     if (in.string_input) in.dtype = DType::kInt64;
   }
-  RETURN_IF_ERROR(TextInputShapes(s));
+  RETURN_IF_ERROR(TextInputShapes(s, text_));
   if (s.output.node < 0) return InvalidArgument("the model's output is one of its inputs: it has no layer to train");
 
   // The packed input (model.h).
@@ -452,16 +454,16 @@ StatusOr<std::vector<Tensor>> Model::UnpackInputs(const Tensor& x) const {
 
 StatusOr<Tensor> Model::LookupStrings(const std::vector<std::string>& terms, const Shape& shape) const {
   if (!spec_.string_input) return FailedPrecondition("the model's input is not strings (model.input_dtype)");
+  if (text_) {
+    const int64_t n = shape.empty() ? 0 : shape[0];
+    if (static_cast<int64_t>(terms.size()) != n) {
+      return InvalidArgument("layer \"" + TextLayer(spec_)->name + "\" takes one text per example, got " +
+                             std::to_string(terms.size()) + " strings for " + std::to_string(n) + " examples");
+    }
+    return text_->Vectorize(terms);
+  }
   for (const Node& node : nodes_) {
     if (node.inputs.size() != 1 || node.inputs[0].node >= 0) continue;
-    if (const TextVectorizer* text = internal::TextTable(*node.impl)) {
-      const int64_t n = shape.empty() ? 0 : shape[0];
-      if (static_cast<int64_t>(terms.size()) != n) {
-        return InvalidArgument("layer \"" + node.impl->name() + "\" takes one text per example, got " +
-                               std::to_string(terms.size()) + " strings for " + std::to_string(n) + " examples");
-      }
-      return text->Vectorize(terms);
-    }
     const Lookup* table = internal::LookupTable(*node.impl);
     if (!table) continue;
     auto ids = table->LookupStrings(terms, shape);

@@ -42,6 +42,8 @@
 
 namespace tfjob::model {
 
+class TextVectorizer;  // text.h
+
 class Model {
  public:
   static StatusOr<std::unique_ptr<Model>> Create(const ModelSpec& spec, const LossSpec& loss);
@@ -200,6 +202,8 @@ class Model {
 
   bool sequential_ = false;
   std::vector<LayerSpec> built_specs_;  // layer_specs_ with the output activation fused into the loss
+  // The TextVectorization's table, one for every graph (UseTime's).
+  std::shared_ptr<const TextVectorizer> text_;
   bool batch_time_ = false;
   int64_t time_ = 0;                                  // the length nodes_ is built for
   std::map<int64_t, std::vector<Node>> other_times_;  // the graphs of other lengths

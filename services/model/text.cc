@@ -38,7 +38,26 @@ size_t Utf8Length(unsigned char lead) {
   return 1;
 }
 
+// How many of Keras' special tokens a given vocabulary starts with (which
+// Keras skips): all of them, or none.
+size_t LeadingSpecials(const TextSpec& spec) {
+  const std::vector<std::string> specials =
+      spec.output_mode == TextOutput::kInt ? std::vector<std::string>{"", "[UNK]"} : std::vector<std::string>{"[UNK]"};
+  const std::vector<std::string>& terms = spec.vocabulary;
+  return terms.size() >= specials.size() && std::equal(specials.begin(), specials.end(), terms.begin())
+             ? specials.size()
+             : 0;
+}
+
 }  // namespace
+
+Shape TextOutputShape(const TextSpec& spec) {
+  if (spec.output_mode == TextOutput::kInt) {
+    return {spec.output_sequence_length > 0 ? spec.output_sequence_length : spec.build_length};
+  }
+  if (spec.pad_to_max_tokens) return {spec.max_tokens};
+  return {1 + static_cast<int64_t>(spec.vocabulary.size() - LeadingSpecials(spec))};
+}
 
 std::vector<std::string> Tokenize(std::string_view text, const TextSpec& spec) {
   const std::string s = Standardize(text, spec.standardize);
@@ -76,11 +95,7 @@ StatusOr<TextVectorizer> TextVectorizer::Create(const TextSpec& spec) {
   }
   // A given vocabulary may start with the special tokens, which Keras skips.
   std::vector<std::string>& terms = v.spec_.vocabulary;
-  const std::vector<std::string> specials =
-      spec.output_mode == TextOutput::kInt ? std::vector<std::string>{"", "[UNK]"} : std::vector<std::string>{"[UNK]"};
-  if (terms.size() >= specials.size() && std::equal(specials.begin(), specials.end(), terms.begin())) {
-    terms.erase(terms.begin(), terms.begin() + static_cast<std::ptrdiff_t>(specials.size()));
-  }
+  terms.erase(terms.begin(), terms.begin() + static_cast<std::ptrdiff_t>(LeadingSpecials(spec)));
   for (size_t i = 0; i < terms.size(); ++i) {
     if (terms[i].empty()) return InvalidArgument("vocabulary[" + std::to_string(i) + "] is the empty string (padding)");
     if (terms[i] == "[UNK]") return InvalidArgument("vocabulary[" + std::to_string(i) + "] is the OOV token \"[UNK]\"");
@@ -103,14 +118,7 @@ StatusOr<TextVectorizer> TextVectorizer::Create(const TextSpec& spec) {
   return v;
 }
 
-int64_t TextVectorizer::sequence_length() const {
-  return spec_.output_sequence_length > 0 ? spec_.output_sequence_length : spec_.build_length;
-}
-
-Shape TextVectorizer::output_shape() const {
-  if (spec_.output_mode == TextOutput::kInt) return {sequence_length()};
-  return {spec_.pad_to_max_tokens ? spec_.max_tokens : vocabulary_size()};
-}
+Shape TextVectorizer::output_shape() const { return TextOutputShape(spec_); }
 
 int64_t TextVectorizer::Index(const std::string& token) const {
   auto it = ids_.find(token);
@@ -229,16 +237,17 @@ namespace internal {
 namespace {
 
 // What reaches the layer is the vectorized text (the data reader did the
-// work); it checks it and passes it on.
+// work, with the model's TextVectorizer); it checks it and passes it on.
 class TextVectorizationLayer final : public HostLayer {
  public:
-  TextVectorizationLayer(const LayerSpec& spec, TextVectorizer v) : HostLayer(spec), vectorizer_(std::move(v)) {}
+  using HostLayer::HostLayer;
 
   StatusOr<Shape> Build(const Shape& in, DType dtype) override {
+    const Shape full = TextOutputShape(spec_.text);
     // Padded per batch (Model::UseTime): any length up to the longest.
     const bool per_batch = spec_.text.output_mode == TextOutput::kInt && spec_.text.output_sequence_length == 0 &&
-                           in.size() == 1 && in[0] >= 1 && in[0] <= vectorizer_.sequence_length();
-    if ((in != vectorizer_.output_shape() && !per_batch) || dtype != vectorizer_.output_dtype()) {
+                           in.size() == 1 && in[0] >= 1 && in[0] <= full[0];
+    if ((in != full && !per_batch) || dtype != output_dtype()) {
       return Error(
           "takes strings, which only the model's input holds: make it the first layer, fed by an input "
           "of dtype string and shape [1]");
@@ -246,10 +255,12 @@ class TextVectorizationLayer final : public HostLayer {
     in_shape_ = in;
     return in;
   }
-  DType output_dtype() const override { return vectorizer_.output_dtype(); }
+  DType output_dtype() const override {
+    return spec_.text.output_mode == TextOutput::kInt ? DType::kInt64 : DType::kFloat32;
+  }
 
   StatusOr<Tensor> Forward(std::span<const Tensor>, const Tensor& x, bool) override {
-    RETURN_IF_ERROR(CheckInput(x, vectorizer_.output_dtype()));
+    RETURN_IF_ERROR(CheckInput(x, output_dtype()));
     return x;
   }
 
@@ -257,24 +268,12 @@ class TextVectorizationLayer final : public HostLayer {
     if (need_input_grad) return Error("text has no gradient");
     return Tensor();
   }
-
-  const TextVectorizer& vectorizer() const { return vectorizer_; }
-
- private:
-  TextVectorizer vectorizer_;
 };
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Layer>> MakeTextVectorization(const LayerSpec& spec) {
-  auto v = TextVectorizer::Create(spec.text);
-  if (!v.ok()) return InvalidArgument("layer \"" + spec.name + "\": " + v.status().message());
-  return std::unique_ptr<Layer>(std::make_unique<TextVectorizationLayer>(spec, std::move(v).value()));
-}
-
-const TextVectorizer* TextTable(const Layer& layer) {
-  const auto* l = dynamic_cast<const TextVectorizationLayer*>(&layer);
-  return l ? &l->vectorizer() : nullptr;
+std::unique_ptr<Layer> MakeTextVectorization(const LayerSpec& spec) {
+  return std::make_unique<TextVectorizationLayer>(spec);
 }
 
 }  // namespace internal

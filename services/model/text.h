@@ -54,7 +54,6 @@ class TextVectorizer {
 
   // The special tokens and the vocabulary.
   int64_t vocabulary_size() const { return specials() + static_cast<int64_t>(spec_.vocabulary.size()); }
-  int64_t sequence_length() const;
   Shape output_shape() const;  // per example
   DType output_dtype() const { return spec_.output_mode == TextOutput::kInt ? DType::kInt64 : DType::kFloat32; }
 
@@ -68,6 +67,10 @@ class TextVectorizer {
   TextSpec spec_;
   std::unordered_map<std::string, int64_t> ids_;
 };
+
+// What a TextVectorization of `spec` gives per example, without building
+// its table (as TextVectorizer::output_shape, for a spec Create accepts).
+Shape TextOutputShape(const TextSpec& spec);
 
 // The model's TextVectorization layer (there may be one, the first layer
 // the string input feeds), or null.

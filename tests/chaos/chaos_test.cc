@@ -142,6 +142,14 @@ pid_t KillMidCheckpointWrite(const std::string& ckpt_dir, LocalJob& job) {
   return killed;
 }
 
+// One replica type of a TFJob manifest: `n` runtime containers running `command` (a YAML list).
+std::string Replica(const std::string& type, int n, const std::string& command) {
+  return "    " + type + ":\n      replicas: " + std::to_string(n) +
+         "\n      restartPolicy: OnFailure\n      template: {spec: {containers: [{name: tensorflow, "
+         "image: tfjob/runtime-cpu:0.1.0,\n        command: " +
+         command + "}]}}\n";
+}
+
 // The acceptance run: the MNIST MLP (2 PS, 2 workers, chief, evaluator)
 // while a seeded killer SIGKILLs a worker three times, then a PS, then the
 // chief, then a task in the middle of a checkpoint write.
@@ -156,18 +164,12 @@ TEST(ChaosTest, MnistMlpSurvivesWorkerPsChiefAndMidCheckpointKills) {
            "\", --checkpoint-dir, \"" + ckpt + "\", --checkpoint-every-steps, \"" + std::to_string(kInterval) +
            "\", --summary-json, \"" + summary + "\"]";
   };
-  auto replica = [&](const std::string& type, int n, const std::string& command) {
-    return "    " + type + ":\n      replicas: " + std::to_string(n) +
-           "\n      restartPolicy: OnFailure\n      template: {spec: {containers: [{name: tensorflow, "
-           "image: tfjob/runtime-cpu:0.1.0,\n        command: " +
-           command + "}]}}\n";
-  };
   std::ofstream(dir + "/mnist.yaml") << "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata: {name: chaos}\nspec:\n"
                                      << "  runPolicy: {backoffLimit: 20, cleanPodPolicy: None}\n  tfReplicaSpecs:\n"
-                                     << replica("Chief", 1, fit(dir + "/chief.json"))
-                                     << replica("PS", 2, fit(dir + "/ps.json"))
-                                     << replica("Worker", 2, fit(dir + "/worker.json"))
-                                     << replica("Evaluator", 1, fit(dir + "/evaluator.json"));
+                                     << Replica("Chief", 1, fit(dir + "/chief.json"))
+                                     << Replica("PS", 2, fit(dir + "/ps.json"))
+                                     << Replica("Worker", 2, fit(dir + "/worker.json"))
+                                     << Replica("Evaluator", 1, fit(dir + "/evaluator.json"));
   LocalJob job(dir + "/mnist.yaml", dir);
   std::mt19937 rng(5);
   const std::regex checkpoint(R"(\[chaos-chief-0\] fit: checkpoint \S+ \(step [1-9])");
@@ -247,18 +249,12 @@ TEST(ChaosTest, RecurrentTextModelSurvivesWorkerKills) {
            dir + "/data\", --checkpoint-dir, \"" + ckpt + "\", --checkpoint-every-steps, \"100\", --summary-json, \"" +
            summary + "\"]";
   };
-  auto replica = [&](const std::string& type, int n, const std::string& command) {
-    return "    " + type + ":\n      replicas: " + std::to_string(n) +
-           "\n      restartPolicy: OnFailure\n      template: {spec: {containers: [{name: tensorflow, "
-           "image: tfjob/runtime-cpu:0.1.0,\n        command: " +
-           command + "}]}}\n";
-  };
   std::ofstream(dir + "/text.yaml") << "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata: {name: text}\nspec:\n"
                                     << "  runPolicy: {backoffLimit: 20, cleanPodPolicy: None}\n  tfReplicaSpecs:\n"
-                                    << replica("Chief", 1, fit(dir + "/chief.json"))
-                                    << replica("PS", 2, fit(dir + "/ps.json"))
-                                    << replica("Worker", 2, fit(dir + "/worker.json"))
-                                    << replica("Evaluator", 1, fit(dir + "/evaluator.json"));
+                                    << Replica("Chief", 1, fit(dir + "/chief.json"))
+                                    << Replica("PS", 2, fit(dir + "/ps.json"))
+                                    << Replica("Worker", 2, fit(dir + "/worker.json"))
+                                    << Replica("Evaluator", 1, fit(dir + "/evaluator.json"));
   LocalJob job(dir + "/text.yaml", dir);
   std::mt19937 rng(44);
   const std::regex checkpoint(R"(\[text-chief-0\] fit: checkpoint \S+ \(step [1-9])");
@@ -301,16 +297,10 @@ TEST(ChaosTest, PrefetchingWorkersKilledMidStepLoseNoUpdate) {
   const std::string fit = "[\"" + t::RuntimeBinary() + "\", fit, --config, \"" + t::SourceDir() +
                           "/examples/mnist/mlp.json\", --epochs, \"20\", --data-dir, \"" + t::MnistDir() +
                           "\", --steps-per-execution, \"4\", --summary-json, \"" + summary + "\"]";
-  auto replica = [&](const std::string& type, int n) {
-    return "    " + type + ":\n      replicas: " + std::to_string(n) +
-           "\n      restartPolicy: OnFailure\n      template: {spec: {containers: [{name: tensorflow, "
-           "image: tfjob/runtime-cpu:0.1.0,\n        command: " +
-           fit + "}]}}\n";
-  };
   std::ofstream(dir + "/prefetch.yaml")
       << "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata: {name: prefetch}\nspec:\n"
       << "  runPolicy: {backoffLimit: 10}\n  tfReplicaSpecs:\n"
-      << replica("Chief", 1) << replica("PS", 1) << replica("Worker", 2);
+      << Replica("Chief", 1, fit) << Replica("PS", 1, fit) << Replica("Worker", 2, fit);
   LocalJob job(dir + "/prefetch.yaml", dir);
   std::mt19937 rng(14);
   size_t at = 0;

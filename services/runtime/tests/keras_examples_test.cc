@@ -82,6 +82,14 @@ std::set<std::string> ClassNames(const json& model) {
   return s;
 }
 
+// Replaces every `from` in `text` with `to`; how many there were.
+int ReplaceAll(std::string& text, const std::string& from, const std::string& to) {
+  int replaced = 0;
+  for (size_t p = 0; (p = text.find(from, p)) != std::string::npos; p += to.size(), ++replaced)
+    text.replace(p, from.size(), to);
+  return replaced;
+}
+
 // ------------------------------------------------------------ the files
 
 TEST(KerasExamplesTest, TheModelsAreTheFunctionalGraphsTheReadmeDescribes) {
@@ -199,11 +207,8 @@ TEST(KerasExamplesTest, WideDeepOverParameterServersFromItsManifest) {
 
   // The manifest as it is, reading the data from this test's directory.
   std::string manifest = ReadText(Source("examples/keras/tfjob-wide-deep-ps.yaml"));
-  const std::string data = "/tmp/tfjob-wide-deep-data";
-  int replaced = 0;
-  for (size_t p; (p = manifest.find(data)) != std::string::npos; ++replaced)
-    manifest.replace(p, data.size(), dir + "/data");
-  ASSERT_EQ(replaced, 3);  // the comment's make_data.py line, the chief's and the workers' --data-dir
+  // The comment's make_data.py line, the chief's and the workers' --data-dir.
+  ASSERT_EQ(ReplaceAll(manifest, "/tmp/tfjob-wide-deep-data", dir + "/data"), 3);
   // The chief's summary, for what the workers pulled.
   const std::string flag = R"("--ps-closures-per-worker", "1")";
   const size_t at = manifest.find(flag);
@@ -247,11 +252,8 @@ TEST(KerasExamplesTest, TextOrderOverParameterServersBeatsBagOfWords) {
   EXPECT_EQ(Layer(bigru, "embed")["config"]["mask_zero"], true);
 
   std::string manifest = ReadText(Source("examples/keras/tfjob-text-order-ps.yaml"));
-  const std::string data = "/tmp/tfjob-text-order-data";
-  int replaced = 0;
-  for (size_t p; (p = manifest.find(data)) != std::string::npos; ++replaced)
-    manifest.replace(p, data.size(), dir + "/data");
-  ASSERT_EQ(replaced, 3);  // the comment's make_order_data.py line, the chief's and the workers' --data-dir
+  // The comment's make_order_data.py line, the chief's and the workers' --data-dir.
+  ASSERT_EQ(ReplaceAll(manifest, "/tmp/tfjob-text-order-data", dir + "/data"), 3);
   WriteText(dir + "/tfjob-text-order-ps.yaml", manifest);
   const auto start = std::chrono::steady_clock::now();
   auto r = RunManifest(dir + "/tfjob-text-order-ps.yaml", dir + "/state");
