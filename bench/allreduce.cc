@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "bench/child.h"
+#include "bench/cli.h"
 #include "common/pki.h"
 #include "common/flags.h"
 #include "services/collective/group.h"
@@ -245,8 +246,12 @@ int Main(int argc, char** argv) {
       .Value("bucket-mib", "Options::bucket_bytes in MiB (default: the library's)")
       .Bool("tls", "mutual TLS on every link, with a CA and certificate made for the run")
       .Value("tls-dir", "internal: the run's TLS material");
-  if (Status s = f.Parse(std::vector<std::string>(argv + 1, argv + argc)); !s.ok()) {
-    std::cerr << s.message() << "\n" << f.Usage();
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  const std::string usage =
+      "usage: bench_allreduce [flags] (bench/allreduce.sh runs it beside its peers)\n" + f.Usage();
+  if (auto code = AnswerHelpOrVersion(args, "bench_allreduce", usage)) return *code;
+  if (Status s = f.Parse(args); !s.ok()) {
+    std::cerr << s.message() << "\n" << usage;
     return 2;
   }
   if (f.GetBool("member")) {

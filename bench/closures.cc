@@ -45,6 +45,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/child.h"
+#include "bench/cli.h"
 #include "common/flags.h"
 #include "services/coordinator/coordinator.h"
 #include "services/worker/worker.h"
@@ -213,8 +214,10 @@ int main(int argc, char** argv) {
       .Value("seconds", "time budget per timed run", "15")
       .Value("warmup", "untimed closures before each timed run", "500")
       .Value("mode", "processes or threads", "processes");
+  const std::string usage = "usage: bench_closures [flags] (bench/closures.sh runs it)\n" + flags.Usage();
+  if (auto code = tfjob::bench::AnswerHelpOrVersion(args, "bench_closures", usage)) return *code;
   if (tfjob::Status s = flags.Parse(args); !s.ok()) {
-    std::cerr << "bench_closures: " << s << "\n" << flags.Usage();
+    std::cerr << "bench_closures: " << s << "\n" << usage;
     return 2;
   }
   if (tfjob::Status s = tfjob::bench::Run(flags); !s.ok()) {

@@ -23,8 +23,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
+
+#include "bench/cli.h"
 
 namespace {
 
@@ -67,7 +70,17 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  const std::string usage =
+      "usage: bench_cpu_pair\n"
+      "Measures what handing work between the first two CPUs this process may use costs now.\n"
+      "Prints one line: round_trip_ns=N handoff_us=X one_cpu_us=Y. Takes no flags.\n";
+  if (auto code = tfjob::bench::AnswerHelpOrVersion(args, "bench_cpu_pair", usage)) return *code;
+  if (!args.empty()) {
+    std::fprintf(stderr, "bench_cpu_pair: unknown argument '%s'\n%s", args[0].c_str(), usage.c_str());
+    return 2;
+  }
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
   if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return 2;

@@ -32,6 +32,7 @@
 #include <sstream>
 #include <thread>
 
+#include "bench/cli.h"
 #include "common/flags.h"
 #include "kube/config.h"
 #include "kube/informer.h"
@@ -497,8 +498,11 @@ int main(int argc, char** argv) {
       .Value("burst", "operator --burst (default: the operator's)", "")
       .Value("client-threads", "the bench's concurrent requests", "8")
       .Value("timeout", "seconds each phase may take", "600");
-  if (auto s = flags.Parse({argv + 1, argv + argc}); !s.ok()) {
-    std::cerr << s.message() << "\n" << flags.Usage();
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  const std::string usage = "usage: bench_operator_scale [flags] (bench/operator_scale.sh runs it)\n" + flags.Usage();
+  if (auto code = tfjob::bench::AnswerHelpOrVersion(args, "bench_operator_scale", usage)) return *code;
+  if (auto s = flags.Parse(args); !s.ok()) {
+    std::cerr << s.message() << "\n" << usage;
     return 2;
   }
   std::vector<int> counts, double_counts;

@@ -14,11 +14,15 @@
 // Sizes 4 KiB, 256 KiB and 4 MiB keep the whole run to a few seconds; each
 // benchmark's loop is bounded by Google Benchmark's --benchmark_min_time
 // (0.2 s here unless overridden). Traffic goes to 127.0.0.1 only.
+#include <algorithm>
 #include <cstring>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include <benchmark/benchmark.h>
 
+#include "bench/cli.h"
 #include "services/ps/ps_client.h"
 #include "services/ps/ps_service.h"
 #include "services/rpc/rpc.h"
@@ -152,4 +156,16 @@ BENCHMARK(BM_PushPullIntoLoopback)->SIZES->UseRealTime();
 }  // namespace
 }  // namespace tfjob::bench
 
-BENCHMARK_MAIN();
+// BENCHMARK_MAIN's body, with --version answered first: Google Benchmark
+// answers --help itself (its flags) and refuses --version.
+int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (std::find(args.begin(), args.end(), "--version") != args.end()) {
+    return *tfjob::bench::AnswerHelpOrVersion({"--version"}, "bench_ps_micro", "");
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

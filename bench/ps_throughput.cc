@@ -53,6 +53,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/child.h"
+#include "bench/cli.h"
 #include "common/pki.h"
 #include "common/flags.h"
 #include "services/net/net.h"
@@ -353,8 +354,11 @@ int main(int argc, char** argv) {
       .Value("warmup", "untimed iterations before each timed loop", "2")
       .Value("impls", "which of ours,raw to run", "ours,raw")
       .Bool("tls", "ours: mutual TLS between client and PS, with a CA and certificate made for the run");
+  const std::string usage =
+      "usage: bench_ps_throughput [flags] (bench/ps_throughput.sh runs it beside its peer)\n" + flags.Usage();
+  if (auto code = tfjob::bench::AnswerHelpOrVersion(args, "bench_ps_throughput", usage)) return *code;
   if (tfjob::Status s = flags.Parse(args); !s.ok()) {
-    std::cerr << "bench_ps_throughput: " << s << "\n" << flags.Usage();
+    std::cerr << "bench_ps_throughput: " << s << "\n" << usage;
     return 2;
   }
   if (tfjob::Status s = tfjob::bench::Run(flags); !s.ok()) {
