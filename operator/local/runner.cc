@@ -387,8 +387,8 @@ StatusOr<std::map<std::string, base::ListeningSocket>> BindReplicas(const api::T
 
 // One PKI for the run: a CA that signs the one certificate every replica
 // presents and then is gone. The directory is the run's own (0700), so only
-// this user reads the key; an absolute path, so a replica that changes
-// directory still finds it.
+// this user reads the key, and is removed when the run ends; an absolute
+// path, so a replica that changes directory still finds it.
 StatusOr<std::string> MakeRunTls(const std::string& dir, const std::string& job_name) {
   std::error_code ec;
   const std::string tls_dir = std::filesystem::absolute(dir + "/tls", ec).lexically_normal().string();
@@ -563,7 +563,13 @@ int RunJob(const std::string& manifest, const RunOptions& o) {
     tls_dir = *made;
   }
   LocalRun run(std::move(job).value(), o, dir, std::move(sockets).value(), tls_dir);
-  return run.Run();
+  const int code = run.Run();
+  // The CA's certificate and the run's key serve this run only: they go
+  // with it (docs/security.md). Run returns once every replica has exited.
+  std::error_code removed;
+  if (!tls_dir.empty()) std::filesystem::remove_all(tls_dir, removed);
+  if (removed) err << "tfjob: warning: cannot remove " << tls_dir << ": " << removed.message() << std::endl;
+  return code;
 }
 
 }  // namespace tfjob::op::local
