@@ -5,6 +5,7 @@
 #   keras_vs_torch.sh    the Keras examples (residual CNN, wide-and-deep) vs PyTorch
 #   ps_throughput.sh     PS push+pull GB/s vs raw TCP and PyTorch RPC
 #   mlp_ps_vs_single.sh  MLP training, 1 PS + 1 worker vs single-process
+#   ps_cpu_per_step.sh   where a PS step's CPU goes: context switches, migrations, wake-ups (perf)
 #   embedding_ps.sh      embedding model over 2 PS: rows a batch uses vs whole tables
 #   closures.sh          no-op closures/s through the coordinator
 #   allreduce.sh         all-reduce bus bandwidth, our ring vs gloo and OpenMPI
@@ -19,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 status=0
-for b in mlp_vs_torch.sh cnn_vs_torch.sh keras_vs_torch.sh ps_throughput.sh mlp_ps_vs_single.sh embedding_ps.sh closures.sh allreduce.sh mwms_scaling.sh \
+for b in mlp_vs_torch.sh cnn_vs_torch.sh keras_vs_torch.sh ps_throughput.sh mlp_ps_vs_single.sh ps_cpu_per_step.sh embedding_ps.sh closures.sh allreduce.sh mwms_scaling.sh \
          tls_overhead.sh gpu_train.sh; do
   echo "== bench/$b"
   if ! bash "bench/$b"; then

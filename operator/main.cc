@@ -354,8 +354,9 @@ int RunUntilStopped(const Options& o, const std::string& server, const std::atom
   if (elector) {
     std::cout << "tfjob-operator: waiting for leadership" << std::endl;
     if (!elector->Acquire(stop)) return 0;
-    leader_gauge.Set(1);
   }
+  // Without --leader-elect this replica is the one that reconciles.
+  leader_gauge.Set(1);
   std::cout << "tfjob-operator: watching " << (o.ns.empty() ? std::string("all namespaces") : "namespace " + o.ns)
             << " on " << server << std::endl;
   controller.Start();

@@ -16,6 +16,7 @@
 #include "operator/api/names.h"
 #include "operator/controller/controller.h"
 #include "operator/controller/planner_internal.h"
+#include "operator/controller/slow_start.h"
 
 namespace tfjob::op::controller {
 namespace {
@@ -42,17 +43,8 @@ bool SecretHas(const nlohmann::json& secret, std::string_view key) {
   return false;
 }
 
-// Runs work(0..n-1) as Kubernetes' Job and ReplicaSet controllers create
-// pods (slowStartBatch): batches of 1, 2, 4, ... (at most kMaxBatch) run
-// concurrently, each batch only after the previous one succeeded whole, so
-// a job's pods go out in a few round trips while a create that fails (a
-// quota, a webhook) is not repeated for every replica; what was not tried
-// is created on the requeue.
-// An exception from `work` (a bug: a malformed answer read without a
-// check) never escapes a helper thread, which would end the process: the
-// first is rethrown here, on the caller's thread, after every thread of its
-// batch has finished, where the worker counts it as a reconcile panic.
-constexpr size_t kMaxBatch = 16;
+}  // namespace
+
 void SlowStartBatch(size_t n, const std::function<bool(size_t)>& work) {
   size_t next = 0;
   Mutex mu;
@@ -82,8 +74,6 @@ void SlowStartBatch(size_t n, const std::function<bool(size_t)>& work) {
     if (!all_ok) return;
   }
 }
-
-}  // namespace
 
 void Controller::Execute(const api::TFJob& job, const Plan& plan, Status& first_error) {
   const std::string& ns = job.metadata.namespace_;

@@ -22,7 +22,9 @@ namespace tfjob::op {
 namespace {
 
 using json = nlohmann::json;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using namespace std::chrono_literals;
 namespace t = ::tfjob::testing;
 using ::tfjob::testing::ApiServerDouble;
@@ -105,9 +107,16 @@ class OperatorE2E : public ::testing::Test {
   bool Eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 20s) {
     return server_->WaitFor(pred, timeout);
   }
-  std::string Metrics() {
-    auto r = t::Run({"curl", "-s", "http://127.0.0.1:" + std::to_string(metrics_port_) + "/metrics"});
+  std::string Metrics(int port = 0) {
+    auto r = t::Run({"curl", "-s", "http://127.0.0.1:" + std::to_string(port ? port : metrics_port_) + "/metrics"});
     return r.out;
+  }
+  // The metrics port an operator started with Operator() bound; 0 if it
+  // never said.
+  static int MetricsPort(t::Process& op) {
+    const auto line = op.WaitForLine("tfjob-operator: metrics on :");
+    int port = 0;
+    return line && std::sscanf(line->c_str(), "%d", &port) == 1 ? port : 0;
   }
 
   std::unique_ptr<ApiServerDouble> server_;
@@ -418,6 +427,14 @@ TEST_F(OperatorE2E, LeaderElectionOneActiveReplicaAndFailover) {
   auto b = Operator(le);
   Submit(SmallJob("le", "Never", 2));
   ASSERT_TRUE(Eventually([&] { return Pods("le").size() == 2; })) << a->output() << b->output();
+  // client-go's leader_election_master_status{name} (v1.9.0's series) and
+  // this operator's tfjob_operator_leader: 1 on the leader, 0 on the standby.
+  const int a_port = MetricsPort(*a), b_port = MetricsPort(*b);
+  ASSERT_NE(a_port, 0) << a->output();
+  ASSERT_NE(b_port, 0) << b->output();
+  const std::string master = "leader_election_master_status{name=\"tfjob-operator-leader\"} ";
+  EXPECT_THAT(Metrics(a_port), AllOf(HasSubstr(master + "1\n"), HasSubstr("\ntfjob_operator_leader 1\n")));
+  EXPECT_THAT(Metrics(b_port), AllOf(HasSubstr(master + "0\n"), HasSubstr("\ntfjob_operator_leader 0\n")));
   // Identities end in "_<pid>" (appended: GCC 12 misreports "_" + string).
   const std::string a_id = std::string("_").append(std::to_string(a->pid()));
   const std::string b_id = std::string("_").append(std::to_string(b->pid()));
@@ -432,6 +449,10 @@ TEST_F(OperatorE2E, LeaderElectionOneActiveReplicaAndFailover) {
     auto l = server_->Get("leases", "default", "tfjob-operator-leader");
     return l.ok() && (*l)["spec"].value("holderIdentity", "").find(b_id) != std::string::npos;
   })) << b->output();
+  EXPECT_TRUE(Eventually([&] {
+    const std::string m = Metrics(b_port);
+    return m.find(master + "1\n") != std::string::npos && m.find("\ntfjob_operator_leader 1\n") != std::string::npos;
+  })) << Metrics(b_port);
   SetPhase("le-worker-0", "Succeeded", 0);
   ASSERT_TRUE(Eventually([&] { return HasCondition("le", "Succeeded"); })) << b->output();
   EXPECT_EQ(b->Stop(SIGTERM), 0) << b->output();
@@ -570,6 +591,19 @@ TEST(OperatorCli, HelpAndVersionExitZero) {
     EXPECT_THAT(r.out, HasSubstr("--gang-scheduler-name"));
     EXPECT_THAT(r.out, HasSubstr("--leader-election-renew-deadline"));
     EXPECT_EQ(r.err, "");
+    // The defaults docs/kubeflow-compatibility.md states: controller-
+    // runtime's two addresses and all namespaces as in v1.9.0, and this
+    // operator's own --workers, --qps and --burst. The usage prints the
+    // values the flags are declared with, the ones a run without them uses.
+    for (const char* line : {"--metrics-bind-address VALUE\taddress for /metrics (default :8080)\n",
+                             "--health-probe-bind-address VALUE\taddress for /healthz and /readyz (default :8081)\n",
+                             "--namespace VALUE\twatch only this namespace (default: all)\n",
+                             "--workers VALUE\tconcurrent reconciles (default 2)\n",
+                             "--qps VALUE\tAPI requests per second (docs/operations.md) (default 100)\n",
+                             "--burst VALUE\tAPI request burst (default 200)\n"}) {
+      EXPECT_THAT(r.out, HasSubstr(line));
+    }
+    EXPECT_THAT(r.out, Not(HasSubstr("--controller-threads")));
   }
   auto v = t::Run({t::BinDir() + "/tfjob-operator", "--version"});
   EXPECT_EQ(v.exit_code, 0) << v.err;

@@ -47,8 +47,9 @@ TEST_F(EnvtestOperator, CreatesPodsAndServicesWithKubeflowsNamesLabelsAndTfConfi
 }
 
 // The series operator dashboards and alerts are built on: Kubeflow's job
-// counters, and controller-runtime's and client-go's (reconcile, work
-// queue, REST client, process), in a format promtool accepts.
+// counters, controller-runtime's and client-go's (reconcile, work queue,
+// REST client, process) and this operator's own, in a format promtool
+// accepts.
 TEST_F(EnvtestOperator, MetricsHaveKubeflowsAndControllerRuntimesSeries) {
   StartOperator();
   Apply(JobYaml("metered", Replica("Worker", 2)));
@@ -63,7 +64,8 @@ TEST_F(EnvtestOperator, MetricsHaveKubeflowsAndControllerRuntimesSeries) {
         std::string("controller_runtime_reconcile_total{controller=\"tfjob-controller\",result=\"success\"}"),
         std::string("controller_runtime_reconcile_errors_total{controller=\"tfjob-controller\"}"),
         std::string("controller_runtime_reconcile_time_seconds_count{controller=\"tfjob-controller\"}"),
-        std::string("controller_runtime_max_concurrent_reconciles{controller=\"tfjob-controller\"}"),
+        // --workers' default, 2 (v1.9.0's --controller-threads is 1).
+        std::string("controller_runtime_max_concurrent_reconciles{controller=\"tfjob-controller\"} 2\n"),
         std::string("controller_runtime_active_workers{controller=\"tfjob-controller\"}"),
         std::string("controller_runtime_terminal_reconcile_errors_total{controller=\"tfjob-controller\"} 0"),
         std::string("controller_runtime_reconcile_panics_total{controller=\"tfjob-controller\"} 0"),
@@ -81,9 +83,20 @@ TEST_F(EnvtestOperator, MetricsHaveKubeflowsAndControllerRuntimesSeries) {
         std::string("process_cpu_seconds_total"),
         std::string("process_resident_memory_bytes"),
         std::string("process_open_fds"),
-        std::string("process_start_time_seconds")}) {
+        std::string("process_start_time_seconds"),
+        // This operator's additions (docs/monitoring.md).
+        std::string("tfjob_operator_reconcile_duration_seconds_count "),
+        std::string("tfjob_operator_reconcile_errors_total "),
+        std::string("tfjob_operator_workqueue_depth "),
+        std::string("tfjob_operator_api_requests "),
+        std::string("\ntfjob_operator_leader 1\n")}) {
     EXPECT_THAT(m, HasSubstr(series)) << series;
   }
+  // API requests sent: at least the pods and services created, and the
+  // job's status.
+  const size_t at = m.find("\ntfjob_operator_api_requests ");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_GE(std::stod(m.substr(at + 29)), 5) << m.substr(at, 60);
   const std::string file = dir_ + "/metrics.txt";
   std::ofstream(file) << m;
   auto check = ::tfjob::testing::Run({"/bin/sh", "-c", "promtool check metrics < '" + file + "'"});

@@ -90,6 +90,15 @@ if [[ -z $(ls -A "$work/apt/sources.list.d") && ! -f $work/apt/sources.list ]]; 
   echo "$me: this machine has no apt sources to give the container" >&2
   exit 1
 fi
+# This machine's own trust anchors (/usr/local/share/ca-certificates): where
+# the network intercepts TLS, as a sandbox's egress proxy does, npm in the
+# container trusts the registry only with them. Debian's ca-certificates
+# takes them in when setup.sh installs it; Node.js reads them through
+# NODE_EXTRA_CA_CERTS, as on the host.
+mkdir -p "$work/ca"
+for f in /usr/local/share/ca-certificates/*.crt; do
+  if [[ -f $f ]]; then cp "$f" "$work/ca/"; fi
+done
 
 # The steps, run inside the container by one bash: first this machine's apt
 # settings put in place, then each step timed, its output in
@@ -99,6 +108,12 @@ cat > "$work/steps.sh" << 'EOF'
 set -uo pipefail
 rm -f /etc/apt/sources.list /etc/apt/sources.list.d/*
 cp -r /src/apt/. /etc/apt/
+if [[ -n $(ls -A /src/ca) ]]; then
+  mkdir -p /usr/local/share/ca-certificates
+  cp /src/ca/*.crt /usr/local/share/ca-certificates/
+  export NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt
+  echo "fresh: this machine's extra CA certificates carried in: $(cd /src/ca && ls | tr '\n' ' ')"
+fi
 cd /src/main
 run_step() {
   local title=$1 lines=$2 t0=$SECONDS rc=0
@@ -126,7 +141,7 @@ echo "$me: a bare $base ($(pm image inspect --format '{{.Id}}' "$base" | cut -c1
 pm run --name "$name" --rm --privileged --network host --ipc host --pids-limit 0 \
   -e CONFIGURE_ONLY="$configure_only" -e TERM=dumb \
   -v "$work/main:/src/main" -v "$(cd ../shared && pwd):/src/shared:ro" \
-  -v "$work/apt:/src/apt:ro" -v "$work/steps.sh:/src/steps.sh:ro" -v "$work:/src/out" \
+  -v "$work/apt:/src/apt:ro" -v "$work/ca:/src/ca:ro" -v "$work/steps.sh:/src/steps.sh:ro" -v "$work:/src/out" \
   "$base" bash /src/steps.sh 2>&1 | tee "$work/log"
 [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 echo "$me: $( ((status == 0)) && echo passed || echo FAILED) in $((SECONDS - start)) s"
