@@ -80,16 +80,12 @@ TEST_F(EnvtestOperator, MetricsHaveKubeflowsAndControllerRuntimesSeries) {
             "workqueue_longest_running_processor_seconds{controller=\"tfjob-controller\",name=\"tfjob-controller\"}"),
         std::string("rest_client_requests_total{code=\"201\",host=\"") + cp_->server().substr(8) +
             "\",method=\"POST\"}",
-        std::string("process_cpu_seconds_total"),
-        std::string("process_resident_memory_bytes"),
-        std::string("process_open_fds"),
-        std::string("process_start_time_seconds"),
+        std::string("process_cpu_seconds_total"), std::string("process_resident_memory_bytes"),
+        std::string("process_open_fds"), std::string("process_start_time_seconds"),
         // This operator's additions (docs/monitoring.md).
         std::string("tfjob_operator_reconcile_duration_seconds_count "),
-        std::string("tfjob_operator_reconcile_errors_total "),
-        std::string("tfjob_operator_workqueue_depth "),
-        std::string("tfjob_operator_api_requests "),
-        std::string("\ntfjob_operator_leader 1\n")}) {
+        std::string("tfjob_operator_reconcile_errors_total "), std::string("tfjob_operator_workqueue_depth "),
+        std::string("tfjob_operator_api_requests "), std::string("\ntfjob_operator_leader 1\n")}) {
     EXPECT_THAT(m, HasSubstr(series)) << series;
   }
   // API requests sent: at least the pods and services created, and the

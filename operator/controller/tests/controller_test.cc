@@ -156,11 +156,10 @@ TEST_F(ControllerTest, AJobDeletedBehindTheCacheGetsNothingCreated) {
 
 // The pod's kubelet says its tensorflow container exited with `code`.
 void PodExits(FakeClient& client, const std::string& pod, int code) {
-  const json status = {
-      {"status",
-       {{"phase", "Failed"},
-        {"containerStatuses",
-         json::array({{{"name", "tensorflow"}, {"state", {{"terminated", {{"exitCode", code}}}}}}})}}}};
+  const json status = {{"status",
+                        {{"phase", "Failed"},
+                         {"containerStatuses", json::array({{{"name", "tensorflow"},
+                                                             {"state", {{"terminated", {{"exitCode", code}}}}}}})}}}};
   ASSERT_TRUE(client.MergePatch(kube::kPods, "team", pod, status, /*status=*/true).ok()) << pod;
 }
 
@@ -220,7 +219,8 @@ TEST_F(ControllerTest, KubeflowsJobCountersCountEachJobOncePerTransition) {
   ASSERT_TRUE(WaitFor([&] { return c2.QueueDepth() == 0 && client_.AllDelivered(); }));
   for (const char* key : {"team/retried", "team/failing", "team/backoff"}) EXPECT_TRUE(c2.Reconcile(key).ok()) << key;
   // (-1: the series is not there yet, 0: there and zero.)
-  for (const char* what : {"created", "restarted", "failed", "successful"}) EXPECT_LE(JobCounter(again, what), 0) << what;
+  for (const char* what : {"created", "restarted", "failed", "successful"})
+    EXPECT_LE(JobCounter(again, what), 0) << what;
 
   // Deleted by a user (no TTL): each counts.
   for (const char* name : {"retried", "failing", "backoff"}) client_.Remove(kube::kTFJobs, "team", name, false);
