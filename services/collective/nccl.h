@@ -6,9 +6,10 @@
 // (TFJOB_HAVE_NCCL); elsewhere NcclAvailable() says why not and nothing else
 // is offered.
 //
-// The runtime's tensors live in host memory (until it computes on GPUs), so
-// each operation stages them through pinned host memory and one device
-// buffer: copy in, reduce on the device, copy out, all on one stream.
+// Tensors on the member's GPU (a worker training with --device gpu) are
+// reduced in place on the device, after the work already queued there;
+// host tensors are staged through pinned host memory and one device buffer:
+// copy in, reduce on the device, copy out, all on one stream.
 //
 // Where it is: the implementation (nccl_cuda.cc, library
 // tfjob_collective_nccl, built where CUDA and NCCL were found) is linked
