@@ -1,0 +1,258 @@
+// The machine's own compute limits, measured in the run that reports a
+// model's speed against them (bench/roofline.sh):
+//   fp32_fma   one core's (and N cores') single-precision FMA peak for the
+//              widest vector ISA this CPU has: 12 independent FMA chains per
+//              thread (more than latency x ports on every x86-64 core here,
+//              so the FMA units, not the dependency, set the rate), each FMA
+//              counted as 2 FLOPs per lane;
+//   bf16_dot   where the CPU has AVX512-BF16: the same with VDPBF16PS (32
+//              bfloat16 products summed into 16 float32 lanes: 64 FLOPs per
+//              instruction);
+//   sgemm      the sustained single-precision rate of a large square matrix
+//              product in Eigen, the library the runtime's Dense and
+//              convolution kernels use (C = A * B, 2 n^3 FLOPs).
+// Each figure is the best of --reps timed runs of about --seconds each (the
+// limit is what the machine can do, so the best run, not the median).
+//
+// Output: one line per figure,
+//   roofline: NAME threads=T gflops=G [isa=ISA] [n=N]
+// and, with --json FILE, the same as a JSON object.
+#include <immintrin.h>
+#include <pthread.h>
+#include <sched.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/cli.h"
+#include "common/flags.h"
+
+namespace tfjob::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kChains = 12;
+constexpr long kInner = 1 << 16;  // FMAs per chain between clock reads
+
+double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+
+// GCC 12's _mm512_reduce_add_ps extracts halves from an "undefined" vector
+// that -Wuninitialized reports, wrongly.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+// Each kernel runs FMA chains for about `seconds` and returns the FLOPs done.
+// The chains' results are summed into `sink` so the compiler keeps them.
+__attribute__((target("avx512f"))) double FmaAvx512(double seconds, float* sink) {
+  __m512 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(0.001f * c);
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+  double rounds = 0;
+  const auto start = Clock::now();
+  do {
+    for (long i = 0; i < kInner; ++i) {
+#pragma GCC unroll 12
+      for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
+    }
+    rounds += 1;
+  } while (Seconds(start) < seconds);
+  __m512 sum = acc[0];
+  for (int c = 1; c < kChains; ++c) sum = _mm512_add_ps(sum, acc[c]);
+  *sink += _mm512_reduce_add_ps(sum);
+  return rounds * kInner * kChains * 16 * 2;
+}
+
+__attribute__((target("avx2,fma"))) double FmaAvx2(double seconds, float* sink) {
+  __m256 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm256_set1_ps(0.001f * c);
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  double rounds = 0;
+  const auto start = Clock::now();
+  do {
+    for (long i = 0; i < kInner; ++i) {
+#pragma GCC unroll 12
+      for (int c = 0; c < kChains; ++c) acc[c] = _mm256_fmadd_ps(acc[c], a, b);
+    }
+    rounds += 1;
+  } while (Seconds(start) < seconds);
+  __m256 sum = acc[0];
+  for (int c = 1; c < kChains; ++c) sum = _mm256_add_ps(sum, acc[c]);
+  float lanes[8];
+  _mm256_storeu_ps(lanes, sum);
+  for (float v : lanes) *sink += v;
+  return rounds * kInner * kChains * 8 * 2;
+}
+
+__attribute__((target("avx512f,avx512bf16"))) double DotBf16(double seconds, float* sink) {
+  __m512 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(0.001f * c);
+  const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f));
+  const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-4f), _mm512_set1_ps(1e-4f));
+  double rounds = 0;
+  const auto start = Clock::now();
+  do {
+    for (long i = 0; i < kInner; ++i) {
+#pragma GCC unroll 12
+      for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], a, b);
+    }
+    rounds += 1;
+  } while (Seconds(start) < seconds);
+  __m512 sum = acc[0];
+  for (int c = 1; c < kChains; ++c) sum = _mm512_add_ps(sum, acc[c]);
+  *sink += _mm512_reduce_add_ps(sum);
+  return rounds * kInner * kChains * 32 * 2;
+}
+
+using Kernel = double (*)(double, float*);
+
+// Pins the calling thread to the index-th CPU this process may use, so two
+// threads measure two cores (not two time slices of one).
+void PinToAllowed(int index) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  int seen = 0;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &allowed)) continue;
+    if (seen++ == index) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(c, &one);
+      pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+      return;
+    }
+  }
+}
+
+// GFLOP/s of `threads` threads running `kernel` at once, best of `reps`.
+double PeakOf(Kernel kernel, int threads, double seconds, int reps, float* sink) {
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    std::vector<double> flops(threads, 0);
+    std::vector<float> sinks(threads, 0);
+    std::vector<std::thread> pool;
+    std::atomic<int> ready{0};
+    const auto start = Clock::now();
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        PinToAllowed(t);
+        ready++;
+        while (ready < threads) std::this_thread::yield();
+        flops[t] = kernel(seconds, &sinks[t]);
+      });
+    }
+    for (auto& t : pool) t.join();
+    const double elapsed = Seconds(start);
+    double total = 0;
+    for (int t = 0; t < threads; ++t) {
+      total += flops[t];
+      *sink += sinks[t];
+    }
+    best = std::max(best, total / elapsed / 1e9);
+  }
+  return best;
+}
+
+// Eigen's single-precision product of two n x n matrices on `threads`
+// threads, best of `reps` runs of at least `seconds` each.
+double SgemmGflops(int n, int threads, double seconds, int reps, float* sink) {
+  Eigen::setNbThreads(threads);
+  Eigen::MatrixXf a = Eigen::MatrixXf::Random(n, n), b = Eigen::MatrixXf::Random(n, n), c(n, n);
+  c.noalias() = a * b;  // warm: pages touched, Eigen's blocking buffers made
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    int products = 0;
+    const auto start = Clock::now();
+    do {
+      c.noalias() = a * b;
+      ++products;
+    } while (Seconds(start) < seconds);
+    best = std::max(best, 2.0 * n * n * static_cast<double>(n) * products / Seconds(start) / 1e9);
+  }
+  *sink += c(0, 0);
+  return best;
+}
+
+int Main(int argc, char** argv) {
+  Flags f;
+  f.Value("threads", "thread counts, comma-separated", "1,2")
+      .Value("seconds", "about how long each timed run lasts", "0.5")
+      .Value("reps", "timed runs per figure (the best is kept)", "3")
+      .Value("gemm-n", "the matrices' side in the sgemm figure", "1536")
+      .Value("json", "also write the figures to this file as JSON");
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  const std::string usage = "usage: bench_roofline [flags] (bench/roofline.sh runs it)\n" + f.Usage();
+  if (auto code = AnswerHelpOrVersion(args, "bench_roofline", usage)) return *code;
+  if (Status s = f.Parse(args); !s.ok()) {
+    std::cerr << "bench_roofline: " << s.message() << "\n" << usage;
+    return 2;
+  }
+  auto seconds = f.GetDouble("seconds");
+  auto reps = f.GetInt("reps");
+  auto n = f.GetInt("gemm-n");
+  std::vector<int> threads;
+  {
+    std::string list = f.Get("threads");
+    size_t start = 0;
+    while (start < list.size()) {
+      const size_t comma = std::min(list.find(',', start), list.size());
+      threads.push_back(std::atoi(list.substr(start, comma - start).c_str()));
+      start = comma + 1;
+    }
+  }
+  if (!seconds.ok() || *seconds <= 0 || !reps.ok() || *reps < 1 || !n.ok() || *n < 64 || threads.empty() ||
+      *std::min_element(threads.begin(), threads.end()) < 1) {
+    std::cerr << "bench_roofline: --seconds > 0, --reps >= 1, --gemm-n >= 64 and --threads of counts >= 1\n" << usage;
+    return 2;
+  }
+  __builtin_cpu_init();
+  Kernel fma = nullptr;
+  std::string isa;
+  if (__builtin_cpu_supports("avx512f")) {
+    fma = FmaAvx512, isa = "avx512";
+  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    fma = FmaAvx2, isa = "avx2";
+  } else {
+    std::cerr << "bench_roofline: this CPU has neither AVX-512 nor AVX2 with FMA\n";
+    return 2;
+  }
+  const bool bf16 = __builtin_cpu_supports("avx512bf16");
+  float sink = 0;
+  nlohmann::json out = nlohmann::json::object();
+  for (int t : threads) {
+    const std::string key = "threads_" + std::to_string(t);
+    const double peak = PeakOf(fma, t, *seconds, static_cast<int>(*reps), &sink);
+    std::printf("roofline: fp32_fma threads=%d gflops=%.1f isa=%s\n", t, peak, isa.c_str());
+    out[key]["fp32_fma"] = peak;
+    if (bf16) {
+      const double dot = PeakOf(DotBf16, t, *seconds, static_cast<int>(*reps), &sink);
+      std::printf("roofline: bf16_dot threads=%d gflops=%.1f isa=avx512_bf16\n", t, dot);
+      out[key]["bf16_dot"] = dot;
+    }
+    const double gemm = SgemmGflops(static_cast<int>(*n), t, *seconds, static_cast<int>(*reps), &sink);
+    std::printf("roofline: sgemm threads=%d gflops=%.1f n=%lld library=eigen fraction_of_fma=%.2f\n", t, gemm,
+                static_cast<long long>(*n), gemm / peak);
+    out[key]["sgemm"] = gemm;
+  }
+  out["isa"] = isa;
+  out["bf16"] = bf16;
+  out["gemm_n"] = *n;
+  if (f.Has("json")) std::ofstream(f.Get("json")) << out.dump(1) << "\n";
+  // (The sum of every result, so no kernel's work is optimized away.)
+  if (sink == 1.2345f) std::printf("\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace tfjob::bench
+
+int main(int argc, char** argv) { return tfjob::bench::Main(argc, argv); }
