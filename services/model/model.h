@@ -151,6 +151,20 @@ class Model {
   // A Keras-like summary table.
   void Summary(std::ostream& os) const;
 
+  // The matrix work of one example, per layer call, in FLOPs (a
+  // multiply-add is 2), as a roofline counts it: every kernel product
+  // (Dense, Conv1D/2D, depthwise, separable, transposed, and the input and
+  // recurrent kernels of SimpleRNN, LSTM and GRU at every time step).
+  // Backward is the kernel's gradient plus its operand's where that is
+  // needed (not for a layer reading the model's input directly; always for
+  // a recurrent state). Elementwise work, pooling, normalization and
+  // lookups are left out: they are bound by memory, not arithmetic.
+  struct LayerFlops {
+    std::string name, type;
+    int64_t forward = 0, backward = 0;
+  };
+  std::vector<LayerFlops> Flops() const;
+
  private:
   // One call of a layer: its own Layer instance (layers cache per call),
   // sharing the layer's variables with the layer's other calls.

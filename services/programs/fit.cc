@@ -111,6 +111,18 @@ nlohmann::json SummaryJson(const strategy::FitSummary& s, const nlohmann::json& 
   nlohmann::json j = s.ToJson();
   j.update(strategy_json);
   j["threads"] = *p.flags.GetInt("threads");
+  // The model's matrix work per example (Model::Flops), for a roofline:
+  // examples/s times this is the achieved rate.
+  if (auto m = model::Model::Create(p.job.model, p.job.loss); m.ok()) {
+    nlohmann::json layers = nlohmann::json::array();
+    int64_t forward = 0, backward = 0;
+    for (const auto& f : (*m)->Flops()) {
+      layers.push_back({{"name", f.name}, {"type", f.type}, {"forward", f.forward}, {"backward", f.backward}});
+      forward += f.forward;
+      backward += f.backward;
+    }
+    j["flops_per_example"] = {{"forward", forward}, {"backward", backward}, {"layers", layers}};
+  }
   return j;
 }
 

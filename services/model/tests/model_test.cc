@@ -9,8 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "services/model/job_config.h"
 #include "services/model/metrics.h"
 #include "services/model/optimizers.h"
+#include "tests/support/subprocess.h"
 
 namespace tfjob::model {
 namespace {
@@ -620,6 +622,61 @@ TEST(ModelDeviceSupportTest, CnnLayersHaveGpuKernelsNormalizationDoesNot) {
   const Status s = (*n)->CheckDeviceSupport();
   EXPECT_EQ(s.code(), Code::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("layer \"norm\" (model.layers[0], Normalization) has no GPU kernel"));
+}
+
+// The roofline's FLOP count (Model::Flops), against the counts worked out by
+// hand: 2 FLOPs per multiply-add of every kernel product; backward is the
+// kernel's gradient plus its operand's where needed.
+TEST(ModelFlopsTest, KernelProductsPerExampleAsARooflineCountsThem) {
+  // examples/mnist/cnn.json: Conv2D 32 3x3 on 28x28x1 (26x26 positions),
+  // pool to 13x13x32, Dense 5408->64, Dense 64->10.
+  auto job = LoadJobConfig(tfjob::testing::SourceDir() + "/examples/mnist/cnn.json");
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto cnn = Model::Create(job->model, job->loss);
+  ASSERT_TRUE(cnn.ok()) << cnn.status();
+  int64_t forward = 0, backward = 0;
+  for (const auto& f : (*cnn)->Flops()) {
+    if (f.type == "Conv2D") {
+      EXPECT_EQ(f.forward, 2 * 9 * 32 * 26 * 26);
+      EXPECT_EQ(f.backward, f.forward);  // reads the model's input: no input gradient
+    }
+    forward += f.forward;
+    backward += f.backward;
+  }
+  EXPECT_EQ(forward, 2 * (9 * 32 * 26 * 26 + 5408 * 64 + 64 * 10));
+  EXPECT_EQ(backward, forward + 2 * (5408 * 64 + 64 * 10));
+
+  // LSTM of 4 units over 5 steps of 3 features: input kernel [3, 16] and
+  // recurrent kernel [4, 16] at every step; the state's gradient always.
+  ModelSpec rnn;
+  rnn.input_shape = {5, 3};
+  LayerSpec lstm = Other(LayerType::kLSTM, "lstm", 0);
+  lstm.units = 4;
+  rnn.layers = {lstm, Dense("out", 2, Activation::kSoftmax, 1)};
+  auto r = Model::Create(rnn, kScce);
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto rf = (*r)->Flops();
+  ASSERT_EQ(rf.size(), 2u);
+  EXPECT_EQ(rf[0].forward, 2 * (3 * 16 + 4 * 16) * 5);
+  EXPECT_EQ(rf[0].backward, 2 * (3 * 16 + 2 * 4 * 16) * 5);
+  EXPECT_EQ(rf[1].forward, 2 * 4 * 2);
+  EXPECT_EQ(rf[1].backward, 2 * 2 * 4 * 2);
+
+  // SeparableConv2D 4 filters 3x3 on 8x8x3 (6x6 positions): depthwise
+  // [3,3,3,1] and pointwise [1,1,3,4], each at 36 positions; the pointwise
+  // stage's operand (the depthwise output) needs its gradient.
+  ModelSpec sep;
+  sep.input_shape = {8, 8, 3};
+  LayerSpec sc = Other(LayerType::kSeparableConv2D, "sep", 0);
+  sc.filters = 4;
+  sc.kernel_size = {3, 3};
+  sep.layers = {sc};
+  auto sm = Model::Create(sep, LossSpec{LossType::kMeanSquaredError, false});
+  ASSERT_TRUE(sm.ok()) << sm.status();
+  auto sf = (*sm)->Flops();
+  ASSERT_EQ(sf.size(), 1u);
+  EXPECT_EQ(sf[0].forward, 2 * (27 + 12) * 36);
+  EXPECT_EQ(sf[0].backward, 2 * (27 + 2 * 12) * 36);
 }
 
 }  // namespace
