@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The models against the machine's own limits, and against PyTorch, in one
+# run (issue 45's roofline):
+#   - the limits, measured here and now (bench_roofline): one core's and two
+#     cores' FP32 FMA peak for the widest vector ISA this CPU has, the
+#     AVX512-BF16 dot-product peak where it has one, and Eigen's large
+#     square SGEMM rate (the library the runtime's kernels use);
+#   - for each model: its kernel-product FLOPs per example, counted per layer
+#     by the runtime (Model::Flops; fit's summary JSON) and printed once;
+#     examples/s in tfjob-runtime and in PyTorch (Debian's) on the same
+#     model, batch, data and thread count, alternating, median of --rounds;
+#     the achieved GFLOP/s, its fraction of the FMA peak measured at that
+#     thread count, and the ratio to PyTorch; one thread, then two (the
+#     scaling factor printed);
+#   - a verdict line per goal of issue 45 (MLP >= 60% and CNN >= 50% of the
+#     FP32 FMA peak, CNN two threads >= 1.7x one, >= 2x PyTorch everywhere).
+#     Goals not met are said, and the script still exits 0: it measures.
+#
+# Models: mlp (examples/mnist/mlp.json, batch 64), cnn (examples/mnist/
+# cnn.json, batch 32), residual_cnn and wide_deep (examples/keras, issue 43)
+# and mnist_lstm (examples/keras, issue 44); the peers are bench/torch_mlp.py,
+# bench/torch_cnn.py and bench/torch_keras.py.
+#
+# usage: bench/roofline.sh [--models mlp,cnn,residual_cnn,wide_deep,mnist_lstm]
+#        [--threads 1,2] [--rounds R] [--epochs-scale S]
+#        (from the project root, after the build; MNIST from
+#         ../shared/data/mnist or $MNIST_DIR)
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+models=mlp,cnn,residual_cnn,wide_deep,mnist_lstm threads=1,2 rounds=3 epochs_scale=1
+bench_options "models threads rounds epochs_scale" "$@"
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "--rounds: a count >= 1, not '$rounds'" >&2; exit 2; }
+[[ $epochs_scale =~ ^[1-9][0-9]*$ ]] || { echo "--epochs-scale: a count >= 1, not '$epochs_scale'" >&2; exit 2; }
+roofline=$build/bin/bench_roofline
+need_built "$runtime" "$roofline"
+need_torch
+bench_tmp
+
+echo "== the machine's limits ($(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs)"
+"$roofline" --threads "$threads" --json "$tmp/limits.json"
+
+IFS=, read -r -a model_list <<< "$models"
+IFS=, read -r -a thread_list <<< "$threads"
+for m in "${model_list[@]}"; do
+  case $m in
+    mlp | cnn)
+      ours_args=(--config "examples/mnist/$m.json")
+      peer=(bench/"torch_$m.py")
+      dir=$data
+      if [[ $m == mlp ]]; then epochs=5; else epochs=2; fi
+      ;;
+    residual_cnn | wide_deep | mnist_lstm)
+      ours_args=(--config "examples/keras/${m}_job.json" --keras-model "examples/keras/$m.json")
+      peer=(bench/torch_keras.py "$m")
+      dir=$data
+      epochs=1
+      if [[ $m == wide_deep ]]; then
+        dir=$tmp/wide_deep
+        [[ -d $dir ]] || /usr/bin/python3 examples/keras/wide_deep/make_data.py --out "$dir" > /dev/null
+      fi
+      ;;
+    *) echo "--models: mlp, cnn, residual_cnn, wide_deep or mnist_lstm, not '$m'" >&2; exit 2 ;;
+  esac
+  epochs=$((epochs * epochs_scale))
+  for t in "${thread_list[@]}"; do
+    for ((r = 1; r <= rounds; r++)); do
+      "$runtime" fit "${ours_args[@]}" --data-dir "$dir" --threads "$t" --epochs "$epochs" \
+        --summary-json "$tmp/$m.$t.ours.$r.json" > /dev/null
+      /usr/bin/python3 "${peer[@]}" --data-dir "$dir" --threads "$t" --epochs "$epochs" > "$tmp/$m.$t.torch.$r.json"
+    done
+  done
+done
+
+# The table and the verdicts, from the limits and every round's summary.
+/usr/bin/python3 - "$tmp" "$models" "$threads" "$rounds" << 'PY'
+import json, statistics, sys
+tmp, models, threads, rounds = sys.argv[1], sys.argv[2].split(","), [int(t) for t in sys.argv[3].split(",")], int(sys.argv[4])
+limits = json.load(open(f"{tmp}/limits.json"))
+def median_eps(m, t, side):
+    return statistics.median(json.load(open(f"{tmp}/{m}.{t}.{side}.{r}.json"))["examples_per_second"]
+                             for r in range(1, rounds + 1))
+result = {}
+for m in models:
+    flops = json.load(open(f"{tmp}/{m}.{threads[0]}.ours.1.json"))["flops_per_example"]
+    per_example = flops["forward"] + flops["backward"]
+    print(f"\n== {m}: {per_example / 1e6:.3f} MFLOP per example (kernel products, forward + backward)")
+    print(f"  {'layer':<28} {'type':<22} {'forward':>12} {'backward':>12}")
+    for l in flops["layers"]:
+        if l["forward"] or l["backward"]:
+            print(f"  {l['name']:<28} {l['type']:<22} {l['forward']:>12,} {l['backward']:>12,}")
+    for t in threads:
+        ours, torch = median_eps(m, t, "ours"), median_eps(m, t, "torch")
+        peak = limits[f"threads_{t}"]["fp32_fma"]
+        gflops = ours * per_example / 1e9
+        result[(m, t)] = dict(eps=ours, fraction=gflops / peak, vs_torch=ours / torch)
+        print(f"  threads {t}: {ours:10.0f} examples/s = {gflops:6.1f} GFLOP/s = {gflops / peak:5.1%} of the FP32 FMA "
+              f"peak ({peak:.0f}); PyTorch {torch:8.0f} examples/s, ratio {ours / torch:.2f}")
+    if len(threads) > 1:
+        t0, t1 = threads[0], threads[-1]
+        print(f"  scaling {t1} threads / {t0}: {result[(m, t1)]['eps'] / result[(m, t0)]['eps']:.2f}x")
+
+print("\n== goals (issue 45), medians of this run")
+def verdict(ok, text):
+    print(f"  {'MET    ' if ok else 'NOT MET'} {text}")
+t1 = threads[0]
+if "mlp" in models:
+    f = result[("mlp", t1)]["fraction"]
+    verdict(f >= 0.60, f"MLP >= 60% of the FP32 FMA peak at {t1} thread{'s' if t1 > 1 else ''}: {f:.1%}")
+if "cnn" in models:
+    f = result[("cnn", t1)]["fraction"]
+    verdict(f >= 0.50, f"CNN >= 50% of the FP32 FMA peak at {t1} thread{'s' if t1 > 1 else ''}: {f:.1%}")
+    if 2 in threads and 1 in threads:
+        s = result[("cnn", 2)]["eps"] / result[("cnn", 1)]["eps"]
+        verdict(s >= 1.7, f"CNN two threads >= 1.7x one: {s:.2f}x")
+worst = min(result.items(), key=lambda kv: kv[1]["vs_torch"])
+n = worst[0][1]
+verdict(worst[1]["vs_torch"] >= 2, f">= 2x PyTorch everywhere: lowest {worst[1]['vs_torch']:.2f} ({worst[0][0]}, "
+        f"{n} thread{'s' if n > 1 else ''})")
+print("  NOT MEASURED convolution layers with >= 16 input channels >= 40% of the peak (needs per-layer timing)")
+PY
