@@ -1,5 +1,6 @@
 // The real kubectl against the API server double: what an end-to-end test
-// (or a human) does with it. Skipped when kubectl is not installed.
+// (or a human) does with it. The official kubectl scripts/setup.sh installs
+// (.tools/bin), else one on PATH; skipped when there is neither.
 //
 // kubectl needs no special flags: the double serves discovery, OpenAPI v3
 // (so client-side validation is not needed) and Tables. The tests pass
@@ -14,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/support/apiserver/apiserver_double.h"
+#include "tests/support/envtest.h"
 #include "tests/support/subprocess.h"
 
 namespace tfjob::testing {
@@ -23,20 +25,23 @@ using nlohmann::json;
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
-bool HaveKubectl() {
+// setup.sh's kubectl, else the first on PATH; "" when there is none.
+std::string FindKubectl() {
+  if (std::string tool = ToolPath("kubectl"); !tool.empty()) return tool;
   const char* path = std::getenv("PATH");
   std::stringstream dirs(path ? path : "");
   std::string dir;
   while (std::getline(dirs, dir, ':')) {
-    if (!dir.empty() && access((dir + "/kubectl").c_str(), X_OK) == 0) return true;
+    if (!dir.empty() && access((dir + "/kubectl").c_str(), X_OK) == 0) return dir + "/kubectl";
   }
-  return false;
+  return "";
 }
 
 class KubectlTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!HaveKubectl()) GTEST_SKIP() << "kubectl is not on PATH";
+    kubectl_ = FindKubectl();
+    if (kubectl_.empty()) GTEST_SKIP() << "no kubectl in .tools/bin (bash scripts/setup.sh) or on PATH";
     dir_ = MakeTempDir("kubectl");
   }
 
@@ -49,7 +54,7 @@ class KubectlTest : public ::testing::Test {
 
   RunResult Kubectl(std::vector<std::string> args) {
     std::vector<std::string> argv = {
-        "kubectl", "--kubeconfig", dir_ + "/kubeconfig", "--cache-dir", dir_ + "/cache", "--request-timeout", "30s"};
+        kubectl_, "--kubeconfig", dir_ + "/kubeconfig", "--cache-dir", dir_ + "/cache", "--request-timeout", "30s"};
     argv.insert(argv.end(), args.begin(), args.end());
     return tfjob::testing::Run(argv, {{"HOME", dir_}});
   }
@@ -58,7 +63,7 @@ class KubectlTest : public ::testing::Test {
     return SourceDir() + "/tests/support/apiserver/tests/testdata/" + name;
   }
 
-  std::string dir_;
+  std::string dir_, kubectl_;
   std::unique_ptr<ApiServerDouble> server_;
 };
 
