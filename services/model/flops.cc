@@ -20,8 +20,7 @@ int64_t ExampleElements(const Shape& s) {
 }
 
 bool AppliedPerStep(LayerType t) {
-  return t == LayerType::kSimpleRNN || t == LayerType::kLSTM || t == LayerType::kGRU ||
-         t == LayerType::kBidirectional;
+  return t == LayerType::kSimpleRNN || t == LayerType::kLSTM || t == LayerType::kGRU || t == LayerType::kBidirectional;
 }
 
 }  // namespace
@@ -56,8 +55,11 @@ std::vector<Model::LayerFlops> Model::Flops() const {
       bool operand_grad = input_needs_grad;
       if (AppliedPerStep(spec.type)) {
         uses = in_shape.empty() ? 1 : std::max<int64_t>(in_shape[0], 1);  // time steps
-        if (HasSuffix(var.name, "/recurrent_kernel")) operand_grad = true;  // the state, every step
-        else if (!HasSuffix(var.name, "/kernel")) continue;
+        if (HasSuffix(var.name, "/recurrent_kernel")) {
+          operand_grad = true;  // the state, every step
+        } else if (!HasSuffix(var.name, "/kernel")) {
+          continue;
+        }
       } else if (spec.type == LayerType::kConv2DTranspose && HasSuffix(var.name, "/kernel")) {
         // Applied at every input position: [kh, kw, filters, in channels].
         uses = in_shape.empty() ? 0 : ExampleElements(in_shape) / std::max<int64_t>(in_shape.back(), 1);
@@ -77,7 +79,7 @@ std::vector<Model::LayerFlops> Model::Flops() const {
       }
       const int64_t forward = 2 * k * uses;
       f.forward += forward;
-      f.backward += forward;                   // the kernel's gradient
+      f.backward += forward;                    // the kernel's gradient
       if (operand_grad) f.backward += forward;  // the operand's gradient
     }
     out.push_back(std::move(f));
