@@ -216,7 +216,9 @@ TEST_F(ControllerTest, KubeflowsJobCountersCountEachJobOncePerTransition) {
   prometheus::Registry again;
   Controller c2(client_, Options(), again);
   c2.Start();
-  ASSERT_TRUE(WaitFor([&] { return c2.QueueDepth() == 0 && client_.AllDelivered(); }));
+  // (Ready: its caches have listed, so a job removed below is one they
+  // hold and see deleted, not one a slow first list never finds.)
+  ASSERT_TRUE(WaitFor([&] { return c2.Ready() && c2.QueueDepth() == 0 && client_.AllDelivered(); }));
   for (const char* key : {"team/retried", "team/failing", "team/backoff"}) EXPECT_TRUE(c2.Reconcile(key).ok()) << key;
   // (-1: the series is not there yet, 0: there and zero.)
   for (const char* what : {"created", "restarted", "failed", "successful"})
