@@ -148,7 +148,6 @@ pm run --name "$name" --rm --privileged --network host --ipc host --pids-limit 0
   -e CONFIGURE_ONLY="$configure_only" -e TERM=dumb \
   -v "$work/main:/src/main" -v "$(cd ../shared && pwd):/src/shared:ro" \
   -v "$work/apt:/src/apt:ro" -v "$work/ca:/src/ca:ro" -v "$work/steps.sh:/src/steps.sh:ro" -v "$work:/src/out" \
-  "$base" bash /src/steps.sh 2>&1 | tee "$work/log"
-[[ ${PIPESTATUS[0]} == 0 ]] || status=1
+  "$base" bash /src/steps.sh 2>&1 | tee "$work/log" || status=1
 echo "$me: $( ((status == 0)) && echo passed || echo FAILED) in $((SECONDS - start)) s"
 exit "$status"
