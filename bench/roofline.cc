@@ -52,6 +52,8 @@ double Seconds(Clock::time_point since) { return std::chrono::duration<double>(C
 
 // Each kernel runs FMA chains for about `seconds` and returns the FLOPs done.
 // The chains' results are summed into `sink` so the compiler keeps them.
+// Three near-copies on purpose: each needs its own target attribute for its
+// intrinsics to inline, and GCC gives a shared template or lambda none.
 __attribute__((target("avx512f"))) double FmaAvx512(double seconds, float* sink) {
   __m512 acc[kChains];
   for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(0.001f * c);
