@@ -125,13 +125,20 @@ void ClusterCoordinator::Loop(Worker& w) {
   void* tag = nullptr;
   bool ok = false;
   while (outstanding > 0 && w.cq.Next(&tag, &ok)) take(tag);
+  // A kick not taken yet is cancelled, and its alarm destroyed only once its
+  // tag has come out of the queue: gRPC 1.51's Alarm (Debian's) takes the
+  // reference the queue's event holds only when its timer fires, so an
+  // alarm destroyed between the firing and that moment is freed under the
+  // timer thread, which then posts it to the queue (Next crashed on it).
   {
     MutexLock g(w.call_mu);
-    w.kick.reset();  // cancelled: its tag comes in the drain below
+    if (w.kick) w.kick->Cancel();
   }
   w.cq.Shutdown();
   while (w.cq.Next(&tag, &ok)) {
   }
+  MutexLock g(w.call_mu);
+  w.kick.reset();
 }
 
 void ClusterCoordinator::Kick() {

@@ -611,7 +611,11 @@ TEST_F(CoordinatorTest, ARestartedChiefReissuesTheSameIdsAndIsAppliedOnce) {
   int duplicates = 0;
   for (auto& r : again) duplicates += r.Fetch()->json["duplicate"].get<int>();
   EXPECT_EQ(duplicates, 3);
-  // The old chief is fenced off at the workers as well.
+  // The old chief is fenced off at the workers as well, once the new one has
+  // reached each of them: building its per-worker datasets does, as fit's
+  // parameter-server strategy does at its start (the three closures above
+  // may all have gone to one worker, the other not reached yet).
+  ASSERT_TRUE(new_chief.CreatePerWorkerDataset("range", {{"n", 10}}, "ds").ok());
   old_chief.Schedule("add", {{"a", 1}, {"b", 2}});
   Status refused = old_chief.Join();
   EXPECT_EQ(refused.code(), Code::kFailedPrecondition) << refused;
