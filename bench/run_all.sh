@@ -12,6 +12,7 @@
 #   mwms_scaling.sh      multi-worker mirrored and mirrored x2 vs single-process, by phase
 #   tls_overhead.sh      the ring and the PS data plane with mutual TLS vs without
 #   roofline.sh          the models' GFLOP/s against the machine's measured FMA peak and SGEMM rate, and PyTorch
+#   cuda_cost.sh         the GPU build's tfjob-runtime without a GPU vs tfjob-runtime-cpu: start-up, memory, time
 #   gpu_train.sh         MLP training on a GPU vs PyTorch on it and vs our CPU ("no GPU" without one)
 #
 # usage: bench/run_all.sh   (from the project root, after the build)
@@ -22,7 +23,7 @@ cd "$(dirname "$0")/.."
 
 status=0
 for b in mlp_vs_torch.sh cnn_vs_torch.sh keras_vs_torch.sh ps_throughput.sh mlp_ps_vs_single.sh ps_cpu_per_step.sh embedding_ps.sh closures.sh allreduce.sh mwms_scaling.sh \
-         tls_overhead.sh roofline.sh gpu_train.sh; do
+         tls_overhead.sh roofline.sh cuda_cost.sh gpu_train.sh; do
   echo "== bench/$b"
   if ! bash "bench/$b"; then
     echo "bench/$b failed" >&2

@@ -28,8 +28,9 @@
 #                  (runtime-gpu then needs NVIDIA's nvidia/cuda images from a
 #                  registry)
 #
-# The GPU image carries the CUDA libraries tfjob-runtime loads (cudart,
-# cuBLAS, cuBLASLt, NCCL), copied from the CUDA toolkit that compiled it;
+# The GPU image carries the CUDA libraries tfjob-runtime loads (cudart, and
+# cuBLAS, cuBLASLt and NCCL, which it opens when a task uses a GPU), copied
+# from the CUDA toolkit that compiled it;
 # the NVIDIA driver's libcuda comes from the node (NVIDIA's container toolkit).
 # Environment: DEBIAN_MIRROR, DEBIAN_SECURITY_MIRROR (the base image's apt
 # sources; deb.debian.org by default), TFJOB_BUILD_DIR, CONTAINERS_CONF.
@@ -228,16 +229,39 @@ usr_twin() {
   esac
 }
 stage_libraries() {
-  local binary=$1 name arrow path rest real
+  local binary=$1 name arrow path rest real file
   local -A path_of=()
-  while read -r name arrow path rest; do
-    [[ $arrow == "=>" ]] || continue
-    if [[ $path == not ]]; then
-      echo "$me: $build/bin/$binary: ldd finds no $name here" >&2
-      exit 1
-    fi
-    path_of[$name]=$path
-  done < <(ldd "$build/bin/$binary")
+  local cuda=
+  [[ $binary == tfjob-runtime ]] && cuda=$(cuda_toolkit_root)
+  local files=("$build/bin/$binary")
+  # tfjob-runtime opens cuBLAS and NCCL on first use (common/
+  # shared_library.h), so ldd does not list them: they are the sonames the
+  # binary names, found where CMake found them, with what they load.
+  if [[ -n $cuda ]]; then
+    local soname dir
+    for soname in $(grep -aoE 'lib(cublas|nccl)\.so\.[0-9]+' "$build/bin/$binary" | sort -u); do
+      path=
+      for dir in $(sed -n 's/^\(CUDA_cublas_LIBRARY\|TFJOB_NCCL_LIBRARY\):FILEPATH=\(.*\)\/[^/]*$/\2/p' "$build/CMakeCache.txt"); do
+        [[ -e $dir/$soname ]] && path=$dir/$soname && break
+      done
+      if [[ -z $path ]]; then
+        echo "$me: $build/bin/$binary opens $soname, which is not beside the cuBLAS or NCCL CMake found" >&2
+        exit 1
+      fi
+      path_of[$soname]=$path
+      files+=("$path")
+    done
+  fi
+  for file in "${files[@]}"; do
+    while read -r name arrow path rest; do
+      [[ $arrow == "=>" ]] || continue
+      if [[ $path == not ]]; then
+        echo "$me: $file: ldd finds no $name here" >&2
+        exit 1
+      fi
+      path_of[$name]=$path
+    done < <(ldd "$file")
+  done
   # One dpkg -S for all of them (it reads its database once per call): the
   # paths it names are the ones a package owns.
   local candidates=() owned
@@ -251,8 +275,6 @@ stage_libraries() {
   while read -r path; do
     [[ -n $path ]] && is_owned[$path]=1
   done <<< "$owned"
-  local cuda=
-  [[ $binary == tfjob-runtime ]] && cuda=$(cuda_toolkit_root)
   for name in "${!path_of[@]}"; do
     path=${path_of[$name]}
     real=$(readlink -f "$path")

@@ -14,8 +14,8 @@
 // Where it is: the implementation (nccl_cuda.cc, library
 // tfjob_collective_nccl, built where CUDA and NCCL were found) is linked
 // only into binaries that carry CUDA, which register it at start-up
-// (gpu::RegisterBackend calls RegisterNccl), so only they load the CUDA and
-// NCCL libraries. In every other binary (a build without NCCL, and
+// (gpu::RegisterBackend calls RegisterNccl); they open libnccl itself only
+// when a task first asks for NCCL (nccl_library.h). In every other binary (a build without NCCL, and
 // tfjob-runtime-cpu and custom_training_loop, which a CPU image carries)
 // the functions below say there is no NCCL.
 //

@@ -3,6 +3,7 @@
 // nccl.h's functions use it; binaries that carry CUDA call it at start-up
 // (gpu::RegisterBackend).
 #include "services/collective/nccl.h"
+#include "services/collective/nccl_library.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -314,7 +315,7 @@ Status Available() {
     return FailedPrecondition(std::string("no GPU is visible (") +
                               (e == cudaSuccess ? "no CUDA devices" : cudaGetErrorString(e)) + ")");
   }
-  return Status::Ok();
+  return LoadNccl();
 }
 
 StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(Communicator& control, int device, Options options) {

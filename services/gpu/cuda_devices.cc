@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "services/gpu/cublas_library.h"
 #include "services/gpu/kernels.h"
 
 namespace tfjob::gpu::internal {
@@ -88,6 +89,7 @@ Status CudaDevices::Init(int device, PerDevice* d) {
   uint64_t keep = std::numeric_limits<uint64_t>::max();
   RETURN_IF_ERROR(
       Cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute"));
+  RETURN_IF_ERROR(LoadCublas());
   RETURN_IF_ERROR(Blas(cublasCreate(&d->blas), "cublasCreate"));
   RETURN_IF_ERROR(Blas(cublasSetStream(d->blas, d->compute), "cublasSetStream"));
   // Full float32 products (no TF32), as the CPU and PyTorch's default compute them.

@@ -127,6 +127,25 @@ libraries_resolve() {
   return "$status"
 }
 
+# tfjob-runtime opens cuBLAS and NCCL when a task first uses a GPU
+# (common/shared_library.h), so ldd does not list them: each soname the
+# binary names must be in the image's loader cache, with its own libraries.
+opened_libraries_resolve() {
+  local ref=$1 out
+  out=$(pm run --rm --network none --entrypoint sh "$ref" -c '
+    for so in $(grep -aoE "lib(cublas|nccl)\.so\.[0-9]+" /usr/local/bin/tfjob-runtime | sort -u); do
+      path=$(ldconfig -p | sed -n "s|^[[:space:]]*$so .*=> ||p" | head -n 1)
+      [ -n "$path" ] || { echo "$so: not in the loader cache"; exit 1; }
+      if ldd "$path" | grep -q "not found"; then echo "$so: $(ldd "$path" | grep "not found")"; exit 1; fi
+      echo "$so: $path, its libraries all found"
+    done' 2>&1) || {
+    echo "$out"
+    return 1
+  }
+  echo "$out"
+  [[ $out == *libcublas* && $out == *libnccl* ]] || fail "tfjob-runtime names no cuBLAS or NCCL to open" || return 1
+}
+
 runs_as_non_root() {
   local ref=$1 config ids
   config=$(pm image inspect --format '{{.Config.User}}' "$ref")
@@ -309,6 +328,7 @@ check "runtime-cpu: --version" cpu_version
 check "runtime-cpu: tfjob run /opt/tfjob/examples/counter/tfjob.yaml Succeeded" cpu_counter_job
 check "runtime-cpu: MNIST MLP fit, data read-only, accuracy >= 0.925, as uid $user" cpu_mnist_mlp
 check "runtime-gpu: every library resolves" libraries_resolve "$gpu" tfjob-runtime tfjob custom_training_loop
+check "runtime-gpu: cuBLAS and NCCL, opened on first use, are there" opened_libraries_resolve "$gpu"
 check "runtime-gpu: runs as $user" runs_as_non_root "$gpu"
 check "runtime-gpu: --device auto without a GPU trains on the CPU and says why" gpu_auto_trains_on_cpu
 check "runtime-gpu: --device gpu without a GPU is one line, exit 2" gpu_device_gpu_is_one_line_exit_2

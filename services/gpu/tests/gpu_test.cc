@@ -1,5 +1,12 @@
 #include "services/gpu/gpu.h"
 
+#include "services/gpu/cublas_library.h"
+#ifdef TFJOB_HAVE_NCCL
+#include <nccl.h>
+
+#include "services/collective/nccl_library.h"
+#endif
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -118,6 +125,19 @@ TEST(GpuProbeTest, NoDeviceIsUnavailableNotACrash) {
   if (!d->empty()) GTEST_SKIP() << "a device is present";
   std::vector<float> x(3), y(3);
   EXPECT_NE(Axpy(0, 1.0f, x, y).code(), Code::kOk);
+}
+
+// cuBLAS and NCCL are opened when a device is first used, not linked
+// (cublas_library.h): every function this build calls must be found in the
+// libraries the toolkit ships, which needs no GPU to check.
+TEST(CudaLibrariesTest, CublasAndNcclOpenWithEveryFunctionThisBuildCalls) {
+  Status cublas = LoadCublas();
+  EXPECT_TRUE(cublas.ok()) << cublas;
+#ifdef TFJOB_HAVE_NCCL
+  Status nccl = collective::LoadNccl();
+  EXPECT_TRUE(nccl.ok()) << nccl;
+  EXPECT_EQ(NcclVersion() / 10000, NCCL_MAJOR);  // the library answers through the forwarders
+#endif
 }
 
 }  // namespace

@@ -227,6 +227,28 @@ TEST(CpuRuntimeTest, LoadsNoCudaLibraryAndSaysSo) {
   EXPECT_THAT(nccl.err, HasSubstr("error: flag --communication nccl: this binary has no NCCL"));
 }
 
+// The GPU build's tfjob-runtime opens cuBLAS and NCCL only when a task uses
+// a GPU (common/shared_library.h), so its CPU tasks (every PS, evaluator and
+// CPU worker of a GPU job) do not pay for them. The dynamic loader's own
+// record of the files it opens (LD_DEBUG=files) says which were.
+TEST(GpuRuntimeTest, ATaskOnTheCpuOpensNeitherCublasNorNccl) {
+  const std::string runtime = t::BinDir() + "/tfjob-runtime";
+  auto ldd = t::Run({"ldd", runtime});
+  ASSERT_EQ(ldd.exit_code, 0) << ldd.err;
+  if (ldd.out.find("libcudart") == std::string::npos) GTEST_SKIP() << "tfjob-runtime is built without CUDA";
+  for (const std::string lib : {"libcublas", "libnccl"}) {
+    EXPECT_THAT(ldd.out, ::testing::Not(HasSubstr(lib))) << ldd.out;  // not linked
+  }
+  auto r = t::Run({runtime, "fit", "--config", t::SourceDir() + "/tests/support/data/synthetic-small.json", "--epochs",
+                   "1", "--device", "auto"},
+                  {{"LD_DEBUG", "files"}});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("file=libcudart.so"));  // the record is there: cudart is linked
+  for (const std::string lib : {"libcublas", "libnccl"}) {
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("file=" + lib))) << lib;
+  }
+}
+
 // Single-process training checkpoints too, and a second run with the same
 // directory resumes from the final checkpoint instead of training again.
 TEST(FitCommandTest, SingleProcessCheckpointsAndResumes) {
