@@ -366,9 +366,14 @@ TEST_F(CoordinatorTest, FirstErrorIsRaisedOnceAndQueuedClosuresAreCancelled) {
   Options o;
   o.inflight_per_worker = 1;
   ClusterCoordinator c(addresses_, o);
+  // The worker holds its first closure until all are queued, so the error
+  // comes while most still wait (a scheduling thread slower than the
+  // failure's round trip would otherwise queue them after it).
+  c.Schedule("hold");
   RemoteValue bad = c.Schedule("fail");
   std::vector<RemoteValue> later;
   for (int i = 0; i < 20; ++i) later.push_back(c.Schedule("slow", {{"ms", 20}}));
+  probe_.Release();
   Status s = c.Join();
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("closure fail on worker"));
@@ -409,10 +414,12 @@ TEST_F(CoordinatorTest, JoinOfSomeValuesRaisesAnyFailureLikeJoin) {
   Options o;
   o.inflight_per_worker = 1;
   ClusterCoordinator c(addresses_, o);
+  c.Schedule("hold");  // until all are queued, as in the test above
   RemoteValue ok = c.Schedule("add", {{"a", 1}, {"b", 2}});
   RemoteValue bad = c.Schedule("fail");
   std::vector<RemoteValue> later;
   for (int i = 0; i < 10; ++i) later.push_back(c.Schedule("slow", {{"ms", 20}}));
+  probe_.Release();
   Status s = c.Join({ok, bad});
   EXPECT_EQ(s.code(), Code::kInvalidArgument) << s;
   EXPECT_THAT(s.message(), HasSubstr("bad step"));
