@@ -34,7 +34,8 @@ void* SharedLibrary::Symbol(const char* symbol) {
 Status SharedLibrary::SymbolStatus(const char* symbol) {
   RETURN_IF_ERROR(Load());
   if (dlsym(handle_, symbol) == nullptr) {
-    return FailedPrecondition(what_ + " has no " + symbol + " (an older version than this build was compiled against?)");
+    return FailedPrecondition(what_ + " has no " + symbol +
+                              " (an older version than this build was compiled against?)");
   }
   return Status::Ok();
 }

@@ -54,8 +54,8 @@ class SharedLibrary {
 // the same-named symbol of `library` (an expression giving a
 // SharedLibrary&), which is looked up once, on the first call; `fallback`
 // is returned while the library or the symbol is missing.
-#define TFJOB_FORWARD_TO_LIBRARY(library, ret, name, params, args, fallback)      \
-  ret name params {                                                               \
+#define TFJOB_FORWARD_TO_LIBRARY(library, ret, name, params, args, fallback)          \
+  ret name params {                                                                   \
     static const auto f = reinterpret_cast<decltype(&name)>((library).Symbol(#name)); \
-    return f ? f args : fallback;                                                 \
+    return f ? f args : fallback;                                                     \
   }

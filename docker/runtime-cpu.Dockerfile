@@ -14,7 +14,7 @@ RUN apt-get update \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
       libcpprest-dev libcpp-httplib-dev prometheus-cpp-dev nlohmann-json3-dev libyaml-cpp-dev libeigen3-dev \
       libgtest-dev libgmock-dev libbenchmark-dev libssl-dev zlib1g-dev libhdf5-dev libfarmhash-dev \
-      libgoogle-perftools-dev \
+      libgoogle-perftools-dev libdnnl-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . /src
@@ -29,7 +29,7 @@ FROM debian:bookworm-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libgrpc++1.51 libprotobuf32 libyaml-cpp0.7 libcpp-httplib0.11 libprometheus-cpp-core1.0 libcpprest2.10 \
-      libbrotli1 libgomp1 libssl3 zlib1g libhdf5-103-1 libtcmalloc-minimal4 \
+      libbrotli1 libgomp1 libssl3 zlib1g libhdf5-103-1 libtcmalloc-minimal4 libdnnl2 \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/build/bin/tfjob-runtime /usr/local/bin/tfjob-runtime
 COPY --from=build /src/build/bin/tfjob /usr/local/bin/tfjob

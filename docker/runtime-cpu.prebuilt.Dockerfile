@@ -12,7 +12,7 @@ FROM debian:bookworm-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libgrpc++1.51 libprotobuf32 libyaml-cpp0.7 libcpp-httplib0.11 libprometheus-cpp-core1.0 libcpprest2.10 \
-      libbrotli1 libgomp1 libssl3 zlib1g libhdf5-103-1 libtcmalloc-minimal4 \
+      libbrotli1 libgomp1 libssl3 zlib1g libhdf5-103-1 libtcmalloc-minimal4 libdnnl2 \
  && rm -rf /var/lib/apt/lists/*
 COPY build/bin/tfjob-runtime-cpu /usr/local/bin/tfjob-runtime
 COPY build/bin/tfjob /usr/local/bin/tfjob

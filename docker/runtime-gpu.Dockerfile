@@ -17,7 +17,7 @@ RUN apt-get update \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
       libcpprest-dev libcpp-httplib-dev prometheus-cpp-dev nlohmann-json3-dev libyaml-cpp-dev libeigen3-dev \
       libgtest-dev libgmock-dev libbenchmark-dev libssl-dev zlib1g-dev libhdf5-dev libfarmhash-dev \
-      libgoogle-perftools-dev \
+      libgoogle-perftools-dev libdnnl-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . /src

@@ -11,6 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev libssl-dev zlib1g-dev
   python3-torch python3-numpy
   libgoogle-perftools-dev  # tcmalloc (libtcmalloc_minimal), tfjob-runtime's allocator (services/runtime/CMakeLists.txt)
+  libdnnl-dev  # oneDNN, the CPU matrix products (services/tensor/gemm.h)
   libhdf5-dev libfarmhash-dev  # Keras .weights.h5 (HDF5); the hash Keras' lookups bucket unknown strings with
   python3-h5py python3-protobuf  # tests: reading .weights.h5 back; an independent TFRecord writer
   openmpi-bin libopenmpi-dev  # the OpenMPI peer of bench/allreduce.sh

@@ -22,9 +22,9 @@ SharedLibrary& NcclLibrary() {
 namespace {
 
 constexpr const char* kFunctions[] = {
-    "ncclGetVersion",   "ncclGetUniqueId",       "ncclCommInitRankConfig", "ncclCommInitAll", "ncclCommDestroy",
-    "ncclCommAbort",    "ncclGetErrorString",    "ncclGetLastError",       "ncclCommGetAsyncError",
-    "ncclAllReduce",    "ncclBroadcast",         "ncclAllGather",          "ncclGroupStart",  "ncclGroupEnd"};
+    "ncclGetVersion", "ncclGetUniqueId",    "ncclCommInitRankConfig", "ncclCommInitAll",       "ncclCommDestroy",
+    "ncclCommAbort",  "ncclGetErrorString", "ncclGetLastError",       "ncclCommGetAsyncError", "ncclAllReduce",
+    "ncclBroadcast",  "ncclAllGather",      "ncclGroupStart",         "ncclGroupEnd"};
 
 }  // namespace
 

@@ -41,19 +41,19 @@ extern "C" {
 
 TFJOB_CUBLAS_FORWARD(cublasStatus_t, cublasCreate_v2, (cublasHandle_t * handle), (handle),
                      CUBLAS_STATUS_NOT_INITIALIZED)
-TFJOB_CUBLAS_FORWARD(cublasStatus_t, cublasSetStream_v2, (cublasHandle_t handle, cudaStream_t stream),
-                     (handle, stream), CUBLAS_STATUS_NOT_INITIALIZED)
+TFJOB_CUBLAS_FORWARD(cublasStatus_t, cublasSetStream_v2, (cublasHandle_t handle, cudaStream_t stream), (handle, stream),
+                     CUBLAS_STATUS_NOT_INITIALIZED)
 TFJOB_CUBLAS_FORWARD(cublasStatus_t, cublasSetMathMode, (cublasHandle_t handle, cublasMath_t mode), (handle, mode),
                      CUBLAS_STATUS_NOT_INITIALIZED)
 TFJOB_CUBLAS_FORWARD(cublasStatus_t, cublasSgemm_v2,
                      (cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
-                      const float* alpha, const float* A, int lda, const float* B, int ldb, const float* beta,
-                      float* C, int ldc),
+                      const float* alpha, const float* A, int lda, const float* B, int ldb, const float* beta, float* C,
+                      int ldc),
                      (handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc),
                      CUBLAS_STATUS_NOT_INITIALIZED)
 TFJOB_CUBLAS_FORWARD(cublasStatus_t, cublasSgemv_v2,
-                     (cublasHandle_t handle, cublasOperation_t trans, int m, int n, const float* alpha,
-                      const float* A, int lda, const float* x, int incx, const float* beta, float* y, int incy),
+                     (cublasHandle_t handle, cublasOperation_t trans, int m, int n, const float* alpha, const float* A,
+                      int lda, const float* x, int incx, const float* beta, float* y, int incy),
                      (handle, trans, m, n, alpha, A, lda, x, incx, beta, y, incy), CUBLAS_STATUS_NOT_INITIALIZED)
 TFJOB_CUBLAS_FORWARD(const char*, cublasGetStatusString, (cublasStatus_t status), (status), "cuBLAS is not loaded")
 

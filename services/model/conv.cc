@@ -13,6 +13,7 @@
 #include "services/model/layers_more.h"
 #include "services/tensor/backend.h"
 #include "services/tensor/eigen.h"
+#include "services/tensor/gemm.h"
 
 namespace tfjob::model::internal {
 namespace {
@@ -63,11 +64,10 @@ class Conv2D final : public Layer {
                                    ? Tensor::CreateUninitialized(DType::kFloat32, {rows, k})
                                    : Tensor::Create(DType::kFloat32, {rows, k}));
     Im2Col(x.data<float>(), n, patches_.data<float>());
-    Tensor y = Tensor::Zeros(DType::kFloat32, {n, oh_, ow_, spec_.filters});
-    Eigen::Map<const RowMatrix> P(patches_.data<float>(), rows, k);
-    Eigen::Map<const RowMatrix> K(params[0].data<float>(), k, spec_.filters);
+    ASSIGN_OR_RETURN(Tensor y, Tensor::CreateUninitialized(DType::kFloat32, {n, oh_, ow_, spec_.filters}));
     Eigen::Map<RowMatrix> Y(y.data<float>(), rows, spec_.filters);
-    Y.noalias() = P * K;
+    Gemm(false, false, rows, spec_.filters, k, patches_.data<float>(), k, params[0].data<float>(), spec_.filters, 0.f,
+         y.data<float>(), spec_.filters);
     if (spec_.use_bias) Y.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(params[1].data<float>(), spec_.filters);
     z_ = ActivationNeedsInput(spec_.activation) ? y.Clone() : Tensor();
     ApplyActivation(spec_.activation, y);
@@ -84,10 +84,10 @@ class Conv2D final : public Layer {
     if (!dy.on_cpu() || !y_.on_cpu()) return BackwardOnDevice(params, std::move(dy), need_input_grad, grads);
     ActivationBackward(spec_.activation, z_, y_, dy);
     const int64_t k = kh_ * kw_ * c_, rows = batch_ * oh_ * ow_;
-    Eigen::Map<const RowMatrix> P(patches_.data<float>(), rows, k);
     Eigen::Map<const RowMatrix> D(dy.data<float>(), rows, spec_.filters);
-    Tensor dk = Tensor::Zeros(DType::kFloat32, {kh_, kw_, c_, spec_.filters});
-    Eigen::Map<RowMatrix>(dk.data<float>(), k, spec_.filters).noalias() = P.transpose() * D;
+    ASSIGN_OR_RETURN(Tensor dk, Tensor::CreateUninitialized(DType::kFloat32, {kh_, kw_, c_, spec_.filters}));
+    Gemm(true, false, k, spec_.filters, rows, patches_.data<float>(), k, dy.data<float>(), spec_.filters, 0.f,
+         dk.data<float>(), spec_.filters);
     grads[0] = Gradient{false, dk, {}, {}};
     if (spec_.use_bias) {
       Tensor db = Tensor::Zeros(DType::kFloat32, {spec_.filters});
@@ -96,8 +96,8 @@ class Conv2D final : public Layer {
     }
     if (!need_input_grad) return Tensor();
     // The patches are not needed any more: their buffer takes dL/dpatches.
-    Eigen::Map<const RowMatrix> K(params[0].data<float>(), k, spec_.filters);
-    Eigen::Map<RowMatrix>(patches_.data<float>(), rows, k).noalias() = D * K.transpose();
+    Gemm(false, true, rows, k, spec_.filters, dy.data<float>(), spec_.filters, params[0].data<float>(), spec_.filters,
+         0.f, patches_.data<float>(), k);
     Tensor dx = Tensor::Zeros(DType::kFloat32, WithBatch(batch_, in_shape_));
     Col2Im(patches_.data<float>(), batch_, dx.data<float>());
     patches_ = Tensor();
@@ -163,38 +163,45 @@ class Conv2D final : public Layer {
     return dx;
   }
 
-  // Calls f(patch row, offset in the row, input offset) for every kernel
-  // position of every output pixel that lands inside the input; each call
-  // covers c_ contiguous channels.
+  // Calls f(patch offset, input offset, length) for every kernel row of
+  // every output pixel, covering the row's taps that land inside the input:
+  // those taps are neighbours in both the patch row and the input (NHWC),
+  // so each call is one contiguous run of floats.
   template <typename F>
-  void ForEachTap(int64_t n, F&& f) const {
+  void ForEachRun(int64_t n, F&& f) const {
     const int64_t k = kh_ * kw_ * c_;
     for (int64_t b = 0; b < n; ++b) {
       for (int64_t oy = 0; oy < oh_; ++oy) {
         for (int64_t ox = 0; ox < ow_; ++ox) {
           const int64_t row = ((b * oh_ + oy) * ow_ + ox) * k;
+          const int64_t x0 = ox * spec_.strides[1] - pl_;
+          const int64_t kx0 = std::max<int64_t>(0, -x0), kx1 = std::min(kw_, w_ - x0);
+          if (kx1 <= kx0) continue;
           for (int64_t ky = 0; ky < kh_; ++ky) {
             const int64_t iy = oy * spec_.strides[0] - pt_ + ky;
             if (iy < 0 || iy >= h_) continue;
-            for (int64_t kx = 0; kx < kw_; ++kx) {
-              const int64_t ix = ox * spec_.strides[1] - pl_ + kx;
-              if (ix < 0 || ix >= w_) continue;
-              f(row + (ky * kw_ + kx) * c_, ((b * h_ + iy) * w_ + ix) * c_);
-            }
+            f(row + (ky * kw_ + kx0) * c_, ((b * h_ + iy) * w_ + x0 + kx0) * c_, (kx1 - kx0) * c_);
           }
         }
       }
     }
   }
 
+  // Loops, not memcpy: a run is often a few floats (one input channel), and
+  // a call per run cost more than the copy.
   void Im2Col(const float* x, int64_t n, float* p) const {
-    const size_t bytes = static_cast<size_t>(c_) * sizeof(float);
-    ForEachTap(n, [&](int64_t to, int64_t from) { std::memcpy(p + to, x + from, bytes); });
+    ForEachRun(n, [&](int64_t to, int64_t from, int64_t len) {
+      float* __restrict dst = p + to;
+      const float* __restrict src = x + from;
+      for (int64_t i = 0; i < len; ++i) dst[i] = src[i];
+    });
   }
 
   void Col2Im(const float* p, int64_t n, float* dx) const {
-    ForEachTap(n, [&](int64_t from, int64_t to) {
-      for (int64_t ch = 0; ch < c_; ++ch) dx[to + ch] += p[from + ch];
+    ForEachRun(n, [&](int64_t from, int64_t to, int64_t len) {
+      float* __restrict dst = dx + to;
+      const float* __restrict src = p + from;
+      for (int64_t i = 0; i < len; ++i) dst[i] += src[i];
     });
   }
 

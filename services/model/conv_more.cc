@@ -18,6 +18,7 @@
 #include "services/model/activation.h"
 #include "services/model/layers_more.h"
 #include "services/tensor/eigen.h"
+#include "services/tensor/gemm.h"
 
 namespace tfjob::model::internal {
 namespace {
@@ -140,12 +141,13 @@ class Conv final : public HostLayer {
     const int64_t rows = batch_ * g_.oh * g_.ow, k = g_.taps(), fpg = filters_ / g_.groups;
     patches_ = Tensor::Zeros(DType::kFloat32, {g_.groups, rows, k});
     Tensor y = Tensor::Zeros(DType::kFloat32, WithBatch(batch_, out_shape_));
-    Eigen::Map<const RowMatrix> K(params[0].data<float>(), k, filters_);
     Eigen::Map<RowMatrix> Y(y.data<float>(), rows, filters_);
     for (int64_t grp = 0; grp < g_.groups; ++grp) {
       float* p = patches_.data<float>() + grp * rows * k;
       g_.Im2Col(x.data<float>(), batch_, grp, p);
-      Y.middleCols(grp * fpg, fpg).noalias() = Eigen::Map<const RowMatrix>(p, rows, k) * K.middleCols(grp * fpg, fpg);
+      // The group's filters: a block of columns of the kernel and the output.
+      Gemm(false, false, rows, fpg, k, p, k, params[0].data<float>() + grp * fpg, filters_, 0.f,
+           y.data<float>() + grp * fpg, filters_);
     }
     if (s_.use_bias) Y.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(params[1].data<float>(), filters_);
     z_ = ActivationNeedsInput(s_.activation) ? y.Clone() : Tensor();
@@ -160,17 +162,16 @@ class Conv final : public HostLayer {
     ActivationBackward(s_.activation, z_, y_, dy);
     const int64_t rows = batch_ * g_.oh * g_.ow, k = g_.taps(), fpg = filters_ / g_.groups;
     Eigen::Map<const RowMatrix> D(dy.data<float>(), rows, filters_);
-    Eigen::Map<const RowMatrix> K(params[0].data<float>(), k, filters_);
+    const float* kernel = params[0].data<float>();
     Tensor dk = Tensor::Zeros(DType::kFloat32, kernel_shape_);
-    Eigen::Map<RowMatrix> DK(dk.data<float>(), k, filters_);
     Tensor dx = need_input_grad ? Tensor::Zeros(DType::kFloat32, WithBatch(batch_, in_shape_)) : Tensor();
     for (int64_t grp = 0; grp < g_.groups; ++grp) {
       float* p = patches_.data<float>() + grp * rows * k;
-      Eigen::Map<RowMatrix> P(p, rows, k);
-      DK.middleCols(grp * fpg, fpg).noalias() = P.transpose() * D.middleCols(grp * fpg, fpg);
+      const float* d = dy.data<float>() + grp * fpg;
+      Gemm(true, false, k, fpg, rows, p, k, d, filters_, 0.f, dk.data<float>() + grp * fpg, filters_);
       if (!need_input_grad) continue;
       // The patches are not needed any more: their buffer takes dL/dpatches.
-      P.noalias() = D.middleCols(grp * fpg, fpg) * K.middleCols(grp * fpg, fpg).transpose();
+      Gemm(false, true, rows, k, fpg, d, filters_, kernel + grp * fpg, filters_, 0.f, p, k);
       g_.Col2Im(p, batch_, grp, dx.data<float>());
     }
     grads[0] = Gradient{false, dk, {}, {}};
@@ -306,9 +307,7 @@ class Conv2DTranspose final : public HostLayer {
     x_ = x;
     const int64_t rows = batch_ * g_.oh * g_.ow, k = g_.taps();
     Tensor cols = Tensor::Zeros(DType::kFloat32, {rows, k});
-    Eigen::Map<const RowMatrix> X(x.data<float>(), rows, cin_);
-    Eigen::Map<const RowMatrix> K(params[0].data<float>(), k, cin_);
-    Eigen::Map<RowMatrix>(cols.data<float>(), rows, k).noalias() = X * K.transpose();
+    Gemm(false, true, rows, k, cin_, x.data<float>(), cin_, params[0].data<float>(), cin_, 0.f, cols.data<float>(), k);
     Tensor y = Tensor::Zeros(DType::kFloat32, {batch_, g_.h, g_.w, spec_.filters});
     g_.Col2Im(cols.data<float>(), batch_, 0, y.data<float>());
     if (spec_.use_bias) {
@@ -328,10 +327,8 @@ class Conv2DTranspose final : public HostLayer {
     const int64_t rows = batch_ * g_.oh * g_.ow, k = g_.taps();
     Tensor cols = Tensor::Zeros(DType::kFloat32, {rows, k});
     g_.Im2Col(dy.data<float>(), batch_, 0, cols.data<float>());
-    Eigen::Map<const RowMatrix> C(cols.data<float>(), rows, k);
-    Eigen::Map<const RowMatrix> X(x_.data<float>(), rows, cin_);
     Tensor dk = Tensor::Zeros(DType::kFloat32, {g_.kh, g_.kw, spec_.filters, cin_});
-    Eigen::Map<RowMatrix>(dk.data<float>(), k, cin_).noalias() = C.transpose() * X;
+    Gemm(true, false, k, cin_, rows, cols.data<float>(), k, x_.data<float>(), cin_, 0.f, dk.data<float>(), cin_);
     grads[0] = Gradient{false, dk, {}, {}};
     if (spec_.use_bias) {
       Tensor db = Tensor::Zeros(DType::kFloat32, {spec_.filters});
@@ -341,8 +338,8 @@ class Conv2DTranspose final : public HostLayer {
     }
     if (!need_input_grad) return Tensor();
     Tensor dx = Tensor::Zeros(DType::kFloat32, x_.shape());
-    Eigen::Map<const RowMatrix> K(params[0].data<float>(), k, cin_);
-    Eigen::Map<RowMatrix>(dx.data<float>(), rows, cin_).noalias() = C * K;
+    Gemm(false, false, rows, cin_, k, cols.data<float>(), k, params[0].data<float>(), cin_, 0.f, dx.data<float>(),
+         cin_);
     return dx;
   }
 

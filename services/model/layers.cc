@@ -6,6 +6,7 @@
 #include "services/tensor/backend.h"
 #include "services/model/layers_internal.h"
 #include "services/tensor/eigen.h"
+#include "services/tensor/gemm.h"
 
 namespace tfjob::model {
 
@@ -107,10 +108,9 @@ class Dense final : public Layer {
     out_shape.back() = spec_.units;
     if (!x.on_cpu() || !w.on_cpu()) return ForwardOnDevice(params, x, rows, std::move(out_shape));
     Tensor y = Tensor::Zeros(DType::kFloat32, out_shape);
-    Eigen::Map<const RowMatrix> X(x.data<float>(), rows, in_features_);
-    Eigen::Map<const RowMatrix> W(w.data<float>(), in_features_, spec_.units);
     Eigen::Map<RowMatrix> Y(y.data<float>(), rows, spec_.units);
-    Y.noalias() = X * W;
+    Gemm(false, false, rows, spec_.units, in_features_, x.data<float>(), in_features_, w.data<float>(), spec_.units,
+         0.f, y.data<float>(), spec_.units);
     if (spec_.use_bias) {
       Eigen::Map<const Eigen::RowVectorXf> b(params[1].data<float>(), spec_.units);
       Y.rowwise() += b;
@@ -130,10 +130,10 @@ class Dense final : public Layer {
     int64_t rows = y_.size() / spec_.units;
     if (!dy.on_cpu() || !y_.on_cpu()) return BackwardOnDevice(params, std::move(dy), rows, need_input_grad, grads);
     ActivationBackward(spec_.activation, z_, y_, dy);
-    Eigen::Map<const RowMatrix> X(x_.data<float>(), rows, in_features_);
     Eigen::Map<const RowMatrix> D(dy.data<float>(), rows, spec_.units);
-    Tensor dw = Tensor::Zeros(DType::kFloat32, {in_features_, spec_.units});
-    Eigen::Map<RowMatrix>(dw.data<float>(), in_features_, spec_.units).noalias() = X.transpose() * D;
+    ASSIGN_OR_RETURN(Tensor dw, Tensor::CreateUninitialized(DType::kFloat32, {in_features_, spec_.units}));
+    Gemm(true, false, in_features_, spec_.units, rows, x_.data<float>(), in_features_, dy.data<float>(), spec_.units,
+         0.f, dw.data<float>(), spec_.units);
     grads[0] = Gradient{false, dw, {}, {}};
     if (spec_.use_bias) {
       Tensor db = Tensor::Zeros(DType::kFloat32, {spec_.units});
@@ -141,9 +141,9 @@ class Dense final : public Layer {
       grads[1] = Gradient{false, db, {}, {}};
     }
     if (!need_input_grad) return Tensor();
-    Tensor dx = Tensor::Zeros(DType::kFloat32, x_.shape());
-    Eigen::Map<const RowMatrix> W(params[0].data<float>(), in_features_, spec_.units);
-    Eigen::Map<RowMatrix>(dx.data<float>(), rows, in_features_).noalias() = D * W.transpose();
+    ASSIGN_OR_RETURN(Tensor dx, Tensor::CreateUninitialized(DType::kFloat32, x_.shape()));
+    Gemm(false, true, rows, in_features_, spec_.units, dy.data<float>(), spec_.units, params[0].data<float>(),
+         spec_.units, 0.f, dx.data<float>(), in_features_);
     return dx;
   }
 

@@ -165,6 +165,18 @@ class Model {
   };
   std::vector<LayerFlops> Flops() const;
 
+  // Where training's time went, per layer call, in the order of Flops():
+  // the seconds of its forward (training steps only; evaluation and
+  // prediction are not counted) and backward passes since the model was
+  // made, and how many training steps they cover. Host time: for layers
+  // computing on a device it is the time to queue the work.
+  struct LayerTime {
+    std::string name, type;
+    double forward = 0, backward = 0;
+    int64_t steps = 0;
+  };
+  std::vector<LayerTime> LayerTimes() const;
+
  private:
   // One call of a layer: its own Layer instance (layers cache per call),
   // sharing the layer's variables with the layer's other calls.
@@ -226,6 +238,11 @@ class Model {
   LossSpec training_loss_;
   Activation output_activation_ = Activation::kLinear;  // applied after the layers when fused
   std::vector<Node> nodes_;
+  struct NodeTime {
+    double forward = 0, backward = 0;
+    int64_t steps = 0;
+  };
+  std::vector<NodeTime> node_time_;                    // per node, written by training's Forward and Backward
   std::vector<size_t> first_node_;                     // per layer
   std::vector<std::pair<size_t, size_t>> layer_vars_;  // per layer: [first, count) into variables_
   std::vector<VariableSpec> variables_;

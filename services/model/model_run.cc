@@ -1,5 +1,6 @@
 // Model: running the graph (forward, backward, regularization) and the
 // device step. model.cc builds it.
+#include <chrono>
 #include <cmath>
 #include <map>
 
@@ -94,7 +95,26 @@ StatusOr<Tensor> ProductOfMasks(const std::string& layer, const std::vector<Tens
   return product;
 }
 
+double SecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 }  // namespace
+
+std::vector<Model::LayerTime> Model::LayerTimes() const {
+  std::vector<LayerTime> out;
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    const LayerSpec& spec = layer_specs_[nodes_[n].layer];
+    LayerTime t{spec.name, std::string(LayerTypeName(spec.type))};
+    if (n < node_time_.size()) {
+      t.forward = node_time_[n].forward;
+      t.backward = node_time_[n].backward;
+      t.steps = node_time_[n].steps;
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
 
 StatusOr<Tensor> Model::Forward(std::span<const Tensor> values, const Tensor& x, bool training) {
   if (values.size() != variables_.size()) {
@@ -117,10 +137,12 @@ StatusOr<Tensor> Model::Forward(std::span<const Tensor> values, const Tensor& x,
   std::vector<Tensor> masks(nodes_.size());  // of the calls whose outputs carry one (Node::masked)
   auto input_of = [&](const TensorRef& r) -> const Tensor& { return r.node >= 0 ? outs[r.node] : inputs[r.input]; };
   auto mask_of = [&](const TensorRef& r) { return r.node >= 0 && nodes_[r.node].masked ? masks[r.node] : Tensor(); };
+  node_time_.resize(nodes_.size());
   for (size_t n = 0; n < nodes_.size(); ++n) {
     Node& node = nodes_[n];
     auto [first, count] = layer_vars_[node.layer];
     auto params = values.subspan(first, count);
+    const auto started = std::chrono::steady_clock::now();
     if (node.impl->arity() == 1) {
       const Tensor& x = input_of(node.inputs[0]);
       node.impl->SetInputMask(mask_of(node.inputs[0]));
@@ -137,6 +159,10 @@ StatusOr<Tensor> Model::Forward(std::span<const Tensor> values, const Tensor& x,
         for (const TensorRef& r : node.inputs) in_masks.push_back(mask_of(r));
         ASSIGN_OR_RETURN(masks[n], ProductOfMasks(node.impl->name(), in_masks));
       }
+    }
+    if (training) {
+      node_time_[n].forward += SecondsSince(started);
+      ++node_time_[n].steps;
     }
     if (layer_specs_[node.layer].activity_regularizer.active()) activity_outputs_.emplace_back(n, outs[n]);
   }
@@ -188,12 +214,14 @@ Status Model::Backward(std::span<const Tensor> values, Tensor dy, std::vector<Gr
     std::vector<Gradient> local(count);
     std::vector<Tensor> dxs;
     auto params = values.subspan(first, count);
+    const auto started = std::chrono::steady_clock::now();
     if (node.impl->arity() == 1) {
       ASSIGN_OR_RETURN(Tensor dx, node.impl->Backward(params, std::move(dys[n]), need[0], local));
       dxs.push_back(std::move(dx));
     } else {
       ASSIGN_OR_RETURN(dxs, node.impl->BackwardMulti(params, std::move(dys[n]), need, local));
     }
+    if (n < node_time_.size()) node_time_[n].backward += SecondsSince(started);
     for (size_t k = 0; k < count; ++k) {
       if (!have_grad[first + k]) {
         grads[first + k] = std::move(local[k]);

@@ -53,9 +53,11 @@ class Pooling2D final : public Layer {
       }
       return y;
     }
-    Tensor y = Tensor::Zeros(DType::kFloat32, {batch_, oh_, ow_, c_});
-    float* out = y.data<float>();
     const bool max = spec_.type == LayerType::kMaxPooling2D;
+    // Max writes every output; average sums into zeros.
+    ASSIGN_OR_RETURN(Tensor y, max ? Tensor::CreateUninitialized(DType::kFloat32, {batch_, oh_, ow_, c_})
+                                   : Tensor::Create(DType::kFloat32, {batch_, oh_, ow_, c_}));
+    float* out = y.data<float>();
     if (max) {
       ASSIGN_OR_RETURN(argmax_, Tensor::CreateUninitialized(DType::kInt64, {batch_, oh_, ow_, c_}));
     }
@@ -67,18 +69,16 @@ class Pooling2D final : public Layer {
           float* o = out + ((b * oh_ + oy) * ow_ + ox) * c_;
           if (max) {
             int64_t* a = arg + ((b * oh_ + oy) * ow_ + ox) * c_;
-            bool first = true;
+            // The window's first tap, then the others.
+            const int64_t first = ((b * h_ + win.y0) * w_ + win.x0) * c_;
+            for (int64_t ch = 0; ch < c_; ++ch) {
+              o[ch] = in[first + ch];
+              a[ch] = first + ch;
+            }
             for (int64_t iy = win.y0; iy < win.y1; ++iy) {
-              for (int64_t ix = win.x0; ix < win.x1; ++ix) {
+              for (int64_t ix = iy == win.y0 ? win.x0 + 1 : win.x0; ix < win.x1; ++ix) {
                 const int64_t base = ((b * h_ + iy) * w_ + ix) * c_;
-                for (int64_t ch = 0; ch < c_; ++ch) {
-                  // Strictly greater: the first maximum wins, as in TF.
-                  if (first || in[base + ch] > o[ch]) {
-                    o[ch] = in[base + ch];
-                    a[ch] = base + ch;
-                  }
-                }
-                first = false;
+                MaxTap(in + base, base, c_, o, a);
               }
             }
           } else {
@@ -188,6 +188,20 @@ class Pooling2D final : public Layer {
 
   // The input rows [y0, y1) and columns [x0, x1) under one output pixel,
   // padding excluded.
+  // One window tap of max pooling over `channels` channels: where the tap
+  // `p` (at flat input index `base`) is strictly greater than the best so
+  // far, it becomes the best, so the first maximum wins, as in TF. The
+  // pointers never alias and every channel is a compare and two selects,
+  // so the loop vectorises.
+  static void MaxTap(const float* __restrict p, int64_t base, int64_t channels, float* __restrict best,
+                     int64_t* __restrict at) {
+    for (int64_t ch = 0; ch < channels; ++ch) {
+      const bool greater = p[ch] > best[ch];
+      best[ch] = greater ? p[ch] : best[ch];
+      at[ch] = greater ? base + ch : at[ch];
+    }
+  }
+
   struct Window {
     int64_t y0, y1, x0, x1;
     int64_t count() const { return (y1 - y0) * (x1 - x0); }

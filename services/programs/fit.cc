@@ -17,6 +17,7 @@
 
 #include "common/files.h"
 #include "common/json_reader.h"
+#include "services/tensor/gemm.h"
 #include "services/checkpoint/manager.h"
 #include "services/collective/nccl.h"
 #include "services/model/keras_model.h"
@@ -111,6 +112,7 @@ nlohmann::json SummaryJson(const strategy::FitSummary& s, const nlohmann::json& 
   nlohmann::json j = s.ToJson();
   j.update(strategy_json);
   j["threads"] = *p.flags.GetInt("threads");
+  j["cpu_matrix_products"] = GemmLibrary();  // services/tensor/gemm.h
   // The model's matrix work per example (Model::Flops), for a roofline:
   // examples/s times this is the achieved rate.
   if (auto m = model::Model::Create(p.job.model, p.job.loss); m.ok()) {

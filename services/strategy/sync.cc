@@ -134,6 +134,16 @@ class SyncStrategy final : public Strategy {
                          {"all_reduce", time_.all_reduce},
                          {"apply", time_.apply},
                          {"steps", computed_}};
+    // Inside "compute", per layer call, of the first replica: on the CPU
+    // only (on a device the host merely queues the work).
+    if (!step_->on_device()) {
+      nlohmann::json layers = nlohmann::json::array();
+      for (const auto& t : step_->first_model().LayerTimes()) {
+        layers.push_back(
+            {{"name", t.name}, {"type", t.type}, {"forward", t.forward}, {"backward", t.backward}, {"steps", t.steps}});
+      }
+      j["layer_seconds"] = std::move(layers);
+    }
     return j;
   }
 

@@ -81,6 +81,8 @@ class SyncStep {
   // One per local replica.
   const std::vector<Device>& devices() const { return devices_; }
   std::span<const VariableInfo> variables() const { return vars_; }
+  // The first local replica's model (its per-layer times: Model::LayerTimes).
+  const model::Model& first_model() const { return *models_[0]; }
   // One copy, or one per mirrored replica. Copy 0 is what checkpoints, the
   // group's state broadcast and Values() use.
   std::span<VariableCopy> copies() { return copies_; }

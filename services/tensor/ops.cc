@@ -5,6 +5,7 @@
 
 #include "services/tensor/backend.h"
 #include "services/tensor/eigen.h"
+#include "services/tensor/gemm.h"
 
 namespace tfjob::ops {
 namespace {
@@ -201,17 +202,7 @@ StatusOr<Tensor> MatMul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     return out;
   }
   Tensor out = Tensor::Zeros(DType::kFloat32, {m, n});
-  Eigen::Map<const RowMatrix> A(a.data<float>(), a.dim(0), a.dim(1));
-  Eigen::Map<const RowMatrix> B(b.data<float>(), b.dim(0), b.dim(1));
-  Eigen::Map<RowMatrix> C(out.data<float>(), m, n);
-  if (!ta && !tb)
-    C.noalias() = A * B;
-  else if (ta && !tb)
-    C.noalias() = A.transpose() * B;
-  else if (!ta && tb)
-    C.noalias() = A * B.transpose();
-  else
-    C.noalias() = A.transpose() * B.transpose();
+  Gemm(ta, tb, m, n, k, a.data<float>(), a.dim(1), b.data<float>(), b.dim(1), 0.f, out.data<float>(), n);
   return out;
 }
 

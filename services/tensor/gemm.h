@@ -1,0 +1,33 @@
+// The CPU's single-precision matrix product, for every layer and op that
+// multiplies matrices on the host (Dense, the convolutions' patch products,
+// the recurrent layers' input products, ops::MatMul):
+//
+//   C = op(A) * op(B) + beta * C,   row-major, op(X) = X or X^T
+//
+// with A [m, k] (stored [k, m] when transposed), B [k, n] (stored [n, k]),
+// C [m, n], and leading dimensions (the distance between rows as stored)
+// lda, ldb, ldc, so a column block of a wider matrix is a valid operand.
+//
+// Where it runs: oneDNN's sgemm (Debian's libdnnl, the library TensorFlow
+// computes with on CPUs) in builds that found it (TFJOB_HAVE_DNNL; see
+// docs/architecture.md for the figures that chose it), else Eigen's
+// general product (also in a oneDNN build when TFJOB_CPU_GEMM=eigen is set,
+// for benchmarks that compare the two). Both use the compute threads
+// SetComputeThreads set (threads.h), from whichever thread calls.
+//
+// Thread-safety: reentrant; calls from several threads run independently.
+// Failure: none at run time; dimensions are the caller's to check (an
+// assertion guards the programmer's error of negative sizes).
+#pragma once
+
+#include <cstdint>
+
+namespace tfjob {
+
+void Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// The library Gemm uses: "oneDNN <version>" or "Eigen <version>".
+const char* GemmLibrary();
+
+}  // namespace tfjob
