@@ -9,8 +9,10 @@
 //              bfloat16 products summed into 16 float32 lanes: 64 FLOPs per
 //              instruction);
 //   sgemm      the sustained single-precision rate of a large square matrix
-//              product in Eigen, the library the runtime's Dense and
-//              convolution kernels use (C = A * B, 2 n^3 FLOPs).
+//              product through the runtime's own Gemm (services/tensor/
+//              gemm.h: oneDNN where the build has it, else Eigen; the
+//              library is printed), which Dense and the convolutions' im2col
+//              path use (C = A * B, 2 n^3 FLOPs).
 // Each figure is the best of --reps timed runs of about --seconds each (the
 // limit is what the machine can do, so the best run, not the median).
 //
@@ -36,6 +38,8 @@
 
 #include "bench/cli.h"
 #include "common/flags.h"
+#include "services/tensor/gemm.h"
+#include "services/tensor/threads.h"
 
 namespace tfjob::bench {
 namespace {
@@ -164,18 +168,20 @@ double PeakOf(Kernel kernel, int threads, double seconds, int reps, float* sink)
   return best;
 }
 
-// Eigen's single-precision product of two n x n matrices on `threads`
-// threads, best of `reps` runs of at least `seconds` each.
+// The runtime's single-precision product (tfjob::Gemm) of two n x n
+// matrices on `threads` threads, best of `reps` runs of at least `seconds`
+// each.
 double SgemmGflops(int n, int threads, double seconds, int reps, float* sink) {
-  Eigen::setNbThreads(threads);
+  tfjob::SetComputeThreads(threads);
   Eigen::MatrixXf a = Eigen::MatrixXf::Random(n, n), b = Eigen::MatrixXf::Random(n, n), c(n, n);
-  c.noalias() = a * b;  // warm: pages touched, Eigen's blocking buffers made
+  auto product = [&] { tfjob::Gemm(false, false, n, n, n, a.data(), n, b.data(), n, 0.f, c.data(), n); };
+  product();  // warm: pages touched, blocking buffers and kernels made
   double best = 0;
   for (int r = 0; r < reps; ++r) {
     int products = 0;
     const auto start = Clock::now();
     do {
-      c.noalias() = a * b;
+      product();
       ++products;
     } while (Seconds(start) < seconds);
     best = std::max(best, 2.0 * n * n * static_cast<double>(n) * products / Seconds(start) / 1e9);
@@ -241,13 +247,14 @@ int Main(int argc, char** argv) {
       out[key]["bf16_dot"] = dot;
     }
     const double gemm = SgemmGflops(static_cast<int>(*n), t, *seconds, static_cast<int>(*reps), &sink);
-    std::printf("roofline: sgemm threads=%d gflops=%.1f n=%lld library=eigen fraction_of_fma=%.2f\n", t, gemm,
-                static_cast<long long>(*n), gemm / peak);
+    std::printf("roofline: sgemm threads=%d gflops=%.1f n=%lld library=\"%s\" fraction_of_fma=%.2f\n", t, gemm,
+                static_cast<long long>(*n), tfjob::GemmLibrary(), gemm / peak);
     out[key]["sgemm"] = gemm;
   }
   out["isa"] = isa;
   out["bf16"] = bf16;
   out["gemm_n"] = *n;
+  out["gemm_library"] = tfjob::GemmLibrary();
   if (f.Has("json")) std::ofstream(f.Get("json")) << out.dump(1) << "\n";
   // (The sum of every result, so no kernel's work is optimized away.)
   if (sink == 1.2345f) std::printf("\n");

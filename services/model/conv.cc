@@ -1,6 +1,9 @@
 // Conv2D on NHWC tensors (Keras' "channels_last") with an HWIO kernel
-// [kh, kw, in_channels, filters], Keras' own layout, as an im2col followed by
-// one Eigen matrix product: the patches of a batch form a matrix
+// [kh, kw, in_channels, filters], Keras' own layout. On the CPU, oneDNN's
+// direct convolutions compute it where the build has them (services/tensor/
+// conv2d.h; ReLU fused into the forward pass). Otherwise, and whenever
+// oneDNN refuses a geometry, an im2col followed by one matrix product
+// (services/tensor/gemm.h): the patches of a batch form a matrix
 // [batch * out_h * out_w, kh * kw * in_channels] whose product with the
 // kernel (viewed as [kh * kw * in_channels, filters]) is the NHWC output.
 // Backward is the same two products transposed plus a col2im scatter.
@@ -12,6 +15,7 @@
 #include "services/model/activation.h"
 #include "services/model/layers_more.h"
 #include "services/tensor/backend.h"
+#include "services/tensor/conv2d.h"
 #include "services/tensor/eigen.h"
 #include "services/tensor/gemm.h"
 
@@ -58,6 +62,12 @@ class Conv2D final : public Layer {
   StatusOr<Tensor> Forward(std::span<const Tensor> params, const Tensor& x, bool) override {
     if (!Matches(x, DType::kFloat32, in_shape_)) return Error(Expected(DType::kFloat32, in_shape_, x));
     if (!x.on_cpu() || !params[0].on_cpu()) return ForwardOnDevice(params, x);
+    if (DirectConv2D::Available()) {
+      auto y = ForwardDirect(params, x);
+      if (y.ok()) return y;
+      // oneDNN refused the geometry: the im2col path below computes it.
+    }
+    direct_used_ = false;
     const int64_t n = x.dim(0), k = kh_ * kw_ * c_, rows = n * oh_ * ow_;
     // Every element of a "valid" patch matrix is written below.
     ASSIGN_OR_RETURN(patches_, spec_.padding == Padding::kValid
@@ -84,6 +94,13 @@ class Conv2D final : public Layer {
     if (!dy.on_cpu() || !y_.on_cpu()) return BackwardOnDevice(params, std::move(dy), need_input_grad, grads);
     ActivationBackward(spec_.activation, z_, y_, dy);
     const int64_t k = kh_ * kw_ * c_, rows = batch_ * oh_ * ow_;
+    if (direct_used_) {
+      auto dx = BackwardDirect(params, dy, need_input_grad, grads);
+      if (dx.ok()) return dx;
+      // Refused after all: the patches the path below needs, from the input.
+      ASSIGN_OR_RETURN(patches_, Tensor::Create(DType::kFloat32, {rows, k}));
+      Im2Col(x_.data<float>(), batch_, patches_.data<float>());
+    }
     Eigen::Map<const RowMatrix> D(dy.data<float>(), rows, spec_.filters);
     ASSIGN_OR_RETURN(Tensor dk, Tensor::CreateUninitialized(DType::kFloat32, {kh_, kw_, c_, spec_.filters}));
     Gemm(true, false, k, spec_.filters, rows, patches_.data<float>(), k, dy.data<float>(), spec_.filters, 0.f,
@@ -105,6 +122,61 @@ class Conv2D final : public Layer {
   }
 
  private:
+  Conv2DGeometry DirectGeometry(int64_t n) const {
+    return {.batch = n,
+            .height = h_,
+            .width = w_,
+            .channels = c_,
+            .kernel_h = kh_,
+            .kernel_w = kw_,
+            .filters = spec_.filters,
+            .stride_h = spec_.strides[0],
+            .stride_w = spec_.strides[1],
+            .out_h = oh_,
+            .out_w = ow_,
+            .pad_top = pt_,
+            .pad_left = pl_};
+  }
+
+  // oneDNN's direct convolution, ReLU fused; the input is kept for the
+  // backward pass (no patches).
+  StatusOr<Tensor> ForwardDirect(std::span<const Tensor> params, const Tensor& x) {
+    const int64_t n = x.dim(0);
+    const bool fuse_relu = spec_.activation == Activation::kRelu;
+    ASSIGN_OR_RETURN(Tensor y, Tensor::CreateUninitialized(DType::kFloat32, {n, oh_, ow_, spec_.filters}));
+    RETURN_IF_ERROR(direct_.Forward(DirectGeometry(n), x.data<float>(), params[0].data<float>(),
+                                    spec_.use_bias ? params[1].data<float>() : nullptr, fuse_relu, y.data<float>()));
+    z_ = !fuse_relu && ActivationNeedsInput(spec_.activation) ? y.Clone() : Tensor();
+    if (!fuse_relu) ApplyActivation(spec_.activation, y);
+    x_ = x;
+    y_ = y;
+    batch_ = n;
+    patches_ = Tensor();
+    direct_used_ = true;
+    return y;
+  }
+
+  StatusOr<Tensor> BackwardDirect(std::span<const Tensor> params, const Tensor& dy, bool need_input_grad,
+                                  std::span<Gradient> grads) {
+    ASSIGN_OR_RETURN(Tensor dk, Tensor::CreateUninitialized(DType::kFloat32, {kh_, kw_, c_, spec_.filters}));
+    Tensor db;
+    if (spec_.use_bias) {
+      ASSIGN_OR_RETURN(db, Tensor::CreateUninitialized(DType::kFloat32, {spec_.filters}));
+    }
+    RETURN_IF_ERROR(direct_.BackwardWeights(DirectGeometry(batch_), x_.data<float>(), dy.data<float>(),
+                                            dk.data<float>(), spec_.use_bias ? db.data<float>() : nullptr));
+    Tensor dx;
+    if (need_input_grad) {
+      ASSIGN_OR_RETURN(dx, Tensor::CreateUninitialized(DType::kFloat32, WithBatch(batch_, in_shape_)));
+      RETURN_IF_ERROR(
+          direct_.BackwardData(DirectGeometry(batch_), dy.data<float>(), params[0].data<float>(), dx.data<float>()));
+    }
+    grads[0] = Gradient{false, dk, {}, {}};
+    if (spec_.use_bias) grads[1] = Gradient{false, db, {}, {}};
+    x_ = Tensor();
+    return dx;
+  }
+
   device::Window2D Geometry2D(int64_t n) const {
     device::Window2D w;
     w.batch = n, w.height = h_, w.width = w_, w.channels = c_;
@@ -210,6 +282,9 @@ class Conv2D final : public Layer {
   int64_t batch_ = 0;
   Tensor patches_, y_;
   Tensor z_;  // the pre-activation, when the activation's gradient needs it
+  DirectConv2D direct_;
+  bool direct_used_ = false;  // the last forward went through direct_: x_ kept, no patches
+  Tensor x_;
 };
 
 }  // namespace

@@ -44,6 +44,7 @@ std::vector<Model::LayerFlops> Model::Flops() const {
     LayerFlops f;
     f.name = spec.name;
     f.type = std::string(LayerTypeName(spec.type));
+    if (f.type.find("Conv") != std::string::npos && !in_shape.empty()) f.input_channels = in_shape.back();
     const auto [first, count] = layer_vars_[node.layer];
     for (size_t v = first; v < first + count; ++v) {
       const VariableSpec& var = variables_[v];

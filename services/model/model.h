@@ -162,6 +162,9 @@ class Model {
   struct LayerFlops {
     std::string name, type;
     int64_t forward = 0, backward = 0;
+    // A convolution's input channels (its kernel's second-to-last
+    // dimension), 0 for other layers: rooflines judge convolutions by it.
+    int64_t input_channels = 0;
   };
   std::vector<LayerFlops> Flops() const;
 

@@ -120,6 +120,7 @@ nlohmann::json SummaryJson(const strategy::FitSummary& s, const nlohmann::json& 
     int64_t forward = 0, backward = 0;
     for (const auto& f : (*m)->Flops()) {
       layers.push_back({{"name", f.name}, {"type", f.type}, {"forward", f.forward}, {"backward", f.backward}});
+      if (f.input_channels > 0) layers.back()["input_channels"] = f.input_channels;
       forward += f.forward;
       backward += f.backward;
     }

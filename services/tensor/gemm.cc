@@ -4,9 +4,6 @@
 #include <cassert>
 #include <cstdlib>
 #include <string>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 #ifdef TFJOB_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>
 #endif
@@ -21,8 +18,8 @@ using Stride = Eigen::OuterStride<>;
 using ConstMap = Eigen::Map<const RowMatrix, 0, Stride>;
 using Map = Eigen::Map<RowMatrix, 0, Stride>;
 
-void EigenGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+void EigenGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+               int64_t ldb, float beta, float* c, int64_t ldc) {
   ConstMap A(a, ta ? k : m, ta ? m : k, Stride(lda));
   ConstMap B(b, tb ? n : k, tb ? k : n, Stride(ldb));
   Map C(c, m, n, Stride(ldc));
@@ -40,36 +37,33 @@ void EigenGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a
   if (ta && tb) C.noalias() += A.transpose() * B.transpose();
 }
 
+}  // namespace
+
+bool UseOneDnn() {
 #ifdef TFJOB_HAVE_DNNL
-// TFJOB_CPU_GEMM=eigen makes a oneDNN build compute with Eigen, so that a
-// benchmark compares the two in one run (bench/roofline.sh); read once.
-bool UseDnnl() {
+  // Read once: a benchmark compares the two paths in one run by starting
+  // processes with and without it (bench/roofline.sh).
   static const bool use = [] {
-    const char* v = std::getenv("TFJOB_CPU_GEMM");
+    const char* v = std::getenv("TFJOB_CPU_KERNELS");
     return v == nullptr || std::string(v) != "eigen";
   }();
   return use;
-}
+#else
+  return false;
 #endif
-
-}  // namespace
+}
 
 void Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   assert(m >= 0 && n >= 0 && k >= 0);
   if (m == 0 || n == 0) return;
 #ifdef TFJOB_HAVE_DNNL
-#ifdef _OPENMP
-  // OpenMP's thread count is per calling thread: a training thread other
-  // than main's would otherwise run oneDNN on every core.
-  const int threads = ComputeThreads();
-  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
-#endif
+  UseComputeThreadsHere();
   // oneDNN's sgemm is row-major, as the tensors are. It refuses only
   // arguments it cannot take (none the callers make); Eigen answers those.
-  if (k > 0 && UseDnnl() &&
-      dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k, 1.f, a, lda, b, ldb, beta, c,
-                          ldc) == dnnl_success) {
+  if (k > 0 && UseOneDnn() &&
+      dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k, 1.f, a, lda, b, ldb, beta, c, ldc) ==
+          dnnl_success) {
     return;
   }
 #endif
@@ -79,8 +73,9 @@ void Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, c
 const char* GemmLibrary() {
 #ifdef TFJOB_HAVE_DNNL
   static const std::string name = [] {
-    if (!UseDnnl()) return "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) +
-                           "." + std::to_string(EIGEN_MINOR_VERSION) + " (TFJOB_CPU_GEMM=eigen)";
+    if (!UseOneDnn())
+      return "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) + "." +
+             std::to_string(EIGEN_MINOR_VERSION) + " (TFJOB_CPU_KERNELS=eigen)";
     const dnnl_version_t* v = dnnl_version();
     return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
   }();

@@ -11,8 +11,8 @@
 // Where it runs: oneDNN's sgemm (Debian's libdnnl, the library TensorFlow
 // computes with on CPUs) in builds that found it (TFJOB_HAVE_DNNL; see
 // docs/architecture.md for the figures that chose it), else Eigen's
-// general product (also in a oneDNN build when TFJOB_CPU_GEMM=eigen is set,
-// for benchmarks that compare the two). Both use the compute threads
+// general product (also in a oneDNN build when TFJOB_CPU_KERNELS=eigen is
+// set, for benchmarks that compare the two). Both use the compute threads
 // SetComputeThreads set (threads.h), from whichever thread calls.
 //
 // Thread-safety: reentrant; calls from several threads run independently.
@@ -27,7 +27,12 @@ namespace tfjob {
 void Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
-// The library Gemm uses: "oneDNN <version>" or "Eigen <version>".
+// The library Gemm (and conv2d.h's kernels) use: "oneDNN <version>" or
+// "Eigen <version>".
 const char* GemmLibrary();
+
+// Whether oneDNN computes: a build with it, and TFJOB_CPU_KERNELS is not
+// "eigen".
+bool UseOneDnn();
 
 }  // namespace tfjob

@@ -17,4 +17,11 @@ void SetComputeThreads(int n) {
 
 int ComputeThreads() { return Eigen::nbThreads(); }
 
+void UseComputeThreadsHere() {
+#ifdef _OPENMP
+  const int threads = ComputeThreads();
+  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+#endif
+}
+
 }  // namespace tfjob

@@ -639,6 +639,9 @@ TEST(ModelFlopsTest, KernelProductsPerExampleAsARooflineCountsThem) {
     if (f.type == "Conv2D") {
       EXPECT_EQ(f.forward, 2 * 9 * 32 * 26 * 26);
       EXPECT_EQ(f.backward, f.forward);  // reads the model's input: no input gradient
+      EXPECT_EQ(f.input_channels, 1);
+    } else {
+      EXPECT_EQ(f.input_channels, 0) << f.type;
     }
     forward += f.forward;
     backward += f.backward;
@@ -677,6 +680,31 @@ TEST(ModelFlopsTest, KernelProductsPerExampleAsARooflineCountsThem) {
   ASSERT_EQ(sf.size(), 1u);
   EXPECT_EQ(sf[0].forward, 2 * (27 + 12) * 36);
   EXPECT_EQ(sf[0].backward, 2 * (27 + 2 * 12) * 36);
+  EXPECT_EQ(sf[0].input_channels, 3);
+}
+
+// Training's time per layer call (the summary's layer_seconds): forward and
+// backward of training steps are counted; prediction is not.
+TEST(ModelLayerTimesTest, TrainingStepsAreTimedPerLayerAndPredictionIsNot) {
+  auto m_or = Model::Create(Mlp(), kScce);
+  ASSERT_TRUE(m_or.ok()) << m_or.status();
+  Model& m = **m_or;
+  auto values = m.InitialValues(1);
+  Tensor x = Tensor::Zeros(DType::kFloat32, {2, 3});
+  Tensor y = Tensor::FromVector({2}, std::vector<int64_t>{0, 1}).value();
+  for (const auto& t : m.LayerTimes()) EXPECT_EQ(t.steps, 0) << t.name;
+  ASSERT_TRUE(m.ComputeGradients(values, x, y).ok());
+  ASSERT_TRUE(m.ComputeGradients(values, x, y).ok());
+  ASSERT_TRUE(m.Predict(values, x).ok());
+  const auto times = m.LayerTimes();
+  const auto flops = m.Flops();
+  ASSERT_EQ(times.size(), flops.size());
+  for (size_t i = 0; i < times.size(); ++i) {
+    EXPECT_EQ(times[i].name, flops[i].name);
+    EXPECT_EQ(times[i].steps, 2) << times[i].name;  // the prediction is not a step
+    EXPECT_GT(times[i].forward, 0) << times[i].name;
+    EXPECT_GT(times[i].backward, 0) << times[i].name;
+  }
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
 // Synchronous training with N replicas and global batch B is the same
 // computation as one device with batch B: the variables after K steps agree
-// to 1e-5 (relative), with SGD and with Adam, for mirrored and central
-// storage in this process and for multi-worker mirrored groups of 2 and 3
-// members (threads here, each with its own group and sockets; the
-// multi-process version is services/runtime/tests/collective_fit_test.cc).
+// to 2e-5 (relative: float32 sums in another order), with SGD and with Adam,
+// for mirrored and central storage in this process and for multi-worker
+// mirrored groups of 2 and 3 members (threads here, each with its own group
+// and sockets; the multi-process version is services/runtime/tests/
+// collective_fit_test.cc).
 #include <cmath>
 #include <thread>
 
@@ -88,6 +89,11 @@ StatusOr<std::vector<Trained>> TrainGroup(const model::JobConfig& job, int n) {
 
 // Largest |a - b| / (|b| + 1e-3) over every element of every variable: a
 // relative error that does not blow up on weights that happen to be ~0.
+// Replicas sum partial batches' gradients, whose products oneDNN's sgemm
+// blocks differently from the whole batch's (services/tensor/gemm.h): over
+// 20 momentum steps that is measured at 1.2e-5 here, Eigen's at under 1e-5.
+constexpr double kReplicatedTolerance = 2e-5;
+
 double MaxRelativeDifference(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
   double worst = 0;
   EXPECT_EQ(a.size(), b.size());
@@ -118,7 +124,8 @@ TEST_P(EquivalenceTest, ReplicatedTrainingMatchesOneDevice) {
     auto t = Train(job, o);
     ASSERT_TRUE(t.ok()) << t.status();
     EXPECT_EQ(t->strategy["num_replicas_in_sync"], replicas);
-    EXPECT_LE(MaxRelativeDifference(t->values, base->values), 1e-5) << StrategyName(kind) << " x" << replicas;
+    EXPECT_LE(MaxRelativeDifference(t->values, base->values), kReplicatedTolerance)
+        << StrategyName(kind) << " x" << replicas;
     // The progress the replicas report is the one device's too.
     EXPECT_NEAR(t->summary.history[0].values[0].second, base->summary.history[0].values[0].second, 1e-5);
   }
@@ -127,7 +134,8 @@ TEST_P(EquivalenceTest, ReplicatedTrainingMatchesOneDevice) {
     ASSERT_TRUE(group.ok()) << group.status();
     for (int r = 0; r < n; ++r) {
       const Trained& t = (*group)[static_cast<size_t>(r)];
-      EXPECT_LE(MaxRelativeDifference(t.values, base->values), 1e-5) << "multi_worker_mirrored x" << n << " rank " << r;
+      EXPECT_LE(MaxRelativeDifference(t.values, base->values), kReplicatedTolerance)
+          << "multi_worker_mirrored x" << n << " rank " << r;
       // Every member holds exactly the same variables.
       for (size_t v = 0; v < t.values.size(); ++v) EXPECT_TRUE(Equal(t.values[v], (*group)[0].values[v]));
       EXPECT_EQ(t.summary.steps, 20);

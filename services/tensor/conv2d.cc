@@ -1,0 +1,209 @@
+#include "services/tensor/conv2d.h"
+
+#include <algorithm>
+#include <string>
+#include <unordered_map>
+
+#include "services/tensor/gemm.h"
+#include "services/tensor/threads.h"
+
+#ifdef TFJOB_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace tfjob {
+
+#ifdef TFJOB_HAVE_DNNL
+
+namespace {
+
+using Tag = dnnl::memory::format_tag;
+using Dims = dnnl::memory::dims;
+constexpr auto kF32 = dnnl::memory::data_type::f32;
+
+Status FromDnnl(const dnnl::error& e, const char* what) {
+  const Code code = e.status == dnnl_unimplemented ? Code::kUnimplemented : Code::kInternal;
+  return Status(code, std::string("oneDNN ") + what + ": " + e.what());
+}
+
+}  // namespace
+
+// The primitives of one geometry. Kernels in oneDNN's blocked layouts
+// ("any": the fastest it has for the shape) are reordered from and to the
+// layer's HWIO buffers at each call: a kernel is small beside the
+// activations.
+struct DirectConv2D::Impl {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  Conv2DGeometry geometry;
+  bool built = false, relu = false, bias = false;
+  dnnl::memory::desc src, dst, hwio, bias_md;
+  dnnl::convolution_forward::primitive_desc fwd_pd;
+  dnnl::convolution_forward fwd;
+  dnnl::memory fwd_weights;  // in fwd_pd's layout
+  bool bwd_built = false;
+  dnnl::convolution_backward_weights::primitive_desc bww_pd;
+  dnnl::convolution_backward_weights bww;
+  dnnl::memory bww_diff_weights;
+  dnnl::convolution_backward_data::primitive_desc bwd_pd;
+  dnnl::convolution_backward_data bwd;
+  dnnl::memory bwd_weights;
+
+  Dims Strides() const { return {geometry.stride_h, geometry.stride_w}; }
+  Dims PadLeft() const { return {geometry.pad_top, geometry.pad_left}; }
+  // oneDNN's bottom/right padding: what the output size needs past the
+  // input, never negative ("valid" with a stride that leaves input over).
+  Dims PadRight() const {
+    const Conv2DGeometry& g = geometry;
+    return {std::max<int64_t>(0, (g.out_h - 1) * g.stride_h + g.kernel_h - g.height - g.pad_top),
+            std::max<int64_t>(0, (g.out_w - 1) * g.stride_w + g.kernel_w - g.width - g.pad_left)};
+  }
+  dnnl::memory::desc WeightsAny() const {
+    return dnnl::memory::desc({geometry.filters, geometry.channels, geometry.kernel_h, geometry.kernel_w}, kF32,
+                              Tag::any);
+  }
+
+  void Build(const Conv2DGeometry& g, bool with_bias, bool with_relu) {
+    geometry = g;
+    relu = with_relu;
+    bias = with_bias;
+    src = dnnl::memory::desc({g.batch, g.channels, g.height, g.width}, kF32, Tag::nhwc);
+    dst = dnnl::memory::desc({g.batch, g.filters, g.out_h, g.out_w}, kF32, Tag::nhwc);
+    hwio = dnnl::memory::desc({g.filters, g.channels, g.kernel_h, g.kernel_w}, kF32, Tag::hwio);
+    bias_md = dnnl::memory::desc({g.filters}, kF32, Tag::x);
+    const dnnl::convolution_forward::desc d =
+        with_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
+                                                    dnnl::algorithm::convolution_direct, src, WeightsAny(), bias_md,
+                                                    dst, Strides(), PadLeft(), PadRight())
+                  : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
+                                                    dnnl::algorithm::convolution_direct, src, WeightsAny(), dst,
+                                                    Strides(), PadLeft(), PadRight());
+    dnnl::primitive_attr attr;
+    if (with_relu) {
+      dnnl::post_ops ops;
+      ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+      attr.set_post_ops(ops);
+    }
+    fwd_pd = dnnl::convolution_forward::primitive_desc(d, attr, engine);
+    fwd = dnnl::convolution_forward(fwd_pd);
+    fwd_weights = dnnl::memory(fwd_pd.weights_desc(), engine);
+    built = true;
+    bwd_built = false;
+  }
+
+  void BuildBackward() {
+    const dnnl::convolution_backward_weights::desc w =
+        bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src, WeightsAny(),
+                                                        bias_md, dst, Strides(), PadLeft(), PadRight())
+             : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src, WeightsAny(), dst,
+                                                        Strides(), PadLeft(), PadRight());
+    bww_pd = dnnl::convolution_backward_weights::primitive_desc(w, engine, fwd_pd);
+    bww = dnnl::convolution_backward_weights(bww_pd);
+    bww_diff_weights = dnnl::memory(bww_pd.diff_weights_desc(), engine);
+    const dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, src, WeightsAny(), dst,
+                                                  Strides(), PadLeft(), PadRight());
+    bwd_pd = dnnl::convolution_backward_data::primitive_desc(d, engine, fwd_pd);
+    bwd = dnnl::convolution_backward_data(bwd_pd);
+    bwd_weights = dnnl::memory(bwd_pd.weights_desc(), engine);
+    bwd_built = true;
+  }
+
+  // The HWIO buffer `kernel` into `into`'s layout.
+  void ReorderIn(const float* kernel, dnnl::memory& into) {
+    dnnl::memory user(hwio, engine, const_cast<float*>(kernel));
+    dnnl::reorder(user, into).execute(stream, user, into);
+  }
+};
+
+DirectConv2D::DirectConv2D() = default;
+DirectConv2D::~DirectConv2D() = default;
+
+bool DirectConv2D::Available() { return UseOneDnn(); }
+
+Status DirectConv2D::Forward(const Conv2DGeometry& g, const float* x, const float* kernel, const float* bias,
+                             bool relu, float* y) {
+  if (!Available()) return Unimplemented("this build computes convolutions without oneDNN");
+  try {
+    UseComputeThreadsHere();
+    if (!impl_) impl_ = std::make_unique<Impl>();
+    Impl& m = *impl_;
+    if (!m.built || !(m.geometry == g) || m.relu != relu || m.bias != (bias != nullptr)) {
+      m.Build(g, bias != nullptr, relu);
+    }
+    m.ReorderIn(kernel, m.fwd_weights);
+    dnnl::memory src(m.src, m.engine, const_cast<float*>(x)), dst(m.dst, m.engine, y);
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, m.fwd_weights}, {DNNL_ARG_DST, dst}};
+    if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(m.bias_md, m.engine, const_cast<float*>(bias)));
+    m.fwd.execute(m.stream, args);
+    m.stream.wait();
+    return Status::Ok();
+  } catch (const dnnl::error& e) {
+    impl_.reset();
+    return FromDnnl(e, "convolution forward");
+  }
+}
+
+Status DirectConv2D::BackwardWeights(const Conv2DGeometry& g, const float* x, const float* dy, float* dkernel,
+                                     float* dbias) {
+  if (!impl_ || !impl_->built || !(impl_->geometry == g) || impl_->bias != (dbias != nullptr)) {
+    return FailedPrecondition("convolution backward without a forward of the same geometry");
+  }
+  try {
+    UseComputeThreadsHere();
+    Impl& m = *impl_;
+    if (!m.bwd_built) m.BuildBackward();
+    dnnl::memory src(m.src, m.engine, const_cast<float*>(x)), diff_dst(m.dst, m.engine, const_cast<float*>(dy));
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_WEIGHTS, m.bww_diff_weights}};
+    if (dbias) args.emplace(DNNL_ARG_DIFF_BIAS, dnnl::memory(m.bias_md, m.engine, dbias));
+    m.bww.execute(m.stream, args);
+    dnnl::memory user(m.hwio, m.engine, dkernel);
+    dnnl::reorder(m.bww_diff_weights, user).execute(m.stream, m.bww_diff_weights, user);
+    m.stream.wait();
+    return Status::Ok();
+  } catch (const dnnl::error& e) {
+    impl_.reset();
+    return FromDnnl(e, "convolution backward (weights)");
+  }
+}
+
+Status DirectConv2D::BackwardData(const Conv2DGeometry& g, const float* dy, const float* kernel, float* dx) {
+  if (!impl_ || !impl_->built || !(impl_->geometry == g)) {
+    return FailedPrecondition("convolution backward without a forward of the same geometry");
+  }
+  try {
+    UseComputeThreadsHere();
+    Impl& m = *impl_;
+    if (!m.bwd_built) m.BuildBackward();
+    m.ReorderIn(kernel, m.bwd_weights);
+    dnnl::memory diff_dst(m.dst, m.engine, const_cast<float*>(dy)), diff_src(m.src, m.engine, dx);
+    m.bwd.execute(m.stream,
+                  {{DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_WEIGHTS, m.bwd_weights}, {DNNL_ARG_DIFF_SRC, diff_src}});
+    m.stream.wait();
+    return Status::Ok();
+  } catch (const dnnl::error& e) {
+    impl_.reset();
+    return FromDnnl(e, "convolution backward (data)");
+  }
+}
+
+#else  // no oneDNN: the layer computes its own way
+
+struct DirectConv2D::Impl {};
+DirectConv2D::DirectConv2D() = default;
+DirectConv2D::~DirectConv2D() = default;
+bool DirectConv2D::Available() { return false; }
+Status DirectConv2D::Forward(const Conv2DGeometry&, const float*, const float*, const float*, bool, float*) {
+  return Unimplemented("this build has no oneDNN");
+}
+Status DirectConv2D::BackwardWeights(const Conv2DGeometry&, const float*, const float*, float*, float*) {
+  return Unimplemented("this build has no oneDNN");
+}
+Status DirectConv2D::BackwardData(const Conv2DGeometry&, const float*, const float*, float*) {
+  return Unimplemented("this build has no oneDNN");
+}
+
+#endif
+
+}  // namespace tfjob

@@ -1,0 +1,56 @@
+// 2-D convolutions on the CPU through oneDNN's direct convolution kernels
+// (the ones TensorFlow's CPU build uses), for Conv2D (services/model/
+// conv.cc): NHWC activations, HWIO kernels as Keras stores them, Keras'
+// geometry (strides, "valid" / "same" padding as the layer computed it).
+// Measured against the layer's own im2col + matrix product: docs/
+// architecture.md. Where the build has no oneDNN (or TFJOB_CPU_KERNELS=
+// eigen), Available() is false and the layer keeps its own path.
+//
+// Ownership: a DirectConv2D owns the oneDNN primitives and blocked-layout
+// buffers of the last geometry it ran (a new batch size rebuilds them).
+// Thread-safety: one call at a time per object (a layer call owns one).
+// Failure: every oneDNN error is caught here and returned as INTERNAL or
+// UNIMPLEMENTED (a geometry oneDNN refuses); the caller then computes the
+// same result its own way, so nothing is lost.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "common/status.h"
+
+namespace tfjob {
+
+struct Conv2DGeometry {
+  int64_t batch = 0, height = 0, width = 0, channels = 0;
+  int64_t kernel_h = 1, kernel_w = 1, filters = 0, stride_h = 1, stride_w = 1;
+  int64_t out_h = 0, out_w = 0, pad_top = 0, pad_left = 0;
+  bool operator==(const Conv2DGeometry&) const = default;
+};
+
+class DirectConv2D {
+ public:
+  DirectConv2D();
+  ~DirectConv2D();
+  DirectConv2D(const DirectConv2D&) = delete;
+  DirectConv2D& operator=(const DirectConv2D&) = delete;
+
+  // True where the kernels below compute (a oneDNN build, not switched off).
+  static bool Available();
+
+  // y [batch, out_h, out_w, filters] = conv(x, kernel) + bias (bias may be
+  // null), then max(0, .) when `relu`.
+  Status Forward(const Conv2DGeometry& g, const float* x, const float* kernel, const float* bias, bool relu,
+                 float* y);
+  // dkernel (HWIO) and dbias (may be null) from the input of the last
+  // Forward's geometry and dy; both are overwritten.
+  Status BackwardWeights(const Conv2DGeometry& g, const float* x, const float* dy, float* dkernel, float* dbias);
+  // dx (NHWC, overwritten) from dy and the kernel.
+  Status BackwardData(const Conv2DGeometry& g, const float* dy, const float* kernel, float* dx);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tfjob

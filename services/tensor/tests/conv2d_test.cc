@@ -1,0 +1,117 @@
+#include "services/tensor/conv2d.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace tfjob {
+namespace {
+
+// Keras' geometry along one axis: output size and padding before, for
+// "valid" (same = false) and "same".
+void Axis(int64_t in, int64_t k, int64_t s, bool same, int64_t& out, int64_t& pad) {
+  out = same ? (in + s - 1) / s : (in - k) / s + 1;
+  pad = same ? std::max<int64_t>((out - 1) * s + k - in, 0) / 2 : 0;
+}
+
+Conv2DGeometry Make(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw, int64_t f, int64_t sh,
+                    int64_t sw, bool same) {
+  Conv2DGeometry g{.batch = n, .height = h, .width = w, .channels = c, .kernel_h = kh, .kernel_w = kw,
+                   .filters = f, .stride_h = sh, .stride_w = sw};
+  Axis(h, kh, sh, same, g.out_h, g.pad_top);
+  Axis(w, kw, sw, same, g.out_w, g.pad_left);
+  return g;
+}
+
+std::vector<float> RandomValues(size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+// Calls f(x index, kernel index, y index) for every product the
+// convolution's definition sums.
+template <typename F>
+void ForEachProduct(const Conv2DGeometry& g, F&& f) {
+  for (int64_t b = 0; b < g.batch; ++b)
+    for (int64_t oy = 0; oy < g.out_h; ++oy)
+      for (int64_t ox = 0; ox < g.out_w; ++ox)
+        for (int64_t ky = 0; ky < g.kernel_h; ++ky)
+          for (int64_t kx = 0; kx < g.kernel_w; ++kx) {
+            const int64_t iy = oy * g.stride_h - g.pad_top + ky, ix = ox * g.stride_w - g.pad_left + kx;
+            if (iy < 0 || iy >= g.height || ix < 0 || ix >= g.width) continue;
+            for (int64_t c = 0; c < g.channels; ++c)
+              for (int64_t o = 0; o < g.filters; ++o)
+                f(((b * g.height + iy) * g.width + ix) * g.channels + c, ((ky * g.kernel_w + kx) * g.channels + c) *
+                  g.filters + o, ((b * g.out_h + oy) * g.out_w + ox) * g.filters + o);
+          }
+}
+
+void ExpectNear(const std::vector<float>& got, const std::vector<double>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << what << " " << i;
+}
+
+// Forward (with and without bias, with the fused ReLU), the kernel's and
+// bias' gradients and the input's, against the convolution's definition
+// summed in double, over the geometries the layers make: one input channel
+// (an MNIST first layer), strides, "same" padding, a non-square kernel,
+// 1x1, channels >= 16.
+TEST(DirectConv2DTest, MatchesTheDefinitionForwardAndBackward) {
+  if (!DirectConv2D::Available()) GTEST_SKIP() << "no oneDNN in this build (or TFJOB_CPU_KERNELS=eigen)";
+  std::mt19937 rng(11);
+  const std::vector<Conv2DGeometry> cases = {
+      Make(2, 7, 6, 1, 3, 3, 5, 1, 1, false), Make(2, 7, 7, 3, 3, 3, 4, 2, 2, true),
+      Make(3, 9, 8, 16, 3, 2, 8, 2, 1, false), Make(2, 5, 5, 4, 1, 1, 6, 1, 1, false),
+      Make(2, 6, 6, 17, 3, 3, 16, 1, 1, true), Make(1, 8, 8, 2, 5, 5, 3, 3, 3, true)};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Conv2DGeometry& g = cases[i];
+    const std::string what = "case " + std::to_string(i);
+    const size_t xs = g.batch * g.height * g.width * g.channels, ks = g.kernel_h * g.kernel_w * g.channels * g.filters,
+                 ys = g.batch * g.out_h * g.out_w * g.filters;
+    const auto x = RandomValues(xs, rng), k = RandomValues(ks, rng), bias = RandomValues(g.filters, rng), dy = RandomValues(ys, rng);
+    for (bool with_bias : {false, true}) {
+      for (bool relu : {false, true}) {
+        std::vector<double> want(ys);
+        for (size_t j = 0; j < ys; ++j) want[j] = with_bias ? bias[j % g.filters] : 0;
+        ForEachProduct(g, [&](int64_t xi, int64_t ki, int64_t yi) { want[yi] += double(x[xi]) * k[ki]; });
+        if (relu) for (double& v : want) v = std::max(v, 0.0);
+        DirectConv2D conv;
+        std::vector<float> y(ys);
+        Status s = conv.Forward(g, x.data(), k.data(), with_bias ? bias.data() : nullptr, relu, y.data());
+        ASSERT_TRUE(s.ok()) << what << ": " << s;
+        ExpectNear(y, want, what + " forward bias=" + std::to_string(with_bias) + " relu=" + std::to_string(relu));
+
+        std::vector<double> want_dk(ks), want_db(g.filters), want_dx(xs);
+        ForEachProduct(g, [&](int64_t xi, int64_t ki, int64_t yi) {
+          want_dk[ki] += double(x[xi]) * dy[yi];
+          want_dx[xi] += double(dy[yi]) * k[ki];
+        });
+        for (size_t j = 0; j < ys; ++j) want_db[j % g.filters] += dy[j];
+        std::vector<float> dk(ks, 7.f), db(g.filters, 7.f), dx(xs, 7.f);  // overwritten, not added to
+        s = conv.BackwardWeights(g, x.data(), dy.data(), dk.data(), with_bias ? db.data() : nullptr);
+        ASSERT_TRUE(s.ok()) << what << ": " << s;
+        ExpectNear(dk, want_dk, what + " dkernel");
+        if (with_bias) ExpectNear(db, want_db, what + " dbias");
+        s = conv.BackwardData(g, dy.data(), k.data(), dx.data());
+        ASSERT_TRUE(s.ok()) << what << ": " << s;
+        ExpectNear(dx, want_dx, what + " dx");
+      }
+    }
+  }
+}
+
+TEST(DirectConv2DTest, ABackwardWithoutItsForwardIsAnErrorNotACrash) {
+  DirectConv2D conv;
+  const Conv2DGeometry g = Make(1, 4, 4, 1, 3, 3, 2, 1, 1, false);
+  std::vector<float> x(16), dy(8), dk(18), dx(16);
+  EXPECT_NE(conv.BackwardWeights(g, x.data(), dy.data(), dk.data(), nullptr).code(), Code::kOk);
+  EXPECT_NE(conv.BackwardData(g, dy.data(), dk.data(), dx.data()).code(), Code::kOk);
+}
+
+}  // namespace
+}  // namespace tfjob
