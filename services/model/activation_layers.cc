@@ -35,7 +35,7 @@ class Elementwise final : public HostLayer {
   StatusOr<Tensor> Forward(std::span<const Tensor>, const Tensor& x, bool) override {
     RETURN_IF_ERROR(CheckInput(x, dtype_));
     x_ = x;
-    Tensor y = Tensor::Zeros(DType::kFloat32, x.shape());
+    ASSIGN_OR_RETURN(Tensor y, Tensor::CreateUninitialized(DType::kFloat32, x.shape()));
     float* out = y.data<float>();
     if (dtype_ == DType::kInt64) {
       const int64_t* in = x.data<int64_t>();
@@ -43,7 +43,19 @@ class Elementwise final : public HostLayer {
       return y;
     }
     const float* in = x.data<float>();
-    for (int64_t i = 0; i < x.size(); ++i) out[i] = Apply(in[i]);
+    const int64_t n = x.size();
+    // The common layers as branch-free loops of their own (they vectorise);
+    // the rest through Apply.
+    const auto slope = static_cast<float>(spec_.negative_slope), thr = static_cast<float>(spec_.threshold);
+    switch (spec_.type) {
+      case LayerType::kReLU: {
+        const float top = spec_.has_max_value ? static_cast<float>(spec_.max_value) : HUGE_VALF;
+        Each(in, out, n, [=](float v) { return v > thr ? std::min(v, top) : slope * (v - thr); });
+        break;
+      }
+      case LayerType::kLeakyReLU: Each(in, out, n, [=](float v) { return v > 0 ? v : slope * v; }); break;
+      default: Each(in, out, n, [this](float v) { return Apply(v); });
+    }
     return y;
   }
 
@@ -53,11 +65,32 @@ class Elementwise final : public HostLayer {
     RETURN_IF_ERROR(CheckGradient(dy, in_shape_));
     const float* in = x_.data<float>();
     float* g = dy.data<float>();
-    for (int64_t i = 0; i < dy.size(); ++i) g[i] *= Derivative(in[i]);
+    const int64_t n = dy.size();
+    const auto slope = static_cast<float>(spec_.negative_slope), thr = static_cast<float>(spec_.threshold);
+    switch (spec_.type) {
+      case LayerType::kReLU: {
+        const float top = spec_.has_max_value ? static_cast<float>(spec_.max_value) : HUGE_VALF;
+        Scale(in, g, n, [=](float v) { return v > thr ? (v >= top ? 0.f : 1.f) : slope; });
+        break;
+      }
+      case LayerType::kLeakyReLU: Scale(in, g, n, [=](float v) { return v > 0 ? 1.f : slope; }); break;
+      default: Scale(in, g, n, [this](float v) { return Derivative(v); });
+    }
     return dy;
   }
 
  private:
+  // out[i] = f(in[i]), and g[i] *= f(in[i]): loops the compiler vectorises
+  // when f is branch-free (the pointers never alias).
+  template <typename F>
+  static void Each(const float* __restrict in, float* __restrict out, int64_t n, F f) {
+    for (int64_t i = 0; i < n; ++i) out[i] = f(in[i]);
+  }
+  template <typename F>
+  static void Scale(const float* __restrict in, float* __restrict g, int64_t n, F f) {
+    for (int64_t i = 0; i < n; ++i) g[i] *= f(in[i]);
+  }
+
   float Apply(float x) const {
     const auto slope = static_cast<float>(spec_.negative_slope), thr = static_cast<float>(spec_.threshold);
     const auto alpha = static_cast<float>(spec_.alpha);

@@ -64,7 +64,8 @@ class BatchNormalization final : public Layer {
     const Params p = Split(params);
     const int64_t rows = x.size() / std::max<int64_t>(c_, 1);
     Eigen::Map<const RowMatrix> X(x.data<float>(), rows, c_);
-    Tensor y = Tensor::Zeros(DType::kFloat32, x.shape());
+    // y and x-hat are written whole below.
+    ASSIGN_OR_RETURN(Tensor y, Tensor::CreateUninitialized(DType::kFloat32, x.shape()));
     Eigen::Map<RowMatrix> Y(y.data<float>(), rows, c_);
     const float eps = static_cast<float>(spec_.epsilon);
     training_ = training;
@@ -73,7 +74,7 @@ class BatchNormalization final : public Layer {
       // as Keras differentiates it): x-hat from the moving statistics.
       rows_ = rows;
       inv_ = (p.moving_variance + eps).rsqrt();
-      xhat_ = Tensor::Zeros(DType::kFloat32, x.shape());
+      ASSIGN_OR_RETURN(xhat_, Tensor::CreateUninitialized(DType::kFloat32, x.shape()));
       Eigen::Map<RowMatrix> H(xhat_.data<float>(), rows, c_);
       H.array() = (X.array().rowwise() - p.moving_mean).rowwise() * inv_;
       Y.array() = (H.array().rowwise() * p.gamma).rowwise() + p.beta;
@@ -83,7 +84,7 @@ class BatchNormalization final : public Layer {
     mean_ = rows > 0 ? Array(X.colwise().mean().array()) : Array::Zero(c_);
     var_ = rows > 0 ? Array((X.array().rowwise() - mean_).square().colwise().mean()) : Array::Zero(c_);
     inv_ = (var_ + eps).rsqrt();
-    xhat_ = Tensor::Zeros(DType::kFloat32, x.shape());
+    ASSIGN_OR_RETURN(xhat_, Tensor::CreateUninitialized(DType::kFloat32, x.shape()));
     Eigen::Map<RowMatrix> H(xhat_.data<float>(), rows, c_);
     H.array() = (X.array().rowwise() - mean_).rowwise() * inv_;
     Y.array() = (H.array().rowwise() * p.gamma).rowwise() + p.beta;
@@ -132,12 +133,13 @@ class BatchNormalization final : public Layer {
     const float m = static_cast<float>(std::max<int64_t>(rows_, 1));
     const Array mean_dxhat = dbeta * p.gamma / m;
     const Array mean_dxhat_xhat = dgamma * p.gamma / m;
-    Tensor dx = Tensor::Zeros(DType::kFloat32, dy.shape());
-    Eigen::Map<RowMatrix> DX(dx.data<float>(), rows_, c_);
+    // In place: each element of dx comes from the same element of dy and
+    // x-hat, and per-channel constants.
+    Eigen::Map<RowMatrix> DX(dy.data<float>(), rows_, c_);
     DX.array() =
         (((D.array().rowwise() * p.gamma).rowwise() - mean_dxhat) - (H.array().rowwise() * mean_dxhat_xhat)).rowwise() *
         inv_;
-    return dx;
+    return dy;
   }
 
  private:

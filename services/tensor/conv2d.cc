@@ -72,12 +72,11 @@ struct DirectConv2D::Impl {
     hwio = dnnl::memory::desc({g.filters, g.channels, g.kernel_h, g.kernel_w}, kF32, Tag::hwio);
     bias_md = dnnl::memory::desc({g.filters}, kF32, Tag::x);
     const dnnl::convolution_forward::desc d =
-        with_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
-                                                    dnnl::algorithm::convolution_direct, src, WeightsAny(), bias_md,
-                                                    dst, Strides(), PadLeft(), PadRight())
-                  : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
-                                                    dnnl::algorithm::convolution_direct, src, WeightsAny(), dst,
-                                                    Strides(), PadLeft(), PadRight());
+        with_bias
+            ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                              src, WeightsAny(), bias_md, dst, Strides(), PadLeft(), PadRight())
+            : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                              src, WeightsAny(), dst, Strides(), PadLeft(), PadRight());
     dnnl::primitive_attr attr;
     if (with_relu) {
       dnnl::post_ops ops;
@@ -93,8 +92,8 @@ struct DirectConv2D::Impl {
 
   void BuildBackward() {
     const dnnl::convolution_backward_weights::desc w =
-        bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src, WeightsAny(),
-                                                        bias_md, dst, Strides(), PadLeft(), PadRight())
+        bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src, WeightsAny(), bias_md,
+                                                        dst, Strides(), PadLeft(), PadRight())
              : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src, WeightsAny(), dst,
                                                         Strides(), PadLeft(), PadRight());
     bww_pd = dnnl::convolution_backward_weights::primitive_desc(w, engine, fwd_pd);
@@ -120,8 +119,8 @@ DirectConv2D::~DirectConv2D() = default;
 
 bool DirectConv2D::Available() { return UseOneDnn(); }
 
-Status DirectConv2D::Forward(const Conv2DGeometry& g, const float* x, const float* kernel, const float* bias,
-                             bool relu, float* y) {
+Status DirectConv2D::Forward(const Conv2DGeometry& g, const float* x, const float* kernel, const float* bias, bool relu,
+                             float* y) {
   if (!Available()) return Unimplemented("this build computes convolutions without oneDNN");
   try {
     UseComputeThreadsHere();

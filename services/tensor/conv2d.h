@@ -40,8 +40,7 @@ class DirectConv2D {
 
   // y [batch, out_h, out_w, filters] = conv(x, kernel) + bias (bias may be
   // null), then max(0, .) when `relu`.
-  Status Forward(const Conv2DGeometry& g, const float* x, const float* kernel, const float* bias, bool relu,
-                 float* y);
+  Status Forward(const Conv2DGeometry& g, const float* x, const float* kernel, const float* bias, bool relu, float* y);
   // dkernel (HWIO) and dbias (may be null) from the input of the last
   // Forward's geometry and dy; both are overwritten.
   Status BackwardWeights(const Conv2DGeometry& g, const float* x, const float* dy, float* dkernel, float* dbias);

@@ -19,8 +19,15 @@ void Axis(int64_t in, int64_t k, int64_t s, bool same, int64_t& out, int64_t& pa
 
 Conv2DGeometry Make(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw, int64_t f, int64_t sh,
                     int64_t sw, bool same) {
-  Conv2DGeometry g{.batch = n, .height = h, .width = w, .channels = c, .kernel_h = kh, .kernel_w = kw,
-                   .filters = f, .stride_h = sh, .stride_w = sw};
+  Conv2DGeometry g{.batch = n,
+                   .height = h,
+                   .width = w,
+                   .channels = c,
+                   .kernel_h = kh,
+                   .kernel_w = kw,
+                   .filters = f,
+                   .stride_h = sh,
+                   .stride_w = sw};
   Axis(h, kh, sh, same, g.out_h, g.pad_top);
   Axis(w, kw, sw, same, g.out_w, g.pad_left);
   return g;
@@ -46,14 +53,16 @@ void ForEachProduct(const Conv2DGeometry& g, F&& f) {
             if (iy < 0 || iy >= g.height || ix < 0 || ix >= g.width) continue;
             for (int64_t c = 0; c < g.channels; ++c)
               for (int64_t o = 0; o < g.filters; ++o)
-                f(((b * g.height + iy) * g.width + ix) * g.channels + c, ((ky * g.kernel_w + kx) * g.channels + c) *
-                  g.filters + o, ((b * g.out_h + oy) * g.out_w + ox) * g.filters + o);
+                f(((b * g.height + iy) * g.width + ix) * g.channels + c,
+                  ((ky * g.kernel_w + kx) * g.channels + c) * g.filters + o,
+                  ((b * g.out_h + oy) * g.out_w + ox) * g.filters + o);
           }
 }
 
 void ExpectNear(const std::vector<float>& got, const std::vector<double>& want, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << what << " " << i;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << what << " " << i;
 }
 
 // Forward (with and without bias, with the fused ReLU), the kernel's and
@@ -65,7 +74,7 @@ TEST(DirectConv2DTest, MatchesTheDefinitionForwardAndBackward) {
   if (!DirectConv2D::Available()) GTEST_SKIP() << "no oneDNN in this build (or TFJOB_CPU_KERNELS=eigen)";
   std::mt19937 rng(11);
   const std::vector<Conv2DGeometry> cases = {
-      Make(2, 7, 6, 1, 3, 3, 5, 1, 1, false), Make(2, 7, 7, 3, 3, 3, 4, 2, 2, true),
+      Make(2, 7, 6, 1, 3, 3, 5, 1, 1, false),  Make(2, 7, 7, 3, 3, 3, 4, 2, 2, true),
       Make(3, 9, 8, 16, 3, 2, 8, 2, 1, false), Make(2, 5, 5, 4, 1, 1, 6, 1, 1, false),
       Make(2, 6, 6, 17, 3, 3, 16, 1, 1, true), Make(1, 8, 8, 2, 5, 5, 3, 3, 3, true)};
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -73,13 +82,15 @@ TEST(DirectConv2DTest, MatchesTheDefinitionForwardAndBackward) {
     const std::string what = "case " + std::to_string(i);
     const size_t xs = g.batch * g.height * g.width * g.channels, ks = g.kernel_h * g.kernel_w * g.channels * g.filters,
                  ys = g.batch * g.out_h * g.out_w * g.filters;
-    const auto x = RandomValues(xs, rng), k = RandomValues(ks, rng), bias = RandomValues(g.filters, rng), dy = RandomValues(ys, rng);
+    const auto x = RandomValues(xs, rng), k = RandomValues(ks, rng), bias = RandomValues(g.filters, rng),
+               dy = RandomValues(ys, rng);
     for (bool with_bias : {false, true}) {
       for (bool relu : {false, true}) {
         std::vector<double> want(ys);
         for (size_t j = 0; j < ys; ++j) want[j] = with_bias ? bias[j % g.filters] : 0;
         ForEachProduct(g, [&](int64_t xi, int64_t ki, int64_t yi) { want[yi] += double(x[xi]) * k[ki]; });
-        if (relu) for (double& v : want) v = std::max(v, 0.0);
+        if (relu)
+          for (double& v : want) v = std::max(v, 0.0);
         DirectConv2D conv;
         std::vector<float> y(ys);
         Status s = conv.Forward(g, x.data(), k.data(), with_bias ? bias.data() : nullptr, relu, y.data());
