@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "services/model/layers_internal.h"
 #include "services/model/model.h"
 
 namespace tfjob::model {
@@ -21,6 +22,35 @@ int64_t ExampleElements(const Shape& s) {
 
 bool AppliedPerStep(LayerType t) {
   return t == LayerType::kSimpleRNN || t == LayerType::kLSTM || t == LayerType::kGRU || t == LayerType::kBidirectional;
+}
+
+// Kernel taps that land inside the input along one axis, summed over the
+// output positions: with "same" padding the edge windows hang over zeros,
+// which no kernel multiplies (so a count of whole windows would put a
+// 3x3 convolution on 7x7 at 22 % more work than it does).
+int64_t TapsInside(int64_t in, int64_t window, int64_t stride, Padding padding) {
+  const internal::AxisGeometry g = internal::Geometry(in, window, stride, padding);
+  int64_t taps = 0;
+  for (int64_t o = 0; o < g.out; ++o) {
+    const int64_t first = o * stride - g.pad_before;
+    taps += std::max<int64_t>(0, std::min(first + window, in) - std::max<int64_t>(first, 0));
+  }
+  return taps;
+}
+
+// A Conv1D's or Conv2D's forward multiply-adds per example, counting only
+// taps inside the input; -1 where the layer is not one (or is dilated).
+int64_t ConvMultiplyAdds(const LayerSpec& spec, const Shape& in, const Shape& kernel) {
+  if (spec.dilation_rate != std::array<int64_t, 2>{1, 1}) return -1;
+  const int64_t channels = kernel.size() >= 2 ? kernel[kernel.size() - 2] * kernel.back() : 0;
+  if (spec.type == LayerType::kConv2D && in.size() == 3) {
+    return channels * TapsInside(in[0], spec.kernel_size[0], spec.strides[0], spec.padding) *
+           TapsInside(in[1], spec.kernel_size[1], spec.strides[1], spec.padding);
+  }
+  if (spec.type == LayerType::kConv1D && in.size() == 2) {
+    return channels * TapsInside(in[0], spec.kernel_size[0], spec.strides[0], spec.padding);
+  }
+  return -1;
 }
 
 }  // namespace
@@ -78,7 +108,8 @@ std::vector<Model::LayerFlops> Model::Flops() const {
       } else {
         continue;  // embeddings (a gather), normalization statistics
       }
-      const int64_t forward = 2 * k * uses;
+      const int64_t conv = HasSuffix(var.name, "/kernel") ? ConvMultiplyAdds(spec, in_shape, var.shape) : -1;
+      const int64_t forward = 2 * (conv >= 0 ? conv : k * uses);
       f.forward += forward;
       f.backward += forward;                    // the kernel's gradient
       if (operand_grad) f.backward += forward;  // the operand's gradient

@@ -154,7 +154,9 @@ class Model {
   // The matrix work of one example, per layer call, in FLOPs (a
   // multiply-add is 2), as a roofline counts it: every kernel product
   // (Dense, Conv1D/2D, depthwise, separable, transposed, and the input and
-  // recurrent kernels of SimpleRNN, LSTM and GRU at every time step).
+  // recurrent kernels of SimpleRNN, LSTM and GRU at every time step);
+  // for Conv1D and Conv2D only the kernel taps inside the input ("same"
+  // padding's zeros are not work).
   // Backward is the kernel's gradient plus its operand's where that is
   // needed (not for a layer reading the model's input directly; always for
   // a recurrent state). Elementwise work, pooling, normalization and

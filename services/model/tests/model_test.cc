@@ -681,6 +681,23 @@ TEST(ModelFlopsTest, KernelProductsPerExampleAsARooflineCountsThem) {
   EXPECT_EQ(sf[0].forward, 2 * (27 + 12) * 36);
   EXPECT_EQ(sf[0].backward, 2 * (27 + 2 * 12) * 36);
   EXPECT_EQ(sf[0].input_channels, 3);
+
+  // Conv2D 4 filters 3x3 "same" on 5x5x2: along each axis the windows hold
+  // 2, 3, 3, 3, 2 taps inside the input (13, not 5 x 3): the padding's zeros
+  // are not work.
+  ModelSpec same;
+  same.input_shape = {5, 5, 2};
+  LayerSpec conv = Other(LayerType::kConv2D, "conv", 0);
+  conv.filters = 4;
+  conv.kernel_size = {3, 3};
+  conv.padding = Padding::kSame;
+  same.layers = {conv};
+  auto cm = Model::Create(same, LossSpec{LossType::kMeanSquaredError, false});
+  ASSERT_TRUE(cm.ok()) << cm.status();
+  auto cf = (*cm)->Flops();
+  ASSERT_EQ(cf.size(), 1u);
+  EXPECT_EQ(cf[0].forward, 2 * (2 * 4) * 13 * 13);
+  EXPECT_EQ(cf[0].backward, cf[0].forward);  // reads the model's input
 }
 
 // Training's time per layer call (the summary's layer_seconds): forward and
