@@ -6,6 +6,8 @@
 #include <string>
 #ifdef TFJOB_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>
+
+#include "services/tensor/onednn_library.h"
 #endif
 
 #include "services/tensor/threads.h"
@@ -45,7 +47,8 @@ bool UseOneDnn() {
   // processes with and without it (bench/roofline.sh).
   static const bool use = [] {
     const char* v = std::getenv("TFJOB_CPU_KERNELS");
-    return v == nullptr || std::string(v) != "eigen";
+    if (v != nullptr && std::string(v) == "eigen") return false;
+    return LoadOneDnn().ok();  // no libdnnl on this machine: Eigen
   }();
   return use;
 #else

@@ -9,7 +9,8 @@
 // lda, ldb, ldc, so a column block of a wider matrix is a valid operand.
 //
 // Where it runs: oneDNN's sgemm (Debian's libdnnl, the library TensorFlow
-// computes with on CPUs) in builds that found it (TFJOB_HAVE_DNNL; see
+// computes with on CPUs) in builds that found it, where the machine has it
+// (TFJOB_HAVE_DNNL, UseOneDnn; see
 // docs/architecture.md for the figures that chose it), else Eigen's
 // general product (also in a oneDNN build when TFJOB_CPU_KERNELS=eigen is
 // set, for benchmarks that compare the two). Both use the compute threads
@@ -31,8 +32,9 @@ void Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, c
 // "Eigen <version>".
 const char* GemmLibrary();
 
-// Whether oneDNN computes: a build with it, and TFJOB_CPU_KERNELS is not
-// "eigen".
+// Whether oneDNN computes: a build with it, libdnnl present on this
+// machine (it is opened on first use: onednn_library.h), and
+// TFJOB_CPU_KERNELS is not "eigen".
 bool UseOneDnn();
 
 }  // namespace tfjob

@@ -188,16 +188,19 @@ fit_in() {
 summary_field() { python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))[sys.argv[2]]))' "$1" "$2"; }
 
 cpu_mnist_mlp() {
-  local out summary=$work/cpu-mlp/summary.json owner accuracy steps
+  local out summary=$work/cpu-mlp/summary.json owner accuracy steps kernels
   out=$(fit_in "$cpu" cpu-mlp 2>&1) || { tail -n 15 <<< "$out"; return 1; }
   grep -A1 -E '^(Epoch 5/5|Evaluation)$' <<< "$out"
   [[ -f $summary ]] || fail "no summary at /out/summary.json" || return 1
   owner=$(stat -c %u:%g "$summary")
   accuracy=$(summary_field "$summary" eval_accuracy)
   steps=$(summary_field "$summary" steps)
-  echo "summary written by uid:gid $owner: eval_accuracy $accuracy, steps $steps"
+  kernels=$(summary_field "$summary" cpu_matrix_products)
+  echo "summary written by uid:gid $owner: eval_accuracy $accuracy, steps $steps, CPU kernels $kernels"
   [[ $owner == "$user:$user" ]] || fail "the summary is not owned by $user:$user" || return 1
   [[ $steps == 625 ]] || fail "expected 5 epochs of 125 steps" || return 1
+  # The image carries libdnnl, which the runtime opens on first use.
+  [[ $kernels == '"oneDNN '* ]] || fail "the CPU kernels are $kernels, not oneDNN's" || return 1
   python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) >= 0.925 else 1)' "$accuracy" \
     || fail "eval_accuracy $accuracy is under the bar 0.925"
 }
