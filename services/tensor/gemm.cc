@@ -74,20 +74,21 @@ void Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, c
 }
 
 const char* GemmLibrary() {
-#ifdef TFJOB_HAVE_DNNL
   static const std::string name = [] {
-    if (!UseOneDnn())
-      return "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) + "." +
-             std::to_string(EIGEN_MINOR_VERSION) + " (TFJOB_CPU_KERNELS=eigen)";
+    const std::string eigen = "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." +
+                              std::to_string(EIGEN_MAJOR_VERSION) + "." + std::to_string(EIGEN_MINOR_VERSION);
+#ifdef TFJOB_HAVE_DNNL
+    if (!UseOneDnn()) {
+      const char* v = std::getenv("TFJOB_CPU_KERNELS");
+      return eigen + (v != nullptr && std::string(v) == "eigen" ? " (TFJOB_CPU_KERNELS=eigen)" : " (no libdnnl here)");
+    }
     const dnnl_version_t* v = dnnl_version();
     return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+#else
+    return eigen;
+#endif
   }();
   return name.c_str();
-#else
-  static const std::string name = "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." +
-                                  std::to_string(EIGEN_MAJOR_VERSION) + "." + std::to_string(EIGEN_MINOR_VERSION);
-  return name.c_str();
-#endif
 }
 
 }  // namespace tfjob
