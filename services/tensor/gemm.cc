@@ -60,6 +60,10 @@ void Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, c
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   assert(m >= 0 && n >= 0 && k >= 0);
   if (m == 0 || n == 0) return;
+  if (const Precision p = ComputePrecision(); p != Precision::kFloat32) {
+    LowPrecisionGemm(p, transpose_a, transpose_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
 #ifdef TFJOB_HAVE_DNNL
   UseComputeThreadsHere();
   // oneDNN's sgemm is row-major, as the tensors are. It refuses only

@@ -28,7 +28,9 @@ constexpr const char* kFunctions[] = {
     "dnnl_convolution_forward_desc_init",
     "dnnl_engine_create",
     "dnnl_engine_destroy",
+    "dnnl_matmul_desc_init",
     "dnnl_memory_create",
+    "dnnl_memory_desc_init_by_strides",
     "dnnl_memory_desc_init_by_tag",
     "dnnl_memory_destroy",
     "dnnl_memory_get_engine",
@@ -96,10 +98,19 @@ TFJOB_ONEDNN_FORWARD(dnnl_status_t, dnnl_convolution_forward_desc_init,
 TFJOB_ONEDNN_FORWARD(dnnl_status_t, dnnl_engine_create, (dnnl_engine_t * engine, dnnl_engine_kind_t kind, size_t index),
                      (engine, kind, index), dnnl_runtime_error)
 TFJOB_ONEDNN_FORWARD(dnnl_status_t, dnnl_engine_destroy, (dnnl_engine_t engine), (engine), dnnl_runtime_error)
+TFJOB_ONEDNN_FORWARD(dnnl_status_t, dnnl_matmul_desc_init,
+                     (dnnl_matmul_desc_t * matmul_desc, const dnnl_memory_desc_t* src_desc,
+                      const dnnl_memory_desc_t* weights_desc, const dnnl_memory_desc_t* bias_desc,
+                      const dnnl_memory_desc_t* dst_desc),
+                     (matmul_desc, src_desc, weights_desc, bias_desc, dst_desc), dnnl_runtime_error)
 TFJOB_ONEDNN_FORWARD(dnnl_status_t, dnnl_memory_create,
                      (dnnl_memory_t * memory, const dnnl_memory_desc_t* memory_desc, dnnl_engine_t engine,
                       void* handle),
                      (memory, memory_desc, engine, handle), dnnl_runtime_error)
+TFJOB_ONEDNN_FORWARD(dnnl_status_t, dnnl_memory_desc_init_by_strides,
+                     (dnnl_memory_desc_t * memory_desc, int ndims, const dnnl_dims_t dims, dnnl_data_type_t data_type,
+                      const dnnl_dims_t strides),
+                     (memory_desc, ndims, dims, data_type, strides), dnnl_runtime_error)
 TFJOB_ONEDNN_FORWARD(dnnl_status_t, dnnl_memory_desc_init_by_tag,
                      (dnnl_memory_desc_t * memory_desc, int ndims, const dnnl_dims_t dims, dnnl_data_type_t data_type,
                       dnnl_format_tag_t tag),

@@ -1,0 +1,124 @@
+// Gemm in the calling thread's low precision (precision.h): bfloat16
+// through oneDNN's matmul (bfloat16 operands, float32 accumulation), float16
+// emulated; both round the result to the precision, as a layer computing in
+// it returns.
+#include <cassert>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "services/tensor/gemm.h"
+#include "services/tensor/precision.h"
+#ifdef TFJOB_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+#include "services/tensor/threads.h"
+
+namespace tfjob {
+namespace {
+
+// A stored operand (rows x cols with leading dimension ld) copied to a
+// packed buffer.
+template <typename T, typename Convert>
+void Pack(const float* x, int64_t rows, int64_t cols, int64_t ld, std::vector<T>& out, Convert convert) {
+  out.resize(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) convert(x + r * ld, out.data() + r * cols, cols);
+}
+
+void RoundOutput(Precision p, int64_t m, int64_t n, float* c, int64_t ldc) {
+  for (int64_t r = 0; r < m; ++r) RoundTo(p, c + r * ldc, n);
+}
+
+// float32 units on rounded operands: float16's numerics (and bfloat16's
+// where oneDNN refuses a shape).
+void EmulatedGemm(Precision p, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  thread_local std::vector<float> pa, pb;
+  auto round = [p](const float* in, float* out, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) out[i] = RoundTo(p, in[i]);
+  };
+  const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k, b_rows = tb ? n : k, b_cols = tb ? k : n;
+  Pack(a, a_rows, a_cols, lda, pa, round);
+  Pack(b, b_rows, b_cols, ldb, pb, round);
+  {
+    PrecisionScope f32(Precision::kFloat32);
+    Gemm(ta, tb, m, n, k, pa.data(), a_cols, pb.data(), b_cols, beta, c, ldc);
+  }
+  RoundOutput(p, m, n, c, ldc);
+}
+
+#ifdef TFJOB_HAVE_DNNL
+using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t>;
+
+struct Matmul {
+  dnnl::memory::desc src, weights, dst;
+  dnnl::matmul primitive;
+};
+
+struct BfloatState {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::map<Key, Matmul> cache;  // shapes repeat every step
+  std::vector<uint16_t> pa, pb;
+  std::vector<float> out;
+};
+
+bool BfloatGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                int64_t ldb, float beta, float* c, int64_t ldc) {
+  thread_local BfloatState s;
+  using dt = dnnl::memory::data_type;
+  try {
+    const Key key{ta, tb, m, n, k};
+    auto it = s.cache.find(key);
+    if (it == s.cache.end()) {
+      Matmul mm;
+      // Logical [m, k] x [k, n] over the packed buffers, transposes by strides.
+      mm.src = dnnl::memory::desc({m, k}, dt::bf16, ta ? dnnl::memory::dims{1, m} : dnnl::memory::dims{k, 1});
+      mm.weights = dnnl::memory::desc({k, n}, dt::bf16, tb ? dnnl::memory::dims{1, k} : dnnl::memory::dims{n, 1});
+      mm.dst = dnnl::memory::desc({m, n}, dt::f32, dnnl::memory::dims{n, 1});
+      mm.primitive = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(mm.src, mm.weights, mm.dst), s.engine));
+      it = s.cache.emplace(key, std::move(mm)).first;
+    }
+    const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k, b_rows = tb ? n : k, b_cols = tb ? k : n;
+    auto convert = [](const float* in, uint16_t* out, int64_t count) { ToBfloat16(in, out, count); };
+    Pack(a, a_rows, a_cols, lda, s.pa, convert);
+    Pack(b, b_rows, b_cols, ldb, s.pb, convert);
+    // Straight into C when it is packed and not accumulated into.
+    const bool direct = beta == 0.f && ldc == n;
+    if (!direct) s.out.resize(static_cast<size_t>(m * n));
+    float* dst = direct ? c : s.out.data();
+    dnnl::memory src(it->second.src, s.engine, s.pa.data()), wei(it->second.weights, s.engine, s.pb.data()),
+        out(it->second.dst, s.engine, dst);
+    it->second.primitive.execute(s.stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, out}});
+    s.stream.wait();
+    if (!direct) {
+      for (int64_t r = 0; r < m; ++r) {
+        float* row = c + r * ldc;
+        const float* res = dst + r * n;
+        for (int64_t j = 0; j < n; ++j) row[j] = (beta == 0.f ? 0.f : beta * row[j]) + res[j];
+      }
+    }
+    RoundOutput(Precision::kBfloat16, m, n, c, ldc);
+    return true;
+  } catch (const dnnl::error&) {
+    return false;  // a shape oneDNN refuses: emulated
+  }
+}
+#endif
+
+}  // namespace
+
+void LowPrecisionGemm(Precision p, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  assert(p != Precision::kFloat32);
+#ifdef TFJOB_HAVE_DNNL
+  if (p == Precision::kBfloat16 && k > 0 && UseOneDnn()) {
+    UseComputeThreadsHere();
+    if (BfloatGemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc)) return;
+  }
+#endif
+  EmulatedGemm(p, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+}
+
+}  // namespace tfjob
