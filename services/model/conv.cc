@@ -62,7 +62,9 @@ class Conv2D final : public Layer {
   StatusOr<Tensor> Forward(std::span<const Tensor> params, const Tensor& x, bool) override {
     if (!Matches(x, DType::kFloat32, in_shape_)) return Error(Expected(DType::kFloat32, in_shape_, x));
     if (!x.on_cpu() || !params[0].on_cpu()) return ForwardOnDevice(params, x);
-    if (DirectConv2D::Available()) {
+    // The direct kernels compute in float32 or bfloat16; a float16 layer's
+    // patch products go through Gemm in its (emulated) precision.
+    if (DirectConv2D::Available() && ComputePrecision() != Precision::kFloat16) {
       auto y = ForwardDirect(params, x);
       if (y.ok()) return y;
       // oneDNN refused the geometry: the im2col path below computes it.

@@ -147,8 +147,11 @@ class Config {
           (*dtype)["config"].contains("name") && (*dtype)["config"]["name"].is_string()) {
         name = (*dtype)["config"]["name"].get<std::string>();
       }
-      const bool ok = name == "float32" || (lookup && (name == "int64" || name == "int32" || name == "string"));
-      if (!ok) return Error("argument dtype=" + Dump(*dtype) + " is not supported (only float32)");
+      if (lookup && (name == "int64" || name == "int32" || name == "string")) return Status::Ok();
+      // Keras 2's policy names and Policy objects, Keras 3's DTypePolicy.
+      auto p = ParsePrecision(name);
+      if (!p.ok()) return Error("argument dtype=" + Dump(*dtype) + ": " + p.status().message());
+      s.precision = *p;
     }
     return Status::Ok();
   }

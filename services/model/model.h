@@ -148,6 +148,16 @@ class Model {
   Status EvaluateOnDevice(std::span<const Tensor> values, const Tensor& x, const Tensor& targets,
                           const std::vector<MetricType>& metrics, Tensor& stats);
 
+  // ---- mixed precision (precision.h) ----
+  // The lowest compute precision among the layers' dtype policies
+  // (float16 before bfloat16 before float32).
+  Precision compute_precision() const;
+  // Keras' loss scaling: ComputeGradients back-propagates the gradient of
+  // loss x scale and divides the variables' gradients by it again (1: off).
+  // A gradient that overflowed the layer's precision stays non-finite.
+  void set_loss_scale(float scale) { loss_scale_ = scale; }
+  float loss_scale() const { return loss_scale_; }
+
   // A Keras-like summary table.
   void Summary(std::ostream& os) const;
 
@@ -255,6 +265,14 @@ class Model {
   // The outputs of the last Forward's nodes with an activity regularizer.
   std::vector<std::pair<size_t, Tensor>> activity_outputs_;
   Shape output_shape_;
+  float loss_scale_ = 1.f;
 };
+
+// Whether every trainable gradient (dense, or a sparse one's rows) on the
+// host is finite; deltas of non-trainable state are not looked at.
+bool AllFinite(std::span<const Gradient> grads);
+// Every layer's dtype policy set to `p` (fit --mixed-precision: Keras'
+// set_global_policy before the model is built).
+void SetPrecision(ModelSpec& spec, Precision p);
 
 }  // namespace tfjob::model

@@ -31,6 +31,24 @@ Status AddInto(Tensor& a, const Tensor& b) {
   return Status::Ok();
 }
 
+// `t` holding values of `p` (host float32 only). A layer may return a view
+// of its input (Flatten, Reshape) and the input may be the caller's batch:
+// such an output is copied before it is rounded.
+void RoundOutput(Precision p, Tensor& t, std::span<const Tensor* const> inputs = {}) {
+  if (t.size() == 0 || !t.on_cpu() || t.dtype() != DType::kFloat32) return;
+  const float* begin = t.data<float>();
+  const float* end = begin + t.size();
+  for (const Tensor* in : inputs) {
+    if (in->size() == 0 || !in->on_cpu() || in->dtype() != DType::kFloat32) continue;
+    const float* b = in->data<float>();
+    if (begin < b + in->size() && b < end) {
+      t = t.Clone();
+      break;
+    }
+  }
+  RoundTo(p, t.data<float>(), t.size());
+}
+
 // A sparse gradient as dense rows of a [rows, ...] variable (host).
 Tensor Densify(const Gradient& g, const Shape& shape) {
   Tensor d = Tensor::Zeros(DType::kFloat32, shape);
@@ -143,6 +161,8 @@ StatusOr<Tensor> Model::Forward(std::span<const Tensor> values, const Tensor& x,
     auto [first, count] = layer_vars_[node.layer];
     auto params = values.subspan(first, count);
     const auto started = std::chrono::steady_clock::now();
+    const Precision precision = layer_specs_[node.layer].precision;
+    PrecisionScope scope(precision);
     if (node.impl->arity() == 1) {
       const Tensor& x = input_of(node.inputs[0]);
       node.impl->SetInputMask(mask_of(node.inputs[0]));
@@ -159,6 +179,14 @@ StatusOr<Tensor> Model::Forward(std::span<const Tensor> values, const Tensor& x,
         for (const TensorRef& r : node.inputs) in_masks.push_back(mask_of(r));
         ASSIGN_OR_RETURN(masks[n], ProductOfMasks(node.impl->name(), in_masks));
       }
+    }
+    // A mixed layer's output is a value of its compute dtype, as in Keras.
+    // Layers without weights (reshapes, activations, pooling) pass on
+    // values the next layer's products round anyway: left as they are.
+    if (precision != Precision::kFloat32 && count > 0) {
+      std::vector<const Tensor*> ins;
+      for (const TensorRef& r : node.inputs) ins.push_back(&input_of(r));
+      RoundOutput(precision, outs[n], ins);
     }
     if (training) {
       node_time_[n].forward += SecondsSince(started);
@@ -215,11 +243,23 @@ Status Model::Backward(std::span<const Tensor> values, Tensor dy, std::vector<Gr
     std::vector<Tensor> dxs;
     auto params = values.subspan(first, count);
     const auto started = std::chrono::steady_clock::now();
+    const Precision precision = layer_specs_[node.layer].precision;
+    PrecisionScope scope(precision);
     if (node.impl->arity() == 1) {
       ASSIGN_OR_RETURN(Tensor dx, node.impl->Backward(params, std::move(dys[n]), need[0], local));
       dxs.push_back(std::move(dx));
     } else {
       ASSIGN_OR_RETURN(dxs, node.impl->BackwardMulti(params, std::move(dys[n]), need, local));
+    }
+    if (precision != Precision::kFloat32) {
+      // Keras computes a mixed layer's gradients in its compute dtype and
+      // casts the variables' to float32: values of the low precision (a
+      // float16 gradient past 65504 is infinite, which loss scaling sees).
+      for (Tensor& dx : dxs) RoundOutput(precision, dx);
+      for (Gradient& g : local) {
+        if (g.delta) continue;
+        RoundOutput(precision, g.sparse ? g.values : g.dense);
+      }
     }
     if (n < node_time_.size()) node_time_[n].backward += SecondsSince(started);
     for (size_t k = 0; k < count; ++k) {
@@ -326,7 +366,21 @@ StatusOr<Model::Output> Model::ComputeGradients(std::span<const Tensor> values, 
   out.loss = lr.loss;
   out.logits = output_activation_ != Activation::kLinear || training_loss_.from_logits;
   if (!std::isfinite(lr.loss)) return InvalidArgument("loss is " + std::to_string(lr.loss) + " (diverged)");
+  if (loss_scale_ != 1.f) {
+    // Keras' LossScaleOptimizer: the gradient of (loss x scale) flows back,
+    // so small float16 gradients do not vanish; the variables' gradients
+    // are divided by the scale again. One that overflowed stays infinite
+    // (AllFinite), and the strategy skips the step.
+    AsArray(lr.grad) *= loss_scale_;
+  }
   RETURN_IF_ERROR(Backward(values, std::move(lr.grad), out.grads));
+  if (loss_scale_ != 1.f) {
+    for (Gradient& g : out.grads) {
+      if (g.delta) continue;
+      Tensor& t = g.sparse ? g.values : g.dense;
+      if (t.size() > 0) AsArray(t) *= 1.f / loss_scale_;
+    }
+  }
   if (regularized()) RETURN_IF_ERROR(Regularize(values, out.loss, &out.grads));
   return out;
 }
@@ -423,6 +477,29 @@ Status Model::EvaluateOnDevice(std::span<const Tensor> values, const Tensor& x, 
                                const std::vector<MetricType>& metrics, Tensor& stats) {
   ASSIGN_OR_RETURN(Tensor pred, Forward(values, x, false));
   return DeviceLossAndMetrics(pred, targets, nullptr, metrics, stats);
+}
+
+Precision Model::compute_precision() const {
+  Precision p = Precision::kFloat32;
+  for (const LayerSpec& l : layer_specs_) {
+    if (l.precision == Precision::kFloat16) return Precision::kFloat16;
+    if (l.precision == Precision::kBfloat16) p = Precision::kBfloat16;
+  }
+  return p;
+}
+
+bool AllFinite(std::span<const Gradient> grads) {
+  for (const Gradient& g : grads) {
+    if (g.delta) continue;
+    const Tensor& t = g.sparse ? g.values : g.dense;
+    if (t.size() == 0 || !t.on_cpu()) continue;
+    if (!AsArray(t).isFinite().all()) return false;
+  }
+  return true;
+}
+
+void SetPrecision(ModelSpec& spec, Precision p) {
+  for (LayerSpec& l : spec.layers) l.precision = p;
 }
 
 }  // namespace tfjob::model

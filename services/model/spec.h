@@ -9,6 +9,7 @@
 
 #include "services/model/activation.h"
 #include "services/model/initializers.h"
+#include "services/tensor/precision.h"
 #include "services/tensor/tensor.h"
 
 namespace tfjob::model {
@@ -152,6 +153,10 @@ struct TextSpec {
 struct LayerSpec {
   LayerType type = LayerType::kDense;
   std::string name;  // unique within the model; defaulted as Keras does ("dense_1")
+  // Keras' dtype policy: float32, or mixed_bfloat16 / mixed_float16 (the
+  // layer computes in the low precision, its variables stay float32:
+  // precision.h).
+  Precision precision = Precision::kFloat32;
   // Dense
   int64_t units = 0;
   bool use_bias = true;

@@ -53,6 +53,9 @@ Flags FitFlags() {
       // spinning threads slow down badly on a shared, loaded machine.
       .Value("threads", "compute threads for matrix products", "1")
       .Value("epochs", "override the job's epochs", "0")
+      .Value("mixed-precision",
+             "bfloat16 or float16: every layer's dtype policy becomes mixed_bfloat16 / mixed_float16 (Keras' "
+             "set_global_policy; variables stay float32)")
       .Value("strategy",
              "one_device, mirrored, multi_worker_mirrored, central_storage or parameter_server "
              "(default: from the cluster)")
@@ -169,6 +172,7 @@ StatusOr<std::vector<Tensor>> InitialWeights(const Parsed& p, const model::Model
 std::string Usage() {
   return "fit --config FILE [--keras-model MODEL.json] [--data-dir DIR] [--summary-json OUT] [--threads N] [--epochs "
          "N]\n"
+         "      [--mixed-precision bfloat16|float16]\n"
          "      [--export-weights OUT.weights.h5] [--export-tfjs DIR] [--initial-weights DIR]\n"
          "      [--predict-out OUT.json [--predict-examples N]]\n"
          "      [--strategy one_device|mirrored|multi_worker_mirrored|central_storage|parameter_server]\n"
@@ -262,6 +266,24 @@ StatusOr<Parsed> Parse(const std::vector<std::string>& args) {
     ASSIGN_OR_RETURN(p.job, model::LoadJobConfig(p.flags.Get("config")));
   }
   if (epochs > 0) p.job.epochs = epochs;
+  if (p.flags.Has("mixed-precision")) {
+    const std::string v = p.flags.Get("mixed-precision");
+    if (v != "bfloat16" && v != "float16") {
+      return InvalidArgument("flag --mixed-precision: \"" + v + "\" is not bfloat16 or float16");
+    }
+    model::SetPrecision(p.job.model, v == "bfloat16" ? Precision::kBfloat16 : Precision::kFloat16);
+  }
+  // A job whose layers compute in a precision this machine has no path for
+  // stops here, in one line.
+  for (Precision prec : {Precision::kBfloat16, Precision::kFloat16}) {
+    for (const model::LayerSpec& l : p.job.model.layers) {
+      if (l.precision != prec) continue;
+      RETURN_IF_ERROR(CpuPathFor(prec).WithContext(
+          p.flags.Has("mixed-precision") ? "flag --mixed-precision"
+                                         : "layer \"" + l.name + "\" (dtype " + std::string(PolicyName(prec)) + ")"));
+      break;
+    }
+  }
   // Every task that reads the job adapts a TextVectorization the same way
   // (deterministic over the whole training source); the parameter-server
   // workers, which read only their shard, get the chief's result instead.
@@ -383,6 +405,12 @@ class Fit final : public Program {
     // cluster is touched.
     auto m = model::Model::Create(job.model, job.loss);
     if (!m.ok()) return ReportError(m.status().WithContext(job.source), err);
+    if ((*m)->compute_precision() == Precision::kFloat16) {
+      return ReportError(FailedPrecondition("float16 layers with parameter_server: the workers have no loss scaling "
+                                            "yet; use mixed_bfloat16 (--mixed-precision bfloat16) or a synchronous "
+                                            "strategy"),
+                         err);
+    }
     auto data = strategy::LoadJobData(job, p->flags.Get("data-dir"), **m);
     if (!data.ok()) return ReportError(data.status().WithContext(job.source), err);
     if (const std::string text = model::AdaptedTextLine(job.model); !text.empty()) *ctx.out << text << std::endl;

@@ -82,6 +82,10 @@ class PsStrategy final : public Strategy {
                          {"device", p_.device}};
     // A TextVectorization adapted here: the workers read only their shard.
     dargs["text"] = model::AdaptedTextJson(p_.job.model);
+    // Each layer's dtype policy, --mixed-precision's included.
+    nlohmann::json policies = nlohmann::json::array();
+    for (const model::LayerSpec& l : p_.job.model.layers) policies.push_back(std::string(PolicyName(l.precision)));
+    dargs["layer_policies"] = std::move(policies);
     if (!p_.keras_model.empty()) {
       ASSIGN_OR_RETURN(dargs["keras_model"], ReadJsonFile(p_.keras_model));
       dargs["keras_model_source"] = p_.keras_model;

@@ -265,6 +265,19 @@ StatusOr<data::Dataset> BuildTrainDataset(WorkerFitState& state, const worker::W
   ASSIGN_OR_RETURN(model::JobConfig job,
                    model::ParseJobConfig(a.at("config"), a.at("source").get<std::string>(), keras ? &*keras : nullptr));
   if (a.contains("text")) RETURN_IF_ERROR(model::ApplyAdaptedText(a["text"], job.model));
+  if (a.contains("layer_policies")) {
+    const nlohmann::json& policies = a["layer_policies"];
+    if (!policies.is_array() || policies.size() != job.model.layers.size()) {
+      return InvalidArgument("layer_policies: one per layer expected, got " + policies.dump());
+    }
+    for (size_t l = 0; l < policies.size(); ++l) {
+      if (!policies[l].is_string()) return InvalidArgument("layer_policies: " + policies[l].dump() + " is not a name");
+      ASSIGN_OR_RETURN(job.model.layers[l].precision, ParsePrecision(policies[l].get<std::string>()));
+    }
+    for (const model::LayerSpec& l : job.model.layers) {
+      RETURN_IF_ERROR(CpuPathFor(l.precision).WithContext("layer \"" + l.name + "\""));
+    }
+  }
   SetComputeThreads(static_cast<int>(a.value("threads", int64_t{1})));
   ASSIGN_OR_RETURN(Partitioner part, ParsePartitioner(a.at("partitioner").get<std::string>()));
   ASSIGN_OR_RETURN(auto m, model::Model::Create(job.model, job.loss));

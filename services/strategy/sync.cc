@@ -124,6 +124,10 @@ class SyncStrategy final : public Strategy {
       j["communication"] = step_->in_process_communication();
     }
     if (mgr_) j["checkpoints_written"] = checkpoints_;
+    if (const DynamicLossScale* ls = step_->loss_scale()) {
+      j["loss_scale"] = ls->scale();
+      j["skipped_steps"] = ls->skipped_steps();
+    }
     // Where this process's step time went (seconds over the run). Mirrored
     // replicas reduce inside "compute"; only multi-worker mirrored has a
     // separate all-reduce. On a device these are host times (queueing the

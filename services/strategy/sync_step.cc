@@ -6,6 +6,7 @@
 #include "services/collective/nccl.h"
 #include "services/model/constraints.h"
 #include "services/tensor/backend.h"
+#include "services/tensor/eigen.h"
 #include "services/tensor/ops.h"
 
 namespace tfjob::strategy {
@@ -66,6 +67,7 @@ StatusOr<std::unique_ptr<SyncStep>> SyncStep::Create(const model::JobConfig& job
   }
   RETURN_IF_ERROR(s->ProbeSparse(input));
   if (s->on_device_) RETURN_IF_ERROR(s->MoveToDevices());
+  if (s->models_[0]->compute_precision() == Precision::kFloat16) s->loss_scale_.emplace(o.loss_scale);
   return s;
 }
 
@@ -218,6 +220,7 @@ Status SyncStep::ReplicaStep(int i, const Tensor& x, const Tensor& y) {
   ReplicaOutput& o = outputs_[static_cast<size_t>(i)];
   o.stats = NewStats();
   model::Model& m = *models_[static_cast<size_t>(i)];
+  m.set_loss_scale(loss_scale_ ? loss_scale_->scale() : 1.f);
   const std::vector<Tensor>& values = CopyOf(i).values;
   if (reduction_ == Reduction::kNone) {
     ASSIGN_OR_RETURN(model::Model::Output out, m.ComputeGradients(values, x, y));
@@ -288,10 +291,16 @@ Status SyncStep::ReduceInProcess(int i, ReplicaGradients& grads) {
     collective::Communicator* c = local_group_->member(i);
     RETURN_IF_ERROR(Staged(p, [c](std::span<Tensor* const> t) { return c->AllReduce(t, ReduceOp::kSum); }));
   }
-  return ApplyReduced(CopyOf(i), grads);
+  return ApplyReduced(CopyOf(i), grads, outputs_[static_cast<size_t>(i)].finite);
 }
 
-Status SyncStep::ApplyReduced(VariableCopy& copy, const ReplicaGradients& g) {
+Status SyncStep::ApplyReduced(VariableCopy& copy, const ReplicaGradients& g, bool& finite) {
+  finite = true;
+  if (loss_scale_) {
+    for (size_t v = 0; v < g.size() && finite; ++v) {
+      if (vars_[v].trainable && g[v].dense.on_cpu()) finite = AsArray(g[v].dense).isFinite().all();
+    }
+  }
   for (size_t v = 0; v < copy.values.size(); ++v) {
     Tensor& value = copy.values[v];
     if (!vars_[v].trainable) {
@@ -299,6 +308,7 @@ Status SyncStep::ApplyReduced(VariableCopy& copy, const ReplicaGradients& g) {
       RETURN_IF_ERROR(model::AddDelta(value, g[v].dense));
       continue;
     }
+    if (!finite) continue;  // a skipped step: moving statistics still move, as in Keras
     if (!vars_[v].sparse) {
       RETURN_IF_ERROR(optimizer_.ApplyDense(value, g[v].dense, copy.slots[v]));
       RETURN_IF_ERROR(model::ApplyConstraint(vars_[v].constraint, value));
@@ -327,16 +337,23 @@ StatusOr<StepProgress> SyncStep::ReduceAndApply(int64_t batch_rows, const GroupR
     case Reduction::kInReplicas: break;  // every replica has applied the sum to its own copy
     case Reduction::kSumToOneCopy: RETURN_IF_ERROR(SumAndApply()); break;
     case Reduction::kAcrossGroup:
-      if (!on_device_) return AllReduceOnHost(std::move(p), group, w, t);
+      if (!on_device_) {
+        ASSIGN_OR_RETURN(p, AllReduceOnHost(std::move(p), group, w, t));
+        break;
+      }
       RETURN_IF_ERROR(AllReduceOnDevice(group, w, t));
       break;
   }
+  // Every replica decided alike on the same reduced gradients.
+  if (loss_scale_) loss_scale_->Update(outputs_[0].finite);
   return p;
 }
 
 Status SyncStep::ApplyAsComputed() {
   VariableCopy& copy = copies_[0];
+  outputs_[0].finite = !loss_scale_ || model::AllFinite(outputs_[0].raw);
   for (size_t v = 0; v < copy.values.size(); ++v) {
+    if (!outputs_[0].finite && vars_[v].trainable) continue;  // Keras skips the step
     RETURN_IF_ERROR(optimizer_.Apply(copy.values[v], outputs_[0].raw[v], copy.slots[v]));
     if (vars_[v].trainable) RETURN_IF_ERROR(model::ApplyConstraint(vars_[v].constraint, copy.values[v]));
   }
@@ -348,7 +365,7 @@ Status SyncStep::SumAndApply() {
   per_replica.reserve(outputs_.size());
   for (ReplicaOutput& o : outputs_) per_replica.push_back(std::move(o.grads));
   ASSIGN_OR_RETURN(ReplicaGradients sum, SumInReplicaOrder(per_replica));
-  return ApplyReduced(copies_[0], sum);
+  return ApplyReduced(copies_[0], sum, outputs_[0].finite);
 }
 
 Status SyncStep::AllReduceOnDevice(const GroupReducer& group, Stopwatch& w, StepSeconds& t) {
@@ -361,7 +378,7 @@ Status SyncStep::AllReduceOnDevice(const GroupReducer& group, Stopwatch& w, Step
     RETURN_IF_ERROR(Staged(p, [c](std::span<Tensor* const> ts) { return c->AllReduce(ts, ReduceOp::kSum); }));
   }
   w.Lap(t.all_reduce);
-  RETURN_IF_ERROR(ApplyReduced(copies_[0], outputs_[0].grads));
+  RETURN_IF_ERROR(ApplyReduced(copies_[0], outputs_[0].grads, outputs_[0].finite));
   ASSIGN_OR_RETURN(device::Backend * be, device::BackendFor(step_stats_.device()));
   RETURN_IF_ERROR(be->BinaryOp(device::Binary::kAdd, chunk_stats_[0], step_stats_, chunk_stats_[0]));
   return be->Fill(step_stats_, 0.f);
@@ -376,7 +393,7 @@ StatusOr<StepProgress> SyncStep::AllReduceOnHost(StepProgress p, const GroupRedu
   ptrs.push_back(&sums);
   RETURN_IF_ERROR(group.comm->AllReduce(ptrs, ReduceOp::kSum));
   w.Lap(t.all_reduce);
-  RETURN_IF_ERROR(ApplyReduced(copies_[0], outputs_[0].grads));
+  RETURN_IF_ERROR(ApplyReduced(copies_[0], outputs_[0].grads, outputs_[0].finite));
   ASSIGN_OR_RETURN(StepSums reduced, UnpackStepSums(sums, job_.metrics.size()));
   p.stats = std::move(reduced.stats);
   // Every member's rows: the global batch, also when each read its own part.

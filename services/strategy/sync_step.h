@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -86,6 +87,9 @@ class SyncStep {
   // One copy, or one per mirrored replica. Copy 0 is what checkpoints, the
   // group's state broadcast and Values() use.
   std::span<VariableCopy> copies() { return copies_; }
+  // The float16 loss scale (a model with float16 layers on the host), or
+  // nullptr.
+  const DynamicLossScale* loss_scale() const { return loss_scale_ ? &*loss_scale_ : nullptr; }
   // How mirrored replicas reduce in process: "local", "nccl", or "" when
   // they do not.
   std::string_view in_process_communication() const;
@@ -111,6 +115,7 @@ class SyncStep {
     BatchStats stats;
     std::vector<model::Gradient> raw;  // kNone: applied as computed
     ReplicaGradients grads;            // otherwise: scaled, dense, reducible
+    bool finite = true;                // the applied gradients were finite (else the update was skipped)
   };
   // Replica i's rows [begin, end) of the global batch and the batch size
   // its share is of.
@@ -133,7 +138,9 @@ class SyncStep {
   Status ReplicaStep(int i, const Tensor& x, const Tensor& y);
   Status DeviceReplicaStep(int i, const Tensor& x, const Tensor& y);
   Status ReduceInProcess(int i, ReplicaGradients& grads);
-  Status ApplyReduced(VariableCopy& copy, const ReplicaGradients& g);
+  // With loss scaling, non-finite gradients update nothing trainable and
+  // set `finite` false (Keras skips the step).
+  Status ApplyReduced(VariableCopy& copy, const ReplicaGradients& g, bool& finite);
   Status ApplyAsComputed();
   Status SumAndApply();
   Status AllReduceOnDevice(const GroupReducer& group, Stopwatch& w, StepSeconds& t);
@@ -159,6 +166,8 @@ class SyncStep {
   std::vector<Tensor> chunk_stats_;  // per local replica, on its device: loss and metric sums of the chunk
   Tensor step_stats_;                // in a group on a device: this step's sums, all-reduced
   std::unique_ptr<ReplicaPool> pool_;
+  std::optional<DynamicLossScale> loss_scale_;
+  DynamicLossScale::Options loss_scale_options_;
   std::unique_ptr<collective::LocalGroup> local_group_;                // mirrored, several replicas
   std::vector<std::unique_ptr<collective::Communicator>> nccl_local_;  // mirrored over GPUs
 };

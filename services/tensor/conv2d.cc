@@ -4,7 +4,10 @@
 #include <string>
 #include <unordered_map>
 
+#include <vector>
+
 #include "services/tensor/gemm.h"
+#include "services/tensor/precision.h"
 #include "services/tensor/threads.h"
 
 #ifdef TFJOB_HAVE_DNNL
@@ -20,6 +23,7 @@ namespace {
 using Tag = dnnl::memory::format_tag;
 using Dims = dnnl::memory::dims;
 constexpr auto kF32 = dnnl::memory::data_type::f32;
+constexpr auto kBf16 = dnnl::memory::data_type::bf16;
 
 Status FromDnnl(const dnnl::error& e, const char* what) {
   const Code code = e.status == dnnl_unimplemented ? Code::kUnimplemented : Code::kInternal;
@@ -32,12 +36,19 @@ Status FromDnnl(const dnnl::error& e, const char* what) {
 // ("any": the fastest it has for the shape) are reordered from and to the
 // layer's HWIO buffers at each call: a kernel is small beside the
 // activations.
+//
+// In bfloat16 (the thread's ComputePrecision, precision.h) the input, the
+// kernel and dL/dy enter the primitives as bfloat16 (converted here); the
+// output and the gradients leave as float32, accumulated in float32.
 struct DirectConv2D::Impl {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   Conv2DGeometry geometry;
-  bool built = false, relu = false, bias = false;
-  dnnl::memory::desc src, dst, hwio, bias_md;
+  bool built = false, relu = false, bias = false, bf16 = false;
+  // src_lp, dst_lp: the input and dL/dy as the primitives read them (f32,
+  // or bf16 in bfloat16).
+  dnnl::memory::desc src, dst, hwio, bias_md, src_lp, dst_lp;
+  std::vector<uint16_t> x_bf16, dy_bf16;
   dnnl::convolution_forward::primitive_desc fwd_pd;
   dnnl::convolution_forward fwd;
   dnnl::memory fwd_weights;  // in fwd_pd's layout
@@ -58,25 +69,28 @@ struct DirectConv2D::Impl {
     return {std::max<int64_t>(0, (g.out_h - 1) * g.stride_h + g.kernel_h - g.height - g.pad_top),
             std::max<int64_t>(0, (g.out_w - 1) * g.stride_w + g.kernel_w - g.width - g.pad_left)};
   }
-  dnnl::memory::desc WeightsAny() const {
-    return dnnl::memory::desc({geometry.filters, geometry.channels, geometry.kernel_h, geometry.kernel_w}, kF32,
-                              Tag::any);
+  dnnl::memory::desc WeightsAny(bool low = true) const {
+    return dnnl::memory::desc({geometry.filters, geometry.channels, geometry.kernel_h, geometry.kernel_w},
+                              bf16 && low ? kBf16 : kF32, Tag::any);
   }
 
-  void Build(const Conv2DGeometry& g, bool with_bias, bool with_relu) {
+  void Build(const Conv2DGeometry& g, bool with_bias, bool with_relu, bool in_bf16) {
     geometry = g;
     relu = with_relu;
     bias = with_bias;
+    bf16 = in_bf16;
     src = dnnl::memory::desc({g.batch, g.channels, g.height, g.width}, kF32, Tag::nhwc);
     dst = dnnl::memory::desc({g.batch, g.filters, g.out_h, g.out_w}, kF32, Tag::nhwc);
+    src_lp = dnnl::memory::desc({g.batch, g.channels, g.height, g.width}, bf16 ? kBf16 : kF32, Tag::nhwc);
+    dst_lp = dnnl::memory::desc({g.batch, g.filters, g.out_h, g.out_w}, bf16 ? kBf16 : kF32, Tag::nhwc);
     hwio = dnnl::memory::desc({g.filters, g.channels, g.kernel_h, g.kernel_w}, kF32, Tag::hwio);
     bias_md = dnnl::memory::desc({g.filters}, kF32, Tag::x);
     const dnnl::convolution_forward::desc d =
         with_bias
             ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                              src, WeightsAny(), bias_md, dst, Strides(), PadLeft(), PadRight())
+                                              src_lp, WeightsAny(), bias_md, dst, Strides(), PadLeft(), PadRight())
             : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                              src, WeightsAny(), dst, Strides(), PadLeft(), PadRight());
+                                              src_lp, WeightsAny(), dst, Strides(), PadLeft(), PadRight());
     dnnl::primitive_attr attr;
     if (with_relu) {
       dnnl::post_ops ops;
@@ -92,19 +106,32 @@ struct DirectConv2D::Impl {
 
   void BuildBackward() {
     const dnnl::convolution_backward_weights::desc w =
-        bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src, WeightsAny(), bias_md,
-                                                        dst, Strides(), PadLeft(), PadRight())
-             : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src, WeightsAny(), dst,
-                                                        Strides(), PadLeft(), PadRight());
+        bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_lp,
+                                                        WeightsAny(false), bias_md, dst_lp, Strides(), PadLeft(),
+                                                        PadRight())
+             : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_lp,
+                                                        WeightsAny(false), dst_lp, Strides(), PadLeft(), PadRight());
     bww_pd = dnnl::convolution_backward_weights::primitive_desc(w, engine, fwd_pd);
     bww = dnnl::convolution_backward_weights(bww_pd);
     bww_diff_weights = dnnl::memory(bww_pd.diff_weights_desc(), engine);
-    const dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, src, WeightsAny(), dst,
+    const dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, src, WeightsAny(), dst_lp,
                                                   Strides(), PadLeft(), PadRight());
     bwd_pd = dnnl::convolution_backward_data::primitive_desc(d, engine, fwd_pd);
     bwd = dnnl::convolution_backward_data(bwd_pd);
     bwd_weights = dnnl::memory(bwd_pd.weights_desc(), engine);
     bwd_built = true;
+  }
+
+  // `x` (float32, `desc`'s elements) as the primitives read it: itself, or
+  // converted into `buf` in bfloat16.
+  dnnl::memory LowPrecision(const dnnl::memory::desc& desc, const dnnl::memory::desc& lp, const float* x,
+                            std::vector<uint16_t>& buf) {
+    if (!bf16) return dnnl::memory(desc, engine, const_cast<float*>(x));
+    int64_t n = 1;
+    for (int64_t d : desc.dims()) n *= d;
+    buf.resize(static_cast<size_t>(n));
+    ToBfloat16(x, buf.data(), n);
+    return dnnl::memory(lp, engine, buf.data());
   }
 
   // The HWIO buffer `kernel` into `into`'s layout.
@@ -126,11 +153,12 @@ Status DirectConv2D::Forward(const Conv2DGeometry& g, const float* x, const floa
     UseComputeThreadsHere();
     if (!impl_) impl_ = std::make_unique<Impl>();
     Impl& m = *impl_;
-    if (!m.built || !(m.geometry == g) || m.relu != relu || m.bias != (bias != nullptr)) {
-      m.Build(g, bias != nullptr, relu);
+    const bool bf16 = ComputePrecision() == Precision::kBfloat16;
+    if (!m.built || !(m.geometry == g) || m.relu != relu || m.bias != (bias != nullptr) || m.bf16 != bf16) {
+      m.Build(g, bias != nullptr, relu, bf16);
     }
     m.ReorderIn(kernel, m.fwd_weights);
-    dnnl::memory src(m.src, m.engine, const_cast<float*>(x)), dst(m.dst, m.engine, y);
+    dnnl::memory src = m.LowPrecision(m.src, m.src_lp, x, m.x_bf16), dst(m.dst, m.engine, y);
     std::unordered_map<int, dnnl::memory> args{
         {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, m.fwd_weights}, {DNNL_ARG_DST, dst}};
     if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(m.bias_md, m.engine, const_cast<float*>(bias)));
@@ -152,7 +180,8 @@ Status DirectConv2D::BackwardWeights(const Conv2DGeometry& g, const float* x, co
     UseComputeThreadsHere();
     Impl& m = *impl_;
     if (!m.bwd_built) m.BuildBackward();
-    dnnl::memory src(m.src, m.engine, const_cast<float*>(x)), diff_dst(m.dst, m.engine, const_cast<float*>(dy));
+    dnnl::memory src = m.LowPrecision(m.src, m.src_lp, x, m.x_bf16);
+    dnnl::memory diff_dst = m.LowPrecision(m.dst, m.dst_lp, dy, m.dy_bf16);
     std::unordered_map<int, dnnl::memory> args{
         {DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_WEIGHTS, m.bww_diff_weights}};
     if (dbias) args.emplace(DNNL_ARG_DIFF_BIAS, dnnl::memory(m.bias_md, m.engine, dbias));
@@ -176,7 +205,7 @@ Status DirectConv2D::BackwardData(const Conv2DGeometry& g, const float* dy, cons
     Impl& m = *impl_;
     if (!m.bwd_built) m.BuildBackward();
     m.ReorderIn(kernel, m.bwd_weights);
-    dnnl::memory diff_dst(m.dst, m.engine, const_cast<float*>(dy)), diff_src(m.src, m.engine, dx);
+    dnnl::memory diff_dst = m.LowPrecision(m.dst, m.dst_lp, dy, m.dy_bf16), diff_src(m.src, m.engine, dx);
     m.bwd.execute(m.stream,
                   {{DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_WEIGHTS, m.bwd_weights}, {DNNL_ARG_DIFF_SRC, diff_src}});
     m.stream.wait();
