@@ -116,6 +116,14 @@ nlohmann::json SummaryJson(const strategy::FitSummary& s, const nlohmann::json& 
   j.update(strategy_json);
   j["threads"] = *p.flags.GetInt("threads");
   j["cpu_matrix_products"] = GemmLibrary();  // services/tensor/gemm.h
+  // The lowest precision a layer computes in (Keras' policy name).
+  Precision lowest = Precision::kFloat32;
+  for (const model::LayerSpec& l : p.job.model.layers) {
+    if (l.precision == Precision::kFloat16 || (l.precision == Precision::kBfloat16 && lowest == Precision::kFloat32)) {
+      lowest = l.precision;
+    }
+  }
+  j["dtype_policy"] = std::string(PolicyName(lowest));
   // The model's matrix work per example (Model::Flops), for a roofline:
   // examples/s times this is the achieved rate.
   if (auto m = model::Model::Create(p.job.model, p.job.loss); m.ok()) {
@@ -478,6 +486,12 @@ class Fit final : public Program {
                    std::ostream& err) {
     auto model = model::Model::Create(p.job.model, p.job.loss);
     if (!model.ok()) return ReportError(model.status().WithContext(p.job.source), err);
+    if (const Precision prec = (*model)->compute_precision(); prec != Precision::kFloat32) {
+      out << "fit: mixed precision: layers compute in " << PrecisionName(prec)
+          << (prec == Precision::kBfloat16 ? std::string(" (") + GemmLibrary() + ")"
+                                           : std::string(" (emulated: float16's numerics on float32 units)"))
+          << "; variables stay float32" << std::endl;
+    }
     auto after_fit = fit::AfterFit(p, out);
     if (!after_fit.ok()) return ReportError(after_fit.status(), err);
     auto init = fit::InitialWeights(p, **model);

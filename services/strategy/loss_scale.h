@@ -19,7 +19,7 @@ namespace tfjob::strategy {
 class DynamicLossScale {
  public:
   struct Options {
-    double initial = 32768;  // 2^15, Keras' initial_scale
+    double initial = 32768;       // 2^15, Keras' initial_scale
     int64_t growth_steps = 2000;  // Keras' dynamic_growth_steps
   };
   DynamicLossScale() : DynamicLossScale(Options{}) {}

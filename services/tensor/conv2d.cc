@@ -106,11 +106,10 @@ struct DirectConv2D::Impl {
 
   void BuildBackward() {
     const dnnl::convolution_backward_weights::desc w =
-        bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_lp,
-                                                        WeightsAny(false), bias_md, dst_lp, Strides(), PadLeft(),
-                                                        PadRight())
-             : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_lp,
-                                                        WeightsAny(false), dst_lp, Strides(), PadLeft(), PadRight());
+        bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_lp, WeightsAny(false),
+                                                        bias_md, dst_lp, Strides(), PadLeft(), PadRight())
+             : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_lp, WeightsAny(false),
+                                                        dst_lp, Strides(), PadLeft(), PadRight());
     bww_pd = dnnl::convolution_backward_weights::primitive_desc(w, engine, fwd_pd);
     bww = dnnl::convolution_backward_weights(bww_pd);
     bww_diff_weights = dnnl::memory(bww_pd.diff_weights_desc(), engine);

@@ -35,8 +35,8 @@ void Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, c
 // float32 accumulation, the result rounded to `p`. bfloat16 runs on
 // oneDNN's matmul where UseOneDnn; elsewhere, and for float16, the same
 // numerics on float32 units.
-void LowPrecisionGemm(Precision p, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
-                      const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+void LowPrecisionGemm(Precision p, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a,
+                      int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 // The library Gemm (and conv2d.h's kernels) use: "oneDNN <version>" or
 // "Eigen <version>".

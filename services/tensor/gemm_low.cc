@@ -77,7 +77,8 @@ bool BfloatGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* 
       mm.src = dnnl::memory::desc({m, k}, dt::bf16, ta ? dnnl::memory::dims{1, m} : dnnl::memory::dims{k, 1});
       mm.weights = dnnl::memory::desc({k, n}, dt::bf16, tb ? dnnl::memory::dims{1, k} : dnnl::memory::dims{n, 1});
       mm.dst = dnnl::memory::desc({m, n}, dt::f32, dnnl::memory::dims{n, 1});
-      mm.primitive = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(mm.src, mm.weights, mm.dst), s.engine));
+      mm.primitive =
+          dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(mm.src, mm.weights, mm.dst), s.engine));
       it = s.cache.emplace(key, std::move(mm)).first;
     }
     const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k, b_rows = tb ? n : k, b_cols = tb ? k : n;

@@ -66,8 +66,9 @@ StatusOr<Precision> ParsePrecision(std::string_view name) {
   if (name == "float32") return Precision::kFloat32;
   if (name == "mixed_bfloat16") return Precision::kBfloat16;
   if (name == "mixed_float16") return Precision::kFloat16;
-  return InvalidArgument("dtype policy \"" + std::string(name) +
-                         "\" is not supported (only float32, mixed_bfloat16 and mixed_float16: variables stay float32)");
+  return InvalidArgument(
+      "dtype policy \"" + std::string(name) +
+      "\" is not supported (only float32, mixed_bfloat16 and mixed_float16: variables stay float32)");
 }
 
 Precision ComputePrecision() { return current; }

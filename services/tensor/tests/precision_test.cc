@@ -111,8 +111,8 @@ void ExpectLowPrecisionProduct(Precision p, bool ta, bool tb, float beta) {
     for (int j = 0; j < n; ++j) {
       const float w = want[static_cast<size_t>(i * ldc + j)], g = got[static_cast<size_t>(i * ldc + j)];
       EXPECT_EQ(RoundTo(p, g), g) << "not a value of the precision at " << i << "," << j;
-      EXPECT_NEAR(g, w, ulp * std::fabs(w) + 1e-5f) << PrecisionName(p) << " ta=" << ta << " tb=" << tb << " at " << i
-                                                    << "," << j;
+      EXPECT_NEAR(g, w, ulp * std::fabs(w) + 1e-5f)
+          << PrecisionName(p) << " ta=" << ta << " tb=" << tb << " at " << i << "," << j;
     }
     for (int j = n; j < ldc; ++j) {  // the padding is left alone
       EXPECT_EQ(got[static_cast<size_t>(i * ldc + j)], c0[static_cast<size_t>(i * ldc + j)]);
