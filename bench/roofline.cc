@@ -171,8 +171,12 @@ double PeakOf(Kernel kernel, int threads, double seconds, int reps, float* sink)
 // The runtime's single-precision product (tfjob::Gemm) of two n x n
 // matrices on `threads` threads, best of `reps` runs of at least `seconds`
 // each.
-double SgemmGflops(int n, int threads, double seconds, int reps, float* sink) {
+// In `precision` (precision.h): bfloat16 is the runtime's mixed-precision
+// product, operand conversion included.
+double SgemmGflops(int n, int threads, double seconds, int reps, float* sink,
+                   tfjob::Precision precision = tfjob::Precision::kFloat32) {
   tfjob::SetComputeThreads(threads);
+  tfjob::PrecisionScope scope(precision);
   Eigen::MatrixXf a = Eigen::MatrixXf::Random(n, n), b = Eigen::MatrixXf::Random(n, n), c(n, n);
   auto product = [&] { tfjob::Gemm(false, false, n, n, n, a.data(), n, b.data(), n, 0.f, c.data(), n); };
   product();  // warm: pages touched, blocking buffers and kernels made
@@ -250,6 +254,13 @@ int Main(int argc, char** argv) {
     std::printf("roofline: sgemm threads=%d gflops=%.1f n=%lld library=\"%s\" fraction_of_fma=%.2f\n", t, gemm,
                 static_cast<long long>(*n), tfjob::GemmLibrary(), gemm / peak);
     out[key]["sgemm"] = gemm;
+    if (tfjob::BfloatPath().ok()) {
+      const double low =
+          SgemmGflops(static_cast<int>(*n), t, *seconds, static_cast<int>(*reps), &sink, tfjob::Precision::kBfloat16);
+      std::printf("roofline: bf16_gemm threads=%d gflops=%.1f n=%lld (bfloat16 operands, float32 accumulation)\n", t,
+                  low, static_cast<long long>(*n));
+      out[key]["bf16_gemm"] = low;
+    }
   }
   out["isa"] = isa;
   out["bf16"] = bf16;
