@@ -23,6 +23,7 @@
 #include "services/programs/programs.h"
 #include "services/ps/ps_client.h"
 #include "services/runtime/in_process_cluster.h"
+#include "services/tensor/precision.h"
 #include "tests/support/process.h"
 #include "tests/support/subprocess.h"
 
@@ -130,7 +131,8 @@ std::string WriteEmbeddingJob(const std::string& dir) {
 // deterministic, so pulling only the batch's rows must give exactly what
 // whole tables give.
 nlohmann::json TrainEmbedding(const std::string& dir, const std::string& pull, bool prefetch = false,
-                              const std::string& job = "job.json", const std::string& keras_model = "") {
+                              const std::string& job = "job.json", const std::string& keras_model = "",
+                              const std::vector<std::string>& extra = {}) {
   auto programs = programs::BuiltinPrograms();
   auto cluster = InProcessCluster::Start(2, 1, programs);
   EXPECT_TRUE(cluster.ok()) << cluster.status();
@@ -153,6 +155,7 @@ nlohmann::json TrainEmbedding(const std::string& dir, const std::string& pull, b
                                 "--summary-json",
                                 summary};
   if (!keras_model.empty()) args.insert(args.end(), {"--keras-model", dir + "/" + keras_model});
+  args.insert(args.end(), extra.begin(), extra.end());
   EXPECT_EQ(programs::MakeFit()->RunChief(args, ctx), 0) << err.str();
   return t::ReadJsonFile(summary);
 }
@@ -297,6 +300,27 @@ TEST(EmbeddingPullTest, OneStepClosuresGetThreePerWorkerAndApplyEveryStepOnce) {
   EXPECT_EQ(s["ps_applied_updates"], 200 * 6);
   EXPECT_EQ(s["closures"]["completed"], 200);
   EXPECT_GT(s["eval_accuracy"].get<double>(), 0.6);
+}
+
+// --mixed-precision reaches the workers (each layer's policy travels with
+// the job): one worker, one closure at a time, so training is
+// deterministic and a different result means the workers computed in
+// bfloat16; it still learns as well. float16 layers are refused there (no
+// loss scaling on the workers yet), in one line.
+TEST(PsMixedPrecisionTest, WorkersComputeInTheChiefsPolicy) {
+  const std::string dir = t::MakeTempDir("ps-mixed");
+  WriteEmbeddingJob(dir);
+  auto f16 = t::Run({t::RuntimeBinary(), "local", "--ps", "1", "--workers", "1", "--", "fit", "--config",
+                     dir + "/job.json", "--data-dir", dir, "--mixed-precision", "float16"},
+                    {{"TFJOB_FLOAT16_EMULATION", "1"}});
+  EXPECT_EQ(f16.exit_code, 2) << f16.err;
+  EXPECT_THAT(f16.out + f16.err, ::testing::HasSubstr("error: float16 layers with parameter_server"));
+  if (!BfloatPath().ok()) GTEST_SKIP() << BfloatPath().message();
+  const nlohmann::json f32 = TrainEmbedding(dir, "rows");
+  const nlohmann::json bf16 = TrainEmbedding(dir, "rows", false, "job.json", "", {"--mixed-precision", "bfloat16"});
+  EXPECT_EQ(bf16["dtype_policy"], "mixed_bfloat16");
+  EXPECT_NE(bf16["eval_loss"].get<double>(), f32["eval_loss"].get<double>());
+  EXPECT_NEAR(bf16["eval_accuracy"].get<double>(), f32["eval_accuracy"].get<double>(), 0.05) << bf16.dump();
 }
 
 }  // namespace

@@ -7,10 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <thread>
 
 #include "common/files.h"
 #include "services/strategy/fit.h"
 #include "services/strategy/sync.h"
+#include "services/collective/tests/local_members.h"
 #include "tests/support/subprocess.h"
 
 namespace tfjob::strategy {
@@ -52,7 +54,8 @@ struct Float16Run {
   nlohmann::json strategy;
 };
 
-Float16Run TrainFloat16(StrategyKind kind, int replicas, DynamicLossScale::Options ls, int epochs) {
+Float16Run TrainFloat16(StrategyKind kind, int replicas, DynamicLossScale::Options ls, int epochs,
+                        collective::Group* group = nullptr) {
   const model::JobConfig job = Float16Job(epochs);
   auto m = model::Model::Create(job.model, job.loss);
   EXPECT_TRUE(m.ok()) << m.status();
@@ -62,6 +65,7 @@ Float16Run TrainFloat16(StrategyKind kind, int replicas, DynamicLossScale::Optio
   o.kind = kind;
   o.replicas = replicas;
   o.loss_scale = ls;
+  o.group = group;
   auto s = MakeSyncStrategy(job, data->train, o);
   EXPECT_TRUE(s.ok()) << s.status();
   LoopOptions lo;
@@ -105,6 +109,32 @@ TEST(LossScaleTrainingTest, TheScaleGrowsAfterGoodSteps) {
   const Float16Run r = TrainFloat16(StrategyKind::kOneDevice, 1, {.initial = 256, .growth_steps = 4}, 1);
   EXPECT_EQ(r.strategy["skipped_steps"].get<int64_t>(), 0) << r.strategy.dump();
   EXPECT_EQ(r.strategy["loss_scale"].get<double>(), 256.0 * 32);  // 20 steps: 5 doublings
+}
+
+// Multi-worker mirrored: each member decides on the all-reduced gradients,
+// so both skip the same steps and end with the same scale.
+TEST(LossScaleTrainingTest, GroupMembersSkipTheSameSteps) {
+  auto local = collective::testing::ListenLocally(2);
+  ASSERT_TRUE(local.ok()) << local.status();
+  collective::Options co;
+  co.timeout = std::chrono::milliseconds(20000);
+  co.rendezvous_timeout = std::chrono::milliseconds(20000);
+  std::vector<Float16Run> runs(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto g = collective::Group::Create(local->members, r, co, std::move(local->listeners[static_cast<size_t>(r)]));
+      ASSERT_TRUE(g.ok()) << g.status();
+      runs[static_cast<size_t>(r)] =
+          TrainFloat16(StrategyKind::kMultiWorkerMirrored, 1, {.initial = std::ldexp(1.0, 30), .growth_steps = 1000000},
+                       2, g->get());
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(runs[0].strategy.contains("skipped_steps")) << runs[0].strategy.dump();
+  EXPECT_GE(runs[0].strategy["skipped_steps"].get<int64_t>(), 5);
+  EXPECT_EQ(runs[0].strategy["skipped_steps"], runs[1].strategy["skipped_steps"]);
+  EXPECT_EQ(runs[0].strategy["loss_scale"], runs[1].strategy["loss_scale"]);
 }
 
 }  // namespace
