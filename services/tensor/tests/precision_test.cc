@@ -27,6 +27,36 @@ TEST(PrecisionTest, BfloatRoundsToNearestEven) {
   EXPECT_TRUE(std::isnan(v[2]));
 }
 
+// The array conversions (16 at a time where the CPU has AVX512-BF16) agree
+// with the one-value conversion on every value: ties, NaNs, infinities,
+// the largest floats and the tails after the last whole vector.
+TEST(PrecisionTest, ArrayConversionsAgreeWithTheScalarOne) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1e3f, 1e3f);
+  std::vector<float> v(1000 + 7);
+  for (float& x : v) x = u(rng);
+  v[3] = NAN;
+  v[17] = INFINITY;
+  v[18] = -INFINITY;
+  v[40] = 1.f + std::ldexp(1.f, -8);
+  v[41] = 1.f + 3 * std::ldexp(1.f, -8);
+  v[42] = 3.4028235e38f;
+  v[1005] = 1.f + std::ldexp(1.f, -8);  // in the tail
+  std::vector<uint16_t> b(v.size());
+  ToBfloat16(v.data(), b.data(), static_cast<int64_t>(v.size()));
+  std::vector<float> r = v;
+  RoundTo(Precision::kBfloat16, r.data(), static_cast<int64_t>(r.size()));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (std::isnan(v[i])) {
+      EXPECT_TRUE(std::isnan(FromBfloat16(b[i])));
+      EXPECT_TRUE(std::isnan(r[i]));
+      continue;
+    }
+    EXPECT_EQ(b[i], ToBfloat16(v[i])) << i << ": " << v[i];
+    EXPECT_EQ(r[i], FromBfloat16(ToBfloat16(v[i]))) << i << ": " << v[i];
+  }
+}
+
 TEST(PrecisionTest, Float16RoundsLikeAHalfCast) {
   EXPECT_EQ(RoundTo(Precision::kFloat16, 65504.f), 65504.f);  // the largest float16
   EXPECT_EQ(RoundTo(Precision::kFloat16, 65519.f), 65504.f);
