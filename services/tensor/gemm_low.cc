@@ -20,9 +20,8 @@ namespace {
 
 // A stored operand (rows x cols with leading dimension ld) copied to a
 // packed buffer.
-// Large operands are converted on the compute threads too: at one thread
-// the conversion of two n x n operands is about a fifth of the product's
-// time for n = 1536, and it would not shrink with more threads otherwise.
+// Large operands are converted on the compute threads too, so the
+// conversion does not stay on one thread while the product uses them all.
 template <typename T, typename Convert>
 void Pack(const float* x, int64_t rows, int64_t cols, int64_t ld, std::vector<T>& out, Convert convert) {
   out.resize(static_cast<size_t>(rows * cols));
