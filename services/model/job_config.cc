@@ -208,6 +208,15 @@ StatusOr<OptimizerSpec> ParseOptimizer(const nlohmann::json& j, const std::strin
       break;
   }
   RETURN_IF_ERROR(InRange(r->FieldPath("epsilon"), s.epsilon, 0, 1e30));
+  if (const nlohmann::json* ls = r->Child("loss_scale")) {
+    // Keras' LossScaleOptimizer's own argument names.
+    JsonReader l(*ls, r->FieldPath("loss_scale"));
+    RETURN_IF_ERROR(l.Optional("initial_scale", s.initial_scale));
+    RETURN_IF_ERROR(InRange(l.FieldPath("initial_scale"), s.initial_scale, 1, 1e30));
+    RETURN_IF_ERROR(l.Optional("dynamic_growth_steps", s.dynamic_growth_steps));
+    if (s.dynamic_growth_steps < 1) return InvalidArgument(l.FieldPath("dynamic_growth_steps") + ": must be >= 1");
+    RETURN_IF_ERROR(l.Finish());
+  }
   RETURN_IF_ERROR(r->Finish());
   return s;
 }

@@ -378,6 +378,10 @@ struct OptimizerSpec {
   double beta_1 = 0.9;                     // Adam
   double beta_2 = 0.999;                   // Adam
   bool amsgrad = false;                    // Adam
+  // Keras' LossScaleOptimizer (float16 layers only): "loss_scale":
+  // {"initial_scale": ..., "dynamic_growth_steps": ...}.
+  double initial_scale = 32768;  // 2^15
+  int64_t dynamic_growth_steps = 2000;
 };
 
 enum class MetricType { kAccuracy, kBinaryAccuracy, kSparseCategoricalAccuracy, kCategoricalAccuracy };

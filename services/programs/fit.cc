@@ -413,12 +413,6 @@ class Fit final : public Program {
     // cluster is touched.
     auto m = model::Model::Create(job.model, job.loss);
     if (!m.ok()) return ReportError(m.status().WithContext(job.source), err);
-    if ((*m)->compute_precision() == Precision::kFloat16) {
-      return ReportError(FailedPrecondition("float16 layers with parameter_server: the workers have no loss scaling "
-                                            "yet; use mixed_bfloat16 (--mixed-precision bfloat16) or a synchronous "
-                                            "strategy"),
-                         err);
-    }
     auto data = strategy::LoadJobData(job, p->flags.Get("data-dir"), **m);
     if (!data.ok()) return ReportError(data.status().WithContext(job.source), err);
     if (const std::string text = model::AdaptedTextLine(job.model); !text.empty()) *ctx.out << text << std::endl;

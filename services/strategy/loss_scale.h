@@ -13,6 +13,9 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
+
+#include "services/model/spec.h"
 
 namespace tfjob::strategy {
 
@@ -24,6 +27,10 @@ class DynamicLossScale {
   };
   DynamicLossScale() : DynamicLossScale(Options{}) {}
   explicit DynamicLossScale(Options o) : o_(o), scale_(o.initial) {}
+  // The job's optimizer's loss_scale arguments.
+  static Options OptionsOf(const model::OptimizerSpec& o) {
+    return {.initial = o.initial_scale, .growth_steps = o.dynamic_growth_steps};
+  }
 
   float scale() const { return static_cast<float>(scale_); }
   // After a step: whether its gradients were all finite (and were applied).
@@ -35,6 +42,27 @@ class DynamicLossScale {
   double scale_;
   int64_t good_ = 0;  // finite steps since the scale last changed
   int64_t skipped_ = 0;
+};
+
+// One scale for the concurrent closures of a parameter-server worker, each
+// step reading it and reporting to it in whatever order the steps end (as
+// TensorFlow's loss-scale variable is read and updated by asynchronous
+// steps). Thread-safe.
+class SharedLossScale {
+ public:
+  explicit SharedLossScale(DynamicLossScale::Options o) : scale_(o) {}
+  float scale() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return scale_.scale();
+  }
+  void Update(bool finite) {
+    std::lock_guard<std::mutex> l(mu_);
+    scale_.Update(finite);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  DynamicLossScale scale_;
 };
 
 }  // namespace tfjob::strategy

@@ -139,6 +139,10 @@ class PsStrategy final : public Strategy {
       steps += r->json["steps"].get<int64_t>();
       examples += r->json["examples"].get<int64_t>();
       pulled_bytes_ += r->json.value("pulled_bytes", int64_t{0});
+      if (r->json.contains("loss_scale")) {
+        skipped_steps_ += r->json.value("skipped_steps", int64_t{0});
+        loss_scale_ = r->json["loss_scale"].get<double>();
+      }
       if (auto t = r->json.find("step_seconds"); t != r->json.end()) {
         worker_time_.Add(*t);
         worker_time_steps_ += r->json["steps"].get<int64_t>();
@@ -185,29 +189,35 @@ class PsStrategy final : public Strategy {
 
   nlohmann::json SummaryJson() const override {
     const auto s = coord_.stats();
-    return {{"strategy", "parameter_server"},
-            {"num_ps", clients_.size()},
-            {"num_workers", ctx_.worker_addresses.size()},
-            {"steps_per_execution", p_.steps_per_execution},
-            {"partitioner", PartitionerString(p_.partitioner)},
-            {"ps_prefetch", p_.ps_prefetch},
-            {"ps_closures_per_worker", ctx_.coordinator.inflight_per_worker},
-            {"ps_pull", p_.ps_pull_rows ? "rows" : "full"},
-            {"ps_applied_updates", AppliedUpdates()},
-            {"ps_pulled_bytes", pulled_bytes_},
-            {"worker_step_seconds",
-             [&] {
-               nlohmann::json t = worker_time_.ToJson();
-               t["steps"] = worker_time_steps_;
-               return t;
-             }()},
-            {"closures",
-             {{"scheduled", s.scheduled},
-              {"completed", s.completed},
-              {"retried", s.retried},
-              {"worker_failures", s.worker_failures}}},
-            {"recovery",
-             {{"ps_restarts", ps_restarts_}, {"restored_steps", restored_}, {"checkpoints_written", checkpoints_}}}};
+    nlohmann::json j = {
+        {"strategy", "parameter_server"},
+        {"num_ps", clients_.size()},
+        {"num_workers", ctx_.worker_addresses.size()},
+        {"steps_per_execution", p_.steps_per_execution},
+        {"partitioner", PartitionerString(p_.partitioner)},
+        {"ps_prefetch", p_.ps_prefetch},
+        {"ps_closures_per_worker", ctx_.coordinator.inflight_per_worker},
+        {"ps_pull", p_.ps_pull_rows ? "rows" : "full"},
+        {"ps_applied_updates", AppliedUpdates()},
+        {"ps_pulled_bytes", pulled_bytes_},
+        {"worker_step_seconds",
+         [&] {
+           nlohmann::json t = worker_time_.ToJson();
+           t["steps"] = worker_time_steps_;
+           return t;
+         }()},
+        {"closures",
+         {{"scheduled", s.scheduled},
+          {"completed", s.completed},
+          {"retried", s.retried},
+          {"worker_failures", s.worker_failures}}},
+        {"recovery",
+         {{"ps_restarts", ps_restarts_}, {"restored_steps", restored_}, {"checkpoints_written", checkpoints_}}}};
+    if (loss_scale_) {
+      j["loss_scale"] = *loss_scale_;
+      j["skipped_steps"] = skipped_steps_;
+    }
+    return j;
   }
 
  private:
@@ -408,7 +418,11 @@ class PsStrategy final : public Strategy {
   std::vector<std::pair<int64_t, coordinator::RemoteValue>> ahead_;
   int64_t ps_restarts_ = 0;
   int64_t checkpoints_ = 0;
-  int64_t pulled_bytes_ = 0;   // by the workers, for the closures that completed
+  int64_t pulled_bytes_ = 0;  // by the workers, for the closures that completed
+  // float16 layers: the steps whose gradients overflowed (not pushed), and
+  // the scale the last completed closure left on its worker.
+  int64_t skipped_steps_ = 0;
+  std::optional<double> loss_scale_;
   PsStepSeconds worker_time_;  // the workers' closures that completed, summed
   int64_t worker_time_steps_ = 0;
   std::vector<int64_t> restored_;

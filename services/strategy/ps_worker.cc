@@ -12,6 +12,7 @@
 #include "services/model/keras_model.h"
 #include "services/strategy/devices.h"
 #include "services/strategy/input.h"
+#include "services/strategy/loss_scale.h"
 #include "services/strategy/ps_common.h"
 #include "services/strategy/variable_store.h"
 #include "services/tensor/threads.h"
@@ -83,6 +84,8 @@ struct WorkerFitState {
   std::vector<std::shared_ptr<std::vector<Tensor>>> free_values TFJOB_GUARDED_BY(mu);
   std::optional<Step> prefetched TFJOB_GUARDED_BY(mu);
   uint64_t prefetched_generation TFJOB_GUARDED_BY(mu) = 0;
+  // float16 layers: the worker's loss scale, shared by its closures.
+  std::shared_ptr<SharedLossScale> loss_scale TFJOB_GUARDED_BY(mu);
 };
 
 // Takes the next batch, renumbers its ids for a row plan, and pulls the
@@ -302,7 +305,12 @@ StatusOr<data::Dataset> BuildTrainDataset(WorkerFitState& state, const worker::W
   // What a chief of an older build does not send: its number then.
   const int closures = static_cast<int>(std::clamp<int64_t>(a.value("closures_per_worker", int64_t{2}), 1, 64));
   Warmed warmed = WarmUp(job, plan, names, store->placement(), env.ps, prefetch, closures);
+  std::shared_ptr<SharedLossScale> loss_scale;
+  if (m->compute_precision() == Precision::kFloat16) {
+    loss_scale = std::make_shared<SharedLossScale>(DynamicLossScale::OptionsOf(job.optimizer));
+  }
   MutexLock l(state.mu);
+  state.loss_scale = std::move(loss_scale);
   state.job = job;
   state.names = std::move(names);
   state.store = std::move(store);
@@ -337,6 +345,10 @@ class TrainClosure {
     RETURN_IF_ERROR(failed);
     nlohmann::json result = StatsToJson(stats_, steps, examples_);
     result["pulled_bytes"] = pulled_bytes_;
+    if (loss_scale_) {
+      result["skipped_steps"] = skipped_steps_;
+      result["loss_scale"] = loss_scale_->scale();
+    }
     closure.Lap(time_.closure);
     result["step_seconds"] = time_.ToJson();
     return worker::ClosureResult{result, {}};
@@ -355,6 +367,7 @@ class TrainClosure {
     prefetch_ = state_.prefetch;
     device_ = state_.device;
     generation_ = state_.generation;
+    loss_scale_ = state_.loss_scale;
     if (!state_.idle.empty()) {
       m_ = std::move(state_.idle.back());
       state_.idle.pop_back();
@@ -409,6 +422,7 @@ class TrainClosure {
         FlushPush();  // when the pull did not take it
       }
       w.Lap(time_.input);
+      if (loss_scale_) m_->set_loss_scale(loss_scale_->scale());
       auto out = device_.is_cpu()
                      ? m_->ComputeGradients(*cur_->values, cur_->x, cur_->batch[1])
                      : ComputeOnDevice(*m_, job_, device_, *cur_->values, cur_->x, cur_->batch[1], device_stats_);
@@ -418,7 +432,15 @@ class TrainClosure {
         return out.status();
       }
       w.Lap(time_.compute);
-      failed = Push(*out, static_cast<uint32_t>(s));
+      // float16: a step whose gradients overflowed pushes nothing, and
+      // halves the worker's scale (Keras' LossScaleOptimizer).
+      bool finite = true;
+      if (loss_scale_) {
+        finite = model::AllFinite(out->grads);
+        loss_scale_->Update(finite);
+        if (!finite) ++skipped_steps_;
+      }
+      failed = finite ? Push(*out, static_cast<uint32_t>(s)) : Status::Ok();
       w.Lap(time_.push);
       if (failed.ok() && device_.is_cpu()) failed = RecordBatch(*out, cur_->batch[1], job_.metrics, stats_);
       examples_ += cur_->batch[0].dim(0);
@@ -531,6 +553,8 @@ class TrainClosure {
   Tensor device_stats_;
   int64_t examples_ = 0;
   int64_t pulled_bytes_ = 0;
+  std::shared_ptr<SharedLossScale> loss_scale_;  // float16 layers only
+  int64_t skipped_steps_ = 0;
   std::optional<PendingPush> pending_;  // when prefetching: see Push
   std::vector<std::shared_future<Status>> pushes_;
   PsStepSeconds time_;

@@ -61,7 +61,6 @@
 #include "services/collective/communicator.h"
 #include "services/collective/group.h"
 #include "services/model/job_config.h"
-#include "services/strategy/loss_scale.h"
 #include "services/strategy/input.h"
 #include "services/strategy/strategy.h"
 
@@ -96,8 +95,6 @@ struct SyncOptions {
   // Every variable's first value (the model's order); empty: from the job's
   // seed.
   std::vector<Tensor> initial_values;
-  // A model with float16 layers: Keras' dynamic loss scaling (loss_scale.h).
-  DynamicLossScale::Options loss_scale;
 };
 
 // `train` holds the whole training set; INVALID_ARGUMENT for a kind that is

@@ -67,7 +67,8 @@ StatusOr<std::unique_ptr<SyncStep>> SyncStep::Create(const model::JobConfig& job
   }
   RETURN_IF_ERROR(s->ProbeSparse(input));
   if (s->on_device_) RETURN_IF_ERROR(s->MoveToDevices());
-  if (s->models_[0]->compute_precision() == Precision::kFloat16) s->loss_scale_.emplace(o.loss_scale);
+  if (s->models_[0]->compute_precision() == Precision::kFloat16)
+    s->loss_scale_.emplace(DynamicLossScale::OptionsOf(job.optimizer));
   return s;
 }
 

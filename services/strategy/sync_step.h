@@ -30,6 +30,7 @@
 #include "services/strategy/gradient_reduction.h"
 #include "services/strategy/group_recovery.h"
 #include "services/strategy/input.h"
+#include "services/strategy/loss_scale.h"
 #include "services/strategy/replica_pool.h"
 #include "services/strategy/stats.h"
 #include "services/strategy/sync.h"
@@ -167,7 +168,6 @@ class SyncStep {
   Tensor step_stats_;                // in a group on a device: this step's sums, all-reduced
   std::unique_ptr<ReplicaPool> pool_;
   std::optional<DynamicLossScale> loss_scale_;
-  DynamicLossScale::Options loss_scale_options_;
   std::unique_ptr<collective::LocalGroup> local_group_;                // mirrored, several replicas
   std::vector<std::unique_ptr<collective::Communicator>> nccl_local_;  // mirrored over GPUs
 };

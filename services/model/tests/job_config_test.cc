@@ -212,6 +212,26 @@ TEST(JobConfigTest, OptimizerStringFormsUseKerasDefaultLearningRates) {
   }
 }
 
+// Keras' LossScaleOptimizer arguments, for float16 layers: 2^15 and 2000
+// unless the job says.
+TEST(JobConfigTest, LossScaleArgumentsAreRead) {
+  json doc = Base();
+  JobConfig c = ParseOk(doc);
+  EXPECT_DOUBLE_EQ(c.optimizer.initial_scale, 32768);
+  EXPECT_EQ(c.optimizer.dynamic_growth_steps, 2000);
+  doc["optimizer"] =
+      json::parse(R"({"type": "Adam", "loss_scale": {"initial_scale": 1024, "dynamic_growth_steps": 50}})");
+  c = ParseOk(doc);
+  EXPECT_DOUBLE_EQ(c.optimizer.initial_scale, 1024);
+  EXPECT_EQ(c.optimizer.dynamic_growth_steps, 50);
+  doc["optimizer"] = json::parse(R"({"type": "Adam", "loss_scale": {"initial_scale": 0.5}})");
+  ExpectError(doc, "optimizer.loss_scale.initial_scale", "");
+  doc["optimizer"] = json::parse(R"({"type": "Adam", "loss_scale": {"dynamic_growth_steps": 0}})");
+  ExpectError(doc, "optimizer.loss_scale.dynamic_growth_steps", "must be >= 1");
+  doc["optimizer"] = json::parse(R"({"type": "Adam", "loss_scale": {"initial": 2}})");
+  ExpectError(doc, "optimizer.loss_scale.initial", "unknown field");
+}
+
 TEST(JobConfigTest, OptimizerObjectFormsReadEveryHyperparameter) {
   json doc = Base();
   doc["optimizer"] = json::parse(R"({"type": "SGD", "learning_rate": 0.2, "momentum": 0.8, "nesterov": true})");

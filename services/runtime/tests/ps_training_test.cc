@@ -305,22 +305,63 @@ TEST(EmbeddingPullTest, OneStepClosuresGetThreePerWorkerAndApplyEveryStepOnce) {
 // --mixed-precision reaches the workers (each layer's policy travels with
 // the job): one worker, one closure at a time, so training is
 // deterministic and a different result means the workers computed in
-// bfloat16; it still learns as well. float16 layers are refused there (no
-// loss scaling on the workers yet), in one line.
+// bfloat16; it still learns as well.
 TEST(PsMixedPrecisionTest, WorkersComputeInTheChiefsPolicy) {
+  if (!BfloatPath().ok()) GTEST_SKIP() << BfloatPath().message();
   const std::string dir = t::MakeTempDir("ps-mixed");
   WriteEmbeddingJob(dir);
-  auto f16 = t::Run({t::RuntimeBinary(), "local", "--ps", "1", "--workers", "1", "--", "fit", "--config",
-                     dir + "/job.json", "--data-dir", dir, "--mixed-precision", "float16"},
-                    {{"TFJOB_FLOAT16_EMULATION", "1"}});
-  EXPECT_EQ(f16.exit_code, 2) << f16.err;
-  EXPECT_THAT(f16.out + f16.err, ::testing::HasSubstr("error: float16 layers with parameter_server"));
-  if (!BfloatPath().ok()) GTEST_SKIP() << BfloatPath().message();
   const nlohmann::json f32 = TrainEmbedding(dir, "rows");
   const nlohmann::json bf16 = TrainEmbedding(dir, "rows", false, "job.json", "", {"--mixed-precision", "bfloat16"});
   EXPECT_EQ(bf16["dtype_policy"], "mixed_bfloat16");
   EXPECT_NE(bf16["eval_loss"].get<double>(), f32["eval_loss"].get<double>());
   EXPECT_NEAR(bf16["eval_accuracy"].get<double>(), f32["eval_accuracy"].get<double>(), 0.05) << bf16.dump();
+}
+
+// float16 on parameter servers: each worker scales the loss, and a step
+// whose gradients overflow pushes nothing and halves the worker's scale.
+// An initial scale of 2^30 forces the overflows; one worker running one
+// closure at a time makes the count exact: the scale left is 2^(30 -
+// skipped), and the PS applied the updates of the other steps only.
+TEST(PsMixedPrecisionTest, Float16WorkersSkipOverflowingStepsAndPushNothing) {
+  const std::string dir = t::MakeTempDir("ps-f16");
+  WriteEmbeddingJob(dir);
+  nlohmann::json job = t::ReadJsonFile(dir + "/job.json");
+  job["optimizer"]["loss_scale"] = {{"initial_scale", 1073741824.0}, {"dynamic_growth_steps", 100000}};
+  std::ofstream(dir + "/job16.json") << job.dump();
+  auto run = [&](const std::string& config, const std::string& summary, const std::vector<std::string>& extra) {
+    std::vector<std::string> argv{t::RuntimeBinary(),
+                                  "local",
+                                  "--ps",
+                                  "1",
+                                  "--workers",
+                                  "1",
+                                  "--",
+                                  "fit",
+                                  "--config",
+                                  dir + "/" + config,
+                                  "--data-dir",
+                                  dir,
+                                  "--ps-closures-per-worker",
+                                  "1",
+                                  "--summary-json",
+                                  dir + "/" + summary};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto r = t::Run(argv, {{"TFJOB_FLOAT16_EMULATION", "1"}});
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    return t::ReadJsonFile(dir + "/" + summary);
+  };
+  const nlohmann::json f32 = run("job.json", "f32.json", {});
+  const nlohmann::json f16 = run("job16.json", "f16.json", {"--mixed-precision", "float16"});
+  ASSERT_TRUE(f16.contains("skipped_steps")) << f16.dump();
+  const int64_t skipped = f16["skipped_steps"].get<int64_t>();
+  const int64_t steps = f16["steps"].get<int64_t>();
+  EXPECT_GE(skipped, 5);
+  EXPECT_LT(skipped, steps / 2);
+  EXPECT_EQ(f16["loss_scale"].get<double>(), std::ldexp(1.0, 30 - static_cast<int>(skipped)));
+  EXPECT_EQ(f32["steps"], steps);
+  EXPECT_EQ(f16["ps_applied_updates"].get<int64_t>() * steps,
+            f32["ps_applied_updates"].get<int64_t>() * (steps - skipped));
+  EXPECT_GT(f16["eval_accuracy"].get<double>(), 0.6) << f16.dump();
 }
 
 }  // namespace

@@ -39,12 +39,15 @@ TEST(DynamicLossScaleTest, HalvesOnOverflowDoublesAfterGoodStepsNeverBelowOne) {
   EXPECT_EQ(small.skipped_steps(), 5);
 }
 
-model::JobConfig Float16Job(int epochs) {
+model::JobConfig Float16Job(int epochs, DynamicLossScale::Options ls) {
   auto text = ReadFile(::tfjob::testing::SourceDir() + "/tests/support/data/synthetic-small.json");
   EXPECT_TRUE(text.ok());
   auto job = model::ParseJobConfig(nlohmann::json::parse(*text), "synthetic-small.json");
   EXPECT_TRUE(job.ok()) << job.status();
   job->epochs = epochs;
+  // As the job's "optimizer": {"loss_scale": {...}} sets them.
+  job->optimizer.initial_scale = ls.initial;
+  job->optimizer.dynamic_growth_steps = ls.growth_steps;
   model::SetPrecision(job->model, Precision::kFloat16);
   return *job;
 }
@@ -56,7 +59,7 @@ struct Float16Run {
 
 Float16Run TrainFloat16(StrategyKind kind, int replicas, DynamicLossScale::Options ls, int epochs,
                         collective::Group* group = nullptr) {
-  const model::JobConfig job = Float16Job(epochs);
+  const model::JobConfig job = Float16Job(epochs, ls);
   auto m = model::Model::Create(job.model, job.loss);
   EXPECT_TRUE(m.ok()) << m.status();
   auto data = LoadJobData(job, "", **m);
@@ -64,7 +67,6 @@ Float16Run TrainFloat16(StrategyKind kind, int replicas, DynamicLossScale::Optio
   SyncOptions o;
   o.kind = kind;
   o.replicas = replicas;
-  o.loss_scale = ls;
   o.group = group;
   auto s = MakeSyncStrategy(job, data->train, o);
   EXPECT_TRUE(s.ok()) << s.status();
