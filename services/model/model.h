@@ -274,5 +274,9 @@ bool AllFinite(std::span<const Gradient> grads);
 // Every layer's dtype policy set to `p` (fit --mixed-precision: Keras'
 // set_global_policy before the model is built).
 void SetPrecision(ModelSpec& spec, Precision p);
+// The lowest compute precision among `layers`' dtype policies (float16
+// before bfloat16 before float32): Model::compute_precision, and fit's
+// summary before a model is built.
+Precision LowestPrecision(std::span<const LayerSpec> layers);
 
 }  // namespace tfjob::model

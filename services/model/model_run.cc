@@ -479,9 +479,11 @@ Status Model::EvaluateOnDevice(std::span<const Tensor> values, const Tensor& x, 
   return DeviceLossAndMetrics(pred, targets, nullptr, metrics, stats);
 }
 
-Precision Model::compute_precision() const {
+Precision Model::compute_precision() const { return LowestPrecision(layer_specs_); }
+
+Precision LowestPrecision(std::span<const LayerSpec> layers) {
   Precision p = Precision::kFloat32;
-  for (const LayerSpec& l : layer_specs_) {
+  for (const LayerSpec& l : layers) {
     if (l.precision == Precision::kFloat16) return Precision::kFloat16;
     if (l.precision == Precision::kBfloat16) p = Precision::kBfloat16;
   }

@@ -4,9 +4,13 @@
 // Device tensors go through their backend's pooling kernels (one thread per
 // output in the forward pass, one per input in the backward pass, summing
 // in the host's order) and its axis reduction for the global average.
+#include <cstdint>
+#include <vector>
+
 #include "services/model/layers_internal.h"
 #include "services/tensor/backend.h"
 #include "services/tensor/eigen.h"
+#include "services/tensor/threads.h"
 
 namespace tfjob::model::internal {
 namespace {
@@ -54,6 +58,8 @@ class Pooling2D final : public Layer {
       return y;
     }
     const bool max = spec_.type == LayerType::kMaxPooling2D;
+    tiled_ = max && Tiled();
+    if (tiled_) return MaxForwardTiled(x);
     // Max writes every output; average sums into zeros.
     ASSIGN_OR_RETURN(Tensor y, max ? Tensor::CreateUninitialized(DType::kFloat32, {batch_, oh_, ow_, c_})
                                    : Tensor::Create(DType::kFloat32, {batch_, oh_, ow_, c_}));
@@ -100,9 +106,16 @@ class Pooling2D final : public Layer {
   StatusOr<Tensor> Backward(std::span<const Tensor>, Tensor dy, bool need_input_grad, std::span<Gradient>) override {
     if (!need_input_grad) return Tensor();
     if (!dy.on_cpu()) return BackwardOnDevice(dy);
+    const float* g = dy.data<float>();
+    if (spec_.type == LayerType::kMaxPooling2D && tiled_) {
+      if (dy.size() != batch_ * oh_ * ow_ * c_) {
+        return Error("gradient shape " + ShapeString(dy.shape()) + " does not match output");
+      }
+      if (x_.size() != batch_ * h_ * w_ * c_) return Error("backward without its forward pass");
+      return MaxBackwardTiled(g);
+    }
     Tensor dx = Tensor::Zeros(DType::kFloat32, WithBatch(batch_, in_shape_));
     float* d = dx.data<float>();
-    const float* g = dy.data<float>();
     if (spec_.type == LayerType::kGlobalAveragePooling2D) {
       if (dy.size() != batch_ * c_)
         return Error("gradient shape " + ShapeString(dy.shape()) + " does not match output");
@@ -141,6 +154,84 @@ class Pooling2D final : public Layer {
   }
 
  private:
+  // Keras' default max pooling (strides = pool size, no padding): windows
+  // tile the input without overlap. The forward pass is then a maximum
+  // only (no per-output bookkeeping, no data-dependent branches), and the
+  // backward pass finds each window's winner again by comparing its inputs
+  // with the output it kept (the first equal tap wins, as in TF), writing
+  // every input once instead of zero-filling and scattering.
+  // Inputs from which the tiled passes split their rows over the compute
+  // threads (threads.h): below it a thread's start costs more than it saves.
+  static constexpr int64_t kParallel = int64_t{1} << 16;
+
+  bool Tiled() const {
+    return spec_.strides[0] == ph_ && spec_.strides[1] == pw_ && pt_ == 0 && pl_ == 0 && oh_ * ph_ <= h_ &&
+           ow_ * pw_ <= w_;
+  }
+
+  StatusOr<Tensor> MaxForwardTiled(const Tensor& x) {
+    ASSIGN_OR_RETURN(Tensor y, Tensor::CreateUninitialized(DType::kFloat32, {batch_, oh_, ow_, c_}));
+    const float* in = x.data<float>();
+    float* out = y.data<float>();
+    UseComputeThreadsHere();
+#pragma omp parallel for num_threads(ComputeThreads()) if (ComputeThreads() > 1 && batch_ * h_ * w_ * c_ >= kParallel)
+    for (int64_t r = 0; r < batch_ * oh_; ++r) {
+      const int64_t b = r / oh_, oy = r % oh_;
+      for (int64_t ox = 0; ox < ow_; ++ox) {
+        float* __restrict o = out + (r * ow_ + ox) * c_;
+        const float* first = in + ((b * h_ + oy * ph_) * w_ + ox * pw_) * c_;
+        for (int64_t ch = 0; ch < c_; ++ch) o[ch] = first[ch];
+        for (int64_t ky = 0; ky < ph_; ++ky) {
+          for (int64_t kx = ky == 0 ? 1 : 0; kx < pw_; ++kx) {
+            const float* __restrict p = first + (ky * w_ + kx) * c_;
+            for (int64_t ch = 0; ch < c_; ++ch) o[ch] = p[ch] > o[ch] ? p[ch] : o[ch];
+          }
+        }
+      }
+    }
+    argmax_ = Tensor();
+    x_ = x;
+    y_ = y;
+    return y;
+  }
+
+  StatusOr<Tensor> MaxBackwardTiled(const float* g) {
+    // Rows or columns past the last window take no gradient.
+    const bool covered = oh_ * ph_ == h_ && ow_ * pw_ == w_;
+    ASSIGN_OR_RETURN(Tensor dx, covered ? Tensor::CreateUninitialized(DType::kFloat32, WithBatch(batch_, in_shape_))
+                                        : Tensor::Create(DType::kFloat32, WithBatch(batch_, in_shape_)));
+    const float* in = x_.data<float>();
+    const float* out = y_.data<float>();
+    float* d = dx.data<float>();
+    UseComputeThreadsHere();
+#pragma omp parallel for num_threads(ComputeThreads()) if (ComputeThreads() > 1 && batch_ * h_ * w_ * c_ >= kParallel)
+    for (int64_t r = 0; r < batch_ * oh_; ++r) {
+      const int64_t b = r / oh_, oy = r % oh_;
+      std::vector<float> left(static_cast<size_t>(c_));  // the gradient no tap has taken yet
+      for (int64_t ox = 0; ox < ow_; ++ox) {
+        const int64_t at = (r * ow_ + ox) * c_, first = ((b * h_ + oy * ph_) * w_ + ox * pw_) * c_;
+        const float* __restrict best = out + at;
+        float* __restrict rest = left.data();
+        for (int64_t ch = 0; ch < c_; ++ch) rest[ch] = g[at + ch];
+        for (int64_t ky = 0; ky < ph_; ++ky) {
+          for (int64_t kx = 0; kx < pw_; ++kx) {
+            const int64_t tap = first + (ky * w_ + kx) * c_;
+            const float* __restrict p = in + tap;
+            float* __restrict q = d + tap;
+            for (int64_t ch = 0; ch < c_; ++ch) {
+              const bool wins = p[ch] == best[ch];
+              q[ch] = wins ? rest[ch] : 0.f;
+              rest[ch] = wins ? 0.f : rest[ch];
+            }
+          }
+        }
+      }
+    }
+    x_ = Tensor();
+    y_ = Tensor();
+    return dx;
+  }
+
   device::Window2D Geometry2D() const {
     device::Window2D w;
     w.batch = batch_, w.height = h_, w.width = w_, w.channels = c_;
@@ -214,7 +305,9 @@ class Pooling2D final : public Layer {
   Shape in_shape_;
   int64_t h_ = 0, w_ = 0, c_ = 0, ph_ = 0, pw_ = 0, oh_ = 0, ow_ = 0, pt_ = 0, pl_ = 0;
   int64_t batch_ = 0;
-  Tensor argmax_;  // max pooling: the input offset each output took
+  Tensor argmax_;       // max pooling: the input offset each output took
+  bool tiled_ = false;  // the last forward took MaxForwardTiled,
+  Tensor x_, y_;        // keeping its input and output (shared, not copied)
 };
 
 }  // namespace

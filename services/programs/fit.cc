@@ -117,13 +117,7 @@ nlohmann::json SummaryJson(const strategy::FitSummary& s, const nlohmann::json& 
   j["threads"] = *p.flags.GetInt("threads");
   j["cpu_matrix_products"] = GemmLibrary();  // services/tensor/gemm.h
   // The lowest precision a layer computes in (Keras' policy name).
-  Precision lowest = Precision::kFloat32;
-  for (const model::LayerSpec& l : p.job.model.layers) {
-    if (l.precision == Precision::kFloat16 || (l.precision == Precision::kBfloat16 && lowest == Precision::kFloat32)) {
-      lowest = l.precision;
-    }
-  }
-  j["dtype_policy"] = std::string(PolicyName(lowest));
+  j["dtype_policy"] = std::string(PolicyName(model::LowestPrecision(p.job.model.layers)));
   // The model's matrix work per example (Model::Flops), for a roofline:
   // examples/s times this is the achieved rate.
   if (auto m = model::Model::Create(p.job.model, p.job.loss); m.ok()) {

@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "services/tensor/conv2d_small.h"
 #include "services/tensor/gemm.h"
 #include "services/tensor/precision.h"
 #include "services/tensor/threads.h"
@@ -59,6 +60,10 @@ struct DirectConv2D::Impl {
   dnnl::convolution_backward_data::primitive_desc bwd_pd;
   dnnl::convolution_backward_data bwd;
   dnnl::memory bwd_weights;
+  // The last forward ran small_conv's kernels (conv2d_small.h) for this
+  // geometry; its input's padded copy and partial sums live in `scratch`.
+  bool small = false;
+  std::vector<float> scratch;
 
   Dims Strides() const { return {geometry.stride_h, geometry.stride_w}; }
   Dims PadLeft() const { return {geometry.pad_top, geometry.pad_left}; }
@@ -153,6 +158,14 @@ Status DirectConv2D::Forward(const Conv2DGeometry& g, const float* x, const floa
     if (!impl_) impl_ = std::make_unique<Impl>();
     Impl& m = *impl_;
     const bool bf16 = ComputePrecision() == Precision::kBfloat16;
+    if (small_conv::Applies(g)) {
+      // The oneDNN primitives are built only if the data gradient is asked.
+      if (!(m.geometry == g) || m.relu != relu || m.bias != (bias != nullptr) || m.bf16 != bf16) m.built = false;
+      m.geometry = g, m.relu = relu, m.bias = bias != nullptr, m.bf16 = bf16, m.small = true;
+      small_conv::Forward(g, x, kernel, bias, relu, bf16, y, m.scratch);
+      return Status::Ok();
+    }
+    m.small = false;
     if (!m.built || !(m.geometry == g) || m.relu != relu || m.bias != (bias != nullptr) || m.bf16 != bf16) {
       m.Build(g, bias != nullptr, relu, bf16);
     }
@@ -172,12 +185,16 @@ Status DirectConv2D::Forward(const Conv2DGeometry& g, const float* x, const floa
 
 Status DirectConv2D::BackwardWeights(const Conv2DGeometry& g, const float* x, const float* dy, float* dkernel,
                                      float* dbias) {
-  if (!impl_ || !impl_->built || !(impl_->geometry == g) || impl_->bias != (dbias != nullptr)) {
+  if (!impl_ || !(impl_->built || impl_->small) || !(impl_->geometry == g) || impl_->bias != (dbias != nullptr)) {
     return FailedPrecondition("convolution backward without a forward of the same geometry");
   }
   try {
     UseComputeThreadsHere();
     Impl& m = *impl_;
+    if (m.small) {
+      small_conv::BackwardWeights(g, x, dy, m.bf16, dkernel, dbias, m.scratch);
+      return Status::Ok();
+    }
     if (!m.bwd_built) m.BuildBackward();
     dnnl::memory src = m.LowPrecision(m.src, m.src_lp, x, m.x_bf16);
     dnnl::memory diff_dst = m.LowPrecision(m.dst, m.dst_lp, dy, m.dy_bf16);
@@ -196,12 +213,13 @@ Status DirectConv2D::BackwardWeights(const Conv2DGeometry& g, const float* x, co
 }
 
 Status DirectConv2D::BackwardData(const Conv2DGeometry& g, const float* dy, const float* kernel, float* dx) {
-  if (!impl_ || !impl_->built || !(impl_->geometry == g)) {
+  if (!impl_ || !(impl_->built || impl_->small) || !(impl_->geometry == g)) {
     return FailedPrecondition("convolution backward without a forward of the same geometry");
   }
   try {
     UseComputeThreadsHere();
     Impl& m = *impl_;
+    if (!m.built) m.Build(g, m.bias, m.relu, m.bf16);  // the forward ran small_conv's kernels
     if (!m.bwd_built) m.BuildBackward();
     m.ReorderIn(kernel, m.bwd_weights);
     dnnl::memory diff_dst = m.LowPrecision(m.dst, m.dst_lp, dy, m.dy_bf16), diff_src(m.src, m.engine, dx);

@@ -206,6 +206,7 @@ TEST(PoolingTest, MaxAndAverageMatchNaiveAndFiniteDifferences) {
   const Case cases[] = {
       {LayerType::kMaxPooling2D, {2, 2}, {2, 2}, Padding::kValid, {5, 4, 2}, {2, 2, 2}},
       {LayerType::kMaxPooling2D, {3, 3}, {1, 2}, Padding::kSame, {4, 5, 1}, {4, 3, 1}},
+      {LayerType::kMaxPooling2D, {2, 3}, {2, 3}, Padding::kSame, {4, 6, 3}, {2, 2, 3}},
       {LayerType::kAveragePooling2D, {2, 2}, {2, 2}, Padding::kValid, {4, 4, 2}, {2, 2, 2}},
       {LayerType::kAveragePooling2D, {3, 2}, {2, 2}, Padding::kSame, {5, 5, 1}, {3, 3, 1}},
   };
@@ -249,6 +250,33 @@ TEST(PoolingTest, MaxAndAverageMatchNaiveAndFiniteDifferences) {
             const double want = c.type == LayerType::kMaxPooling2D ? best : sum / n;
             EXPECT_NEAR(y.data<float>()[i], want, 1e-6) << i;
           }
+  }
+}
+
+// Equal inputs in a window: the first (row-major) takes the whole gradient,
+// as TF's max pooling gives it; windows that tile the input (Keras' default
+// strides) and windows that overlap agree.
+TEST(PoolingTest, MaxPoolingGivesATiesGradientToTheFirstTap) {
+  for (int64_t stride : {2, 1}) {
+    SCOPED_TRACE("strides " + std::to_string(stride));
+    LayerSpec s = Spec(LayerType::kMaxPooling2D, "pool");
+    s.kernel_size = {2, 2};
+    s.strides = {stride, stride};
+    auto layer = Built(s, {4, 4, 2});
+    const Tensor x = *Tensor::FromVector({1, 4, 4, 2}, std::vector<float>(32, 1.f));
+    auto y = layer->Forward({}, x, true);
+    ASSERT_TRUE(y.ok()) << y.status();
+    Tensor dy = *Tensor::FromVector(y->shape(), std::vector<float>(static_cast<size_t>(y->size()), 1.f));
+    auto dx = layer->Backward({}, dy, true, {});
+    ASSERT_TRUE(dx.ok()) << dx.status();
+    const int64_t oh = y->dim(1);
+    for (int64_t iy = 0; iy < 4; ++iy)
+      for (int64_t ix = 0; ix < 4; ++ix)
+        for (int64_t c = 0; c < 2; ++c) {
+          // How many windows start here (each gives its 1 to its first tap).
+          const bool starts = iy % stride == 0 && ix % stride == 0 && iy / stride < oh && ix / stride < oh;
+          EXPECT_EQ(dx->data<float>()[(iy * 4 + ix) * 2 + c], starts ? 1.f : 0.f) << iy << "," << ix;
+        }
   }
 }
 

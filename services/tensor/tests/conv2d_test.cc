@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "services/tensor/conv2d_small.h"
+#include "services/tensor/precision.h"
+#include "services/tensor/threads.h"
+
 namespace tfjob {
 namespace {
 
@@ -59,17 +63,68 @@ void ForEachProduct(const Conv2DGeometry& g, F&& f) {
           }
 }
 
-void ExpectNear(const std::vector<float>& got, const std::vector<double>& want, const std::string& what) {
+// `magnitude` (may be empty): each element's sum of |terms|; a float32 sum
+// of many terms (a weight gradient over a batch's pixels) rounds in
+// proportion to it.
+void ExpectNear(const std::vector<float>& got, const std::vector<double>& want, const std::string& what,
+                const std::vector<double>& magnitude = {}) {
   ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i)
-    ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << what << " " << i;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double tolerance = 1e-4 * (1 + std::abs(want[i])) + (magnitude.empty() ? 0 : 2e-7 * magnitude[i]);
+    ASSERT_NEAR(got[i], want[i], tolerance) << what << " " << i;
+  }
 }
 
 // Forward (with and without bias, with the fused ReLU), the kernel's and
 // bias' gradients and the input's, against the convolution's definition
-// summed in double, over the geometries the layers make: one input channel
-// (an MNIST first layer), strides, "same" padding, a non-square kernel,
-// 1x1, channels >= 16.
+// summed in double. In bfloat16 the definition takes the input, kernel and
+// dL/dy rounded to bfloat16 (products exact, sums in float32 or better).
+void CheckAgainstTheDefinition(const Conv2DGeometry& g, std::mt19937& rng, const std::string& what, bool bf16 = false) {
+  const size_t xs = g.batch * g.height * g.width * g.channels, ks = g.kernel_h * g.kernel_w * g.channels * g.filters,
+               ys = g.batch * g.out_h * g.out_w * g.filters;
+  const auto x = RandomValues(xs, rng), k = RandomValues(ks, rng), bias = RandomValues(g.filters, rng),
+             dy = RandomValues(ys, rng);
+  auto xr = x, kr = k, dyr = dy;
+  if (bf16) {
+    RoundTo(Precision::kBfloat16, xr.data(), static_cast<int64_t>(xs));
+    RoundTo(Precision::kBfloat16, kr.data(), static_cast<int64_t>(ks));
+    RoundTo(Precision::kBfloat16, dyr.data(), static_cast<int64_t>(ys));
+  }
+  PrecisionScope scope(bf16 ? Precision::kBfloat16 : Precision::kFloat32);
+  for (bool with_bias : {false, true}) {
+    for (bool relu : {false, true}) {
+      std::vector<double> want(ys);
+      for (size_t j = 0; j < ys; ++j) want[j] = with_bias ? bias[j % g.filters] : 0;
+      ForEachProduct(g, [&](int64_t xi, int64_t ki, int64_t yi) { want[yi] += double(xr[xi]) * kr[ki]; });
+      if (relu)
+        for (double& v : want) v = std::max(v, 0.0);
+      DirectConv2D conv;
+      std::vector<float> y(ys);
+      Status s = conv.Forward(g, x.data(), k.data(), with_bias ? bias.data() : nullptr, relu, y.data());
+      ASSERT_TRUE(s.ok()) << what << ": " << s;
+      ExpectNear(y, want, what + " forward bias=" + std::to_string(with_bias) + " relu=" + std::to_string(relu));
+
+      std::vector<double> want_dk(ks), dk_magnitude(ks), want_db(g.filters), want_dx(xs);
+      ForEachProduct(g, [&](int64_t xi, int64_t ki, int64_t yi) {
+        want_dk[ki] += double(xr[xi]) * dyr[yi];
+        dk_magnitude[ki] += std::abs(double(xr[xi]) * dyr[yi]);
+        want_dx[xi] += double(dyr[yi]) * kr[ki];
+      });
+      for (size_t j = 0; j < ys; ++j) want_db[j % g.filters] += dyr[j];
+      std::vector<float> dk(ks, 7.f), db(g.filters, 7.f), dx(xs, 7.f);  // overwritten, not added to
+      s = conv.BackwardWeights(g, x.data(), dy.data(), dk.data(), with_bias ? db.data() : nullptr);
+      ASSERT_TRUE(s.ok()) << what << ": " << s;
+      ExpectNear(dk, want_dk, what + " dkernel", dk_magnitude);
+      if (with_bias) ExpectNear(db, want_db, what + " dbias");
+      s = conv.BackwardData(g, dy.data(), k.data(), dx.data());
+      ASSERT_TRUE(s.ok()) << what << ": " << s;
+      ExpectNear(dx, want_dx, what + " dx");
+    }
+  }
+}
+
+// The geometries the layers make: one input channel (an MNIST first
+// layer), strides, "same" padding, a non-square kernel, 1x1, channels >= 16.
 TEST(DirectConv2DTest, MatchesTheDefinitionForwardAndBackward) {
   if (!DirectConv2D::Available()) GTEST_SKIP() << "no oneDNN in this build (or TFJOB_CPU_KERNELS=eigen)";
   std::mt19937 rng(11);
@@ -77,43 +132,34 @@ TEST(DirectConv2DTest, MatchesTheDefinitionForwardAndBackward) {
       Make(2, 7, 6, 1, 3, 3, 5, 1, 1, false),  Make(2, 7, 7, 3, 3, 3, 4, 2, 2, true),
       Make(3, 9, 8, 16, 3, 2, 8, 2, 1, false), Make(2, 5, 5, 4, 1, 1, 6, 1, 1, false),
       Make(2, 6, 6, 17, 3, 3, 16, 1, 1, true), Make(1, 8, 8, 2, 5, 5, 3, 3, 3, true)};
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const Conv2DGeometry& g = cases[i];
-    const std::string what = "case " + std::to_string(i);
-    const size_t xs = g.batch * g.height * g.width * g.channels, ks = g.kernel_h * g.kernel_w * g.channels * g.filters,
-                 ys = g.batch * g.out_h * g.out_w * g.filters;
-    const auto x = RandomValues(xs, rng), k = RandomValues(ks, rng), bias = RandomValues(g.filters, rng),
-               dy = RandomValues(ys, rng);
-    for (bool with_bias : {false, true}) {
-      for (bool relu : {false, true}) {
-        std::vector<double> want(ys);
-        for (size_t j = 0; j < ys; ++j) want[j] = with_bias ? bias[j % g.filters] : 0;
-        ForEachProduct(g, [&](int64_t xi, int64_t ki, int64_t yi) { want[yi] += double(x[xi]) * k[ki]; });
-        if (relu)
-          for (double& v : want) v = std::max(v, 0.0);
-        DirectConv2D conv;
-        std::vector<float> y(ys);
-        Status s = conv.Forward(g, x.data(), k.data(), with_bias ? bias.data() : nullptr, relu, y.data());
-        ASSERT_TRUE(s.ok()) << what << ": " << s;
-        ExpectNear(y, want, what + " forward bias=" + std::to_string(with_bias) + " relu=" + std::to_string(relu));
+  for (size_t i = 0; i < cases.size(); ++i) CheckAgainstTheDefinition(cases[i], rng, "case " + std::to_string(i));
+}
 
-        std::vector<double> want_dk(ks), want_db(g.filters), want_dx(xs);
-        ForEachProduct(g, [&](int64_t xi, int64_t ki, int64_t yi) {
-          want_dk[ki] += double(x[xi]) * dy[yi];
-          want_dx[xi] += double(dy[yi]) * k[ki];
-        });
-        for (size_t j = 0; j < ys; ++j) want_db[j % g.filters] += dy[j];
-        std::vector<float> dk(ks, 7.f), db(g.filters, 7.f), dx(xs, 7.f);  // overwritten, not added to
-        s = conv.BackwardWeights(g, x.data(), dy.data(), dk.data(), with_bias ? db.data() : nullptr);
-        ASSERT_TRUE(s.ok()) << what << ": " << s;
-        ExpectNear(dk, want_dk, what + " dkernel");
-        if (with_bias) ExpectNear(db, want_db, what + " dbias");
-        s = conv.BackwardData(g, dy.data(), k.data(), dx.data());
-        ASSERT_TRUE(s.ok()) << what << ": " << s;
-        ExpectNear(dx, want_dx, what + " dx");
-      }
-    }
+// Stride 1, few input channels and 16..64 filters take small_conv's own
+// kernels (conv2d_small.h): one and several filter vectors, 4-pixel steps
+// with a remainder, "same" padding, taps over several weight-gradient
+// passes, bfloat16, and the batch split over two threads. A kernel with
+// more taps than small_conv takes stays with oneDNN and matches too.
+TEST(DirectConv2DTest, FewInputChannelsMatchTheDefinitionThroughTheirOwnKernels) {
+  if (!DirectConv2D::Available()) GTEST_SKIP() << "no oneDNN in this build (or TFJOB_CPU_KERNELS=eigen)";
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  std::mt19937 rng(12);
+  const std::vector<Conv2DGeometry> small = {
+      Make(2, 7, 6, 1, 3, 3, 16, 1, 1, false), Make(3, 9, 10, 1, 3, 3, 32, 1, 1, true),
+      Make(2, 6, 5, 3, 3, 3, 48, 1, 1, false), Make(1, 5, 7, 4, 2, 2, 64, 1, 1, true),
+      Make(2, 4, 9, 1, 1, 5, 32, 1, 1, false)};
+  for (size_t i = 0; i < small.size(); ++i) {
+    EXPECT_EQ(small_conv::Applies(small[i]), avx512) << i;
+    CheckAgainstTheDefinition(small[i], rng, "small case " + std::to_string(i));
+    CheckAgainstTheDefinition(small[i], rng, "small case " + std::to_string(i) + " bfloat16", true);
   }
+  const Conv2DGeometry many_taps = Make(2, 8, 9, 2, 5, 5, 32, 1, 1, true);
+  EXPECT_FALSE(small_conv::Applies(many_taps));
+  CheckAgainstTheDefinition(many_taps, rng, "many taps");
+  const int threads = ComputeThreads();
+  SetComputeThreads(2);
+  CheckAgainstTheDefinition(Make(32, 28, 28, 1, 3, 3, 32, 1, 1, false), rng, "MNIST's first layer, two threads");
+  SetComputeThreads(threads);
 }
 
 TEST(DirectConv2DTest, ABackwardWithoutItsForwardIsAnErrorNotACrash) {

@@ -1,0 +1,43 @@
+// Stride-1 convolutions over inputs with few channels (the first layer of an
+// image model: MNIST's one channel) as this project's own AVX-512 kernels.
+// oneDNN blocks its kernels on input channels, so with one channel its
+// forward and weight-gradient kernels ran the MNIST CNN's first layer at
+// about a tenth of the FMA peak and took 30-45% of the CNN's training time
+// (docs/performance.md); here each output pixel is kernel_h x kernel_w x
+// channels broadcasts times the filter vectors, accumulated in registers.
+//
+// Applies() says whether a geometry is one of these (stride 1, filters a
+// multiple of 16 up to 64, kernel_h x kernel_w x channels small enough that
+// the weight gradient's accumulators fit in registers, a CPU with
+// AVX-512F). "same" padding is computed on a zero-padded copy of the input.
+//
+// Thread-safety: the functions share nothing but `scratch`, which is the
+// caller's (one call at a time per scratch). They split the batch over the
+// compute threads (threads.h). Failure: none; callers check Applies() first.
+#pragma once
+
+#include <vector>
+
+#include "services/tensor/conv2d.h"
+
+namespace tfjob {
+
+namespace small_conv {
+
+bool Applies(const Conv2DGeometry& g);
+
+// y = conv(x, kernel) + bias (bias may be null), then max(0, .) when relu;
+// NHWC activations, HWIO kernel, as DirectConv2D. `round_bf16` rounds the
+// input and kernel to bfloat16 first (products then equal bfloat16's, summed
+// in float32, as oneDNN's bfloat16 kernels do).
+void Forward(const Conv2DGeometry& g, const float* x, const float* kernel, const float* bias, bool relu,
+             bool round_bf16, float* y, std::vector<float>& scratch);
+
+// dkernel (HWIO) and dbias (may be null), overwritten, from the input x and
+// dL/dy; `round_bf16` as in Forward (x and dy rounded).
+void BackwardWeights(const Conv2DGeometry& g, const float* x, const float* dy, bool round_bf16, float* dkernel,
+                     float* dbias, std::vector<float>& scratch);
+
+}  // namespace small_conv
+
+}  // namespace tfjob
