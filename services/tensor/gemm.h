@@ -8,9 +8,14 @@
 // C [m, n], and leading dimensions (the distance between rows as stored)
 // lda, ldb, ldc, so a column block of a wider matrix is a valid operand.
 //
-// Where it runs: oneDNN's sgemm (Debian's libdnnl, the library TensorFlow
-// computes with on CPUs) in builds that found it, where the machine has it
-// (TFJOB_HAVE_DNNL, UseOneDnn; see
+// Where it runs: oneDNN (Debian's libdnnl, the library TensorFlow computes
+// with on CPUs) in builds that found it, where the machine has it
+// (TFJOB_HAVE_DNNL, UseOneDnn): its matmul primitive for a batch's products
+// that are not accumulated into (at most 64 rows, or a transposed A with an
+// inner dimension of at most 64: a weight gradient), where it beat sgemm
+// (1.53x on the MNIST CNN's dense input gradient, 1.12x on its forward pass;
+// and an sgemm call right after a primitive ran about 80 us late, so a
+// layer's products do not mix the two), its sgemm for the rest (see
 // docs/architecture.md for the figures that chose it), else Eigen's
 // general product (also in a oneDNN build when TFJOB_CPU_KERNELS=eigen is
 // set, for benchmarks that compare the two). Both use the compute threads
@@ -37,6 +42,13 @@ void Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, c
 // numerics on float32 units.
 void LowPrecisionGemm(Precision p, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a,
                       int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// C = op(A) op(B) in float32 through oneDNN's matmul primitive (gemm_low.cc;
+// one primitive per shape, cached per thread); false where the build or
+// oneDNN has none, C then untouched. Gemm's route for the products of a
+// batch's rows (below).
+bool MatmulFloat32(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                   const float* b, int64_t ldb, float* c, int64_t ldc);
 
 // The library Gemm (and conv2d.h's kernels) use: "oneDNN <version>" or
 // "Eigen <version>".

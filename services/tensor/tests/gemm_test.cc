@@ -42,7 +42,9 @@ std::vector<float> Random(size_t n, std::mt19937& rng) {
 
 // Every transpose, beta 0 / 1 / other, operands that are column blocks of
 // wider matrices (leading dimensions larger than the width), sizes that are
-// not multiples of any vector width, with one and two compute threads.
+// not multiples of any vector width, with one and two compute threads. In
+// a oneDNN build beta 0 takes the matmul primitive (a batch-sized product,
+// gemm.h) and the other betas sgemm, so both routes are checked.
 TEST(GemmTest, MatchesTheDefinitionForEveryLayoutTheLayersUse) {
   std::mt19937 rng(7);
   for (int threads : {1, 2}) {
