@@ -149,28 +149,24 @@ void Optimizer::UpdateRange(Tensor& var, int64_t off, const float* gp, int64_t n
     }
     case OptimizerType::kAdam: {
       const float b1 = static_cast<float>(spec_.beta_1), b2 = static_cast<float>(spec_.beta_2);
-      if (!spec_.amsgrad) {
-        // The update is memory-bound: the three expressions run a block at
-        // a time, so the moments are read from memory once, not twice.
-        constexpr int64_t kBlock = 2048;
-        for (int64_t at = 0; at < n; at += kBlock) {
-          const int64_t len = std::min(kBlock, n - at);
-          Arr wb(var.data<float>() + off + at, len), mb(st.slots[0].data<float>() + off + at, len),
-              vb(st.slots[1].data<float>() + off + at, len);
-          CArr gb(gp + at, len);
-          mb += (gb - mb) * (1.f - b1);
-          vb += (gb.square() - vb) * (1.f - b2);
+      // The update is memory-bound: its expressions run a block at a time,
+      // so the moments are read from memory once, not twice.
+      constexpr int64_t kBlock = 2048;
+      for (int64_t at = 0; at < n; at += kBlock) {
+        const int64_t len = std::min(kBlock, n - at);
+        auto block = [&](size_t i) { return Arr(st.slots[i].data<float>() + off + at, len); };
+        Arr wb(var.data<float>() + off + at, len), mb = block(0), vb = block(1);
+        CArr gb(gp + at, len);
+        mb += (gb - mb) * (1.f - b1);
+        vb += (gb.square() - vb) * (1.f - b2);
+        if (spec_.amsgrad) {
+          Arr vh = block(2);
+          vh = vh.max(vb);
+          wb -= alpha * mb / (vh.sqrt() + eps);
+        } else {
           wb -= alpha * mb / (vb.sqrt() + eps);
         }
-        break;
       }
-      Arr m = slot(0);
-      Arr v = slot(1);
-      m += (g - m) * (1.f - b1);
-      v += (g.square() - v) * (1.f - b2);
-      Arr vh = slot(2);
-      vh = vh.max(v);
-      w -= alpha * m / (vh.sqrt() + eps);
       break;
     }
   }
