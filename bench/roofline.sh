@@ -13,7 +13,9 @@
 #     thread count, and the ratio to PyTorch; one thread, then two (the
 #     scaling factor printed);
 #   - per layer, at the first thread count: its share of training's time
-#     (fit's layer_seconds), its achieved GFLOP/s and fraction of the peak;
+#     (fit's layer_seconds), its achieved GFLOP/s and fraction of the peak
+#     (a max pooling fused into the convolution before it is said so, its
+#     time being that convolution's);
 #   - the CPU kernels' choice (services/tensor/gemm.h, conv2d.h): in a build
 #     with oneDNN, each model also runs with TFJOB_CPU_KERNELS=eigen (Eigen's
 #     products and the im2col convolution) at the first thread count, and the
@@ -141,6 +143,10 @@ for m in models:
         for i, l in enumerate(flops["layers"]):
             fwd = statistics.median(s["layer_seconds"][i]["forward"] for s in runs)
             bwd = statistics.median(s["layer_seconds"][i]["backward"] for s in runs)
+            fused = runs[0]["layer_seconds"][i].get("fused_into")
+            if fused:
+                print(f"  {l['name']:<28} {'(fused into ' + fused + ', its time counted there)':>42}")
+                continue
             if fwd + bwd < 0.001 * compute:
                 continue
             line = f"  {l['name']:<28} {fwd:10.3f} {bwd:10.3f} {(fwd + bwd) / compute:6.1%}"

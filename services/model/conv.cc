@@ -59,9 +59,28 @@ class Conv2D final : public Layer {
     return v;
   }
 
+  bool FuseMaxPool(std::array<int64_t, 2> pool, const Shape& pooled_shape) override {
+    const bool activation = spec_.activation == Activation::kRelu || spec_.activation == Activation::kLinear;
+    if (!activation || spec_.precision != Precision::kFloat32 ||
+        !DirectConv2D::CanPool(DirectGeometry(1), pool[0], pool[1]) ||
+        pooled_shape != Shape{oh_ / pool[0], ow_ / pool[1], spec_.filters}) {
+      return false;
+    }
+    pool_ = pool;
+    return true;
+  }
+
+  bool pooled() const override { return pooled_; }
+
   StatusOr<Tensor> Forward(std::span<const Tensor> params, const Tensor& x, bool) override {
     if (!Matches(x, DType::kFloat32, in_shape_)) return Error(Expected(DType::kFloat32, in_shape_, x));
+    pooled_ = false;
     if (!x.on_cpu() || !params[0].on_cpu()) return ForwardOnDevice(params, x);
+    if (pool_ && ComputePrecision() == Precision::kFloat32) {
+      auto y = ForwardPooled(params, x);
+      if (y.ok()) return y;
+      // Not for this geometry after all: the convolution alone, then the pooling layer.
+    }
     // The direct kernels compute in float32 or bfloat16; a float16 layer's
     // patch products go through Gemm in its (emulated) precision.
     if (DirectConv2D::Available() && ComputePrecision() != Precision::kFloat16) {
@@ -94,7 +113,15 @@ class Conv2D final : public Layer {
       return Error("gradient shape " + ShapeString(dy.shape()) + " does not match output " + ShapeString(y_.shape()));
     }
     if (!dy.on_cpu() || !y_.on_cpu()) return BackwardOnDevice(params, std::move(dy), need_input_grad, grads);
-    ActivationBackward(spec_.activation, z_, y_, dy);
+    if (pooled_) {
+      // The pooled gradient back to the convolution's positions, the ReLU's too.
+      ASSIGN_OR_RETURN(Tensor dz, Tensor::CreateUninitialized(DType::kFloat32, {batch_, oh_, ow_, spec_.filters}));
+      DirectConv2D::MaxPoolGradient(DirectGeometry(batch_), (*pool_)[0], (*pool_)[1], y_.data<float>(), winners_.data(),
+                                    dy.data<float>(), spec_.activation == Activation::kRelu, dz.data<float>());
+      dy = std::move(dz);
+    } else {
+      ActivationBackward(spec_.activation, z_, y_, dy);
+    }
     const int64_t k = kh_ * kw_ * c_, rows = batch_ * oh_ * ow_;
     if (direct_used_) {
       auto dx = BackwardDirect(params, dy, need_input_grad, grads);
@@ -155,6 +182,25 @@ class Conv2D final : public Layer {
     batch_ = n;
     patches_ = Tensor();
     direct_used_ = true;
+    return y;
+  }
+
+  // The convolution and the max pooling fused into it (FuseMaxPool), in
+  // one pass: only the pooled output and each window's winner are kept.
+  StatusOr<Tensor> ForwardPooled(std::span<const Tensor> params, const Tensor& x) {
+    const int64_t n = x.dim(0), ph = (*pool_)[0], pw = (*pool_)[1];
+    ASSIGN_OR_RETURN(Tensor y, Tensor::CreateUninitialized(DType::kFloat32, {n, oh_ / ph, ow_ / pw, spec_.filters}));
+    winners_.resize(static_cast<size_t>(y.size()));
+    RETURN_IF_ERROR(direct_.ForwardMaxPool(
+        DirectGeometry(n), x.data<float>(), params[0].data<float>(), spec_.use_bias ? params[1].data<float>() : nullptr,
+        spec_.activation == Activation::kRelu, ph, pw, y.data<float>(), winners_.data()));
+    z_ = Tensor();
+    x_ = x;
+    y_ = y;
+    batch_ = n;
+    patches_ = Tensor();
+    direct_used_ = true;
+    pooled_ = true;
     return y;
   }
 
@@ -285,7 +331,10 @@ class Conv2D final : public Layer {
   Tensor patches_, y_;
   Tensor z_;  // the pre-activation, when the activation's gradient needs it
   DirectConv2D direct_;
-  bool direct_used_ = false;  // the last forward went through direct_: x_ kept, no patches
+  bool direct_used_ = false;                    // the last forward went through direct_: x_ kept, no patches
+  std::optional<std::array<int64_t, 2>> pool_;  // FuseMaxPool's
+  bool pooled_ = false;                         // the last forward was ForwardPooled: y_ is pooled
+  std::vector<uint8_t> winners_;                // ForwardPooled's: per pooled value, its window's tap
   Tensor x_;
 };
 

@@ -7,7 +7,10 @@
 // INVALID_ARGUMENT naming the layer.
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -90,6 +93,19 @@ class Layer {
   virtual StatusOr<std::vector<Tensor>> BackwardMulti(std::span<const Tensor> params, Tensor dy,
                                                       const std::vector<bool>& need_input_grad,
                                                       std::span<Gradient> grads);
+  // A max pooling fused into the layer before it (Model::Build: a Conv2D
+  // whose only consumer is a MaxPooling2D whose windows tile its input), so
+  // that the convolution's output, pool_h x pool_w times the pooling's, is
+  // never stored. TiledMaxPool: such a pooling's [pool_h, pool_w].
+  // FuseMaxPool: whether this layer takes it as its epilogue, producing
+  // `pooled_shape` per example. pooled(): whether the last Forward did (the
+  // pooling layer then passes the value and its gradient on untouched, and
+  // this layer's Backward takes the pooled gradient); a call it cannot fuse
+  // (a device, a precision) returns the layer's own output as before.
+  virtual std::optional<std::array<int64_t, 2>> TiledMaxPool() const { return std::nullopt; }
+  virtual bool FuseMaxPool(std::array<int64_t, 2> /*pool*/, const Shape& /*pooled_shape*/) { return false; }
+  virtual bool pooled() const { return false; }
+
   // Whether the layer computes on a CUDA device (Model::CheckDeviceSupport).
   virtual bool device_kernels() const { return true; }
 

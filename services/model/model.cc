@@ -207,6 +207,7 @@ Status Model::Build() {
     node.needs_grad = node.out_dtype == DType::kFloat32 && upstream;
   }
   output_shape_ = nodes_[static_cast<size_t>(s.output.node)].out_shape;
+  FusePooling(nodes_);
 
   return SetUpBatchTime();
 }
@@ -256,6 +257,7 @@ Status Model::UseTime(int64_t steps) {
     if (st.ok() && why.empty() && nodes_[static_cast<size_t>(spec_.output.node)].out_shape != output_shape_) {
       why = "the model's output shape depends on it";
     }
+    if (st.ok() && why.empty()) FusePooling(nodes_);
     next = std::move(nodes_);
     nodes_ = std::move(current);
     if (!st.ok() || !why.empty()) {

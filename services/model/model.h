@@ -189,6 +189,9 @@ class Model {
     std::string name, type;
     double forward = 0, backward = 0;
     int64_t steps = 0;
+    // A max pooling fused into the convolution before it (FusePooling):
+    // that layer's name; its time is counted there.
+    std::string fused_into;
   };
   std::vector<LayerTime> LayerTimes() const;
 
@@ -207,11 +210,18 @@ class Model {
     // The output carries a mask (layers.h: Masking, Embedding(mask_zero),
     // and the layers that pass one on).
     bool masked = false;
+    // A max pooling fused into the Conv2D call it reads (FusePooling): that
+    // call's index, else -1. While that call's pooled() holds, this one
+    // passes its input and gradient on untouched.
+    int64_t pooled_by = -1;
   };
 
   Model() = default;
   Status Build();
   Status BuildNode(size_t n, const NodeSpec& ns, const LayerSpec& ls);
+  // Each max pooling whose windows tile a Conv2D's output, where nothing
+  // else reads that output, goes into the convolution (Layer::FuseMaxPool).
+  void FusePooling(std::vector<Node>& nodes) const;
   StatusOr<Tensor> Forward(std::span<const Tensor> values, const Tensor& x, bool training);
   // A loss over a masked output would need Keras' masked loss: refused.
   Status CheckOutputUnmasked() const;

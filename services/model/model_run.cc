@@ -124,6 +124,7 @@ std::vector<Model::LayerTime> Model::LayerTimes() const {
   for (size_t n = 0; n < nodes_.size(); ++n) {
     const LayerSpec& spec = layer_specs_[nodes_[n].layer];
     LayerTime t{spec.name, std::string(LayerTypeName(spec.type))};
+    if (nodes_[n].pooled_by >= 0) t.fused_into = layer_specs_[nodes_[nodes_[n].pooled_by].layer].name;
     if (n < node_time_.size()) {
       t.forward = node_time_[n].forward;
       t.backward = node_time_[n].backward;
@@ -132,6 +133,29 @@ std::vector<Model::LayerTime> Model::LayerTimes() const {
     out.push_back(std::move(t));
   }
   return out;
+}
+
+void Model::FusePooling(std::vector<Node>& nodes) const {
+  std::vector<int> readers(nodes.size(), 0);
+  for (const Node& node : nodes)
+    for (const TensorRef& r : node.inputs)
+      if (r.node >= 0) ++readers[static_cast<size_t>(r.node)];
+  for (Node& pool : nodes) {
+    const auto size = pool.impl->TiledMaxPool();
+    if (!size || pool.inputs.size() != 1 || pool.inputs[0].node < 0) continue;
+    const size_t conv = static_cast<size_t>(pool.inputs[0].node);
+    const LayerSpec& c = layer_specs_[nodes[conv].layer];
+    const LayerSpec& p = layer_specs_[pool.layer];
+    // The convolution's output must be read by the pooling alone, and be
+    // nothing the model looks at itself (an output, a regularized or masked
+    // activity).
+    if (c.type != LayerType::kConv2D || readers[conv] != 1 || static_cast<int64_t>(conv) == spec_.output.node ||
+        c.activity_regularizer.active() || p.activity_regularizer.active() || nodes[conv].masked ||
+        c.precision != Precision::kFloat32 || p.precision != Precision::kFloat32) {
+      continue;
+    }
+    if (nodes[conv].impl->FuseMaxPool(*size, pool.out_shape)) pool.pooled_by = static_cast<int64_t>(conv);
+  }
 }
 
 StatusOr<Tensor> Model::Forward(std::span<const Tensor> values, const Tensor& x, bool training) {
@@ -161,6 +185,11 @@ StatusOr<Tensor> Model::Forward(std::span<const Tensor> values, const Tensor& x,
     auto [first, count] = layer_vars_[node.layer];
     auto params = values.subspan(first, count);
     const auto started = std::chrono::steady_clock::now();
+    if (node.pooled_by >= 0 && nodes_[static_cast<size_t>(node.pooled_by)].impl->pooled()) {
+      outs[n] = outs[static_cast<size_t>(node.pooled_by)];  // pooled by the convolution
+      if (training) ++node_time_[n].steps;
+      continue;
+    }
     const Precision precision = layer_specs_[node.layer].precision;
     PrecisionScope scope(precision);
     if (node.impl->arity() == 1) {
@@ -245,7 +274,10 @@ Status Model::Backward(std::span<const Tensor> values, Tensor dy, std::vector<Gr
     const auto started = std::chrono::steady_clock::now();
     const Precision precision = layer_specs_[node.layer].precision;
     PrecisionScope scope(precision);
-    if (node.impl->arity() == 1) {
+    const bool pass = node.pooled_by >= 0 && nodes_[static_cast<size_t>(node.pooled_by)].impl->pooled();
+    if (pass) {
+      dxs.push_back(std::move(dys[n]));  // the convolution takes the pooled gradient
+    } else if (node.impl->arity() == 1) {
       ASSIGN_OR_RETURN(Tensor dx, node.impl->Backward(params, std::move(dys[n]), need[0], local));
       dxs.push_back(std::move(dx));
     } else {
@@ -261,7 +293,7 @@ Status Model::Backward(std::span<const Tensor> values, Tensor dy, std::vector<Gr
         RoundOutput(precision, g.sparse ? g.values : g.dense);
       }
     }
-    if (n < node_time_.size()) node_time_[n].backward += SecondsSince(started);
+    if (n < node_time_.size() && !pass) node_time_[n].backward += SecondsSince(started);
     for (size_t k = 0; k < count; ++k) {
       if (!have_grad[first + k]) {
         grads[first + k] = std::move(local[k]);

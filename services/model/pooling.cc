@@ -43,6 +43,11 @@ class Pooling2D final : public Layer {
     return Shape{oh_, ow_, c_};
   }
 
+  std::optional<std::array<int64_t, 2>> TiledMaxPool() const override {
+    if (spec_.type != LayerType::kMaxPooling2D || !Tiled()) return std::nullopt;
+    return std::array<int64_t, 2>{ph_, pw_};
+  }
+
   StatusOr<Tensor> Forward(std::span<const Tensor>, const Tensor& x, bool) override {
     if (!Matches(x, DType::kFloat32, in_shape_)) return Error(Expected(DType::kFloat32, in_shape_, x));
     batch_ = x.dim(0);

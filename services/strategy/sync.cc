@@ -145,6 +145,7 @@ class SyncStrategy final : public Strategy {
       for (const auto& t : step_->first_model().LayerTimes()) {
         layers.push_back(
             {{"name", t.name}, {"type", t.type}, {"forward", t.forward}, {"backward", t.backward}, {"steps", t.steps}});
+        if (!t.fused_into.empty()) layers.back()["fused_into"] = t.fused_into;
       }
       j["layer_seconds"] = std::move(layers);
     }

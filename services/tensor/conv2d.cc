@@ -183,6 +183,29 @@ Status DirectConv2D::Forward(const Conv2DGeometry& g, const float* x, const floa
   }
 }
 
+bool DirectConv2D::CanPool(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w) {
+  return Available() && small_conv::AppliesPooled(g, pool_h, pool_w);
+}
+
+Status DirectConv2D::ForwardMaxPool(const Conv2DGeometry& g, const float* x, const float* kernel, const float* bias,
+                                    bool relu, int64_t pool_h, int64_t pool_w, float* pooled, uint8_t* winners) {
+  if (!CanPool(g, pool_h, pool_w) || ComputePrecision() != Precision::kFloat32) {
+    return Unimplemented("no fused convolution and max pooling for this geometry or precision");
+  }
+  UseComputeThreadsHere();
+  if (!impl_) impl_ = std::make_unique<Impl>();
+  Impl& m = *impl_;
+  if (!(m.geometry == g) || m.relu != relu || m.bias != (bias != nullptr) || m.bf16) m.built = false;
+  m.geometry = g, m.relu = relu, m.bias = bias != nullptr, m.bf16 = false, m.small = true;
+  small_conv::ForwardMaxPool(g, x, kernel, bias, relu, pool_h, pool_w, pooled, winners, m.scratch);
+  return Status::Ok();
+}
+
+void DirectConv2D::MaxPoolGradient(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const float* pooled,
+                                   const uint8_t* winners, const float* dpooled, bool relu, float* dy) {
+  small_conv::MaxPoolGradient(g, pool_h, pool_w, pooled, winners, dpooled, relu, dy);
+}
+
 Status DirectConv2D::BackwardWeights(const Conv2DGeometry& g, const float* x, const float* dy, float* dkernel,
                                      float* dbias) {
   if (!impl_ || !(impl_->built || impl_->small) || !(impl_->geometry == g) || impl_->bias != (dbias != nullptr)) {
@@ -241,6 +264,15 @@ DirectConv2D::~DirectConv2D() = default;
 bool DirectConv2D::Available() { return false; }
 Status DirectConv2D::Forward(const Conv2DGeometry&, const float*, const float*, const float*, bool, float*) {
   return Unimplemented("this build has no oneDNN");
+}
+bool DirectConv2D::CanPool(const Conv2DGeometry&, int64_t, int64_t) { return false; }
+Status DirectConv2D::ForwardMaxPool(const Conv2DGeometry&, const float*, const float*, const float*, bool, int64_t,
+                                    int64_t, float*, uint8_t*) {
+  return Unimplemented("this build has no oneDNN");
+}
+void DirectConv2D::MaxPoolGradient(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const float* pooled,
+                                   const uint8_t* winners, const float* dpooled, bool relu, float* dy) {
+  small_conv::MaxPoolGradient(g, pool_h, pool_w, pooled, winners, dpooled, relu, dy);
 }
 Status DirectConv2D::BackwardWeights(const Conv2DGeometry&, const float*, const float*, float*, float*) {
   return Unimplemented("this build has no oneDNN");

@@ -41,6 +41,20 @@ class DirectConv2D {
   // y [batch, out_h, out_w, filters] = conv(x, kernel) + bias (bias may be
   // null), then max(0, .) when `relu`.
   Status Forward(const Conv2DGeometry& g, const float* x, const float* kernel, const float* bias, bool relu, float* y);
+  // The same followed by a max pooling whose pool_h x pool_w windows tile
+  // y (strides = pool size, "valid"), in one pass that never stores y
+  // (conv2d_small.h): `pooled` [batch, out_h / pool_h, out_w / pool_w,
+  // filters] and one byte per pooled value in `winners` (the tap that takes
+  // its gradient). float32 only; CanPool() says where it applies, elsewhere
+  // UNIMPLEMENTED (the caller then runs the two layers apart). The backward
+  // calls below then take dy from MaxPoolGradient.
+  static bool CanPool(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w);
+  Status ForwardMaxPool(const Conv2DGeometry& g, const float* x, const float* kernel, const float* bias, bool relu,
+                        int64_t pool_h, int64_t pool_w, float* pooled, uint8_t* winners);
+  // dL/dy [batch, out_h, out_w, filters] (before the ReLU when `relu`) from
+  // ForwardMaxPool's outputs and the pooled gradient.
+  static void MaxPoolGradient(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const float* pooled,
+                              const uint8_t* winners, const float* dpooled, bool relu, float* dy);
   // dkernel (HWIO) and dbias (may be null) from the input of the last
   // Forward's geometry and dy; both are overwritten.
   Status BackwardWeights(const Conv2DGeometry& g, const float* x, const float* dy, float* dkernel, float* dbias);

@@ -19,7 +19,9 @@ namespace {
 // kernels with more taps take several passes over the pixels.
 constexpr int kAccumulators = 20;
 constexpr int64_t kMaxTaps = 32;
-constexpr int kPixels = 4;  // output pixels per forward step: 4 x filters/16 FMA chains
+// Output pixels per forward step: P x filters/16 FMA chains, at most 16
+// accumulators (with the filter vectors and a broadcast beside them).
+constexpr int PixelsFor(int nv) { return nv <= 2 ? 8 : 4; }
 
 // The (padded) input the kernels read: valid positions only, stride 1.
 struct Input {
@@ -52,33 +54,90 @@ __attribute__((target("avx512f"))) inline void ForwardPixels(const ForwardArgs& 
     const float* w = a.kernel + t * f_n;
     const float* xt = x + a.offsets[t];
     __m512 wv[NV];
-    for (int v = 0; v < NV; ++v) wv[v] = _mm512_loadu_ps(w + 16 * v);
+    for (int v = 0; v < NV; ++v) {
+      wv[v] = _mm512_loadu_ps(w + 16 * v);
+      // Kept in a register: folded into each FMA instead, the filter's loads
+      // (P per vector) bound the loop on load ports, not FMAs (perf annotate).
+      __asm__("" : "+v"(wv[v]));
+    }
     for (int p = 0; p < P; ++p) {
       const __m512 xb = _mm512_set1_ps(xt[p * c_n]);
       for (int v = 0; v < NV; ++v) acc[p][v] = _mm512_fmadd_ps(xb, wv[v], acc[p][v]);
     }
   }
-  const __m512 zero = _mm512_setzero_ps();
-  for (int p = 0; p < P; ++p) {
-    for (int v = 0; v < NV; ++v) {
-      _mm512_storeu_ps(out + p * f_n + 16 * v, a.relu ? _mm512_max_ps(acc[p][v], zero) : acc[p][v]);
-    }
+  if (a.relu) {
+    const __m512 zero = _mm512_setzero_ps();
+    for (int p = 0; p < P; ++p)
+      for (int v = 0; v < NV; ++v) acc[p][v] = _mm512_max_ps(acc[p][v], zero);
   }
+  for (int p = 0; p < P; ++p)
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(out + p * f_n + 16 * v, acc[p][v]);
+}
+
+// The first `cols` pixels of output row `oy` of image `b` into `out`.
+template <int NV>
+__attribute__((target("avx512f"))) inline void ForwardRow(const ForwardArgs& a, int64_t b, int64_t oy, int64_t cols,
+                                                          float* out) {
+  const int64_t c_n = a.g->channels, f_n = a.g->filters;
+  const float* x = a.in.x + (b * a.in.height + oy) * a.in.width * c_n;
+  constexpr int P = PixelsFor(NV);
+  int64_t ox = 0;
+  for (; ox + P <= cols; ox += P) ForwardPixels<NV, P>(a, x + ox * c_n, out + ox * f_n);
+  // The rest in as few steps as fit: a step of one pixel is a chain of
+  // dependent FMAs (latency-bound).
+  if (P > 4 && ox + 4 <= cols) ForwardPixels<NV, 4>(a, x + ox * c_n, out + ox * f_n), ox += 4;
+  if (ox + 2 <= cols) ForwardPixels<NV, 2>(a, x + ox * c_n, out + ox * f_n), ox += 2;
+  for (; ox < cols; ++ox) ForwardPixels<NV, 1>(a, x + ox * c_n, out + ox * f_n);
 }
 
 template <int NV>
 __attribute__((target("avx512f"))) void ForwardRows(const ForwardArgs& a, int64_t row_begin, int64_t row_end) {
   const Conv2DGeometry& g = *a.g;
-  const int64_t c_n = g.channels, f_n = g.filters;
   for (int64_t r = row_begin; r < row_end; ++r) {
-    const int64_t b = r / g.out_h, oy = r % g.out_h;
-    const float* x = a.in.x + (b * a.in.height + oy) * a.in.width * c_n;
-    float* out = a.y + r * g.out_w * f_n;
-    int64_t ox = 0;
-    for (; ox + kPixels <= g.out_w; ox += kPixels) {
-      ForwardPixels<NV, kPixels>(a, x + ox * c_n, out + ox * f_n);
+    ForwardRow<NV>(a, r / g.out_h, r % g.out_h, g.out_w, a.y + r * g.out_w * g.filters);
+  }
+}
+
+// Pooled rows [row_begin, row_end) over batch x out_h / pool_h: each
+// window's pool_h convolution rows go to `buf` (one thread's, pool_h x
+// pooled columns x filters: it stays in L1/L2), then their maximum and
+// its tap to the pooled output. Taps are taken in (ky, kx) order and only
+// a strictly greater value replaces the best, so the first tap holding the
+// maximum wins, as MaxPooling2D's gradient goes in TF.
+struct PoolArgs {
+  int64_t pool_h, pool_w;
+  float* pooled;
+  uint8_t* winners;
+};
+
+template <int NV>
+__attribute__((target("avx512f"))) void ForwardPoolRows(const ForwardArgs& a, const PoolArgs& p, float* buf,
+                                                        int64_t row_begin, int64_t row_end) {
+  const Conv2DGeometry& g = *a.g;
+  const int64_t f_n = g.filters, pooled_h = g.out_h / p.pool_h, pooled_w = g.out_w / p.pool_w;
+  const int64_t cols = pooled_w * p.pool_w;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const int64_t b = r / pooled_h, py = r % pooled_h;
+    for (int64_t ky = 0; ky < p.pool_h; ++ky) ForwardRow<NV>(a, b, py * p.pool_h + ky, cols, buf + ky * cols * f_n);
+    float* out = p.pooled + r * pooled_w * f_n;
+    uint8_t* win = p.winners + r * pooled_w * f_n;
+    for (int64_t px = 0; px < pooled_w; ++px) {
+      for (int v = 0; v < NV; ++v) {
+        const float* first = buf + px * p.pool_w * f_n + 16 * v;
+        __m512 best = _mm512_loadu_ps(first);
+        __m512i tap = _mm512_setzero_si512();
+        for (int64_t ky = 0; ky < p.pool_h; ++ky) {
+          for (int64_t kx = ky == 0 ? 1 : 0; kx < p.pool_w; ++kx) {
+            const __m512 value = _mm512_loadu_ps(first + (ky * cols + kx) * f_n);
+            const __mmask16 greater = _mm512_cmp_ps_mask(value, best, _CMP_GT_OQ);
+            best = _mm512_mask_mov_ps(best, greater, value);
+            tap = _mm512_mask_mov_epi32(tap, greater, _mm512_set1_epi32(static_cast<int>(ky * p.pool_w + kx)));
+          }
+        }
+        _mm512_storeu_ps(out + px * f_n + 16 * v, best);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(win + px * f_n + 16 * v), _mm512_cvtepi32_epi8(tap));
+      }
     }
-    for (; ox < g.out_w; ++ox) ForwardPixels<NV, 1>(a, x + ox * c_n, out + ox * f_n);
   }
 }
 
@@ -129,6 +188,55 @@ __attribute__((target("avx512f"))) void BackwardPass(const BackwardArgs& a) {
   }
   if (a.db) {
     for (int v = 0; v < NV; ++v) _mm512_storeu_ps(a.db + 16 * v, bias[v]);
+  }
+}
+
+// MaxPoolGradient's rows [row_begin, row_end) over batch x out_h: per
+// position, the pooled gradient where the window's winner is this tap (and,
+// with relu, its maximum is positive), else 0.
+struct PoolGradientArgs {
+  const Conv2DGeometry* g;
+  int64_t pool_h, pool_w;
+  const float* pooled;
+  const uint8_t* winners;
+  const float* dpooled;
+  bool relu;
+  float* dy;
+};
+
+template <int NV>
+__attribute__((target("avx512f"))) void GradientRows(const PoolGradientArgs& a, int64_t row_begin, int64_t row_end) {
+  const Conv2DGeometry& g = *a.g;
+  const int64_t f_n = g.filters, pooled_h = g.out_h / a.pool_h, pooled_w = g.out_w / a.pool_w;
+  const int64_t cols = pooled_w * a.pool_w;
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const int64_t b = r / g.out_h, oy = r % g.out_h, py = oy / a.pool_h, ky = oy % a.pool_h;
+    float* row = a.dy + r * g.out_w * f_n;
+    if (py >= pooled_h) {  // below the last window: no gradient
+      std::fill(row, row + g.out_w * f_n, 0.f);
+      continue;
+    }
+    const int64_t at = (b * pooled_h + py) * pooled_w * f_n;
+    for (int64_t px = 0; px < pooled_w; ++px) {
+      __m512 grad[NV];
+      __m512i win[NV];
+      for (int v = 0; v < NV; ++v) {
+        const int64_t i = at + px * f_n + 16 * v;
+        grad[v] = _mm512_loadu_ps(a.dpooled + i);
+        if (a.relu)
+          grad[v] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_loadu_ps(a.pooled + i), zero, _CMP_GT_OQ), grad[v]);
+        win[v] = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.winners + i)));
+      }
+      for (int64_t kx = 0; kx < a.pool_w; ++kx) {
+        const __m512i tap = _mm512_set1_epi32(static_cast<int>(ky * a.pool_w + kx));
+        float* q = row + (px * a.pool_w + kx) * f_n;
+        for (int v = 0; v < NV; ++v) {
+          _mm512_storeu_ps(q + 16 * v, _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(win[v], tap), grad[v]));
+        }
+      }
+    }
+    std::fill(row + cols * f_n, row + g.out_w * f_n, 0.f);
   }
 }
 
@@ -228,6 +336,54 @@ void Forward(const Conv2DGeometry& g, const float* x, const float* kernel, const
   const ForwardArgs a{&g, in, kernel, offsets.data(), taps, bias, relu, y};
   const int nv = static_cast<int>(g.filters / 16);
   const auto rows = nv == 1 ? &ForwardRows<1> : nv == 2 ? &ForwardRows<2> : nv == 3 ? &ForwardRows<3> : &ForwardRows<4>;
+  const int64_t total = g.batch * g.out_h;
+  const int threads = ThreadsFor(g);
+  UseComputeThreadsHere();
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    const int n = omp_get_num_threads(), i = omp_get_thread_num();
+    rows(a, total * i / n, total * (i + 1) / n);
+  }
+}
+
+bool AppliesPooled(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w) {
+  return Applies(g) && pool_h >= 1 && pool_w >= 1 && pool_h * pool_w <= 256 && pool_h <= g.out_h && pool_w <= g.out_w;
+}
+
+void ForwardMaxPool(const Conv2DGeometry& g, const float* x, const float* kernel, const float* bias, bool relu,
+                    int64_t pool_h, int64_t pool_w, float* pooled, uint8_t* winners, std::vector<float>& scratch) {
+  const int64_t taps = g.kernel_h * g.kernel_w * g.channels;
+  const int64_t pooled_h = g.out_h / pool_h, cols = g.out_w / pool_w * pool_w, per_thread = pool_h * cols * g.filters;
+  const int threads = ThreadsFor(g);
+  const int64_t in_n = Padded(g) ? InputElements(g) : 0;
+  scratch.resize(static_cast<size_t>(in_n + threads * per_thread));
+  const Input in = Prepare(g, x, false, scratch.data());
+  const std::array<int64_t, kMaxTaps> offsets = TapOffsets(g, in);
+  const ForwardArgs a{&g, in, kernel, offsets.data(), taps, bias, relu, nullptr};
+  const PoolArgs p{pool_h, pool_w, pooled, winners};
+  const int nv = static_cast<int>(g.filters / 16);
+  const auto rows = nv == 1   ? &ForwardPoolRows<1>
+                    : nv == 2 ? &ForwardPoolRows<2>
+                    : nv == 3 ? &ForwardPoolRows<3>
+                              : &ForwardPoolRows<4>;
+  const int64_t total = g.batch * pooled_h;
+  float* bufs = scratch.data() + in_n;
+  UseComputeThreadsHere();
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    const int n = omp_get_num_threads(), i = omp_get_thread_num();
+    rows(a, p, bufs + i * per_thread, total * i / n, total * (i + 1) / n);
+  }
+}
+
+void MaxPoolGradient(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const float* pooled,
+                     const uint8_t* winners, const float* dpooled, bool relu, float* dy) {
+  const int nv = static_cast<int>(g.filters / 16);
+  const auto rows = nv == 1   ? &GradientRows<1>
+                    : nv == 2 ? &GradientRows<2>
+                    : nv == 3 ? &GradientRows<3>
+                              : &GradientRows<4>;
+  const PoolGradientArgs a{&g, pool_h, pool_w, pooled, winners, dpooled, relu, dy};
   const int64_t total = g.batch * g.out_h;
   const int threads = ThreadsFor(g);
   UseComputeThreadsHere();

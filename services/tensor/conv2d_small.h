@@ -16,6 +16,7 @@
 // compute threads (threads.h). Failure: none; callers check Applies() first.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "services/tensor/conv2d.h"
@@ -32,6 +33,25 @@ bool Applies(const Conv2DGeometry& g);
 // in float32, as oneDNN's bfloat16 kernels do).
 void Forward(const Conv2DGeometry& g, const float* x, const float* kernel, const float* bias, bool relu,
              bool round_bf16, float* y, std::vector<float>& scratch);
+
+// A Forward followed by a max pooling whose pool_h x pool_w windows tile
+// the output (strides = pool size, "valid"), in one pass (float32): each
+// window's convolution rows live in a per-thread buffer, so the
+// convolution's output (the MNIST CNN's 2.7 MB a batch) is never stored.
+// Writes `pooled` [batch, out_h / pool_h, out_w / pool_w, filters] and, one
+// byte per pooled value, `winners`: the first tap (ky * pool_w + kx) that
+// holds the window's maximum, which takes its gradient (as in TF).
+// AppliesPooled() says whether a geometry and pool are one of these.
+bool AppliesPooled(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w);
+void ForwardMaxPool(const Conv2DGeometry& g, const float* x, const float* kernel, const float* bias, bool relu,
+                    int64_t pool_h, int64_t pool_w, float* pooled, uint8_t* winners, std::vector<float>& scratch);
+
+// The convolution's dL/dy [batch, out_h, out_w, filters] (overwritten)
+// from the pooled gradient: each window's winner takes it (when `relu`,
+// only where the window's maximum is positive: the activation's gradient
+// too), every other position, and rows or columns no window covers, 0.
+void MaxPoolGradient(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const float* pooled,
+                     const uint8_t* winners, const float* dpooled, bool relu, float* dy);
 
 // dkernel (HWIO) and dbias (may be null), overwritten, from the input x and
 // dL/dy; `round_bf16` as in Forward (x and dy rounded).

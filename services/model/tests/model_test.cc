@@ -12,6 +12,7 @@
 #include "services/model/job_config.h"
 #include "services/model/metrics.h"
 #include "services/model/optimizers.h"
+#include "services/tensor/conv2d.h"
 #include "tests/support/subprocess.h"
 
 namespace tfjob::model {
@@ -698,6 +699,77 @@ TEST(ModelFlopsTest, KernelProductsPerExampleAsARooflineCountsThem) {
   ASSERT_EQ(cf.size(), 1u);
   EXPECT_EQ(cf[0].forward, 2 * (2 * 4) * 13 * 13);
   EXPECT_EQ(cf[0].backward, cf[0].forward);  // reads the model's input
+}
+
+// A tiled MaxPooling2D after a Conv2D is fused into it (Model::FusePooling:
+// the convolution's output is never stored). The same model with the ReLU
+// as its own layer between them (nothing fused) gives exactly the same
+// output and gradients, the input's included; so does a convolution
+// without activation.
+TEST(ModelPoolFusionTest, AConvolutionWithItsMaxPoolingFusedComputesAsTheLayersApart) {
+  auto conv = [](Activation act) {
+    LayerSpec c = Other(LayerType::kConv2D, "conv", 0, act);
+    c.filters = 16;
+    c.kernel_size = {3, 3};
+    return c;
+  };
+  LayerSpec pool = Other(LayerType::kMaxPooling2D, "pool", 2);
+  pool.kernel_size = {2, 2};
+  pool.strides = {2, 2};
+  const LayerSpec relu = Other(LayerType::kActivation, "relu", 1, Activation::kRelu);
+  const LayerSpec flat = Other(LayerType::kFlatten, "flat", 3);
+  const LayerSpec out = Dense("out", 3, Activation::kLinear, 4);
+  ModelSpec fused, apart, linear, linear_apart;
+  fused.input_shape = apart.input_shape = linear.input_shape = linear_apart.input_shape = {9, 10, 1};
+  fused.layers = {conv(Activation::kRelu), pool, flat, out};
+  apart.layers = {conv(Activation::kLinear), relu, pool, flat, out};
+  linear.layers = {conv(Activation::kLinear), pool, flat, out};
+  const LayerSpec identity = Other(LayerType::kActivation, "identity", 1, Activation::kLinear);
+  linear_apart.layers = {conv(Activation::kLinear), identity, pool, flat, out};
+  const LossSpec mse{LossType::kMeanSquaredError, false};
+  auto Floats = [](const Tensor& t) {
+    auto f = t.flat<float>();
+    return std::vector<float>(f.begin(), f.end());
+  };
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  std::vector<float> xs(4 * 9 * 10), dys(4 * 3);
+  for (float& v : xs) v = normal(rng);
+  for (float& v : dys) v = normal(rng);
+  std::fill(xs.begin(), xs.begin() + 90, 0.f);  // ties: one image's outputs all the bias
+  const Tensor x = Tensor::FromVector({4, 9, 10, 1}, xs).value();
+  for (const auto& [a_spec, b_spec] : {std::pair{fused, apart}, std::pair{linear, linear_apart}}) {
+    auto a = Model::Create(a_spec, mse);
+    auto b = Model::Create(b_spec, mse);
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+    std::vector<Tensor> values = (*a)->InitialValues(3);
+    values[1] = Tensor::FromVector({16}, std::vector<float>(16, 0.05f)).value();  // biases the zero image's outputs
+    for (int step = 0; step < 2; ++step) {  // twice: the second reuses the first's buffers
+      auto ga = (*a)->Differentiate(values, x, Tensor::FromVector({4, 3}, dys).value(), true);
+      auto gb = (*b)->Differentiate(values, x, Tensor::FromVector({4, 3}, dys).value(), true);
+      ASSERT_TRUE(ga.ok() && gb.ok()) << ga.status() << gb.status();
+      EXPECT_EQ(Floats(ga->output), Floats(gb->output));
+      ASSERT_EQ(ga->grads.size(), gb->grads.size());
+      for (size_t i = 0; i < ga->grads.size(); ++i) {
+        EXPECT_EQ(Floats(ga->grads[i].dense), Floats(gb->grads[i].dense)) << i;
+      }
+      ASSERT_EQ(ga->input_grads.size(), 1u);
+      EXPECT_EQ(Floats(ga->input_grads[0]), Floats(gb->input_grads[0]));
+    }
+    // The summary's layer times say where the pooling's time went.
+    const bool fusable = DirectConv2D::CanPool(Conv2DGeometry{.batch = 1,
+                                                              .height = 9,
+                                                              .width = 10,
+                                                              .channels = 1,
+                                                              .kernel_h = 3,
+                                                              .kernel_w = 3,
+                                                              .filters = 16,
+                                                              .out_h = 7,
+                                                              .out_w = 8},
+                                               2, 2);
+    for (const auto& t : (*a)->LayerTimes()) EXPECT_EQ(t.fused_into, t.name == "pool" && fusable ? "conv" : "");
+    for (const auto& t : (*b)->LayerTimes()) EXPECT_EQ(t.fused_into, "");
+  }
 }
 
 // Training's time per layer call (the summary's layer_seconds): forward and

@@ -162,6 +162,98 @@ TEST(DirectConv2DTest, FewInputChannelsMatchTheDefinitionThroughTheirOwnKernels)
   SetComputeThreads(threads);
 }
 
+// A max pooling whose windows tile the output, fused into the convolution
+// (ForwardMaxPool, which never stores the convolution's output): the
+// pooled values are exactly the pooling of Forward's output, each window's
+// winner is its first tap holding the maximum (ties are made on purpose:
+// ReLU's zeros, and an image of zeros whose outputs all equal the bias),
+// MaxPoolGradient puts the pooled gradient on the winners alone (none where
+// a ReLU window's maximum is 0) and the backward passes run after it as
+// after Forward.
+TEST(DirectConv2DTest, AFusedMaxPoolingIsExactlyThePoolingOfTheConvolution) {
+  if (!DirectConv2D::Available()) GTEST_SKIP() << "no oneDNN in this build (or TFJOB_CPU_KERNELS=eigen)";
+  if (!__builtin_cpu_supports("avx512f")) {
+    EXPECT_FALSE(DirectConv2D::CanPool(Make(2, 9, 10, 1, 3, 3, 32, 1, 1, false), 2, 2));
+    GTEST_SKIP() << "the fused kernels need AVX-512F, which this CPU lacks";
+  }
+  struct Case {
+    Conv2DGeometry g;
+    int64_t ph, pw;
+    bool relu;
+    int threads;
+  };
+  const std::vector<Case> cases = {
+      {Make(3, 9, 10, 1, 3, 3, 32, 1, 1, false), 2, 2, true, 1},   // 7x8: the last row no window covers
+      {Make(2, 8, 8, 2, 3, 3, 16, 1, 1, true), 2, 2, false, 1},    // "same", no activation
+      {Make(2, 11, 9, 1, 3, 3, 48, 1, 1, false), 3, 2, true, 1},   // 9x7 in 3x2 windows
+      {Make(32, 28, 28, 1, 3, 3, 32, 1, 1, false), 2, 2, true, 2}  // MNIST's, two threads
+  };
+  EXPECT_FALSE(DirectConv2D::CanPool(cases[0].g, 8, 2));    // taller than the output
+  EXPECT_FALSE(DirectConv2D::CanPool(cases[3].g, 17, 16));  // more taps than a byte names
+  std::mt19937 rng(21);
+  const int threads = ComputeThreads();
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const Case& c = cases[ci];
+    const Conv2DGeometry& g = c.g;
+    SetComputeThreads(c.threads);
+    ASSERT_TRUE(DirectConv2D::CanPool(g, c.ph, c.pw)) << ci;
+    const int64_t f = g.filters, ph_n = g.out_h / c.ph, pw_n = g.out_w / c.pw,
+                  taps = g.kernel_h * g.kernel_w * g.channels;
+    std::vector<float> x = RandomValues(static_cast<size_t>(g.batch * g.height * g.width * g.channels), rng);
+    std::fill(x.begin(), x.begin() + g.height * g.width * g.channels, 0.f);  // image 0: every output the bias
+    const std::vector<float> kernel = RandomValues(static_cast<size_t>(taps * f), rng);
+    std::vector<float> bias = RandomValues(static_cast<size_t>(f), rng);
+    bias[0] = 0.5f, bias[1] = -0.5f;
+    std::vector<float> y(static_cast<size_t>(g.batch * g.out_h * g.out_w * f));
+    std::vector<float> pooled(static_cast<size_t>(g.batch * ph_n * pw_n * f));
+    std::vector<uint8_t> winners(pooled.size());
+    DirectConv2D plain, fused;
+    ASSERT_TRUE(plain.Forward(g, x.data(), kernel.data(), bias.data(), c.relu, y.data()).ok()) << ci;
+    ASSERT_TRUE(
+        fused.ForwardMaxPool(g, x.data(), kernel.data(), bias.data(), c.relu, c.ph, c.pw, pooled.data(), winners.data())
+            .ok())
+        << ci;
+    std::vector<float> dpooled = RandomValues(pooled.size(), rng);
+    std::vector<float> want_dz(y.size(), 0.f), dz(y.size(), -1.f);
+    int64_t mismatches = 0, ties = 0;
+    for (int64_t b = 0; b < g.batch; ++b) {
+      for (int64_t py = 0; py < ph_n; ++py) {
+        for (int64_t px = 0; px < pw_n; ++px) {
+          for (int64_t k = 0; k < f; ++k) {
+            const size_t at = static_cast<size_t>(((b * ph_n + py) * pw_n + px) * f + k);
+            auto pos = [&](int64_t t) {
+              return static_cast<size_t>(((b * g.out_h + py * c.ph + t / c.pw) * g.out_w + px * c.pw + t % c.pw) * f +
+                                         k);
+            };
+            int64_t best = 0;
+            for (int64_t t = 1; t < c.ph * c.pw; ++t) {
+              if (y[pos(t)] > y[pos(best)]) best = t;
+              ties += y[pos(t)] == y[pos(0)];
+            }
+            mismatches += pooled[at] != y[pos(best)] || winners[at] != best;
+            if (!c.relu || pooled[at] > 0.f) want_dz[pos(best)] = dpooled[at];
+          }
+        }
+      }
+    }
+    EXPECT_EQ(mismatches, 0) << ci;
+    EXPECT_GT(ties, 0) << ci;
+    DirectConv2D::MaxPoolGradient(g, c.ph, c.pw, pooled.data(), winners.data(), dpooled.data(), c.relu, dz.data());
+    EXPECT_EQ(dz, want_dz) << ci;
+    std::vector<float> dk(static_cast<size_t>(taps * f)), db(static_cast<size_t>(f));
+    std::vector<float> want_dk(dk.size()), want_db(db.size());
+    ASSERT_TRUE(fused.BackwardWeights(g, x.data(), dz.data(), dk.data(), db.data()).ok()) << ci;
+    ASSERT_TRUE(plain.BackwardWeights(g, x.data(), dz.data(), want_dk.data(), want_db.data()).ok()) << ci;
+    EXPECT_EQ(dk, want_dk) << ci;
+    EXPECT_EQ(db, want_db) << ci;
+    std::vector<float> dx(x.size()), want_dx(x.size());
+    ASSERT_TRUE(fused.BackwardData(g, dz.data(), kernel.data(), dx.data()).ok()) << ci;
+    ASSERT_TRUE(plain.BackwardData(g, dz.data(), kernel.data(), want_dx.data()).ok()) << ci;
+    EXPECT_EQ(dx, want_dx) << ci;
+  }
+  SetComputeThreads(threads);
+}
+
 TEST(DirectConv2DTest, ABackwardWithoutItsForwardIsAnErrorNotACrash) {
   DirectConv2D conv;
   const Conv2DGeometry g = Make(1, 4, 4, 1, 3, 3, 2, 1, 1, false);
