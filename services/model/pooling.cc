@@ -209,24 +209,27 @@ class Pooling2D final : public Layer {
     const float* out = y_.data<float>();
     float* d = dx.data<float>();
     UseComputeThreadsHere();
-#pragma omp parallel for num_threads(ComputeThreads()) if (ComputeThreads() > 1 && batch_ * h_ * w_ * c_ >= kParallel)
-    for (int64_t r = 0; r < batch_ * oh_; ++r) {
-      const int64_t b = r / oh_, oy = r % oh_;
+#pragma omp parallel num_threads(ComputeThreads()) if (ComputeThreads() > 1 && batch_ * h_ * w_ * c_ >= kParallel)
+    {
       std::vector<float> left(static_cast<size_t>(c_));  // the gradient no tap has taken yet
-      for (int64_t ox = 0; ox < ow_; ++ox) {
-        const int64_t at = (r * ow_ + ox) * c_, first = ((b * h_ + oy * ph_) * w_ + ox * pw_) * c_;
-        const float* __restrict best = out + at;
-        float* __restrict rest = left.data();
-        for (int64_t ch = 0; ch < c_; ++ch) rest[ch] = g[at + ch];
-        for (int64_t ky = 0; ky < ph_; ++ky) {
-          for (int64_t kx = 0; kx < pw_; ++kx) {
-            const int64_t tap = first + (ky * w_ + kx) * c_;
-            const float* __restrict p = in + tap;
-            float* __restrict q = d + tap;
-            for (int64_t ch = 0; ch < c_; ++ch) {
-              const bool wins = p[ch] == best[ch];
-              q[ch] = wins ? rest[ch] : 0.f;
-              rest[ch] = wins ? 0.f : rest[ch];
+#pragma omp for
+      for (int64_t r = 0; r < batch_ * oh_; ++r) {
+        const int64_t b = r / oh_, oy = r % oh_;
+        for (int64_t ox = 0; ox < ow_; ++ox) {
+          const int64_t at = (r * ow_ + ox) * c_, first = ((b * h_ + oy * ph_) * w_ + ox * pw_) * c_;
+          const float* __restrict best = out + at;
+          float* __restrict rest = left.data();
+          for (int64_t ch = 0; ch < c_; ++ch) rest[ch] = g[at + ch];
+          for (int64_t ky = 0; ky < ph_; ++ky) {
+            for (int64_t kx = 0; kx < pw_; ++kx) {
+              const int64_t tap = first + (ky * w_ + kx) * c_;
+              const float* __restrict p = in + tap;
+              float* __restrict q = d + tap;
+              for (int64_t ch = 0; ch < c_; ++ch) {
+                const bool wins = p[ch] == best[ch];
+                q[ch] = wins ? rest[ch] : 0.f;
+                rest[ch] = wins ? 0.f : rest[ch];
+              }
             }
           }
         }

@@ -324,8 +324,9 @@ bool Applies(const Conv2DGeometry& g) {
 void Forward(const Conv2DGeometry& g, const float* x, const float* kernel, const float* bias, bool relu,
              bool round_bf16, float* y, std::vector<float>& scratch) {
   const int64_t taps = g.kernel_h * g.kernel_w * g.channels;
-  scratch.resize(static_cast<size_t>(InputElements(g) + taps * g.filters));
-  float* kernel_copy = scratch.data() + InputElements(g);
+  const int64_t in_n = Padded(g) || round_bf16 ? InputElements(g) : 0;  // a "valid" float32 input is read in place
+  scratch.resize(static_cast<size_t>(in_n + (round_bf16 ? taps * g.filters : 0)));
+  float* kernel_copy = scratch.data() + in_n;
   if (round_bf16) {
     std::memcpy(kernel_copy, kernel, static_cast<size_t>(taps * g.filters) * sizeof(float));
     RoundTo(Precision::kBfloat16, kernel_copy, taps * g.filters);
