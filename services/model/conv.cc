@@ -114,10 +114,12 @@ class Conv2D final : public Layer {
     }
     if (!dy.on_cpu() || !y_.on_cpu()) return BackwardOnDevice(params, std::move(dy), need_input_grad, grads);
     if (pooled_) {
-      // The pooled gradient back to the convolution's positions, the ReLU's too.
+      if (!need_input_grad && BackwardPooled(dy, grads).ok()) return Tensor();
+      // The pooled gradient back to the convolution's positions (the ReLU's
+      // gradient too), for the input's gradient.
       ASSIGN_OR_RETURN(Tensor dz, Tensor::CreateUninitialized(DType::kFloat32, {batch_, oh_, ow_, spec_.filters}));
-      DirectConv2D::MaxPoolGradient(DirectGeometry(batch_), (*pool_)[0], (*pool_)[1], y_.data<float>(), winners_.data(),
-                                    dy.data<float>(), spec_.activation == Activation::kRelu, dz.data<float>());
+      DirectConv2D::MaxPoolGradient(DirectGeometry(batch_), (*pool_)[0], (*pool_)[1], winners_.data(), dy.data<float>(),
+                                    dz.data<float>());
       dy = std::move(dz);
     } else {
       ActivationBackward(spec_.activation, z_, y_, dy);
@@ -202,6 +204,23 @@ class Conv2D final : public Layer {
     direct_used_ = true;
     pooled_ = true;
     return y;
+  }
+
+  // The kernel's and bias' gradients straight from the pooled gradient
+  // (the first layer: no input gradient asked).
+  Status BackwardPooled(const Tensor& dy, std::span<Gradient> grads) {
+    ASSIGN_OR_RETURN(Tensor dk, Tensor::CreateUninitialized(DType::kFloat32, {kh_, kw_, c_, spec_.filters}));
+    Tensor db;
+    if (spec_.use_bias) {
+      ASSIGN_OR_RETURN(db, Tensor::CreateUninitialized(DType::kFloat32, {spec_.filters}));
+    }
+    RETURN_IF_ERROR(direct_.BackwardWeightsPooled(DirectGeometry(batch_), (*pool_)[0], (*pool_)[1], x_.data<float>(),
+                                                  winners_.data(), dy.data<float>(), dk.data<float>(),
+                                                  spec_.use_bias ? db.data<float>() : nullptr));
+    grads[0] = Gradient{false, dk, {}, {}};
+    if (spec_.use_bias) grads[1] = Gradient{false, db, {}, {}};
+    x_ = Tensor();
+    return Status::Ok();
   }
 
   StatusOr<Tensor> BackwardDirect(std::span<const Tensor> params, const Tensor& dy, bool need_input_grad,

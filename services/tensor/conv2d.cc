@@ -201,9 +201,20 @@ Status DirectConv2D::ForwardMaxPool(const Conv2DGeometry& g, const float* x, con
   return Status::Ok();
 }
 
-void DirectConv2D::MaxPoolGradient(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const float* pooled,
-                                   const uint8_t* winners, const float* dpooled, bool relu, float* dy) {
-  small_conv::MaxPoolGradient(g, pool_h, pool_w, pooled, winners, dpooled, relu, dy);
+void DirectConv2D::MaxPoolGradient(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const uint8_t* winners,
+                                   const float* dpooled, float* dy) {
+  small_conv::MaxPoolGradient(g, pool_h, pool_w, winners, dpooled, dy);
+}
+
+Status DirectConv2D::BackwardWeightsPooled(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const float* x,
+                                           const uint8_t* winners, const float* dpooled, float* dkernel, float* dbias) {
+  if (!impl_ || !impl_->small || impl_->bf16 || !(impl_->geometry == g) || impl_->bias != (dbias != nullptr) ||
+      !CanPool(g, pool_h, pool_w)) {
+    return FailedPrecondition("pooled convolution backward without its pooled forward");
+  }
+  UseComputeThreadsHere();
+  small_conv::BackwardWeightsPooled(g, pool_h, pool_w, x, winners, dpooled, dkernel, dbias, impl_->scratch);
+  return Status::Ok();
 }
 
 Status DirectConv2D::BackwardWeights(const Conv2DGeometry& g, const float* x, const float* dy, float* dkernel,
@@ -270,9 +281,13 @@ Status DirectConv2D::ForwardMaxPool(const Conv2DGeometry&, const float*, const f
                                     int64_t, float*, uint8_t*) {
   return Unimplemented("this build has no oneDNN");
 }
-void DirectConv2D::MaxPoolGradient(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const float* pooled,
-                                   const uint8_t* winners, const float* dpooled, bool relu, float* dy) {
-  small_conv::MaxPoolGradient(g, pool_h, pool_w, pooled, winners, dpooled, relu, dy);
+void DirectConv2D::MaxPoolGradient(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const uint8_t* winners,
+                                   const float* dpooled, float* dy) {
+  small_conv::MaxPoolGradient(g, pool_h, pool_w, winners, dpooled, dy);
+}
+Status DirectConv2D::BackwardWeightsPooled(const Conv2DGeometry&, int64_t, int64_t, const float*, const uint8_t*,
+                                           const float*, float*, float*) {
+  return Unimplemented("this build has no oneDNN");
 }
 Status DirectConv2D::BackwardWeights(const Conv2DGeometry&, const float*, const float*, float*, float*) {
   return Unimplemented("this build has no oneDNN");

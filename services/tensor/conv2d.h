@@ -51,10 +51,14 @@ class DirectConv2D {
   static bool CanPool(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w);
   Status ForwardMaxPool(const Conv2DGeometry& g, const float* x, const float* kernel, const float* bias, bool relu,
                         int64_t pool_h, int64_t pool_w, float* pooled, uint8_t* winners);
-  // dL/dy [batch, out_h, out_w, filters] (before the ReLU when `relu`) from
-  // ForwardMaxPool's outputs and the pooled gradient.
-  static void MaxPoolGradient(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const float* pooled,
-                              const uint8_t* winners, const float* dpooled, bool relu, float* dy);
+  // dL/dy [batch, out_h, out_w, filters] (the ReLU's gradient included)
+  // from ForwardMaxPool's winners and the pooled gradient, for BackwardData.
+  static void MaxPoolGradient(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const uint8_t* winners,
+                              const float* dpooled, float* dy);
+  // BackwardWeights after ForwardMaxPool, from the winners and the pooled
+  // gradient without storing dL/dy.
+  Status BackwardWeightsPooled(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const float* x,
+                               const uint8_t* winners, const float* dpooled, float* dkernel, float* dbias);
   // dkernel (HWIO) and dbias (may be null) from the input of the last
   // Forward's geometry and dy; both are overwritten.
   Status BackwardWeights(const Conv2DGeometry& g, const float* x, const float* dy, float* dkernel, float* dbias);

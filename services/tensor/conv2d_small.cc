@@ -134,6 +134,10 @@ __attribute__((target("avx512f"))) void ForwardPoolRows(const ForwardArgs& a, co
             tap = _mm512_mask_mov_epi32(tap, greater, _mm512_set1_epi32(static_cast<int>(ky * p.pool_w + kx)));
           }
         }
+        if (a.relu) {  // a maximum of 0: no tap's ReLU passes a gradient
+          tap = _mm512_mask_mov_epi32(tap, _mm512_cmp_ps_mask(best, _mm512_setzero_ps(), _CMP_LE_OQ),
+                                      _mm512_set1_epi32(small_conv::kNoWinner));
+        }
         _mm512_storeu_ps(out + px * f_n + 16 * v, best);
         _mm_storeu_si128(reinterpret_cast<__m128i*>(win + px * f_n + 16 * v), _mm512_cvtepi32_epi8(tap));
       }
@@ -153,9 +157,14 @@ struct BackwardArgs {
   int64_t b0, b1;
   float* dk;
   float* db;
+  // Pooled passes: dL/dy made per pixel from the pooled gradient and each
+  // window's winner (ForwardMaxPool's), never stored.
+  int64_t pool_h = 1, pool_w = 1;
+  const uint8_t* winners = nullptr;
+  const float* dpooled = nullptr;
 };
 
-template <int NV, int G>
+template <int NV, int G, bool Pooled>
 __attribute__((target("avx512f"))) void BackwardPass(const BackwardArgs& a) {
   const Conv2DGeometry& g = *a.g;
   const int64_t c_n = g.channels, f_n = g.filters;
@@ -166,15 +175,31 @@ __attribute__((target("avx512f"))) void BackwardPass(const BackwardArgs& a) {
   }
   int64_t off[G];
   for (int t = 0; t < G; ++t) off[t] = a.offsets[a.tap0 + t];
+  // Pooled: only the rows and columns some window covers have a gradient.
+  const int64_t pool_h = Pooled ? a.pool_h : 1, pool_w = Pooled ? a.pool_w : 1;
+  const int64_t pooled_h = g.out_h / pool_h, pooled_w = g.out_w / pool_w;
+  const int64_t rows = Pooled ? pooled_h * pool_h : g.out_h, cols = Pooled ? pooled_w * pool_w : g.out_w;
   for (int64_t b = a.b0; b < a.b1; ++b) {
-    for (int64_t oy = 0; oy < g.out_h; ++oy) {
+    for (int64_t oy = 0; oy < rows; ++oy) {
       const float* xr = a.in.x + (b * a.in.height + oy) * a.in.width * c_n;
       const float* d = a.dy + (b * g.out_h + oy) * g.out_w * f_n;
-      for (int64_t ox = 0; ox < g.out_w; ++ox, xr += c_n, d += f_n) {
+      const int64_t pooled_at = ((b * pooled_h + oy / pool_h) * pooled_w) * f_n;
+      const int64_t ky = oy % pool_h;
+      for (int64_t ox = 0; ox < cols; ++ox, xr += c_n, d += f_n) {
         __m512 dv[NV];
-        for (int v = 0; v < NV; ++v) {
-          dv[v] = _mm512_loadu_ps(d + 16 * v);
-          if (a.db) bias[v] = _mm512_add_ps(bias[v], dv[v]);
+        if constexpr (Pooled) {
+          const int64_t at = pooled_at + (ox / pool_w) * f_n;
+          const __m512i tap = _mm512_set1_epi32(static_cast<int>(ky * pool_w + ox % pool_w));
+          for (int v = 0; v < NV; ++v) {
+            const __m512i win =
+                _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.winners + at + 16 * v)));
+            dv[v] = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(win, tap), _mm512_loadu_ps(a.dpooled + at + 16 * v));
+          }
+        } else {
+          for (int v = 0; v < NV; ++v) dv[v] = _mm512_loadu_ps(d + 16 * v);
+        }
+        if (a.db) {
+          for (int v = 0; v < NV; ++v) bias[v] = _mm512_add_ps(bias[v], dv[v]);
         }
         for (int t = 0; t < G; ++t) {
           const __m512 xb = _mm512_set1_ps(xr[off[t]]);
@@ -197,10 +222,8 @@ __attribute__((target("avx512f"))) void BackwardPass(const BackwardArgs& a) {
 struct PoolGradientArgs {
   const Conv2DGeometry* g;
   int64_t pool_h, pool_w;
-  const float* pooled;
   const uint8_t* winners;
   const float* dpooled;
-  bool relu;
   float* dy;
 };
 
@@ -209,7 +232,6 @@ __attribute__((target("avx512f"))) void GradientRows(const PoolGradientArgs& a, 
   const Conv2DGeometry& g = *a.g;
   const int64_t f_n = g.filters, pooled_h = g.out_h / a.pool_h, pooled_w = g.out_w / a.pool_w;
   const int64_t cols = pooled_w * a.pool_w;
-  const __m512 zero = _mm512_setzero_ps();
   for (int64_t r = row_begin; r < row_end; ++r) {
     const int64_t b = r / g.out_h, oy = r % g.out_h, py = oy / a.pool_h, ky = oy % a.pool_h;
     float* row = a.dy + r * g.out_w * f_n;
@@ -224,8 +246,6 @@ __attribute__((target("avx512f"))) void GradientRows(const PoolGradientArgs& a, 
       for (int v = 0; v < NV; ++v) {
         const int64_t i = at + px * f_n + 16 * v;
         grad[v] = _mm512_loadu_ps(a.dpooled + i);
-        if (a.relu)
-          grad[v] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_loadu_ps(a.pooled + i), zero, _CMP_GT_OQ), grad[v]);
         win[v] = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.winners + i)));
       }
       for (int64_t kx = 0; kx < a.pool_w; ++kx) {
@@ -244,17 +264,18 @@ using PassFn = void (*)(const BackwardArgs&);
 
 constexpr int MaxGroup(int nv) { return kAccumulators / nv; }
 
-template <int NV, int... G>
+template <int NV, bool Pooled, int... G>
 constexpr std::array<PassFn, sizeof...(G)> PassTable(std::integer_sequence<int, G...>) {
-  return {&BackwardPass<NV, G + 1>...};
+  return {&BackwardPass<NV, G + 1, Pooled>...};
 }
 
 // The pass for NV filter vectors and `taps` taps (1 <= taps <= MaxGroup(NV)).
+template <bool Pooled>
 PassFn PassFor(int nv, int64_t taps) {
-  static constexpr auto t1 = PassTable<1>(std::make_integer_sequence<int, MaxGroup(1)>{});
-  static constexpr auto t2 = PassTable<2>(std::make_integer_sequence<int, MaxGroup(2)>{});
-  static constexpr auto t3 = PassTable<3>(std::make_integer_sequence<int, MaxGroup(3)>{});
-  static constexpr auto t4 = PassTable<4>(std::make_integer_sequence<int, MaxGroup(4)>{});
+  static constexpr auto t1 = PassTable<1, Pooled>(std::make_integer_sequence<int, MaxGroup(1)>{});
+  static constexpr auto t2 = PassTable<2, Pooled>(std::make_integer_sequence<int, MaxGroup(2)>{});
+  static constexpr auto t3 = PassTable<3, Pooled>(std::make_integer_sequence<int, MaxGroup(3)>{});
+  static constexpr auto t4 = PassTable<4, Pooled>(std::make_integer_sequence<int, MaxGroup(4)>{});
   switch (nv) {
     case 1: return t1[taps - 1];
     case 2: return t2[taps - 1];
@@ -348,7 +369,8 @@ void Forward(const Conv2DGeometry& g, const float* x, const float* kernel, const
 }
 
 bool AppliesPooled(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w) {
-  return Applies(g) && pool_h >= 1 && pool_w >= 1 && pool_h * pool_w <= 256 && pool_h <= g.out_h && pool_w <= g.out_w;
+  return Applies(g) && pool_h >= 1 && pool_w >= 1 && pool_h * pool_w < kNoWinner && pool_h <= g.out_h &&
+         pool_w <= g.out_w;
 }
 
 void ForwardMaxPool(const Conv2DGeometry& g, const float* x, const float* kernel, const float* bias, bool relu,
@@ -377,14 +399,14 @@ void ForwardMaxPool(const Conv2DGeometry& g, const float* x, const float* kernel
   }
 }
 
-void MaxPoolGradient(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const float* pooled,
-                     const uint8_t* winners, const float* dpooled, bool relu, float* dy) {
+void MaxPoolGradient(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const uint8_t* winners,
+                     const float* dpooled, float* dy) {
   const int nv = static_cast<int>(g.filters / 16);
   const auto rows = nv == 1   ? &GradientRows<1>
                     : nv == 2 ? &GradientRows<2>
                     : nv == 3 ? &GradientRows<3>
                               : &GradientRows<4>;
-  const PoolGradientArgs a{&g, pool_h, pool_w, pooled, winners, dpooled, relu, dy};
+  const PoolGradientArgs a{&g, pool_h, pool_w, winners, dpooled, dy};
   const int64_t total = g.batch * g.out_h;
   const int threads = ThreadsFor(g);
   UseComputeThreadsHere();
@@ -395,21 +417,21 @@ void MaxPoolGradient(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, co
   }
 }
 
-void BackwardWeights(const Conv2DGeometry& g, const float* x, const float* dy, bool round_bf16, float* dkernel,
-                     float* dbias, std::vector<float>& scratch) {
-  const int64_t taps = g.kernel_h * g.kernel_w * g.channels, dy_n = g.batch * g.out_h * g.out_w * g.filters;
-  const int threads = ThreadsFor(g);
-  const int64_t per_thread = (taps + 1) * g.filters;  // each thread's partial dkernel and dbias
-  const int64_t in_n = InputElements(g);
-  scratch.resize(static_cast<size_t>(in_n + (round_bf16 ? dy_n : 0) + threads * per_thread));
-  const Input in = Prepare(g, x, round_bf16, scratch.data());
-  if (round_bf16) {
-    float* d = scratch.data() + in_n;
-    std::memcpy(d, dy, static_cast<size_t>(dy_n) * sizeof(float));
-    RoundTo(Precision::kBfloat16, d, dy_n);
-    dy = d;
-  }
-  float* partial = scratch.data() + in_n + (round_bf16 ? dy_n : 0);
+namespace {
+
+// BackwardWeights' and BackwardWeightsPooled's passes: the batch split over
+// the compute threads, each summing its images into its own partial
+// dkernel and dbias, added up at the end.
+struct PooledGradient {
+  int64_t pool_h, pool_w;
+  const uint8_t* winners;
+  const float* dpooled;
+};
+
+void WeightGradient(const Conv2DGeometry& g, const Input& in, const float* dy, const PooledGradient* pool,
+                    float* partial, int threads, float* dkernel, float* dbias) {
+  const int64_t taps = g.kernel_h * g.kernel_w * g.channels;
+  const int64_t per_thread = (taps + 1) * g.filters;
   const std::array<int64_t, kMaxTaps> offsets = TapOffsets(g, in);
   const int nv = static_cast<int>(g.filters / 16);
   const int64_t group = MaxGroup(nv);
@@ -421,8 +443,10 @@ void BackwardWeights(const Conv2DGeometry& g, const float* x, const float* dy, b
     if (i == 0) used = n;
     float* dk = partial + i * per_thread;
     BackwardArgs a{&g, in, dy, offsets.data(), 0, g.batch * i / n, g.batch * (i + 1) / n, dk, dk + taps * g.filters};
+    if (pool) a.pool_h = pool->pool_h, a.pool_w = pool->pool_w, a.winners = pool->winners, a.dpooled = pool->dpooled;
     for (a.tap0 = 0; a.tap0 < taps; a.tap0 += group) {
-      PassFor(nv, std::min(group, taps - a.tap0))(a);
+      const int64_t count = std::min(group, taps - a.tap0);
+      (pool ? PassFor<true>(nv, count) : PassFor<false>(nv, count))(a);
       a.db = nullptr;  // the first pass summed it
     }
   }
@@ -434,6 +458,36 @@ void BackwardWeights(const Conv2DGeometry& g, const float* x, const float* dy, b
     if (dbias)
       for (int64_t j = 0; j < g.filters; ++j) dbias[j] += p[taps * g.filters + j];
   }
+}
+
+}  // namespace
+
+void BackwardWeights(const Conv2DGeometry& g, const float* x, const float* dy, bool round_bf16, float* dkernel,
+                     float* dbias, std::vector<float>& scratch) {
+  const int64_t taps = g.kernel_h * g.kernel_w * g.channels, dy_n = g.batch * g.out_h * g.out_w * g.filters;
+  const int threads = ThreadsFor(g);
+  const int64_t in_n = InputElements(g);
+  scratch.resize(static_cast<size_t>(in_n + (round_bf16 ? dy_n : 0) + threads * (taps + 1) * g.filters));
+  const Input in = Prepare(g, x, round_bf16, scratch.data());
+  if (round_bf16) {
+    float* d = scratch.data() + in_n;
+    std::memcpy(d, dy, static_cast<size_t>(dy_n) * sizeof(float));
+    RoundTo(Precision::kBfloat16, d, dy_n);
+    dy = d;
+  }
+  WeightGradient(g, in, dy, nullptr, scratch.data() + in_n + (round_bf16 ? dy_n : 0), threads, dkernel, dbias);
+}
+
+void BackwardWeightsPooled(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const float* x,
+                           const uint8_t* winners, const float* dpooled, float* dkernel, float* dbias,
+                           std::vector<float>& scratch) {
+  const int64_t taps = g.kernel_h * g.kernel_w * g.channels;
+  const int threads = ThreadsFor(g);
+  const int64_t in_n = InputElements(g);
+  scratch.resize(static_cast<size_t>(in_n + threads * (taps + 1) * g.filters));
+  const Input in = Prepare(g, x, false, scratch.data());
+  const PooledGradient pool{pool_h, pool_w, winners, dpooled};
+  WeightGradient(g, in, nullptr, &pool, scratch.data() + in_n, threads, dkernel, dbias);
 }
 
 }  // namespace tfjob::small_conv

@@ -40,18 +40,27 @@ void Forward(const Conv2DGeometry& g, const float* x, const float* kernel, const
 // convolution's output (the MNIST CNN's 2.7 MB a batch) is never stored.
 // Writes `pooled` [batch, out_h / pool_h, out_w / pool_w, filters] and, one
 // byte per pooled value, `winners`: the first tap (ky * pool_w + kx) that
-// holds the window's maximum, which takes its gradient (as in TF).
-// AppliesPooled() says whether a geometry and pool are one of these.
+// holds the window's maximum, which takes its gradient (as in TF), or
+// kNoWinner where none does (with `relu`, a maximum of 0: the ReLU's
+// gradient is 0 at every tap). AppliesPooled() says whether a geometry and
+// pool are one of these.
+inline constexpr uint8_t kNoWinner = 255;
 bool AppliesPooled(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w);
 void ForwardMaxPool(const Conv2DGeometry& g, const float* x, const float* kernel, const float* bias, bool relu,
                     int64_t pool_h, int64_t pool_w, float* pooled, uint8_t* winners, std::vector<float>& scratch);
 
-// The convolution's dL/dy [batch, out_h, out_w, filters] (overwritten)
-// from the pooled gradient: each window's winner takes it (when `relu`,
-// only where the window's maximum is positive: the activation's gradient
-// too), every other position, and rows or columns no window covers, 0.
-void MaxPoolGradient(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const float* pooled,
-                     const uint8_t* winners, const float* dpooled, bool relu, float* dy);
+// The convolution's dL/dy [batch, out_h, out_w, filters] (overwritten; the
+// activation's gradient included) from the pooled gradient: each window's
+// winner takes it; every other position, and rows or columns no window
+// covers, 0. What BackwardData needs; the weight gradient does without it.
+void MaxPoolGradient(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const uint8_t* winners,
+                     const float* dpooled, float* dy);
+
+// BackwardWeights of that dL/dy, each pixel's made in registers from the
+// pooled gradient and the winners as the passes go (never stored).
+void BackwardWeightsPooled(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const float* x,
+                           const uint8_t* winners, const float* dpooled, float* dkernel, float* dbias,
+                           std::vector<float>& scratch);
 
 // dkernel (HWIO) and dbias (may be null), overwritten, from the input x and
 // dL/dy; `round_bf16` as in Forward (x and dy rounded).

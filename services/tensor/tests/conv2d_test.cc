@@ -189,7 +189,15 @@ TEST(DirectConv2DTest, AFusedMaxPoolingIsExactlyThePoolingOfTheConvolution) {
       {Make(32, 28, 28, 1, 3, 3, 32, 1, 1, false), 2, 2, true, 2}  // MNIST's, two threads
   };
   EXPECT_FALSE(DirectConv2D::CanPool(cases[0].g, 8, 2));    // taller than the output
-  EXPECT_FALSE(DirectConv2D::CanPool(cases[3].g, 17, 16));  // more taps than a byte names
+  EXPECT_FALSE(DirectConv2D::CanPool(cases[3].g, 17, 15));  // more taps than a byte names
+  std::vector<float> none(16);
+  std::vector<uint8_t> no_winners(16);
+  DirectConv2D never_ran;
+  EXPECT_EQ(
+      never_ran
+          .BackwardWeightsPooled(cases[0].g, 2, 2, none.data(), no_winners.data(), none.data(), none.data(), nullptr)
+          .code(),
+      Code::kFailedPrecondition);
   std::mt19937 rng(21);
   const int threads = ComputeThreads();
   for (size_t ci = 0; ci < cases.size(); ++ci) {
@@ -230,22 +238,30 @@ TEST(DirectConv2DTest, AFusedMaxPoolingIsExactlyThePoolingOfTheConvolution) {
               if (y[pos(t)] > y[pos(best)]) best = t;
               ties += y[pos(t)] == y[pos(0)];
             }
-            mismatches += pooled[at] != y[pos(best)] || winners[at] != best;
-            if (!c.relu || pooled[at] > 0.f) want_dz[pos(best)] = dpooled[at];
+            const bool passes = !c.relu || y[pos(best)] > 0.f;  // a ReLU window's maximum of 0 passes nothing
+            mismatches += pooled[at] != y[pos(best)] || winners[at] != (passes ? best : small_conv::kNoWinner);
+            if (passes) want_dz[pos(best)] = dpooled[at];
           }
         }
       }
     }
     EXPECT_EQ(mismatches, 0) << ci;
     EXPECT_GT(ties, 0) << ci;
-    DirectConv2D::MaxPoolGradient(g, c.ph, c.pw, pooled.data(), winners.data(), dpooled.data(), c.relu, dz.data());
+    DirectConv2D::MaxPoolGradient(g, c.ph, c.pw, winners.data(), dpooled.data(), dz.data());
     EXPECT_EQ(dz, want_dz) << ci;
+    // The weight gradient from the pooled gradient (dL/dy made in registers)
+    // is the one from the stored dL/dy, and so is the plain layer's.
     std::vector<float> dk(static_cast<size_t>(taps * f)), db(static_cast<size_t>(f));
-    std::vector<float> want_dk(dk.size()), want_db(db.size());
-    ASSERT_TRUE(fused.BackwardWeights(g, x.data(), dz.data(), dk.data(), db.data()).ok()) << ci;
+    std::vector<float> want_dk(dk.size()), want_db(db.size()), stored_dk(dk.size()), stored_db(db.size());
+    ASSERT_TRUE(
+        fused.BackwardWeightsPooled(g, c.ph, c.pw, x.data(), winners.data(), dpooled.data(), dk.data(), db.data()).ok())
+        << ci;
+    ASSERT_TRUE(fused.BackwardWeights(g, x.data(), dz.data(), stored_dk.data(), stored_db.data()).ok()) << ci;
     ASSERT_TRUE(plain.BackwardWeights(g, x.data(), dz.data(), want_dk.data(), want_db.data()).ok()) << ci;
     EXPECT_EQ(dk, want_dk) << ci;
     EXPECT_EQ(db, want_db) << ci;
+    EXPECT_EQ(stored_dk, want_dk) << ci;
+    EXPECT_EQ(stored_db, want_db) << ci;
     std::vector<float> dx(x.size()), want_dx(x.size());
     ASSERT_TRUE(fused.BackwardData(g, dz.data(), kernel.data(), dx.data()).ok()) << ci;
     ASSERT_TRUE(plain.BackwardData(g, dz.data(), kernel.data(), want_dx.data()).ok()) << ci;
