@@ -145,6 +145,80 @@ __attribute__((target("avx512f"))) void ForwardPoolRows(const ForwardArgs& a, co
   }
 }
 
+// Keras' default pooling, 2 x 2: W windows side by side, their 2 x 2W
+// convolution pixels in registers (2 x 2W x NV accumulators), then each
+// window's maximum and winner straight from them: no row buffer, and a
+// step's FMA chains span both rows of the windows.
+template <int NV, int W>
+__attribute__((target("avx512f"))) inline void ForwardWindows2x2(const ForwardArgs& a, const float* x, float* out,
+                                                                 uint8_t* win) {
+  constexpr int C = 2 * W;
+  const int64_t c_n = a.g->channels, f_n = a.g->filters, below = a.in.width * c_n;
+  __m512 acc[2][C][NV];
+  for (int v = 0; v < NV; ++v) {
+    const __m512 init = a.bias ? _mm512_loadu_ps(a.bias + 16 * v) : _mm512_setzero_ps();
+    for (int r = 0; r < 2; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c][v] = init;
+  }
+  for (int64_t t = 0; t < a.taps; ++t) {
+    const float* w = a.kernel + t * f_n;
+    const float* xt = x + a.offsets[t];
+    __m512 wv[NV];
+    for (int v = 0; v < NV; ++v) {
+      wv[v] = _mm512_loadu_ps(w + 16 * v);
+      __asm__("" : "+v"(wv[v]));  // in a register, as in ForwardPixels
+    }
+    for (int r = 0; r < 2; ++r) {
+      for (int c = 0; c < C; ++c) {
+        const __m512 xb = _mm512_set1_ps(xt[r * below + c * c_n]);
+        for (int v = 0; v < NV; ++v) acc[r][c][v] = _mm512_fmadd_ps(xb, wv[v], acc[r][c][v]);
+      }
+    }
+  }
+  const __m512 zero = _mm512_setzero_ps();
+  for (int k = 0; k < W; ++k) {
+    for (int v = 0; v < NV; ++v) {
+      // Taps in (ky, kx) order; only a strictly greater value wins.
+      __m512 value[4] = {acc[0][2 * k][v], acc[0][2 * k + 1][v], acc[1][2 * k][v], acc[1][2 * k + 1][v]};
+      if (a.relu)
+        for (__m512& e : value) e = _mm512_max_ps(e, zero);
+      __m512 best = value[0];
+      __m512i tap = _mm512_setzero_si512();
+      for (int t = 1; t < 4; ++t) {
+        const __mmask16 greater = _mm512_cmp_ps_mask(value[t], best, _CMP_GT_OQ);
+        best = _mm512_mask_mov_ps(best, greater, value[t]);
+        tap = _mm512_mask_mov_epi32(tap, greater, _mm512_set1_epi32(t));
+      }
+      if (a.relu) {
+        tap = _mm512_mask_mov_epi32(tap, _mm512_cmp_ps_mask(best, zero, _CMP_LE_OQ),
+                                    _mm512_set1_epi32(small_conv::kNoWinner));
+      }
+      _mm512_storeu_ps(out + k * f_n + 16 * v, best);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(win + k * f_n + 16 * v), _mm512_cvtepi32_epi8(tap));
+    }
+  }
+}
+
+// Windows per ForwardWindows2x2 step: 2 x 2W x NV accumulators, at most 16.
+constexpr int WindowsFor(int nv) { return nv == 1 ? 4 : nv == 2 ? 2 : 1; }
+
+template <int NV>
+__attribute__((target("avx512f"))) void ForwardPoolRows2x2(const ForwardArgs& a, const PoolArgs& p, float*,
+                                                           int64_t row_begin, int64_t row_end) {
+  const Conv2DGeometry& g = *a.g;
+  const int64_t c_n = g.channels, f_n = g.filters, pooled_h = g.out_h / 2, pooled_w = g.out_w / 2;
+  constexpr int W = WindowsFor(NV);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const int64_t b = r / pooled_h, py = r % pooled_h;
+    const float* x = a.in.x + (b * a.in.height + 2 * py) * a.in.width * c_n;
+    float* out = p.pooled + r * pooled_w * f_n;
+    uint8_t* win = p.winners + r * pooled_w * f_n;
+    int64_t px = 0;
+    for (; px + W <= pooled_w; px += W) ForwardWindows2x2<NV, W>(a, x + 2 * px * c_n, out + px * f_n, win + px * f_n);
+    for (; px < pooled_w; ++px) ForwardWindows2x2<NV, 1>(a, x + 2 * px * c_n, out + px * f_n, win + px * f_n);
+  }
+}
+
 // One pass of the weight gradient: taps [tap0, tap0 + G) (a tap is one
 // (ky, kx, c)) over the images [b0, b1), written (not added) to dk (taps x
 // filters) and, when db is set, the bias' gradient.
@@ -376,7 +450,9 @@ bool AppliesPooled(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w) {
 void ForwardMaxPool(const Conv2DGeometry& g, const float* x, const float* kernel, const float* bias, bool relu,
                     int64_t pool_h, int64_t pool_w, float* pooled, uint8_t* winners, std::vector<float>& scratch) {
   const int64_t taps = g.kernel_h * g.kernel_w * g.channels;
-  const int64_t pooled_h = g.out_h / pool_h, cols = g.out_w / pool_w * pool_w, per_thread = pool_h * cols * g.filters;
+  const bool two = pool_h == 2 && pool_w == 2;  // in registers, no row buffer
+  const int64_t pooled_h = g.out_h / pool_h, cols = g.out_w / pool_w * pool_w;
+  const int64_t per_thread = two ? 0 : pool_h * cols * g.filters;
   const int threads = ThreadsFor(g);
   const int64_t in_n = Padded(g) ? InputElements(g) : 0;
   scratch.resize(static_cast<size_t>(in_n + threads * per_thread));
@@ -385,10 +461,10 @@ void ForwardMaxPool(const Conv2DGeometry& g, const float* x, const float* kernel
   const ForwardArgs a{&g, in, kernel, offsets.data(), taps, bias, relu, nullptr};
   const PoolArgs p{pool_h, pool_w, pooled, winners};
   const int nv = static_cast<int>(g.filters / 16);
-  const auto rows = nv == 1   ? &ForwardPoolRows<1>
-                    : nv == 2 ? &ForwardPoolRows<2>
-                    : nv == 3 ? &ForwardPoolRows<3>
-                              : &ForwardPoolRows<4>;
+  const auto rows = nv == 1   ? (two ? &ForwardPoolRows2x2<1> : &ForwardPoolRows<1>)
+                    : nv == 2 ? (two ? &ForwardPoolRows2x2<2> : &ForwardPoolRows<2>)
+                    : nv == 3 ? (two ? &ForwardPoolRows2x2<3> : &ForwardPoolRows<3>)
+                              : (two ? &ForwardPoolRows2x2<4> : &ForwardPoolRows<4>);
   const int64_t total = g.batch * pooled_h;
   float* bufs = scratch.data() + in_n;
   UseComputeThreadsHere();
