@@ -212,6 +212,9 @@ Status DirectConv2D::BackwardWeightsPooled(const Conv2DGeometry& g, int64_t pool
       !CanPool(g, pool_h, pool_w)) {
     return FailedPrecondition("pooled convolution backward without its pooled forward");
   }
+  if (!small_conv::AppliesPooledBackward(g, pool_h, pool_w)) {
+    return Unimplemented("no pooled weight gradient for " + std::to_string(g.filters) + " filters");
+  }
   UseComputeThreadsHere();
   small_conv::BackwardWeightsPooled(g, pool_h, pool_w, x, winners, dpooled, dkernel, dbias, impl_->scratch);
   return Status::Ok();

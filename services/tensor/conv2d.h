@@ -56,7 +56,8 @@ class DirectConv2D {
   static void MaxPoolGradient(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const uint8_t* winners,
                               const float* dpooled, float* dy);
   // BackwardWeights after ForwardMaxPool, from the winners and the pooled
-  // gradient without storing dL/dy.
+  // gradient without storing dL/dy; UNIMPLEMENTED above 32 filters (the
+  // caller then stores dL/dy with MaxPoolGradient and calls BackwardWeights).
   Status BackwardWeightsPooled(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const float* x,
                                const uint8_t* winners, const float* dpooled, float* dkernel, float* dbias);
   // dkernel (HWIO) and dbias (may be null) from the input of the last

@@ -337,6 +337,11 @@ __attribute__((target("avx512f"))) void GradientRows(const PoolGradientArgs& a, 
 using PassFn = void (*)(const BackwardArgs&);
 
 constexpr int MaxGroup(int nv) { return kAccumulators / nv; }
+// The pooled passes exist for 16 and 32 filters in groups of at most 10
+// taps: each of these kernels is code in every binary (the GPU check's
+// bundle has 62 MiB for all of them); wider layers store dL/dy instead.
+constexpr int kPooledFilterVectors = 2;
+constexpr int PooledGroup(int nv) { return std::min(MaxGroup(nv), 10); }
 
 template <int NV, bool Pooled, int... G>
 constexpr std::array<PassFn, sizeof...(G)> PassTable(std::integer_sequence<int, G...>) {
@@ -344,18 +349,25 @@ constexpr std::array<PassFn, sizeof...(G)> PassTable(std::integer_sequence<int, 
 }
 
 // The pass for NV filter vectors and `taps` taps (1 <= taps <= MaxGroup(NV)).
-template <bool Pooled>
 PassFn PassFor(int nv, int64_t taps) {
-  static constexpr auto t1 = PassTable<1, Pooled>(std::make_integer_sequence<int, MaxGroup(1)>{});
-  static constexpr auto t2 = PassTable<2, Pooled>(std::make_integer_sequence<int, MaxGroup(2)>{});
-  static constexpr auto t3 = PassTable<3, Pooled>(std::make_integer_sequence<int, MaxGroup(3)>{});
-  static constexpr auto t4 = PassTable<4, Pooled>(std::make_integer_sequence<int, MaxGroup(4)>{});
+  static constexpr auto t1 = PassTable<1, false>(std::make_integer_sequence<int, MaxGroup(1)>{});
+  static constexpr auto t2 = PassTable<2, false>(std::make_integer_sequence<int, MaxGroup(2)>{});
+  static constexpr auto t3 = PassTable<3, false>(std::make_integer_sequence<int, MaxGroup(3)>{});
+  static constexpr auto t4 = PassTable<4, false>(std::make_integer_sequence<int, MaxGroup(4)>{});
   switch (nv) {
     case 1: return t1[taps - 1];
     case 2: return t2[taps - 1];
     case 3: return t3[taps - 1];
     default: return t4[taps - 1];
   }
+}
+
+// The same for the pooled passes (nv <= kPooledFilterVectors, taps <=
+// PooledGroup(nv)).
+PassFn PooledPassFor(int nv, int64_t taps) {
+  static constexpr auto t1 = PassTable<1, true>(std::make_integer_sequence<int, PooledGroup(1)>{});
+  static constexpr auto t2 = PassTable<2, true>(std::make_integer_sequence<int, PooledGroup(2)>{});
+  return nv == 1 ? t1[taps - 1] : t2[taps - 1];
 }
 
 bool Padded(const Conv2DGeometry& g) {
@@ -408,6 +420,18 @@ int ThreadsFor(const Conv2DGeometry& g) {
   return flops >= (int64_t{1} << 21) ? std::max(1, ComputeThreads()) : 1;
 }
 
+// f(thread, begin, end) on each of `threads` compute threads, [0, total)
+// split evenly among those OpenMP gives.
+template <typename F>
+void SplitRows(int threads, int64_t total, F&& f) {
+  UseComputeThreadsHere();
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    const int n = omp_get_num_threads(), i = omp_get_thread_num();
+    f(i, total * i / n, total * (i + 1) / n);
+  }
+}
+
 }  // namespace
 
 bool Applies(const Conv2DGeometry& g) {
@@ -434,12 +458,7 @@ void Forward(const Conv2DGeometry& g, const float* x, const float* kernel, const
   const auto rows = nv == 1 ? &ForwardRows<1> : nv == 2 ? &ForwardRows<2> : nv == 3 ? &ForwardRows<3> : &ForwardRows<4>;
   const int64_t total = g.batch * g.out_h;
   const int threads = ThreadsFor(g);
-  UseComputeThreadsHere();
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    const int n = omp_get_num_threads(), i = omp_get_thread_num();
-    rows(a, total * i / n, total * (i + 1) / n);
-  }
+  SplitRows(threads, total, [&](int, int64_t begin, int64_t end) { rows(a, begin, end); });
 }
 
 bool AppliesPooled(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w) {
@@ -467,12 +486,7 @@ void ForwardMaxPool(const Conv2DGeometry& g, const float* x, const float* kernel
                               : (two ? &ForwardPoolRows2x2<4> : &ForwardPoolRows<4>);
   const int64_t total = g.batch * pooled_h;
   float* bufs = scratch.data() + in_n;
-  UseComputeThreadsHere();
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    const int n = omp_get_num_threads(), i = omp_get_thread_num();
-    rows(a, p, bufs + i * per_thread, total * i / n, total * (i + 1) / n);
-  }
+  SplitRows(threads, total, [&](int i, int64_t begin, int64_t end) { rows(a, p, bufs + i * per_thread, begin, end); });
 }
 
 void MaxPoolGradient(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const uint8_t* winners,
@@ -485,12 +499,7 @@ void MaxPoolGradient(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, co
   const PoolGradientArgs a{&g, pool_h, pool_w, winners, dpooled, dy};
   const int64_t total = g.batch * g.out_h;
   const int threads = ThreadsFor(g);
-  UseComputeThreadsHere();
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    const int n = omp_get_num_threads(), i = omp_get_thread_num();
-    rows(a, total * i / n, total * (i + 1) / n);
-  }
+  SplitRows(threads, total, [&](int, int64_t begin, int64_t end) { rows(a, begin, end); });
 }
 
 namespace {
@@ -510,7 +519,7 @@ void WeightGradient(const Conv2DGeometry& g, const Input& in, const float* dy, c
   const int64_t per_thread = (taps + 1) * g.filters;
   const std::array<int64_t, kMaxTaps> offsets = TapOffsets(g, in);
   const int nv = static_cast<int>(g.filters / 16);
-  const int64_t group = MaxGroup(nv);
+  const int64_t group = pool ? PooledGroup(nv) : MaxGroup(nv);
   UseComputeThreadsHere();
   int used = 1;  // OpenMP may give fewer threads than asked
 #pragma omp parallel num_threads(threads) if (threads > 1)
@@ -522,7 +531,7 @@ void WeightGradient(const Conv2DGeometry& g, const Input& in, const float* dy, c
     if (pool) a.pool_h = pool->pool_h, a.pool_w = pool->pool_w, a.winners = pool->winners, a.dpooled = pool->dpooled;
     for (a.tap0 = 0; a.tap0 < taps; a.tap0 += group) {
       const int64_t count = std::min(group, taps - a.tap0);
-      (pool ? PassFor<true>(nv, count) : PassFor<false>(nv, count))(a);
+      (pool ? PooledPassFor(nv, count) : PassFor(nv, count))(a);
       a.db = nullptr;  // the first pass summed it
     }
   }
@@ -552,6 +561,10 @@ void BackwardWeights(const Conv2DGeometry& g, const float* x, const float* dy, b
     dy = d;
   }
   WeightGradient(g, in, dy, nullptr, scratch.data() + in_n + (round_bf16 ? dy_n : 0), threads, dkernel, dbias);
+}
+
+bool AppliesPooledBackward(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w) {
+  return AppliesPooled(g, pool_h, pool_w) && g.filters <= 16 * kPooledFilterVectors;
 }
 
 void BackwardWeightsPooled(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const float* x,

@@ -57,7 +57,9 @@ void MaxPoolGradient(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, co
                      const float* dpooled, float* dy);
 
 // BackwardWeights of that dL/dy, each pixel's made in registers from the
-// pooled gradient and the winners as the passes go (never stored).
+// pooled gradient and the winners as the passes go (never stored); for 16
+// or 32 filters (AppliesPooledBackward), the MNIST-sized first layers.
+bool AppliesPooledBackward(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w);
 void BackwardWeightsPooled(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const float* x,
                            const uint8_t* winners, const float* dpooled, float* dkernel, float* dbias,
                            std::vector<float>& scratch);
