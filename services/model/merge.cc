@@ -102,9 +102,21 @@ class Elementwise final : public Merge {
     // gradient (as TensorFlow's gradient of a chain of tf.maximum does for ties).
     std::vector<bool> taken;
     if (spec_.type == LayerType::kMaximum || spec_.type == LayerType::kMinimum) taken.assign(dy.size(), false);
+    // Add's last needed input takes dy itself (a layer owns the gradient it
+    // is given, and may write into it), the others a copy.
+    size_t last_needed = xs_.size();
+    for (size_t i = 0; i < xs_.size(); ++i) {
+      if (need[i]) last_needed = i;
+    }
     for (size_t i = 0; i < xs_.size(); ++i) {
       if (!need[i] && taken.empty()) continue;
-      Tensor dx = Tensor::Zeros(DType::kFloat32, dy.shape());
+      if (spec_.type == LayerType::kAdd && i == last_needed) {
+        dxs[i] = dy;
+        continue;
+      }
+      // Only Maximum and Minimum leave elements unwritten (the losers').
+      ASSIGN_OR_RETURN(Tensor dx, taken.empty() ? Tensor::CreateUninitialized(DType::kFloat32, dy.shape())
+                                                : StatusOr<Tensor>(Tensor::Zeros(DType::kFloat32, dy.shape())));
       auto DX = AsArray(dx);
       switch (spec_.type) {
         case LayerType::kAdd: DX = D; break;
