@@ -25,6 +25,7 @@
 #include "services/tensor/backend.h"
 #include "services/tensor/eigen.h"
 #include "services/tensor/ops.h"
+#include "services/tensor/threads.h"
 
 namespace tfjob::model::internal {
 namespace {
@@ -35,26 +36,35 @@ using Array = Eigen::Array<float, 1, Eigen::Dynamic>;
 // each one contiguous walk: Eigen's colwise() reductions over a row-major
 // map walk it once per channel with a stride of the channel count, which
 // made the layer cost more than the convolution before it (residual CNN,
-// stem_bn forward 0.029 s against stem_conv's 0.020 s). Sums go through
-// float partials of kStatRows rows folded into double, so a batch of
-// 10^5 rows keeps float's precision.
+// stem_bn forward 0.029 s against stem_conv's 0.020 s). Each pass splits
+// its rows across the compute threads above kParallel elements.
+constexpr int64_t kParallel = int64_t{1} << 16;
+// Sums are float partials of kStatRows rows, folded into double in block
+// order: a batch of 10^5 rows keeps float's precision, and the result does
+// not depend on the thread count.
 constexpr int64_t kStatRows = 64;
 
-// out[ch] = sum over rows of f(row, ch), f given one row at a time: the
-// inner loop over channels is what the compiler vectorizes.
+bool SplitAcrossThreads(int64_t rows, int64_t c) { return ComputeThreads() > 1 && rows * c >= kParallel; }
+
+// out[k][ch] = the sum over rows of what terms(r, part) adds for row r into
+// part[k][ch]; its inner loop over channels is what the compiler vectorizes.
 template <int kSums, typename RowTerms>
 void ChannelSums(int64_t rows, int64_t c, RowTerms terms, std::array<std::vector<double>, kSums>& out) {
-  std::array<std::vector<float>, kSums> part;
-  for (int k = 0; k < kSums; ++k) {
-    out[k].assign(c, 0.0);
-    part[k].resize(c);
+  const int64_t blocks = (rows + kStatRows - 1) / kStatRows;
+  std::vector<float> partials(static_cast<size_t>(blocks * kSums * c), 0.f);
+  UseComputeThreadsHere();
+#pragma omp parallel for num_threads(ComputeThreads()) if (SplitAcrossThreads(rows, c))
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    std::array<float*, kSums> part;
+    for (int k = 0; k < kSums; ++k) part[k] = partials.data() + (blk * kSums + k) * c;
+    const int64_t end = std::min(rows, (blk + 1) * kStatRows);
+    for (int64_t r = blk * kStatRows; r < end; ++r) terms(r, part);
   }
-  for (int64_t r0 = 0; r0 < rows; r0 += kStatRows) {
-    for (auto& p : part) std::fill(p.begin(), p.end(), 0.f);
-    const int64_t r1 = std::min(rows, r0 + kStatRows);
-    for (int64_t r = r0; r < r1; ++r) terms(r, part);
+  for (int k = 0; k < kSums; ++k) out[k].assign(c, 0.0);
+  for (int64_t blk = 0; blk < blocks; ++blk) {
     for (int k = 0; k < kSums; ++k) {
-      for (int64_t ch = 0; ch < c; ++ch) out[k][ch] += part[k][ch];
+      const float* part = partials.data() + (blk * kSums + k) * c;
+      for (int64_t ch = 0; ch < c; ++ch) out[k][ch] += part[ch];
     }
   }
 }
@@ -72,9 +82,9 @@ void BatchMoments(const float* x, int64_t rows, int64_t c, Array& mean, Array& v
   std::array<std::vector<double>, 1> sums;
   ChannelSums<1>(
       rows, c,
-      [&](int64_t r, auto& part) {
+      [&](int64_t r, const std::array<float*, 1>& part) {
         const float* __restrict row = x + r * c;
-        float* __restrict s = part[0].data();
+        float* __restrict s = part[0];
 #pragma omp simd
         for (int64_t ch = 0; ch < c; ++ch) s[ch] += row[ch];
       },
@@ -83,9 +93,9 @@ void BatchMoments(const float* x, int64_t rows, int64_t c, Array& mean, Array& v
   const float* m = mean.data();
   ChannelSums<1>(
       rows, c,
-      [&](int64_t r, auto& part) {
+      [&](int64_t r, const std::array<float*, 1>& part) {
         const float* __restrict row = x + r * c;
-        float* __restrict s = part[0].data();
+        float* __restrict s = part[0];
 #pragma omp simd
         for (int64_t ch = 0; ch < c; ++ch) {
           const float d = row[ch] - m[ch];
@@ -101,6 +111,8 @@ void BatchMoments(const float* x, int64_t rows, int64_t c, Array& mean, Array& v
 void Normalize(const float* x, int64_t rows, int64_t c, const Array& shift, const Array& scale, const Array& gamma,
                const Array& beta, float* y) {
   const float* __restrict sh = shift.data(), * __restrict sc = scale.data(), * __restrict g = gamma.data(), * __restrict b = beta.data();
+  UseComputeThreadsHere();
+#pragma omp parallel for num_threads(ComputeThreads()) if (SplitAcrossThreads(rows, c))
   for (int64_t r = 0; r < rows; ++r) {
     const float* __restrict xr = x + r * c;
     float* __restrict yr = y + r * c;
@@ -186,11 +198,11 @@ class BatchNormalization final : public Layer {
     std::array<std::vector<double>, 2> sums;
     ChannelSums<2>(
         rows_, c_,
-        [&, c = c_, d = dy.data<float>(), x = x_.data<float>()](int64_t r, auto& part) {
+        [&, c = c_, d = dy.data<float>(), x = x_.data<float>()](int64_t r, const std::array<float*, 2>& part) {
           const float* __restrict dr = d + r * c;
           const float* __restrict xr = x + r * c;
           const float* __restrict sh = shift_.data(), * __restrict sc = inv_.data();
-          float* __restrict sdh = part[0].data(), * __restrict sd = part[1].data();
+          float* __restrict sdh = part[0], * __restrict sd = part[1];
 #pragma omp simd
           for (int64_t ch = 0; ch < c; ++ch) {
             sdh[ch] += dr[ch] * ((xr[ch] - sh[ch]) * sc[ch]);
@@ -227,6 +239,8 @@ class BatchNormalization final : public Layer {
     const float *__restrict gm = p.gamma.data(), *__restrict md = mean_dxhat.data(),
                          *__restrict mdh = mean_dxhat_xhat.data(), *__restrict inv = inv_.data(),
                          *__restrict sh = shift_.data();
+    UseComputeThreadsHere();
+#pragma omp parallel for num_threads(ComputeThreads()) if (SplitAcrossThreads(rows_, c_))
     for (int64_t r = 0; r < rows_; ++r) {
       float* __restrict dr = dy.data<float>() + r * c_;
       const float* __restrict xr = x_.data<float>() + r * c_;

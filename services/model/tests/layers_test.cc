@@ -20,6 +20,7 @@
 #include "services/model/optimizers.h"
 #include "services/model/preprocessing.h"
 #include "services/tensor/eigen.h"
+#include "services/tensor/threads.h"
 #include "tests/support/subprocess.h"
 #include "services/model/tests/layers_more_testing.h"
 #include "services/tensor/tests/tensor_testing.h"
@@ -408,6 +409,71 @@ TEST(BatchNormalizationTest, TrainingGradientsMovingStatisticsAndInference) {
         EXPECT_NEAR(yi.data<float>()[r * 4 + c], want, 1e-4);
       }
   }
+}
+
+// A batch large enough that the host passes split across threads (rows x
+// channels >= 2^16): statistics, output and gradients against a double
+// reference, and the same bits with one thread and with two.
+TEST(BatchNormalizationTest, ALargeBatchMatchesADoubleReferenceWithAnyThreadCount) {
+  constexpr int64_t kRows = 4100, kC = 24;  // not a multiple of the 64-row blocks
+  Gen gen(72);
+  LayerSpec s = Spec(LayerType::kBatchNormalization, "batch_normalization");
+  s.epsilon = 1e-3;
+  auto layer = Built(s, {kC});
+  std::vector<Tensor> params = RandomParams(*layer, gen);
+  // An offset far from zero: a one-pass E[x^2] - mean^2 would lose digits.
+  const Tensor x = RandomF({kRows, kC}, gen, 97.f, 103.f);
+  const Tensor dy = RandomF({kRows, kC}, gen, -1.f, 1.f);
+  const float* xv = x.data<float>();
+  const float* dv = dy.data<float>();
+  const float* gamma = params[0].data<float>();
+  const float* beta = params[1].data<float>();
+  std::vector<double> mean(kC, 0), var(kC, 0), dgamma(kC, 0), dbeta(kC, 0);
+  for (int64_t r = 0; r < kRows; ++r)
+    for (int64_t c = 0; c < kC; ++c) mean[c] += xv[r * kC + c] / double(kRows);
+  for (int64_t r = 0; r < kRows; ++r)
+    for (int64_t c = 0; c < kC; ++c) var[c] += std::pow(xv[r * kC + c] - mean[c], 2) / double(kRows);
+  auto xhat = [&](int64_t r, int64_t c) { return (xv[r * kC + c] - mean[c]) / std::sqrt(var[c] + 1e-3); };
+  for (int64_t r = 0; r < kRows; ++r)
+    for (int64_t c = 0; c < kC; ++c) {
+      dgamma[c] += dv[r * kC + c] * xhat(r, c);
+      dbeta[c] += dv[r * kC + c];
+    }
+  std::vector<std::vector<float>> outputs;
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    const int before = ComputeThreads();
+    SetComputeThreads(threads);
+    auto y = layer->Forward(params, x, true);
+    ASSERT_TRUE(y.ok()) << y.status().message();
+    std::vector<Gradient> grads(layer->Variables().size());
+    auto dx = layer->Backward(params, dy.Clone(), true, grads);
+    SetComputeThreads(before);
+    ASSERT_TRUE(dx.ok()) << dx.status().message();
+    for (int64_t r = 0; r < kRows; ++r)
+      for (int64_t c = 0; c < kC; ++c) {
+        ASSERT_NEAR(y->data<float>()[r * kC + c], xhat(r, c) * gamma[c] + beta[c], 2e-4) << r << "," << c;
+      }
+    for (int64_t c = 0; c < kC; ++c) {
+      EXPECT_NEAR(grads[0].dense.data<float>()[c], dgamma[c], 1e-2 + 1e-4 * std::abs(dgamma[c])) << c;
+      EXPECT_NEAR(grads[1].dense.data<float>()[c], dbeta[c], 1e-3 + 1e-5 * std::abs(dbeta[c])) << c;
+      EXPECT_NEAR(grads[3].dense.data<float>()[c], (var[c] - params[3].data<float>()[c]) * 0.01,
+                  1e-4 * std::max(1.0, var[c]))
+          << c;
+    }
+    // dx = gamma / sigma * (dy - mean(dy) - xhat * mean(dy * xhat)).
+    for (int64_t r = 0; r < kRows; r += 37)
+      for (int64_t c = 0; c < kC; ++c) {
+        const double want =
+            gamma[c] / std::sqrt(var[c] + 1e-3) * (dv[r * kC + c] - dbeta[c] / kRows - xhat(r, c) * dgamma[c] / kRows);
+        ASSERT_NEAR(dx->data<float>()[r * kC + c], want, 1e-3) << r << "," << c;
+      }
+    std::vector<float> all(y->data<float>(), y->data<float>() + y->size());
+    all.insert(all.end(), dx->data<float>(), dx->data<float>() + dx->size());
+    for (const Gradient& g : grads) all.insert(all.end(), g.dense.data<float>(), g.dense.data<float>() + kC);
+    outputs.push_back(std::move(all));
+  }
+  EXPECT_TRUE(outputs[0] == outputs[1]) << "two threads changed the bits";
 }
 
 // ------------------------------------------------------------- Reshape
