@@ -222,6 +222,11 @@ class Model {
   // Each max pooling whose windows tile a Conv2D's output, where nothing
   // else reads that output, goes into the convolution (Layer::FuseMaxPool).
   void FusePooling(std::vector<Node>& nodes) const;
+  // Whether call n is a max pooling its convolution computed this pass (it
+  // then passes the value and the gradient on untouched).
+  bool PooledByProducer(const Node& node) const {
+    return node.pooled_by >= 0 && nodes_[static_cast<size_t>(node.pooled_by)].impl->pooled();
+  }
   StatusOr<Tensor> Forward(std::span<const Tensor> values, const Tensor& x, bool training);
   // A loss over a masked output would need Keras' masked loss: refused.
   Status CheckOutputUnmasked() const;

@@ -185,7 +185,7 @@ StatusOr<Tensor> Model::Forward(std::span<const Tensor> values, const Tensor& x,
     auto [first, count] = layer_vars_[node.layer];
     auto params = values.subspan(first, count);
     const auto started = std::chrono::steady_clock::now();
-    if (node.pooled_by >= 0 && nodes_[static_cast<size_t>(node.pooled_by)].impl->pooled()) {
+    if (PooledByProducer(node)) {
       outs[n] = outs[static_cast<size_t>(node.pooled_by)];  // pooled by the convolution
       if (training) ++node_time_[n].steps;
       continue;
@@ -274,7 +274,7 @@ Status Model::Backward(std::span<const Tensor> values, Tensor dy, std::vector<Gr
     const auto started = std::chrono::steady_clock::now();
     const Precision precision = layer_specs_[node.layer].precision;
     PrecisionScope scope(precision);
-    const bool pass = node.pooled_by >= 0 && nodes_[static_cast<size_t>(node.pooled_by)].impl->pooled();
+    const bool pass = PooledByProducer(node);
     if (pass) {
       dxs.push_back(std::move(dys[n]));  // the convolution takes the pooled gradient
     } else if (node.impl->arity() == 1) {

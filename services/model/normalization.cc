@@ -76,9 +76,9 @@ Array Divided(const std::vector<double>& sums, int64_t n) {
   return a;
 }
 
-// The batch's mean and biased variance per channel (two passes: the
-// variance of x - mean, not E[x^2] - mean^2, which cancels).
-void BatchMoments(const float* x, int64_t rows, int64_t c, Array& mean, Array& var) {
+// Per channel, the sum over rows of x, or with kSquared of (x - center)^2.
+template <bool kSquared>
+std::vector<double> RowSums(const float* x, int64_t rows, int64_t c, const float* center) {
   std::array<std::vector<double>, 1> sums;
   ChannelSums<1>(
       rows, c,
@@ -86,24 +86,24 @@ void BatchMoments(const float* x, int64_t rows, int64_t c, Array& mean, Array& v
         const float* __restrict row = x + r * c;
         float* __restrict s = part[0];
 #pragma omp simd
-        for (int64_t ch = 0; ch < c; ++ch) s[ch] += row[ch];
-      },
-      sums);
-  mean = Divided(sums[0], rows);
-  const float* m = mean.data();
-  ChannelSums<1>(
-      rows, c,
-      [&](int64_t r, const std::array<float*, 1>& part) {
-        const float* __restrict row = x + r * c;
-        float* __restrict s = part[0];
-#pragma omp simd
         for (int64_t ch = 0; ch < c; ++ch) {
-          const float d = row[ch] - m[ch];
-          s[ch] += d * d;
+          if constexpr (kSquared) {
+            const float d = row[ch] - center[ch];
+            s[ch] += d * d;
+          } else {
+            s[ch] += row[ch];
+          }
         }
       },
       sums);
-  var = Divided(sums[0], rows);
+  return std::move(sums[0]);
+}
+
+// The batch's mean and biased variance per channel (two passes: the
+// variance of x - mean, not E[x^2] - mean^2, which cancels).
+void BatchMoments(const float* x, int64_t rows, int64_t c, Array& mean, Array& var) {
+  mean = Divided(RowSums<false>(x, rows, c, nullptr), rows);
+  var = Divided(RowSums<true>(x, rows, c, mean.data()), rows);
 }
 
 // y = (x - shift) * scale * gamma + beta, row by row (the parenthesized

@@ -41,25 +41,36 @@ struct ForwardArgs {
   float* y;
 };
 
+// The bias of filters [16v, 16v + 16), or zeros.
+__attribute__((target("avx512f"))) inline __m512 BiasVector(const ForwardArgs& a, int v) {
+  return a.bias ? _mm512_loadu_ps(a.bias + 16 * v) : _mm512_setzero_ps();
+}
+
+// Tap t's filter row as NV vectors, kept in registers: folded into each FMA
+// instead, its loads (one per pixel and vector) bound the loop on load
+// ports, not FMAs (perf annotate).
+template <int NV>
+__attribute__((target("avx512f"))) inline void LoadFilters(const ForwardArgs& a, int64_t t, __m512 (&wv)[NV]) {
+  const float* w = a.kernel + t * a.g->filters;
+  for (int v = 0; v < NV; ++v) {
+    wv[v] = _mm512_loadu_ps(w + 16 * v);
+    __asm__("" : "+v"(wv[v]));
+  }
+}
+
 // P output pixels of one row from `x` (the first pixel's input) into `out`.
 template <int NV, int P>
 __attribute__((target("avx512f"))) inline void ForwardPixels(const ForwardArgs& a, const float* x, float* out) {
   const int64_t c_n = a.g->channels, f_n = a.g->filters;
   __m512 acc[P][NV];
   for (int v = 0; v < NV; ++v) {
-    const __m512 init = a.bias ? _mm512_loadu_ps(a.bias + 16 * v) : _mm512_setzero_ps();
+    const __m512 init = BiasVector(a, v);
     for (int p = 0; p < P; ++p) acc[p][v] = init;
   }
   for (int64_t t = 0; t < a.taps; ++t) {
-    const float* w = a.kernel + t * f_n;
     const float* xt = x + a.offsets[t];
     __m512 wv[NV];
-    for (int v = 0; v < NV; ++v) {
-      wv[v] = _mm512_loadu_ps(w + 16 * v);
-      // Kept in a register: folded into each FMA instead, the filter's loads
-      // (P per vector) bound the loop on load ports, not FMAs (perf annotate).
-      __asm__("" : "+v"(wv[v]));
-    }
+    LoadFilters<NV>(a, t, wv);
     for (int p = 0; p < P; ++p) {
       const __m512 xb = _mm512_set1_ps(xt[p * c_n]);
       for (int v = 0; v < NV; ++v) acc[p][v] = _mm512_fmadd_ps(xb, wv[v], acc[p][v]);
@@ -156,18 +167,14 @@ __attribute__((target("avx512f"))) inline void ForwardWindows2x2(const ForwardAr
   const int64_t c_n = a.g->channels, f_n = a.g->filters, below = a.in.width * c_n;
   __m512 acc[2][C][NV];
   for (int v = 0; v < NV; ++v) {
-    const __m512 init = a.bias ? _mm512_loadu_ps(a.bias + 16 * v) : _mm512_setzero_ps();
+    const __m512 init = BiasVector(a, v);
     for (int r = 0; r < 2; ++r)
       for (int c = 0; c < C; ++c) acc[r][c][v] = init;
   }
   for (int64_t t = 0; t < a.taps; ++t) {
-    const float* w = a.kernel + t * f_n;
     const float* xt = x + a.offsets[t];
     __m512 wv[NV];
-    for (int v = 0; v < NV; ++v) {
-      wv[v] = _mm512_loadu_ps(w + 16 * v);
-      __asm__("" : "+v"(wv[v]));  // in a register, as in ForwardPixels
-    }
+    LoadFilters<NV>(a, t, wv);
     for (int r = 0; r < 2; ++r) {
       for (int c = 0; c < C; ++c) {
         const __m512 xb = _mm512_set1_ps(xt[r * below + c * c_n]);
