@@ -65,11 +65,6 @@ std::map<std::string, std::string> Labels(std::string_view job, std::string_view
   return labels;
 }
 
-std::string Selector(std::string_view job, std::string_view type_label) {
-  return std::string(kJobNameLabel) + "=" + std::string(job) + "," + std::string(kReplicaTypeLabel) + "=" +
-         std::string(type_label);
-}
-
 bool IsMasterRole(const TFJob& job, const ReplicaSpec& spec, int index) {
   if (job.Find(ReplicaType::kChief)) return spec.type == ReplicaType::kChief;
   return spec.type == ReplicaType::kWorker && index == 0;

@@ -21,18 +21,20 @@
 #include <string_view>
 
 #include "common/status.h"
+#include "contract/labels.h"
 #include "operator/api/types.h"
 
 namespace tfjob::op::api {
 
-inline constexpr std::string_view kJobNameLabel = "training.kubeflow.org/job-name";
-inline constexpr std::string_view kReplicaTypeLabel = "training.kubeflow.org/replica-type";
-inline constexpr std::string_view kReplicaIndexLabel = "training.kubeflow.org/replica-index";
-inline constexpr std::string_view kOperatorNameLabel = "training.kubeflow.org/operator-name";
-inline constexpr std::string_view kJobRoleLabel = "training.kubeflow.org/job-role";
-// Kubeflow's TFJob controller labels its pods with its controller name.
-inline constexpr std::string_view kOperatorName = "tfjob-controller";
-inline constexpr std::string_view kJobRoleMaster = "master";
+// Kubeflow's labels (contract/labels.h, shared with the runtime's
+// Kubernetes resolver).
+using contract::kJobNameLabel;
+using contract::kJobRoleLabel;
+using contract::kJobRoleMaster;
+using contract::kOperatorName;
+using contract::kOperatorNameLabel;
+using contract::kReplicaIndexLabel;
+using contract::kReplicaTypeLabel;
 inline constexpr std::string_view kTfConfigEnv = "TF_CONFIG";
 // The ExitCode re-creations counted so far, per replica key, as JSON
 // ({"Worker":2}) on the TFJob itself: status.replicaStatuses[].restarts holds
@@ -65,9 +67,9 @@ std::map<std::string, std::string> JobLabels(std::string_view job);
 // JobLabels plus replica-type, replica-index, and job-role=master when
 // `is_master`.
 std::map<std::string, std::string> Labels(std::string_view job, std::string_view type_label, int index, bool is_master);
-// "training.kubeflow.org/job-name={job},training.kubeflow.org/replica-type={type_label}":
-// the selector a KubernetesClusterResolver uses, and replicaStatuses[].selector.
-std::string Selector(std::string_view job, std::string_view type_label);
+// The selector a KubernetesClusterResolver uses, and
+// replicaStatuses[].selector (contract/labels.h).
+using contract::Selector;
 
 // The chief (or master) when the job has one; otherwise worker 0.
 bool IsMasterRole(const TFJob& job, const ReplicaSpec& spec, int index);

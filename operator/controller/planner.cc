@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/time.h"
+#include "contract/exit_codes.h"
 #include "operator/api/defaults.h"
 #include "operator/api/names.h"
 #include "operator/api/validation.h"
@@ -243,7 +244,7 @@ void ObservePod(Pass& p, Outcome& out, const std::string& key, api::RestartPolic
     // shutdown) counts as exit code 0xbeef under ExitCode, as in Kubeflow:
     // >= 128, retryable.
     const bool retryable = policy == api::RestartPolicy::kExitCode
-                               ? pod.exit_code.value_or(kNoExitCode) >= 128
+                               ? contract::IsRetryableExitCode(pod.exit_code.value_or(kNoExitCode))
                                : policy == api::RestartPolicy::kOnFailure || policy == api::RestartPolicy::kAlways;
     if (retryable) {
       p.b.DeletePod(pod);

@@ -4,6 +4,8 @@
 #include <cctype>
 #include <thread>
 
+#include "contract/labels.h"
+
 namespace tfjob::cluster::kubernetes {
 namespace {
 
@@ -15,7 +17,7 @@ struct PodAddress {
   bool ready = false;
 };
 
-std::string Str(const nlohmann::json& j, const char* key) {
+std::string Str(const nlohmann::json& j, const std::string& key) {
   return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
 }
 
@@ -39,7 +41,7 @@ int TfJobPort(const nlohmann::json& pod) {
 std::map<std::string, std::string> TfJobSelectors(const std::string& job, const std::vector<std::string>& types) {
   std::map<std::string, std::string> out;
   for (const auto& t : types) {
-    out[t] = "training.kubeflow.org/job-name=" + job + ",training.kubeflow.org/replica-type=" + t;
+    out[t] = contract::Selector(job, t);
   }
   return out;
 }
@@ -87,7 +89,7 @@ StatusOr<ClusterSpec> ResolveCluster(kube::Client& client, const ResolverOptions
         const auto& meta = item.value("metadata", nlohmann::json::object());
         p.name = Str(meta, "name");
         const std::string idx =
-            Str(meta.value("labels", nlohmann::json::object()), "training.kubeflow.org/replica-index");
+            Str(meta.value("labels", nlohmann::json::object()), std::string(contract::kReplicaIndexLabel));
         char* end = nullptr;
         p.index = idx.empty() ? -1 : std::strtoll(idx.c_str(), &end, 10);
         if (!idx.empty() && *end != '\0') p.index = -1;

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <utility>
 
+#include "contract/labels.h"
 #include "services/cluster/kubernetes.h"
 #include "kube/config.h"
 #include "kube/rest_client.h"
@@ -150,20 +151,22 @@ StatusOr<ResolvedCluster> ResolveKubernetes(const cluster::Env& env) {
   if (!self.ok()) return api_error(self.status(), "getting pod " + ns + "/" + pod_name);
   const nlohmann::json labels =
       self->value("metadata", nlohmann::json::object()).value("labels", nlohmann::json::object());
-  auto label = [&](const char* key) -> StatusOr<std::string> {
+  auto label = [&](std::string_view name) -> StatusOr<std::string> {
+    const std::string key(name);
     if (!labels.contains(key) || !labels[key].is_string() || labels[key].get<std::string>().empty()) {
       return InvalidArgument(what + ": pod " + ns + "/" + pod_name + " has no label " + key +
                              " (a pod the TFJob operator created has it)");
     }
     return labels[key].get<std::string>();
   };
-  ASSIGN_OR_RETURN(const std::string job_name, label("training.kubeflow.org/job-name"));
-  ASSIGN_OR_RETURN(const std::string type, label("training.kubeflow.org/replica-type"));
-  ASSIGN_OR_RETURN(const std::string index_text, label("training.kubeflow.org/replica-index"));
+  ASSIGN_OR_RETURN(const std::string job_name, label(contract::kJobNameLabel));
+  ASSIGN_OR_RETURN(const std::string type, label(contract::kReplicaTypeLabel));
+  ASSIGN_OR_RETURN(const std::string index_text, label(contract::kReplicaIndexLabel));
   const std::optional<int64_t> index = ParseCount(index_text);
   if (!index) {
-    return InvalidArgument(what + ": pod " + ns + "/" + pod_name + ": label training.kubeflow.org/replica-index " +
-                           Quoted(index_text) + " is not a non-negative integer");
+    return InvalidArgument(what + ": pod " + ns + "/" + pod_name + ": label " +
+                           std::string(contract::kReplicaIndexLabel) + " " + Quoted(index_text) +
+                           " is not a non-negative integer");
   }
   if (!cluster::IsKnownTaskType(type)) {
     return InvalidArgument(what + ": pod " + ns + "/" + pod_name + ": replica type " + Quoted(type) +

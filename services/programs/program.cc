@@ -5,6 +5,7 @@
 
 #include "services/programs/programs.h"
 #include "common/mutex.h"
+#include "contract/exit_codes.h"
 
 namespace tfjob::programs {
 
@@ -79,14 +80,14 @@ ProgramList BuiltinPrograms() { return {MakeCounter(), MakeFit()}; }
 
 int ExitCodeFor(const Status& s) {
   switch (s.code()) {
-    case Code::kOk: return 0;
+    case Code::kOk: return contract::kExitSuccess;
     case Code::kInvalidArgument:
     case Code::kNotFound:
     case Code::kDataLoss:
     case Code::kOutOfRange:
     case Code::kFailedPrecondition:
-    case Code::kAlreadyExists: return 2;
-    default: return 1;
+    case Code::kAlreadyExists: return contract::kExitBadInput;
+    default: return contract::kExitFailure;
   }
 }
 
@@ -107,14 +108,15 @@ int ReportError(const Status& s, std::ostream& err) {
 
 int ReportRuntimeError(const Status& s, std::ostream& err) {
   PrintError(s, err);
-  return s.code() == Code::kInvalidArgument ? 2 : 1;
+  return s.code() == Code::kInvalidArgument ? contract::kExitBadInput : contract::kExitFailure;
 }
 
 int ReportRunEnd(const Status& s, const SignalWatcher* signals, std::ostream& out, std::ostream& err) {
-  if (s.ok()) return 0;
+  if (s.ok()) return contract::kExitSuccess;
   if (signals && signals->stop()) {
-    out << "stopped by a signal before training was complete: exiting " << kExitStopped << " (retryable)" << std::endl;
-    return kExitStopped;
+    out << "stopped by a signal before training was complete: exiting " << contract::kExitStopped << " (retryable)"
+        << std::endl;
+    return contract::kExitStopped;
   }
   return ReportRuntimeError(s, err);
 }

@@ -6,9 +6,9 @@
 // Thread-safety: RegisterWorker runs once per worker process before serving;
 // the registered functions then run concurrently. Failure: RunChief and the
 // other roles return the process's exit code, the runtime's contract
-// (docs/fault-tolerance.md): 0 only when training is complete, 143
-// (kExitStopped) when a signal stopped it first, 2 for bad input found before
-// any work, 1 for any other failure.
+// (contract/exit_codes.h, docs/fault-tolerance.md): 0 only when training is
+// complete, 143 (kExitStopped) when a signal stopped it first, 2 for bad
+// input found before any work, 1 for any other failure.
 #pragma once
 
 #include <iosfwd>
