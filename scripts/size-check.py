@@ -18,7 +18,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_FILE, MAX_FUNCTION = 600, 120
-SOURCE_DIRS = ("common", "kube", "operator", "services", "proto", "tools")
+SOURCE_DIRS = ("common", "contract", "kube", "operator", "services", "proto", "tools")
 SKIP_PARTS = ("/tests/", "/bench/", "/fuzz/", "/examples/")
 CONTROL = {"if", "for", "while", "switch", "catch", "return", "else", "do", "try", "sizeof", "alignof", "decltype"}
 

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "contract/tf_config.h"
+
 namespace tfjob::op::api {
 namespace {
-
-using ordered_json = nlohmann::ordered_json;
 
 // An environment variable this large could not be stored in a Pod anyway
 // (objects are limited to about 1.5 MiB); refusing early also bounds memory
@@ -133,49 +133,40 @@ StatusOr<std::string> TfConfig(const TFJob& job, std::string_view ns, ReplicaTyp
     }
     cluster.push_back({s, TypeLabel(*s), {}});
   }
-  std::sort(cluster.begin(), cluster.end(),
-            [](const ClusterEntry& a, const ClusterEntry& b) { return a.label < b.label; });
   for (ClusterEntry& e : cluster) {
     for (int i = 0; i < ReplicasOrDefault(*e.spec); ++i) e.addresses.push_back(Address(job, ns, *e.spec, i, options));
   }
 
-  const std::string self_label = TypeLabel(*self);
-  ordered_json task = ordered_json::object();
-  task["type"] = self_label;
-  task["index"] = index;
-
-  ordered_json config = ordered_json::object();
-  if (job.spec.enable_dynamic_worker.value_or(false)) {
-    ordered_json workers = ordered_json::object();
-    ordered_json ps = ordered_json::array();
-    const ClusterEntry* ps_entry = nullptr;
-    for (const ClusterEntry& e : cluster) {
-      if (e.spec->type == ReplicaType::kPS) ps_entry = &e;
-    }
-    if (type == ReplicaType::kPS) {
-      ps.push_back(Address(job, ns, *self, index, options));
-    } else if (type == ReplicaType::kWorker) {
-      workers[std::to_string(index)] = Address(job, ns, *self, index, options);
-      if (ps_entry) {
-        for (const std::string& a : ps_entry->addresses) ps.push_back(a);
-      } else {
-        ps = nullptr;  // Go marshals the missing slice as null
-      }
-    }
-    // SparseTFConfig.Cluster's JSON name is "cluster" (the fields in
-    // declaration order: worker, then ps).
-    config["cluster"] = {{"worker", std::move(workers)}, {"ps", std::move(ps)}};
-    config["task"] = std::move(task);
-  } else {
-    ordered_json c = ordered_json::object();
-    for (const ClusterEntry& e : cluster) c[e.label] = e.addresses;
-    config["cluster"] = std::move(c);
-    config["task"] = std::move(task);
-    // Kubeflow sets it so that old tf.contrib.learn does not assume "local".
-    config["environment"] = "cloud";
-  }
+  // The bytes come from the contract's one writer (contract/tf_config.h),
+  // the same the runtime's launchers use.
+  const contract::TaskId task{TypeLabel(*self), index};
   try {
-    return config.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+    if (job.spec.enable_dynamic_worker.value_or(false)) {
+      // A worker sees itself and every PS (none: Go's nil slice), a PS only
+      // itself, the other types neither.
+      std::map<int64_t, std::string> workers;
+      std::optional<std::vector<std::string>> ps = std::vector<std::string>();
+      if (type == ReplicaType::kPS) {
+        ps->push_back(Address(job, ns, *self, index, options));
+      } else if (type == ReplicaType::kWorker) {
+        workers[index] = Address(job, ns, *self, index, options);
+        ps.reset();
+        for (const ClusterEntry& e : cluster) {
+          if (e.spec->type == ReplicaType::kPS) ps = e.addresses;
+        }
+      }
+      return contract::WriteSparseTfConfig(workers, ps, task);
+    }
+    // Every replica type, each listing all its replicas; Kubeflow sets
+    // "environment" so that old tf.contrib.learn does not assume "local".
+    contract::TfConfigDoc doc;
+    for (const ClusterEntry& e : cluster) {
+      auto& tasks = doc.cluster[e.label];
+      for (size_t i = 0; i < e.addresses.size(); ++i) tasks[static_cast<int64_t>(i)] = e.addresses[i];
+    }
+    doc.task = task;
+    doc.environment = "cloud";
+    return contract::WriteTfConfig(doc);
   } catch (const std::exception& e) {
     return Internal(std::string("encoding TF_CONFIG: ") + e.what());
   }

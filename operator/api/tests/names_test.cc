@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "contract/tf_config.h"
 #include "operator/api/codec.h"
 #include "operator/api/defaults.h"
 #include "operator/api/tests/test_util.h"
@@ -140,6 +141,23 @@ TEST(TfConfigTest, DesignExampleInKubeflowsForm) {
             cluster + R"("task":{"type":"ps","index":1},"environment":"cloud"})");
   EXPECT_EQ(Config(job, "ns", ReplicaType::kEvaluator, 0),
             cluster + R"("task":{"type":"evaluator","index":0},"environment":"cloud"})");
+}
+
+// The two halves share one reader and one writer (contract/tf_config.h):
+// what the runtime parses from the operator's TF_CONFIG, written again,
+// is the operator's string byte for byte.
+TEST(TfConfigTest, TheRuntimesReaderAndWriterGiveTheOperatorsBytesBack) {
+  for (const char* file : {"chief_ps_worker_evaluator.yaml", "master_alias.yaml", "ps_workers.yaml"}) {
+    const TFJob job = Defaulted(file);
+    for (const ReplicaSpec& spec : job.spec.replica_specs) {
+      if (!spec.type) continue;
+      SCOPED_TRACE(std::string(file) + " " + TypeLabel(spec));
+      const std::string text = Config(job, "ns", *spec.type, 0);
+      auto parsed = contract::ParseTfConfig(text);
+      ASSERT_TRUE(parsed.ok()) << parsed.status();
+      EXPECT_EQ(contract::ToTfConfigJson(*parsed), text);
+    }
+  }
 }
 
 TEST(TfConfigTest, EvaluatorWithOneWorker) {

@@ -291,9 +291,10 @@ TEST(ResolveSlurm, OptionsShapeTheResult) {
                                     {"ps", {"r2n1:2222"}},
                                     {"worker", {"r2n1:2223", "r3n1:2222", "r3n1:2223"}}}));
   EXPECT_EQ(r.config.task, (TaskId{"evaluator", 0}));
-  EXPECT_EQ(ToTfConfigJson(r.config),
-            R"({"cluster":{"chief":["r1n1:2222"],"ps":["r2n1:2222"],"worker":["r2n1:2223","r3n1:2222","r3n1:2223"],)"
-            R"("evaluator":["r1n1:2223"]},"task":{"type":"evaluator","index":0},"rpc_layer":"grpc+verbs"})");
+  EXPECT_EQ(
+      ToTfConfigJson(r.config),
+      R"({"cluster":{"chief":["r1n1:2222"],"evaluator":["r1n1:2223"],"ps":["r2n1:2222"],)"
+      R"("worker":["r2n1:2223","r3n1:2222","r3n1:2223"]},"task":{"type":"evaluator","index":0},"rpc_layer":"grpc+verbs"})");
 }
 
 TEST(ResolveSlurm, EmptyJobIsKept) {
