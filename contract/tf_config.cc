@@ -364,7 +364,7 @@ ClusterSpec ClusterSpec::WithoutJob(const std::string& job) const {
 }
 
 StatusOr<ClusterConfig> ParseTfConfig(const std::string& text, TaskRequirement requirement) {
-  ASSIGN_OR_RETURN(json doc, ParseJson(text, "TF_CONFIG"));
+  ASSIGN_OR_RETURN(json doc, ParseJson(text, kTfConfigEnv));
   if (!doc.is_object()) return TfConfigError("expected a JSON object, got " + std::string(doc.type_name()));
 
   ClusterConfig config;

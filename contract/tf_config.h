@@ -26,6 +26,9 @@
 
 namespace tfjob::contract {
 
+// The environment variable every task finds its TF_CONFIG in.
+inline constexpr const char* kTfConfigEnv = "TF_CONFIG";
+
 // Task types the runtime can play. TensorFlow keeps "master" as a job name of
 // its own (Estimator / AI Platform clusters use it for the chief), so it is
 // not renamed; IsChief() treats both as the coordinator.

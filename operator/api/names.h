@@ -22,6 +22,7 @@
 
 #include "common/status.h"
 #include "contract/labels.h"
+#include "contract/tf_config.h"
 #include "operator/api/types.h"
 
 namespace tfjob::op::api {
@@ -35,7 +36,7 @@ using contract::kOperatorName;
 using contract::kOperatorNameLabel;
 using contract::kReplicaIndexLabel;
 using contract::kReplicaTypeLabel;
-inline constexpr std::string_view kTfConfigEnv = "TF_CONFIG";
+inline constexpr std::string_view kTfConfigEnv = contract::kTfConfigEnv;
 // The ExitCode re-creations counted so far, per replica key, as JSON
 // ({"Worker":2}) on the TFJob itself: status.replicaStatuses[].restarts holds
 // them too, but Kubeflow's own CRD prunes that field, and annotations

@@ -25,7 +25,7 @@ Env FixedEnv(std::map<std::string, std::string> vars) {
 
 StatusOr<ClusterConfig> FromEnv(const Env& env, TaskRequirement requirement) {
   assert(env && "FromEnv needs an environment accessor");
-  std::optional<std::string> value = env("TF_CONFIG");
+  std::optional<std::string> value = env(contract::kTfConfigEnv);
   // Launchers that run a single replica leave TF_CONFIG unset or empty; both
   // mean "no cluster" (TF would fail to parse the empty string).
   if (!value ||

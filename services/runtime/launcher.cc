@@ -59,7 +59,7 @@ StatusOr<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& argv, cons
                                       const std::string& token, const std::string& tls_dir, int listen_fd) {
   ChildOptions c;
   c.argv = argv;
-  c.env["TF_CONFIG"] = tf_config;
+  c.env[contract::kTfConfigEnv] = tf_config;
   // The run's task token (services/rpc/auth.h), whatever the shell had.
   c.env[rpc::kTokenEnv] = token;
   // The children's roles come from this TF_CONFIG even when the launcher
