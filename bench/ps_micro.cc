@@ -14,6 +14,7 @@
 // Sizes 4 KiB, 256 KiB and 4 MiB keep the whole run to a few seconds; each
 // benchmark's loop is bounded by Google Benchmark's --benchmark_min_time
 // (0.2 s here unless overridden). Traffic goes to 127.0.0.1 only.
+#include <cstdlib>
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -159,6 +160,11 @@ BENCHMARK(BM_PushPullIntoLoopback)->SIZES->UseRealTime();
 // BENCHMARK_MAIN's body, with --version answered first: Google Benchmark
 // answers --help itself (its flags) and refuses --version.
 int main(int argc, char** argv) {
+  // TFJOB_PS_SHM=0: this process's clients send payloads inline, as
+  // tfjob-runtime's do under it (services/runtime/settings.h).
+  if (const char* v = std::getenv("TFJOB_PS_SHM"); v != nullptr && std::string(v) == "0") {
+    tfjob::ps::SetSharedMemory(false);
+  }
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (std::find(args.begin(), args.end(), "--version") != args.end()) {
     return *tfjob::bench::AnswerHelpOrVersion({"--version"}, "bench_ps_micro", "");

@@ -29,6 +29,7 @@
 // usage: bench_ps_throughput --runtime build/bin/tfjob-runtime
 //          [--sizes-mib 4,64] [--reps 3] [--seconds 1.0] [--max-iters 2000]
 //          [--warmup 2] [--impls ours,raw] [--tls]
+#include <cstdlib>
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -342,6 +343,11 @@ Status Run(const Flags& flags) {
 }  // namespace tfjob::bench
 
 int main(int argc, char** argv) {
+  // TFJOB_PS_SHM=0: this process's clients send payloads inline, as
+  // tfjob-runtime's do under it (services/runtime/settings.h).
+  if (const char* v = std::getenv("TFJOB_PS_SHM"); v != nullptr && std::string(v) == "0") {
+    tfjob::ps::SetSharedMemory(false);
+  }
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() == 1 && args[0] == "--raw-server") return tfjob::bench::RunRawServer();
   signal(SIGPIPE, SIG_IGN);

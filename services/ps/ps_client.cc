@@ -7,6 +7,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -72,16 +73,20 @@ StatusOr<net::Fd> ConnectOnce(const std::string& address, Clock::time_point dead
   return Unavailable("connecting to " + address + ": " + last);
 }
 
-ClientOptions WithEnvironment(ClientOptions o) {
-  if (const char* v = std::getenv("TFJOB_PS_SHM"); v && std::string(v) == "0") o.shared_memory_bytes = 0;
+std::atomic<bool> g_shared_memory{true};
+
+ClientOptions WithProcessSettings(ClientOptions o) {
+  if (!g_shared_memory.load(std::memory_order_relaxed)) o.shared_memory_bytes = 0;
   return o;
 }
 
 }  // namespace
 
+void SetSharedMemory(bool on) { g_shared_memory.store(on, std::memory_order_relaxed); }
+
 PsClient::PsClient(std::string address, ClientOptions options)
     : address_(std::move(address)),
-      options_(WithEnvironment(options)),
+      options_(WithProcessSettings(options)),
       stub_(proto::ParameterServer::NewStub(rpc::MakeChannel(address_, options_.credentials))) {}
 
 PsClient::~PsClient() = default;

@@ -42,9 +42,14 @@ struct ClientOptions {
   // With a PS on the same host (and no TLS), each data-plane connection's
   // payloads go through a shared-memory region of this many bytes
   // (services/ps/shm.h); payloads larger than it go inline. 0: never.
-  // TFJOB_PS_SHM=0 in the environment turns it off for every client.
+  // SetSharedMemory(false) turns it off for every client.
   size_t shared_memory_bytes = size_t{8} << 20;
 };
+
+// Process-wide: false makes every client made afterwards send payloads
+// inline (tfjob-runtime sets it from TFJOB_PS_SHM=0 at start-up). Default
+// true.
+void SetSharedMemory(bool on);
 
 struct Update {
   enum class Kind { kApplyGradient, kAssignAdd, kAssign };

@@ -38,13 +38,13 @@ struct Child {
 };
 
 // What `local` runs for each task: this executable, as /proc/self/exe names
-// it. $TFJOB_RUNTIME_SELF, when set and not empty, is run instead: where the
-// binary was started through an explicitly invoked dynamic loader
+// it, unless `override` (TFJOB_RUNTIME_SELF) names another: where the binary
+// was started through an explicitly invoked dynamic loader
 // (`ld-linux-x86-64.so.2 --library-path ... tfjob-runtime`, as the GPU
 // bundle's wrappers do, scripts/gpu-bundle.sh), /proc/self/exe is the
 // loader, and the variable names the wrapper that starts the runtime again.
-std::string SelfExe() {
-  if (const char* self = std::getenv("TFJOB_RUNTIME_SELF"); self != nullptr && *self != '\0') return self;
+std::string SelfExe(const std::string& override) {
+  if (!override.empty()) return override;
   char buf[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
   if (n <= 0) return "tfjob-runtime";
@@ -264,8 +264,8 @@ class TaskSet {
 
 }  // namespace
 
-int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& programs, std::ostream& out,
-             std::ostream& err) {
+int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& programs, const std::string& self_exe,
+             std::ostream& out, std::ostream& err) {
   // Before any thread (SignalWatcher's rule).
   SignalWatcher signals;
   auto options = ParseLocalFlags(args, programs);
@@ -284,7 +284,7 @@ int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& 
     tls = std::move(made).value();
   }
   const std::string tls_dir = tls ? tls->path() : "";
-  std::vector<std::string> argv{SelfExe()};
+  std::vector<std::string> argv{SelfExe(self_exe)};
   argv.insert(argv.end(), options->program.begin(), options->program.end());
   const bool with_chief = options->ps > 0;
   const std::string lead = with_chief ? "chief:0" : "worker:0";

@@ -27,7 +27,9 @@
 
 namespace tfjob::runtime {
 
-int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& programs, std::ostream& out,
-             std::ostream& err);
+// `self_exe`: what to start for each task; "" for this executable
+// (/proc/self/exe). ProcessSettings::self_exe says when it is not.
+int RunLocal(const std::vector<std::string>& args, const programs::ProgramList& programs, const std::string& self_exe,
+             std::ostream& out, std::ostream& err);
 
 }  // namespace tfjob::runtime

@@ -18,6 +18,7 @@
 #include "services/runtime/in_process_cluster.h"
 #include "services/runtime/launcher.h"
 #include "services/runtime/runtime.h"
+#include "services/runtime/settings.h"
 
 namespace tfjob::runtime {
 namespace {
@@ -392,11 +393,15 @@ int RunMain(const std::vector<std::string>& command_line, const programs::Progra
   }
   const std::string cmd = all_args[0];
   const std::vector<std::string> args(all_args.begin() + 1, all_args.end());
+  // The process-wide switches, once, before anything computes.
+  auto settings = ReadProcessSettings(cluster::ProcessEnv());
+  if (!settings.ok()) return ReportError(settings.status(), err);
+  ApplyProcessSettings(*settings);
   if (cmd == "local") {
     // Every task of a local cluster serves its own metrics: each picks a free
     // port (0) and prints it, whatever port was asked for.
     if (metrics_port || cluster::ProcessEnv()("TFJOB_METRICS_PORT")) setenv("TFJOB_METRICS_PORT", "0", 1);
-    return RunLocal(args, programs, out, err);
+    return RunLocal(args, programs, settings->self_exe, out, err);
   }
   // The flag wins over TFJOB_METRICS_PORT: it is what RunRole reads.
   const cluster::Env process_env = cluster::ProcessEnv();

@@ -1,6 +1,7 @@
 #include "services/tensor/gemm.h"
 
 #include <Eigen/Core>
+#include <atomic>
 #include <cassert>
 #include <cstdlib>
 #include <string>
@@ -41,13 +42,19 @@ void EigenGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a
 
 }  // namespace
 
+namespace {
+std::atomic<bool> g_eigen_requested{false};
+}  // namespace
+
+void UseEigenKernels() { g_eigen_requested.store(true, std::memory_order_relaxed); }
+
 bool UseOneDnn() {
 #ifdef TFJOB_HAVE_DNNL
-  // Read once: a benchmark compares the two paths in one run by starting
-  // processes with and without it (bench/roofline.sh).
+  // Decided once, at the first kernel: a benchmark compares the two paths in
+  // one run by starting processes with and without TFJOB_CPU_KERNELS=eigen
+  // (bench/roofline.sh).
   static const bool use = [] {
-    const char* v = std::getenv("TFJOB_CPU_KERNELS");
-    if (v != nullptr && std::string(v) == "eigen") return false;
+    if (g_eigen_requested.load(std::memory_order_relaxed)) return false;
     return LoadOneDnn().ok();  // no libdnnl on this machine: Eigen
   }();
   return use;
@@ -90,8 +97,8 @@ const char* GemmLibrary() {
                               std::to_string(EIGEN_MAJOR_VERSION) + "." + std::to_string(EIGEN_MINOR_VERSION);
 #ifdef TFJOB_HAVE_DNNL
     if (!UseOneDnn()) {
-      const char* v = std::getenv("TFJOB_CPU_KERNELS");
-      return eigen + (v != nullptr && std::string(v) == "eigen" ? " (TFJOB_CPU_KERNELS=eigen)" : " (no libdnnl here)");
+      return eigen +
+             (g_eigen_requested.load(std::memory_order_relaxed) ? " (TFJOB_CPU_KERNELS=eigen)" : " (no libdnnl here)");
     }
     const dnnl_version_t* v = dnnl_version();
     return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);

@@ -55,8 +55,12 @@ bool MatmulFloat32(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int
 const char* GemmLibrary();
 
 // Whether oneDNN computes: a build with it, libdnnl present on this
-// machine (it is opened on first use: onednn_library.h), and
-// TFJOB_CPU_KERNELS is not "eigen".
+// machine (it is opened on first use: onednn_library.h), and no
+// UseEigenKernels() before the first kernel (decided then, once).
 bool UseOneDnn();
+// Eigen's products and the im2col convolution instead of oneDNN's
+// (tfjob-runtime calls it for TFJOB_CPU_KERNELS=eigen at start-up). Call it
+// before any kernel runs.
+void UseEigenKernels();
 
 }  // namespace tfjob

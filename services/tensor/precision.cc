@@ -3,6 +3,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -114,13 +115,12 @@ bool CpuHasBfloat16() {
   return avx512_bf16 || amx_bf16;
 }
 
-bool Float16Emulated() {
-  static const bool on = [] {
-    const char* v = std::getenv("TFJOB_FLOAT16_EMULATION");
-    return v != nullptr && std::string(v) == "1";
-  }();
-  return on;
-}
+namespace {
+std::atomic<bool> g_float16_emulation{false};
+}  // namespace
+
+void SetFloat16Emulation(bool on) { g_float16_emulation.store(on, std::memory_order_relaxed); }
+bool Float16Emulated() { return g_float16_emulation.load(std::memory_order_relaxed); }
 
 Status BfloatPath() {
   if (!CpuHasBfloat16()) {

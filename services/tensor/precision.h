@@ -65,7 +65,10 @@ class PrecisionScope {
 Status BfloatPath();
 Status Float16Path();
 Status CpuPathFor(Precision p);
-// Whether float16 is emulated (TFJOB_FLOAT16_EMULATION=1), read once.
+// Whether float16 is emulated: off unless SetFloat16Emulation(true)
+// (tfjob-runtime sets it from TFJOB_FLOAT16_EMULATION=1 at start-up).
+// Process-wide; set it before training starts.
+void SetFloat16Emulation(bool on);
 bool Float16Emulated();
 // Whether the CPU has AVX512-BF16 or AMX-BF16 (cpuid).
 bool CpuHasBfloat16();
