@@ -15,11 +15,11 @@ namespace t = ::tfjob::testing;
 using ::testing::HasSubstr;
 
 TEST(ProcessSettingsTest, DefaultsWhenUnsetOrEmpty) {
-  for (const auto& vars : {std::map<std::string, std::string>{},
-                           std::map<std::string, std::string>{{"TFJOB_CPU_KERNELS", ""},
-                                                              {"TFJOB_FLOAT16_EMULATION", ""},
-                                                              {"TFJOB_PS_SHM", ""},
-                                                              {"TFJOB_RUNTIME_SELF", ""}}}) {
+  for (const auto& vars :
+       {std::map<std::string, std::string>{}, std::map<std::string, std::string>{{"TFJOB_CPU_KERNELS", ""},
+                                                                                 {"TFJOB_FLOAT16_EMULATION", ""},
+                                                                                 {"TFJOB_PS_SHM", ""},
+                                                                                 {"TFJOB_RUNTIME_SELF", ""}}}) {
     auto s = ReadProcessSettings(cluster::FixedEnv(vars));
     ASSERT_TRUE(s.ok()) << s.status();
     EXPECT_FALSE(s->eigen_kernels);
