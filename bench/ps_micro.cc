@@ -16,6 +16,7 @@
 // (0.2 s here unless overridden). Traffic goes to 127.0.0.1 only.
 #include <cstdlib>
 #include <algorithm>
+#include <iostream>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -23,6 +24,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include "services/runtime/config.h"
 #include "bench/cli.h"
 #include "services/ps/ps_client.h"
 #include "services/ps/ps_service.h"
@@ -160,11 +162,15 @@ BENCHMARK(BM_PushPullIntoLoopback)->SIZES->UseRealTime();
 // BENCHMARK_MAIN's body, with --version answered first: Google Benchmark
 // answers --help itself (its flags) and refuses --version.
 int main(int argc, char** argv) {
-  // TFJOB_PS_SHM=0: this process's clients send payloads inline, as
-  // tfjob-runtime's do under it (services/runtime/settings.h).
-  if (const char* v = std::getenv("TFJOB_PS_SHM"); v != nullptr && std::string(v) == "0") {
-    tfjob::ps::SetSharedMemory(false);
+  // The runtime's process-wide switches, read as tfjob-runtime reads them
+  // (services/runtime/config.h): TFJOB_PS_SHM=0 makes this process's
+  // clients send payloads inline, as the runtime's do under it.
+  auto settings = tfjob::runtime::ReadProcessSettings(tfjob::runtime::ProcessEnv());
+  if (!settings.ok()) {
+    std::cerr << "error: " << settings.status().message() << std::endl;
+    return 2;
   }
+  tfjob::runtime::ApplyProcessSettings(*settings);
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (std::find(args.begin(), args.end(), "--version") != args.end()) {
     return *tfjob::bench::AnswerHelpOrVersion({"--version"}, "bench_ps_micro", "");

@@ -53,6 +53,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "services/runtime/config.h"
 #include "bench/child.h"
 #include "bench/cli.h"
 #include "common/pki.h"
@@ -343,11 +344,15 @@ Status Run(const Flags& flags) {
 }  // namespace tfjob::bench
 
 int main(int argc, char** argv) {
-  // TFJOB_PS_SHM=0: this process's clients send payloads inline, as
-  // tfjob-runtime's do under it (services/runtime/settings.h).
-  if (const char* v = std::getenv("TFJOB_PS_SHM"); v != nullptr && std::string(v) == "0") {
-    tfjob::ps::SetSharedMemory(false);
+  // The runtime's process-wide switches, read as tfjob-runtime reads them
+  // (services/runtime/config.h): TFJOB_PS_SHM=0 makes this process's
+  // clients send payloads inline, as the runtime's do under it.
+  auto settings = tfjob::runtime::ReadProcessSettings(tfjob::runtime::ProcessEnv());
+  if (!settings.ok()) {
+    std::cerr << "error: " << settings.status().message() << std::endl;
+    return 2;
   }
+  tfjob::runtime::ApplyProcessSettings(*settings);
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() == 1 && args[0] == "--raw-server") return tfjob::bench::RunRawServer();
   signal(SIGPIPE, SIG_IGN);

@@ -146,8 +146,11 @@ StatusOr<JobPki> NewJobPki(std::string_view job) {
 }
 
 StatusOr<std::unique_ptr<TempTlsDir>> TempTlsDir::Make(std::string_view job) {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string path = std::string(tmp && *tmp ? tmp : "/tmp") + "/tfjob-tls.XXXXXX";
+  // TMPDIR, else /tmp: the standard library reads the variable.
+  std::error_code ec;
+  std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
+  if (ec) tmp = "/tmp";
+  std::string path = (tmp / "tfjob-tls.XXXXXX").string();
   if (!mkdtemp(path.data())) {
     return Unavailable("cannot make a directory for the TLS material: " + std::string(std::strerror(errno)));
   }

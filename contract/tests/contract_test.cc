@@ -3,6 +3,14 @@
 // breaks every tool that selects Kubeflow's pods or reads its exit codes.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "contract/env.h"
 #include "contract/exit_codes.h"
 #include "contract/labels.h"
 
@@ -39,6 +47,54 @@ TEST(ExitCodesTest, AreTheRuntimesAndKubeflowsRetryRule) {
   EXPECT_TRUE(IsRetryableExitCode(kExitStopped));
   EXPECT_TRUE(IsRetryableExitCode(137));
   EXPECT_TRUE(IsRetryableExitCode(0xbeef));
+}
+
+std::set<std::string> TableNames() {
+  std::set<std::string> names;
+  for (const EnvVar& v : kRuntimeEnv) {
+    EXPECT_TRUE(names.insert(std::string(v.name)).second) << v.name << " is listed twice";
+    EXPECT_FALSE(v.meaning.empty()) << v.name;
+  }
+  return names;
+}
+
+std::string ReadAll(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Every TFJOB_* name the runtime's sources quote (outside tests) is a
+// variable the table explains: a new variable cannot be added unlisted.
+TEST(EnvTest, TheTableListsEveryVariableTheRuntimeNames) {
+  const std::set<std::string> table = TableNames();
+  const std::filesystem::path root = TFJOB_SOURCE_ROOT;
+  const std::regex quoted("\"(TFJOB_[A-Z0-9_]+)");
+  std::set<std::string> seen;
+  for (const char* dir : {"services", "common", "kube", "contract"}) {
+    for (const auto& e : std::filesystem::recursive_directory_iterator(root / dir)) {
+      const std::string path = e.path().string();
+      if (!e.is_regular_file() || path.find("/tests/") != std::string::npos) continue;
+      if (e.path().extension() != ".cc" && e.path().extension() != ".h") continue;
+      const std::string text = ReadAll(e.path());
+      for (std::sregex_iterator it(text.begin(), text.end(), quoted), end; it != end; ++it) {
+        const std::string name = (*it)[1];
+        seen.insert(name);
+        EXPECT_TRUE(table.contains(name)) << name << " (" << path << ") is not in contract/env.h's kRuntimeEnv";
+      }
+    }
+  }
+  EXPECT_GE(seen.size(), 15u) << "the scan found too few names: is TFJOB_SOURCE_ROOT right?";
+}
+
+// docs/design.md gives users the same list.
+TEST(EnvTest, TheDesignDocumentNamesEveryVariable) {
+  const std::string doc = ReadAll(std::filesystem::path(TFJOB_SOURCE_ROOT) / "docs" / "design.md");
+  ASSERT_FALSE(doc.empty());
+  for (const std::string& name : TableNames()) {
+    EXPECT_NE(doc.find("`" + name + "`"), std::string::npos) << name << " is not in docs/design.md";
+  }
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <thread>
 
+#include "contract/env.h"
 #include "common/child_process.h"
 #include "common/files.h"
 #include "common/mutex.h"
@@ -247,7 +248,7 @@ class Backend {
     if (!c.argv.empty()) c.argv[0] = Resolve(c.argv[0]);
     // Replicas are placed by the TF_CONFIG this runner gives them, even
     // when the user's shell selects another resolver (e.g. Slurm's).
-    c.unset_env = {"TFJOB_CLUSTER_RESOLVER", base::kListenFdEnv};
+    c.unset_env = {contract::kClusterResolverEnv, base::kListenFdEnv};
     c.env = p.env;
     // The socket at the replica's TF_CONFIG address, already listening: the
     // replica serves on it (services/base/ports.h).
@@ -330,13 +331,13 @@ json WithRunnerEnv(json pod, const std::string& job_name, const std::string& tok
     json env = json::array();
     for (const auto& e : c.value("env", json::array())) {
       const std::string name = e.value("name", "");
-      if (name != "TFJOB_METRICS_PORT" && name != "TFJOB_JOB_NAME" && name != kTokenEnv && name != kTokenFileEnv &&
-          name != base::kListenFdEnv && !(name == pki::kTlsDirEnv && !tls_dir.empty())) {
+      if (name != contract::kMetricsPortEnv && name != contract::kJobNameEnv && name != kTokenEnv &&
+          name != kTokenFileEnv && name != base::kListenFdEnv && !(name == pki::kTlsDirEnv && !tls_dir.empty())) {
         env.push_back(e);
       }
     }
-    env.push_back({{"name", "TFJOB_METRICS_PORT"}, {"value", "0"}});
-    env.push_back({{"name", "TFJOB_JOB_NAME"}, {"value", job_name}});
+    env.push_back({{"name", contract::kMetricsPortEnv}, {"value", "0"}});
+    env.push_back({{"name", contract::kJobNameEnv}, {"value", job_name}});
     env.push_back({{"name", kTokenEnv}, {"value", token}});
     if (!tls_dir.empty()) env.push_back({{"name", pki::kTlsDirEnv}, {"value", tls_dir}});
     c["env"] = env;

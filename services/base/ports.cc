@@ -143,17 +143,27 @@ void PassListenerToChild(int fd, ChildOptions& child) {
   child.env.insert_or_assign(kListenFdEnv, std::to_string(kChildListenFd));
 }
 
-StatusOr<std::optional<ListeningSocket>> InheritedListener(const EnvFn& env) {
+StatusOr<std::optional<int>> InheritedListenerFd(const EnvFn& env) {
   const std::optional<std::string> v = env(kListenFdEnv);
-  if (!v || v->empty()) return std::optional<ListeningSocket>();
+  if (!v || v->empty()) return std::optional<int>();
   char* end = nullptr;
   errno = 0;
   const long fd = std::strtol(v->c_str(), &end, 10);
   if (*end != '\0' || errno != 0 || fd < 0 || fd > 1 << 20) {
     return InvalidArgument(std::string(kListenFdEnv) + ": \"" + *v + "\" is not a file descriptor number");
   }
-  ASSIGN_OR_RETURN(ListeningSocket s, ListeningSocket::Adopt(static_cast<int>(fd), kListenFdEnv));
+  return std::optional<int>(static_cast<int>(fd));
+}
+
+StatusOr<std::optional<ListeningSocket>> AdoptInheritedListener(std::optional<int> fd) {
+  if (!fd) return std::optional<ListeningSocket>();
+  ASSIGN_OR_RETURN(ListeningSocket s, ListeningSocket::Adopt(*fd, kListenFdEnv));
   return std::optional<ListeningSocket>(std::move(s));
+}
+
+StatusOr<std::optional<ListeningSocket>> InheritedListener(const EnvFn& env) {
+  ASSIGN_OR_RETURN(std::optional<int> fd, InheritedListenerFd(env));
+  return AdoptInheritedListener(fd);
 }
 
 }  // namespace tfjob::base

@@ -23,11 +23,12 @@
 
 #include "common/child_process.h"
 #include "common/status.h"
+#include "contract/env.h"
 
 namespace tfjob::base {
 
 // The variable that tells a child which descriptor is its listening socket.
-inline constexpr const char* kListenFdEnv = "TFJOB_LISTEN_FD";
+inline constexpr const char* kListenFdEnv = contract::kListenFdEnv;
 // The descriptor number a launcher gives that socket in the child.
 inline constexpr int kChildListenFd = 3;
 
@@ -75,5 +76,10 @@ using EnvFn = std::function<std::optional<std::string>(const std::string&)>;
 // when the variable is unset or empty. INVALID_ARGUMENT when it does not
 // name a listening TCP socket.
 StatusOr<std::optional<ListeningSocket>> InheritedListener(const EnvFn& env);
+// Its two halves: the descriptor kListenFdEnv names (nullopt when unset or
+// empty; INVALID_ARGUMENT when not a number), read with the rest of the
+// configuration, and adopting it once the role starts.
+StatusOr<std::optional<int>> InheritedListenerFd(const EnvFn& env);
+StatusOr<std::optional<ListeningSocket>> AdoptInheritedListener(std::optional<int> fd);
 
 }  // namespace tfjob::base

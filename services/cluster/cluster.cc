@@ -3,17 +3,8 @@
 #include <algorithm>
 #include <cassert>
 #include <cctype>
-#include <cstdlib>
 
 namespace tfjob::cluster {
-
-Env ProcessEnv() {
-  return [](const std::string& name) -> std::optional<std::string> {
-    const char* v = std::getenv(name.c_str());
-    if (v == nullptr) return std::nullopt;
-    return std::string(v);
-  };
-}
 
 Env FixedEnv(std::map<std::string, std::string> vars) {
   return [vars = std::move(vars)](const std::string& name) -> std::optional<std::string> {

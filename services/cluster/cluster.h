@@ -1,11 +1,11 @@
 // The runtime's view of TF_CONFIG (contract/tf_config.h holds its types,
 // reader and writer): where it comes from. Resolvers take an Env instead of
-// calling getenv, so tests (and launchers) can supply variables without
-// touching the process environment.
+// calling getenv, so tests can supply variables without touching the
+// process environment; the runtime reads its live environment once, in its
+// configuration (services/runtime/config.h).
 //
-// Thread-safety: ProcessEnv() reads the live environment and must not race
-// with setenv() in the same process. Failure: FromEnv returns NOT_FOUND when
-// TF_CONFIG is unset or blank, ParseTfConfig's errors otherwise.
+// Thread-safety: pure. Failure: FromEnv returns NOT_FOUND when TF_CONFIG is
+// unset or blank, ParseTfConfig's errors otherwise.
 #pragma once
 
 #include <functional>
@@ -37,13 +37,11 @@ using contract::ValidateDistinctAddresses;
 using contract::ValidateJobName;
 using contract::ValidateRoleCounts;
 
-// Looks up one environment variable. Resolvers take this instead of calling
-// getenv so tests (and launchers) can supply variables without touching the
-// process environment.
+// Looks up one environment variable. Readers of the configuration take this
+// instead of calling getenv, so tests can supply variables without touching
+// the process environment.
 using Env = std::function<std::optional<std::string>(const std::string&)>;
 
-// The real process environment.
-Env ProcessEnv();
 // A fixed set of variables; anything else is unset.
 Env FixedEnv(std::map<std::string, std::string> vars);
 

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <utility>
 
+#include "contract/env.h"
 #include "contract/labels.h"
 #include "services/cluster/kubernetes.h"
 #include "kube/config.h"
@@ -14,8 +15,8 @@
 namespace tfjob::cluster {
 namespace {
 
-constexpr const char* kResolverVar = "TFJOB_CLUSTER_RESOLVER";
-constexpr const char* kJobsVar = "TFJOB_SLURM_JOBS";
+constexpr const char* kResolverVar = contract::kClusterResolverEnv;
+constexpr const char* kJobsVar = contract::kSlurmJobsEnv;
 constexpr const char* kJobsExample = "e.g. \"chief:1,ps:1,worker:2\"";
 
 // Appends rather than concatenating: GCC 12 reports a false -Wrestrict on
@@ -90,21 +91,25 @@ StatusOr<cluster::SlurmOptions> SlurmOptionsFromEnv(const cluster::Env& env) {
                            "=slurm it lays out the Slurm tasks, " + kJobsExample);
   }
   ASSIGN_OR_RETURN(o.jobs, ParseJobs(*jobs));
-  ASSIGN_OR_RETURN(std::optional<int64_t> port_base, CountVar(env, "TFJOB_SLURM_PORT_BASE"));
+  ASSIGN_OR_RETURN(std::optional<int64_t> port_base, CountVar(env, contract::kSlurmPortBaseEnv));
   if (port_base) {
     if (*port_base < 1 || *port_base > 65535) {
-      return InvalidArgument("TFJOB_SLURM_PORT_BASE: " + std::to_string(*port_base) + " is not a port from 1 to 65535");
+      return InvalidArgument(std::string(contract::kSlurmPortBaseEnv) + ": " + std::to_string(*port_base) +
+                             " is not a port from 1 to 65535");
     }
     o.port_base = *port_base;
   }
-  ASSIGN_OR_RETURN(o.gpus_per_task, CountVar(env, "TFJOB_SLURM_GPUS_PER_TASK"));
-  ASSIGN_OR_RETURN(o.gpus_per_node, CountVar(env, "TFJOB_SLURM_GPUS_PER_NODE"));
-  ASSIGN_OR_RETURN(o.tasks_per_node, CountVar(env, "TFJOB_SLURM_TASKS_PER_NODE"));
+  ASSIGN_OR_RETURN(o.gpus_per_task, CountVar(env, contract::kSlurmGpusPerTaskEnv));
+  ASSIGN_OR_RETURN(o.gpus_per_node, CountVar(env, contract::kSlurmGpusPerNodeEnv));
+  ASSIGN_OR_RETURN(o.tasks_per_node, CountVar(env, contract::kSlurmTasksPerNodeEnv));
   return o;
 }
 
-StatusOr<ResolvedCluster> ResolveKubernetes(const cluster::Env& env) {
+namespace {
+
+StatusOr<KubernetesSettings> ReadKubernetesSettings(const cluster::Env& env) {
   const std::string what = "kubernetes resolver";
+  KubernetesSettings k;
   // Credentials: a kubeconfig when one is named (outside a pod, tests),
   // else the pod's service account.
   const std::string kubeconfig = env("KUBECONFIG").value_or("");
@@ -114,27 +119,35 @@ StatusOr<ResolvedCluster> ResolveKubernetes(const cluster::Env& env) {
     // "no cluster, run alone".
     return InvalidArgument(what + ": " + config.status().message());
   }
-  std::string pod_name = env("POD_NAME").value_or("");
-  if (pod_name.empty()) pod_name = env("HOSTNAME").value_or("");
-  if (pod_name.empty()) return InvalidArgument(what + ": neither POD_NAME nor HOSTNAME names this pod");
-  std::string ns = env("POD_NAMESPACE").value_or("");
-  if (ns.empty()) ns = config->default_namespace;
-  std::chrono::milliseconds wait{300000};
-  if (auto v = env("TFJOB_KUBERNETES_WAIT_SECONDS"); v && !v->empty()) {
+  k.api = std::move(config).value();
+  k.pod_name = env("POD_NAME").value_or("");
+  if (k.pod_name.empty()) k.pod_name = env("HOSTNAME").value_or("");
+  if (k.pod_name.empty()) return InvalidArgument(what + ": neither POD_NAME nor HOSTNAME names this pod");
+  k.ns = env("POD_NAMESPACE").value_or("");
+  if (k.ns.empty()) k.ns = k.api.default_namespace;
+  if (auto v = env(contract::kKubernetesWaitEnv); v && !v->empty()) {
     std::optional<int64_t> secs = ParseCount(*v);
     if (!secs || *secs < 1) {
-      return InvalidArgument("TFJOB_KUBERNETES_WAIT_SECONDS: " + Quoted(*v) + " is not a positive integer");
+      return InvalidArgument(std::string(contract::kKubernetesWaitEnv) + ": " + Quoted(*v) +
+                             " is not a positive integer");
     }
-    wait = std::chrono::seconds(*secs);
+    k.wait = std::chrono::seconds(*secs);
   }
-  std::optional<std::map<std::string, int64_t>> jobs;
-  if (auto v = env("TFJOB_KUBERNETES_JOBS"); v && !v->empty()) {
-    ASSIGN_OR_RETURN(jobs, ParseJobs(*v, "TFJOB_KUBERNETES_JOBS"));
+  if (auto v = env(contract::kKubernetesJobsEnv); v && !v->empty()) {
+    ASSIGN_OR_RETURN(k.jobs, ParseJobs(*v, contract::kKubernetesJobsEnv));
   }
+  return k;
+}
+
+StatusOr<ResolvedCluster> ResolveKubernetes(const KubernetesSettings& k) {
+  const std::string what = "kubernetes resolver";
+  const std::string& ns = k.ns;
+  const std::string& pod_name = k.pod_name;
+  std::optional<std::map<std::string, int64_t>> jobs = k.jobs;
   kube::RestOptions ro;
   ro.qps = 5;  // one task among many asking the same API server
   ro.burst = 10;
-  ASSIGN_OR_RETURN(std::unique_ptr<kube::RestClient> client, kube::RestClient::Create(*config, ro));
+  ASSIGN_OR_RETURN(std::unique_ptr<kube::RestClient> client, kube::RestClient::Create(k.api, ro));
   const std::string rbac =
       " (the job's service account needs get and list on pods and get on tfjobs; "
       "see docs/kubernetes-resolver.md)";
@@ -190,7 +203,7 @@ StatusOr<ResolvedCluster> ResolveKubernetes(const cluster::Env& env) {
   for (const auto& [t, n] : *jobs) types.push_back(t);
   o.job_selectors = cluster::kubernetes::TfJobSelectors(job_name, types);
   o.expected_tasks = *jobs;
-  o.wait_timeout = wait;
+  o.wait_timeout = k.wait;
   auto spec = cluster::kubernetes::ResolveCluster(*client, o);
   if (!spec.ok()) {
     if (spec.status().code() == Code::kPermissionDenied || spec.status().code() == Code::kUnauthenticated) {
@@ -203,15 +216,24 @@ StatusOr<ResolvedCluster> ResolveKubernetes(const cluster::Env& env) {
   return ResolvedCluster{std::move(cfg), std::nullopt};
 }
 
-StatusOr<ResolvedCluster> ResolveCluster(const cluster::Env& env) {
-  const std::string resolver = env(kResolverVar).value_or("");
+}  // namespace
+
+StatusOr<ResolverConfig> ReadResolverConfig(const cluster::Env& env) {
+  ResolverConfig c;
+  const std::string resolver = env(contract::kClusterResolverEnv).value_or("");
   if (resolver.empty() || resolver == "tf_config") {
-    ASSIGN_OR_RETURN(cluster::ClusterConfig config, cluster::FromEnv(env));
-    return ResolvedCluster{std::move(config), std::nullopt};
+    StatusOr<cluster::ClusterConfig> config = cluster::FromEnv(env);
+    if (config.status().code() == Code::kNotFound) return c;
+    if (!config.ok()) return config.status();
+    c.resolved = ResolvedCluster{std::move(config).value(), std::nullopt};
+    return c;
   }
-  if (resolver == "kubernetes") return ResolveKubernetes(env);
+  if (resolver == "kubernetes") {
+    ASSIGN_OR_RETURN(c.kubernetes, ReadKubernetesSettings(env));
+    return c;
+  }
   if (resolver != "slurm") {
-    return InvalidArgument(std::string(kResolverVar) + ": " + Quoted(resolver) +
+    return InvalidArgument(std::string(contract::kClusterResolverEnv) + ": " + Quoted(resolver) +
                            " is not tf_config, slurm or kubernetes");
   }
   ASSIGN_OR_RETURN(cluster::SlurmOptions options, SlurmOptionsFromEnv(env));
@@ -219,7 +241,19 @@ StatusOr<ResolvedCluster> ResolveCluster(const cluster::Env& env) {
   // A missing SLURM_* variable is bad input here, not "no cluster": the user
   // asked for Slurm, so running alone would hide the mistake.
   if (!r.ok()) return InvalidArgument(r.status().message());
-  return ResolvedCluster{std::move(r->config), std::move(r->cuda_visible_devices)};
+  c.resolved = ResolvedCluster{std::move(r->config), std::move(r->cuda_visible_devices)};
+  return c;
+}
+
+StatusOr<ResolvedCluster> ResolveCluster(const ResolverConfig& config) {
+  if (config.resolved) return *config.resolved;
+  if (config.kubernetes) return ResolveKubernetes(*config.kubernetes);
+  return NotFound("TF_CONFIG is not set");
+}
+
+StatusOr<ResolvedCluster> ResolveCluster(const cluster::Env& env) {
+  ASSIGN_OR_RETURN(ResolverConfig config, ReadResolverConfig(env));
+  return ResolveCluster(config);
 }
 
 }  // namespace tfjob::cluster

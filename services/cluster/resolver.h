@@ -32,7 +32,8 @@
 //     The job's service account needs get and list on pods, and get on
 //     tfjobs unless TFJOB_KUBERNETES_JOBS is set (docs/kubernetes-resolver.md).
 //
-// Ownership: plain values. Thread-safety: pure apart from the Env accessor.
+// Ownership: plain values. Thread-safety: pure apart from the Env accessor
+// (and ResolveCluster's API calls).
 // Failure: NOT_FOUND only when the TF_CONFIG resolver finds no TF_CONFIG (the
 // caller then runs on this machine alone). The Kubernetes resolver's API
 // errors keep their codes (PERMISSION_DENIED when the RBAC is missing,
@@ -45,12 +46,16 @@
 // outside a Slurm step fails instead of silently training alone.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
 #include "common/status.h"
 #include "services/cluster/cluster.h"
 #include "services/cluster/slurm.h"
+#include "kube/config.h"
 
 namespace tfjob::cluster {
 
@@ -61,16 +66,42 @@ struct ResolvedCluster {
   std::optional<std::string> cuda_visible_devices;
 };
 
+// What the Kubernetes resolver needs, read from the environment (and the
+// kubeconfig or service account files) at start-up; ResolveCluster then
+// asks the API server.
+struct KubernetesSettings {
+  kube::ClusterConfig api;
+  std::string pod_name;
+  std::string ns;
+  std::chrono::milliseconds wait{300000};
+  // TFJOB_KUBERNETES_JOBS; nullopt: the TFJob's replicas.
+  std::optional<std::map<std::string, int64_t>> jobs;
+};
+
+// The resolver's part of the runtime's configuration, read once. TF_CONFIG
+// and Slurm need no I/O, so they are resolved as they are read; the
+// Kubernetes resolver's pods are found by ResolveCluster. Neither set:
+// no TF_CONFIG, the process runs alone.
+struct ResolverConfig {
+  std::optional<ResolvedCluster> resolved;
+  std::optional<KubernetesSettings> kubernetes;
+};
+
 // Parses the TFJOB_SLURM_* variables. Beyond what ResolveSlurm checks, the
 // layout must be one the runtime can run: only its task types (chief, master,
 // ps, worker, evaluator), one coordinator (chief or master), at least one ps
 // and one worker, each listed once with a count of at least 1.
 StatusOr<cluster::SlurmOptions> SlurmOptionsFromEnv(const cluster::Env& env);
 
-// The Kubernetes resolver alone (TFJOB_CLUSTER_RESOLVER=kubernetes).
-StatusOr<ResolvedCluster> ResolveKubernetes(const cluster::Env& env);
+// Reads every variable the selected resolver needs (see above) and
+// validates them; never NOT_FOUND.
+StatusOr<ResolverConfig> ReadResolverConfig(const cluster::Env& env);
 
-// Selects the resolver (see above) and runs it.
+// The cluster `config` describes, asking the API server for the Kubernetes
+// resolver; NOT_FOUND when there is no TF_CONFIG.
+StatusOr<ResolvedCluster> ResolveCluster(const ResolverConfig& config);
+
+// ReadResolverConfig, then ResolveCluster.
 StatusOr<ResolvedCluster> ResolveCluster(const cluster::Env& env);
 
 }  // namespace tfjob::cluster

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <ostream>
 
+#include "contract/env.h"
 #include "services/base/exposition.h"
 
 namespace tfjob::runtime_metrics {
@@ -139,13 +140,13 @@ std::string RuntimeMetrics::Serialize() {
 StatusOr<ExporterConfig> ParseExporterConfig(const EnvFn& env, const std::optional<std::string>& flag_port,
                                              std::string task_type, int64_t task_index) {
   ExporterConfig c;
-  c.identity.job_name = env("TFJOB_JOB_NAME").value_or("");
+  c.identity.job_name = env(contract::kJobNameEnv).value_or("");
   if (c.identity.job_name.empty()) c.identity.job_name = "local";
   c.identity.task_type = std::move(task_type);
   c.identity.task_index = task_index;
-  const std::optional<std::string> text = flag_port ? flag_port : env("TFJOB_METRICS_PORT");
+  const std::optional<std::string> text = flag_port ? flag_port : env(contract::kMetricsPortEnv);
   if (!text || text->empty()) return c;
-  const char* what = flag_port ? "flag --metrics-port" : "TFJOB_METRICS_PORT";
+  const char* what = flag_port ? "flag --metrics-port" : contract::kMetricsPortEnv;
   char* end = nullptr;
   const long port = std::strtol(text->c_str(), &end, 10);
   if (*end != '\0' || port < 0 || port > 65535) {

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "contract/env.h"
 #include "common/child_process.h"
 #include "common/flags.h"
 #include "common/mutex.h"
@@ -64,7 +65,7 @@ StatusOr<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& argv, cons
   c.env[rpc::kTokenEnv] = token;
   // The children's roles come from this TF_CONFIG even when the launcher
   // itself was started with another resolver selected.
-  c.unset_env = {rpc::kTokenFileEnv, "TFJOB_CLUSTER_RESOLVER", base::kListenFdEnv};
+  c.unset_env = {rpc::kTokenFileEnv, contract::kClusterResolverEnv, base::kListenFdEnv};
   // The run's TLS material with --tls, else none (whatever the shell had).
   if (tls_dir.empty()) {
     c.unset_env.push_back(pki::kTlsDirEnv);

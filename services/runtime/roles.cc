@@ -18,7 +18,8 @@
 #include "services/runtime/in_process_cluster.h"
 #include "services/runtime/launcher.h"
 #include "services/runtime/runtime.h"
-#include "services/runtime/settings.h"
+#include "contract/env.h"
+#include "services/runtime/config.h"
 
 namespace tfjob::runtime {
 namespace {
@@ -54,19 +55,6 @@ std::vector<std::string> Addresses(const cluster::ClusterSpec& c, const std::str
   std::vector<std::string> out;
   for (int64_t i : c.TaskIndices(job)) out.push_back(*c.Address(job, i));
   return out;
-}
-
-// TFJOB_PS_MAX_TENSOR_BYTES: the most one tensor (and one data-plane
-// request) may carry to this PS; unset: PsOptions' default (16 GiB).
-StatusOr<std::optional<uint64_t>> MaxTensorBytes(const cluster::Env& env) {
-  auto v = env("TFJOB_PS_MAX_TENSOR_BYTES");
-  if (!v) return std::optional<uint64_t>();
-  char* end = nullptr;
-  const unsigned long long n = std::strtoull(v->c_str(), &end, 10);
-  if (v->empty() || *end != '\0' || n == 0 || (*v)[0] == '-') {
-    return InvalidArgument("TFJOB_PS_MAX_TENSOR_BYTES: \"" + *v + "\" is not a positive number of bytes");
-  }
-  return std::optional<uint64_t>(n);
 }
 
 // A serving role's last line and exit code: 0 when a chief said training
@@ -157,37 +145,6 @@ int ServeWorker(const cluster::ClusterConfig& cfg, const cluster::ClusterSpec& t
 }
 
 // How long the chief waits, from the environment.
-struct Timeouts {
-  // TFJOB_CONNECT_TIMEOUT_SECONDS: how long the chief waits for peers that do
-  // not answer yet (default 300).
-  std::chrono::milliseconds connect{300000};
-  // TFJOB_PS_TIMEOUT_SECONDS: once training runs, how long the chief waits
-  // for a parameter server that stopped answering (default 30).
-  std::chrono::milliseconds ps{30000};
-};
-
-StatusOr<Timeouts> ParseTimeouts(const cluster::Env& env) {
-  Timeouts t;
-  if (auto v = env("TFJOB_CONNECT_TIMEOUT_SECONDS")) {
-    char* end = nullptr;
-    const double secs = std::strtod(v->c_str(), &end);
-    if (v->empty() || *end != '\0' || secs <= 0) {
-      return InvalidArgument("TFJOB_CONNECT_TIMEOUT_SECONDS: \"" + *v + "\" is not a positive number");
-    }
-    t.connect = std::chrono::milliseconds(static_cast<int64_t>(secs * 1000));
-  }
-  if (auto v = env("TFJOB_PS_TIMEOUT_SECONDS")) {
-    char* end = nullptr;
-    const double secs = std::strtod(v->c_str(), &end);
-    if (v->empty() || *end != '\0' || !(secs > 0) || secs > 86400) {
-      return InvalidArgument("TFJOB_PS_TIMEOUT_SECONDS: \"" + Elide(*v) +
-                             "\" is not a number of seconds in (0, 86400]");
-    }
-    t.ps = std::chrono::milliseconds(static_cast<int64_t>(secs * 1000));
-  }
-  return t;
-}
-
 // The listening socket a launcher handed down (services/base/ports.h) must
 // be at this task's own port, or the others could not reach it.
 Status CheckInheritedListener(const cluster::ClusterConfig& cfg, const std::optional<base::ListeningSocket>& listener) {
@@ -269,23 +226,23 @@ void ShutdownCluster(const std::vector<std::string>& ps, const std::vector<std::
 }
 
 int RunRole(programs::Program& program, const std::vector<std::string>& args, const programs::ProgramList& all,
-            const cluster::Env& env, std::ostream& out, std::ostream& err) {
+            const RuntimeConfig& config, std::ostream& out, std::ostream& err) {
   // First, before any thread exists: SIGTERM (every pod deletion) and
   // SIGINT become an orderly stop in every role, bounded by a grace period
   // inside Kubernetes' default 30 s (programs may set their own).
   SignalWatcher signals;
   signals.ExitAfter(kDefaultShutdownGrace);
-  auto timeouts = ParseTimeouts(env);
-  if (!timeouts.ok()) return ReportError(timeouts.status(), err);
-  // TF_CONFIG, or the Slurm step when TFJOB_CLUSTER_RESOLVER=slurm.
-  auto resolved = cluster::ResolveCluster(env);
+  const RoleConfig& role = config.role;
+  const Timeouts& timeouts = role.timeouts;
+  // TF_CONFIG, the Slurm step, or the job's pods (TFJOB_CLUSTER_RESOLVER).
+  auto resolved = cluster::ResolveCluster(role.resolver);
   if (resolved.status().code() == Code::kNotFound) {
     if (program.HasSingleProcessMode()) return program.RunSingleProcess(args, out, err, &signals);
     auto local = InProcessCluster::Start(1, 1, all);
     if (!local.ok()) return ReportError(local.status(), err);
     programs::ChiefContext ctx{(*local)->ps_addresses(), (*local)->worker_addresses(), {}, &out, &err};
     ctx.signals = &signals;
-    ctx.ps_timeout = timeouts->ps;
+    ctx.ps_timeout = timeouts.ps;
     return program.RunChief(args, ctx);
   }
   if (!resolved.ok()) return ReportError(resolved.status(), err);
@@ -294,8 +251,7 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
   const cluster::ClusterConfig* cfg = &resolved->config;
   // The job's task token (TFJOB_AUTH_TOKEN or TFJOB_AUTH_TOKEN_FILE): what
   // every task-to-task call carries and every service requires.
-  auto credentials = rpc::CredentialsFromEnv(env);
-  if (!credentials.ok()) return ReportError(credentials.status(), err);
+  const rpc::Credentials* credentials = &role.credentials;
   if (credentials->tls) {
     out << cfg->task->type << " " << cfg->task->index
         << ": task-to-task connections are mutual TLS with the job's certificate" << std::endl;
@@ -309,28 +265,27 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
   SetComputeThreads(1);
   // The process's metrics (services/metrics): created once, passed down to
   // the role, served on TFJOB_METRICS_PORT (or --metrics-port) when set.
-  auto metrics_config = runtime_metrics::ParseExporterConfig(env, std::nullopt, type, cfg->task->index);
-  if (!metrics_config.ok()) return ReportError(metrics_config.status(), err);
-  auto exporter = runtime_metrics::Exporter::Start(*metrics_config, out);
+  runtime_metrics::ExporterConfig metrics_config = config.metrics;
+  metrics_config.identity.task_type = type;
+  metrics_config.identity.task_index = cfg->task->index;
+  auto exporter = runtime_metrics::Exporter::Start(metrics_config, out);
   if (!exporter.ok()) return ReportError(exporter.status(), err);
   runtime_metrics::RuntimeMetrics* metrics = (*exporter)->metrics();
-  auto listener = base::InheritedListener(env);
+  auto listener = base::AdoptInheritedListener(role.listen_fd);
   if (!listener.ok()) return ReportError(listener.status(), err);
   if (Status s = CheckInheritedListener(*cfg, *listener); !s.ok()) return ReportError(s, err);
   if (type == cluster::kPs) {
-    auto max_bytes = MaxTensorBytes(env);
-    if (!max_bytes.ok()) return ReportError(max_bytes.status(), err);
-    return ServePs(*cfg, program, args, *credentials, metrics, *listener, *max_bytes, signals, out, err);
+    return ServePs(*cfg, program, args, *credentials, metrics, *listener, role.ps_max_tensor_bytes, signals, out, err);
   }
   if ((type == cluster::kWorker || cluster::IsChief(type)) && !training.HasJob(cluster::kPs)) {
-    return RunCollectiveRole(program, args, *cfg, training, *credentials, metrics, *listener, timeouts->connect,
-                             signals, out, err);
+    return RunCollectiveRole(program, args, *cfg, training, *credentials, metrics, *listener, timeouts.connect, signals,
+                             out, err);
   }
   if (type == cluster::kWorker) {
     return ServeWorker(*cfg, training, all, *credentials, metrics, *listener, signals, out, err);
   }
   if (cluster::IsChief(type)) {
-    return RunChiefRole(program, args, training, *credentials, metrics, *timeouts, signals, out, err);
+    return RunChiefRole(program, args, training, *credentials, metrics, timeouts, signals, out, err);
   }
   if (type == cluster::kEvaluator) {
     // Reads the chief's checkpoints only: it needs no PS or worker.
@@ -377,11 +332,13 @@ int RunMain(const std::vector<std::string>& command_line, const programs::Progra
       metrics_port = all_args[1];
       all_args.erase(all_args.begin(), all_args.begin() + 2);
     }
-    if (metrics_port) {
-      auto c = runtime_metrics::ParseExporterConfig(cluster::ProcessEnv(), metrics_port, "", 0);
-      if (!c.ok()) return ReportError(c.status(), err);
-    }
   }
+  // The configuration, once: the flag and the environment, validated.
+  const cluster::Env env = ProcessEnv();
+  RuntimeConfig config;
+  auto metrics = runtime_metrics::ParseExporterConfig(env, metrics_port, "", 0);
+  if (!metrics.ok()) return ReportError(metrics.status(), err);
+  config.metrics = std::move(metrics).value();
   if (all_args.empty() || all_args[0] == "--help" || all_args[0] == "-h" || all_args[0] == "help") {
     (all_args.empty() ? err : out) << Usage(programs);
     return all_args.empty() ? 2 : 0;
@@ -393,24 +350,24 @@ int RunMain(const std::vector<std::string>& command_line, const programs::Progra
   }
   const std::string cmd = all_args[0];
   const std::vector<std::string> args(all_args.begin() + 1, all_args.end());
-  // The process-wide switches, once, before anything computes.
-  auto settings = ReadProcessSettings(cluster::ProcessEnv());
+  auto settings = ReadProcessSettings(env);
   if (!settings.ok()) return ReportError(settings.status(), err);
-  ApplyProcessSettings(*settings);
+  config.process = std::move(settings).value();
+  // The process-wide switches, before anything computes.
+  ApplyProcessSettings(config.process);
   if (cmd == "local") {
     // Every task of a local cluster serves its own metrics: each picks a free
-    // port (0) and prints it, whatever port was asked for.
-    if (metrics_port || cluster::ProcessEnv()("TFJOB_METRICS_PORT")) setenv("TFJOB_METRICS_PORT", "0", 1);
-    return RunLocal(args, programs, settings->self_exe, out, err);
+    // port (0) and prints it, whatever port was asked for. Each task reads
+    // the rest of its configuration itself.
+    if (config.metrics.port) setenv(contract::kMetricsPortEnv, "0", 1);
+    return RunLocal(args, programs, config.process.self_exe, out, err);
   }
-  // The flag wins over TFJOB_METRICS_PORT: it is what RunRole reads.
-  const cluster::Env process_env = cluster::ProcessEnv();
-  const cluster::Env env =
-      !metrics_port ? process_env : cluster::Env([process_env, metrics_port](const std::string& k) {
-        return k == "TFJOB_METRICS_PORT" ? metrics_port : process_env(k);
-      });
   for (const auto& p : programs) {
-    if (p->name() == cmd) return RunRole(*p, args, programs, env, out, err);
+    if (p->name() != cmd) continue;
+    auto role = ReadRoleConfig(env);
+    if (!role.ok()) return ReportError(role.status(), err);
+    config.role = std::move(role).value();
+    return RunRole(*p, args, programs, config, out, err);
   }
   err << "tfjob-runtime: error: unknown command \"" << cmd << "\"\n" << Usage(programs);
   return 2;

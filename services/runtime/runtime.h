@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "services/cluster/cluster.h"
+#include "services/runtime/config.h"
 #include "services/programs/program.h"
 #include "services/rpc/auth.h"
 
@@ -27,11 +27,12 @@ namespace tfjob::runtime {
 int RunMain(const std::vector<std::string>& args, const programs::ProgramList& programs, std::ostream& out,
             std::ostream& err);
 
-// Runs `program` in the role TF_CONFIG (read through `env`) assigns, or the
-// Slurm step when TFJOB_CLUSTER_RESOLVER=slurm (cluster_resolver.h). Under
-// Slurm it exports the task's CUDA_VISIBLE_DEVICES before any CUDA use.
+// Runs `program` in the role the configuration's resolver assigns (TF_CONFIG,
+// the Slurm step, or the job's pods; services/cluster/resolver.h), with
+// `config` as RunMain read it (config.h). Under Slurm it exports the task's
+// CUDA_VISIBLE_DEVICES before any CUDA use.
 int RunRole(programs::Program& program, const std::vector<std::string>& args, const programs::ProgramList& all,
-            const cluster::Env& env, std::ostream& out, std::ostream& err);
+            const RuntimeConfig& config, std::ostream& out, std::ostream& err);
 
 // Tells every PS and worker that training is complete, so each exits 0 (best
 // effort, short deadlines). `generation` is the chief's: a PS or worker that

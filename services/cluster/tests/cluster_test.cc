@@ -495,15 +495,5 @@ TEST(FromEnv, ReportsParseErrorsAndHonoursTheRequirement) {
   EXPECT_TRUE(FromEnv(env, TaskRequirement::kOptional).ok());
 }
 
-TEST(ProcessEnv, ReadsTheRealEnvironment) {
-  const char* name = "TFJOB_CLUSTER_TEST_PROCESS_ENV";
-  ::unsetenv(name);
-  Env env = ProcessEnv();
-  EXPECT_EQ(env(name), std::nullopt);
-  ASSERT_EQ(::setenv(name, "value", 1), 0);
-  EXPECT_EQ(env(name), std::optional<std::string>("value"));
-  ::unsetenv(name);
-}
-
 }  // namespace
 }  // namespace tfjob::cluster

@@ -1,10 +1,11 @@
-// The process-wide switches read once from the environment
-// (services/runtime/settings.h): defaults, each value, and a bad one as
-// tfjob-runtime reports it (one line, exit 2, before any work).
+// The configuration read once from the environment (services/runtime/
+// config.h): the process-wide switches and a role's settings, defaults, each
+// value, and a bad one as tfjob-runtime reports it (one line, exit 2, before
+// any work).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "services/runtime/settings.h"
+#include "services/runtime/config.h"
 #include "services/runtime/tests/bad_input.h"
 #include "tests/support/subprocess.h"
 
@@ -58,6 +59,73 @@ TEST(ProcessSettingsTest, AValueOutsideTheListIsNamed) {
 TEST(ProcessSettingsTest, TheRuntimeRefusesABadValueBeforeAnyWork) {
   auto r = t::Run({t::RuntimeBinary(), "counter"}, {{"TFJOB_PS_SHM", "maybe"}});
   t::ExpectBadInput(r, "TFJOB_PS_SHM: \"maybe\" is not 0 or 1");
+}
+
+TEST(ProcessEnvTest, ReadsTheLiveEnvironment) {
+  const char* name = "TFJOB_CONFIG_TEST_PROCESS_ENV";
+  ::unsetenv(name);
+  cluster::Env env = ProcessEnv();
+  EXPECT_EQ(env(name), std::nullopt);
+  ASSERT_EQ(::setenv(name, "value", 1), 0);
+  EXPECT_EQ(env(name), std::optional<std::string>("value"));
+  ::unsetenv(name);
+}
+
+TEST(RoleConfigTest, DefaultsWithoutAnyVariable) {
+  auto c = ReadRoleConfig(cluster::FixedEnv({}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->timeouts.connect, std::chrono::seconds(300));
+  EXPECT_EQ(c->timeouts.ps, std::chrono::seconds(30));
+  EXPECT_FALSE(c->resolver.resolved.has_value());  // no TF_CONFIG: run alone
+  EXPECT_FALSE(c->resolver.kubernetes.has_value());
+  EXPECT_EQ(cluster::ResolveCluster(c->resolver).status().code(), Code::kNotFound);
+  EXPECT_FALSE(c->credentials.enabled());
+  EXPECT_EQ(c->listen_fd, std::nullopt);
+  EXPECT_EQ(c->ps_max_tensor_bytes, std::nullopt);
+}
+
+TEST(RoleConfigTest, EveryVariableIsReadIntoItsField) {
+  const std::string token(32, 'k');
+  auto c = ReadRoleConfig(cluster::FixedEnv({
+      {"TF_CONFIG", R"({"cluster":{"chief":["c:1"],"ps":["p:2"],"worker":["w:3"]},"task":{"type":"ps","index":0}})"},
+      {"TFJOB_CONNECT_TIMEOUT_SECONDS", "1.5"},
+      {"TFJOB_PS_TIMEOUT_SECONDS", "7"},
+      {"TFJOB_AUTH_TOKEN", token},
+      {"TFJOB_LISTEN_FD", "3"},
+      {"TFJOB_PS_MAX_TENSOR_BYTES", "4096"},
+  }));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->timeouts.connect, std::chrono::milliseconds(1500));
+  EXPECT_EQ(c->timeouts.ps, std::chrono::seconds(7));
+  ASSERT_TRUE(c->resolver.resolved.has_value());
+  EXPECT_EQ(c->resolver.resolved->config.task->type, "ps");
+  EXPECT_EQ(c->resolver.resolved->config.cluster.Address("worker", 0).value(), "w:3");
+  EXPECT_EQ(c->credentials.token, token);
+  EXPECT_EQ(c->listen_fd, std::optional<int>(3));
+  EXPECT_EQ(c->ps_max_tensor_bytes, std::optional<uint64_t>(4096));
+}
+
+TEST(RoleConfigTest, EachBadValueIsNamed) {
+  const std::map<std::string, std::string> bad = {
+      {"TFJOB_CONNECT_TIMEOUT_SECONDS", "soon"},
+      {"TFJOB_PS_TIMEOUT_SECONDS", "0"},
+      {"TFJOB_PS_MAX_TENSOR_BYTES", "-1"},
+      {"TFJOB_LISTEN_FD", "three"},
+      {"TFJOB_AUTH_TOKEN", "short"},
+      {"TFJOB_CLUSTER_RESOLVER", "mpi"},
+      {"TF_CONFIG", "{not json"},
+  };
+  for (const auto& [name, value] : bad) {
+    auto c = ReadRoleConfig(cluster::FixedEnv({{name, value}}));
+    ASSERT_FALSE(c.ok()) << name;
+    EXPECT_EQ(c.status().code(), Code::kInvalidArgument) << name;
+    EXPECT_THAT(c.status().message(), HasSubstr(name == "TFJOB_AUTH_TOKEN" ? "shorter than 16" : name)) << name;
+  }
+}
+
+TEST(RoleConfigTest, TheRuntimeRefusesABadRoleValueBeforeAnyWork) {
+  auto r = t::Run({t::RuntimeBinary(), "counter"}, {{"TFJOB_PS_MAX_TENSOR_BYTES", "lots"}});
+  t::ExpectBadInput(r, "TFJOB_PS_MAX_TENSOR_BYTES: \"lots\" is not a positive number of bytes");
 }
 
 }  // namespace
