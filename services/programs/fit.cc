@@ -18,18 +18,14 @@
 #include "common/files.h"
 #include "common/json_reader.h"
 #include "services/tensor/gemm.h"
-#include "services/checkpoint/manager.h"
 #include "services/collective/nccl.h"
 #include "services/model/keras_model.h"
-#include "services/model/keras_weights.h"
 #include "services/model/text.h"
 #include "services/model/tfjs_export.h"
 #include "services/programs/fit_internal.h"
 #include "services/programs/programs.h"
 #include "services/strategy/fit.h"
-#include "services/strategy/loop.h"
 #include "services/strategy/ps_worker.h"
-#include "services/tensor/backend.h"
 #include "services/tensor/threads.h"
 
 namespace tfjob::programs {
@@ -108,8 +104,6 @@ StatusOr<std::chrono::milliseconds> Seconds(const Flags& f, const std::string& n
   return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
 }
 
-std::string Name(strategy::StrategyKind k) { return std::string(strategy::StrategyName(k)); }
-
 // The summary JSON: the run's figures, then the strategy's own fields.
 nlohmann::json SummaryJson(const strategy::FitSummary& s, const nlohmann::json& strategy_json, const Parsed& p) {
   nlohmann::json j = s.ToJson();
@@ -136,7 +130,8 @@ nlohmann::json SummaryJson(const strategy::FitSummary& s, const nlohmann::json& 
 
 }  // namespace
 
-StatusOr<AfterFitFn> AfterFit(const Parsed& p, std::ostream& out) {
+StatusOr<strategy::AfterFitFn> AfterFit(const Parsed& p, std::ostream& out) {
+  using strategy::AfterFitFn;
   if (!p.flags.Has("export-tfjs") && !p.flags.Has("predict-out")) return AfterFitFn();
   nlohmann::json topology;
   if (p.flags.Has("export-tfjs")) {
@@ -164,13 +159,6 @@ StatusOr<AfterFitFn> AfterFit(const Parsed& p, std::ostream& out) {
   });
 }
 
-StatusOr<std::vector<Tensor>> InitialWeights(const Parsed& p, const model::Model& m) {
-  if (!p.flags.Has("initial-weights")) return std::vector<Tensor>();
-  auto v = model::ImportTfjs(m, p.flags.Get("initial-weights"));
-  if (!v.ok()) return v.status().WithContext("flag --initial-weights");
-  return v;
-}
-
 std::string Usage() {
   return "fit --config FILE [--keras-model MODEL.json] [--data-dir DIR] [--summary-json OUT] [--threads N] [--epochs "
          "N]\n"
@@ -195,14 +183,20 @@ StatusOr<Parsed> Parse(const std::vector<std::string>& args) {
   Parsed p;
   p.flags = FitFlags();
   RETURN_IF_ERROR(p.flags.Parse(args));
+  strategy::FitOptions& o = p.options;
   ASSIGN_OR_RETURN(int64_t threads, p.flags.GetInt("threads"));
   if (threads < 1) return InvalidArgument("flag --threads: must be >= 1");
-  SetComputeThreads(static_cast<int>(threads));
+  o.threads = static_cast<int>(threads);
+  SetComputeThreads(o.threads);
+  o.data_dir = p.flags.Get("data-dir");
+  if (p.flags.Has("keras-model")) o.keras_model = p.flags.Get("keras-model");
+  if (p.flags.Has("export-weights")) o.export_weights = p.flags.Get("export-weights");
+  if (p.flags.Has("initial-weights")) o.initial_weights = p.flags.Get("initial-weights");
   ASSIGN_OR_RETURN(int64_t epochs, p.flags.GetInt("epochs"));
   if (epochs < 0) return InvalidArgument("flag --epochs: must be >= 0");
-  ASSIGN_OR_RETURN(p.steps_per_execution, p.flags.GetInt("steps-per-execution"));
-  if (p.steps_per_execution < 1) return InvalidArgument("flag --steps-per-execution: must be >= 1");
-  ASSIGN_OR_RETURN(p.partitioner, strategy::ParsePartitioner(p.flags.Get("partitioner")));
+  ASSIGN_OR_RETURN(o.steps_per_execution, p.flags.GetInt("steps-per-execution"));
+  if (o.steps_per_execution < 1) return InvalidArgument("flag --steps-per-execution: must be >= 1");
+  ASSIGN_OR_RETURN(o.partitioner, strategy::ParsePartitioner(p.flags.Get("partitioner")));
   const std::string prefetch = p.flags.Get("ps-prefetch"), pull = p.flags.Get("ps-pull");
   if (prefetch != "true" && prefetch != "false") {
     return InvalidArgument("flag --ps-prefetch: \"" + prefetch + "\" is not true or false");
@@ -212,52 +206,55 @@ StatusOr<Parsed> Parse(const std::vector<std::string>& args) {
     ASSIGN_OR_RETURN(int64_t closures, p.flags.GetInt("ps-closures-per-worker"));
     if (closures < 1 || closures > 64)
       return InvalidArgument("flag --ps-closures-per-worker: must be auto or in 1..64");
-    p.ps_closures_per_worker = static_cast<int>(closures);
+    o.ps_closures_per_worker = static_cast<int>(closures);
   }
-  p.ps_prefetch = prefetch == "true";
-  p.ps_pull_rows = pull == "rows";
-  ASSIGN_OR_RETURN(p.closure_timeout, Seconds(p.flags, "closure-timeout-seconds"));
+  o.ps_prefetch = prefetch == "true";
+  o.ps_pull_rows = pull == "rows";
+  ASSIGN_OR_RETURN(o.closure_timeout, Seconds(p.flags, "closure-timeout-seconds"));
   ASSIGN_OR_RETURN(int64_t attempts, p.flags.GetInt("closure-max-attempts"));
   if (attempts < 1 || attempts > 1000) return InvalidArgument("flag --closure-max-attempts: must be in 1..1000");
-  p.closure_max_attempts = static_cast<int>(attempts);
+  o.closure_max_attempts = static_cast<int>(attempts);
+  // A name the registry does not know is one line listing the ones it does.
+  bool replicas_in_process = false;
   if (p.flags.Has("strategy")) {
-    ASSIGN_OR_RETURN(p.strategy, strategy::ParseStrategyKind(p.flags.Get("strategy")));
+    ASSIGN_OR_RETURN(strategy::StrategyEntry entry, strategy::StrategyRegistry::Global().Find(p.flags.Get("strategy")));
+    o.strategy = entry.name;
+    replicas_in_process = entry.replicas_in_process;
   }
   ASSIGN_OR_RETURN(int64_t replicas, p.flags.GetInt("replicas"));
   if (replicas < 1 || replicas > 256) return InvalidArgument("flag --replicas: must be in 1..256");
-  p.replicas = static_cast<int>(replicas);
-  p.replicas_given = p.flags.Has("replicas");
-  ASSIGN_OR_RETURN(p.device, strategy::ParseDeviceChoice(p.flags.Get("device")));
-  if (p.replicas != 1 && p.strategy != strategy::StrategyKind::kMirrored &&
-      p.strategy != strategy::StrategyKind::kCentralStorage) {
+  o.replicas = static_cast<int>(replicas);
+  o.replicas_given = p.flags.Has("replicas");
+  ASSIGN_OR_RETURN(o.device, strategy::ParseDeviceChoice(p.flags.Get("device")));
+  if (o.replicas != 1 && !replicas_in_process) {
     return InvalidArgument(
         "flag --replicas: only --strategy mirrored and central_storage run several replicas in one process");
   }
   auto comm = collective::ParseImplementation(p.flags.Get("communication"));
   if (!comm.ok()) return comm.status().WithContext("flag --communication");
-  p.communication = *comm;
-  ASSIGN_OR_RETURN(p.collective.timeout, Seconds(p.flags, "collective-timeout-seconds"));
+  o.communication = *comm;
+  ASSIGN_OR_RETURN(o.collective.timeout, Seconds(p.flags, "collective-timeout-seconds"));
   if (p.flags.Has("rejoin-timeout-seconds")) {
-    ASSIGN_OR_RETURN(p.collective.rendezvous_timeout, Seconds(p.flags, "rejoin-timeout-seconds"));
-    p.rejoin_timeout_given = true;
+    ASSIGN_OR_RETURN(o.collective.rendezvous_timeout, Seconds(p.flags, "rejoin-timeout-seconds"));
+    o.rejoin_timeout_given = true;
   }
   ASSIGN_OR_RETURN(int64_t bucket, p.flags.GetInt("bucket-bytes"));
   if (bucket < 0) return InvalidArgument("flag --bucket-bytes: must be >= 0");
-  p.collective.bucket_bytes = static_cast<size_t>(bucket);
-  strategy::CheckpointPolicy& c = p.checkpoints;
+  o.collective.bucket_bytes = static_cast<size_t>(bucket);
+  strategy::CheckpointPolicy& c = o.checkpoints;
   if (p.flags.Has("checkpoint-dir")) c.dir = p.flags.Get("checkpoint-dir");
   ASSIGN_OR_RETURN(c.every_steps, p.flags.GetInt("checkpoint-every-steps"));
   ASSIGN_OR_RETURN(c.every_seconds, p.flags.GetDouble("checkpoint-every-seconds"));
   ASSIGN_OR_RETURN(c.keep, p.flags.GetInt("checkpoint-keep"));
   c.ignore_damaged = p.flags.GetBool("ignore-damaged-checkpoints");
-  ASSIGN_OR_RETURN(p.eval_poll_seconds, p.flags.GetDouble("eval-poll-seconds"));
+  ASSIGN_OR_RETURN(o.eval_poll_seconds, p.flags.GetDouble("eval-poll-seconds"));
   if (c.every_steps < 0) return InvalidArgument("flag --checkpoint-every-steps: must be >= 0");
   if (c.every_seconds < 0) return InvalidArgument("flag --checkpoint-every-seconds: must be >= 0");
   if (c.keep < 1) return InvalidArgument("flag --checkpoint-keep: must be >= 1");
-  if (p.eval_poll_seconds <= 0) return InvalidArgument("flag --eval-poll-seconds: must be > 0");
-  ASSIGN_OR_RETURN(p.eval_timeout_seconds, p.flags.GetDouble("eval-timeout-seconds"));
-  ASSIGN_OR_RETURN(p.shutdown_grace, Seconds(p.flags, "shutdown-grace-seconds"));
-  if (p.eval_timeout_seconds < 0) return InvalidArgument("flag --eval-timeout-seconds: must be >= 0");
+  if (o.eval_poll_seconds <= 0) return InvalidArgument("flag --eval-poll-seconds: must be > 0");
+  ASSIGN_OR_RETURN(o.eval_timeout_seconds, p.flags.GetDouble("eval-timeout-seconds"));
+  ASSIGN_OR_RETURN(o.shutdown_grace, Seconds(p.flags, "shutdown-grace-seconds"));
+  if (o.eval_timeout_seconds < 0) return InvalidArgument("flag --eval-timeout-seconds: must be >= 0");
   if ((c.every_steps > 0 || c.every_seconds > 0) && !c.enabled()) {
     return InvalidArgument("flag --checkpoint-every-steps/--checkpoint-every-seconds: needs --checkpoint-dir");
   }
@@ -289,7 +286,7 @@ StatusOr<Parsed> Parse(const std::vector<std::string>& args) {
   // Every task that reads the job adapts a TextVectorization the same way
   // (deterministic over the whole training source); the parameter-server
   // workers, which read only their shard, get the chief's result instead.
-  RETURN_IF_ERROR(strategy::AdaptText(p.job, p.flags.Get("data-dir")).WithContext(p.job.source));
+  RETURN_IF_ERROR(strategy::AdaptText(p.job, o.data_dir).WithContext(p.job.source));
   return p;
 }
 
@@ -298,12 +295,12 @@ Status WriteSummary(const Flags& flags, const nlohmann::json& j) {
   return WriteFileAtomic(flags.Get("summary-json"), j.dump(2) + "\n");
 }
 
-Status CheckCommunication(collective::Implementation impl, strategy::StrategyKind kind) {
+Status CheckCommunication(collective::Implementation impl, const strategy::StrategyEntry& entry) {
   if (impl != collective::Implementation::kNccl) return Status::Ok();
-  if (kind != strategy::StrategyKind::kMultiWorkerMirrored) {
+  if (entry.topology != strategy::Topology::kGroup) {
     return InvalidArgument(
-        "flag --communication nccl: NCCL reduces between worker processes (multi_worker_mirrored); " +
-        std::string(strategy::StrategyName(kind)) + " reduces in this process");
+        "flag --communication nccl: NCCL reduces between worker processes (multi_worker_mirrored); " + entry.name +
+        " reduces in this process");
   }
   return collective::NcclAvailable().WithContext("flag --communication nccl");
 }
@@ -313,10 +310,13 @@ Status CheckCommunication(collective::Implementation impl, strategy::StrategyKin
 namespace {
 
 using fit::Parsed;
+using strategy::Topology;
 
-std::string DeviceLine(const Device& d) {
-  device::Backend* b = device::CudaBackend();
-  return b && d.is_cuda() ? b->DeviceDescription(d.index) : d.ToString();
+// The strategy --strategy names, or the role's default (which fills
+// p.options.strategy). Parse has checked the name.
+StatusOr<strategy::StrategyEntry> StrategyFor(Parsed& p, const char* role_default) {
+  if (p.options.strategy.empty()) p.options.strategy = role_default;
+  return strategy::StrategyRegistry::Global().Find(p.options.strategy);
 }
 
 class Fit final : public Program {
@@ -331,53 +331,67 @@ class Fit final : public Program {
                        SignalWatcher* signals) override {
     auto p = fit::Parse(args);
     if (!p.ok()) return ReportError(p.status(), err);
-    if (signals) signals->ExitAfter(p->shutdown_grace);
-    const auto kind = p->strategy.value_or(strategy::StrategyKind::kOneDevice);
-    if (kind == strategy::StrategyKind::kParameterServer) {
-      return ReportError(InvalidArgument("flag --strategy parameter_server: needs a cluster with \"ps\" tasks "
+    if (signals) signals->ExitAfter(p->options.shutdown_grace);
+    auto entry = StrategyFor(*p, "one_device");
+    if (!entry.ok()) return ReportError(entry.status(), err);
+    if (entry->topology == Topology::kParameterServers) {
+      return ReportError(InvalidArgument("flag --strategy " + entry->name +
+                                         ": needs a cluster with \"ps\" tasks "
                                          "(TF_CONFIG, tfjob run, or tfjob-runtime local --ps N)"),
                          err);
     }
-    if (Status s = fit::CheckCommunication(p->communication, kind); !s.ok()) return ReportError(s, err);
-    // Multi-worker mirrored without a cluster is a group of one (as in TF).
+    if (Status s = fit::CheckCommunication(p->options.communication, *entry); !s.ok()) return ReportError(s, err);
+    // A strategy of a group without a cluster trains in a group of one (as in TF).
     std::unique_ptr<collective::Group> group;
-    if (kind == strategy::StrategyKind::kMultiWorkerMirrored) {
-      auto g = collective::Group::Create({{"worker:0", "127.0.0.1:0"}}, 0, p->collective);
+    if (entry->topology == Topology::kGroup) {
+      auto g = collective::Group::Create({{"worker:0", "127.0.0.1:0"}}, 0, p->options.collective);
       if (!g.ok()) return ReportError(g.status(), err);
       group = std::move(g).value();
     }
-    return Train(*p, kind, group.get(), nullptr, signals, out, err);
+    strategy::FitContext fc;
+    fc.out = &out;
+    fc.group = group.get();
+    if (signals) fc.stop = &signals->stop();
+    return Train(*p, std::move(fc), signals, err, /*run_errors=*/false);
   }
 
   // Every chief and worker of a cluster without parameter servers.
   int RunCollective(const std::vector<std::string>& args, const CollectiveContext& ctx) override {
     auto p = fit::Parse(args);
     if (!p.ok()) return ReportError(p.status(), *ctx.err);
-    if (ctx.signals) ctx.signals->ExitAfter(p->shutdown_grace);
-    const auto kind = p->strategy.value_or(strategy::StrategyKind::kMultiWorkerMirrored);
-    if (kind != strategy::StrategyKind::kMultiWorkerMirrored) {
+    if (ctx.signals) ctx.signals->ExitAfter(p->options.shutdown_grace);
+    auto entry = StrategyFor(*p, "multi_worker_mirrored");
+    if (!entry.ok()) return ReportError(entry.status(), *ctx.err);
+    if (entry->topology != Topology::kGroup) {
       const std::string why =
-          kind == strategy::StrategyKind::kParameterServer
+          entry->topology == Topology::kParameterServers
               ? "the cluster has no \"ps\" tasks"
               : "this task is one of " + std::to_string(ctx.members.size()) +
                     " chief/worker tasks in TF_CONFIG, which train together with multi_worker_mirrored";
-      return ReportError(InvalidArgument("flag --strategy " + fit::Name(kind) + ": " + why), *ctx.err);
+      return ReportError(InvalidArgument("flag --strategy " + entry->name + ": " + why), *ctx.err);
     }
-    if (Status s = fit::CheckCommunication(p->communication, kind); !s.ok()) return ReportError(s, *ctx.err);
-    if (!p->rejoin_timeout_given) p->collective.rendezvous_timeout = ctx.connect_timeout;
-    p->collective.token = ctx.credentials.token;
-    p->collective.tls = ctx.credentials.tls;
+    if (Status s = fit::CheckCommunication(p->options.communication, *entry); !s.ok()) {
+      return ReportError(s, *ctx.err);
+    }
+    collective::Options& co = p->options.collective;
+    if (!p->options.rejoin_timeout_given) co.rendezvous_timeout = ctx.connect_timeout;
+    co.token = ctx.credentials.token;
+    co.tls = ctx.credentials.tls;
     auto group = [&]() -> StatusOr<std::unique_ptr<collective::Group>> {
-      if (!ctx.listener || !ctx.listener->valid())
-        return collective::Group::Create(ctx.members, ctx.rank, p->collective);
+      if (!ctx.listener || !ctx.listener->valid()) return collective::Group::Create(ctx.members, ctx.rank, co);
       const int port = ctx.listener->port();
-      return collective::Group::Create(ctx.members, ctx.rank, p->collective,
+      return collective::Group::Create(ctx.members, ctx.rank, co,
                                        net::Listener{net::Fd(ctx.listener->Release()), port});
     }();
     if (!group.ok()) return ReportError(group.status(), *ctx.err);
-    *ctx.out << "fit: multi_worker_mirrored, " << (*group)->self().name << " is rank " << ctx.rank << " of "
+    *ctx.out << "fit: " << entry->name << ", " << (*group)->self().name << " is rank " << ctx.rank << " of "
              << ctx.members.size() << ", listening on port " << (*group)->port() << std::endl;
-    return Train(*p, kind, group->get(), ctx.metrics, ctx.signals, *ctx.out, *ctx.err);
+    strategy::FitContext fc;
+    fc.out = ctx.out;
+    fc.metrics = ctx.metrics;
+    fc.group = group->get();
+    if (ctx.signals) fc.stop = &ctx.signals->stop();
+    return Train(*p, std::move(fc), ctx.signals, *ctx.err, /*run_errors=*/false);
   }
 
   Status RegisterWorker(worker::Registry& r) override { return strategy::RegisterParameterServerWorker(r); }
@@ -390,74 +404,34 @@ class Fit final : public Program {
     return f.Has("checkpoint-dir") ? f.Get("checkpoint-dir") : std::string();
   }
 
-  // The chief of a cluster with parameter servers.
+  // The chief of a cluster with parameter servers. Everything that can be
+  // wrong with the input is checked before the cluster is touched (the
+  // strategy claims it through the context).
   int RunChief(const std::vector<std::string>& args, const ChiefContext& ctx) override {
     std::ostream& err = *ctx.err;
     auto p = fit::Parse(args);
     if (!p.ok()) return ReportError(p.status(), err);
-    if (ctx.signals) ctx.signals->ExitAfter(p->shutdown_grace);
-    if (p->strategy && *p->strategy != strategy::StrategyKind::kParameterServer) {
-      return ReportError(InvalidArgument("flag --strategy " + fit::Name(*p->strategy) +
+    if (ctx.signals) ctx.signals->ExitAfter(p->options.shutdown_grace);
+    auto entry = StrategyFor(*p, "parameter_server");
+    if (!entry.ok()) return ReportError(entry.status(), err);
+    if (entry->topology != Topology::kParameterServers) {
+      return ReportError(InvalidArgument("flag --strategy " + entry->name +
                                          ": the cluster has \"ps\" tasks, which only parameter_server uses "
                                          "(leave them out of the cluster for synchronous training)"),
                          err);
     }
-    const model::JobConfig& job = p->job;
-    // Everything that can be wrong with the input is checked before the
-    // cluster is touched.
-    auto m = model::Model::Create(job.model, job.loss);
-    if (!m.ok()) return ReportError(m.status().WithContext(job.source), err);
-    auto data = strategy::LoadJobData(job, p->flags.Get("data-dir"), **m);
-    if (!data.ok()) return ReportError(data.status().WithContext(job.source), err);
-    if (const std::string text = model::AdaptedTextLine(job.model); !text.empty()) *ctx.out << text << std::endl;
-    // Adapted state (Normalization) is part of the initial values the PS tasks get.
-    if (Status s = (*m)->Adapt(data->train.features); !s.ok()) {
-      return ReportError(s.WithContext(job.data.train.field).WithContext(job.source), err);
-    }
-    if (p->checkpoints.enabled()) {
-      if (Status s = checkpoint::CheckWritable(p->checkpoints.dir); !s.ok()) return ReportError(s, err);
-    }
-    const int64_t steps_per_epoch = strategy::StepsPerEpoch(job, data->train.size());
-    auto after_fit = fit::AfterFit(*p, *ctx.out);
-    if (!after_fit.ok()) return ReportError(after_fit.status(), err);
-    auto init = fit::InitialWeights(*p, **m);
-    if (!init.ok()) return ReportError(init.status(), err);
-    // From here on the cluster is touched: failures are the run's, not the input's.
-    auto ps = fit::MakePsStrategy(*p, ctx, **m, std::move(init).value());
-    if (!ps.ok()) return ReportRunEnd(ps.status().WithContext(job.source), ctx.signals, *ctx.out, err);
-    strategy::LoopOptions lo;
-    lo.epochs = job.epochs;
-    lo.steps_per_epoch = steps_per_epoch;
-    lo.checkpoints = p->checkpoints;
-    lo.min_chunk_steps = p->steps_per_execution;
-    lo.metric_names = job.metric_names;
-    lo.out = ctx.out;
-    lo.metrics = ctx.metrics;
-    if (ctx.signals) lo.stop = &ctx.signals->stop();
-    auto summary = strategy::FitAndEvaluate(**ps, job, *data, lo, ctx.out);
-    if (!summary.ok()) return ReportRunEnd(summary.status(), ctx.signals, *ctx.out, err);
-    if (p->flags.Has("export-weights")) {
-      auto values = (*ps)->Values();
-      Status s =
-          values.ok() ? model::ExportKerasWeights(**m, *values, p->flags.Get("export-weights")) : values.status();
-      if (!s.ok()) return ReportRuntimeError(s, err);
-      *ctx.out << "fit: wrote Keras weights to " << p->flags.Get("export-weights") << std::endl;
-    }
-    if (*after_fit) {
-      auto values = (*ps)->Values();
-      Status s = values.ok() ? (*after_fit)(**m, *values, *data) : values.status();
-      if (!s.ok()) return ReportRuntimeError(s, err);
-    }
-    if (Status s = fit::WriteSummary(p->flags, fit::SummaryJson(*summary, (*ps)->SummaryJson(), *p)); !s.ok()) {
-      return ReportRuntimeError(s, err);
-    }
-    return 0;
+    strategy::FitContext fc;
+    fc.out = ctx.out;
+    fc.metrics = ctx.metrics;
+    if (ctx.signals) fc.stop = &ctx.signals->stop();
+    fc.claim_ps_cluster = [&ctx]() { return fit::ClaimPsCluster(ctx); };
+    return Train(*p, std::move(fc), ctx.signals, err, /*run_errors=*/true);
   }
 
   int RunEvaluator(const std::vector<std::string>& args, const EvaluatorContext& ctx) override {
     auto p = fit::Parse(args);
     if (!p.ok()) return ReportError(p.status(), *ctx.err);
-    if (ctx.signals) ctx.signals->ExitAfter(p->shutdown_grace);
+    if (ctx.signals) ctx.signals->ExitAfter(p->options.shutdown_grace);
     return fit::RunEvaluator(*p, ctx);
   }
 
@@ -468,52 +442,25 @@ class Fit final : public Program {
     return s.code() == Code::kCancelled && signals && signals->stop();
   }
 
-  // The synchronous strategies, in this process or in a group.
-  static int Train(const Parsed& p, strategy::StrategyKind kind, collective::Group* group,
-                   runtime_metrics::RuntimeMetrics* metrics, SignalWatcher* signals, std::ostream& out,
-                   std::ostream& err) {
-    auto model = model::Model::Create(p.job.model, p.job.loss);
-    if (!model.ok()) return ReportError(model.status().WithContext(p.job.source), err);
-    if (const Precision prec = (*model)->compute_precision(); prec != Precision::kFloat32) {
-      out << "fit: mixed precision: layers compute in " << PrecisionName(prec)
-          << (prec == Precision::kBfloat16 ? std::string(" (") + GemmLibrary() + ")"
-                                           : std::string(" (emulated: float16's numerics on float32 units)"))
-          << "; variables stay float32" << std::endl;
-    }
+  // Every role's run: the input checked (an error there is bad input), then
+  // the strategy built and trained (fit.h). `run_errors`: an error from
+  // there on is the run's (ReportRunEnd: the chief of a cluster, which has
+  // touched it); otherwise ReportError's code, as for input.
+  static int Train(const Parsed& p, strategy::FitContext fc, SignalWatcher* signals, std::ostream& err,
+                   bool run_errors) {
+    std::ostream& out = *fc.out;
     auto after_fit = fit::AfterFit(p, out);
     if (!after_fit.ok()) return ReportError(after_fit.status(), err);
-    auto init = fit::InitialWeights(p, **model);
-    if (!init.ok()) return ReportError(init.status(), err);
-    // Only the process that writes checkpoints needs to write there.
-    if (p.checkpoints.enabled() && (!group || group->rank() == 0)) {
-      if (Status s = checkpoint::CheckWritable(p.checkpoints.dir); !s.ok()) return ReportError(s, err);
-    }
-    auto plan = strategy::PlanDevices(p.device, kind, p.replicas, p.replicas_given, group ? group->rank() : 0,
-                                      (*model)->CheckDeviceSupport());
-    if (!plan.ok()) return ReportError(plan.status(), err);
-    if (!plan->note.empty()) out << plan->note << std::endl;
-    for (const Device& d : plan->devices) out << "fit: replica on " << DeviceLine(d) << std::endl;
-    if (const std::string text = model::AdaptedTextLine(p.job.model); !text.empty()) out << text << std::endl;
-    strategy::FitOptions opt;
-    opt.data_dir = p.flags.Get("data-dir");
-    opt.out = &out;
-    opt.strategy = kind;
-    opt.replicas = plan->replicas;
-    opt.devices = plan->devices;
-    opt.group = group;
-    opt.communication = p.communication;
-    opt.collective = p.collective;
-    opt.checkpoints = p.checkpoints;
-    opt.metrics = metrics;
-    if (p.flags.Has("export-weights")) opt.export_weights = p.flags.Get("export-weights");
-    opt.initial_values = std::move(init).value();
-    opt.after_fit = std::move(after_fit).value();
-    if (signals) opt.stop = &signals->stop();
+    fc.after_fit = std::move(after_fit).value();
+    auto run = strategy::FitRun::Prepare(p.job, p.options, fc);
+    if (!run.ok()) return ReportError(run.status(), err);
     nlohmann::json sj;
-    auto summary = strategy::Fit(p.job, opt, &sj);
-    if (Stopped(summary.status(), signals)) return ReportRunEnd(summary.status(), signals, out, err);
-    if (!summary.ok()) return ReportError(summary.status(), err);
-    if (group) {
+    auto summary = (*run)->Train(&sj);
+    if (!summary.ok()) {
+      if (run_errors || Stopped(summary.status(), signals)) return ReportRunEnd(summary.status(), signals, out, err);
+      return ReportError(summary.status(), err);
+    }
+    if (collective::Group* group = fc.group) {
       const nlohmann::json& r = sj["recovery"];
       out << "fit: " << group->self().name << " done at step " << summary->steps << " (generation " << r["generation"]
           << ", " << r["regroups"] << " regroups, computed " << r["steps_computed"] << " and took "
@@ -523,7 +470,9 @@ class Fit final : public Program {
       // train, so they write nothing another task could overwrite.
       if (group->rank() != 0) return 0;
     }
-    if (Status s = fit::WriteSummary(p.flags, fit::SummaryJson(*summary, sj, p)); !s.ok()) return ReportError(s, err);
+    if (Status s = fit::WriteSummary(p.flags, fit::SummaryJson(*summary, sj, p)); !s.ok()) {
+      return run_errors ? ReportRuntimeError(s, err) : ReportError(s, err);
+    }
     return 0;
   }
 };

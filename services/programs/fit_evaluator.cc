@@ -21,14 +21,14 @@ int RunEvaluator(const Parsed& p, const EvaluatorContext& ctx) {
   std::ostream& err = *ctx.err;
   const model::JobConfig& job = p.job;
   auto fail = [&](const Status& s) { return ReportError(s.WithContext(job.source), err); };
-  if (!p.checkpoints.enabled()) {
+  if (!p.options.checkpoints.enabled()) {
     return ReportError(
         InvalidArgument("evaluator: flag --checkpoint-dir is required (it evaluates the chief's checkpoints)"), err);
   }
   if (!job.data.eval) return fail(InvalidArgument("data.eval: the evaluator needs an eval dataset"));
   auto m = model::Model::Create(job.model, job.loss);
   if (!m.ok()) return fail(m.status());
-  auto eval = strategy::LoadExamples(*job.data.eval, p.flags.Get("data-dir"), **m);
+  auto eval = strategy::LoadExamples(*job.data.eval, p.options.data_dir, **m);
   if (!eval.ok()) return fail(eval.status());
   if (Status s = strategy::CheckExamples(*eval, job.data.eval->field, (*m)->input_shape(), (*m)->input_dtype());
       !s.ok()) {
@@ -36,15 +36,16 @@ int RunEvaluator(const Parsed& p, const EvaluatorContext& ctx) {
   }
   // Lenient: a damaged checkpoint is skipped (and said so) while the
   // evaluator waits for the next good one.
-  checkpoint::Manager mgr(p.checkpoints.dir, static_cast<int>(p.checkpoints.keep), /*ignore_damaged=*/true);
+  checkpoint::Manager mgr(p.options.checkpoints.dir, static_cast<int>(p.options.checkpoints.keep),
+                          /*ignore_damaged=*/true);
   out << "evaluator: watching " << mgr.dir() << " for checkpoints" << std::endl;
   nlohmann::json results = nlohmann::json::array();
   int64_t last = -1;
   auto last_new = Clock::now();
   std::set<std::string> reported;  // damaged checkpoints already logged
   auto timed_out = [&](Clock::time_point since) {
-    if (p.eval_timeout_seconds <= 0 ||
-        std::chrono::duration<double>(Clock::now() - since).count() <= p.eval_timeout_seconds) {
+    if (p.options.eval_timeout_seconds <= 0 ||
+        std::chrono::duration<double>(Clock::now() - since).count() <= p.options.eval_timeout_seconds) {
       return Status::Ok();
     }
     return DeadlineExceeded("evaluator: no new checkpoint in " + mgr.dir() + " for " +
@@ -59,7 +60,7 @@ int RunEvaluator(const Parsed& p, const EvaluatorContext& ctx) {
     const std::optional<int64_t> newest = mgr.NewestCommittedStep();
     if (!newest || *newest <= last) {
       if (Status s = timed_out(last_new); !s.ok()) return ReportError(s, err);
-      std::this_thread::sleep_for(std::chrono::duration<double>(p.eval_poll_seconds));
+      std::this_thread::sleep_for(std::chrono::duration<double>(p.options.eval_poll_seconds));
       continue;
     }
     std::ostringstream skipped;
@@ -96,7 +97,7 @@ int RunEvaluator(const Parsed& p, const EvaluatorContext& ctx) {
       }
     }
     if (Status s = timed_out(last_new); !s.ok()) return ReportError(s, err);
-    std::this_thread::sleep_for(std::chrono::duration<double>(p.eval_poll_seconds));
+    std::this_thread::sleep_for(std::chrono::duration<double>(p.options.eval_poll_seconds));
   }
 }
 

@@ -19,6 +19,15 @@ StatusOr<DeviceChoice> ParseDeviceChoice(std::string_view s) {
   return InvalidArgument("flag --device: expected cpu, gpu or auto, got \"" + std::string(s) + "\"");
 }
 
+std::string_view DeviceChoiceName(DeviceChoice c) {
+  switch (c) {
+    case DeviceChoice::kAuto: return "auto";
+    case DeviceChoice::kCpu: return "cpu";
+    case DeviceChoice::kGpu: return "gpu";
+  }
+  return "auto";
+}
+
 std::string WhyNoGpu() {
   if (!device::CudaBackend())
     return "this build has no CUDA support (built without the CUDA toolkit or with -DTFJOB_CUDA=OFF)";
@@ -26,11 +35,11 @@ std::string WhyNoGpu() {
   return "";
 }
 
-StatusOr<DevicePlan> PlanDevices(DeviceChoice choice, StrategyKind kind, int replicas, bool replicas_given, int rank,
-                                 const Status& model_support) {
+StatusOr<DevicePlan> PlanDevices(DeviceChoice choice, DevicePlacement placement, int replicas, bool replicas_given,
+                                 int rank, const Status& model_support) {
   DevicePlan plan;
   plan.replicas = replicas;
-  if (choice == DeviceChoice::kCpu) return plan;
+  if (choice == DeviceChoice::kCpu || placement == DevicePlacement::kOnWorkers) return plan;
   const int visible = VisibleGpus();
   if (visible == 0) {
     if (choice == DeviceChoice::kGpu) return InvalidArgument("flag --device gpu: " + WhyNoGpu());
@@ -45,13 +54,12 @@ StatusOr<DevicePlan> PlanDevices(DeviceChoice choice, StrategyKind kind, int rep
     plan.note = "fit: --device auto: training on the CPU: " + model_support.message();
     return plan;
   }
-  switch (kind) {
-    case StrategyKind::kOneDevice:
+  switch (placement) {
+    case DevicePlacement::kOneDevice:
       plan.devices = {Device::Cuda(0)};
       plan.replicas = 1;
       return plan;
-    case StrategyKind::kMirrored:
-    case StrategyKind::kCentralStorage: {
+    case DevicePlacement::kPerGpu: {
       const int n = replicas_given ? replicas : visible;
       if (n > visible) {
         if (choice == DeviceChoice::kGpu) {
@@ -67,11 +75,11 @@ StatusOr<DevicePlan> PlanDevices(DeviceChoice choice, StrategyKind kind, int rep
       for (int i = 0; i < n; ++i) plan.devices.push_back(Device::Cuda(i));
       return plan;
     }
-    case StrategyKind::kMultiWorkerMirrored:
-    case StrategyKind::kParameterServer:
+    case DevicePlacement::kByRank:
       plan.devices = {Device::Cuda((rank < 0 ? 0 : rank) % visible)};
       plan.replicas = 1;
       return plan;
+    case DevicePlacement::kOnWorkers: break;
   }
   return plan;
 }

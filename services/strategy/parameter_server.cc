@@ -10,6 +10,7 @@
 #include "common/json_reader.h"
 #include "services/checkpoint/manager.h"
 #include "services/strategy/checkpoints.h"
+#include "services/strategy/registry.h"
 #include "services/strategy/ps_common.h"
 #include "services/strategy/stats.h"
 #include "services/model/text.h"
@@ -23,9 +24,10 @@ using Clock = std::chrono::steady_clock;
 
 class PsStrategy final : public Strategy {
  public:
-  PsStrategy(PsOptions p, PsCluster ctx, std::vector<std::string> names, std::vector<bool> trainable,
-             std::vector<Tensor> init, Placement placement)
-      : p_(std::move(p)),
+  PsStrategy(const model::JobConfig& job, const FitOptions& o, PsCluster ctx, std::vector<std::string> names,
+             std::vector<bool> trainable, std::vector<Tensor> init, Placement placement)
+      : job_(job),
+        o_(o),
         ctx_(std::move(ctx)),
         out_(*ctx_.out),
         claim_(ctx_.claim),
@@ -35,7 +37,7 @@ class PsStrategy final : public Strategy {
         trainable_(std::move(trainable)),
         init_(std::move(init)),
         coord_(ctx_.worker_addresses, ctx_.coordinator),
-        mgr_(p_.checkpoints.dir, static_cast<int>(p_.checkpoints.keep), p_.checkpoints.ignore_damaged),
+        mgr_(o_.checkpoints.dir, static_cast<int>(o_.checkpoints.keep), o_.checkpoints.ignore_damaged),
         incarnations_(clients_.size(), 0) {
     // One quick look each: Recover polls with these until a lost PS is back.
     for (size_t i = 0; i < ctx_.ps_addresses.size(); ++i) {
@@ -47,17 +49,18 @@ class PsStrategy final : public Strategy {
     }
   }
 
-  StrategyKind kind() const override { return StrategyKind::kParameterServer; }
+  std::string_view name() const override { return "parameter_server"; }
+  int64_t min_chunk_steps() const override { return o_.steps_per_execution; }
   int64_t num_replicas_in_sync() const override { return 1; }  // asynchronous: every closure applies alone
 
   Status Start(TrainState& st) override {
     RETURN_IF_ERROR(Claim());
     out_ << "fit: " << names_.size() << " variables (" << ParameterCount() << " parameters) on " << clients_.size()
          << " parameter servers, " << ctx_.worker_addresses.size() << " workers, partitioner "
-         << PartitionerString(p_.partitioner) << std::endl;
+         << PartitionerString(o_.partitioner) << std::endl;
     // A restarted chief continues from the latest checkpoint; a first start
     // writes the step-0 checkpoint so that any later PS loss has one to use.
-    if (p_.checkpoints.enabled()) {
+    if (o_.checkpoints.enabled()) {
       ASSIGN_OR_RETURN(bool restored, Restore(st));
       if (restored) {
         restored_.push_back(st.step);
@@ -67,28 +70,28 @@ class PsStrategy final : public Strategy {
       }
     }
     // Workers get the job as JSON, so they need no copy of the file.
-    ASSIGN_OR_RETURN(nlohmann::json doc, ReadJsonFile(p_.job.source));
+    ASSIGN_OR_RETURN(nlohmann::json doc, ReadJsonFile(job_.source));
     nlohmann::json dargs{{"config", doc},
                          {"keras_model", nullptr},
-                         {"source", p_.job.source},
-                         {"data_dir", p_.data_dir},
-                         {"partitioner", PartitionerString(p_.partitioner)},
+                         {"source", job_.source},
+                         {"data_dir", o_.data_dir},
+                         {"partitioner", PartitionerString(o_.partitioner)},
                          {"num_ps", static_cast<int64_t>(clients_.size())},
                          {"num_workers", static_cast<int64_t>(ctx_.worker_addresses.size())},
-                         {"threads", p_.threads},
-                         {"prefetch", p_.ps_prefetch},
+                         {"threads", o_.threads},
+                         {"prefetch", o_.ps_prefetch},
                          {"closures_per_worker", ctx_.coordinator.inflight_per_worker},
-                         {"pull_rows", p_.ps_pull_rows},
-                         {"device", p_.device}};
+                         {"pull_rows", o_.ps_pull_rows},
+                         {"device", std::string(DeviceChoiceName(o_.device))}};
     // A TextVectorization adapted here: the workers read only their shard.
-    dargs["text"] = model::AdaptedTextJson(p_.job.model);
+    dargs["text"] = model::AdaptedTextJson(job_.model);
     // Each layer's dtype policy, --mixed-precision's included.
     nlohmann::json policies = nlohmann::json::array();
-    for (const model::LayerSpec& l : p_.job.model.layers) policies.push_back(std::string(PolicyName(l.precision)));
+    for (const model::LayerSpec& l : job_.model.layers) policies.push_back(std::string(PolicyName(l.precision)));
     dargs["layer_policies"] = std::move(policies);
-    if (!p_.keras_model.empty()) {
-      ASSIGN_OR_RETURN(dargs["keras_model"], ReadJsonFile(p_.keras_model));
-      dargs["keras_model_source"] = p_.keras_model;
+    if (!o_.keras_model.empty()) {
+      ASSIGN_OR_RETURN(dargs["keras_model"], ReadJsonFile(o_.keras_model));
+      dargs["keras_model_source"] = o_.keras_model;
     }
     return coord_.CreatePerWorkerDataset(kTrainDataset, dargs, kTrainDataset);
   }
@@ -97,7 +100,7 @@ class PsStrategy final : public Strategy {
 
   Status Run(TrainState& st, int64_t end) override {
     chunk_started_ = Clock::now();
-    const int64_t spe = p_.steps_per_execution;
+    const int64_t spe = o_.steps_per_execution;
     auto schedule = [&](int64_t steps) { return coord_.Schedule(kTrainClosure, {{"steps", steps}}); };
     // This chunk's closures: those the last Run started ahead for it, then
     // the rest.
@@ -181,7 +184,7 @@ class PsStrategy final : public Strategy {
   // lost after it was written.
   StatusOr<std::vector<Tensor>> Values() override {
     auto v = store_.Pull(names_);
-    if (v.ok() || !p_.checkpoints.enabled()) return v;
+    if (v.ok() || !o_.checkpoints.enabled()) return v;
     TrainState st;
     RETURN_IF_ERROR(Recover(v.status(), st, 1));
     return store_.Pull(names_);
@@ -193,11 +196,11 @@ class PsStrategy final : public Strategy {
         {"strategy", "parameter_server"},
         {"num_ps", clients_.size()},
         {"num_workers", ctx_.worker_addresses.size()},
-        {"steps_per_execution", p_.steps_per_execution},
-        {"partitioner", PartitionerString(p_.partitioner)},
-        {"ps_prefetch", p_.ps_prefetch},
+        {"steps_per_execution", o_.steps_per_execution},
+        {"partitioner", PartitionerString(o_.partitioner)},
+        {"ps_prefetch", o_.ps_prefetch},
         {"ps_closures_per_worker", ctx_.coordinator.inflight_per_worker},
-        {"ps_pull", p_.ps_pull_rows ? "rows" : "full"},
+        {"ps_pull", o_.ps_pull_rows ? "rows" : "full"},
         {"ps_applied_updates", AppliedUpdates()},
         {"ps_pulled_bytes", pulled_bytes_},
         {"worker_step_seconds",
@@ -256,8 +259,7 @@ class PsStrategy final : public Strategy {
     }
     // Non-trainable state (moving statistics) gets no optimizer: only deltas reach it.
     for (size_t i = 0; i < names_.size(); ++i) {
-      RETURN_IF_ERROR(
-          store_.Create(names_[i], init_[i], trainable_[i] ? std::optional(p_.job.optimizer) : std::nullopt));
+      RETURN_IF_ERROR(store_.Create(names_[i], init_[i], trainable_[i] ? std::optional(job_.optimizer) : std::nullopt));
     }
     for (size_t i = 0; i < clients_.size(); ++i) {
       ASSIGN_OR_RETURN(ps::PsStatus s, clients_[i]->GetStatus());
@@ -285,7 +287,7 @@ class PsStrategy final : public Strategy {
     }
     nlohmann::json state = st.ToJson();
     state["num_ps"] = clients_.size();
-    state["partitioner"] = PartitionerString(p_.partitioner);
+    state["partitioner"] = PartitionerString(o_.partitioner);
     RETURN_IF_ERROR(mgr_.Commit(st.step, final, state, files));
     ++checkpoints_;
     out_ << "fit: checkpoint " << dir << " (step " << st.step << (final ? ", final" : "") << ", " << bytes << " bytes)"
@@ -370,7 +372,7 @@ class PsStrategy final : public Strategy {
     ASSIGN_OR_RETURN(std::vector<size_t> restarted, AwaitParameterServers());
     if (restarted.empty()) return cause;
     const std::string which = "parameter server " + std::to_string(restarted[0]);
-    if (!p_.checkpoints.enabled()) {
+    if (!o_.checkpoints.enabled()) {
       return FailedPrecondition(which + " restarted and lost its variables; run fit with --checkpoint-dir to recover");
     }
     if (attempt > kMaxRecoveries) {
@@ -393,7 +395,8 @@ class PsStrategy final : public Strategy {
     return Status::Ok();
   }
 
-  const PsOptions p_;
+  const model::JobConfig job_;
+  const FitOptions o_;
   const PsCluster ctx_;
   std::ostream& out_;
   const PsClaim claim_;
@@ -432,7 +435,8 @@ class PsStrategy final : public Strategy {
 
 int PsClosuresPerWorker(int64_t steps_per_execution) { return steps_per_execution == 1 ? 3 : 2; }
 
-StatusOr<std::unique_ptr<Strategy>> MakeParameterServerStrategy(PsOptions options, PsCluster cluster,
+StatusOr<std::unique_ptr<Strategy>> MakeParameterServerStrategy(const model::JobConfig& job, const FitOptions& options,
+                                                                std::vector<Tensor> initial_values, PsCluster cluster,
                                                                 const model::Model& m) {
   if (cluster.out == nullptr) return InvalidArgument("parameter-server strategy: no output stream");
   // The parameter servers apply updates shard by shard; a norm constraint
@@ -448,11 +452,38 @@ StatusOr<std::unique_ptr<Strategy>> MakeParameterServerStrategy(PsOptions option
                    PlaceModel(m, static_cast<int64_t>(cluster.clients.size()), options.partitioner));
   std::vector<bool> trainable;
   for (const auto& v : m.variables()) trainable.push_back(v.trainable);
-  std::vector<Tensor> init = options.initial_values.empty() ? m.InitialValues(static_cast<uint64_t>(options.job.seed))
-                                                            : std::move(options.initial_values);
-  return std::unique_ptr<Strategy>(std::make_unique<PsStrategy>(std::move(options), std::move(cluster),
-                                                                VariableNames(m), std::move(trainable), std::move(init),
-                                                                std::move(placement)));
+  std::vector<Tensor> init =
+      initial_values.empty() ? m.InitialValues(static_cast<uint64_t>(job.seed)) : std::move(initial_values);
+  return std::unique_ptr<Strategy>(std::make_unique<PsStrategy>(
+      job, options, std::move(cluster), VariableNames(m), std::move(trainable), std::move(init), std::move(placement)));
+}
+
+namespace {
+
+// The registry's entry (registry.cc): the chief claims its cluster through
+// the role's context, after every input check, and hands the closures'
+// deadline, attempts and concurrency to the coordinator.
+StatusOr<std::unique_ptr<Strategy>> BuildParameterServer(const StrategyArgs& a) {
+  if (!a.context.claim_ps_cluster) {
+    return InvalidArgument("parameter_server: needs a cluster with \"ps\" tasks");
+  }
+  ASSIGN_OR_RETURN(PsCluster c, a.context.claim_ps_cluster());
+  const FitOptions& o = a.options;
+  c.coordinator.rpc_timeout = o.closure_timeout;
+  c.coordinator.max_attempts = o.closure_max_attempts;
+  c.coordinator.inflight_per_worker =
+      o.ps_closures_per_worker > 0 ? o.ps_closures_per_worker : PsClosuresPerWorker(o.steps_per_execution);
+  return MakeParameterServerStrategy(a.job, o, a.initial_values, std::move(c), a.model);
+}
+
+}  // namespace
+
+StrategyEntry ParameterServerEntry() {
+  return {.name = "parameter_server",
+          .topology = Topology::kParameterServers,
+          .placement = DevicePlacement::kOnWorkers,
+          .replicas_in_process = false,
+          .make = BuildParameterServer};
 }
 
 }  // namespace tfjob::strategy

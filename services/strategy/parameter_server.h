@@ -27,65 +27,27 @@
 // driven by one thread (Strategy's contract). Failure: Status values.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
-#include <iosfwd>
 #include <memory>
-#include <string>
 #include <vector>
 
-#include "common/signals.h"
 #include "common/status.h"
-#include "services/coordinator/coordinator.h"
-#include "services/metrics/runtime_metrics.h"
 #include "services/model/job_config.h"
 #include "services/model/model.h"
-#include "services/ps/ps_client.h"
-#include "services/rpc/auth.h"
+#include "services/strategy/fit_options.h"
+#include "services/strategy/ps_cluster.h"
 #include "services/strategy/sharding.h"
 #include "services/strategy/strategy.h"
 
 namespace tfjob::strategy {
 
-// What the strategy is asked to train (fit's flags, parsed).
-struct PsOptions {
-  model::JobConfig job;         // job.source is read again to send the workers the job
-  std::string data_dir;         // where the workers find the job's data
-  int threads = 1;              // compute threads per worker
-  std::string device = "auto";  // the workers' --device
-  std::string keras_model;      // a Keras model JSON file ("": the job holds the model)
-  Partitioner partitioner;
-  bool ps_prefetch = true;   // workers pull the next step while this one computes
-  bool ps_pull_rows = true;  // a first-layer Embedding pulls only the batch's rows
-  int64_t steps_per_execution = 1;
-  CheckpointPolicy checkpoints;
-  // Every variable's first value (the model's order); empty: from the job's
-  // seed.
-  std::vector<Tensor> initial_values;
-};
-
-// The chief's claim on the parameter servers (fencing off earlier chiefs).
-struct PsClaim {
-  uint64_t generation = 0;
-  uint32_t closure_namespace = 0;
-  uint64_t previous = 0;  // the generation fenced off; 0 for the job's first chief
-};
-
-// The cluster it trains on, already claimed.
-struct PsCluster {
-  std::vector<std::string> ps_addresses;               // by PS index
-  std::vector<std::string> worker_addresses;           // by worker index
-  std::vector<std::shared_ptr<ps::PsClient>> clients;  // by PS index, patient for ps_timeout
-  PsClaim claim;
-  coordinator::Options coordinator;  // with the claim's generation and namespace
-  rpc::Credentials credentials;      // the job's task token
-  std::chrono::milliseconds ps_timeout{30000};
-  std::ostream* out = nullptr;                         // progress lines (required)
-  SignalWatcher* signals = nullptr;                    // a stop drains and checkpoints; may be null
-  runtime_metrics::RuntimeMetrics* metrics = nullptr;  // may be null
-};
-
-StatusOr<std::unique_ptr<Strategy>> MakeParameterServerStrategy(PsOptions options, PsCluster cluster,
+// The strategy for `job` under fit's options (the parameter-server ones,
+// checkpoints, and what the workers are sent: data_dir, threads, device,
+// keras_model) on a cluster already claimed; `m` is the model, adapted on
+// the training data. `initial_values` (the model's order): every
+// variable's first value; empty: from the job's seed.
+StatusOr<std::unique_ptr<Strategy>> MakeParameterServerStrategy(const model::JobConfig& job, const FitOptions& options,
+                                                                std::vector<Tensor> initial_values, PsCluster cluster,
                                                                 const model::Model& m);
 
 // Closures running at once on each worker (coordinator::Options::

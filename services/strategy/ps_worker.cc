@@ -290,7 +290,7 @@ StatusOr<data::Dataset> BuildTrainDataset(WorkerFitState& state, const worker::W
   ASSIGN_OR_RETURN(Examples ex, LoadExamples(job.data.train, a.at("data_dir").get<std::string>(), *m, shard));
   std::optional<RowPlan> plan = PlanRows(job, *m, a.value("pull_rows", true));
   ASSIGN_OR_RETURN(DeviceChoice choice, ParseDeviceChoice(a.value("device", std::string("auto"))));
-  ASSIGN_OR_RETURN(DevicePlan devices, PlanDevices(choice, StrategyKind::kParameterServer, 1, false,
+  ASSIGN_OR_RETURN(DevicePlan devices, PlanDevices(choice, DevicePlacement::kByRank, 1, false,
                                                    static_cast<int>(env.worker_index), m->CheckDeviceSupport()));
   // Each worker shuffles its own way, as per-worker datasets do in TF.
   job.seed += 7919 * (env.worker_index + 1);

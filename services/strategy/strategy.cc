@@ -12,15 +12,6 @@ constexpr std::pair<StrategyKind, std::string_view> kNames[] = {
 };
 }  // namespace
 
-StatusOr<StrategyKind> ParseStrategyKind(std::string_view s) {
-  for (const auto& [k, name] : kNames) {
-    if (s == name) return k;
-  }
-  return InvalidArgument(
-      "flag --strategy: \"" + std::string(s) +
-      "\" is not one of one_device, mirrored, multi_worker_mirrored, central_storage, parameter_server");
-}
-
 std::string_view StrategyName(StrategyKind k) {
   for (const auto& [kind, name] : kNames) {
     if (kind == k) return name;

@@ -1,5 +1,6 @@
 // TensorFlow's distribution strategies as one interface, so that `fit`'s
-// training loop (loop.h) is written once:
+// training loop (loop.h) is written once. The built-in ones (registry.h
+// maps each name to its construction):
 //
 //   one_device             variables on this process's one device
 //   mirrored               a copy per replica (CPU thread groups), gradients
@@ -35,11 +36,12 @@
 
 namespace tfjob::strategy {
 
+// The built-in strategies. What tells the synchronous ones apart is decided
+// in one place, TraitsOf (sync_step.h); everything else goes by a
+// strategy's registry entry (registry.h).
 enum class StrategyKind { kOneDevice, kMirrored, kMultiWorkerMirrored, kCentralStorage, kParameterServer };
 
-// one_device, mirrored, multi_worker_mirrored, central_storage,
-// parameter_server; INVALID_ARGUMENT otherwise.
-StatusOr<StrategyKind> ParseStrategyKind(std::string_view s);
+// "one_device", "mirrored", ... (what --strategy says).
 std::string_view StrategyName(StrategyKind k);
 
 struct CheckpointPolicy {
@@ -57,9 +59,13 @@ class Strategy {
  public:
   virtual ~Strategy() = default;
 
-  virtual StrategyKind kind() const = 0;
+  // Its registered name (registry.h), as the summary reports it.
+  virtual std::string_view name() const = 0;
   // Replicas whose gradients make up one step (TF's num_replicas_in_sync).
   virtual int64_t num_replicas_in_sync() const = 0;
+  // With only a time-based checkpoint cadence, the loop's chunks are at
+  // least this many steps (a closure's worth under parameter servers).
+  virtual int64_t min_chunk_steps() const { return 1; }
   // This process prints progress, writes checkpoints and evaluates (the
   // chief, or rank 0 of a multi-worker group).
   virtual bool is_chief() const { return true; }

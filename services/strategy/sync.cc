@@ -7,6 +7,7 @@
 #include "services/checkpoint/manager.h"
 #include "services/strategy/checkpoints.h"
 #include "services/strategy/group_recovery.h"
+#include "services/strategy/registry.h"
 #include "services/strategy/sync_step.h"
 #include "services/strategy/sync_variables.h"
 
@@ -48,7 +49,7 @@ class SyncStrategy final : public Strategy {
     return Status::Ok();
   }
 
-  StrategyKind kind() const override { return o_.kind; }
+  std::string_view name() const override { return StrategyName(o_.kind); }
   int64_t num_replicas_in_sync() const override { return step_->replicas_in_sync(); }
   bool is_chief() const override { return !o_.group || o_.group->rank() == 0; }
 
@@ -207,23 +208,51 @@ class SyncStrategy final : public Strategy {
 }  // namespace
 
 StatusOr<std::unique_ptr<Strategy>> MakeSyncStrategy(const model::JobConfig& job, Examples train, SyncOptions options) {
-  switch (options.kind) {
-    case StrategyKind::kOneDevice: options.replicas = 1; break;
-    case StrategyKind::kMirrored:
-    case StrategyKind::kCentralStorage:
-      if (options.replicas < 1 || options.replicas > 256) {
-        return InvalidArgument("flag --replicas: must be in 1..256, got " + std::to_string(options.replicas));
-      }
-      break;
-    case StrategyKind::kMultiWorkerMirrored:
-      if (!options.group) return InvalidArgument("multi_worker_mirrored needs a collective group");
-      options.replicas = 1;
-      break;
-    case StrategyKind::kParameterServer: return InvalidArgument("parameter_server is not a synchronous strategy");
+  const KindTraits traits = TraitsOf(options.kind);
+  if (!traits.synchronous)
+    return InvalidArgument(std::string(StrategyName(options.kind)) + " is not a synchronous strategy");
+  if (traits.in_group && !options.group) {
+    return InvalidArgument(std::string(StrategyName(options.kind)) + " needs a collective group");
+  }
+  if (!traits.replicas_in_process) {
+    options.replicas = 1;
+  } else if (options.replicas < 1 || options.replicas > 256) {
+    return InvalidArgument("flag --replicas: must be in 1..256, got " + std::to_string(options.replicas));
   }
   auto s = std::make_unique<SyncStrategy>(job, std::move(train), std::move(options));
   RETURN_IF_ERROR(s->Init());
   return std::unique_ptr<Strategy>(std::move(s));
+}
+
+namespace {
+
+// The registry's entries (registry.cc): the one place fit's options become
+// SyncOptions.
+StatusOr<std::unique_ptr<Strategy>> BuildSync(StrategyKind kind, const StrategyArgs& a) {
+  SyncOptions o;
+  o.kind = kind;
+  o.replicas = a.devices.replicas;
+  o.devices = a.devices.devices;
+  o.group = a.context.group;
+  o.communication = a.options.communication;
+  o.collective = a.options.collective;
+  o.checkpoints = a.options.checkpoints;
+  o.log = a.context.out;
+  o.stop = a.context.stop;
+  o.sharded_input = a.sharded_input;
+  o.initial_values = a.initial_values;
+  return MakeSyncStrategy(a.job, a.train, std::move(o));
+}
+
+}  // namespace
+
+StrategyEntry SyncEntry(StrategyKind kind) {
+  const KindTraits t = TraitsOf(kind);
+  return {.name = std::string(StrategyName(kind)),
+          .topology = t.in_group ? Topology::kGroup : Topology::kOneProcess,
+          .placement = t.placement,
+          .replicas_in_process = t.replicas_in_process,
+          .make = [kind](const StrategyArgs& a) { return BuildSync(kind, a); }};
 }
 
 }  // namespace tfjob::strategy

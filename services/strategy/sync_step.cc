@@ -15,12 +15,19 @@ using collective::ReduceOp;
 
 KindTraits TraitsOf(StrategyKind kind) {
   switch (kind) {
+    case StrategyKind::kOneDevice: return {.synchronous = true, .placement = DevicePlacement::kOneDevice};
     case StrategyKind::kMirrored:
-      return {.replicas_in_process = true, .copy_per_replica = true, .sum_to_one_copy = false};
+      return {.synchronous = true,
+              .replicas_in_process = true,
+              .copy_per_replica = true,
+              .placement = DevicePlacement::kPerGpu};
     case StrategyKind::kCentralStorage:
-      return {.replicas_in_process = true, .copy_per_replica = false, .sum_to_one_copy = true};
-    case StrategyKind::kOneDevice:
+      return {.synchronous = true,
+              .replicas_in_process = true,
+              .sum_to_one_copy = true,
+              .placement = DevicePlacement::kPerGpu};
     case StrategyKind::kMultiWorkerMirrored:
+      return {.synchronous = true, .in_group = true, .placement = DevicePlacement::kByRank};
     case StrategyKind::kParameterServer: break;
   }
   return {};

@@ -27,6 +27,7 @@
 #include "services/model/job_config.h"
 #include "services/model/model.h"
 #include "services/model/optimizers.h"
+#include "services/strategy/devices.h"
 #include "services/strategy/gradient_reduction.h"
 #include "services/strategy/group_recovery.h"
 #include "services/strategy/input.h"
@@ -38,11 +39,15 @@
 
 namespace tfjob::strategy {
 
-// What a strategy kind decides about replicas and variables.
+// Everything a strategy kind decides: the one place StrategyKind is
+// switched on (TraitsOf).
 struct KindTraits {
+  bool synchronous = false;          // every built-in kind but parameter_server
+  bool in_group = false;             // multi_worker_mirrored: a collective::Group of processes
   bool replicas_in_process = false;  // mirrored, central_storage: SyncOptions::replicas here; others one
   bool copy_per_replica = false;     // mirrored: each replica updates a copy of its own
   bool sum_to_one_copy = false;      // central_storage: summed here in replica order, applied once
+  DevicePlacement placement = DevicePlacement::kOnWorkers;  // devices.h
 };
 KindTraits TraitsOf(StrategyKind kind);
 

@@ -37,9 +37,9 @@ TEST(ProgressTest, KerasFormat) {
 
 TEST(FitTest, LearnsSyntheticProblemAndReportsKerasLines) {
   std::ostringstream out;
-  FitOptions opt;
-  opt.out = &out;
-  auto s = Fit(Job(Synthetic()), opt);
+  FitContext ctx;
+  ctx.out = &out;
+  auto s = Fit(Job(Synthetic()), {}, ctx);
   ASSERT_TRUE(s.ok()) << s.status();
   ASSERT_EQ(s->history.size(), 4u);
   EXPECT_EQ(s->steps, 4 * 20);

@@ -18,7 +18,7 @@ class RecordingStrategy : public Strategy {
     int64_t ahead = 0;  // what Ahead said before this Run (0: nothing)
   };
 
-  StrategyKind kind() const override { return StrategyKind::kOneDevice; }
+  std::string_view name() const override { return "recording"; }
   int64_t num_replicas_in_sync() const override { return 1; }
   Status Start(TrainState&) override { return Status::Ok(); }
   void Ahead(int64_t next_end) override { ahead_ = next_end; }

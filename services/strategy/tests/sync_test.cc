@@ -156,10 +156,10 @@ TEST(SyncStrategyTest, ReplicatedStrategiesLearn) {
   model::JobConfig job = SyncJob(R"({"type": "Adam", "learning_rate": 0.01})");
   job.epochs = 4;
   FitOptions o;
-  o.strategy = StrategyKind::kMirrored;
+  o.strategy = "mirrored";
   o.replicas = 2;
   nlohmann::json sj;
-  auto s = Fit(job, o, &sj);
+  auto s = Fit(job, o, {}, &sj);
   ASSERT_TRUE(s.ok()) << s.status();
   ASSERT_TRUE(s->eval.has_value());
   EXPECT_GT(s->eval->at(1).second, 0.9);
