@@ -14,8 +14,8 @@
 #include "common/token.h"
 #include "operator/api/codec.h"
 #include "operator/api/names.h"
+#include "operator/controller/builders.h"
 #include "operator/controller/controller.h"
-#include "operator/controller/planner_internal.h"
 #include "operator/controller/slow_start.h"
 
 namespace tfjob::op::controller {

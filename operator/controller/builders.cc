@@ -7,7 +7,9 @@
 #include "common/pki.h"
 #include "operator/api/defaults.h"
 #include "operator/api/names.h"
-#include "operator/controller/planner_internal.h"
+#include "operator/controller/builders.h"
+#include "operator/controller/pod_group.h"
+#include "operator/controller/views.h"
 
 namespace tfjob::op::controller::internal {
 

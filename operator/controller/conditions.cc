@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "operator/api/names.h"
-#include "operator/controller/planner_internal.h"
+#include "operator/controller/conditions.h"
 
 namespace tfjob::op::controller::internal {
 

@@ -6,17 +6,8 @@
 // object present and deletes that find it gone count as success, so acting on
 // a stale cache is harmless; a 409 on the status write requeues.
 //
-// Metrics keep Kubeflow's names: training_operator_jobs_{created,deleted,
-// successful,failed,restarted}_total{job_namespace, framework="tensorflow"},
-// and controller-runtime's, which operator dashboards and alerts are built
-// on: controller_runtime_reconcile_total{controller,result},
-// controller_runtime_reconcile_errors_total, controller_runtime_terminal_
-// reconcile_errors_total, controller_runtime_reconcile_panics_total (an
-// exception out of a reconcile: counted, retried, the operator stays up),
-// controller_runtime_reconcile_time_seconds, controller_runtime_max_
-// concurrent_reconciles, controller_runtime_active_workers, and the
-// workqueue_*{name,controller} series as controller-runtime v0.19 labels
-// them, all with "tfjob-controller".
+// Its Prometheus series (Kubeflow's and controller-runtime's names) are
+// operator_metrics.h's, registered on the Registry it is given.
 // Ownership: borrows the Client and Registry (they outlive the controller).
 // Thread-safety: Start/Stop from one thread; everything else internal.
 #pragma once
@@ -32,13 +23,10 @@
 #include <thread>
 #include <vector>
 
-#include <prometheus/counter.h>
-#include <prometheus/family.h>
-#include <prometheus/gauge.h>
-#include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
 #include "common/mutex.h"
+#include "operator/controller/operator_metrics.h"
 #include "operator/controller/planner.h"
 #include "kube/client.h"
 #include "kube/event_sink.h"
@@ -103,7 +91,6 @@ class Controller {
   // orphan with the job's labels is adopted, anything else is
   // ALREADY_EXISTS naming it.
   Status ClaimExisting(const api::TFJob& job, const kube::Resource& r, const std::string& name);
-  void CountTransitions(const api::TFJob& job, const api::JobStatus& before, const api::JobStatus& after);
 
   kube::Client& client_;
   const ControllerOptions options_;
@@ -123,28 +110,11 @@ class Controller {
   // The jobs' PodGroups, when gang scheduling is on.
   std::unique_ptr<kube::Informer> pod_groups_;
   kube::Resource pod_group_resource_;
-  std::shared_ptr<kube::WorkQueueMetrics> queue_metrics_;
+  // Before queue_, which reports to it.
+  OperatorMetrics metrics_;
   kube::WorkQueue queue_;
   std::vector<std::thread> workers_;
   std::atomic<bool> running_{false};
-
-  prometheus::Family<prometheus::Counter>& created_;
-  prometheus::Family<prometheus::Counter>& deleted_;
-  prometheus::Family<prometheus::Counter>& successful_;
-  prometheus::Family<prometheus::Counter>& failed_;
-  prometheus::Family<prometheus::Counter>& restarted_;
-  prometheus::Family<prometheus::Histogram>& reconcile_seconds_;
-  prometheus::Family<prometheus::Counter>& reconcile_errors_;
-  prometheus::Family<prometheus::Gauge>& depth_;
-  // controller-runtime's.
-  prometheus::Family<prometheus::Counter>& cr_reconcile_total_;
-  prometheus::Counter& cr_reconcile_errors_;
-  prometheus::Counter& cr_terminal_errors_;
-  prometheus::Counter& cr_reconcile_panics_;
-  prometheus::Histogram& cr_reconcile_time_;
-  prometheus::Gauge& cr_active_workers_;
-  prometheus::Gauge& unfinished_work_;
-  prometheus::Gauge& longest_running_;
 };
 
 }  // namespace tfjob::op::controller

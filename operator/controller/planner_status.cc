@@ -8,7 +8,8 @@
 
 #include "common/time.h"
 #include "operator/api/names.h"
-#include "operator/controller/planner_internal.h"
+#include "operator/controller/builders.h"
+#include "operator/controller/conditions.h"
 #include "operator/controller/planner_pass.h"
 
 namespace tfjob::op::controller::internal {

@@ -8,7 +8,9 @@
 
 #include "operator/api/defaults.h"
 #include "operator/api/names.h"
-#include "operator/controller/planner_internal.h"
+#include "operator/controller/builders.h"
+#include "operator/controller/pod_group.h"
+#include "operator/controller/views.h"
 
 namespace tfjob::op::controller {
 

@@ -4,7 +4,7 @@
 
 #include "operator/api/names.h"
 #include "operator/controller/planner.h"
-#include "operator/controller/planner_internal.h"
+#include "operator/controller/views.h"
 
 namespace tfjob::op::controller {
 namespace internal {
