@@ -1,13 +1,16 @@
 // Encode: the typed TFJob overlaid on the document it was decoded from
 // (TFJob::raw), writing a field only where it differs from what Decode
 // reads there, so that Encode(Decode(x)) == x.
+#include "operator/api/codec_encode.h"
+
 #include <map>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "operator/api/codec_internal.h"
+#include "operator/api/codec_decode.h"
+#include "operator/api/codec_read.h"
 
 namespace tfjob::op::api::codec_internal {
 namespace {

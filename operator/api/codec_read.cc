@@ -1,12 +1,12 @@
-// The readers Decode and Encode share (codec_internal.h): a field's value
+// The readers Decode and Encode share (codec_read.h): a field's value
 // to its typed value, or INVALID_ARGUMENT naming the field's path.
+#include "operator/api/codec_read.h"
+
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <optional>
 #include <string>
-
-#include "operator/api/codec_internal.h"
 
 namespace tfjob::op::api::codec_internal {
 namespace {

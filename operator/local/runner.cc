@@ -41,7 +41,7 @@ using controller::ServiceView;
 constexpr const char* kUid = "local-run";
 
 // The port in a replica's "metrics: serving on :P" line
-// (services/metrics/runtime_metrics.h), or 0.
+// (services/monitoring/runtime_metrics.h), or 0.
 int MetricsPortIn(const std::string& line) {
   static constexpr std::string_view kPrefix = "metrics: serving on :";
   if (line.rfind(kPrefix, 0) != 0) return 0;
@@ -319,7 +319,7 @@ class Backend {
 
 // The tensorflow container's env plus TFJOB_METRICS_PORT=0 (each replica's
 // /metrics on a port it binds itself and reports), the job name
-// (services/metrics reads both) and the run's task token
+// (services/monitoring reads both) and the run's task token
 // (services/rpc/auth.h: on Kubernetes it comes from the job's Secret; here
 // one is made per run), and with --task-tls the run's TLS directory. The
 // runner's values win over the manifest's: on Kubernetes every pod has its

@@ -48,7 +48,7 @@
 #include "common/mutex.h"
 #include "common/status.h"
 #include "proto/worker.grpc.pb.h"
-#include "services/metrics/runtime_metrics.h"
+#include "services/monitoring/runtime_metrics.h"
 #include "services/rpc/auth.h"
 #include "services/tensor/tensor.h"
 

@@ -24,7 +24,7 @@
 #include "services/base/ports.h"
 #include "services/collective/ring.h"
 #include "services/coordinator/coordinator.h"
-#include "services/metrics/runtime_metrics.h"
+#include "services/monitoring/runtime_metrics.h"
 #include "services/ps/ps_client.h"
 #include "services/worker/worker.h"
 

@@ -51,7 +51,7 @@
 #include "common/mutex.h"
 #include "proto/ps.grpc.pb.h"
 #include "services/net/net.h"
-#include "services/metrics/runtime_metrics.h"
+#include "services/monitoring/runtime_metrics.h"
 #include "services/rpc/auth.h"
 #include "services/model/optimizers.h"
 #include "services/ps/apply_pool.h"

@@ -20,7 +20,7 @@
 #include "common/status.h"
 #include "services/cluster/cluster.h"
 #include "services/cluster/resolver.h"
-#include "services/metrics/runtime_metrics.h"
+#include "services/monitoring/runtime_metrics.h"
 #include "services/rpc/auth.h"
 
 namespace tfjob::runtime {

@@ -9,7 +9,7 @@
 #include "services/collective/group.h"
 #include "services/net/net.h"
 #include "services/coordinator/coordinator.h"
-#include "services/metrics/runtime_metrics.h"
+#include "services/monitoring/runtime_metrics.h"
 #include "services/ps/ps_client.h"
 #include "services/ps/ps_service.h"
 #include "services/rpc/rpc.h"
@@ -263,7 +263,7 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
   // (fit passes its --threads to workers): OpenMP's default of every core
   // spins against the other tasks on the same machine.
   SetComputeThreads(1);
-  // The process's metrics (services/metrics): created once, passed down to
+  // The process's metrics (services/monitoring): created once, passed down to
   // the role, served on TFJOB_METRICS_PORT (or --metrics-port) when set.
   runtime_metrics::ExporterConfig metrics_config = config.metrics;
   metrics_config.identity.task_type = type;

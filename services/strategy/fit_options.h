@@ -21,7 +21,7 @@
 #include "common/status.h"
 #include "services/collective/communicator.h"
 #include "services/collective/group.h"
-#include "services/metrics/runtime_metrics.h"
+#include "services/monitoring/runtime_metrics.h"
 #include "services/model/model.h"
 #include "services/strategy/devices.h"
 #include "services/strategy/input.h"

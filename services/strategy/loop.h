@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "services/metrics/runtime_metrics.h"
+#include "services/monitoring/runtime_metrics.h"
 #include "services/model/job_config.h"
 #include "services/model/model.h"
 #include "services/strategy/input.h"

@@ -17,7 +17,7 @@
 
 #include "common/signals.h"
 #include "services/coordinator/coordinator.h"
-#include "services/metrics/runtime_metrics.h"
+#include "services/monitoring/runtime_metrics.h"
 #include "services/ps/ps_client.h"
 #include "services/rpc/auth.h"
 

@@ -33,7 +33,7 @@
 #include "common/status.h"
 #include "proto/worker.grpc.pb.h"
 #include "services/data/dataset.h"
-#include "services/metrics/runtime_metrics.h"
+#include "services/monitoring/runtime_metrics.h"
 #include "services/ps/ps_client.h"
 #include "services/tensor/tensor.h"
 

@@ -1,4 +1,4 @@
-#include "services/metrics/runtime_metrics.h"
+#include "services/monitoring/runtime_metrics.h"
 
 #include <cmath>
 #include <cstdlib>

@@ -1,5 +1,6 @@
-// What codec.cc (Decode), codec_encode.cc (Encode) and codec_read.cc (the
-// readers) share; not for use outside operator/api.
+// The readers codec_decode.cc (Decode) and codec_encode.cc (Encode) share
+// (codec_read.cc): paths in error messages, typed readers, and Fields; not
+// for use outside operator/api.
 //
 // Each reader takes the field's value (nullptr when the key is absent or its
 // value is null: Kubernetes treats an explicit null as "not set") and returns
@@ -14,22 +15,21 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
-#include "operator/api/types.h"
 
 namespace tfjob::op::api::codec_internal {
 
 using json = nlohmann::json;
 
-// ---- paths in error messages (codec_read.cc) ----
+// ---- paths in error messages ----
 // "a.b": `key` under `path` ("" is the document itself).
 std::string ChildPath(const std::string& path, const std::string& key);
 std::string IndexPath(const std::string& path, size_t i);
@@ -37,7 +37,7 @@ std::string IndexPath(const std::string& path, size_t i);
 std::string Quote(const std::string& s);
 Status TypeError(const std::string& path, const char* expected);
 
-// ---- readers (codec_read.cc) ----
+// ---- readers ----
 // obj[key], or nullptr when obj is not an object, lacks key or holds null.
 const json* Field(const json& obj, const char* key);
 StatusOr<std::optional<int32_t>> ReadInt32(const json* v, const std::string& path);
@@ -67,16 +67,5 @@ class Fields {
   const json& obj_;
   const std::string path_;
 };
-
-// ---- decoding (codec.cc); Encode compares with what these read ----
-StatusOr<std::vector<OwnerReference>> DecodeOwnerReferences(const json* v, const std::string& path);
-StatusOr<std::vector<JobCondition>> DecodeConditions(const json* v, const std::string& path);
-StatusOr<std::map<std::string, ReplicaStatus>> DecodeReplicaStatuses(const json* v, const std::string& path);
-// Decode without its exception guard.
-StatusOr<TFJob> DecodeImpl(const json& doc);
-
-// ---- encoding (codec_encode.cc) ----
-// Encode without its exception guard.
-json EncodeImpl(const TFJob& job);
 
 }  // namespace tfjob::op::api::codec_internal
