@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "services/checkpoint/manager.h"
-#include "services/programs/fit_internal.h"
+#include "services/programs/fit_evaluator.h"
 #include "services/strategy/checkpoints.h"
 #include "services/strategy/loop.h"
 

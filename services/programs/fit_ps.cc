@@ -2,7 +2,7 @@
 // chief's context. The strategy itself is built from the registry like every
 // other (services/strategy/parameter_server.h); the workers' side is
 // services/strategy/ps_worker.h.
-#include "services/programs/fit_internal.h"
+#include "services/programs/fit_ps.h"
 
 namespace tfjob::programs::fit {
 

@@ -1,9 +1,9 @@
-// What the files of the `fit` program share: its flags, parsed once into a
-// typed struct, and the pieces each role uses (fit.cc parses and runs each
-// role through services/strategy/fit.h; fit_ps.cc claims the chief's
-// cluster for the parameter-server strategy; fit_evaluator.cc is the
-// side-car evaluator).
-// Thread-safety: plain values and free functions. Failure: Status values.
+// fit's command line (fit_flags.cc): the flags, parsed once into a typed
+// struct (the job, and FitOptions, which reaches the strategies and the loop
+// without copies), the usage text, the checks that need only the flags, and
+// the summary file.
+// Thread-safety: plain values and free functions. Failure: Status values,
+// INVALID_ARGUMENT naming the flag.
 #pragma once
 
 #include <iosfwd>
@@ -45,19 +45,14 @@ Status WriteSummary(const Flags& flags, const nlohmann::json& j);
 // visible); otherwise an error saying why.
 Status CheckCommunication(collective::Implementation impl, const strategy::StrategyEntry& entry);
 
-// The parameter-server strategy's cluster (services/strategy/ps_cluster.h)
-// from the chief's context: claims it (waiting for every PS, fencing off an
-// earlier chief). The strategy calls it through FitContext::claim_ps_cluster
-// once every input check has passed.
-StatusOr<strategy::PsCluster> ClaimPsCluster(const ChiefContext& ctx);
-
 // --export-tfjs and --predict-out: what the chief does with the trained
 // model, checked before training (a model TF.js cannot express is bad
 // input); an empty function when neither flag is given. It refers to `p`
 // and `out`, which must outlive it.
 StatusOr<strategy::AfterFitFn> AfterFit(const Parsed& p, std::ostream& out);
 
-// The side-car evaluator (fit_evaluator.cc).
-int RunEvaluator(const Parsed& p, const EvaluatorContext& ctx);
+// The --summary-json document: the run's figures, the strategy's own, the
+// flags that shaped it.
+nlohmann::json SummaryJson(const strategy::FitSummary& s, const nlohmann::json& strategy_json, const Parsed& p);
 
 }  // namespace tfjob::programs::fit
