@@ -5,7 +5,7 @@
 //                                      central_storage with --replicas N)
 //   TF_CONFIG with "ps" tasks          parameter_server: this is the chief;
 //                                      workers run the closures
-//                                      (services/strategy/ps_worker.h)
+//                                      (services/strategy/ps_closures.h)
 //   TF_CONFIG with chief/worker only   multi_worker_mirrored: every task
 //                                      trains, gradients all-reduced
 //   TF_CONFIG task "evaluator"         the side-car evaluator (fit_evaluator.h)
@@ -27,7 +27,7 @@
 #include "services/programs/fit_ps.h"
 #include "services/programs/programs.h"
 #include "services/strategy/fit.h"
-#include "services/strategy/ps_worker.h"
+#include "services/strategy/ps_closures.h"
 #include "services/tensor/threads.h"
 
 namespace tfjob::programs {
@@ -119,7 +119,7 @@ class Fit final : public Program {
     return Train(*p, std::move(fc), ctx.signals, *ctx.err, /*run_errors=*/false);
   }
 
-  Status RegisterWorker(worker::Registry& r) override { return strategy::RegisterParameterServerWorker(r); }
+  Status RegisterWorker(worker::Registry& r) override { return strategy::RegisterParameterServerClosures(r); }
 
   // A PS needs only --checkpoint-dir; it checks the other flags' syntax but
   // does not read the job file.

@@ -1,7 +1,7 @@
 // fit's chief under ParameterServerStrategy: the cluster claimed through the
 // chief's context. The strategy itself is built from the registry like every
 // other (services/strategy/parameter_server.h); the workers' side is
-// services/strategy/ps_worker.h.
+// services/strategy/ps_closures.h.
 #include "services/programs/fit_ps.h"
 
 namespace tfjob::programs::fit {

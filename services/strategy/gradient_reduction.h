@@ -49,7 +49,7 @@ struct VariableInfo {
   // replicas reduce: one replica applies its gradients as computed.
   bool sparse = false;
   // Keras' kernel/bias constraint, applied after each update.
-  model::Constraint constraint;
+  model::Constraint constraint{};
 };
 
 // One variable's gradient in a form replicas can add up.

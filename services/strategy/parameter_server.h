@@ -1,6 +1,6 @@
 // TensorFlow's ParameterServerStrategy (asynchronous), the chief's side:
 // variables live on PS tasks, each scheduled closure runs
-// steps_per_execution steps on one worker (ps_worker.h: pull, gradients,
+// steps_per_execution steps on one worker (ps_closures.h: pull, gradients,
 // push with the closure id), and the chief merges the closures' loss and
 // metrics. The training loop itself is loop.h; this is the Strategy it
 // drives.

@@ -1,5 +1,5 @@
 // What the parameter-server strategy's two sides (parameter_server.h, the
-// chief's; ps_worker.h, the workers') share: the dataset and closure the
+// chief's; ps_closures.h, the workers') share: the dataset and closure the
 // chief schedules, how a model's variables are placed on the PS tasks, and
 // the row plan for a first-layer Embedding. Pure functions; thread-compatible.
 #pragma once

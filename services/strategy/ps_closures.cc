@@ -1,4 +1,4 @@
-#include "services/strategy/ps_worker.h"
+#include "services/strategy/ps_closures.h"
 
 #include <algorithm>
 #include <cmath>
@@ -562,7 +562,7 @@ class TrainClosure {
 
 }  // namespace
 
-Status RegisterParameterServerWorker(worker::Registry& r) {
+Status RegisterParameterServerClosures(worker::Registry& r) {
   auto state = std::make_shared<WorkerFitState>();
   RETURN_IF_ERROR(r.AddDataset(kTrainDataset, [state](const worker::WorkerEnv& env, const nlohmann::json& a) {
     return BuildTrainDataset(*state, env, a);

@@ -22,6 +22,6 @@
 
 namespace tfjob::strategy {
 
-Status RegisterParameterServerWorker(worker::Registry& r);
+Status RegisterParameterServerClosures(worker::Registry& r);
 
 }  // namespace tfjob::strategy
