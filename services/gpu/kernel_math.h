@@ -149,7 +149,7 @@ TFJOB_HD void Update(const Opt& o, float& w, float g, float* s0, float* s1, floa
 // ---- windows over NHWC tensors: Conv2D's im2col and col2im, pooling ----
 //
 // The geometry of a kernel or pooling window as the layer computed it
-// (TensorFlow's "valid" / "same"; services/model/layers_internal.h). Each
+// (TensorFlow's "valid" / "same"; services/model/layer_shapes.h). Each
 // function below computes one output element; the kernels run one thread
 // per element, the host test loops over them. Sums run in the order the
 // CPU layers accumulate in (output pixels by increasing row, then column),

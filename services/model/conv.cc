@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "services/model/activation.h"
+#include "services/model/layer_factories.h"
 #include "services/model/layers_more.h"
 #include "services/tensor/backend.h"
 #include "services/tensor/conv2d.h"

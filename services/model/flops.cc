@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "services/model/layers_internal.h"
+#include "services/model/layer_shapes.h"
 #include "services/model/model.h"
 
 namespace tfjob::model {

@@ -4,7 +4,8 @@
 #include <unordered_map>
 
 #include "services/tensor/backend.h"
-#include "services/model/layers_internal.h"
+#include "services/model/layer_factories.h"
+#include "services/model/layer_shapes.h"
 #include "services/tensor/eigen.h"
 #include "services/tensor/gemm.h"
 

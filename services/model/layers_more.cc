@@ -1,5 +1,6 @@
 // The factory of the layers added for Functional models (one file per
 // family beside this one; layers_more.h lists them).
+#include "services/model/layer_factories.h"
 #include "services/model/layers_more.h"
 
 namespace tfjob::model {

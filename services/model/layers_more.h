@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "services/model/layers_internal.h"
+#include "services/model/layer_shapes.h"
 
 namespace tfjob::model::internal {
 

@@ -3,7 +3,8 @@
 // Dot (a batched dot product along one axis of each input). Host kernels.
 #include <cmath>
 
-#include "services/model/layers_internal.h"
+#include "services/model/layer_factories.h"
+#include "services/model/layer_shapes.h"
 #include "services/tensor/eigen.h"
 
 namespace tfjob::model::internal {

@@ -6,7 +6,9 @@
 #include <map>
 #include <set>
 
-#include "services/model/layers_internal.h"
+#include "services/model/adaptable_layer.h"
+#include "services/model/layer_factories.h"
+#include "services/model/layer_shapes.h"
 #include "services/model/random.h"
 #include "services/tensor/eigen.h"
 

@@ -123,7 +123,9 @@ std::vector<Model::LayerTime> Model::LayerTimes() const {
   std::vector<LayerTime> out;
   for (size_t n = 0; n < nodes_.size(); ++n) {
     const LayerSpec& spec = layer_specs_[nodes_[n].layer];
-    LayerTime t{spec.name, std::string(LayerTypeName(spec.type))};
+    LayerTime t;
+    t.name = spec.name;
+    t.type = std::string(LayerTypeName(spec.type));
     if (nodes_[n].pooled_by >= 0) t.fused_into = layer_specs_[nodes_[nodes_[n].pooled_by].layer].name;
     if (n < node_time_.size()) {
       t.forward = node_time_[n].forward;

@@ -21,7 +21,9 @@
 #include <cmath>
 #include <vector>
 
-#include "services/model/layers_internal.h"
+#include "services/model/adaptable_layer.h"
+#include "services/model/layer_factories.h"
+#include "services/model/layer_shapes.h"
 #include "services/tensor/backend.h"
 #include "services/tensor/eigen.h"
 #include "services/tensor/ops.h"

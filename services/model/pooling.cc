@@ -7,7 +7,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "services/model/layers_internal.h"
+#include "services/model/layer_factories.h"
+#include "services/model/layer_shapes.h"
 #include "services/tensor/backend.h"
 #include "services/tensor/eigen.h"
 #include "services/tensor/threads.h"

@@ -4,6 +4,7 @@
 // poolings pooling.cc lacks: GlobalMaxPooling1D/2D, GlobalAveragePooling1D,
 // over every position of an example per channel (keepdims keeps the
 // pooled axes as 1s). The first maximum of a channel takes its gradient.
+#include "services/model/layer_factories.h"
 #include "services/model/layers_more.h"
 
 namespace tfjob::model::internal {

@@ -13,7 +13,8 @@
 #include <fstream>
 #include <set>
 
-#include "services/model/layers_internal.h"
+#include "services/model/layer_factories.h"
+#include "services/model/layer_shapes.h"
 
 namespace tfjob::model {
 

@@ -10,7 +10,8 @@
 //
 // Reshape gives each example a new shape with the same number of elements
 // (one dimension may be -1); it copies nothing.
-#include "services/model/layers_internal.h"
+#include "services/model/layer_factories.h"
+#include "services/model/layer_shapes.h"
 #include "services/model/random.h"
 #include "services/tensor/eigen.h"
 #include "services/tensor/ops.h"

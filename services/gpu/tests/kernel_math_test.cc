@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "services/model/layers.h"
-#include "services/model/layers_internal.h"
+#include "services/model/layer_shapes.h"
 #include "services/model/losses.h"
 #include "services/model/optimizers.h"
 

@@ -14,7 +14,7 @@
 #include "services/gpu/kernel_math.h"
 #include "services/gpu/tests/device_fixture.h"
 #include "services/model/layers.h"
-#include "services/model/layers_internal.h"
+#include "services/model/layer_shapes.h"
 #include "services/model/model.h"
 #include "services/model/optimizers.h"
 
