@@ -1,4 +1,7 @@
-// Real-cluster credentials against the API-server double: token files that
+// Real-cluster credentials against the real API server (envtest) behind the
+// FaultProxy, which checks the client's credentials itself (the accepted
+// bearer tokens change on cue, client certificates name their CN in its
+// request log) and forwards as cluster-admin: token files that
 // rotate (re-read on change, at least every minute, and after a 401), exec
 // credential plugins (a script printing an ExecCredential, re-run before its
 // expirationTimestamp), client certificates and CAs from files or inline
@@ -19,7 +22,8 @@
 #include "common/files.h"
 #include "common/time.h"
 #include "kube/rest_client.h"
-#include "tests/support/apiserver/apiserver_double.h"
+#include "tests/support/envtest.h"
+#include "tests/support/fault_proxy.h"
 #include "tests/support/apiserver/test_pki.h"
 #include "tests/support/subprocess.h"
 
@@ -84,8 +88,12 @@ class CredentialsTest : public ::testing::Test {
  protected:
   void SetUp() override { dir_ = t::MakeTempDir("credentials"); }
 
-  void StartServer(t::ApiServerDouble::Options o = {}) {
-    auto s = t::ApiServerDouble::Start(o);
+  // The proxy, in front of this executable's control plane.
+  void StartServer(t::FaultProxy::Options o = {}) {
+    std::string why;
+    t::ControlPlane* cp = t::ControlPlane::Shared(&why);
+    ASSERT_NE(cp, nullptr) << why;
+    auto s = t::FaultProxy::Start(*cp, o);
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = std::move(s).value();
   }
@@ -117,7 +125,7 @@ class CredentialsTest : public ::testing::Test {
 
   std::string dir_;
   FakeClock clock_;
-  std::unique_ptr<t::ApiServerDouble> server_;
+  std::unique_ptr<t::FaultProxy> server_;
 };
 
 // ---- Token files ----------------------------------------------------------------
@@ -131,10 +139,10 @@ TEST_F(CredentialsTest, InClusterTokenIsReReadWhenTheKubeletRotatesIt) {
   ASSERT_TRUE(pki.ok()) << pki.status();
   auto server_cert = pki->Server();
   ASSERT_TRUE(server_cert.ok());
-  t::ApiServerDouble::Options o;
+  t::FaultProxy::Options o;
   o.tls_cert_pem = server_cert->cert_pem;
   o.tls_key_pem = server_cert->key_pem;
-  o.bearer_token = "token-one";
+  o.bearer_tokens = {"token-one"};
   StartServer(o);
   const std::string sa = dir_ + "/sa";
   std::filesystem::create_directories(sa + "/..2030_01");
@@ -182,7 +190,7 @@ void RewriteUnnoticeably(const std::string& path, const std::string& text) {
 }
 
 TEST_F(CredentialsTest, TokenFileIsReReadAtLeastEveryMinute) {
-  t::ApiServerDouble::Options o;
+  t::FaultProxy::Options o;
   StartServer(o);
   server_->SetBearerTokens({"token-a1", "token-a2"});
   t::WriteText(dir_ + "/token", "token-a1");
@@ -369,7 +377,7 @@ class TlsTest : public CredentialsTest {
     auto client = pki_.Client("tfjob-operator");
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = *client;
-    t::ApiServerDouble::Options o;
+    t::FaultProxy::Options o;
     o.tls_cert_pem = server_cert->cert_pem;
     o.tls_key_pem = server_cert->key_pem;
     o.tls_ca_pem = pki_.ca_pem();
