@@ -41,19 +41,19 @@ esac
 # Left out, because they exec the project's real binaries (tfjob,
 # tfjob-runtime, tfjob-operator) to test them end to end, and building and
 # running those sanitized would cost more CI time than the rest together:
-# runtime_test, gpu_fit_test, runtime_slurm_test, runtime_slurm_cluster_test,
-# runtime_slurm_two_nodes_test, local_run_test, chaos_test,
-# operator_e2e_test, prometheus_test, chart_test, dockerfile_test,
+# runtime_test, gpu_fit_test, runtime_slurm_test, runtime_resolver_envtest_test,
+# runtime_slurm_cluster_test, runtime_slurm_two_nodes_test, local_run_test,
+# chaos_test, operator_e2e_test, prometheus_test, chart_test, dockerfile_test,
 # custom_loop_test. gpu_test needs CUDA, which these builds leave out.
+# cluster_envtest_test and kube_envtest_test (the Kubernetes resolver, the
+# informer, event sink and credentials against the real API server, behind
+# the fault proxy where a test needs faults) start one control plane each:
+# library code with threads of its own, which the sanitizers must see.
 ASAN_TESTS=(
-  common_test base_test cluster_test tensor_test data_test model_test tfjs_golden_test checkpoint_test
-  operator_api_test kube_test kube_envtest_test operator_planner_test operator_controller_test rpc_server_test
-  operator_leader_test tls_test
+  common_test base_test cluster_test cluster_envtest_test tensor_test data_test model_test tfjs_golden_test
+  checkpoint_test operator_api_test kube_test kube_envtest_test operator_planner_test operator_controller_test
+  rpc_server_test operator_leader_test tls_test
 )
-# kube_envtest_test (the informer, event sink and credentials against the
-# real API server behind the fault proxy) starts one control plane: the
-# only envtest executable here, because the informer's threads are what
-# TSan must see.
 TSAN_TESTS=(coordinator_test ps_test collective_test nccl_test kube_test kube_envtest_test operator_controller_test
   rpc_server_test operator_leader_test tls_test)
 

@@ -1,8 +1,12 @@
-// TFJOB_CLUSTER_RESOLVER=kubernetes against the API-server double: the
-// resolver reads this pod's labels and its TFJob, finds the other pods by
-// Kubeflow's labels and builds the cluster from their IPs in numeric
+// TFJOB_CLUSTER_RESOLVER=kubernetes against the real API server (one
+// control plane per executable, services/cluster/tests/envtest_fixture.h):
+// the resolver reads this pod's labels and its TFJob, finds the other pods
+// by Kubeflow's labels and builds the cluster from their IPs in numeric
 // replica order; then a whole counter job runs with every task resolving
-// its cluster that way instead of from TF_CONFIG.
+// its cluster that way instead of from TF_CONFIG. The test plays the kubelet
+// through the pods' status subresource; a FaultProxy is in front only where
+// a test reads what the resolver requested, and permission denied comes
+// from the server's own RBAC, for a ServiceAccount allowed the pods only.
 #include <algorithm>
 #include <cctype>
 #include <regex>
@@ -20,7 +24,7 @@
 #include "operator/api/validation.h"
 #include "services/base/ports.h"
 #include "services/cluster/resolver.h"
-#include "tests/support/apiserver/apiserver_double.h"
+#include "services/cluster/tests/envtest_fixture.h"
 #include "tests/support/process.h"
 #include "tests/support/subprocess.h"
 
@@ -66,32 +70,80 @@ json TfJob(const std::string& name, int ps, int workers, bool evaluator) {
           {"spec", {{"tfReplicaSpecs", specs}}}};
 }
 
-class KubernetesResolverTest : public ::testing::Test {
+class KubernetesResolverTest : public cluster::testing::EnvtestTest {
  protected:
   void SetUp() override {
-    auto s = t::ApiServerDouble::Start();
-    ASSERT_TRUE(s.ok()) << s.status();
-    server_ = std::move(s).value();
+    ASSERT_NO_FATAL_FAILURE(SetUpNamespace("r"));
+    ASSERT_NO_FATAL_FAILURE(InstallTfJobCrd());
     dir_ = t::MakeTempDir("k8s-resolver");
-    ASSERT_TRUE(server_->WriteKubeconfig(dir_ + "/kubeconfig").ok());
+    kubeconfig_ = cp_->admin_kubeconfig();
   }
-  std::map<std::string, std::string> EnvFor(const std::string& pod) {
+  // From here on the resolver talks to the server through a FaultProxy, whose
+  // log (proxy_->Requests()) then holds its requests.
+  void ThroughProxy() {
+    ASSERT_NO_FATAL_FAILURE(StartProxy());
+    kubeconfig_ = dir_ + "/proxy.kubeconfig";
+    ASSERT_TRUE(proxy_->WriteKubeconfig(kubeconfig_, ns_).ok());
+  }
+  std::map<std::string, std::string> EnvFor(const std::string& pod, const std::string& kubeconfig = "") {
     return {{"TFJOB_CLUSTER_RESOLVER", "kubernetes"},
-            {"KUBECONFIG", dir_ + "/kubeconfig"},
+            {"KUBECONFIG", kubeconfig.empty() ? kubeconfig_ : kubeconfig},
             {"POD_NAME", pod},
-            {"POD_NAMESPACE", "default"},
+            {"POD_NAMESPACE", ns_},
             {"TFJOB_KUBERNETES_WAIT_SECONDS", "20"}};
   }
+  // Pods as the kubelet leaves them (status through the status
+  // subresource); TFJobs as they are.
   void Put(const json& obj, const std::string& resource = "pods") {
-    auto r = server_->Put(resource, "default", obj);
-    ASSERT_TRUE(r.ok()) << r.status();
+    if (resource == "pods") {
+      ASSERT_NO_FATAL_FAILURE(PutPod(obj));
+    } else {
+      ASSERT_EQ(resource, "tfjobs");
+      ASSERT_NO_FATAL_FAILURE(Create(kube::kTFJobs, obj));
+    }
   }
+  // A kubeconfig for ServiceAccount `sa` of the test's namespace, allowed
+  // get and list on pods and nothing else (a Role and RoleBinding), with a
+  // token from the TokenRequest API; once the server lets it read pods.
+  std::string PodsOnlyKubeconfig(const std::string& sa);
 
-  std::unique_ptr<t::ApiServerDouble> server_;
-  std::string dir_;
+  std::string dir_, kubeconfig_;
 };
 
+std::string KubernetesResolverTest::PodsOnlyKubeconfig(const std::string& sa) {
+  Create(kServiceAccounts, {{"metadata", {{"name", sa}}}});
+  Create(kRoles,
+         {{"metadata", {{"name", sa}}},
+          {"rules", json::array({{{"apiGroups", {""}}, {"resources", {"pods"}}, {"verbs", {"get", "list"}}}})}});
+  Create(kRoleBindings, {{"metadata", {{"name", sa}}},
+                         {"roleRef", {{"apiGroup", "rbac.authorization.k8s.io"}, {"kind", "Role"}, {"name", sa}}},
+                         {"subjects", json::array({{{"kind", "ServiceAccount"}, {"name", sa}, {"namespace", ns_}}})}});
+  auto token = cp_->Kubectl({"create", "token", sa, "-n", ns_});
+  EXPECT_EQ(token.exit_code, 0) << token.err;
+  std::string tok = token.out;
+  while (!tok.empty() && std::isspace(static_cast<unsigned char>(tok.back()))) tok.pop_back();
+  const std::string path = dir_ + "/" + sa + ".kubeconfig";
+  t::WriteText(path, "apiVersion: v1\nkind: Config\nclusters:\n- name: envtest\n  cluster:\n    server: " +
+                         cp_->server() + "\n    certificate-authority: " + cp_->dir() +
+                         "/pki/ca.crt\nusers:\n- name: " + sa + "\n  user:\n    token: " + tok +
+                         "\ncontexts:\n- name: envtest\n  context:\n    cluster: envtest\n    user: " + sa +
+                         "\n    namespace: " + ns_ + "\ncurrent-context: envtest\n");
+  // The authenticator and the authorizer learn of the ServiceAccount and
+  // the binding from their caches: wait until a pod list is allowed.
+  auto config = kube::LoadKubeconfig(path);
+  EXPECT_TRUE(config.ok()) << config.status().message();
+  if (!config.ok()) return path;
+  auto client = kube::RestClient::Create(*config);
+  EXPECT_TRUE(client.ok()) << client.status().message();
+  if (!client.ok()) return path;
+  EXPECT_TRUE(t::WaitUntil([&] { return (*client)->List(kube::kPods, ns_, {}).ok(); }, t::kWaitPatience,
+                           std::chrono::milliseconds(20)))
+      << "ServiceAccount " << sa << " never allowed to list pods";
+  return path;
+}
+
 TEST_F(KubernetesResolverTest, ClusterFromPodIpsInNumericReplicaOrderAndTaskFromOwnLabels) {
+  ASSERT_NO_FATAL_FAILURE(ThroughProxy());
   Put(TfJob("mnist", 1, 11, true), "tfjobs");
   Put(Pod("mnist", "chief", 0, "10.1.0.1", 2222));
   Put(Pod("mnist", "ps", 0, "10.1.1.1", 2222));
@@ -120,9 +172,9 @@ TEST_F(KubernetesResolverTest, ClusterFromPodIpsInNumericReplicaOrderAndTaskFrom
 
   // The pods were found by Kubeflow's labels, one selector per replica type.
   bool selected = false;
-  for (const auto& req : server_->Requests()) {
+  for (const auto& req : proxy_->Requests()) {
     selected |=
-        req.path == "/api/v1/namespaces/default/pods" &&
+        req.path == "/api/v1/namespaces/" + ns_ + "/pods" &&
         req.query.find("training.kubeflow.org%2Fjob-name%3Dmnist%2Ctraining.kubeflow.org%2Freplica-type%3Dworker") !=
             std::string::npos;
   }
@@ -150,6 +202,7 @@ TEST_F(KubernetesResolverTest, WaitsForPodsNotCreatedOrRunningYet) {
 }
 
 TEST_F(KubernetesResolverTest, AnExplicitLayoutNeedsNoTfJob) {
+  ASSERT_NO_FATAL_FAILURE(ThroughProxy());
   Put(Pod("bare", "worker", 0, "10.3.0.1", 2222));
   Put(Pod("bare", "worker", 1, "10.3.0.2", 2222));
   auto env = EnvFor("bare-worker-1");
@@ -158,7 +211,7 @@ TEST_F(KubernetesResolverTest, AnExplicitLayoutNeedsNoTfJob) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->config.task, (cluster::TaskId{"worker", 1}));
   EXPECT_EQ(r->config.cluster.NumTasks("worker"), 2);
-  for (const auto& req : server_->Requests()) EXPECT_EQ(req.path.find("tfjobs"), std::string::npos) << req.path;
+  for (const auto& req : proxy_->Requests()) EXPECT_EQ(req.path.find("tfjobs"), std::string::npos) << req.path;
 }
 
 TEST_F(KubernetesResolverTest, BadInputAndMissingPermissionsAreClearErrors) {
@@ -174,18 +227,19 @@ TEST_F(KubernetesResolverTest, BadInputAndMissingPermissionsAreClearErrors) {
   auto unlabelled = cluster::ResolveCluster(cluster::FixedEnv(EnvFor("plain")));
   EXPECT_EQ(unlabelled.status().code(), Code::kInvalidArgument);
   EXPECT_THAT(unlabelled.status().message(),
-              HasSubstr("pod default/plain has no label training.kubeflow.org/job-name"));
+              HasSubstr("pod " + ns_ + "/plain has no label training.kubeflow.org/job-name"));
   // A pod that does not exist: bad input, never NOT_FOUND (which would make
   // the task train alone).
   auto ghost = cluster::ResolveCluster(cluster::FixedEnv(EnvFor("ghost")));
   EXPECT_EQ(ghost.status().code(), Code::kInvalidArgument);
-  EXPECT_THAT(ghost.status().message(), HasSubstr("kubernetes resolver: getting pod default/ghost: "));
-  // RBAC that does not allow reading the TFJob: the error says what is needed.
+  EXPECT_THAT(ghost.status().message(), HasSubstr("kubernetes resolver: getting pod " + ns_ + "/ghost: "));
+  // RBAC that does not allow reading the TFJob (the server's own: a service
+  // account allowed the pods only): the error says what is needed.
   Put(Pod("rbac", "worker", 0, "10.5.0.1", 2222));
-  ASSERT_TRUE(server_->InjectFault({"GET", ".*/tfjobs/rbac", 403, -1, "Forbidden", "tfjobs is forbidden"}).ok());
-  auto forbidden = cluster::ResolveCluster(cluster::FixedEnv(EnvFor("rbac-worker-0")));
+  const std::string pods_only = PodsOnlyKubeconfig("pods-only");
+  auto forbidden = cluster::ResolveCluster(cluster::FixedEnv(EnvFor("rbac-worker-0", pods_only)));
   EXPECT_EQ(forbidden.status().code(), Code::kPermissionDenied);
-  EXPECT_THAT(forbidden.status().message(), HasSubstr("getting TFJob default/rbac"));
+  EXPECT_THAT(forbidden.status().message(), HasSubstr("getting TFJob " + ns_ + "/rbac"));
   EXPECT_THAT(forbidden.status().message(), HasSubstr("needs get and list on pods and get on tfjobs"));
   // A layout without this pod's task.
   auto env = EnvFor("rbac-worker-0");
@@ -203,6 +257,7 @@ TEST_F(KubernetesResolverTest, BadInputAndMissingPermissionsAreClearErrors) {
 // used), bound to the service account every replica runs as, and every
 // replica selects the resolver and names its pod through the downward API.
 TEST_F(KubernetesResolverTest, TheExampleRbacGrantsExactlyWhatTheResolverUses) {
+  ASSERT_NO_FATAL_FAILURE(ThroughProxy());
   auto text = ReadFile(t::SourceDir() + "/examples/kubernetes/tfjob-resolver.yaml");
   ASSERT_TRUE(text.ok()) << text.status();
   auto docs = op::api::YamlDocumentsToJson(*text, "tfjob-resolver.yaml");
@@ -244,7 +299,7 @@ TEST_F(KubernetesResolverTest, TheExampleRbacGrantsExactlyWhatTheResolverUses) {
   for (const auto& [type, n] : replicas) {
     for (int i = 0; i < n; ++i) Put(Pod(name, type, i, "10.6.0." + std::to_string(ip++), 2222));
   }
-  server_->ClearRequests();
+  proxy_->ClearRequests();
   for (const auto& [type, n] : replicas) {
     for (int i = 0; i < n; ++i) {
       auto r = cluster::ResolveCluster(cluster::FixedEnv(EnvFor(name + "-" + type + "-" + std::to_string(i))));
@@ -253,8 +308,8 @@ TEST_F(KubernetesResolverTest, TheExampleRbacGrantsExactlyWhatTheResolverUses) {
   }
   using Permission = std::tuple<std::string, std::string, std::string>;  // verb, API group, resource
   std::set<Permission> used;
-  const std::regex path(R"(/(?:api/v1|apis/([^/]+)/[^/]+)/namespaces/default/([^/]+)(/[^/]+)?)");
-  for (const auto& req : server_->Requests()) {
+  const std::regex path(R"(/(?:api/v1|apis/([^/]+)/[^/]+)/namespaces/)" + ns_ + R"(/([^/]+)(/[^/]+)?)");
+  for (const auto& req : proxy_->Requests()) {
     std::smatch m;
     ASSERT_TRUE(std::regex_match(req.path, m, path)) << req.path;
     ASSERT_EQ(req.method, "GET") << req.path;
