@@ -125,7 +125,10 @@ StatusOr<FitSummary> FitRun::Train(nlohmann::json* strategy_json) {
   lo.metrics = ctx_.metrics;
   lo.stop = ctx_.stop;
   auto summary = FitAndEvaluate(*strategy, job_, data_, lo, ctx_.out);
-  if (strategy_json) *strategy_json = strategy->SummaryJson();
+  // Only a finished run is summarised: a strategy's summary may ask its
+  // cluster (the PS strategy asks every PS), which a stopped or failed run
+  // may no longer have, and a stop must not wait on it.
+  if (summary.ok() && strategy_json) *strategy_json = strategy->SummaryJson();
   if (summary.ok() && (!o_.export_weights.empty() || ctx_.after_fit) && strategy->is_chief()) {
     ASSIGN_OR_RETURN(std::vector<Tensor> values, strategy->Values());
     if (!o_.export_weights.empty()) {

@@ -47,8 +47,9 @@ class FitRun {
 
   // Builds the strategy, trains, evaluates on the chief, and there writes
   // options.export_weights and calls context.after_fit. `strategy_json`
-  // (optional) receives the strategy's summary fields, also when training
-  // failed. Call once.
+  // (optional) receives the strategy's summary fields when training
+  // succeeded (a failed or stopped run leaves it untouched: asking a cluster
+  // that may be gone would hold up the exit). Call once.
   StatusOr<FitSummary> Train(nlohmann::json* strategy_json = nullptr);
 
   const StrategyEntry& entry() const { return entry_; }

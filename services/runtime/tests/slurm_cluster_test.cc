@@ -150,7 +150,8 @@ TEST_F(SlurmClusterTest, ATaskKilledMidJobStopsTheRestOfTheStep) {
   ASSERT_EQ(job.state(), "FAILED") << Tail(out);
   EXPECT_THAT(out, HasSubstr("srun: error: " + slurm_->nodes()[0] + ": task 2: Killed\n"));
   // Slurm stopped the others (SIGTERM): each says so as it exits.
-  EXPECT_THAT(TaskLines(out, 0), ::testing::Contains(HasSubstr("stopped by a signal before training was complete")));
+  EXPECT_THAT(TaskLines(out, 0), ::testing::Contains(HasSubstr("stopped by a signal before training was complete")))
+      << Tail(out, 80);
   EXPECT_THAT(TaskLines(out, 1),
               ::testing::Contains("ps 0: stopped by a signal before training was complete; exiting 143"));
   EXPECT_THAT(TaskLines(out, 3),
