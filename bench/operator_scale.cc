@@ -1,6 +1,5 @@
 // The operator at scale, on a real API server (../shared/envtest: etcd,
-// kube-apiserver, kube-controller-manager on this machine) and, for
-// comparison, on the project's API-server double. For each N: N TFJobs of
+// kube-apiserver, kube-controller-manager on this machine). For each N: N TFJobs of
 // 1 chief + 1 PS + 3 workers (5 pods, 5 services each) are created as fast
 // as the bench's client allows; then, playing the kubelet, every pod is
 // marked Running, then every chief Succeeded, then every job is deleted.
@@ -38,7 +37,6 @@
 #include "kube/informer.h"
 #include "kube/rest_client.h"
 #include "services/base/tests/http_get.h"
-#include "tests/support/apiserver/apiserver_double.h"
 #include "tests/support/envtest.h"
 #include "tests/support/process.h"
 #include "tests/support/subprocess.h"
@@ -241,19 +239,14 @@ tfjob::Status Parallel(int n, int threads, const std::function<tfjob::Status(int
   return first;
 }
 
-struct Setup {
-  std::string backend;     // "real API server" or "API-server double"
-  std::string kubeconfig;  // admin
-  bool garbage_collector;  // deleting a job deletes its pods
-  bool namespaces;         // namespaces are objects to create first
-};
-
-Result RunOne(const Setup& setup, int jobs, const tfjob::Flags& flags, const std::string& ns) {
+// One N on the control plane whose admin kubeconfig is `kubeconfig`, in a
+// namespace of its own.
+Result RunOne(const std::string& kubeconfig, int jobs, const tfjob::Flags& flags, const std::string& ns) {
   Result r;
-  r.backend = setup.backend;
+  r.backend = "real API server";
   r.jobs = jobs;
   const int timeout = static_cast<int>(*flags.GetInt("timeout"));
-  auto config = kube::LoadKubeconfig(setup.kubeconfig);
+  auto config = kube::LoadKubeconfig(kubeconfig);
   if (!config.ok()) {
     r.why = config.status().ToString();
     return r;
@@ -267,7 +260,7 @@ Result RunOne(const Setup& setup, int jobs, const tfjob::Flags& flags, const std
     return r;
   }
   kube::Client& c = **client;
-  if (setup.namespaces) {
+  {
     auto made = c.Create(kNamespaces, "", {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}});
     if (!made.ok() && made.status().code() != tfjob::Code::kAlreadyExists) {
       r.why = "namespace: " + made.status().ToString();
@@ -277,7 +270,7 @@ Result RunOne(const Setup& setup, int jobs, const tfjob::Flags& flags, const std
 
   std::vector<std::string> args{flags.Get("operator"),
                                 "--kubeconfig",
-                                setup.kubeconfig,
+                                kubeconfig,
                                 "--namespace",
                                 ns,
                                 "--metrics-bind-address",
@@ -434,10 +427,8 @@ Result RunOne(const Setup& setup, int jobs, const tfjob::Flags& flags, const std
   if (r.why.empty() && !WaitUntil([&] { return jobs_left() == 0; }, timeout)) {
     r.why = "jobs left after deleting them: " + std::to_string(jobs_left());
   }
-  if (setup.garbage_collector) {
-    WaitUntil([&] { return pods.size() == 0; }, 60);
-    r.pods_left = static_cast<int>(pods.size());
-  }
+  WaitUntil([&] { return pods.size() == 0; }, 60);
+  r.pods_left = static_cast<int>(pods.size());
   r.peak_rss_mib = static_cast<double>(ProcStatusKiB(op.pid(), "VmHWM:")) / 1024.0;
   if (rss_full > 0 && rss_ready > 0) {
     r.rss_per_1000_pods_mib = static_cast<double>(rss_full - rss_ready) / 1024.0 / (want_pods / 1000.0);
@@ -446,7 +437,7 @@ Result RunOne(const Setup& setup, int jobs, const tfjob::Flags& flags, const std
   pods.Stop();
   tfjobs.Stop();
   op.Stop(SIGTERM);
-  if (setup.namespaces) (void)c.Delete(kNamespaces, "", ns, "Background");
+  (void)c.Delete(kNamespaces, "", ns, "Background");
   r.ok = r.why.empty() && r.duplicates == 0 && r.missed == 0;
   return r;
 }
@@ -490,8 +481,6 @@ std::vector<int> ParseList(const std::string& s) {
 int main(int argc, char** argv) {
   tfjob::Flags flags;
   flags.Value("jobs", "comma-separated job counts N", "100,500,2000")
-      .Value("backends", "real, double, or real,double", "real,double")
-      .Value("double-jobs", "job counts N for the API-server double", "100,500")
       .Value("operator", "path of tfjob-operator", "build/bin/tfjob-operator")
       .Value("workers", "operator --workers (default: the operator's)", "")
       .Value("qps", "operator --qps (default: the operator's)", "")
@@ -505,15 +494,13 @@ int main(int argc, char** argv) {
     std::cerr << s.message() << "\n" << usage;
     return 2;
   }
-  std::vector<int> counts, double_counts;
+  std::vector<int> counts;
   try {
     counts = ParseList(flags.Get("jobs"));
-    double_counts = ParseList(flags.Get("double-jobs"));
   } catch (const std::exception&) {
     std::cerr << "--jobs: a comma-separated list of counts, got '" << flags.Get("jobs") << "'\n";
     return 2;
   }
-  const std::string backends = flags.Get("backends");
   std::vector<Result> results;
   auto flag_or = [&](const char* f, const char* d) {
     return flags.Get(f).empty() ? std::string(d) + " (default)" : flags.Get(f);
@@ -523,61 +510,39 @@ int main(int argc, char** argv) {
   std::printf("%-18s %6s %9s %13s %13s %9s %9s %9s %9s %7s %6s %5s\n", "backend", "N", "all pods", "create p50/p99",
               "success p50/99", "req/job", "peak RSS", "MiB/1k", "CPU s", "dup", "missed", "ok");
 
-  if (backends.find("real") != std::string::npos) {
-    std::string why;
-    t::ControlPlane* cp = t::ControlPlane::Shared(&why);
-    if (!cp) {
-      std::cerr << "bench/operator_scale: " << why << std::endl;
-      return 1;
-    }
-    auto crd = cp->Kubectl({"apply", "--server-side", "-f", t::SourceDir() + "/crds/kubeflow.org_tfjobs.yaml"});
-    // Polled: `kubectl wait` fails outright when it looks before the CRD
-    // has any condition.
-    const bool established =
-        crd.exit_code == 0 &&
-        WaitUntil(
-            [&] {
-              return cp->Kubectl({"get", "crd", "tfjobs.kubeflow.org", "-o",
-                                  "jsonpath={.status.conditions[?(@.type==\"Established\")].status}"})
-                         .out == "True";
-            },
-            60);
-    if (!established) {
-      std::cerr << "bench/operator_scale: installing the TFJob CRD failed: " << crd.err << std::endl;
-      return 1;
-    }
-    Setup real{"real API server", cp->admin_kubeconfig(), true, true};
-    for (int n : counts) {
-      std::cerr << "real API server: " << n << " jobs..." << std::endl;
-      results.push_back(RunOne(real, n, flags, "scale-" + std::to_string(n)));
-      PrintRow(results.back());
-    }
+  std::string why;
+  t::ControlPlane* cp = t::ControlPlane::Shared(&why);
+  if (!cp) {
+    std::cerr << "bench/operator_scale: " << why << std::endl;
+    return 1;
   }
-  if (backends.find("double") != std::string::npos) {
-    auto server = t::ApiServerDouble::Start();
-    if (!server.ok()) {
-      std::cerr << server.status() << std::endl;
-      return 1;
-    }
-    const std::string kubeconfig = t::MakeTempDir("operator-scale") + "/kubeconfig";
-    (void)(*server)->WriteKubeconfig(kubeconfig);
-    Setup dbl{"API-server double", kubeconfig, false, false};
-    // The double keeps every object in one process and answers lists by
-    // scanning them all: past a few thousand pods it measures itself, not
-    // the operator, so its rows stop at --double-jobs.
-    for (int n : double_counts) {
-      std::cerr << "API-server double: " << n << " jobs..." << std::endl;
-      results.push_back(RunOne(dbl, n, flags, "scale-" + std::to_string(n)));
-      PrintRow(results.back());
-    }
+  auto crd = cp->Kubectl({"apply", "--server-side", "-f", t::SourceDir() + "/crds/kubeflow.org_tfjobs.yaml"});
+  // Polled: `kubectl wait` fails outright when it looks before the CRD
+  // has any condition.
+  const bool established =
+      crd.exit_code == 0 &&
+      WaitUntil(
+          [&] {
+            return cp->Kubectl({"get", "crd", "tfjobs.kubeflow.org", "-o",
+                                "jsonpath={.status.conditions[?(@.type==\"Established\")].status}"})
+                       .out == "True";
+          },
+          60);
+  if (!established) {
+    std::cerr << "bench/operator_scale: installing the TFJob CRD failed: " << crd.err << std::endl;
+    return 1;
+  }
+  for (int n : counts) {
+    std::cerr << "real API server: " << n << " jobs..." << std::endl;
+    results.push_back(RunOne(cp->admin_kubeconfig(), n, flags, "scale-" + std::to_string(n)));
+    PrintRow(results.back());
   }
 
-  // The goals (docs/operations.md), on the real API server.
+  // The goals (docs/operations.md).
   bool all_ok = true;
   std::string verdict;
   for (const Result& r : results) {
     all_ok = all_ok && r.ok;
-    if (r.backend != "real API server") continue;
     if (r.jobs == 500) {
       verdict += std::string(" create p99 at N=500 ") + (r.create_p99 <= 5 ? "<= 5 s (met)" : "> 5 s (missed)") + ";";
     }

@@ -2,18 +2,15 @@
 # The operator at scale (docs/operations.md): N TFJobs of 1 chief + 1 PS + 3
 # workers (5 pods, 5 services each) for N = 100, 500 and 2,000 on a real API
 # server (../shared/envtest: etcd, kube-apiserver, kube-controller-manager on
-# this machine), then on the project's API-server double for comparison:
-# created, every pod Running, every chief Succeeded, every job deleted.
+# this machine): created, every pod Running, every chief Succeeded, every
+# job deleted.
 # Prints a table (latencies, API requests per job by verb, operator RSS and
 # CPU, duplicates, missed transitions) and a one-line verdict.
 #
-# usage: bench/operator_scale.sh [--jobs 100,500,2000] [--double-jobs 100,500]
-#                                [--backends real,double] [--workers N] [--qps Q] [--burst B]
+# usage: bench/operator_scale.sh [--jobs 100,500,2000] [--workers N] [--qps Q] [--burst B]
 #        (from the project root, after the build; flags not given keep the
 #         operator's defaults. Each row prints as its run ends. About 20
-#         minutes on two cores, most of it N = 2,000 on the real API server.
-#         The double stops at 500 by default: it answers lists by scanning
-#         every object it holds, so at 10,000 pods it measures itself.)
+#         minutes on two cores, most of it N = 2,000.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}

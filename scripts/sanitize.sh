@@ -17,10 +17,10 @@
 # Only the test executables listed below (and what they link) are built, to
 # keep CI's time down; ctest then runs every test of those executables
 # (-E _NOT_BUILT skips the placeholders gtest_discover_tests leaves for
-# executables that were not built; -LE 'envtest|slurm|generated' the
-# real-API-server and real-Slurm suites, none of which is built here, and
-# the checks that committed goldens are what their Python and node
-# generators write, which run none of the project's C++).
+# executables that were not built; -LE 'slurm|generated' the real-Slurm
+# suites, none of which is built here, and the checks that committed goldens
+# are what their Python and node generators write, which run none of the
+# project's C++).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/sanitizer_build.sh
@@ -43,19 +43,23 @@ esac
 # running those sanitized would cost more CI time than the rest together:
 # runtime_test, gpu_fit_test, runtime_slurm_test, runtime_resolver_envtest_test,
 # runtime_slurm_cluster_test, runtime_slurm_two_nodes_test, local_run_test,
-# chaos_test, operator_e2e_test, prometheus_test, chart_test, dockerfile_test,
-# custom_loop_test. gpu_test needs CUDA, which these builds leave out.
-# cluster_envtest_test and kube_envtest_test (the Kubernetes resolver, the
-# informer, event sink and credentials against the real API server, behind
-# the fault proxy where a test needs faults) start one control plane each:
-# library code with threads of its own, which the sanitizers must see.
+# chaos_test, operator_e2e_test, operator_e2e_faults_test,
+# operator_e2e_lax_crd_test, operator_envtest_*, prometheus_test, chart_test,
+# chart_rbac_test, chart_install_test, dockerfile_test, custom_loop_test.
+# gpu_test needs CUDA, which these builds leave out.
+# cluster_envtest_test, kube_envtest_test and operator_leader_test (the
+# Kubernetes resolver; the informer, event sink and credentials; leader
+# election's Leases; against the real API server, behind the fault proxy
+# where a test needs faults) start one control plane each: library code with
+# threads of its own, which the sanitizers must see. http_server_test is the
+# fault proxy's HTTP server alone.
 ASAN_TESTS=(
   common_test base_test cluster_test cluster_envtest_test tensor_test data_test model_test tfjs_golden_test
   checkpoint_test operator_api_test kube_test kube_envtest_test operator_planner_test operator_controller_test
-  rpc_server_test operator_leader_test tls_test
+  rpc_server_test operator_leader_test tls_test http_server_test
 )
 TSAN_TESTS=(coordinator_test ps_test collective_test nccl_test kube_test kube_envtest_test operator_controller_test
-  rpc_server_test operator_leader_test tls_test)
+  rpc_server_test operator_leader_test tls_test http_server_test)
 
 run_tests() {
   local dir=$1

@@ -4,8 +4,8 @@
 // pod). The operator binary runs here in its place, with the installed
 // Deployment's args and under the chart's ServiceAccount (a token from the
 // TokenRequest API), so the API server's RBAC judges every request it makes
-// by the chart's rules, where chart_test can only compare the rules with the
-// requests the API-server double saw. A distributed example from examples/
+// by the chart's rules, where chart_rbac_test compares the rules with the
+// requests the operator made (and finds the rules nothing uses). A distributed example from examples/
 // gets its pods and services and goes Created, Running (pods marked Running
 // through the status subresource, as a kubelet would) and Succeeded, and the
 // operator is never refused. helm uninstall then removes the release and
@@ -393,8 +393,8 @@ TEST_F(ChartInstall, DefaultsRunTheExampleInAnyNamespace) {
 }
 
 // Every toggle the API server can take on (gang scheduling needs a
-// scheduler's PodGroup CRD and admission, which chart_test's RBAC test plays
-// with the double), one watched namespace: a Role there.
+// scheduler's PodGroup CRD and admission, which chart_rbac_test plays
+// with schema-less PodGroup CRDs), one watched namespace: a Role there.
 TEST_F(ChartInstall, EveryToggleOnOneNamespace) {
   InstallCase c;
   c.watch_ns = c.job_ns = "team-a";

@@ -24,7 +24,7 @@
 #include "kube/rest_client.h"
 #include "tests/support/envtest.h"
 #include "tests/support/fault_proxy.h"
-#include "tests/support/apiserver/test_pki.h"
+#include "tests/support/test_pki.h"
 #include "tests/support/subprocess.h"
 
 namespace tfjob::kube {

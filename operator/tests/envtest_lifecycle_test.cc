@@ -18,7 +18,6 @@
 
 #include "operator/api/codec.h"
 #include "operator/tests/envtest_support.h"
-#include "tests/support/apiserver/resources.h"
 
 namespace tfjob::op::envtest {
 namespace {
@@ -335,7 +334,7 @@ TEST_F(EnvtestLifecycle, TwoOperatorsElectOneLeaderAndTheStandbyTakesOverWhenItI
 // gang (Inqueue), and so does the job's startTime, the clock of
 // activeDeadlineSeconds; a finished job's PodGroup is deleted.
 TEST_F(EnvtestLifecycle, VolcanoAdmitsTheGangBeforePodsAndTheClockStart) {
-  InstallCrd(t::apiserver::VolcanoPodGroupCrd());
+  InstallCrd(VolcanoPodGroupCrd());
   StartOperator({"--gang-scheduler-name", "volcano"});
   const std::string ps = "              resources: {requests: {cpu: \"2\", memory: 1Gi}}\n";
   const std::string worker = "              resources: {requests: {cpu: 500m, memory: 512Mi}}\n";
@@ -375,7 +374,7 @@ TEST_F(EnvtestLifecycle, VolcanoAdmitsTheGangBeforePodsAndTheClockStart) {
 // scheduler-plugins: its PodGroup kind, pods at once with its label, and
 // the real garbage collector deletes the PodGroup with the job.
 TEST_F(EnvtestLifecycle, SchedulerPluginsPodGroupIsOwnedByTheJob) {
-  InstallCrd(t::apiserver::SchedulerPluginsPodGroupCrd());
+  InstallCrd(SchedulerPluginsPodGroupCrd());
   StartOperator({"--gang-scheduler-name", "scheduler-plugins"});
   const std::string requests = "              resources: {requests: {cpu: \"1\"}}\n";
   Apply(JobYaml("coscheduled", Replica("PS", 1, "OnFailure", requests) + Replica("Worker", 3, "OnFailure", requests),

@@ -14,13 +14,13 @@ namespace {
 namespace t = ::tfjob::testing;
 
 // The CRD, once per process (and per control plane: it survives restarts).
-bool InstallCrd(t::ControlPlane* cp, std::string* why) {
+bool InstallCrd(t::ControlPlane* cp, const std::string& path, std::string* why) {
   static std::once_flag once;
   static std::string error;
   std::call_once(once, [&] {
     // Server-side: the CRD's schema is larger than client-side apply's
     // last-applied annotation allows.
-    auto r = cp->Kubectl({"apply", "--server-side", "-f", t::SourceDir() + "/crds/kubeflow.org_tfjobs.yaml"});
+    auto r = cp->Kubectl({"apply", "--server-side", "-f", path});
     if (r.exit_code != 0) {
       error = "kubectl apply of the CRD failed: " + r.err;
       return;
@@ -52,7 +52,7 @@ void RealApiServerTest::SetUp() {
   std::string why;
   cp_ = t::ControlPlane::Shared(&why);
   ASSERT_NE(cp_, nullptr) << why;
-  ASSERT_TRUE(InstallCrd(cp_, &why)) << why;
+  ASSERT_TRUE(InstallCrd(cp_, CrdPath(), &why)) << why;
   // A namespace per test: names are a DNS label.
   std::string name = Lower(::testing::UnitTest::GetInstance()->current_test_info()->name());
   name = std::regex_replace(name, std::regex("[^a-z0-9]"), "");
@@ -63,6 +63,8 @@ void RealApiServerTest::SetUp() {
   ASSERT_TRUE(Eventually([&] { return TryGet("serviceaccount", "default").has_value(); }))
       << "no default ServiceAccount in " << ns_;
 }
+
+std::string RealApiServerTest::CrdPath() { return t::SourceDir() + "/crds/kubeflow.org_tfjobs.yaml"; }
 
 void RealApiServerTest::TearDown() {
   StopOperator();
@@ -81,7 +83,7 @@ std::unique_ptr<t::Process> RealApiServerTest::OperatorProcess(const std::vector
                                 "--health-probe-bind-address",
                                 "127.0.0.1:0"};
   argv.insert(argv.end(), extra.begin(), extra.end());
-  return std::make_unique<t::Process>(argv);
+  return std::make_unique<t::Process>(argv, op_env_);
 }
 
 void RealApiServerTest::StartOperator(const std::vector<std::string>& extra, const std::string& kubeconfig) {
@@ -233,5 +235,39 @@ std::string Env(const json& pod, const std::string& name) {
   }
   return "";
 }
+
+namespace {
+
+json PodGroupCrd(const std::string& group, const std::string& version, bool volcano_columns) {
+  json columns = volcano_columns
+                     ? json::array({{{"name", "Status"}, {"type", "string"}, {"jsonPath", ".status.phase"}},
+                                    {{"name", "MinMember"}, {"type", "integer"}, {"jsonPath", ".spec.minMember"}},
+                                    {{"name", "Queue"}, {"type", "string"}, {"jsonPath", ".spec.queue"}},
+                                    {{"name", "Age"}, {"type", "date"}, {"jsonPath", ".metadata.creationTimestamp"}}})
+                     : json::array({{{"name", "Phase"}, {"type", "string"}, {"jsonPath", ".status.phase"}},
+                                    {{"name", "MinMember"}, {"type", "integer"}, {"jsonPath", ".spec.minMember"}},
+                                    {{"name", "Age"}, {"type", "date"}, {"jsonPath", ".metadata.creationTimestamp"}}});
+  const json version_entry = {
+      {"name", version},
+      {"served", true},
+      {"storage", true},
+      {"subresources", {{"status", json::object()}}},
+      {"additionalPrinterColumns", columns},
+      {"schema", {{"openAPIV3Schema", {{"type", "object"}, {"x-kubernetes-preserve-unknown-fields", true}}}}}};
+  return {{"apiVersion", "apiextensions.k8s.io/v1"},
+          {"kind", "CustomResourceDefinition"},
+          {"metadata", {{"name", "podgroups." + group}}},
+          {"spec",
+           {{"group", group},
+            {"names",
+             {{"kind", "PodGroup"}, {"listKind", "PodGroupList"}, {"plural", "podgroups"}, {"singular", "podgroup"}}},
+            {"scope", "Namespaced"},
+            {"versions", json::array({version_entry})}}}};
+}
+
+}  // namespace
+
+json VolcanoPodGroupCrd() { return PodGroupCrd("scheduling.volcano.sh", "v1beta1", true); }
+json SchedulerPluginsPodGroupCrd() { return PodGroupCrd("scheduling.x-k8s.io", "v1alpha1", false); }
 
 }  // namespace tfjob::op::envtest

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,7 +57,12 @@ class RealApiServerTest : public ::testing::Test {
   static std::string Replica(const std::string& type, int n, const std::string& policy = "Never",
                              const std::string& container_extra = "");
 
+  // The TFJob CRD the process installs (once, in the first SetUp): the
+  // project's, unless a fixture installs another.
+  virtual std::string CrdPath();
+
   ::tfjob::testing::ControlPlane* cp_ = nullptr;
+  std::map<std::string, std::string> op_env_;  // the operator's extra environment
   std::string ns_;
   std::string dir_;
   std::unique_ptr<::tfjob::testing::Process> op_;
@@ -64,8 +70,16 @@ class RealApiServerTest : public ::testing::Test {
 };
 
 // The value of the tensorflow container's variable `name` in a pod ("" when
-// absent); shared with the double-based e2e tests.
+// absent).
 std::string Env(const json& pod, const std::string& name);
+
+// The gang schedulers' PodGroup CRDs (Volcano's scheduling.volcano.sh/
+// v1beta1, scheduler-plugins' scheduling.x-k8s.io/v1alpha1) as far as the
+// operator uses them: the kind, a status subresource, their printer columns,
+// and a schema that keeps every field (the schedulers' own are long and the
+// operator writes only fields both define).
+json VolcanoPodGroupCrd();
+json SchedulerPluginsPodGroupCrd();
 
 // The garbage collector acts for a custom resource (a TFJob, a PodGroup)
 // only once its periodic discovery, every 30 s in kube-controller-manager,

@@ -1,5 +1,7 @@
-// Leader election with client-go's semantics against the API-server double,
-// in virtual time: candidates run their real loops on their own threads,
+// Leader election with client-go's semantics against the real API server
+// (tests/support/envtest.h: one control plane per executable, a namespace
+// per test, the Lease stored and versioned by kube-apiserver), in virtual
+// time: candidates run their real loops on their own threads,
 // but the clock only moves when every thread is asleep, so a 15 s lease
 // costs no wall time and machine load cannot change the outcome.
 // Candidates' wall clocks are skewed by more than a lease (both ways) and
@@ -17,8 +19,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "kube/config.h"
 #include "kube/rest_client.h"
-#include "tests/support/apiserver/apiserver_double.h"
+#include "tests/support/envtest.h"
 
 namespace tfjob::op {
 namespace {
@@ -182,6 +185,59 @@ class Ledger {
   std::vector<Event> events_;
 };
 
+// The control plane, a cluster-admin client of it and a namespace of this
+// test's own for the Lease. Failure: set-up errors fail the test.
+class RealServer {
+ public:
+  RealServer() {
+    std::string why;
+    t::ControlPlane* cp = t::ControlPlane::Shared(&why);
+    if (cp == nullptr) {
+      ADD_FAILURE() << why;
+      return;
+    }
+    auto config = kube::LoadKubeconfig(cp->admin_kubeconfig());
+    if (!config.ok()) {
+      ADD_FAILURE() << config.status();
+      return;
+    }
+    config_ = *config;
+    admin_ = Connect();
+    // A namespace per test: names are a DNS label (the name's end tells
+    // the parameterised cases apart).
+    std::string label;
+    for (char ch : std::string(::testing::UnitTest::GetInstance()->current_test_info()->name())) {
+      if (std::isalnum(static_cast<unsigned char>(ch))) label += static_cast<char>(std::tolower(ch));
+    }
+    ns_ = "l-" + label.substr(label.size() > 60 ? label.size() - 60 : 0);
+    auto created = admin_->Create(kNamespaces, "", json{{"metadata", {{"name", ns_}}}});
+    EXPECT_TRUE(created.ok()) << created.status();
+  }
+  ~RealServer() {
+    if (admin_ && !ns_.empty()) (void)admin_->Delete(kNamespaces, "", ns_, "");
+  }
+  bool ok() const { return admin_ != nullptr; }
+  // A client of its own, as cluster-admin.
+  std::unique_ptr<kube::RestClient> Connect(kube::RestOptions ro = {}) const {
+    auto c = kube::RestClient::Create(config_, ro);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(c).value() : nullptr;
+  }
+  const std::string& ns() const { return ns_; }
+  json LeaseSpec() const {
+    auto l = admin_->Get(kLeases, ns_, "tfjob-operator-leader");
+    EXPECT_TRUE(l.ok()) << l.status();
+    return l.ok() ? (*l)["spec"] : json();
+  }
+
+ private:
+  static inline const kube::Resource kNamespaces{"", "v1", "namespaces"};
+  static inline const kube::Resource kLeases{"coordination.k8s.io", "v1", "leases"};
+  kube::ClusterConfig config_;
+  std::unique_ptr<kube::RestClient> admin_;
+  std::string ns_;
+};
+
 struct Candidate {
   std::string name;
   std::unique_ptr<kube::RestClient> rest;
@@ -195,13 +251,12 @@ struct Candidate {
 class LeaderElectionTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
-    auto s = t::ApiServerDouble::Start();
-    ASSERT_TRUE(s.ok()) << s.status();
-    server_ = std::move(s).value();
+    server_ = std::make_unique<RealServer>();
+    ASSERT_TRUE(server_->ok());
   }
   void TearDown() override {
     stop_ = true;
-    vt_->Kick();
+    if (vt_) vt_->Kick();
     for (auto& c : candidates_) {
       if (c->thread.joinable()) c->thread.join();
     }
@@ -219,15 +274,15 @@ class LeaderElectionTest : public ::testing::TestWithParam<int> {
       const std::chrono::seconds skew = entry.second;
       auto c = std::make_unique<Candidate>();
       c->name = name;
-      kube::ClusterConfig cc;
-      cc.server = server_->url();
       kube::RestOptions ro;
       ro.qps = 10000;
       ro.burst = 10000;
-      c->rest = std::move(kube::RestClient::Create(cc, ro)).value();
+      c->rest = server_->Connect(ro);
+      ASSERT_NE(c->rest, nullptr);
       c->client = std::make_unique<PartitionableClient>(*c->rest);
       c->clock = std::make_shared<CandidateClock>(*vt_, skew, std::chrono::hours(1000 * i++));
       LeaderOptions o;
+      o.ns = server_->ns();
       o.identity = name;
       o.clock = c->clock;  // client-go's defaults: 15 s, 10 s, 2 s
       o.on_started_leading = [this, name] { ledger_->Started(name); };
@@ -254,9 +309,9 @@ class LeaderElectionTest : public ::testing::TestWithParam<int> {
     }
     return nullptr;
   }
-  json LeaseSpec() { return server_->Get("leases", "default", "tfjob-operator-leader").value()["spec"]; }
+  json LeaseSpec() { return server_->LeaseSpec(); }
 
-  std::unique_ptr<t::ApiServerDouble> server_;
+  std::unique_ptr<RealServer> server_;
   std::unique_ptr<VirtualTime> vt_;
   std::unique_ptr<Ledger> ledger_;
   std::vector<std::unique_ptr<Candidate>> candidates_;
@@ -315,21 +370,18 @@ INSTANTIATE_TEST_SUITE_P(Skew, LeaderElectionTest, ::testing::Values(90, -90, 36
   return (info.param < 0 ? "Behind" : "Ahead") + std::to_string(std::abs(info.param)) + "s";
 });
 
-// The API-server double, a client of it, and virtual time that moves only
+// The real API server, a client of it, and virtual time that moves only
 // when the test thread sleeps: for driving electors step by step.
-struct OneThreadOnTheDouble {
-  static std::unique_ptr<kube::RestClient> Connect(const t::ApiServerDouble& server) {
-    kube::ClusterConfig cc;
-    cc.server = server.url();
-    return std::move(kube::RestClient::Create(cc)).value();
-  }
-  std::unique_ptr<t::ApiServerDouble> server = std::move(t::ApiServerDouble::Start()).value();
-  std::unique_ptr<kube::RestClient> rest = Connect(*server);
+struct OneThreadOnTheServer {
+  std::unique_ptr<RealServer> server = std::make_unique<RealServer>();
+  std::unique_ptr<kube::RestClient> rest = server->ok() ? server->Connect() : nullptr;
   VirtualTime vt{1};
   std::atomic<bool> never{false};
-  // A candidate's options: `identity`, on the double's virtual time unskewed.
+  // A candidate's options: `identity`, in this test's namespace, on the
+  // virtual time unskewed.
   LeaderOptions Candidate(const std::string& identity) {
     LeaderOptions o;
+    o.ns = server->ns();
     o.identity = identity;
     o.clock = std::make_shared<CandidateClock>(vt, 0s, std::chrono::hours(0));
     return o;
@@ -340,7 +392,8 @@ struct OneThreadOnTheDouble {
 // ahead may take over exactly when a full lease has passed, by its own
 // clock, since it saw the record change; the holder's renewTime plays no part.
 TEST(LeaderStepTest, TakeoverComesAFullLeaseAfterTheLastObservedChange) {
-  OneThreadOnTheDouble d;
+  OneThreadOnTheServer d;
+  ASSERT_NE(d.rest, nullptr);
   auto& [server, rest, vt, never] = d;
   LeaderOptions o = d.Candidate("a");
   LeaderElector a(*rest, o);
@@ -358,7 +411,7 @@ TEST(LeaderStepTest, TakeoverComesAFullLeaseAfterTheLastObservedChange) {
   EXPECT_EQ(b.TryAcquireOrRenew().code(), Code::kFailedPrecondition);  // 38 s: 14 s since it saw a change
   vt.SleepFor(1s, never);
   EXPECT_TRUE(b.TryAcquireOrRenew().ok());  // 39 s: a full lease since 24 s
-  const json spec = server->Get("leases", "default", "tfjob-operator-leader").value()["spec"];
+  const json spec = server->LeaseSpec();
   EXPECT_EQ(spec["holderIdentity"], "b");
   EXPECT_EQ(spec["leaseTransitions"], 1);
   // b's clock wrote the times: an hour ahead of a's.
@@ -382,7 +435,8 @@ class RecordingClock : public CandidateClock {
 // (1 + 1.2 x U[0,1)), as client-go's JitterUntil, and takes over a full
 // lease after it last saw the record change.
 TEST(LeaderStepTest, AcquireRetriesAreJitteredAsClientGos) {
-  OneThreadOnTheDouble d;
+  OneThreadOnTheServer d;
+  ASSERT_NE(d.rest, nullptr);
   auto& [server, rest, vt, never] = d;
   LeaderOptions o = d.Candidate("a");
   LeaderElector a(*rest, o);

@@ -17,16 +17,13 @@
 #include <nlohmann/json.hpp>
 #include <openssl/evp.h>
 
-#include "tests/support/apiserver/http_server.h"
 #include "tests/support/envtest.h"
+#include "tests/support/http_server.h"
 #include "tests/support/proxy_upstream.h"
 
 namespace tfjob::testing {
 
 namespace {
-
-using apiserver::HttpRequest;
-using apiserver::ResponseWriter;
 
 std::string ReasonFor(int code) {
   switch (code) {
@@ -52,6 +49,13 @@ std::string StatusJson(int code, const std::string& reason, const std::string& m
       {"status", "Failure"}, {"message", message}, {"reason", reason.empty() ? ReasonFor(code) : reason},
       {"code", code}}
       .dump();
+}
+
+// Answers with a k8s v1 Status.
+void SetStatus(HttpResponse& res, int code, const std::string& reason, const std::string& message) {
+  res.code = code;
+  res.content_type = "application/json";
+  res.body = StatusJson(code, reason, message);
 }
 
 bool Truthy(const std::string& v) { return v == "1" || v == "true"; }
@@ -132,7 +136,7 @@ class FaultProxy::Impl {
     if (http) http->Stop();
   }
 
-  void Handle(const HttpRequest& req, ResponseWriter& w);
+  void Handle(const HttpRequest& req, HttpResponse& res);
 
   struct Rule {
     Fault fault;
@@ -145,11 +149,22 @@ class FaultProxy::Impl {
     bool watch;
     bool dropped;
   };
+  // Owns an upstream connection and keeps it in `conns` (for DropWatches and
+  // ActiveWatches) until destroyed: after the answer, or a watch's last chunk.
+  struct Flight {
+    Impl* impl;
+    uint64_t id;
+    std::unique_ptr<proxy::Upstream> up;
+    ~Flight() {
+      std::lock_guard<std::mutex> lock(impl->mu);
+      impl->conns.erase(id);
+    }
+  };
 
   Options options;
   proxy::UpstreamTarget target;
   std::shared_ptr<void> tls;  // client SSL_CTX for the upstream
-  std::unique_ptr<apiserver::HttpServer> http;
+  std::unique_ptr<HttpServer> http;
 
   mutable std::mutex mu;  // guards the members below
   std::condition_variable cv;
@@ -161,13 +176,16 @@ class FaultProxy::Impl {
   uint64_t next_id = 0;
 
  private:
+  bool Stopping() const {
+    std::lock_guard<std::mutex> lock(mu);
+    return stopping;
+  }
   void Record(const HttpRequest& req, int code, bool watch, const std::string& token);
   // The fault that matches the request, counted; nullopt when none.
   std::optional<Fault> TakeFault(const HttpRequest& req, bool is_watch);
-  void AnswerFault(const Fault& f, const HttpRequest& req, ResponseWriter& w, bool is_watch, const std::string& token);
-  void Forward(const HttpRequest& req, ResponseWriter& w, bool is_watch, const std::string& token);
+  void AnswerFault(const Fault& f, const HttpRequest& req, HttpResponse& res, bool is_watch, const std::string& token);
   // Passes the upstream's answer on: a watch chunk by chunk, else whole.
-  void Relay(proxy::Upstream& up, const proxy::ResponseHead& head, ResponseWriter& w, bool is_watch);
+  void Forward(const HttpRequest& req, HttpResponse& res, bool is_watch, const std::string& token);
   std::string UpstreamRequest(const HttpRequest& req) const;
 };
 
@@ -178,7 +196,7 @@ void FaultProxy::Impl::Record(const HttpRequest& req, int code, bool watch, cons
   while (requests.size() > options.request_log_limit) requests.pop_front();
 }
 
-void FaultProxy::Impl::Handle(const HttpRequest& req, ResponseWriter& w) {
+void FaultProxy::Impl::Handle(const HttpRequest& req, HttpResponse& res) {
   const bool is_watch = IsWatch(req);
   std::string token;
   if (const std::string& h = req.Header("authorization"); h.rfind("Bearer ", 0) == 0) token = h.substr(7);
@@ -191,17 +209,16 @@ void FaultProxy::Impl::Handle(const HttpRequest& req, ResponseWriter& w) {
   }
   if (!accepted) {
     Record(req, 401, is_watch, token);
-    w.Send(401, "application/json", StatusJson(401, "Unauthorized", "Unauthorized"));
-    return;
+    return SetStatus(res, 401, "Unauthorized", "Unauthorized");
   }
   if (auto fault = TakeFault(req, is_watch)) {
     if (fault->delay.count() > 0) {
       std::unique_lock<std::mutex> lock(mu);
       cv.wait_for(lock, fault->delay, [&] { return stopping; });
     }
-    if (fault->code != 0) return AnswerFault(*fault, req, w, is_watch, token);
+    if (fault->code != 0) return AnswerFault(*fault, req, res, is_watch, token);
   }
-  Forward(req, w, is_watch, token);
+  Forward(req, res, is_watch, token);
 }
 
 std::optional<FaultProxy::Fault> FaultProxy::Impl::TakeFault(const HttpRequest& req, bool is_watch) {
@@ -218,20 +235,21 @@ std::optional<FaultProxy::Fault> FaultProxy::Impl::TakeFault(const HttpRequest& 
   return hit;
 }
 
-void FaultProxy::Impl::AnswerFault(const Fault& f, const HttpRequest& req, ResponseWriter& w, bool is_watch,
+void FaultProxy::Impl::AnswerFault(const Fault& f, const HttpRequest& req, HttpResponse& res, bool is_watch,
                                    const std::string& token) {
   const std::string message = f.message.empty() ? "injected fault" : f.message;
   if (is_watch && f.code == 410) {
     // As the real server answers a watch from a compacted version.
     Record(req, 200, true, token);
     const std::string event = "{\"type\":\"ERROR\",\"object\":" + StatusJson(410, f.reason, message) + "}\n";
-    if (w.StartStream(200, "application/json") && w.WriteChunk(event)) w.EndStream();
+    res.code = 200;
+    res.content_type = "application/json";
+    res.stream = [event](ChunkSink& out) { return out.Write(event); };
     return;
   }
   Record(req, f.code, is_watch, token);
-  std::vector<std::pair<std::string, std::string>> headers;
-  if (f.code == 429 || f.code == 503) headers.push_back({"Retry-After", "1"});
-  w.Send(f.code, "application/json", StatusJson(f.code, f.reason, message), headers);
+  SetStatus(res, f.code, f.reason, message);
+  if (f.code == 429 || f.code == 503) res.headers.push_back({"Retry-After", "1"});
 }
 
 std::string FaultProxy::Impl::UpstreamRequest(const HttpRequest& req) const {
@@ -247,88 +265,73 @@ std::string FaultProxy::Impl::UpstreamRequest(const HttpRequest& req) const {
   return r;
 }
 
-void FaultProxy::Impl::Forward(const HttpRequest& req, ResponseWriter& w, bool is_watch, const std::string& token) {
+void FaultProxy::Impl::Forward(const HttpRequest& req, HttpResponse& res, bool is_watch, const std::string& token) {
   auto bad_gateway = [&](const std::string& why) {
     Record(req, 502, is_watch, token);
-    w.Send(502, "application/json", StatusJson(502, "", "fault proxy: " + why));
+    SetStatus(res, 502, "", "fault proxy: " + why);
   };
   auto up = proxy::Upstream::Connect(target, tls);
   if (!up.ok()) return bad_gateway(up.status().message());
-  proxy::Upstream& conn = **up;
-  uint64_t id;
+  std::shared_ptr<Flight> flight;
   {
     std::lock_guard<std::mutex> lock(mu);
-    if (stopping) return bad_gateway("stopping");
-    id = next_id++;
-    conns[id] = Open{&conn, ResourceOf(req.path), is_watch, false};
-  }
-  struct Unregister {
-    Impl* impl;
-    uint64_t id;
-    ~Unregister() {
-      std::lock_guard<std::mutex> lock(impl->mu);
-      impl->conns.erase(id);
+    if (!stopping) {
+      conns[next_id] = Open{up->get(), ResourceOf(req.path), is_watch, false};
+      flight.reset(new Flight{this, next_id++, std::move(up).value()});
     }
-  } unregister{this, id};
+  }
+  if (!flight) return bad_gateway("stopping");
+  proxy::Upstream& conn = *flight->up;
   proxy::ResponseHead head;
-  auto keep_waiting = [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return !stopping;
-  };
+  auto keep_waiting = [this] { return !Stopping(); };
   if (!conn.Write(UpstreamRequest(req)) || !conn.ReadHead(&head, req.method == "HEAD", keep_waiting)) {
     bool dropped;
     {
       std::lock_guard<std::mutex> lock(mu);
-      dropped = conns[id].dropped;
+      dropped = conns[flight->id].dropped;
     }
-    if (dropped) return w.Abort();  // DropWatches() before the server answered
+    if (dropped) {  // DropWatches() before the server answered
+      res.abort = true;
+      return;
+    }
     return bad_gateway("no answer from " + options.upstream);
   }
   Record(req, head.code, is_watch, token);
-  Relay(conn, head, w, is_watch);
-}
-
-void FaultProxy::Impl::Relay(proxy::Upstream& conn, const proxy::ResponseHead& head, ResponseWriter& w, bool is_watch) {
-  const std::string content_type = head.Header("content-type");
+  res.code = head.code;
+  res.content_type = head.Header("content-type");
   if (is_watch && head.code == 200) {
-    // Passed on chunk by chunk; a client that has gone ends the relay.
-    auto keep_waiting = [&] {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        if (stopping) return false;
+    // Passed on chunk by chunk as it arrives; a client that has gone, a drop
+    // here or upstream, or a stop ends the relay, without the last chunk.
+    res.stream = [this, flight, head](ChunkSink& out) {
+      auto keep_waiting = [&] { return !Stopping() && !out.PeerGone(); };
+      std::string piece;
+      bool end = false;
+      while (!end) {
+        if (!flight->up->ReadPiece(head, &piece, &end, keep_waiting)) return false;
+        if (!piece.empty() && !out.Write(piece)) return false;
       }
-      return !w.PeerGone();
+      return true;
     };
-    if (!w.StartStream(200, content_type)) return;
-    std::string piece;
-    bool end = false;
-    while (!end) {
-      if (!conn.ReadPiece(head, &piece, &end, keep_waiting)) return w.Abort();  // dropped, here or upstream
-      if (!piece.empty() && !w.WriteChunk(piece)) return w.Abort();
-    }
-    return w.EndStream();
+    return;
   }
-  std::string body;
-  auto keep_waiting = [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return !stopping;
-  };
-  if (!conn.ReadBody(head, &body, keep_waiting)) return w.Abort();
-  std::vector<std::pair<std::string, std::string>> headers;
+  if (!conn.ReadBody(head, &res.body, keep_waiting)) {
+    res.abort = true;
+    return;
+  }
   for (const auto& [name, value] : head.headers) {
+    // The server sets these itself.
     if (name != "content-type" && name != "content-length" && name != "transfer-encoding" && name != "connection" &&
-        name != "keep-alive" && name != "cache-control")
-      headers.push_back({name, value});
+        name != "keep-alive")
+      res.headers.push_back({name, value});
   }
-  w.Send(head.code, content_type, body, headers);
 }
 
 FaultProxy::FaultProxy(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 FaultProxy::~FaultProxy() = default;
 
 StatusOr<std::unique_ptr<FaultProxy>> FaultProxy::Start(Options options) {
-  // OpenSSL writes with plain send(2): a peer that has gone would raise
-  // SIGPIPE, as with HttpServer's TLS.
+  // OpenSSL writes to the upstream with plain send(2): an upstream that has
+  // gone would raise SIGPIPE.
   ::signal(SIGPIPE, SIG_IGN);
   auto impl = std::make_unique<Impl>(std::move(options));
   ASSIGN_OR_RETURN(impl->target, proxy::ParseUpstream(impl->options.upstream));
@@ -336,13 +339,13 @@ StatusOr<std::unique_ptr<FaultProxy>> FaultProxy::Start(Options options) {
     ASSIGN_OR_RETURN(impl->tls, proxy::ClientTlsContext(impl->options.upstream_ca_pem, impl->options.client_cert_pem,
                                                         impl->options.client_key_pem));
   }
-  apiserver::HttpServer::Options http;
+  HttpServer::Options http;
   http.tls_cert_pem = impl->options.tls_cert_pem;
   http.tls_key_pem = impl->options.tls_key_pem;
   http.client_ca_pem = impl->options.client_ca_pem;
   Impl* raw = impl.get();
-  ASSIGN_OR_RETURN(impl->http, apiserver::HttpServer::Start(
-                                   http, [raw](const HttpRequest& req, ResponseWriter& w) { raw->Handle(req, w); }));
+  ASSIGN_OR_RETURN(
+      impl->http, HttpServer::Start(http, [raw](const HttpRequest& req, HttpResponse& res) { raw->Handle(req, res); }));
   return std::unique_ptr<FaultProxy>(new FaultProxy(std::move(impl)));
 }
 

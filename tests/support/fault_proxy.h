@@ -20,9 +20,8 @@
 // with their code, content type and headers; a watch's chunks are passed on
 // as each arrives, and a watch the upstream ends cleanly ends cleanly here.
 //
-// Faults (same semantics as ApiServerDouble::Fault): the first fault whose
-// method and path match answers the next `count` matching requests with a
-// k8s v1 Status of `code` instead of forwarding them, after `delay`; code 0
+// Faults: the first fault whose method and path match answers the next
+// `count` matching requests with a k8s v1 Status of `code` instead of forwarding them, after `delay`; code 0
 // only delays, then forwards. On a watch (GET with watch=1|true or a
 // /watch/ path) a code of 410 answers as the real server does when the
 // version is too old: HTTP 200, one {"type":"ERROR","object":<Status 410

@@ -1,5 +1,6 @@
-// Monitoring end to end, with real tools: the operator (against the
-// API-server double) and a local TFJob (`tfjob run`: chief, PS and workers
+// Monitoring end to end, with real tools: the operator (against the real
+// API server, tests/support/envtest.h, in a namespace of each test's own)
+// and a local TFJob (`tfjob run`: chief, PS and workers
 // training with `fit`) serve /metrics; promtool lints every endpoint; a real
 // Prometheus scrapes the operator statically and the job through the
 // runner's file_sd targets, and its HTTP API returns the series; every
@@ -12,12 +13,12 @@
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
-#include "operator/api/codec.h"
 #include "kube/rest_client.h"
+#include "operator/tests/envtest_support.h"
 #include "services/base/tests/http_get.h"
-#include "tests/support/apiserver/apiserver_double.h"
 #include "tests/support/process.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/wait.h"
 
 namespace tfjob::runtime_metrics {
 namespace {
@@ -29,14 +30,7 @@ namespace t = ::tfjob::testing;
 constexpr const char* kJob = "metrics-e2e";
 constexpr auto kPatience = 40s;
 
-bool Eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = kPatience) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(100ms);
-  }
-  return pred();
-}
+bool Patiently(const std::function<bool()>& pred) { return t::WaitUntil(pred, kPatience, 100ms); }
 
 // The value of the first sample of `name` whose line contains `with`.
 std::optional<double> Sample(const std::string& text, const std::string& name, const std::string& with = "") {
@@ -49,27 +43,20 @@ std::optional<double> Sample(const std::string& text, const std::string& name, c
   return std::nullopt;
 }
 
-class Monitoring : public ::testing::Test {
+// The real API server's part (op::envtest::RealApiServerTest): the
+// control plane with the TFJob CRD, this test's namespace (ns_) with its
+// "default" ServiceAccount, a temporary directory (dir_), the operator (op_).
+class Monitoring : public op::envtest::RealApiServerTest {
  protected:
   void SetUp() override {
-    dir_ = t::MakeTempDir("monitoring-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    // The operator, watching the double, with one TFJob so its job counters have samples.
-    auto s = t::ApiServerDouble::Start();
-    ASSERT_TRUE(s.ok()) << s.status();
-    apiserver_ = std::move(s).value();
-    ASSERT_TRUE(apiserver_->WriteKubeconfig(dir_ + "/kubeconfig").ok());
-    // Its endpoints on ports it binds itself; its first line says which.
-    operator_ = std::make_unique<t::Process>(std::vector<std::string>{
-        t::BinDir() + "/tfjob-operator", "--kubeconfig", dir_ + "/kubeconfig", "--namespace", "default",
-        "--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0"});
-    const auto ports = operator_->WaitForLine("tfjob-operator: metrics on :");
-    ASSERT_TRUE(ports) << operator_->output();
-    operator_port_ = std::stoi(*ports);
-    auto text = ReadFile(t::SourceDir() + "/examples/counter/tfjob.yaml");
-    ASSERT_TRUE(text.ok()) << text.status();
-    auto doc = op::api::YamlToJson(*text, "counter");
-    ASSERT_TRUE(doc.ok()) << doc.status();
-    ASSERT_TRUE(apiserver_->Create("tfjobs", "default", *doc).ok());
+    RealApiServerTest::SetUp();
+    if (HasFatalFailure()) return;
+    // The operator, watching this test's namespace, with one TFJob so its
+    // job counters have samples; its endpoints on ports it binds itself.
+    ASSERT_NO_FATAL_FAILURE(StartOperator());
+    operator_port_ = metrics_port_;
+    Kubectl({"apply", "-n", ns_, "-f", t::SourceDir() + "/examples/counter/tfjob.yaml"});
+    ASSERT_FALSE(HasFailure());
 
     // A local job that trains until stopped: many tiny epochs.
     json config{
@@ -108,7 +95,7 @@ class Monitoring : public ::testing::Test {
     job_ = std::make_unique<t::Process>(
         std::vector<std::string>{t::BinDir() + "/tfjob", "run", dir_ + "/tfjob.yaml", "--state-dir", dir_ + "/state"});
     // Every replica listed in the targets file, serving, and the chief past its first epoch.
-    ASSERT_TRUE(Eventually([&] {
+    ASSERT_TRUE(Patiently([&] {
       auto targets = ReadFile(dir_ + "/state/prometheus-targets.json");
       if (!targets.ok()) return false;
       json j = json::parse(*targets, nullptr, false);
@@ -122,7 +109,7 @@ class Monitoring : public ::testing::Test {
       }
       return true;
     })) << job_->output();
-    ASSERT_TRUE(Eventually([&] {
+    ASSERT_TRUE(Patiently([&] {
       for (const auto& [who, port] : runtime_ports_) {
         if (t::HttpGet(port, "/metrics").status != 200) return false;
       }
@@ -133,14 +120,16 @@ class Monitoring : public ::testing::Test {
              t::HttpGet(operator_port_, "/metrics").body.find("training_operator_jobs_created_total{") !=
                  std::string::npos;
     })) << job_->output()
-        << operator_->output();
+        << op_->output();
   }
 
   void TearDown() override {
     if (prometheus_) prometheus_->Stop(SIGTERM);
     // SIGTERM: the runner stops its replicas (they run in their own process groups).
     if (job_) job_->Stop(SIGTERM);
-    if (operator_) operator_->Stop(SIGTERM);
+    if (op_) op_->Stop(SIGTERM);
+    op_.reset();
+    RealApiServerTest::TearDown();  // deletes the namespace
   }
 
   // Every /metrics body: the operator's and each replica's, by name.
@@ -150,9 +139,7 @@ class Monitoring : public ::testing::Test {
     return out;
   }
 
-  std::string dir_;
-  std::unique_ptr<t::ApiServerDouble> apiserver_;
-  std::unique_ptr<t::Process> operator_, job_, prometheus_;
+  std::unique_ptr<t::Process> job_, prometheus_;
   int operator_port_ = 0;
   std::map<std::string, int> runtime_ports_;  // "ps-0" -> its metrics port
 };
@@ -208,7 +195,8 @@ TEST_F(Monitoring, PrometheusScrapesTheOperatorAndTheLocalJob) {
     return j["data"]["result"];
   };
   const std::vector<std::pair<std::string, size_t>> expected{
-      {R"(training_operator_jobs_created_total{job="tfjob-operator",job_namespace="default",framework="tensorflow"})",
+      {R"(training_operator_jobs_created_total{job="tfjob-operator",job_namespace=")" + ns_ +
+           R"(",framework="tensorflow"})",
        1},
       {R"(tfjob_runtime_steps_total{job="tfjob-runtime",job_name="metrics-e2e",task_type="chief",replica_type="chief"} > 0)",
        1},
@@ -219,8 +207,8 @@ TEST_F(Monitoring, PrometheusScrapesTheOperatorAndTheLocalJob) {
   };
   for (const auto& [query, n] : expected) {
     SCOPED_TRACE(query);
-    EXPECT_TRUE(Eventually([&] { return series(query).size() == n; })) << series(query).dump() << "\n"
-                                                                       << prometheus_->output();
+    EXPECT_TRUE(Patiently([&] { return series(query).size() == n; })) << series(query).dump() << "\n"
+                                                                      << prometheus_->output();
   }
 }
 

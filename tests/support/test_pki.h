@@ -1,6 +1,7 @@
 // A throwaway PKI for TLS tests, made in memory (common/pki.h): a CA, a server
 // certificate for 127.0.0.1 / localhost, and client certificates whose
-// subject CN is the user name the API-server double reports. EC P-256 keys,
+// subject CN is the user name a server that checks client certificates
+// reports (tests/support/fault_proxy.h). EC P-256 keys,
 // valid from an hour ago for a day; nothing is written to disk.
 // Thread-safety: reentrant. Failure: INTERNAL naming the OpenSSL step.
 #pragma once

@@ -1,4 +1,4 @@
-#include "tests/support/apiserver/test_pki.h"
+#include "tests/support/test_pki.h"
 
 #include "common/pki.h"
 
