@@ -122,8 +122,7 @@ void JobConfigs(const fs::path& root) {
 }
 
 void TfJobs(const fs::path& root) {
-  for (const fs::path& rel :
-       Inputs(root, {"examples", "operator/api/tests/testdata"}, ".yaml")) {
+  for (const fs::path& rel : Inputs(root, {"examples", "operator/api/tests/testdata"}, ".yaml")) {
     const std::string text = Must(ReadFile((root / rel).string()), rel.string());
     Put("tfjob_yaml", FlatName(rel), text);
     // Invalid manifests are seeds too; only their JSON form needs a parse.
