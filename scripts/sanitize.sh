@@ -66,11 +66,11 @@ run_tests() {
   shift
   cmake --build "$dir" --target "$@"
   ((BUILD_ONLY)) && return 0
-  # A test run whole (tfjob_add_test WHOLE, label whole) is named after its
-  # executable and has no _NOT_BUILT placeholder: skipped here by name when
-  # this build did not make it.
+  # A test run whole (tfjob_add_test WHOLE or ENVTEST, label whole or
+  # envtest) is named after its executable and has no _NOT_BUILT
+  # placeholder: skipped here by name when this build did not make it.
   local skip='_NOT_BUILT$' t
-  for t in $(cd "$dir" && ctest -N -L whole | sed -n 's/^ *Test *#[0-9]*: *//p'); do
+  for t in $(cd "$dir" && ctest -N -L 'whole|envtest' | sed -n 's/^ *Test *#[0-9]*: *//p'); do
     [[ -x $dir/tests/$t ]] || skip+="|^$t\$"
   done
   (cd "$dir" && ctest --output-on-failure --timeout 900 -j "$(nproc)" -E "$skip" -LE 'slurm|generated')
