@@ -138,6 +138,18 @@ Plan Finish(Pass& p) {
   return std::move(plan);
 }
 
+// A scheduling policy with a field only a gang scheduler reads. Not
+// priorityClass alone: Kueue takes it as the job's priority (Kueue v0.19.2,
+// pkg/controller/jobs/kubeflow/kubeflowjob/kubeflowjob_controller.go,
+// KubeflowJob.PriorityClass), with or without a gang scheduler.
+bool HasGangOnlyFields(const nlohmann::json& policy) {
+  if (!policy.is_object()) return false;
+  for (auto it = policy.begin(); it != policy.end(); ++it) {
+    if (it.key() != "priorityClass") return true;
+  }
+  return false;
+}
+
 // Kubeflow records no event for Created: the condition says it. Said once,
 // when the job is first seen: without a gang scheduler a scheduling policy
 // has nothing to act on (Kubeflow ignores it silently).
@@ -145,7 +157,7 @@ void NoteCreated(Pass& p) {
   if (FindCondition(p.st, api::kConditionCreated)) return;
   SetCondition(p.st, api::kConditionCreated, api::kConditionTrue, api::kReasonCreated,
                "TFJob " + p.name + " is created.", p.now);
-  if (p.options.gang_scheduler.empty() && p.job.spec.run_policy.scheduling_policy.is_object()) {
+  if (p.options.gang_scheduler.empty() && HasGangOnlyFields(p.job.spec.run_policy.scheduling_policy)) {
     p.b.Event("Warning", "SchedulingPolicyIgnored",
               "TFJob " + p.name +
                   " has runPolicy.schedulingPolicy, but the operator runs without "
