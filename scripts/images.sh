@@ -33,7 +33,10 @@
 # from the CUDA toolkit that compiled it;
 # the NVIDIA driver's libcuda comes from the node (NVIDIA's container toolkit).
 # Environment: DEBIAN_MIRROR, DEBIAN_SECURITY_MIRROR (the base image's apt
-# sources; deb.debian.org by default), TFJOB_BUILD_DIR, CONTAINERS_CONF.
+# sources; deb.debian.org by default), TFJOB_BUILD_DIR, CONTAINERS_CONF, and
+# TFJOB_IMAGES_NO_BUILD=1: use the binaries as built, without running ninja
+# (CI makes the images while scripts/test.sh's tests run on the same build
+# directory, where a second ninja must not run); a missing one is an error.
 set -euo pipefail
 caller=$PWD
 cd "$(dirname "$0")/.."
@@ -181,10 +184,9 @@ stage_context() {
     esac
   done
   if [[ " ${images[*]} " == *" runtime-gpu "* ]]; then
-    # (Read whole first: grep -q's early exit could kill cmake with SIGPIPE.)
-    local help
-    help=$(cmake --build "$build" --target help)
-    if ! grep -q '^tfjob_gpu:' <<< "$help"; then
+    # The GPU library's target, read from build.ninja rather than asked of
+    # ninja, so that nothing runs ninja under TFJOB_IMAGES_NO_BUILD.
+    if ! grep -q '^build tfjob_gpu:' "$build/build.ninja"; then
       local why="CMake did not find the CUDA toolkit in $build (no tfjob_gpu target; see 'tfjob: CUDA support' in its configure output)"
       [[ $(sed -n 's/^TFJOB_CUDA:BOOL=//p' "$cache") == OFF ]] && why="$build is configured with -DTFJOB_CUDA=OFF (no GPU code)"
       if ((asked)); then
@@ -198,14 +200,20 @@ stage_context() {
   fi
   # Once each (both runtime images need tfjob and custom_training_loop).
   mapfile -t targets < <(printf '%s\n' "${targets[@]}" | sort -u)
-  cmake --build "$build" --target "${targets[@]}"
+  local t
+  if [[ ${TFJOB_IMAGES_NO_BUILD:-0} == 1 ]]; then
+    for t in "${targets[@]}"; do
+      [[ -x $build/bin/$t ]] || { echo "$me: TFJOB_IMAGES_NO_BUILD=1 but $build/bin/$t is not built" >&2; exit 1; }
+    done
+  else
+    cmake --build "$build" --target "${targets[@]}"
+  fi
 
   # Laid out as the repository is (build/bin/..., examples/, docker/...), so
   # the prebuilt Dockerfiles name the same paths; cuda/ is the GPU image's.
   ctx=$build/images/context
   rm -rf "$ctx"
   mkdir -p "$ctx/build/bin" "$ctx/docker" "$ctx/cuda"
-  local t
   for t in "${targets[@]}"; do
     strip --strip-unneeded -o "$ctx/build/bin/$t" "$build/bin/$t"
   done
