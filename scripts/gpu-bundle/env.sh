@@ -8,6 +8,8 @@
 #      nvidia/*/lib and nvidia/*/*/lib under the site-packages of
 #      ${PYTHON:-python3}; CUDA 13 wheels use nvidia/cu13/lib)
 #   3. /usr/local/cuda/lib64, then /usr/local/cuda/lib
+#   4. /usr/lib/x86_64-linux-gnu, then /usr/lib64 (NVIDIA's distribution
+#      packages, e.g. libnccl2)
 # and, last, the directory of the driver's libcuda.so.1 where the loader
 # would not find it by itself (not in /etc/ld.so.cache).
 # For run.sh it also sets
@@ -35,6 +37,9 @@ for p in nvidia.__path__: print(os.path.dirname(p))' 2> /dev/null); do
   done
 done
 tfjob_dirs="$tfjob_dirs$tfjob_nl/usr/local/cuda/lib64$tfjob_nl/usr/local/cuda/lib"
+# NVIDIA's Debian/Ubuntu packages (libnccl2, libcublas-13-*) install into the
+# system's library directories.
+tfjob_dirs="$tfjob_dirs$tfjob_nl/usr/lib/x86_64-linux-gnu$tfjob_nl/usr/lib64"
 
 TFJOB_BUNDLE_LIBPATH=$TFJOB_BUNDLE/lib
 TFJOB_BUNDLE_FOUND=

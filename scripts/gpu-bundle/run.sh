@@ -91,7 +91,7 @@ fi
 echo "  library path: $TFJOB_BUNDLE_LIBPATH"
 if [[ -n $TFJOB_BUNDLE_MISSING ]]; then
   for lib in $TFJOB_BUNDLE_MISSING; do
-    bad "$lib: not in the bundle's lib/, the Python nvidia packages' nvidia/*/lib (${PYTHON:-python3}), /usr/local/cuda/lib64 or /usr/local/cuda/lib"
+    bad "$lib: not in the bundle's lib/, the Python nvidia packages' nvidia/*/lib (${PYTHON:-python3}), /usr/local/cuda/lib64, /usr/local/cuda/lib, /usr/lib/x86_64-linux-gnu or /usr/lib64"
   done
   finish
 fi

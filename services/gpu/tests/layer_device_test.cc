@@ -68,10 +68,13 @@ class LayerDeviceTest : public DeviceTest {
       auto gy = gpu->Forward(gparams, OnGpu(x), training);
       ExpectClose(gy, y, 1e-4f, what + (training ? " forward (training)" : " forward (inference)"));
       if (!training || !y.ok() || !gy.ok()) continue;
+      // Uploaded before the CPU layer runs: a layer owns the dy it is
+      // handed, and the CPU's BatchNormalization writes dx into it.
       const Tensor dy = Random(y->shape(), -1, 1, 61);
+      const Tensor gdy = OnGpu(dy);
       std::vector<model::Gradient> grads(params.size()), ggrads(params.size());
       auto dx = cpu->Backward(params, dy, true, grads);
-      auto gdx = gpu->Backward(gparams, OnGpu(dy), true, ggrads);
+      auto gdx = gpu->Backward(gparams, gdy, true, ggrads);
       ExpectClose(gdx, dx, 1e-4f, what + " dx");
       for (size_t v = 0; v < grads.size(); ++v) {
         EXPECT_EQ(ggrads[v].delta, grads[v].delta) << what;
