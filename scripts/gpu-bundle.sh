@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Packs the GPU check into one self-contained folder (docs/gpu.md): the GPU
-# test executables, tfjob-runtime and what bench/gpu_train.sh needs, with
+# test executables, tfjob-runtime and what bench/gpu_train.sh needs (the
+# script, bench_gpu_gemm, PyTorch's peer), with
 # every shared library they load, the dynamic loader and the C library of
 # this machine, the MNIST files, and run.sh, which runs it all through the
 # bundled loader on a bare GPU host and prints `N passed, M failed`.
@@ -71,7 +72,10 @@ fi
 
 # kernel_math_test checks host arithmetic, which CI runs on every machine; it
 # stays out so the bundle keeps under 62 MiB.
-exes=(bin/tfjob-runtime tests/gpu_test tests/nccl_test tests/gpu_fit_test)
+# bench_gpu_gemm (the GEMM rates bench/gpu_train.sh measures against) is a
+# few kilobytes: the CUDA runtime and cuBLAS it links are the bundle's and
+# the host's.
+exes=(bin/tfjob-runtime tests/gpu_test tests/nccl_test tests/gpu_fit_test bin/bench_gpu_gemm)
 targets=()
 for e in "${exes[@]}"; do targets+=("$(basename "$e")"); done
 cmake --build "$build" --target "${targets[@]}"

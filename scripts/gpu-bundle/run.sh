@@ -8,7 +8,10 @@
 #   4. MNIST with --device gpu: the MLP to eval_accuracy >= 0.92, the CNN
 #      to >= 0.97
 #   5. bench/gpu_train.sh --rounds 1 against PyTorch ($PYTHON, default
-#      python3) on the same GPU
+#      python3) on the same GPU: first the device's measured cuBLAS FP32,
+#      TF32, BF16 and FP16 GEMM rates (bench_gpu_gemm), then the wide MLP in
+#      float32 and in mixed_bfloat16 as fractions of them, with the verdict
+#      on the >= 50%-of-BF16 goal (a figure, not a pass or fail)
 # GPU cases where no GPU is visible are skipped, with the reason. The last
 # line is `N passed, M failed`; the exit status is 0 when nothing failed.
 # Runs with an empty environment (env -i) too; sets nothing that reaches the
@@ -99,7 +102,7 @@ fi
 echo
 echo "== self-containment =="
 allowed=":${TFJOB_BUNDLE_LIBPATH}:"
-exes=(gpu_test nccl_test gpu_fit_test tfjob-runtime)
+exes=(gpu_test nccl_test gpu_fit_test tfjob-runtime bench_gpu_gemm)
 for n in "${exes[@]}"; do
   rc=0
   "$b/lib/ld-linux-x86-64.so.2" --library-path "$TFJOB_BUNDLE_LIBPATH" --list "$b/exe/$n" > "$tmp/list" 2>&1 || rc=$?
@@ -208,14 +211,23 @@ echo
 echo "== bench/gpu_train.sh --rounds 1 --epochs 3 (tfjob GPU vs PyTorch on the same GPU) =="
 rc=0
 start=$(now)
-TFJOB_RUNTIME=$b/bin/tfjob-runtime MNIST_DIR=$b/shared/data/mnist PYTHON=${PYTHON:-python3} \
-  limit 240 bash "$b/src/bench/gpu_train.sh" --rounds 1 --epochs 3 > "$tmp/bench.out" 2>&1 || rc=$?
+TFJOB_RUNTIME=$b/bin/tfjob-runtime TFJOB_GEMM_BENCH=$b/bin/bench_gpu_gemm MNIST_DIR=$b/shared/data/mnist \
+  PYTHON=${PYTHON:-python3} limit 300 bash "$b/src/bench/gpu_train.sh" --rounds 1 --epochs 3 > "$tmp/bench.out" 2>&1 ||
+  rc=$?
 took=$(since "$start")
 sed 's/^/  /' "$tmp/bench.out"
 if ((rc == 0)) && grep -q '^no GPU: ' "$tmp/bench.out"; then
   skip "bench/gpu_train.sh: $(sed -n 's/^no GPU: //p' "$tmp/bench.out" | head -1)"
 elif ((rc == 0)); then
   ok "bench/gpu_train.sh, $took s"
+  # The GEMM rates and the wide MLP's fractions of them (issue 45).
+  if grep -q '^gemm: .*"type": "bf16".*"tflops"' "$tmp/bench.out" && grep -q '^verdict: ' "$tmp/bench.out"; then
+    ok "bench_gpu_gemm: measured rates; $(sed -n 's/^verdict: //p' "$tmp/bench.out" | head -1)"
+  elif grep -q '^gemm: .*"type": "bf16".*"skipped"' "$tmp/bench.out"; then
+    skip "bench_gpu_gemm: no BF16 rate on this GPU: $(grep -o '"skipped": "[^"]*"' "$tmp/bench.out" | head -1)"
+  else
+    bad "bench_gpu_gemm: no measured BF16 GEMM rate or no verdict line in bench/gpu_train.sh's output"
+  fi
 else
   bad "bench/gpu_train.sh: exit $rc after $took s"
 fi

@@ -21,8 +21,8 @@ SharedLibrary& CublasLibrary() {
 
 namespace {
 
-constexpr const char* kFunctions[] = {"cublasCreate_v2", "cublasSetStream_v2", "cublasSetMathMode",
-                                      "cublasSgemm_v2",  "cublasSgemv_v2",     "cublasGetStatusString"};
+constexpr const char* kFunctions[] = {"cublasCreate_v2", "cublasSetStream_v2", "cublasSetMathMode",    "cublasSgemm_v2",
+                                      "cublasSgemv_v2",  "cublasGemmEx",       "cublasGetStatusString"};
 
 }  // namespace
 
@@ -55,6 +55,22 @@ TFJOB_CUBLAS_FORWARD(cublasStatus_t, cublasSgemv_v2,
                      (cublasHandle_t handle, cublasOperation_t trans, int m, int n, const float* alpha, const float* A,
                       int lda, const float* x, int incx, const float* beta, float* y, int incy),
                      (handle, trans, m, n, alpha, A, lda, x, incx, beta, y, incy), CUBLAS_STATUS_NOT_INITIALIZED)
+// Mixed precision's products (bfloat16 / float16 operands, float32 result).
+// Written out: cublas_api.h also declares a C++ overload of cublasGemmEx
+// (a cudaDataType compute type), which the macro's decltype(&name) cannot
+// choose between.
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                            int k, const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B,
+                            cudaDataType Btype, int ldb, const void* beta, void* C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+  using Fn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                                const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                                cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+  static const auto f = reinterpret_cast<Fn>(tfjob::gpu::CublasLibrary().Symbol("cublasGemmEx"));
+  return f ? f(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C, Ctype, ldc, computeType,
+               algo)
+           : CUBLAS_STATUS_NOT_INITIALIZED;
+}
 TFJOB_CUBLAS_FORWARD(const char*, cublasGetStatusString, (cublasStatus_t status), (status), "cuBLAS is not loaded")
 
 }  // extern "C"

@@ -1,7 +1,9 @@
 // The CUDA implementation of device::Backend (services/tensor/backend.h):
 // every operation checks its operands, then queues cuBLAS or a kernel of
 // kernels.cu on the device's compute stream. The devices' streams, memory and
-// transfers are cuda_devices.h's.
+// transfers are cuda_devices.h's. A thread computing in a mixed precision
+// (services/tensor/precision.h) multiplies bfloat16 / float16 copies of the
+// operands on tensor cores (LowPrecisionMatMul).
 #include "services/gpu/gpu.h"
 
 #include <cublas_v2.h>
@@ -17,6 +19,7 @@
 #include "services/gpu/cuda_devices.h"
 #include "services/gpu/kernels.h"
 #include "services/tensor/backend.h"
+#include "services/tensor/precision.h"
 #ifdef TFJOB_HAVE_NCCL
 #include "services/collective/nccl.h"
 #endif
@@ -127,6 +130,9 @@ class CudaBackend final : public Backend {
     if (m == 0 || n == 0) return Status::Ok();
     if (k == 0) return Fill(c, 0.f);
     DeviceGuard g(c.device().index);
+    if (const Precision p = ComputePrecision(); p != Precision::kFloat32) {
+      return LowPrecisionMatMul(p, d, a, ta, b, tb, c, beta);
+    }
     // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the
     // same buffers, operands swapped.
     const float alpha = 1.f;
@@ -455,6 +461,42 @@ class CudaBackend final : public Backend {
 
  private:
   StatusOr<PerDevice*> Get(int device) { return devices_.Get(device); }
+
+  // A mixed layer's product (services/tensor/precision.h), as Keras' mixed
+  // policies compute it on a GPU: the operands rounded to bfloat16 /
+  // float16 on the device (kernels::ToLowPrecision), multiplied on tensor
+  // cores with float32 accumulation (CUBLAS_COMPUTE_32F), the result
+  // written as float32 (cuBLAS rounds nothing further; the CPU's
+  // LowPrecisionGemm rounds it to the low precision too, a difference of
+  // at most half a unit of that precision). MatMul has checked the shapes.
+  Status LowPrecisionMatMul(Precision p, PerDevice* d, const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c,
+                            float beta) {
+    const int device = c.device().index;
+    const bool bf16 = p == Precision::kBfloat16;
+    // Both copies in one block from the stream-ordered pool (CudaDevices:
+    // cudaMallocAsync with the release threshold raised, so a step's
+    // blocks are recycled, never returned to the driver), freed in order
+    // after the product. b's copy starts 256 bytes aligned, as tensor
+    // cores want their operands.
+    const int64_t a_slots = (a.size() + 127) / 128 * 128;
+    ASSIGN_OR_RETURN(std::shared_ptr<std::byte[]> block,
+                     devices_.Allocate(device, d, d->compute, static_cast<size_t>(a_slots + b.size()) * 2));
+    uint16_t* a16 = reinterpret_cast<uint16_t*>(block.get());
+    uint16_t* b16 = a16 + a_slots;
+    RETURN_IF_ERROR(
+        Launch(kernels::ToLowPrecision(bf16, a.data<float>(), a16, a.size(), d->compute), "ToLowPrecision"));
+    RETURN_IF_ERROR(
+        Launch(kernels::ToLowPrecision(bf16, b.data<float>(), b16, b.size(), d->compute), "ToLowPrecision"));
+    const cudaDataType low = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    const int m = static_cast<int>(c.dim(0)), n = static_cast<int>(c.dim(1)),
+              k = static_cast<int>(ta ? a.dim(0) : a.dim(1));
+    const float alpha = 1.f;
+    // The same operand swap as MatMul's float32 product.
+    return Blas(cublasGemmEx(d->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha,
+                             b16, low, static_cast<int>(b.dim(1)), a16, low, static_cast<int>(a.dim(1)), &beta,
+                             c.data<float>(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                "cublasGemmEx");
+  }
   StatusOr<PerDevice*> Get(const Tensor& t) { return devices_.Get(t); }
 
   static Status CheckStats(const Tensor& stats, int64_t slot) {
@@ -500,6 +542,17 @@ void RegisterBackend() {
   static std::once_flag once;
   std::call_once(once, [] {
     device::RegisterCudaBackend(new CudaBackend());  // lives for the process
+    RegisterGpuPathCheck([](Precision p, int device) -> Status {
+      // The float16 products are here, but training in float16 needs Keras'
+      // dynamic loss scaling, which the GPU training path does not apply
+      // yet: refused rather than trained unscaled.
+      if (p == Precision::kFloat16) {
+        return FailedPrecondition(
+            "float16 on a GPU: Keras' dynamic loss scaling is not applied on the GPU training path yet; use "
+            "--mixed-precision bfloat16");
+      }
+      return MixedPrecisionSupport(p, device);
+    });
 #ifdef TFJOB_HAVE_NCCL
     collective::RegisterNccl();
 #endif

@@ -34,6 +34,28 @@ StatusOr<std::vector<DeviceInfo>> ListDevices() {
   return out;
 }
 
+Status MixedPrecisionSupport(Precision p, const DeviceInfo& device) {
+  // Tensor cores' bfloat16 came with sm_80, float16 with sm_70 (cuBLAS'
+  // cublasGemmEx table: CUDA_R_16BF inputs need compute capability 8.0).
+  const int need = p == Precision::kBfloat16 ? 80 : (p == Precision::kFloat16 ? 70 : 0);
+  const int have = device.compute_major * 10 + device.compute_minor;
+  if (have >= need) return Status::Ok();
+  return FailedPrecondition(std::string(PrecisionName(p)) + " on a GPU needs compute capability " +
+                            std::to_string(need / 10) + "." + std::to_string(need % 10) + " or higher; " + device.name +
+                            " (cuda:" + std::to_string(device.index) + ") has " + std::to_string(device.compute_major) +
+                            "." + std::to_string(device.compute_minor));
+}
+
+Status MixedPrecisionSupport(Precision p, int index) {
+  if (p == Precision::kFloat32) return Status::Ok();
+  ASSIGN_OR_RETURN(std::vector<DeviceInfo> devices, ListDevices());
+  if (index < 0 || index >= static_cast<int>(devices.size())) {
+    return FailedPrecondition(std::string(PrecisionName(p)) +
+                              " on a GPU: no visible device cuda:" + std::to_string(index));
+  }
+  return MixedPrecisionSupport(p, devices[static_cast<size_t>(index)]);
+}
+
 Status Axpy(int device, float alpha, const std::vector<float>& x, std::vector<float>& y) {
   if (x.size() != y.size()) {
     return InvalidArgument("Axpy: x has " + std::to_string(x.size()) + " elements, y " + std::to_string(y.size()));

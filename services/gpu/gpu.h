@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "services/tensor/precision.h"
 
 namespace tfjob::gpu {
 
@@ -25,6 +26,16 @@ struct DeviceInfo {
 // Devices visible to this process; an empty list (not an error) when the
 // driver reports none.
 StatusOr<std::vector<DeviceInfo>> ListDevices();
+
+// Whether a GPU computes `p`'s products on tensor cores (cuda_backend.cc's
+// MatMul: cublasGemmEx, float32 accumulation): bfloat16 from compute
+// capability 8.0 (Ampere), float16 from 7.0 (Volta), float32 always.
+// FAILED_PRECONDITION naming the device, its capability and the one needed
+// otherwise. Pure: no device is touched.
+Status MixedPrecisionSupport(Precision p, const DeviceInfo& device);
+// The same for visible device `index` (its properties read from the
+// driver); what RegisterBackend registers as GpuPathFor's answer.
+Status MixedPrecisionSupport(Precision p, int index);
 
 // y += alpha * x on device `device`, round-tripping through device memory:
 // the primitive an SGD update on a GPU is made of. Sizes must match.

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #ifdef __CUDACC__
 #define TFJOB_HD __host__ __device__ __forceinline__
@@ -54,6 +55,22 @@ TFJOB_HD float ActivationGrad(int kind, float y, float g) {
     case 1: return g * (y * (1.f - y));
     default: return g * (1.f - y * y);  // tanh
   }
+}
+
+// float32 to bfloat16's bits, rounded to nearest even, a NaN kept a quiet
+// NaN (never rounded into infinity): services/tensor/precision.cc's
+// ToBfloat16 bit for bit, so the GPU's mixed-precision operands are the
+// CPU's. (cuda_bf16.h's __float2bfloat16_rn rounds the same way but makes
+// every NaN the canonical one.)
+TFJOB_HD uint16_t Bfloat16Bits(float x) {
+  uint32_t u;
+#ifdef __CUDA_ARCH__
+  u = __float_as_uint(x);
+#else
+  std::memcpy(&u, &x, sizeof u);
+#endif
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
 // Binary cross-entropy of one element: the loss term, and the gradient

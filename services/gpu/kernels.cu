@@ -1,5 +1,6 @@
 #include "services/gpu/kernels.h"
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cfloat>
@@ -437,6 +438,28 @@ int ScatterAdd(float* ref, const int64_t* ids, const float* updates, int64_t nid
                void* stream) {
   if (nids * row > 0 && rows > 0) {
     ScatterAddK<<<Blocks(nids * row), kThreads, 0, S(stream)>>>(ref, ids, updates, nids, rows, row);
+  }
+  return Done();
+}
+
+namespace {
+
+__global__ void ToBfloat16K(const float* x, uint16_t* out, int64_t n) {
+  TFJOB_FOR(i, n) out[i] = math::Bfloat16Bits(x[i]);
+}
+
+__global__ void ToHalfK(const float* x, uint16_t* out, int64_t n) {
+  TFJOB_FOR(i, n) out[i] = __half_as_ushort(__float2half_rn(x[i]));
+}
+
+}  // namespace
+
+int ToLowPrecision(bool bfloat16, const float* x, uint16_t* out, int64_t n, void* stream) {
+  if (n <= 0) return Done();
+  if (bfloat16) {
+    ToBfloat16K<<<Blocks(n), kThreads, 0, S(stream)>>>(x, out, n);
+  } else {
+    ToHalfK<<<Blocks(n), kThreads, 0, S(stream)>>>(x, out, n);
   }
   return Done();
 }

@@ -34,6 +34,10 @@ int ArgMax(const float* a, int64_t* out, int64_t rows, int64_t cols, void* strea
 int Gather(const float* params, const int64_t* ids, float* out, int64_t nids, int64_t rows, int64_t row, void* stream);
 int ScatterAdd(float* ref, const int64_t* ids, const float* updates, int64_t nids, int64_t rows, int64_t row,
                void* stream);
+// Mixed precision's operands: x rounded to nearest even into bfloat16
+// (math::Bfloat16Bits) or float16 (__float2half_rn: past 65504 infinite),
+// each value's 16 bits in out[i].
+int ToLowPrecision(bool bfloat16, const float* x, uint16_t* out, int64_t n, void* stream);
 int CastToInt(const float* a, int64_t* out, int64_t n, void* stream);
 int CastToFloat(const int64_t* a, float* out, int64_t n, void* stream);
 

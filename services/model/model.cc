@@ -453,9 +453,6 @@ Status Model::CheckDeviceSupport() const {
     std::string why;
     if (!node.impl->device_kernels()) {
       why = "has no GPU kernel yet";
-    } else if (ls.precision != Precision::kFloat32) {
-      why = "has the dtype policy " + std::string(PolicyName(ls.precision)) +
-            ", and mixed precision computes on the host only for now";
     } else if (calls[node.layer] > 1 && ls.type == LayerType::kEmbedding) {
       why = "is shared by several calls, whose row gradients are summed on the host only";
     } else if (ls.activity_regularizer.active() || ls.kernel_regularizer.active() || ls.bias_regularizer.active()) {

@@ -10,7 +10,9 @@
 #include "services/model/keras_model.h"
 #include "services/model/text.h"
 #include "services/model/tfjs_export.h"
+#include "services/tensor/backend.h"
 #include "services/tensor/gemm.h"
+#include "services/tensor/precision.h"
 #include "services/tensor/threads.h"
 
 namespace tfjob::programs::fit {
@@ -86,6 +88,54 @@ StatusOr<std::chrono::milliseconds> Seconds(const Flags& f, const std::string& n
   ASSIGN_OR_RETURN(double s, f.GetDouble(name));
   if (!(s > 0) || s > 1e6) return InvalidArgument("flag --" + name + ": must be a positive number of seconds");
   return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+}
+
+// Where the job's layers will compute: the GPUs PlanDevices (strategy/
+// devices.h) will give them, or the host. kUnknown: --device gpu with no
+// GPU visible, which PlanDevices refuses itself, saying why.
+enum class Compute { kHost, kGpus, kUnknown };
+
+Compute WhereComputed(const Parsed& p) {
+  const strategy::DeviceChoice choice = p.options.device;
+  if (choice == strategy::DeviceChoice::kCpu) return Compute::kHost;
+  device::Backend* gpu = device::CudaBackend();
+  if (!gpu || gpu->DeviceCount() == 0)
+    return choice == strategy::DeviceChoice::kGpu ? Compute::kUnknown : Compute::kHost;
+  if (choice == strategy::DeviceChoice::kGpu) return Compute::kGpus;
+  // auto stays on the host for a model the GPU cannot compute.
+  auto m = model::Model::Create(p.job.model, p.job.loss);
+  return m.ok() && (*m)->CheckDeviceSupport().ok() ? Compute::kGpus : Compute::kHost;
+}
+
+// What a refusal for `q` names: the flag, or the first layer computing in
+// `q` (a model JSON's own policy); "" when no layer computes in `q`.
+std::string PrecisionContext(const Parsed& p, Precision q) {
+  for (const model::LayerSpec& l : p.job.model.layers) {
+    if (l.precision != q) continue;
+    if (p.flags.Has("mixed-precision")) return "flag --mixed-precision";
+    return "layer \"" + l.name + "\" (dtype " + std::string(PolicyName(q)) + ")";
+  }
+  return "";
+}
+
+// A job whose layers compute in a precision the device it will run on has
+// no path for stops here, in one line (exit 2): on a GPU its compute
+// capability decides (GpuPathFor, for every visible GPU, since the
+// strategies may place replicas on any), on the host its CPU (CpuPathFor).
+// Asked once, here, where both the precision and the device are known; a
+// float32 job never asks (nor touches the GPU driver).
+Status CheckPrecisionPath(const Parsed& p) {
+  if (model::LowestPrecision(p.job.model.layers) == Precision::kFloat32) return Status::Ok();
+  const Compute where = WhereComputed(p);
+  if (where == Compute::kUnknown) return Status::Ok();
+  const int gpus = where == Compute::kGpus ? device::CudaBackend()->DeviceCount() : 0;
+  for (Precision q : {Precision::kBfloat16, Precision::kFloat16}) {
+    const std::string context = PrecisionContext(p, q);
+    if (context.empty()) continue;
+    if (where == Compute::kHost) RETURN_IF_ERROR(CpuPathFor(q).WithContext(context));
+    for (int i = 0; i < gpus; ++i) RETURN_IF_ERROR(GpuPathFor(q, i).WithContext(context));
+  }
+  return Status::Ok();
 }
 
 // The summary JSON: the run's figures, then the strategy's own fields.
@@ -256,17 +306,7 @@ StatusOr<Parsed> Parse(const std::vector<std::string>& args) {
     }
     model::SetPrecision(p.job.model, v == "bfloat16" ? Precision::kBfloat16 : Precision::kFloat16);
   }
-  // A job whose layers compute in a precision this machine has no path for
-  // stops here, in one line.
-  for (Precision prec : {Precision::kBfloat16, Precision::kFloat16}) {
-    for (const model::LayerSpec& l : p.job.model.layers) {
-      if (l.precision != prec) continue;
-      RETURN_IF_ERROR(CpuPathFor(prec).WithContext(
-          p.flags.Has("mixed-precision") ? "flag --mixed-precision"
-                                         : "layer \"" + l.name + "\" (dtype " + std::string(PolicyName(prec)) + ")"));
-      break;
-    }
-  }
+  RETURN_IF_ERROR(CheckPrecisionPath(p));
   // Every task that reads the job adapts a TextVectorization the same way
   // (deterministic over the whole training source); the parameter-server
   // workers, which read only their shard, get the chief's result instead.

@@ -136,9 +136,21 @@ Status BfloatPath() {
 Status Float16Path() {
   if (Float16Emulated()) return Status::Ok();
   return FailedPrecondition(
-      "float16 needs a float16 matrix path: this CPU runtime has none (no AVX512-FP16 kernels) and GPU mixed "
-      "precision is not built yet; use --mixed-precision bfloat16 (or TFJOB_FLOAT16_EMULATION=1 for float16's "
-      "numerics without its speed)");
+      "float16 needs a float16 matrix path: this CPU runtime has none (no AVX512-FP16 kernels; a GPU of compute "
+      "capability 7.0 or higher has one, with --device gpu); use --mixed-precision bfloat16 (or "
+      "TFJOB_FLOAT16_EMULATION=1 for float16's numerics without its speed)");
+}
+
+namespace {
+std::atomic<GpuPathCheck> g_gpu_path_check{nullptr};
+}  // namespace
+
+void RegisterGpuPathCheck(GpuPathCheck check) { g_gpu_path_check.store(check, std::memory_order_release); }
+
+Status GpuPathFor(Precision p, int device) {
+  if (p == Precision::kFloat32) return Status::Ok();
+  if (GpuPathCheck check = g_gpu_path_check.load(std::memory_order_acquire)) return check(p, device);
+  return FailedPrecondition(std::string(PrecisionName(p)) + " on a GPU needs the CUDA backend, which this build lacks");
 }
 
 Status CpuPathFor(Precision p) {

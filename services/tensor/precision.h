@@ -14,11 +14,13 @@
 // - bfloat16: oneDNN's matmul and convolutions with bfloat16 operands on a
 //   CPU with AVX512-BF16 or AMX (BfloatPath says why not elsewhere);
 // - float16: no CPU this project runs on has a float16 matrix path
-//   (AVX512-FP16 and oneDNN 3's use of it are missing), and the GPU path
-//   is not built yet: Float16Path refuses, unless TFJOB_FLOAT16_EMULATION=1
-//   asks for float16's numerics on float32 units (rounded operands and
-//   results, overflow to infinity at 65504): what the tests use to check
-//   loss scaling, with none of float16's speed.
+//   (AVX512-FP16 and oneDNN 3's use of it are missing): Float16Path
+//   refuses, unless TFJOB_FLOAT16_EMULATION=1 asks for float16's numerics
+//   on float32 units (rounded operands and results, overflow to infinity
+//   at 65504): what the tests use to check loss scaling, with none of
+//   float16's speed;
+// - on a GPU, both: cuBLAS on tensor cores (services/gpu), bfloat16 from
+//   compute capability 8.0, float16 from 7.0 (GpuPathFor).
 //
 // Thread-safety: the scope is per thread; the conversions are reentrant.
 // Failure: BfloatPath / Float16Path return FAILED_PRECONDITION naming what
@@ -65,6 +67,14 @@ class PrecisionScope {
 Status BfloatPath();
 Status Float16Path();
 Status CpuPathFor(Precision p);
+// Whether GPU `device` can compute in `p`: the CUDA backend registers the
+// answer (services/gpu: RegisterBackend), which names the device and its
+// compute capability when it cannot. Without one registered (a build
+// without CUDA) FAILED_PRECONDITION for bfloat16 and float16. The check is
+// a plain function pointer, set once before training starts.
+using GpuPathCheck = Status (*)(Precision p, int device);
+void RegisterGpuPathCheck(GpuPathCheck check);
+Status GpuPathFor(Precision p, int device);
 // Whether float16 is emulated: off unless SetFloat16Emulation(true)
 // (tfjob-runtime sets it from TFJOB_FLOAT16_EMULATION=1 at start-up).
 // Process-wide; set it before training starts.

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include <random>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "services/model/layer_shapes.h"
 #include "services/model/losses.h"
 #include "services/model/optimizers.h"
+#include "services/tensor/precision.h"
 
 namespace tfjob::gpu {
 namespace {
@@ -331,6 +333,27 @@ TEST(KernelMathTest, CoveringIsExactlyTheOutputsWhoseWindowHoldsTheInput) {
       }
     }
   }
+}
+
+// Mixed precision's bfloat16 operands on the GPU (kernels::ToLowPrecision)
+// are the CPU's bit for bit: ties to even, carries into the exponent,
+// infinities, NaNs kept NaNs, and a sweep of random values.
+TEST(KernelMathTest, Bfloat16BitsAreTheCpusToBfloat16) {
+  std::vector<float> xs = {
+      0.f,    -0.f,     1.f,       -1.f, 1.00390625f, 1.01171875f,     3.3895314e38f,   65504.f,
+      1e-40f, INFINITY, -INFINITY, NAN,  -NAN,        1.f + 1.f / 256, 1.f + 3.f / 512, 1.f + 1.f / 512};
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 100000; ++i) {
+    const uint32_t u = bits(rng);
+    float x;
+    std::memcpy(&x, &u, sizeof x);
+    xs.push_back(x);
+  }
+  for (float x : xs) ASSERT_EQ(math::Bfloat16Bits(x), ToBfloat16(x)) << x;
+  // Halfway between 1 and the next bfloat16 rounds to the even one (1).
+  EXPECT_EQ(math::Bfloat16Bits(1.f + 1.f / 256), 0x3f80);
+  EXPECT_EQ(math::Bfloat16Bits(1.f + 3.f / 256), 0x3f82);
 }
 
 }  // namespace

@@ -123,6 +123,55 @@ TEST_F(GpuFitTest, ParameterServerWorkersComputeOnTheGpu) {
   EXPECT_GE(s["eval_accuracy"].get<double>(), 0.92) << s.dump();
 }
 
+// Mixed precision on the GPU (services/gpu: cublasGemmEx on tensor cores,
+// float32 accumulation): the MLP to the float32 run's bar in bfloat16
+// (compute capability 8.0 and up). A GPU below it is refused in one line
+// naming it and its capability.
+TEST_F(GpuFitTest, MnistMlpInBfloat16OnOneGpuReachesTheBar) {
+  const std::string dir = t::MakeTempDir("gpu-mlp-bf16");
+  auto r = t::Run({t::RuntimeBinary(), "fit", "--config", Mlp(), "--data-dir", t::MnistDir(), "--device", "gpu",
+                   "--mixed-precision", "bfloat16", "--summary-json", dir + "/out.json"});
+  if (r.exit_code == 2 && r.err.find("needs compute capability 8.0") != std::string::npos) {
+    GTEST_SKIP() << "this GPU has no bfloat16 tensor cores: " << r.err;
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto s = t::ReadJsonFile(dir + "/out.json");
+  EXPECT_EQ(s["devices"], nlohmann::json::array({"cuda:0"})) << s.dump();
+  EXPECT_EQ(s["dtype_policy"], "mixed_bfloat16") << s.dump();
+  EXPECT_GE(s["eval_accuracy"].get<double>(), 0.925) << s.dump();
+}
+
+// float16 trains with Keras' dynamic loss scaling, which the GPU training
+// path does not apply yet: refused in one line rather than trained unscaled.
+TEST_F(GpuFitTest, Float16OnAGpuIsRefusedUntilLossScalingRunsThere) {
+  auto r = t::Run({t::RuntimeBinary(), "fit", "--config", Mlp(), "--data-dir", t::MnistDir(), "--device", "gpu",
+                   "--mixed-precision", "float16"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, ::testing::MatchesRegex("tfjob-runtime: error: flag --mixed-precision: float16 on a GPU: Keras' "
+                                             "dynamic loss scaling is not applied[^\n]*\n"));
+}
+
+// Where the job computes decides which path is asked (fit_flags.cc:
+// CheckPrecisionPath): --device gpu with no GPU visible is the device's
+// refusal, not the CPU's float16 one; on the host float16 needs the CPU's.
+TEST(NoGpuFitTest, MixedPrecisionAsksThePathOfTheDeviceItRunsOn) {
+  const std::map<std::string, std::string> hide{{"CUDA_VISIBLE_DEVICES", ""}};
+  auto gpu = t::Run({t::RuntimeBinary(), "fit", "--config", Mlp(), "--data-dir", t::MnistDir(), "--device", "gpu",
+                     "--mixed-precision", "float16"},
+                    hide);
+  EXPECT_EQ(gpu.exit_code, 2) << gpu.out << gpu.err;
+  EXPECT_THAT(gpu.err, ::testing::MatchesRegex(
+                           "tfjob-runtime: error: flag --device gpu: (this build has no CUDA support|no CUDA device is "
+                           "visible)[^\n]*\n"));
+  auto cpu = t::Run({t::RuntimeBinary(), "fit", "--config", Mlp(), "--data-dir", t::MnistDir(), "--device", "cpu",
+                     "--mixed-precision", "float16"},
+                    {{"TFJOB_FLOAT16_EMULATION", "0"}});
+  EXPECT_EQ(cpu.exit_code, 2) << cpu.out << cpu.err;
+  EXPECT_THAT(cpu.err,
+              ::testing::MatchesRegex(
+                  "tfjob-runtime: error: flag --mixed-precision: float16 needs a float16 matrix path[^\n]*\n"));
+}
+
 // Everywhere: with no GPU visible (none on the machine, or
 // CUDA_VISIBLE_DEVICES hiding them), --device gpu is one line and exit 2,
 // and --device auto trains on the CPU.
