@@ -77,7 +77,7 @@ struct Options {
   double qps = 0;
   int burst = 0;
   bool task_auth = false, task_tls = false, network_policy = false;
-  std::string cluster_domain, gang_scheduler;
+  std::string cluster_domain, gang_scheduler, kueue;
   std::string metrics_address, health_address;
   bool leader_elect = false;
   std::string leader_election_namespace;
@@ -119,7 +119,11 @@ Flags DeclareFlags() {
       .Value("gang-scheduler-name",
              "gang scheduling, as Kubeflow's: volcano (scheduling.volcano.sh/v1beta1 PodGroups), "
              "or the scheduler-plugins scheduler's name, e.g. scheduler-plugins "
-             "(scheduling.x-k8s.io/v1alpha1 PodGroups); empty: off");
+             "(scheduling.x-k8s.io/v1alpha1 PodGroups); empty: off")
+      .Value("kueue",
+             "external: the operator is Kueue's external integration for TFJob (list TFJob.v1.kubeflow.org under "
+             "Kueue's integrations.externalFrameworks) and manages the Workloads of jobs labelled "
+             "kueue.x-k8s.io/queue-name; empty: off (docs/kueue.md)");
   return flags;
 }
 
@@ -202,6 +206,10 @@ std::optional<int> ParseCommandLine(int argc, char** argv, Options& o) {
   o.cluster_domain = flags.Get("cluster-domain");
   if (o.cluster_domain.empty()) o.cluster_domain = Getenv("CUSTOM_CLUSTER_DOMAIN").value_or("");
   o.gang_scheduler = flags.Get("gang-scheduler-name");
+  o.kueue = flags.Get("kueue");
+  if (!o.kueue.empty() && o.kueue != op::controller::kKueueExternal) {
+    return Fail(InvalidArgument("flag --kueue: \"" + o.kueue + "\" is not \"external\" or empty"));
+  }
   o.metrics_address = flags.Get("metrics-bind-address");
   o.health_address = flags.Get("health-probe-bind-address");
   o.leader_elect = flags.GetBool("leader-elect");
@@ -245,7 +253,8 @@ StatusOr<Clients> BuildClients(const kube::ClusterConfig& config, const Options&
 }
 
 // INVALID_ARGUMENT when --gang-scheduler-name names a scheduler whose
-// PodGroup CRD the API server does not serve.
+// PodGroup CRD the API server does not serve, or --kueue=external finds no
+// Workload CRD.
 StatusOr<op::controller::ControllerOptions> ControllerOptionsFor(const Options& o, kube::Client& client,
                                                                  kube::EventSink* events) {
   op::controller::ControllerOptions co;
@@ -267,6 +276,19 @@ StatusOr<op::controller::ControllerOptions> ControllerOptionsFor(const Options& 
       return InvalidArgument("flag --gang-scheduler-name " + co.planner.gang_scheduler +
                              ": the API server does not serve " + r.group + "/" + r.version +
                              " podgroups; install the scheduler's CRDs");
+    }
+  }
+  co.planner.kueue = o.kueue;
+  if (co.planner.kueue == op::controller::kKueueExternal) {
+    // As for the PodGroups: Kueue's Workload CRD must be served, in the
+    // version the operator writes.
+    kube::ListOptions one;
+    one.limit = 1;
+    const auto& w = op::controller::kWorkloads;
+    Status served = client.List(w, co.ns, one).status();
+    if (served.code() == Code::kNotFound) {
+      return InvalidArgument("flag --kueue=external: the API server does not serve " + w.group + "/" + w.version +
+                             " workloads; install Kueue's CRDs");
     }
   }
   co.planner.network_policy = o.network_policy;

@@ -228,6 +228,50 @@ TEST_F(Chart, GangSchedulingAddsExactlyThePodGroupRule) {
   }
 }
 
+// kueue.mode "external" adds the flag, the rules on workloads and
+// workloads/status to the operator's own (Cluster)Role, and a ClusterRole of
+// its own for the cluster-scoped ResourceFlavors and PriorityClasses, bound
+// to the operator's ServiceAccount whatever watchNamespace says.
+TEST_F(Chart, KueueExternalAddsTheWorkloadRulesAndAClusterRole) {
+  for (const std::string ns : {"", "team-a"}) {
+    SCOPED_TRACE("watchNamespace=" + ns);
+    const std::string kind = ns.empty() ? "ClusterRole" : "Role";
+    const Rendered off = Render({"watchNamespace=" + ns});
+    const Rendered on = Render({"watchNamespace=" + ns, "kueue.mode=external"});
+    ExpectWellFormed(on);
+    json expected = OperatorRules(off, kind);
+    ASSERT_TRUE(expected.is_array());
+    expected.push_back({{"apiGroups", {"kueue.x-k8s.io"}},
+                        {"resources", {"workloads"}},
+                        {"verbs", {"list", "watch", "create", "delete"}}});
+    expected.push_back({{"apiGroups", {"kueue.x-k8s.io"}}, {"resources", {"workloads/status"}}, {"verbs", {"patch"}}});
+    EXPECT_EQ(OperatorRules(on, kind), expected);
+    EXPECT_EQ(OperatorRules(on, "ClusterRole" == kind ? "Role" : "ClusterRole"),
+              OperatorRules(off, "ClusterRole" == kind ? "Role" : "ClusterRole"));
+    json kueue_rules;
+    for (const auto* d : on.Kind("ClusterRole")) {
+      if (d->obj["metadata"]["name"] == "tfjob-tfjob-operator-kueue") kueue_rules = d->obj["rules"];
+    }
+    EXPECT_EQ(kueue_rules, json::parse(R"([
+      {"apiGroups":["kueue.x-k8s.io"],"resources":["resourceflavors"],"verbs":["list","watch"]},
+      {"apiGroups":["scheduling.k8s.io"],"resources":["priorityclasses"],"verbs":["get"]}])"));
+    bool bound = false;
+    for (const auto* d : on.Kind("ClusterRoleBinding")) {
+      if (d->obj["roleRef"]["name"] != "tfjob-tfjob-operator-kueue") continue;
+      bound = d->obj["subjects"][0]["name"] == on.One("ServiceAccount")["metadata"]["name"] &&
+              d->obj["subjects"][0]["namespace"] == kReleaseNamespace;
+    }
+    EXPECT_TRUE(bound);
+    EXPECT_THAT(Args(on.One("Deployment")), ::testing::Contains("--kueue=external"));
+    EXPECT_THAT(Args(off.One("Deployment")), ::testing::Not(::testing::Contains(HasSubstr("--kueue"))));
+    EXPECT_THAT(off.One("Deployment").dump() + OperatorRules(off, kind).dump(),
+                ::testing::Not(HasSubstr("kueue.x-k8s.io")));
+  }
+  auto bad = RunRender({"kueue.mode=builtin"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.err, HasSubstr("kueue.mode: \"builtin\" is not \"external\" or empty"));
+}
+
 TEST_F(Chart, InconsistentValuesFailWithAMessage) {
   auto r = RunRender({"serviceMonitor.enabled=true", "metrics.service.enabled=false"});
   EXPECT_NE(r.exit_code, 0);

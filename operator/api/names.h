@@ -42,6 +42,11 @@ inline constexpr std::string_view kTfConfigEnv = contract::kTfConfigEnv;
 // them too, but Kubeflow's own CRD prunes that field, and annotations
 // survive any CRD. backoffLimit reads the larger of the two.
 inline constexpr std::string_view kRestartsAnnotation = "tfjob-operator.kubeflow.org/exit-code-restarts";
+// The replica indices whose pod has succeeded, per replica key, as JSON
+// ({"Worker":[0,2]}) on the TFJob: a succeeded pod removed afterwards keeps
+// its index succeeded, with no new pod (kubeflow/trainer #1186, #1997;
+// training-operator v1.9.0 keeps no such record).
+inline constexpr std::string_view kSucceededAnnotation = "tfjob-operator.kubeflow.org/succeeded-replicas";
 
 // LowerName(type), "master" for the alias, the lower-cased key for a key that
 // names no type (such jobs fail validation; this keeps names total).

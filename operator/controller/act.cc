@@ -80,12 +80,13 @@ void Controller::Execute(const api::TFJob& job, const Plan& plan, Status& first_
   auto note = [&](Status s) {
     if (!s.ok() && first_error.ok()) first_error = s;
   };
-  // The restart counts first: a restart is never carried out uncounted.
+  // The job's own records first (restart counts, succeeded indices): a
+  // restart is never carried out uncounted.
   for (const Action& a : plan.actions) {
     if (a.kind != Action::Kind::kPatchJob) continue;
     auto r = client_.MergePatch(kube::kTFJobs, ns, a.name, a.object, false);
     if (!r.ok()) {
-      note(r.status().WithContext("recording restarts on the TFJob"));
+      note(r.status().WithContext("recording restart counts or succeeded replicas on the TFJob"));
       return;  // the requeue plans again, from the same world
     }
   }
@@ -174,6 +175,26 @@ Status Controller::ExecuteAction(const api::TFJob& job, const Action& a) {
       // A 409 (the scheduler wrote in between) requeues; the next plan
       // starts from the newer object.
       return client_.Update(pod_group_resource_, ns, a.object).status();
+    case Action::Kind::kCreateWorkload: return CreateWorkload(job, a);
+    case Action::Kind::kDeleteWorkload: {
+      Status s = client_.Delete(kWorkloads, ns, a.name);
+      if (!s.ok() && s.code() != Code::kNotFound) return s.WithContext("deleting Workload " + ns + "/" + a.name);
+      event("Normal", "DeletedWorkload", "Deleted not matching Workload: " + ns + "/" + a.name);
+      return Status::Ok();
+    }
+    case Action::Kind::kPatchWorkloadStatus: {
+      // Gone is fine (its job goes with it); a 409 (Kueue wrote in between) requeues.
+      auto r = client_.MergePatch(kWorkloads, ns, a.name, a.object, true);
+      if (!r.ok() && r.status().code() != Code::kNotFound) {
+        return r.status().WithContext("writing the status of Workload " + ns + "/" + a.name);
+      }
+      return Status::Ok();
+    }
+    case Action::Kind::kPatchJobSpec: {
+      auto r = client_.MergePatch(kube::kTFJobs, ns, a.name, a.object, false);
+      if (!r.ok() && r.status().code() != Code::kNotFound) return r.status().WithContext("suspending or resuming");
+      return Status::Ok();
+    }
     case Action::Kind::kDeletePodGroup: {
       event("Normal", "JobTerminated", "Job has been terminated. Deleting PodGroup");
       Status s = client_.Delete(pod_group_resource_, ns, a.name);
@@ -267,6 +288,35 @@ Status Controller::ClaimExisting(const api::TFJob& job, const kube::Resource& r,
   // Kubeflow's message for this create: the API server's "already exists".
   return AlreadyExists(r.plural + " \"" + name + "\" already exists" +
                        (v.controller_uid.empty() ? "" : " (controlled by another owner)"));
+}
+
+Status Controller::CreateWorkload(const api::TFJob& job, const Action& create) {
+  const std::string& ns = job.metadata.namespace_;
+  nlohmann::json workload = create.object;
+  // ExtractPriority's lookup (pkg/util/priority, GetPriorityFromPriorityClass):
+  // the class's value; a class that does not exist is the user's to fix,
+  // said as an event, and retried with backoff.
+  const auto& spec = workload["spec"];
+  if (spec.contains("priorityClassName") && spec["priorityClassName"].is_string()) {
+    const std::string name = spec["priorityClassName"].get<std::string>();
+    auto pc = client_.Get(kPriorityClasses, "", name);
+    if (!pc.ok()) {
+      RecordEvent(job, Event{"Warning", "ErrWorkloadCompose",
+                             "PriorityClass " + name + " of the Workload: " + ApiMessage(pc.status())});
+      return pc.status().WithContext("PriorityClass " + name + " for Workload " + ns + "/" + create.name);
+    }
+    const auto value = pc->find("value");
+    workload["spec"]["priority"] = value != pc->end() && value->is_number_integer() ? value->get<int64_t>() : 0;
+  }
+  auto r = client_.Create(kWorkloads, ns, workload);
+  if (r.ok()) {
+    RecordEvent(job, Event{"Normal", "CreatedWorkload", "Created Workload: " + ns + "/" + create.name});
+    return Status::Ok();
+  }
+  // There already (a stale cache, or the one being deleted for a change of
+  // pod sets): the next pass sees it, or its DELETED event brings the job back.
+  if (r.status().code() == Code::kAlreadyExists) return Status::Ok();
+  return r.status().WithContext("creating Workload " + ns + "/" + create.name);
 }
 
 Status Controller::EnsureSecret(const api::TFJob& job, const Action& create) {

@@ -10,6 +10,8 @@
 #include "common/time.h"
 #include "operator/api/codec.h"
 #include "operator/controller/cache.h"
+#include "operator/controller/kueue_workload.h"
+#include "operator/controller/views.h"
 #include "operator/api/names.h"
 
 namespace tfjob::op::controller {
@@ -44,6 +46,14 @@ Controller::Controller(kube::Client& client, ControllerOptions options, promethe
         std::make_unique<kube::Informer>(client, pod_group_resource_, options_.ns, std::string(api::kJobNameLabel));
     pod_groups_->AddHandler(owner);
   }
+  if (options_.planner.kueue == kKueueExternal) {
+    // Kueue's admission and eviction of a Workload bring its job back; a
+    // flavor is read when pods are made, so its changes need no job.
+    workloads_ = std::make_unique<kube::Informer>(client, kWorkloads, options_.ns, std::string(api::kJobNameLabel));
+    workloads_->AddHandler(owner);
+    workloads_->SetIndexLabel(std::string(api::kJobNameLabel));
+    flavors_ = std::make_unique<kube::Informer>(client, kResourceFlavors, "");
+  }
   pods_.AddHandler([this](const std::string& type, const nlohmann::json& obj) {
     if (type == "DELETED") {
       MutexLock g(expect_mu_);
@@ -74,6 +84,8 @@ void Controller::Start() {
   pods_.Start();
   services_.Start();
   if (pod_groups_) pod_groups_->Start();
+  if (workloads_) workloads_->Start();
+  if (flavors_) flavors_->Start();
   for (int i = 0; i < std::max(1, options_.workers); ++i) workers_.emplace_back([this] { Work(); });
 }
 
@@ -86,10 +98,14 @@ void Controller::Stop() {
   pods_.Stop();
   services_.Stop();
   if (pod_groups_) pod_groups_->Stop();
+  if (workloads_) workloads_->Stop();
+  if (flavors_) flavors_->Stop();
 }
 
 bool Controller::Ready() const {
-  return jobs_.HasSynced() && pods_.HasSynced() && services_.HasSynced() && (!pod_groups_ || pod_groups_->HasSynced());
+  return jobs_.HasSynced() && pods_.HasSynced() && services_.HasSynced() &&
+         (!pod_groups_ || pod_groups_->HasSynced()) && (!workloads_ || workloads_->HasSynced()) &&
+         (!flavors_ || flavors_->HasSynced());
 }
 
 void Controller::Work() {
@@ -212,7 +228,20 @@ Status Controller::Reconcile(const std::string& key, bool* requeue_after) {
   if (pod_groups_) {
     if (auto pg = pod_groups_->Get(ns, name)) pod_group = ViewPodGroup(*pg);
   }
-  Plan plan = PlanJob(job, pods, services, std::chrono::system_clock::now(), options_.planner, pod_group);
+  ObservedKueue kueue;
+  if (workloads_) {
+    // The one the job controls; Kueue's name first, should there be more.
+    for (const auto& w : workloads_->List(ns, selector)) {
+      WorkloadView v = ViewWorkload(w);
+      if (v.controller_uid != job.metadata.uid) continue;
+      if (!kueue.workload || v.name == WorkloadName(job)) kueue.workload = std::move(v);
+    }
+    for (const auto& f : flavors_->List("")) {
+      const std::string flavor = internal::Str(internal::Field(f, "metadata"), "name");
+      if (!flavor.empty()) kueue.flavors[flavor] = internal::Field(f, "spec");
+    }
+  }
+  Plan plan = PlanJob(job, pods, services, std::chrono::system_clock::now(), options_.planner, pod_group, kueue);
   if (plan.skipped) return Status::Ok();
   // The cache may still hold a job that was just deleted; creating pods for
   // it would leave orphans. Where the status is written first, that write
@@ -221,7 +250,7 @@ Status Controller::Reconcile(const std::string& key, bool* requeue_after) {
   // read settles it before anything is made.
   const bool creates = std::any_of(plan.actions.begin(), plan.actions.end(), [](const Action& a) {
     return a.kind == Action::Kind::kCreatePod || a.kind == Action::Kind::kCreateService ||
-           a.kind == Action::Kind::kCreatePodGroup;
+           a.kind == Action::Kind::kCreatePodGroup || a.kind == Action::Kind::kCreateWorkload;
   });
   if (creates && !plan.status_changed) {
     auto live = client_.Get(kube::kTFJobs, ns, name);

@@ -1,7 +1,8 @@
 // The TFJob controller: informers on TFJobs and on the pods and services that
 // carry the job-name label, a rate-limited work queue, and workers that
 // reconcile one job key at a time (with gang scheduling, also the jobs'
-// PodGroups, selected by the job-name label): observe (from the caches) -> plan
+// PodGroups, selected by the job-name label; with --kueue=external, the jobs'
+// Kueue Workloads, likewise, and the ResourceFlavors): observe (from the caches) -> plan
 // (planner.h, pure) -> act (through the Client). Creates that find the
 // object present and deletes that find it gone count as success, so acting on
 // a stale cache is harmless; a 409 on the status write requeues.
@@ -34,6 +35,13 @@
 #include "kube/workqueue.h"
 
 namespace tfjob::op::controller {
+
+// Kueue's resources with --kueue=external: Workloads (written and read as
+// v1beta1), ResourceFlavors (cluster-scoped), and the PriorityClasses a
+// Workload's priority comes from.
+inline const kube::Resource kWorkloads{"kueue.x-k8s.io", "v1beta1", "workloads"};
+inline const kube::Resource kResourceFlavors{"kueue.x-k8s.io", "v1beta1", "resourceflavors"};
+inline const kube::Resource kPriorityClasses{"scheduling.k8s.io", "v1", "priorityclasses"};
 
 struct ControllerOptions {
   std::string ns;  // "" watches every namespace
@@ -83,6 +91,10 @@ class Controller {
   // The job's task-auth Secret with a token and, with task_tls, the job's
   // TLS material; an existing one keeps what it has and gets what it lacks.
   Status EnsureSecret(const api::TFJob& job, const Action& create);
+  // The job's Workload, spec.priority filled from its PriorityClass (an
+  // unknown class: a Warning event and the error, so a requeue); one that
+  // exists already counts as made.
+  Status CreateWorkload(const api::TFJob& job, const Action& create);
   // Records an event on the TFJob, once: an event this process already
   // recorded for the job (same type, reason and message) is not sent again
   // (the planner re-derives per-pod events on every pass).
@@ -110,6 +122,9 @@ class Controller {
   // The jobs' PodGroups, when gang scheduling is on.
   std::unique_ptr<kube::Informer> pod_groups_;
   kube::Resource pod_group_resource_;
+  // With --kueue=external: the jobs' Workloads (selected by the job-name
+  // label the operator puts on them) and the ResourceFlavors.
+  std::unique_ptr<kube::Informer> workloads_, flavors_;
   // Before queue_, which reports to it.
   OperatorMetrics metrics_;
   kube::WorkQueue queue_;

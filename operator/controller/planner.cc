@@ -11,6 +11,7 @@
 #include "operator/api/validation.h"
 #include "operator/controller/builders.h"
 #include "operator/controller/conditions.h"
+#include "operator/controller/kueue_workload.h"
 #include "operator/controller/planner_pass.h"
 #include "operator/controller/pod_group.h"
 #include "operator/controller/views.h"
@@ -133,6 +134,7 @@ Plan Finish(Pass& p) {
     plan.actions.insert(plan.actions.begin(), first.begin(), first.end());
   }
   if (!p.options.gang_scheduler.empty()) PlanPodGroup(p);
+  if (KueueManaged(p)) FinishKueue(p);
   plan.status_changed = !SameIgnoringReconcileTime(plan.status, p.original.status);
   if (plan.status_changed) plan.status.last_reconcile_time = p.now;
   return std::move(plan);
@@ -210,6 +212,10 @@ bool CreatePod(Pass& p, Outcome& out, const ReplicaSpec& spec, const std::string
     p.st.completion_time = p.now;
     return false;
   }
+  // Kueue's admission: the pod set's flavors and the admission checks' updates.
+  if (auto placed = p.kueue_placement.find(type); placed != p.kueue_placement.end()) {
+    ApplyPlacement(*pod, placed->second);
+  }
   const std::string scheduler = Str((*pod)["spec"], "schedulerName");
   if (!p.options.gang_scheduler.empty() && scheduler != p.options.gang_scheduler && !out.warned_scheduler) {
     out.warned_scheduler = true;
@@ -252,7 +258,13 @@ void ObservePod(Pass& p, Outcome& out, const std::string& key, api::RestartPolic
   } else if (pod.phase == "Succeeded") {
     ++rs.succeeded;
     ++c.succeeded;
-    if (index == 0 && pod.exit_code.value_or(0) == 0) c.worker0_succeeded = true;
+    // training-operator v1.9.0's IsWorker0Completed
+    // (pkg/controller.v1/tensorflow/tfjob_controller.go, with
+    // getContainerExitCode in tensorflow/util.go): a Succeeded pod whose
+    // container has no terminated state reads as exit code 0xbeef and is not
+    // complete. (Its lastState is read too, as for every exit code here; a
+    // Succeeded pod's containers have all terminated, so both say the same.)
+    if (index == 0 && pod.exit_code.value_or(kNoExitCode) == 0) c.worker0_succeeded = true;
   } else if (pod.phase == "Failed") {
     // A failed pod whose tensorflow container never terminated (evicted
     // before it started, refused by the kubelet's admission, a node
@@ -275,6 +287,64 @@ void ObservePod(Pass& p, Outcome& out, const std::string& key, api::RestartPolic
   }
 }
 
+// The succeeded indices (api::kSucceededAnnotation), like the restart
+// counts: a succeeded pod removed afterwards (the pod garbage collector,
+// `kubectl delete`, a drained node) leaves its index succeeded, with no new
+// pod. training-operator v1.9.0 keeps no such record: its ReconcilePods
+// (pkg/controller.v1/common/pod.go) creates a pod for every index that has
+// none, so the replica runs again (kubeflow/trainer #1186, #1997).
+using api::kSucceededAnnotation;
+
+std::map<std::string, std::set<int>> RecordedSucceeded(const TFJob& job) {
+  std::map<std::string, std::set<int>> out;
+  auto it = job.metadata.annotations.find(std::string(kSucceededAnnotation));
+  if (it == job.metadata.annotations.end()) return out;
+  const auto j = nlohmann::json::parse(it->second, nullptr, false);
+  if (!j.is_object()) return out;
+  for (auto e = j.begin(); e != j.end(); ++e) {
+    if (!e->is_array()) continue;
+    for (const auto& i : *e) {
+      if (i.is_number_integer() && i.get<int64_t>() >= 0 && i.get<int64_t>() <= INT32_MAX) {
+        out[e.key()].insert(i.get<int>());
+      }
+    }
+  }
+  return out;
+}
+
+// Adds this pass's succeeded pods to the record (a kPatchJob, carried out
+// before the pass's other actions; the pass stops if it fails). Not once
+// the job has finished: a finished job starts nothing, so nothing reads it.
+void RecordSucceeded(Pass& p) {
+  if (IsTrue(p.st, api::kConditionSucceeded) || IsTrue(p.st, api::kConditionFailed)) return;
+  std::map<std::string, std::set<int>> record = RecordedSucceeded(p.job);
+  bool grew = false;
+  for (const ReplicaSpec& spec : p.job.spec.replica_specs) {
+    if (!spec.type) continue;
+    const std::string type = api::TypeLabel(spec);
+    for (const auto& pod : p.pods) {
+      if (pod.phase != "Succeeded" || LabelOf(pod.labels, api::kReplicaTypeLabel) != type) continue;
+      const auto idx = IndexOf(pod.labels);
+      if (idx && *idx < api::ReplicasOrDefault(spec)) grew |= record[api::CanonicalKey(spec)].insert(*idx).second;
+    }
+  }
+  if (!grew) return;
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [key, indices] : record) j[key] = indices;
+  p.b.plan.actions.push_back({Action::Kind::kPatchJob,
+                              p.name,
+                              {{"metadata", {{"annotations", {{std::string(kSucceededAnnotation), j.dump()}}}}}}});
+}
+
+// A suspended job's pods are all deleted and, as in Kubeflow, all run again
+// on resume: the record goes with them.
+void ForgetSucceeded(Pass& p) {
+  if (!p.job.metadata.annotations.count(std::string(kSucceededAnnotation))) return;
+  p.b.plan.actions.push_back({Action::Kind::kPatchJob,
+                              p.name,
+                              {{"metadata", {{"annotations", {{std::string(kSucceededAnnotation), nullptr}}}}}}});
+}
+
 // One replica type: services and pods created where missing, existing pods
 // counted, and what that means for the job. False: a pod could not be built.
 bool PlanReplica(Pass& p, Outcome& out, const ReplicaSpec& spec) {
@@ -288,13 +358,21 @@ bool PlanReplica(Pass& p, Outcome& out, const ReplicaSpec& spec) {
   rs.selector = api::Selector(p.name, type);
 
   const Observed o = ObserveReplica(p, type, n);
+  const std::set<int> recorded = RecordedSucceeded(p.job)[key];
   ReplicaCounts c;
   for (int i = 0; i < n; ++i) {
+    auto it = o.by_index.find(i);
+    if (recorded.count(i) && (it == o.by_index.end() || it->second.front()->deleting)) {
+      // Succeeded, its pod since removed: it stays succeeded (not worker 0's
+      // completion, which v1.9.0 reads from the pod itself).
+      ++rs.succeeded;
+      ++c.succeeded;
+      continue;
+    }
     if (!o.have_service.count(i)) {
       p.b.plan.actions.push_back(
           {Action::Kind::kCreateService, api::ServiceName(p.name, type, i), BuildService(p.job, spec, i)});
     }
-    auto it = o.by_index.find(i);
     if (it == o.by_index.end()) {
       if (!CreatePod(p, out, spec, type, i)) return false;
       continue;
@@ -330,7 +408,8 @@ bool PlanReplica(Pass& p, Outcome& out, const ReplicaSpec& spec) {
 }  // namespace
 
 Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const std::vector<ServiceView>& all_services,
-             Time now_tp, const PlannerOptions& given_options, const std::optional<PodGroupView>& observed_pod_group) {
+             Time now_tp, const PlannerOptions& given_options, const std::optional<PodGroupView>& observed_pod_group,
+             const ObservedKueue& observed_kueue) {
   Plan skipped;
   skipped.status = original.status;
   skipped.skipped = true;
@@ -345,6 +424,11 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
   p.options = OptionsFor(given_options, p.pods);
   if (observed_pod_group && (p.job.metadata.uid.empty() || observed_pod_group->controller_uid == p.job.metadata.uid)) {
     p.pod_group = observed_pod_group;
+  }
+  p.kueue.flavors = observed_kueue.flavors;
+  if (observed_kueue.workload &&
+      (p.job.metadata.uid.empty() || observed_kueue.workload->controller_uid == p.job.metadata.uid)) {
+    p.kueue.workload = observed_kueue.workload;
   }
   p.b.plan.status = p.job.status;
 
@@ -363,7 +447,11 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
     PlanFinished(p);
     return Finish(p);
   }
-  if (PlanSuspended(p)) return Finish(p);
+  if (KueueManaged(p)) PlanKueue(p);
+  if (PlanSuspended(p)) {
+    ForgetSucceeded(p);
+    return Finish(p);
+  }
   // Kubeflow starts the clock (startTime, so activeDeadlineSeconds) when it
   // first creates pods: with Volcano, once the PodGroup is admitted.
   if (p.st.start_time.empty() && (!IsVolcano(p.options) || Admitted(p))) p.st.start_time = p.now;
@@ -379,6 +467,7 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
   p.st.replica_statuses = out.statuses;
   RecordRestarts(p, annotated, out);
   Conclude(p, out);
+  RecordSucceeded(p);
   return Finish(p);
 }
 

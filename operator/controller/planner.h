@@ -24,6 +24,10 @@
 //   - managedBy other than Kubeflow's controller: hands off entirely.
 //   - never a duplicate pod: an index with any pod (even one being deleted)
 //     gets no new pod until that pod is gone.
+//   - a succeeded replica stays succeeded: its index is recorded on the job
+//     (api::kSucceededAnnotation), and a succeeded pod deleted later (pod
+//     GC, a drained node) is not re-created while the job runs; suspending
+//     forgets the record (everything runs again on resume, as in Kubeflow).
 //   - gang scheduling (PlannerOptions::gang_scheduler, Kubeflow's
 //     --gang-scheduler-name): a PodGroup named after the job, owned by it,
 //     kept at Kubeflow's spec (minMember: the sum of replicas unless
@@ -36,6 +40,9 @@
 //     and task-spec annotations or scheduler-plugins' pod-group label. With
 //     Volcano no pod or service is created until the PodGroup's phase is
 //     past Pending (Volcano has admitted the whole gang).
+//   - Kueue's external integration (PlannerOptions::kueue, kueue_workload.h):
+//     a job labelled kueue.x-k8s.io/queue-name gets its Workload and no pod
+//     until the Workload is admitted; eviction suspends it.
 // Thread-safety: pure; reentrant.
 #pragma once
 
@@ -99,6 +106,23 @@ struct PodGroupView {
 };
 PodGroupView ViewPodGroup(const nlohmann::json& pod_group);
 
+// The job's Kueue Workload as observed (kueue.x-k8s.io/v1beta1; --kueue=external).
+struct WorkloadView {
+  std::string name;
+  std::string controller_uid;
+  bool deleting = false;
+  nlohmann::json object;  // the whole object: spec, status, resourceVersion
+};
+WorkloadView ViewWorkload(const nlohmann::json& workload);
+
+// What the planner sees of Kueue in external mode: the job's Workload (the
+// one the job controls; none when it has none) and every ResourceFlavor's
+// spec by name (their nodeLabels and tolerations place admitted pods).
+struct ObservedKueue {
+  std::optional<WorkloadView> workload;
+  std::map<std::string, nlohmann::json> flavors;
+};
+
 // Kubeflow's gang schedulers: "volcano", or any other scheduler name for
 // the scheduler-plugins' coscheduling (e.g. "scheduler-plugins").
 inline constexpr std::string_view kGangSchedulerVolcano = "volcano";
@@ -136,10 +160,20 @@ struct Action {
     kAdoptPod,
     kAdoptService,
     // A merge patch of the TFJob's own metadata (the ExitCode restart
-    // counts, kRestartsAnnotation): carried out before any other action,
+    // counts, kRestartsAnnotation; the succeeded indices,
+    // kSucceededAnnotation): carried out before any other action,
     // and the pass stops when it fails, so a restart is never carried out
     // uncounted.
-    kPatchJob
+    kPatchJob,
+    // --kueue=external (kueue_workload.h): the job's Workload created (the
+    // executor fills spec.priority from spec.priorityClassName's
+    // PriorityClass), deleted, or its status merge-patched (the patch
+    // carries the observed resourceVersion: a 409 requeues); and a merge
+    // patch of the TFJob's spec (runPolicy.suspend).
+    kCreateWorkload,
+    kDeleteWorkload,
+    kPatchWorkloadStatus,
+    kPatchJobSpec
   };
   Kind kind;
   std::string name;       // object to create or delete
@@ -177,7 +211,12 @@ struct PlannerOptions {
   bool network_policy = false;
   // Gang scheduling: "" off, "volcano", or a scheduler-plugins scheduler name.
   std::string gang_scheduler;
+  // Kueue: "" (a queued job is Kueue's built-in integration's business) or
+  // kKueueExternal: the operator manages the Workloads of jobs labelled
+  // kueue.x-k8s.io/queue-name itself (kueue_workload.h, docs/kueue.md).
+  std::string kueue;
 };
+inline constexpr std::string_view kKueueExternal = "external";
 
 struct Plan {
   std::vector<Action> actions;
@@ -189,7 +228,9 @@ struct Plan {
 };
 
 // `pod_group`: the job's PodGroup when gang scheduling is on and it exists.
+// `kueue`: the job's Workload and the ResourceFlavors with --kueue=external.
 Plan PlanJob(const api::TFJob& job, const std::vector<PodView>& pods, const std::vector<ServiceView>& services,
-             Time now, const PlannerOptions& options = {}, const std::optional<PodGroupView>& pod_group = std::nullopt);
+             Time now, const PlannerOptions& options = {}, const std::optional<PodGroupView>& pod_group = std::nullopt,
+             const ObservedKueue& kueue = ObservedKueue{});
 
 }  // namespace tfjob::op::controller

@@ -106,6 +106,16 @@ struct Pass {
   const std::string now, name, qualified;
   PlannerOptions options;
   std::optional<PodGroupView> pod_group;
+  // --kueue=external (kueue_workload.h): what was observed; whether this
+  // pass keeps the job's pods away as a suspended job's (not admitted,
+  // evicted, being suspended); each pod set's placement, by its name; the
+  // Workload's conditions as this pass leaves them, and whether they (or
+  // the admission, cleared) changed.
+  ObservedKueue kueue;
+  bool kueue_hold = false;
+  std::map<std::string, nlohmann::json> kueue_placement;
+  nlohmann::json wl_conditions;
+  bool wl_dirty = false, wl_clear_admission = false;
   std::vector<Action> adoptions;  // go first: adopted objects count as the job's in this very plan
   std::vector<PodView> pods;
   std::vector<ServiceView> services;

@@ -41,6 +41,21 @@ void ApplyTtl(Builder& b, const TFJob& job, Time now) {
   }
 }
 
+// A finished job is not restarting: its Restarting condition turns False,
+// as Running does. v1.9.0 leaves it True and, when a replica fails for good
+// while another is being restarted, sets it again after Failed
+// (tfjob_controller.go, UpdateJobStatus: existingRestartingCondition), so
+// `kubectl get tfjob`, which shows the newest condition, says a failed job
+// is Restarting (kubeflow/trainer #2044).
+void EndRestarting(Pass& p) {
+  for (auto& c : p.st.conditions) {
+    if (c.type != api::kConditionRestarting || c.status != api::kConditionTrue) continue;
+    c.status = api::kConditionFalse;
+    c.last_transition_time = p.now;
+    c.last_update_time = p.now;
+  }
+}
+
 }  // namespace
 
 // The restart counts kept on the job (kRestartsAnnotation), by replica key.
@@ -73,8 +88,10 @@ void PlanFinished(Pass& p) {
 
 // Suspended: every pod and service goes. Returns false when the job is not
 // suspended (after noting a resume, which restarts the deadline's clock).
+// A job Kueue holds back (kueue_workload.h: not admitted, or evicted and
+// being suspended) is suspended already in this pass.
 bool PlanSuspended(Pass& p) {
-  if (p.job.spec.run_policy.suspend.value_or(false)) {
+  if (p.job.spec.run_policy.suspend.value_or(false) || p.kueue_hold) {
     p.b.DeleteAll();
     for (auto& [k, rs] : p.st.replica_statuses) rs.active = 0;
     const std::string msg = "TFJob " + p.name + " is suspended.";
@@ -137,6 +154,7 @@ bool PlanLimits(Pass& p, int64_t restarts) {
   p.b.KillActive();
   p.b.Cleanup(CleanPolicy(p.job));
   SetCondition(p.st, api::kConditionFailed, api::kConditionTrue, api::kReasonFailed, msg, p.now);
+  EndRestarting(p);
   p.st.completion_time = p.now;
   p.b.Event("Normal", api::kReasonFailed, msg);
   ApplyTtl(p.b, p.job, p.now_tp);
@@ -181,6 +199,7 @@ void Conclude(Pass& p, const Outcome& out) {
     }
     SetCondition(p.st, api::kConditionFailed, api::kConditionTrue, api::kReasonFailed,
                  out.exit_code_failure.empty() ? msg : out.exit_code_failure, p.now);
+    EndRestarting(p);
     p.st.completion_time = p.now;
     for (const auto& m : out.failed_msgs) {
       p.b.Event("Normal", api::kReasonFailed, "TFJob " + p.qualified + " has failed because " + m);
@@ -192,6 +211,7 @@ void Conclude(Pass& p, const Outcome& out) {
   if (out.succeeded) {
     const std::string msg = "TFJob " + p.qualified + " successfully completed.";
     SetCondition(p.st, api::kConditionSucceeded, api::kConditionTrue, api::kReasonSucceeded, msg, p.now);
+    EndRestarting(p);
     p.st.completion_time = p.now;
     p.b.Event("Normal", api::kReasonSucceeded, msg);
     std::erase_if(p.b.plan.actions, [](const Action& a) {

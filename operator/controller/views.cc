@@ -1,5 +1,5 @@
 // The planner's view of observed objects (planner.h: ViewPod, ViewService,
-// ViewPodGroup) and the JSON readers its files share.
+// ViewPodGroup, ViewWorkload) and the JSON readers its files share.
 #include <string>
 
 #include "operator/api/names.h"
@@ -144,6 +144,16 @@ PodGroupView ViewPodGroup(const nlohmann::json& pg) {
   v.deleting = !Str(meta, "deletionTimestamp").empty();
   v.phase = Str(Field(pg, "status"), "phase");
   v.object = pg.is_object() ? pg : nlohmann::json::object();
+  return v;
+}
+
+WorkloadView ViewWorkload(const nlohmann::json& wl) {
+  WorkloadView v;
+  const auto& meta = Field(wl, "metadata");
+  v.name = Str(meta, "name");
+  v.controller_uid = ControllerUid(meta);
+  v.deleting = !Str(meta, "deletionTimestamp").empty();
+  v.object = wl.is_object() ? wl : nlohmann::json::object();
   return v;
 }
 

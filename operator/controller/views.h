@@ -1,7 +1,7 @@
 // Reading JSON of any shape (views.cc), as the planner's files and the
 // controller's caches read observed objects: a missing key, or a value of
 // another type, reads as null, "" or empty. (views.cc also defines ViewPod,
-// ViewService and ViewPodGroup, declared in planner.h.) Not for use outside
+// ViewService, ViewPodGroup and ViewWorkload, declared in planner.h.) Not for use outside
 // operator/controller.
 // Thread-safety: pure functions of their arguments, thread-compatible.
 // Failure: none; they never throw on any JSON they are given.

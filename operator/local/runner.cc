@@ -485,7 +485,7 @@ class LocalRun {
         std::erase_if(services_, [&](const ServiceView& s) { return s.name == a.name; });
         break;
       case Action::Kind::kDeleteJob: deleted_ = true; break;
-      case Action::Kind::kPatchJob: {  // annotations (the ExitCode restart counts)
+      case Action::Kind::kPatchJob: {  // annotations (restart counts, succeeded indices)
         const json& annotations = a.object.value("metadata", json::object()).value("annotations", json::object());
         for (auto it = annotations.begin(); it != annotations.end(); ++it) {
           if (it->is_string()) job_.metadata.annotations[it.key()] = it->get<std::string>();
@@ -498,7 +498,11 @@ class LocalRun {
       case Action::Kind::kCreateNetworkPolicy:
       case Action::Kind::kCreatePodGroup:  // no gang scheduler on one machine
       case Action::Kind::kUpdatePodGroup:
-      case Action::Kind::kDeletePodGroup: break;
+      case Action::Kind::kDeletePodGroup:
+      case Action::Kind::kCreateWorkload:  // no Kueue on one machine (PlannerOptions::kueue is off)
+      case Action::Kind::kDeleteWorkload:
+      case Action::Kind::kPatchWorkloadStatus:
+      case Action::Kind::kPatchJobSpec: break;
     }
   }
 
