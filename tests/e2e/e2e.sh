@@ -26,7 +26,12 @@
 #              operator and every running pod (checked after the jobs: the
 #              operator's and each job's training series);
 #   kubeflow-simple  training-operator v1.9.0's simple.yaml with the runtime
-#              image (tests/e2e/simple.yaml): Succeeded.
+#              image (tests/e2e/simple.yaml): Succeeded;
+#   kueue-external  the chart upgraded to kueue.mode=external, Kueue's CRDs,
+#              the test Kueue admitting from the host: the MNIST PS job queued
+#              (suspended, no pod, its Workload), admitted onto the flavor's
+#              node, evicted after a checkpoint, re-admitted, resumed from the
+#              checkpoint, Succeeded with every step (tests/e2e/kueue.sh).
 # Each stage prints "== stage" and PASS or FAIL lines; a failed stage prints
 # the logs that say why. Exits 1 if any check failed.
 #
@@ -276,6 +281,9 @@ check_prometheus() {
   promql 'max by (namespace, pod) (last_over_time(tfjob_runtime_steps_total[1h]))' || return 1
   return "$missing"
 }
+
+# shellcheck source=kueue.sh
+source tests/e2e/kueue.sh
 
 # ---- the MNIST jobs ------------------------------------------------------------
 # namespace NS: a namespace whose default ServiceAccount exists (pods are
@@ -609,6 +617,8 @@ job_stage mnist-mwms run_mnist_mwms mnist-mwms
 job_stage counter-worker-deleted run_counter_worker_deleted counter-chaos
 job_stage chief-deleted-exitcode run_chief_deleted_exitcode chief-exitcode
 job_stage kubeflow-simple run_simple kubeflow
+# Last: it upgrades the chart (kueue.mode=external), restarting the operator.
+job_stage kueue-external run_kueue_external kueue-queued
 
 if ((prometheus_ok)); then
   stage prometheus-series
