@@ -1,4 +1,5 @@
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -533,8 +534,19 @@ TEST_F(PsTest, StartedExchangesFinishInAnyOrder) {
   auto push_pull =
       client_->StartPushPullInto(3, 0, {{"w", Update::Kind::kApplyGradient, F({2}, {2, -4}), {}}}, 0, {"w"}, first);
   ASSERT_TRUE(push_pull.ok()) << push_pull.status();
-  // The PS applies the push without waiting for anyone to read its answer.
-  ASSERT_TRUE(client_->GetStatus().ok());
+  // The PS applies the push without waiting for anyone to read its answer:
+  // its value changes while the answer is unread. Polled, not one request:
+  // a request on another pooled connection may overtake the push's payload
+  // (with TFJOB_PS_SHM=0 it travels inline over TCP), and the closure step's
+  // later push below must find it applied.
+  bool applied = false;
+  for (int i = 0; i < 1000 && !applied; ++i) {
+    auto now = client_->Pull({"w"});
+    ASSERT_TRUE(now.ok()) << now.status();
+    applied = AllClose((*now)[0], F({2}, {0, 4}));
+    if (!applied) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(applied) << "the started push-pull was not applied within 10 s";
   auto pull = client_->StartPullInto({"w"}, second);
   ASSERT_TRUE(pull.ok()) << pull.status();
   auto pushed = client_->StartPush(3, 0, {{"w", Update::Kind::kApplyGradient, F({2}, {2, -4}), {}}}, 0);
