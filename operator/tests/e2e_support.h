@@ -63,17 +63,6 @@ class OperatorE2E : public RealApiServerTest {
     int port = 0;
     return line && std::sscanf(line->c_str(), "%d", &port) == 1 ? port : 0;
   }
-  // Installs a CRD (JSON) and waits until it is established.
-  void InstallCrd(const json& crd) {
-    const auto r = cp_->Apply(crd.dump(), /*server_side=*/true);
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    const std::string name = crd["metadata"]["name"];
-    ASSERT_TRUE(Eventually([&] {
-      return Kubectl({"get", "crd", name, "-o", R"(jsonpath={.status.conditions[?(@.type=="Established")].status})"},
-                     /*may_fail=*/true)
-                 .out == "True";
-    })) << name;
-  }
   // A Worker-only job.
   static json SmallJob(const std::string& name, const std::string& policy, int workers = 2) {
     json container{{"name", "tensorflow"}, {"image", "tfjob/runtime-cpu:0.1.0"}};

@@ -28,9 +28,6 @@ class EnvtestKueue : public KueuePlayer {
     KueuePlayer::SetUp();
     if (!HasFailure()) StartOperator();
   }
-  void AllRunning(const std::string& job) {
-    for (const auto& p : Pods(job)) SetPhase(p["metadata"]["name"], "Running");
-  }
   // The pods that are not being deleted.
   std::vector<json> LivePods(const std::string& job) {
     std::vector<json> out;

@@ -28,13 +28,6 @@ using ::testing::Not;
 
 class EnvtestLifecycle : public RealApiServerTest {
  protected:
-  std::string Uid(const std::string& resource, const std::string& name) {
-    auto o = TryGet(resource, name);
-    return o ? (*o)["metadata"].value("uid", "") : "";
-  }
-  void AllRunning(const std::string& job) {
-    for (const auto& p : Pods(job)) SetPhase(p["metadata"]["name"], "Running");
-  }
   // "reason: message" of each event on `object`, for matching and messages.
   std::vector<std::string> EventLines(const std::string& object, const std::string& type = "") {
     std::vector<std::string> out;
@@ -55,17 +48,6 @@ class EnvtestLifecycle : public RealApiServerTest {
     return false;
   }
   std::string Describe(const std::string& job) { return Kubectl({"describe", "tfjob", "-n", ns_, job}).out; }
-  // Installs a CRD (JSON) and waits until it is established.
-  void InstallCrd(const json& crd) {
-    const auto r = cp_->Apply(crd.dump(), /*server_side=*/true);
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    const std::string name = crd["metadata"]["name"];
-    ASSERT_TRUE(Eventually([&] {
-      return Kubectl({"get", "crd", name, "-o", R"(jsonpath={.status.conditions[?(@.type=="Established")].status})"},
-                     /*may_fail=*/true)
-                 .out == "True";
-    })) << name;
-  }
 };
 
 // What the operator did, as Kubeflow records it, in `kubectl describe

@@ -22,13 +22,6 @@ class EnvtestPolicies : public RealApiServerTest {
     RealApiServerTest::SetUp();
     if (!HasFailure()) StartOperator();
   }
-  std::string Uid(const std::string& pod) {
-    auto p = TryGet("pod", pod);
-    return p ? (*p)["metadata"].value("uid", "") : "";
-  }
-  void AllRunning(const std::string& job) {
-    for (const auto& p : Pods(job)) SetPhase(p["metadata"]["name"], "Running");
-  }
   std::string ConditionMessage(const std::string& job, const std::string& type) {
     auto j = TryGet("tfjob", job);
     if (!j) return "";

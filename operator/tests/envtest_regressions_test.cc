@@ -25,13 +25,6 @@ class EnvtestRegressions : public RealApiServerTest {
     RealApiServerTest::SetUp();
     if (!HasFailure()) StartOperator();
   }
-  std::string Uid(const std::string& pod) {
-    auto p = TryGet("pod", pod);
-    return p ? (*p)["metadata"].value("uid", "") : "";
-  }
-  void AllRunning(const std::string& job) {
-    for (const auto& p : Pods(job)) SetPhase(p["metadata"]["name"], "Running");
-  }
   json ReplicaStatus(const std::string& job, const std::string& key) {
     auto j = TryGet("tfjob", job);
     if (!j) return json::object();
@@ -44,7 +37,10 @@ class EnvtestRegressions : public RealApiServerTest {
   }
   // What `kubectl get tfjob` shows as the job's state: its newest condition.
   std::string State(const std::string& job) {
-    return Kubectl({"get", "-n", ns_, "tfjob", job, "-o", "jsonpath={.status.conditions[-1:].type}"}).out;
+    auto j = TryGet("tfjob", job);
+    if (!j) return "";
+    const json conditions = (*j)["status"].value("conditions", json::array());
+    return conditions.empty() ? "" : conditions.back().value("type", "");
   }
   int CountEvents(const std::string& job, const std::string& reason, const std::string& message_part) {
     int n = 0;

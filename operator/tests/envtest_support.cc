@@ -17,7 +17,7 @@ namespace {
 namespace t = ::tfjob::testing;
 
 // The CRD, once per process (and per control plane: it survives restarts).
-bool InstallCrd(t::ControlPlane* cp, const std::string& path, std::string* why) {
+bool InstallTfJobCrd(t::ControlPlane* cp, const std::string& path, std::string* why) {
   static std::once_flag once;
   static std::string error;
   std::call_once(once, [&] {
@@ -176,7 +176,7 @@ void RealApiServerTest::SetUp() {
   std::string why;
   cp_ = t::ControlPlane::Shared(&why);
   ASSERT_NE(cp_, nullptr) << why;
-  ASSERT_TRUE(InstallCrd(cp_, CrdPath(), &why)) << why;
+  ASSERT_TRUE(InstallTfJobCrd(cp_, CrdPath(), &why)) << why;
   // A namespace per test: names are a DNS label.
   std::string name = Lower(::testing::UnitTest::GetInstance()->current_test_info()->name());
   name = std::regex_replace(name, std::regex("[^a-z0-9]"), "");
@@ -318,6 +318,26 @@ bool RealApiServerTest::HasCondition(const std::string& job, const std::string& 
     if (c.value("type", "") == type && c.value("status", "") == "True") return true;
   }
   return false;
+}
+
+std::string RealApiServerTest::Uid(const std::string& resource, const std::string& name) {
+  auto o = TryGet(resource, name);
+  return o ? (*o)["metadata"].value("uid", "") : "";
+}
+
+void RealApiServerTest::AllRunning(const std::string& job) {
+  for (const auto& p : Pods(job)) SetPhase(p["metadata"]["name"], "Running");
+}
+
+void RealApiServerTest::InstallCrd(const json& crd) {
+  const auto r = cp_->Apply(crd.dump(), /*server_side=*/true);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string name = crd["metadata"]["name"];
+  ASSERT_TRUE(Eventually([&] {
+    return Kubectl({"get", "crd", name, "-o", R"(jsonpath={.status.conditions[?(@.type=="Established")].status})"},
+                   /*may_fail=*/true)
+               .out == "True";
+  })) << name;
 }
 
 void RealApiServerTest::SetPodStatus(const std::string& pod, const json& status) {

@@ -46,6 +46,13 @@ class RealApiServerTest : public ::testing::Test {
   std::vector<json> Services(const std::string& job);
   std::vector<json> Events(const std::string& object_name);
   bool HasCondition(const std::string& job, const std::string& type);
+  // metadata.uid of the object ("" when absent); one argument: a pod.
+  std::string Uid(const std::string& resource, const std::string& name);
+  std::string Uid(const std::string& pod) { return Uid("pod", pod); }
+  // Every pod of `job` Running, as the kubelet would report it.
+  void AllRunning(const std::string& job);
+  // Installs a CRD (JSON, server-side) and waits until it is established.
+  void InstallCrd(const json& crd);
   // The kubelet's part: phase, and the tensorflow container's state.
   void SetPhase(const std::string& pod, const std::string& phase, std::optional<int> exit_code = std::nullopt);
   void SetPodStatus(const std::string& pod, const json& status);

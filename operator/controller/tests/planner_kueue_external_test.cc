@@ -13,6 +13,7 @@
 #include "operator/api/codec.h"
 #include "operator/controller/kueue_workload.h"
 #include "operator/controller/planner.h"
+#include "operator/controller/tests/planner_fixtures.h"
 
 // Its own namespace: the unity build compiles this file with the other
 // planner tests, whose file-local helpers have the same names.
@@ -21,11 +22,10 @@ namespace {
 
 using json = nlohmann::json;
 
-const Time kNow = *ParseRfc3339("2026-11-21T12:00:00Z");
+using fixtures::kNow;
 
 json Replica(int n, json template_spec = json::object()) {
-  template_spec["containers"] = json::array(
-      {{{"name", "tensorflow"}, {"image", "tfjob/runtime-cpu:0.1.0"}, {"resources", {{"requests", {{"cpu", "1"}}}}}}});
+  template_spec["containers"] = json::array({fixtures::TensorflowContainer({{"resources", {{"requests", {{"cpu", "1"}}}}}})});
   return {{"replicas", n}, {"restartPolicy", "Never"}, {"template", {{"spec", template_spec}}}};
 }
 
@@ -33,29 +33,13 @@ json Specs() { return {{"Worker", Replica(2)}, {"PS", Replica(1)}, {"Chief", Rep
 
 api::TFJob Job(json specs = Specs(), bool suspend = false, json run_policy = json::object(), bool labelled = true) {
   run_policy["suspend"] = suspend;
-  json meta{{"name", "j"}, {"namespace", "ns"}, {"uid", "uid-1"}};
+  json meta = json::object();
   if (labelled) meta["labels"] = {{"kueue.x-k8s.io/queue-name", "user-queue"}};
-  json doc{{"apiVersion", "kubeflow.org/v1"},
-           {"kind", "TFJob"},
-           {"metadata", meta},
-           {"spec", {{"tfReplicaSpecs", specs}, {"runPolicy", run_policy}}}};
-  auto job = api::Decode(doc);
-  EXPECT_TRUE(job.ok()) << job.status();
-  return *job;
+  return fixtures::DecodeJob(specs, run_policy, meta);
 }
 
 PodView Pod(const std::string& type, int index, const std::string& phase) {
-  PodView p;
-  p.name = "j-" + type + "-" + std::to_string(index);
-  p.uid = "pod-" + p.name;
-  p.labels = {{"training.kubeflow.org/job-name", "j"},
-              {"training.kubeflow.org/operator-name", "tfjob-controller"},
-              {"training.kubeflow.org/replica-type", type},
-              {"training.kubeflow.org/replica-index", std::to_string(index)}};
-  p.phase = phase;
-  p.controller_uid = "uid-1";
-  p.task_token = true;
-  return p;
+  return fixtures::OwnedPod(type, index, phase);
 }
 
 std::vector<PodView> AllPods(const std::string& phase) {

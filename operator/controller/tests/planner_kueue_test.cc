@@ -16,6 +16,7 @@
 #include "common/time.h"
 #include "operator/api/codec.h"
 #include "operator/controller/planner.h"
+#include "operator/controller/tests/planner_fixtures.h"
 
 // Its own namespace: the unity build compiles this file with planner_test.cc,
 // whose file-local helpers have the same names.
@@ -24,39 +25,23 @@ namespace {
 
 using json = nlohmann::json;
 
-const Time kNow = *ParseRfc3339("2026-11-21T12:00:00Z");
+using fixtures::kNow;
 
 json Replica(int n, json template_spec = json::object(), json template_meta = json::object()) {
-  template_spec["containers"] = json::array({{{"name", "tensorflow"}, {"image", "tfjob/runtime-cpu:0.1.0"}}});
+  template_spec["containers"] = json::array({fixtures::TensorflowContainer()});
   json t{{"spec", template_spec}};
   if (!template_meta.empty()) t["metadata"] = template_meta;
   return {{"replicas", n}, {"template", t}};
 }
 
-api::TFJob Job(json specs, json run_policy = json::object()) {
-  json doc{{"apiVersion", "kubeflow.org/v1"},
-           {"kind", "TFJob"},
-           {"metadata", {{"name", "j"}, {"namespace", "ns"}, {"uid", "uid-1"}}},
-           {"spec", {{"tfReplicaSpecs", specs}, {"runPolicy", run_policy}}}};
-  auto job = api::Decode(doc);
-  EXPECT_TRUE(job.ok()) << job.status();
-  return *job;
-}
+api::TFJob Job(json specs, json run_policy = json::object()) { return fixtures::DecodeJob(specs, run_policy); }
 
+// Succeeded and Failed pods exited 0 and 1.
 PodView Pod(const std::string& type, int index, const std::string& phase) {
-  PodView p;
-  p.name = "j-" + type + "-" + std::to_string(index);
-  p.uid = "pod-" + p.name;
-  p.labels = {{"training.kubeflow.org/job-name", "j"},
-              {"training.kubeflow.org/operator-name", "tfjob-controller"},
-              {"training.kubeflow.org/replica-type", type},
-              {"training.kubeflow.org/replica-index", std::to_string(index)}};
-  p.phase = phase;
-  p.controller_uid = "uid-1";
-  p.task_token = true;
-  if (phase == "Succeeded") p.exit_code = 0;
-  if (phase == "Failed") p.exit_code = 1;
-  return p;
+  std::optional<int> exit;
+  if (phase == "Succeeded") exit = 0;
+  if (phase == "Failed") exit = 1;
+  return fixtures::OwnedPod(type, index, phase, exit);
 }
 
 std::vector<json> Created(const Plan& p) {

@@ -16,6 +16,7 @@
 #include "common/time.h"
 #include "operator/api/codec.h"
 #include "operator/controller/planner.h"
+#include "operator/controller/tests/planner_fixtures.h"
 
 // Its own namespace: the unity build compiles this file with planner_test.cc,
 // whose file-local helpers have the same names.
@@ -24,51 +25,25 @@ namespace {
 
 using json = nlohmann::json;
 
-const Time kNow = *ParseRfc3339("2026-11-21T12:00:00Z");
+using fixtures::kNow;
 constexpr const char* kSucceededAnnotation = "tfjob-operator.kubeflow.org/succeeded-replicas";
 
 json Replica(int n, const std::string& policy = "Never") {
-  return {
-      {"replicas", n},
-      {"restartPolicy", policy},
-      {"template",
-       {{"spec", {{"containers", json::array({{{"name", "tensorflow"}, {"image", "tfjob/runtime-cpu:0.1.0"}}})}}}}}};
+  return {{"replicas", n},
+          {"restartPolicy", policy},
+          {"template", {{"spec", {{"containers", json::array({fixtures::TensorflowContainer()})}}}}}};
 }
 
-api::TFJob Job(json specs, json run_policy = json::object()) {
-  json doc{{"apiVersion", "kubeflow.org/v1"},
-           {"kind", "TFJob"},
-           {"metadata", {{"name", "j"}, {"namespace", "ns"}, {"uid", "uid-1"}}},
-           {"spec", {{"tfReplicaSpecs", specs}, {"runPolicy", run_policy}}}};
-  auto job = api::Decode(doc);
-  EXPECT_TRUE(job.ok()) << job.status();
-  return *job;
-}
+api::TFJob Job(json specs, json run_policy = json::object()) { return fixtures::DecodeJob(specs, run_policy); }
 
+// `exit` is the current state's code too (Kubeflow's ExitedWithCode event).
 PodView Pod(const std::string& type, int index, const std::string& phase, std::optional<int> exit = std::nullopt) {
-  PodView p;
-  p.name = "j-" + type + "-" + std::to_string(index);
-  p.uid = "pod-" + p.name;
-  p.labels = {{"training.kubeflow.org/job-name", "j"},
-              {"training.kubeflow.org/operator-name", "tfjob-controller"},
-              {"training.kubeflow.org/replica-type", type},
-              {"training.kubeflow.org/replica-index", std::to_string(index)}};
-  p.phase = phase;
-  p.exit_code = exit;
+  PodView p = fixtures::OwnedPod(type, index, phase, exit);
   p.terminated_code = exit;
-  p.controller_uid = "uid-1";
-  p.task_token = true;
   return p;
 }
 
-ServiceView Svc(const std::string& type, int index) {
-  ServiceView s;
-  s.name = "j-" + type + "-" + std::to_string(index);
-  s.labels = {{"training.kubeflow.org/replica-type", type},
-              {"training.kubeflow.org/replica-index", std::to_string(index)}};
-  s.controller_uid = "uid-1";
-  return s;
-}
+ServiceView Svc(const std::string& type, int index) { return fixtures::OwnedService(type, index); }
 
 std::vector<ServiceView> Svcs(const std::map<std::string, int>& counts) {
   std::vector<ServiceView> out;

@@ -11,6 +11,7 @@
 
 #include "common/time.h"
 #include "operator/api/codec.h"
+#include "operator/controller/tests/planner_fixtures.h"
 
 namespace tfjob::op::controller {
 namespace {
@@ -18,11 +19,9 @@ namespace {
 using ::testing::HasSubstr;
 using json = nlohmann::json;
 
-const Time kNow = *ParseRfc3339("2026-11-21T12:00:00Z");
+using fixtures::kNow;
 
-json Container() {
-  return {{"name", "tensorflow"}, {"image", "tfjob/runtime-cpu:0.1.0"}, {"command", {"tfjob-runtime", "counter"}}};
-}
+json Container() { return fixtures::TensorflowContainer({{"command", {"tfjob-runtime", "counter"}}}); }
 
 json Replica(int n, const std::string& policy = "") {
   json r{{"replicas", n}, {"template", {{"spec", {{"containers", json::array({Container()})}}}}}};
@@ -31,40 +30,17 @@ json Replica(int n, const std::string& policy = "") {
 }
 
 api::TFJob Job(json specs, json run_policy = json::object(), json extra_spec = json::object()) {
-  json doc{{"apiVersion", "kubeflow.org/v1"},
-           {"kind", "TFJob"},
-           {"metadata", {{"name", "j"}, {"namespace", "ns"}, {"uid", "uid-1"}}},
-           {"spec", {{"tfReplicaSpecs", specs}, {"runPolicy", run_policy}}}};
-  for (auto it = extra_spec.begin(); it != extra_spec.end(); ++it) doc["spec"][it.key()] = it.value();
-  auto job = api::Decode(doc);
-  EXPECT_TRUE(job.ok()) << job.status();
-  return *job;
+  return fixtures::DecodeJob(specs, run_policy, json::object(), extra_spec);
 }
 
 PodView Pod(const std::string& type, int index, const std::string& phase, std::optional<int> exit = std::nullopt,
             int restarts = 0) {
-  PodView p;
-  p.name = "j-" + type + "-" + std::to_string(index);
-  p.uid = "pod-" + p.name;
-  p.labels = {{"training.kubeflow.org/job-name", "j"},
-              {"training.kubeflow.org/replica-type", type},
-              {"training.kubeflow.org/replica-index", std::to_string(index)}};
-  p.phase = phase;
-  p.exit_code = exit;
+  PodView p = fixtures::OwnedPod(type, index, phase, exit);
   p.restart_count = restarts;
-  p.controller_uid = "uid-1";
-  p.task_token = true;  // made by this operator (with --task-auth, the default)
   return p;
 }
 
-ServiceView Svc(const std::string& type, int index) {
-  ServiceView s;
-  s.name = "j-" + type + "-" + std::to_string(index);
-  s.labels = {{"training.kubeflow.org/replica-type", type},
-              {"training.kubeflow.org/replica-index", std::to_string(index)}};
-  s.controller_uid = "uid-1";
-  return s;
-}
+ServiceView Svc(const std::string& type, int index) { return fixtures::OwnedService(type, index); }
 
 std::vector<std::string> Names(const Plan& p, Action::Kind kind) {
   std::vector<std::string> out;
