@@ -77,6 +77,8 @@ struct Options {
   double qps = 0;
   int burst = 0;
   bool task_auth = false, task_tls = false, network_policy = false;
+  std::chrono::seconds pending_timeout{0};
+  bool recreate_pending = false;
   std::string cluster_domain, gang_scheduler, kueue;
   std::string metrics_address, health_address;
   bool leader_elect = false;
@@ -123,7 +125,14 @@ Flags DeclareFlags() {
       .Value("kueue",
              "external: the operator is Kueue's external integration for TFJob (list TFJob.v1.kubeflow.org under "
              "Kueue's integrations.externalFrameworks) and manages the Workloads of jobs labelled "
-             "kueue.x-k8s.io/queue-name; empty: off (docs/kueue.md)");
+             "kueue.x-k8s.io/queue-name; empty: off (docs/kueue.md)")
+      .Value("pending-timeout-seconds",
+             "a pod Pending this long (unschedulable, image missing) gets a Warning event and the job a PodsPending "
+             "condition naming it and why; 0: off (docs/operations.md)",
+             "600")
+      .Value("recreate-pending-pods",
+             "true: a pod Pending past --pending-timeout-seconds is deleted and created again, once per replica index",
+             "false");
   return flags;
 }
 
@@ -192,6 +201,16 @@ std::optional<int> ParseCommandLine(int argc, char** argv, Options& o) {
         InvalidArgument("flag --task-tls=true needs --task-auth=true (the job's TLS material is kept in its "
                         "task-auth Secret)"));
   }
+  auto pending_timeout = flags.GetInt("pending-timeout-seconds");
+  if (!pending_timeout.ok()) return Fail(pending_timeout.status());
+  if (*pending_timeout < 0 || *pending_timeout > 366LL * 24 * 3600) {
+    return Fail(InvalidArgument("flag --pending-timeout-seconds: " + std::to_string(*pending_timeout) +
+                                " is not from 0 (off) to a year"));
+  }
+  auto recreate_pending = TrueOrFalse(flags, "recreate-pending-pods");
+  if (!recreate_pending.ok()) return Fail(recreate_pending.status());
+  o.pending_timeout = std::chrono::seconds(*pending_timeout);
+  o.recreate_pending = *recreate_pending;
   o.workers = static_cast<int>(*workers);
   o.qps = *qps;
   o.burst = static_cast<int>(*burst);
@@ -292,6 +311,8 @@ StatusOr<op::controller::ControllerOptions> ControllerOptionsFor(const Options& 
     }
   }
   co.planner.network_policy = o.network_policy;
+  co.planner.pending_timeout = o.pending_timeout;
+  co.planner.recreate_pending = o.recreate_pending;
   return co;
 }
 

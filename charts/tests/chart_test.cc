@@ -80,12 +80,13 @@ const std::vector<std::string> kAllOn = {"serviceMonitor.enabled=true",
                                          "taskAuth.tls=true",
                                          "networkPolicy.enabled=true",
                                          "gangScheduler.name=volcano",
+                                         "pendingPods.recreate=true",
                                          "leaderElection.renewDeadlineSeconds=8",
                                          "leaderElection.retryPeriodSeconds=1.5"};
 const std::vector<std::string> kAllOff = {"serviceMonitor.enabled=false",  "grafanaDashboard.enabled=false",
                                           "metrics.service.enabled=false", "leaderElection.enabled=false",
                                           "taskAuth.enabled=false",        "taskAuth.tls=false",
-                                          "networkPolicy.enabled=false"};
+                                          "networkPolicy.enabled=false",   "pendingPods.recreate=false"};
 
 std::vector<std::string> With(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -270,6 +271,19 @@ TEST_F(Chart, KueueExternalAddsTheWorkloadRulesAndAClusterRole) {
   auto bad = RunRender({"kueue.mode=builtin"});
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_THAT(bad.err, HasSubstr("kueue.mode: \"builtin\" is not \"external\" or empty"));
+}
+
+// pendingPods (docs/operations.md): the timeout always passed (the chart's
+// default is the binary's), the re-creation only when asked for.
+TEST_F(Chart, PendingPodsValuesAreTheOperatorsFlags) {
+  const auto defaults = Args(Render({}).One("Deployment"));
+  EXPECT_THAT(defaults, ::testing::Contains("--pending-timeout-seconds=600"));
+  EXPECT_THAT(defaults, ::testing::Not(::testing::Contains(HasSubstr("--recreate-pending-pods"))));
+  const auto set = Args(Render({"pendingPods.timeoutSeconds=120", "pendingPods.recreate=true"}).One("Deployment"));
+  EXPECT_THAT(set, ::testing::Contains("--pending-timeout-seconds=120"));
+  EXPECT_THAT(set, ::testing::Contains("--recreate-pending-pods=true"));
+  EXPECT_THAT(Args(Render({"pendingPods.timeoutSeconds=0"}).One("Deployment")),
+              ::testing::Contains("--pending-timeout-seconds=0"));
 }
 
 TEST_F(Chart, InconsistentValuesFailWithAMessage) {

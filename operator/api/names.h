@@ -47,6 +47,10 @@ inline constexpr std::string_view kRestartsAnnotation = "tfjob-operator.kubeflow
 // its index succeeded, with no new pod (kubeflow/trainer #1186, #1997;
 // training-operator v1.9.0 keeps no such record).
 inline constexpr std::string_view kSucceededAnnotation = "tfjob-operator.kubeflow.org/succeeded-replicas";
+// The replica indices whose pod was re-created for staying Pending past the
+// timeout (--recreate-pending-pods), per replica key, as JSON
+// ({"Worker":[3]}): each index is re-created once over the job's life.
+inline constexpr std::string_view kPendingRecreatedAnnotation = "tfjob-operator.kubeflow.org/pending-recreated";
 
 // LowerName(type), "master" for the alias, the lower-cased key for a key that
 // names no type (such jobs fail validation; this keeps names total).

@@ -93,6 +93,11 @@ inline constexpr std::string_view kConditionRestarting = "Restarting";
 inline constexpr std::string_view kConditionSucceeded = "Succeeded";
 inline constexpr std::string_view kConditionFailed = "Failed";
 inline constexpr std::string_view kConditionSuspended = "Suspended";
+// Not Kubeflow's (--pending-timeout-seconds, docs/operations.md): True while
+// a pod of the job has been Pending past the timeout, naming it and why it
+// waits. Kept before the newest condition, so that the STATE column
+// (.status.conditions[-1:].type) reads as Kubeflow's.
+inline constexpr std::string_view kConditionPodsPending = "PodsPending";
 
 // Kubeflow builds reasons as kind + reason ("TFJob" + "Created").
 inline constexpr std::string_view kReasonCreated = "TFJobCreated";
@@ -103,6 +108,8 @@ inline constexpr std::string_view kReasonFailed = "TFJobFailed";
 inline constexpr std::string_view kReasonFailedValidation = "TFJobFailedValidation";
 inline constexpr std::string_view kReasonSuspended = "TFJobSuspended";
 inline constexpr std::string_view kReasonResumed = "TFJobResumed";
+inline constexpr std::string_view kReasonPodPendingTimeout = "PodPendingTimeout";
+inline constexpr std::string_view kReasonPodsNoLongerPending = "PodsNoLongerPending";
 
 inline constexpr std::string_view kConditionTrue = "True";
 inline constexpr std::string_view kConditionFalse = "False";

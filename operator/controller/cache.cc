@@ -14,7 +14,8 @@ namespace {
 nlohmann::json SlimMetadata(const nlohmann::json& m) {
   nlohmann::json meta = nlohmann::json::object();
   if (!m.is_object()) return meta;
-  for (const char* k : {"name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp"}) {
+  for (const char* k :
+       {"name", "namespace", "uid", "resourceVersion", "labels", "creationTimestamp", "deletionTimestamp"}) {
     const auto it = m.find(k);
     if (it != m.end()) meta[k] = *it;
   }
@@ -111,8 +112,9 @@ nlohmann::json SlimPod(const nlohmann::json& obj) {
   for (const char* k : {"containerStatuses", "initContainerStatuses"}) {
     if (status->contains(k)) st[k] = SlimContainerStatuses((*status)[k]);
   }
-  // Of the conditions, the one ViewPod would report: the first with the
-  // latest lastTransitionTime.
+  // Of the conditions, the one ViewPod would report (the first with the
+  // latest lastTransitionTime) and the scheduler's when it says no (why a
+  // Pending pod waits), in their order.
   const auto conds = status->find("conditions");
   if (conds != status->end() && conds->is_array() && !conds->empty()) {
     const nlohmann::json* newest = nullptr;
@@ -123,14 +125,20 @@ nlohmann::json SlimPod(const nlohmann::json& obj) {
     for (const auto& c : *conds) {
       if (!newest || time(c) > time(*newest)) newest = &c;
     }
-    nlohmann::json kept = nlohmann::json::object();
-    if (newest->is_object()) {
-      for (const char* f : {"type", "status", "reason", "message", "lastTransitionTime"}) {
-        const auto v = newest->find(f);
-        if (v != newest->end()) kept[f] = *v;
+    st["conditions"] = nlohmann::json::array();
+    for (const auto& c : *conds) {
+      const bool unscheduled =
+          c.is_object() && c.value("type", "") == "PodScheduled" && c.value("status", "") == "False";
+      if (&c != newest && !unscheduled) continue;
+      nlohmann::json kept = nlohmann::json::object();
+      if (c.is_object()) {
+        for (const char* f : {"type", "status", "reason", "message", "lastTransitionTime"}) {
+          const auto v = c.find(f);
+          if (v != c.end()) kept[f] = *v;
+        }
       }
+      st["conditions"].push_back(std::move(kept));
     }
-    st["conditions"] = nlohmann::json::array({std::move(kept)});
   }
   out["status"] = std::move(st);
   return out;

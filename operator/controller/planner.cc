@@ -296,20 +296,7 @@ void ObservePod(Pass& p, Outcome& out, const std::string& key, api::RestartPolic
 using api::kSucceededAnnotation;
 
 std::map<std::string, std::set<int>> RecordedSucceeded(const TFJob& job) {
-  std::map<std::string, std::set<int>> out;
-  auto it = job.metadata.annotations.find(std::string(kSucceededAnnotation));
-  if (it == job.metadata.annotations.end()) return out;
-  const auto j = nlohmann::json::parse(it->second, nullptr, false);
-  if (!j.is_object()) return out;
-  for (auto e = j.begin(); e != j.end(); ++e) {
-    if (!e->is_array()) continue;
-    for (const auto& i : *e) {
-      if (i.is_number_integer() && i.get<int64_t>() >= 0 && i.get<int64_t>() <= INT32_MAX) {
-        out[e.key()].insert(i.get<int>());
-      }
-    }
-  }
-  return out;
+  return RecordedIndices(job, kSucceededAnnotation);
 }
 
 // Adds this pass's succeeded pods to the record (a kPatchJob, carried out
@@ -378,6 +365,7 @@ bool PlanReplica(Pass& p, Outcome& out, const ReplicaSpec& spec) {
       continue;
     }
     ObservePod(p, out, key, policy, i, *it->second.front(), rs, c);
+    ObservePending(p, out, key, i, *it->second.front());
   }
   out.restart_counts[key] = rs.restarts;
   out.statuses[key] = rs;
@@ -467,6 +455,7 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
   p.st.replica_statuses = out.statuses;
   RecordRestarts(p, annotated, out);
   Conclude(p, out);
+  ConcludePending(p, out);
   RecordSucceeded(p);
   return Finish(p);
 }

@@ -81,6 +81,12 @@ struct PodView {
   std::string abnormal_reason, abnormal_message;
   bool deleting = false;       // metadata.deletionTimestamp set
   std::string controller_uid;  // ownerReference with controller=true
+  // metadata.creationTimestamp: a Pending pod's wait is counted from it.
+  std::optional<Time> created;
+  // Why a Pending pod waits, in its own words: the scheduler's
+  // (PodScheduled False, e.g. Unschedulable "0/2 nodes are available: ...")
+  // or else a waiting container's (ErrImageNeverPull, ImagePullBackOff).
+  std::string pending_reason, pending_message;
   // The tensorflow container has the task token variable: false for pods
   // made by training-operator (or with --task-auth off).
   bool task_token = false;
@@ -215,6 +221,15 @@ struct PlannerOptions {
   // kKueueExternal: the operator manages the Workloads of jobs labelled
   // kueue.x-k8s.io/queue-name itself (kueue_workload.h, docs/kueue.md).
   std::string kueue;
+  // A pod Pending this long after its creation (unschedulable, its image
+  // missing): a Warning event PodPendingTimeout and the job's PodsPending
+  // condition name it and why it waits, and the job is planned again when a
+  // pending pod reaches the timeout. Zero: off. (--pending-timeout-seconds)
+  std::chrono::seconds pending_timeout{0};
+  // Such a pod is deleted so that the next pass creates it again, once per
+  // replica index over the job's life (api::kPendingRecreatedAnnotation).
+  // (--recreate-pending-pods)
+  bool recreate_pending = false;
 };
 inline constexpr std::string_view kKueueExternal = "external";
 

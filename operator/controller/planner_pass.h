@@ -134,6 +134,14 @@ struct Outcome {
   std::map<std::string, api::ReplicaStatus> statuses;
   std::map<std::string, int32_t> restart_counts;  // by key, after this pass
   bool cannot_build = false;                      // a pod could not be built: the job has failed
+  // Pods Pending past PlannerOptions::pending_timeout, in replica order.
+  struct Pending {
+    std::string key;  // replica key
+    int index = 0;
+    const PodView* pod = nullptr;
+  };
+  std::vector<Pending> pending;
+  std::optional<Time> next_pending_timeout;  // the soonest a pending pod reaches it
 };
 
 // ---- the job's phase (planner_status.cc) ----
@@ -152,5 +160,18 @@ bool PlanLimits(Pass& p, int64_t restarts);
 void RecordRestarts(Pass& p, const std::map<std::string, int32_t>& annotated, const Outcome& out);
 // The job's conditions from its replicas, at the end of a pass.
 void Conclude(Pass& p, const Outcome& out);
+
+// ---- pods that stay Pending (planner_pending.cc) ----
+
+// Replica indices per replica key, as the JSON annotation `annotation` on
+// the job holds them ({"Worker":[0,2]}); what does not parse is ignored.
+std::map<std::string, std::set<int>> RecordedIndices(const api::TFJob& job, std::string_view annotation);
+
+// A Pending pod past the timeout is noted in `out`; one not yet past it
+// moves the next requeue.
+void ObservePending(Pass& p, Outcome& out, const std::string& key, int index, const PodView& pod);
+// The PodsPending condition and its event, the opt-in re-creations (their
+// record first), and the requeue for the next pod to reach the timeout.
+void ConcludePending(Pass& p, const Outcome& out);
 
 }  // namespace tfjob::op::controller::internal

@@ -2,6 +2,7 @@
 // ViewPodGroup, ViewWorkload) and the JSON readers its files share.
 #include <string>
 
+#include "common/time.h"
 #include "operator/api/names.h"
 #include "operator/controller/planner.h"
 #include "operator/controller/views.h"
@@ -72,14 +73,30 @@ PodView ViewPod(const nlohmann::json& pod) {
       for (const auto& e : Field(c, "env")) v.task_token = v.task_token || Str(e, "name") == api::kAuthTokenEnv;
     }
   }
+  v.created = ParseRfc3339(Str(Field(pod, "metadata"), "creationTimestamp"));
   const auto& status = Field(pod, "status");
   v.phase = Str(status, "phase");
+  // Why it waits: the scheduler first, else the tensorflow container.
+  const auto& pod_conditions = Field(status, "conditions");
+  if (pod_conditions.is_array()) {
+    for (const auto& c : pod_conditions) {
+      if (Str(c, "type") == "PodScheduled" && Str(c, "status") == "False") {
+        v.pending_reason = Str(c, "reason");
+        v.pending_message = Str(c, "message");
+      }
+    }
+  }
   const auto& statuses = Field(status, "containerStatuses");
   if (statuses.is_array()) {
     for (const auto& cs : statuses) {
       const auto& rc = Field(cs, "restartCount");
       if (rc.is_number_integer()) v.restart_count += rc.get<int32_t>();
       if (Str(cs, "name") != api::kDefaultContainerName) continue;
+      const auto& waiting = Field(Field(cs, "state"), "waiting");
+      if (v.pending_reason.empty() && !Str(waiting, "reason").empty()) {
+        v.pending_reason = Str(waiting, "reason");
+        v.pending_message = Str(waiting, "message");
+      }
       const auto& now_code = Field(Field(Field(cs, "state"), "terminated"), "exitCode");
       if (now_code.is_number_integer()) v.terminated_code = now_code.get<int>();
       for (const char* which : {"state", "lastState"}) {

@@ -156,6 +156,64 @@ TEST_F(EnvtestPolicies, ADrainedPodIsRecreatedInsteadOfFailingTheJob) {
   ASSERT_TRUE(Eventually([&] { return HasCondition("drained", "Succeeded"); })) << op_->output();
 }
 
+// A replica that stays Pending (issue 49 item 5; kubeflow/trainer #1282):
+// past --pending-timeout-seconds the job's PodsPending condition and a
+// Warning event name the pod and the scheduler's reason, and the STATE
+// column still reads Kubeflow's; with --recreate-pending-pods the pod is
+// created again, once. (No scheduler runs here: the test writes what
+// kube-scheduler writes, PodScheduled False with its message.)
+TEST_F(EnvtestPolicies, APodPendingPastTheTimeoutIsNamedWithItsReasonAndRecreatedOnce) {
+  StopOperator();
+  StartOperator({"--pending-timeout-seconds=3", "--recreate-pending-pods=true"});
+  Apply(JobYaml("stuck", Replica("Worker", 2)));
+  ASSERT_TRUE(Eventually([&] { return Pods("stuck").size() == 2; }));
+  SetPhase("stuck-worker-0", "Running");
+  const std::string why = "0/2 nodes are available: 2 Insufficient cpu.";
+  const json unschedulable = {{"phase", "Pending"},
+                              {"conditions",
+                               json::array({{{"type", "PodScheduled"},
+                                             {"status", "False"},
+                                             {"reason", "Unschedulable"},
+                                             {"message", why}}})}};
+  SetPodStatus("stuck-worker-1", unschedulable);
+  const std::string first = Uid("stuck-worker-1");
+  // Re-created once: a new pod at index 1, the index recorded on the job.
+  ASSERT_TRUE(Eventually([&] {
+    const std::string now = Uid("stuck-worker-1");
+    return !now.empty() && now != first;
+  })) << op_->output();
+  EXPECT_EQ(Get("tfjob", "stuck")["metadata"]["annotations"].value("tfjob-operator.kubeflow.org/pending-recreated", ""),
+            R"({"Worker":[1]})");
+  const std::string second = Uid("stuck-worker-1");
+  SetPodStatus("stuck-worker-1", unschedulable);
+  auto pending = [&]() -> json {
+    for (const auto& c : Get("tfjob", "stuck")["status"].value("conditions", json::array())) {
+      if (c.value("type", "") == "PodsPending") return c;
+    }
+    return json();
+  };
+  const std::string expected = "Pod stuck-worker-1 has been Pending longer than 3 s: Unschedulable: " + why;
+  ASSERT_TRUE(Eventually([&] { return pending().value("message", "") == expected; }))
+      << pending().dump() << "\n"
+      << op_->output();
+  EXPECT_EQ(pending().value("status", ""), "True");
+  // Not re-created a second time; the newest condition is still Kubeflow's.
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  EXPECT_EQ(Uid("stuck-worker-1"), second);
+  EXPECT_EQ(Kubectl({"get", "-n", ns_, "tfjob", "stuck", "-o", "jsonpath={.status.conditions[-1:].type}"}).out,
+            "Running");
+  bool warned = false;
+  for (const auto& e : Events("stuck")) {
+    warned |= e.value("type", "") == "Warning" && e.value("reason", "") == "PodPendingTimeout" &&
+              e.value("message", "").find("stuck-worker-1") != std::string::npos;
+  }
+  EXPECT_TRUE(warned);
+  // Scheduled at last: the condition turns False.
+  SetPhase("stuck-worker-1", "Running");
+  ASSERT_TRUE(Eventually([&] { return pending().value("status", "") == "False"; })) << op_->output();
+  EXPECT_EQ(pending().value("reason", ""), "PodsNoLongerPending");
+}
+
 // ttlSecondsAfterFinished deletes the finished TFJob; the real garbage
 // collector then deletes its pods and services (ownerReferences).
 TEST_F(EnvtestPolicies, TtlDeletesTheJobAndTheGarbageCollectorItsPods) {

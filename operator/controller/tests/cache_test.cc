@@ -56,6 +56,7 @@ TEST(CacheTest, ACachedPodKeepsOnlyWhatThePlannerReads) {
   const json cached = CachedPod(full);
   json want = json::parse(R"({
     "metadata": {"name": "job-worker-0", "namespace": "team", "uid": "u-1", "resourceVersion": "42",
+                 "creationTimestamp": "2026-11-26T20:00:00Z",
                  "ownerReferences": [{"uid": "j-1", "controller": true}]},
     "spec": {"containers": [{"name": "tensorflow", "env": [{"name": "TFJOB_AUTH_TOKEN"}]}]},
     "status": {"phase": "Failed", "conditions": [{"type": "Ready", "status": "False", "reason": "PodFailed"}],
@@ -80,6 +81,7 @@ TEST(CacheTest, ACachedPodKeepsOnlyWhatThePlannerReads) {
   EXPECT_EQ(a.deleting, b.deleting);
   EXPECT_EQ(a.controller_uid, b.controller_uid);
   EXPECT_EQ(a.task_token, b.task_token);
+  EXPECT_EQ(a.created, b.created);
   EXPECT_TRUE(b.task_token);
   EXPECT_EQ(b.exit_code, 137);
 }
@@ -94,6 +96,9 @@ void ExpectSameView(const json& full, const std::string& what) {
   EXPECT_EQ(a.abnormal_message, b.abnormal_message) << what;
   EXPECT_EQ(a.controller_uid, b.controller_uid) << what;
   EXPECT_EQ(a.task_token, b.task_token) << what;
+  EXPECT_EQ(a.created, b.created) << what;
+  EXPECT_EQ(a.pending_reason, b.pending_reason) << what;
+  EXPECT_EQ(a.pending_message, b.pending_message) << what;
 }
 
 // Each branch of ViewPod's reading sees the same through the cache: a
@@ -128,6 +133,12 @@ TEST(CacheTest, EveryStateThePlannerReadsSurvivesTheCache) {
   ExpectSameView(pod, "no container statuses: the newest condition");
   EXPECT_EQ(ViewPod(CachedPod(pod)).abnormal_reason, "Unschedulable");
   EXPECT_EQ(CachedPod(pod)["status"]["conditions"].size(), 1u);
+  // The scheduler's no is kept when another condition is newer: why a
+  // Pending pod waits.
+  pod["status"]["conditions"][0]["lastTransitionTime"] = "2026-11-26T20:00:00Z";
+  ExpectSameView(pod, "the scheduler's no, older than another condition");
+  EXPECT_EQ(ViewPod(CachedPod(pod)).pending_reason, "Unschedulable");
+  EXPECT_EQ(CachedPod(pod)["status"]["conditions"].size(), 2u);
 
   pod["metadata"]["ownerReferences"] = json::parse(
       R"([{"kind": "Other", "uid": "o-1"}, {"kind": "TFJob", "name": "job", "uid": "j-2", "controller": true}])");
