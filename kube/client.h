@@ -37,6 +37,7 @@ inline const Resource kTFJobs{"kubeflow.org", "v1", "tfjobs"};
 inline const Resource kLeases{"coordination.k8s.io", "v1", "leases"};
 inline const Resource kSecrets{"", "v1", "secrets"};
 inline const Resource kNetworkPolicies{"networking.k8s.io", "v1", "networkpolicies"};
+inline const Resource kNodes{"", "v1", "nodes"};
 
 struct ListOptions {
   std::string label_selector;
@@ -74,8 +75,11 @@ class Client {
   virtual StatusOr<nlohmann::json> MergePatch(const Resource& r, const std::string& ns, const std::string& name,
                                               const nlohmann::json& patch, bool status = false) = 0;
   // propagation: "Background" (default), "Foreground" or "Orphan".
+  // grace_period_seconds: DeleteOptions.gracePeriodSeconds when >= 0 (0:
+  // at once, as `kubectl delete --force --grace-period=0`: a pod bound to a
+  // node whose kubelet is gone is removed without it); < 0: the object's own.
   virtual Status Delete(const Resource& r, const std::string& ns, const std::string& name,
-                        const std::string& propagation = "Background") = 0;
+                        const std::string& propagation = "Background", int64_t grace_period_seconds = -1) = 0;
   // Streams events to `on_event` until the server ends the watch, `on_event`
   // returns false, or `stop` becomes true. A 410 Gone (in the HTTP status or
   // as an ERROR event) returns FAILED_PRECONDITION: the caller relists.

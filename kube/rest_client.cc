@@ -367,8 +367,9 @@ StatusOr<nlohmann::json> RestClient::MergePatch(const Resource& r, const std::st
 }
 
 Status RestClient::Delete(const Resource& r, const std::string& ns, const std::string& name,
-                          const std::string& propagation) {
+                          const std::string& propagation, int64_t grace_period_seconds) {
   nlohmann::json opts{{"kind", "DeleteOptions"}, {"apiVersion", "v1"}, {"propagationPolicy", propagation}};
+  if (grace_period_seconds >= 0) opts["gracePeriodSeconds"] = grace_period_seconds;
   return Send("DELETE", r.Path(ns, name), &opts, "application/json", "delete " + r.plural + " " + ns + "/" + name)
       .status();
 }

@@ -79,7 +79,7 @@ class RestClient final : public Client {
   StatusOr<nlohmann::json> MergePatch(const Resource& r, const std::string& ns, const std::string& name,
                                       const nlohmann::json& patch, bool status) override;
   Status Delete(const Resource& r, const std::string& ns, const std::string& name,
-                const std::string& propagation) override;
+                const std::string& propagation = "Background", int64_t grace_period_seconds = -1) override;
   Status Watch(const Resource& r, const std::string& ns, const WatchOptions& o,
                const std::function<bool(const WatchEvent&)>& on_event, const std::atomic<bool>& stop) override;
 

@@ -77,7 +77,7 @@ struct Options {
   double qps = 0;
   int burst = 0;
   bool task_auth = false, task_tls = false, network_policy = false;
-  std::chrono::seconds pending_timeout{0};
+  std::chrono::seconds pending_timeout{0}, node_unreachable_grace{0};
   bool recreate_pending = false;
   std::string cluster_domain, gang_scheduler, kueue;
   std::string metrics_address, health_address;
@@ -132,7 +132,12 @@ Flags DeclareFlags() {
              "600")
       .Value("recreate-pending-pods",
              "true: a pod Pending past --pending-timeout-seconds is deleted and created again, once per replica index",
-             "false");
+             "false")
+      .Value("node-unreachable-grace-seconds",
+             "a job's pods on a node whose Ready condition has not been True this long are deleted with no grace "
+             "period and created again elsewhere (needs list/watch on nodes); 0: off, as training-operator "
+             "(docs/operations.md)",
+             "60");
   return flags;
 }
 
@@ -209,6 +214,13 @@ std::optional<int> ParseCommandLine(int argc, char** argv, Options& o) {
   }
   auto recreate_pending = TrueOrFalse(flags, "recreate-pending-pods");
   if (!recreate_pending.ok()) return Fail(recreate_pending.status());
+  auto node_grace = flags.GetInt("node-unreachable-grace-seconds");
+  if (!node_grace.ok()) return Fail(node_grace.status());
+  if (*node_grace < 0 || *node_grace > 366LL * 24 * 3600) {
+    return Fail(InvalidArgument("flag --node-unreachable-grace-seconds: " + std::to_string(*node_grace) +
+                                " is not from 0 (off) to a year"));
+  }
+  o.node_unreachable_grace = std::chrono::seconds(*node_grace);
   o.pending_timeout = std::chrono::seconds(*pending_timeout);
   o.recreate_pending = *recreate_pending;
   o.workers = static_cast<int>(*workers);
@@ -313,6 +325,21 @@ StatusOr<op::controller::ControllerOptions> ControllerOptionsFor(const Options& 
   co.planner.network_policy = o.network_policy;
   co.planner.pending_timeout = o.pending_timeout;
   co.planner.recreate_pending = o.recreate_pending;
+  co.planner.node_unreachable_grace = o.node_unreachable_grace;
+  if (o.node_unreachable_grace.count() > 0) {
+    // Nodes are cluster-scoped: a namespaced install needs a ClusterRole for
+    // them (the chart makes one). Said now rather than as an informer that
+    // never syncs.
+    kube::ListOptions one;
+    one.limit = 1;
+    Status listed = client.List(kube::kNodes, "", one).status();
+    if (listed.code() == Code::kPermissionDenied) {
+      return InvalidArgument(
+          "flag --node-unreachable-grace-seconds=" + std::to_string(o.node_unreachable_grace.count()) +
+          ": the operator may not list nodes (" + listed.message() +
+          "); grant list and watch on nodes (the chart's nodeFailure values do) or set it to 0");
+    }
+  }
   return co;
 }
 

@@ -83,10 +83,10 @@ const std::vector<std::string> kAllOn = {"serviceMonitor.enabled=true",
                                          "pendingPods.recreate=true",
                                          "leaderElection.renewDeadlineSeconds=8",
                                          "leaderElection.retryPeriodSeconds=1.5"};
-const std::vector<std::string> kAllOff = {"serviceMonitor.enabled=false",  "grafanaDashboard.enabled=false",
-                                          "metrics.service.enabled=false", "leaderElection.enabled=false",
-                                          "taskAuth.enabled=false",        "taskAuth.tls=false",
-                                          "networkPolicy.enabled=false",   "pendingPods.recreate=false"};
+const std::vector<std::string> kAllOff = {
+    "serviceMonitor.enabled=false", "grafanaDashboard.enabled=false", "metrics.service.enabled=false",
+    "leaderElection.enabled=false", "taskAuth.enabled=false",         "taskAuth.tls=false",
+    "networkPolicy.enabled=false",  "pendingPods.recreate=false",     "nodeFailure.graceSeconds=0"};
 
 std::vector<std::string> With(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -116,10 +116,17 @@ TEST_F(Chart, EveryToggleOnRendersEveryOptionalObject) {
     SCOPED_TRACE("watchNamespace=" + ns);
     Rendered r = Render(With(kAllOn, {"watchNamespace=" + ns}));
     ExpectWellFormed(r);
-    std::set<std::string> want{"ServiceAccount", "Role",           "RoleBinding", "Service",
-                               "Deployment",     "ServiceMonitor", "ConfigMap"};
-    if (ns.empty()) want.insert({"ClusterRole", "ClusterRoleBinding"});
+    // Nodes are cluster-scoped: their ClusterRole comes whatever the namespace.
+    const std::set<std::string> want{"ServiceAccount", "Role",      "RoleBinding", "Service",           "Deployment",
+                                     "ServiceMonitor", "ConfigMap", "ClusterRole", "ClusterRoleBinding"};
     EXPECT_EQ(Kinds(r), want);
+    bool nodes = false;
+    for (const auto* d : r.Kind("ClusterRole")) {
+      if (d->obj["metadata"]["name"] != "tfjob-tfjob-operator-nodes") continue;
+      nodes = d->obj["rules"] == json::parse(R"([{"apiGroups":[""],"resources":["nodes"],"verbs":["list","watch"]}])");
+    }
+    EXPECT_TRUE(nodes);
+    EXPECT_THAT(Args(r.One("Deployment")), ::testing::Contains("--node-unreachable-grace-seconds=60"));
     const json& dep = r.One("Deployment");
     EXPECT_EQ(dep["spec"]["replicas"], 2);
     EXPECT_EQ(dep["spec"]["template"]["spec"]["nodeSelector"]["pool"], "cpu");
@@ -160,6 +167,7 @@ TEST_F(Chart, EveryToggleOffLeavesOnlyTheCore) {
         EXPECT_THAT(d->obj["rules"].dump(), ::testing::Not(HasSubstr("secrets"))) << d->source;
         EXPECT_THAT(d->obj["rules"].dump(), ::testing::Not(HasSubstr("networkpolicies"))) << d->source;
         EXPECT_THAT(d->obj["rules"].dump(), ::testing::Not(HasSubstr("podgroups"))) << d->source;
+        EXPECT_THAT(d->obj["rules"].dump(), ::testing::Not(HasSubstr("nodes"))) << d->source;
       }
     }
     EXPECT_THAT(Args(r.One("Deployment")), ::testing::Contains("--task-auth=false"));

@@ -170,8 +170,9 @@ class BetweenPages : public Client {
                             bool status) override {
     return c_.MergePatch(r, ns, n, p, status);
   }
-  Status Delete(const Resource& r, const std::string& ns, const std::string& n, const std::string& p) override {
-    return c_.Delete(r, ns, n, p);
+  Status Delete(const Resource& r, const std::string& ns, const std::string& n, const std::string& p,
+                int64_t grace) override {
+    return c_.Delete(r, ns, n, p, grace);
   }
   Status Watch(const Resource& r, const std::string& ns, const WatchOptions& o,
                const std::function<bool(const WatchEvent&)>& f, const std::atomic<bool>& stop) override {

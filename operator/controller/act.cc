@@ -127,9 +127,11 @@ Status Controller::ExecuteAction(const api::TFJob& job, const Action& a) {
     case Action::Kind::kCreatePod:
     case Action::Kind::kCreateService: return Status::Ok();  // Execute's own: before and after these
     case Action::Kind::kDeletePod:
+    case Action::Kind::kForceDeletePod:
     case Action::Kind::kDeleteService: {
-      const bool pod = a.kind == Action::Kind::kDeletePod;
-      Status s = client_.Delete(pod ? kube::kPods : kube::kServices, ns, a.name);
+      const bool pod = a.kind != Action::Kind::kDeleteService;
+      Status s = client_.Delete(pod ? kube::kPods : kube::kServices, ns, a.name, "Background",
+                                a.kind == Action::Kind::kForceDeletePod ? 0 : -1);
       if (s.ok()) {
         event("Normal", pod ? "SuccessfulDeletePod" : "SuccessfulDeleteService",
               std::string(pod ? "Deleted pod: " : "Deleted service: ") + a.name);

@@ -91,6 +91,7 @@ nlohmann::json SlimPod(const nlohmann::json& obj) {
   // (ViewPod's task_token): that variable's name, no other.
   const auto spec = obj.find("spec");
   if (spec != obj.end() && spec->is_object()) {
+    if (spec->contains("nodeName")) out["spec"]["nodeName"] = (*spec)["nodeName"];
     const auto containers = spec->find("containers");
     if (containers != spec->end() && containers->is_array()) {
       for (const auto& c : *containers) {
@@ -150,6 +151,32 @@ nlohmann::json CachedPod(nlohmann::json pod) { return SlimPod(pod); }
 nlohmann::json CachedService(nlohmann::json service) {
   nlohmann::json out = nlohmann::json::object();
   if (service.is_object() && service.contains("metadata")) out["metadata"] = SlimMetadata(service["metadata"]);
+  return out;
+}
+
+nlohmann::json CachedNode(nlohmann::json node) {
+  nlohmann::json out = nlohmann::json::object();
+  if (!node.is_object()) return out;
+  const auto m = node.find("metadata");
+  if (m != node.end() && m->is_object()) {
+    for (const char* k : {"name", "resourceVersion"}) {
+      const auto it = m->find(k);
+      if (it != m->end()) out["metadata"][k] = *it;
+    }
+  }
+  const auto st = node.find("status");
+  if (st == node.end() || !st->is_object() || !st->contains("conditions") || !(*st)["conditions"].is_array()) {
+    return out;
+  }
+  for (const auto& c : (*st)["conditions"]) {
+    if (!c.is_object() || c.value("type", "") != "Ready") continue;
+    nlohmann::json kept = nlohmann::json::object();
+    for (const char* f : {"type", "status", "lastTransitionTime"}) {
+      const auto v = c.find(f);
+      if (v != c.end()) kept[f] = *v;
+    }
+    out["status"]["conditions"] = nlohmann::json::array({std::move(kept)});
+  }
   return out;
 }
 

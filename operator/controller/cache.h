@@ -18,6 +18,8 @@ namespace tfjob::op::controller {
 nlohmann::json CachedPod(nlohmann::json pod);
 // Of a service: the same metadata, nothing else.
 nlohmann::json CachedService(nlohmann::json service);
+// A node: its name, resourceVersion and Ready condition (ViewNode's).
+nlohmann::json CachedNode(nlohmann::json node);
 // A TFJob less managedFields and kubectl's last-applied-configuration.
 nlohmann::json CachedJob(nlohmann::json job);
 

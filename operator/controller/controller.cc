@@ -54,6 +54,13 @@ Controller::Controller(kube::Client& client, ControllerOptions options, promethe
     workloads_->SetIndexLabel(std::string(api::kJobNameLabel));
     flavors_ = std::make_unique<kube::Informer>(client, kResourceFlavors, "");
   }
+  if (options_.planner.node_unreachable_grace.count() > 0) {
+    // A node whose Ready condition changes brings back the jobs with pods
+    // on it; the planner's requeue then times the grace.
+    nodes_ = std::make_unique<kube::Informer>(client, kube::kNodes, "", "",
+                                              [](nlohmann::json o) { return CachedNode(std::move(o)); });
+    nodes_->AddHandler([this](const std::string& type, const nlohmann::json& obj) { NodeChanged(type, obj); });
+  }
   pods_.AddHandler([this](const std::string& type, const nlohmann::json& obj) {
     if (type == "DELETED") {
       MutexLock g(expect_mu_);
@@ -78,6 +85,23 @@ void Controller::EnqueueOwner(const nlohmann::json& obj) {
   if (job.is_string()) queue_.Add(m.value("namespace", "") + "/" + job.get<std::string>());
 }
 
+void Controller::NodeChanged(const std::string& type, const nlohmann::json& obj) {
+  const NodeView node = ViewNode(obj);
+  {
+    MutexLock g(nodes_mu_);
+    if (type == "DELETED") {
+      node_ready_.erase(node.name);
+      return;  // its pods go with it (the pod garbage collector)
+    }
+    auto [it, added] = node_ready_.emplace(node.name, node.ready);
+    if (!added && it->second == node.ready) return;
+    it->second = node.ready;
+  }
+  for (const auto& pod : pods_.List(options_.ns)) {
+    if (internal::Str(internal::Field(pod, "spec"), "nodeName") == node.name) EnqueueOwner(pod);
+  }
+}
+
 void Controller::Start() {
   running_ = true;
   jobs_.Start();
@@ -86,6 +110,7 @@ void Controller::Start() {
   if (pod_groups_) pod_groups_->Start();
   if (workloads_) workloads_->Start();
   if (flavors_) flavors_->Start();
+  if (nodes_) nodes_->Start();
   for (int i = 0; i < std::max(1, options_.workers); ++i) workers_.emplace_back([this] { Work(); });
 }
 
@@ -100,12 +125,13 @@ void Controller::Stop() {
   if (pod_groups_) pod_groups_->Stop();
   if (workloads_) workloads_->Stop();
   if (flavors_) flavors_->Stop();
+  if (nodes_) nodes_->Stop();
 }
 
 bool Controller::Ready() const {
   return jobs_.HasSynced() && pods_.HasSynced() && services_.HasSynced() &&
          (!pod_groups_ || pod_groups_->HasSynced()) && (!workloads_ || workloads_->HasSynced()) &&
-         (!flavors_ || flavors_->HasSynced());
+         (!flavors_ || flavors_->HasSynced()) && (!nodes_ || nodes_->HasSynced());
 }
 
 void Controller::Work() {
@@ -241,7 +267,14 @@ Status Controller::Reconcile(const std::string& key, bool* requeue_after) {
       if (!flavor.empty()) kueue.flavors[flavor] = internal::Field(f, "spec");
     }
   }
-  Plan plan = PlanJob(job, pods, services, std::chrono::system_clock::now(), options_.planner, pod_group, kueue);
+  ObservedNodes nodes;  // the nodes its pods are bound to
+  if (nodes_) {
+    for (const auto& p : pods) {
+      if (p.node_name.empty() || nodes.count(p.node_name)) continue;
+      if (auto n = nodes_->Get("", p.node_name)) nodes[p.node_name] = ViewNode(*n);
+    }
+  }
+  Plan plan = PlanJob(job, pods, services, std::chrono::system_clock::now(), options_.planner, pod_group, kueue, nodes);
   if (plan.skipped) return Status::Ok();
   // The cache may still hold a job that was just deleted; creating pods for
   // it would leave orphans. Where the status is written first, that write
@@ -276,7 +309,7 @@ Status Controller::Reconcile(const std::string& key, bool* requeue_after) {
   {
     MutexLock g(expect_mu_);
     for (const Action& a : plan.actions) {
-      if (a.kind != Action::Kind::kDeletePod) continue;
+      if (a.kind != Action::Kind::kDeletePod && a.kind != Action::Kind::kForceDeletePod) continue;
       for (const auto& p : pods) {
         if (p.name == a.name && !p.uid.empty()) deleted_uids_.insert(p.uid);
       }

@@ -73,6 +73,9 @@ class Controller {
  private:
   void Work();
   void EnqueueOwner(const nlohmann::json& obj);
+  // A node added, changed or deleted: the jobs with pods on it are queued
+  // when its Ready status changed.
+  void NodeChanged(const std::string& type, const nlohmann::json& obj);
   // Carries out a plan: the restart counts first (nothing else when that
   // fails), then the other actions in order, then the creates. The first
   // error goes to first_error (when that is still OK); every other action
@@ -125,6 +128,12 @@ class Controller {
   // With --kueue=external: the jobs' Workloads (selected by the job-name
   // label the operator puts on them) and the ResourceFlavors.
   std::unique_ptr<kube::Informer> workloads_, flavors_;
+  // With PlannerOptions::node_unreachable_grace: the nodes (name and Ready
+  // condition only), and each one's Ready status as last seen, so that only
+  // a change brings back the jobs on it.
+  std::unique_ptr<kube::Informer> nodes_;
+  Mutex nodes_mu_;
+  std::map<std::string, std::string> node_ready_ TFJOB_GUARDED_BY(nodes_mu_);
   // Before queue_, which reports to it.
   OperatorMetrics metrics_;
   kube::WorkQueue queue_;

@@ -397,7 +397,7 @@ bool PlanReplica(Pass& p, Outcome& out, const ReplicaSpec& spec) {
 
 Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const std::vector<ServiceView>& all_services,
              Time now_tp, const PlannerOptions& given_options, const std::optional<PodGroupView>& observed_pod_group,
-             const ObservedKueue& observed_kueue) {
+             const ObservedKueue& observed_kueue, const ObservedNodes& nodes) {
   Plan skipped;
   skipped.status = original.status;
   skipped.skipped = true;
@@ -447,6 +447,7 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
   const std::map<std::string, int32_t> annotated = AnnotatedRestarts(p.job);
   if (PlanLimits(p, CountRestarts(p, annotated))) return Finish(p);
 
+  PlanUnreachableNodes(p, nodes);
   Outcome out;
   for (const auto& spec : p.job.spec.replica_specs) out.has_chief |= spec.type == ReplicaType::kChief;
   for (const ReplicaSpec& spec : p.job.spec.replica_specs) {

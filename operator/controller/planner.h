@@ -81,6 +81,7 @@ struct PodView {
   std::string abnormal_reason, abnormal_message;
   bool deleting = false;       // metadata.deletionTimestamp set
   std::string controller_uid;  // ownerReference with controller=true
+  std::string node_name;       // spec.nodeName: "" until the scheduler binds it
   // metadata.creationTimestamp: a Pending pod's wait is counted from it.
   std::optional<Time> created;
   // Why a Pending pod waits, in its own words: the scheduler's
@@ -101,6 +102,19 @@ struct ServiceView {
 };
 
 PodView ViewPod(const nlohmann::json& pod);
+
+// A node as the planner sees it: its Ready condition (status "True",
+// "False" or "Unknown"; "" when it has none) and since when it says so.
+struct NodeView {
+  std::string name;
+  std::string ready;
+  std::optional<Time> ready_since;
+};
+NodeView ViewNode(const nlohmann::json& node);
+// The nodes the job's pods are bound to, by name (the others need not be
+// there); a pod whose node is absent is left to Kubernetes' pod garbage
+// collector, which deletes pods bound to nodes that no longer exist.
+using ObservedNodes = std::map<std::string, NodeView>;
 ServiceView ViewService(const nlohmann::json& service);
 
 // The job's PodGroup as observed (named after the job).
@@ -154,6 +168,10 @@ struct Action {
     kCreatePod,
     kCreateService,
     kDeletePod,
+    // A delete with no grace period (gracePeriodSeconds 0): a pod bound to
+    // a node that stays unreachable (PlannerOptions::node_unreachable_grace),
+    // which a graceful delete would leave Terminating for good.
+    kForceDeletePod,
     kDeleteService,
     kDeleteJob,
     kCreateSecret,
@@ -230,6 +248,13 @@ struct PlannerOptions {
   // replica index over the job's life (api::kPendingRecreatedAnnotation).
   // (--recreate-pending-pods)
   bool recreate_pending = false;
+  // A pod bound to a node whose Ready condition has not been True for this
+  // long is deleted with no grace period, so that the next pass creates it
+  // again (elsewhere: the node's NoExecute taint keeps the scheduler away).
+  // Kubernetes itself only marks such pods Terminating, where they stay
+  // until the kubelet returns (kubeflow/trainer #720, #956, #2072). Zero:
+  // off. (--node-unreachable-grace-seconds)
+  std::chrono::seconds node_unreachable_grace{0};
 };
 inline constexpr std::string_view kKueueExternal = "external";
 
@@ -244,8 +269,10 @@ struct Plan {
 
 // `pod_group`: the job's PodGroup when gang scheduling is on and it exists.
 // `kueue`: the job's Workload and the ResourceFlavors with --kueue=external.
+// `nodes`: the nodes the job's pods are bound to, when
+// options.node_unreachable_grace is on.
 Plan PlanJob(const api::TFJob& job, const std::vector<PodView>& pods, const std::vector<ServiceView>& services,
              Time now, const PlannerOptions& options = {}, const std::optional<PodGroupView>& pod_group = std::nullopt,
-             const ObservedKueue& kueue = ObservedKueue{});
+             const ObservedKueue& kueue = ObservedKueue{}, const ObservedNodes& nodes = ObservedNodes{});
 
 }  // namespace tfjob::op::controller

@@ -40,6 +40,12 @@ struct Builder {
     if (p.deleting || !deleted.insert("pod/" + p.name).second) return;
     plan.actions.push_back({Action::Kind::kDeletePod, p.name, nullptr});
   }
+  // Also a pod already Terminating: its graceful delete is what hangs.
+  void ForceDeletePod(const PodView& p) {
+    if (!deleted.insert("force/" + p.name).second) return;
+    deleted.insert("pod/" + p.name);
+    plan.actions.push_back({Action::Kind::kForceDeletePod, p.name, nullptr});
+  }
   void DeleteService(const ServiceView& s) {
     if (s.deleting || !deleted.insert("svc/" + s.name).second) return;
     plan.actions.push_back({Action::Kind::kDeleteService, s.name, nullptr});
@@ -160,6 +166,14 @@ bool PlanLimits(Pass& p, int64_t restarts);
 void RecordRestarts(Pass& p, const std::map<std::string, int32_t>& annotated, const Outcome& out);
 // The job's conditions from its replicas, at the end of a pass.
 void Conclude(Pass& p, const Outcome& out);
+
+// ---- pods on nodes that stay unreachable (planner_nodes.cc) ----
+
+// The job's pods (running, pending, or already Terminating) on a node whose
+// Ready condition has not been True for options.node_unreachable_grace are
+// deleted with no grace period, with a Warning event each; a node not yet
+// past it moves the next requeue.
+void PlanUnreachableNodes(Pass& p, const ObservedNodes& nodes);
 
 // ---- pods that stay Pending (planner_pending.cc) ----
 

@@ -74,6 +74,7 @@ PodView ViewPod(const nlohmann::json& pod) {
     }
   }
   v.created = ParseRfc3339(Str(Field(pod, "metadata"), "creationTimestamp"));
+  v.node_name = Str(Field(pod, "spec"), "nodeName");
   const auto& status = Field(pod, "status");
   v.phase = Str(status, "phase");
   // Why it waits: the scheduler first, else the tensorflow container.
@@ -144,6 +145,19 @@ PodView ViewPod(const nlohmann::json& pod) {
         v.abnormal_message = "Error pod " + v.name + " condition message: " + Str(*newest, "message");
       }
     }
+  }
+  return v;
+}
+
+NodeView ViewNode(const nlohmann::json& node) {
+  NodeView v;
+  v.name = Str(Field(node, "metadata"), "name");
+  const auto& conds = Field(Field(node, "status"), "conditions");
+  if (!conds.is_array()) return v;
+  for (const auto& c : conds) {
+    if (Str(c, "type") != "Ready") continue;
+    v.ready = Str(c, "status");
+    v.ready_since = ParseRfc3339(Str(c, "lastTransitionTime"));
   }
   return v;
 }

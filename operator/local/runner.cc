@@ -479,7 +479,8 @@ class LocalRun {
       case Action::Kind::kCreatePod:
         backend_.Create(WithRunnerEnv(a.object, job_.metadata.name, token_, tls_dir_));
         break;
-      case Action::Kind::kDeletePod: backend_.Delete(a.name); break;
+      case Action::Kind::kDeletePod:
+      case Action::Kind::kForceDeletePod: backend_.Delete(a.name); break;
       case Action::Kind::kCreateService: services_.push_back(controller::ViewService(a.object)); break;
       case Action::Kind::kDeleteService:
         std::erase_if(services_, [&](const ServiceView& s) { return s.name == a.name; });

@@ -7,8 +7,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <thread>
 
+#include "common/time.h"
 #include "operator/tests/envtest_support.h"
 
 namespace tfjob::op::envtest {
@@ -169,12 +171,10 @@ TEST_F(EnvtestPolicies, APodPendingPastTheTimeoutIsNamedWithItsReasonAndRecreate
   ASSERT_TRUE(Eventually([&] { return Pods("stuck").size() == 2; }));
   SetPhase("stuck-worker-0", "Running");
   const std::string why = "0/2 nodes are available: 2 Insufficient cpu.";
-  const json unschedulable = {{"phase", "Pending"},
-                              {"conditions",
-                               json::array({{{"type", "PodScheduled"},
-                                             {"status", "False"},
-                                             {"reason", "Unschedulable"},
-                                             {"message", why}}})}};
+  const json unschedulable = {
+      {"phase", "Pending"},
+      {"conditions",
+       json::array({{{"type", "PodScheduled"}, {"status", "False"}, {"reason", "Unschedulable"}, {"message", why}}})}};
   SetPodStatus("stuck-worker-1", unschedulable);
   const std::string first = Uid("stuck-worker-1");
   // Re-created once: a new pod at index 1, the index recorded on the job.
@@ -193,9 +193,8 @@ TEST_F(EnvtestPolicies, APodPendingPastTheTimeoutIsNamedWithItsReasonAndRecreate
     return json();
   };
   const std::string expected = "Pod stuck-worker-1 has been Pending longer than 3 s: Unschedulable: " + why;
-  ASSERT_TRUE(Eventually([&] { return pending().value("message", "") == expected; }))
-      << pending().dump() << "\n"
-      << op_->output();
+  ASSERT_TRUE(Eventually([&] { return pending().value("message", "") == expected; })) << pending().dump() << "\n"
+                                                                                      << op_->output();
   EXPECT_EQ(pending().value("status", ""), "True");
   // Not re-created a second time; the newest condition is still Kubeflow's.
   std::this_thread::sleep_for(std::chrono::seconds(4));
@@ -212,6 +211,70 @@ TEST_F(EnvtestPolicies, APodPendingPastTheTimeoutIsNamedWithItsReasonAndRecreate
   SetPhase("stuck-worker-1", "Running");
   ASSERT_TRUE(Eventually([&] { return pending().value("status", "") == "False"; })) << op_->output();
   EXPECT_EQ(pending().value("reason", ""), "PodsNoLongerPending");
+}
+
+// A pod on a node that stays unreachable (issue 49 item 4; kubeflow/trainer
+// #720, #956, #2072): Kubernetes marks it for deletion and it stays
+// Terminating, as its kubelet never confirms. Past
+// --node-unreachable-grace-seconds the operator deletes it with no grace
+// period and creates it again, not counted as a restart. (A Node object
+// with no kubelet: the test binds the pod as the scheduler does and writes
+// the node's Ready Unknown as the node lifecycle controller does.)
+TEST_F(EnvtestPolicies, APodOnANodeThatStaysUnreachableIsForceDeletedAndCreatedAgain) {
+  StopOperator();
+  StartOperator({"--node-unreachable-grace-seconds=3"});
+  const std::string node = "lost-" + ns_.substr(2, 40);
+  Apply("apiVersion: v1\nkind: Node\nmetadata:\n  name: " + node + "\n");
+  Apply(JobYaml("lost", Replica("Worker", 2, "OnFailure")));
+  ASSERT_TRUE(Eventually([&] { return Pods("lost").size() == 2; }));
+  // As kube-scheduler binds (`kubectl apply` cannot: bindings have no get).
+  const std::string binding = dir_ + "/binding.json";
+  std::ofstream(binding) << json{{"apiVersion", "v1"},
+                                 {"kind", "Binding"},
+                                 {"metadata", {{"name", "lost-worker-1"}}},
+                                 {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node}}}}
+                                .dump();
+  Kubectl({"create", "-n", ns_, "-f", binding});
+  ASSERT_EQ(Get("pod", "lost-worker-1")["spec"].value("nodeName", ""), node);
+  AllRunning("lost");
+  ASSERT_TRUE(Eventually([&] { return HasCondition("lost", "Running"); })) << op_->output();
+  const std::string first = Uid("lost-worker-1");
+  // The taint manager's eviction: a graceful delete, which waits for the
+  // kubelet.
+  Kubectl({"delete", "pod", "-n", ns_, "lost-worker-1", "--wait=false"});
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  ASSERT_TRUE(Get("pod", "lost-worker-1")["metadata"].contains("deletionTimestamp"));
+  EXPECT_EQ(Uid("lost-worker-1"), first);  // Terminating, and it would stay so
+  const std::string now = FormatRfc3339(std::chrono::system_clock::now());
+  Kubectl({"patch", "node", node, "--subresource=status", "--type=merge", "-p",
+           json{{"status",
+                 {{"conditions", json::array({{{"type", "Ready"},
+                                               {"status", "Unknown"},
+                                               {"reason", "NodeStatusUnknown"},
+                                               {"message", "Kubelet stopped posting node status."},
+                                               {"lastHeartbeatTime", now},
+                                               {"lastTransitionTime", now}}})}}}}
+               .dump()});
+  ASSERT_TRUE(Eventually([&] {
+    const std::string uid = Uid("lost-worker-1");
+    return !uid.empty() && uid != first;
+  })) << "the pod on the unreachable node was not replaced\n"
+      << op_->output();
+  const json replacement = Get("pod", "lost-worker-1");
+  EXPECT_FALSE(replacement["metadata"].contains("deletionTimestamp"));
+  EXPECT_EQ(replacement["spec"].value("nodeName", ""), "");  // left to the scheduler
+  bool said = false;
+  for (const auto& e : Events("lost")) {
+    said |= e.value("reason", "") == "NodeUnreachable" &&
+            e.value("message", "").find("Pod lost-worker-1 is on node " + node) != std::string::npos;
+  }
+  EXPECT_TRUE(said);
+  EXPECT_FALSE(HasCondition("lost", "Failed"));
+  EXPECT_EQ(Get("tfjob", "lost")["status"]["replicaStatuses"]["Worker"].value("restarts", 0), 0);
+  AllRunning("lost");
+  SetPhase("lost-worker-0", "Succeeded", 0);
+  ASSERT_TRUE(Eventually([&] { return HasCondition("lost", "Succeeded"); })) << op_->output();
+  Kubectl({"delete", "node", node, "--wait=false"});
 }
 
 // ttlSecondsAfterFinished deletes the finished TFJob; the real garbage

@@ -114,7 +114,19 @@ TEST_F(EnvtestOperator, LeaderElectionSaysWhyItCannotAcquire) {
   cfg["users"] = json::array({{{"name", "nobody"}, {"user", {{"token", t}}}}});
   cfg["contexts"][0]["context"]["user"] = "nobody";
   std::ofstream(kubeconfig) << cfg.dump();
-  op_ = OperatorProcess({"--leader-elect", "--leader-election-lease-duration", "2"}, kubeconfig);
+  // Without rights on nodes, the node-failure handling (on by default)
+  // says at start-up what to grant or turn off, and exits 2.
+  {
+    auto refused = OperatorProcess({"--leader-elect", "--leader-election-lease-duration", "2"}, kubeconfig);
+    ASSERT_TRUE(refused->WaitForLine("flag --node-unreachable-grace-seconds=60: the operator may not list nodes",
+                                     std::chrono::seconds(30)))
+        << refused->output();
+    ASSERT_TRUE(Eventually([&] { return !refused->running(); })) << refused->output();
+    EXPECT_EQ(refused->Stop(), 2) << refused->output();
+    EXPECT_THAT(refused->output(), HasSubstr("grant list and watch on nodes"));
+  }
+  op_ = OperatorProcess(
+      {"--leader-elect", "--leader-election-lease-duration", "2", "--node-unreachable-grace-seconds=0"}, kubeconfig);
   ASSERT_TRUE(op_->WaitForLine("leader election: cannot acquire Lease " + ns_ + "/tfjob-operator-leader",
                                std::chrono::seconds(30)))
       << op_->output();

@@ -129,9 +129,10 @@ class PartitionableClient : public kube::Client {
     if (partitioned) return Unavailable("partitioned");
     return c_.MergePatch(r, ns, n, p, status);
   }
-  Status Delete(const kube::Resource& r, const std::string& ns, const std::string& n, const std::string& p) override {
+  Status Delete(const kube::Resource& r, const std::string& ns, const std::string& n, const std::string& p,
+                int64_t grace) override {
     if (partitioned) return Unavailable("partitioned");
-    return c_.Delete(r, ns, n, p);
+    return c_.Delete(r, ns, n, p, grace);
   }
   Status Watch(const kube::Resource& r, const std::string& ns, const kube::WatchOptions& o,
                const std::function<bool(const kube::WatchEvent&)>& f, const std::atomic<bool>& stop) override {

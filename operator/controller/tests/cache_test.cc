@@ -58,7 +58,7 @@ TEST(CacheTest, ACachedPodKeepsOnlyWhatThePlannerReads) {
     "metadata": {"name": "job-worker-0", "namespace": "team", "uid": "u-1", "resourceVersion": "42",
                  "creationTimestamp": "2026-11-26T20:00:00Z",
                  "ownerReferences": [{"uid": "j-1", "controller": true}]},
-    "spec": {"containers": [{"name": "tensorflow", "env": [{"name": "TFJOB_AUTH_TOKEN"}]}]},
+    "spec": {"containers": [{"name": "tensorflow", "env": [{"name": "TFJOB_AUTH_TOKEN"}]}], "nodeName": "node-1"},
     "status": {"phase": "Failed", "conditions": [{"type": "Ready", "status": "False", "reason": "PodFailed"}],
                "containerStatuses": [{"name": "tensorflow", "restartCount": 2,
                                       "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}
@@ -82,6 +82,7 @@ TEST(CacheTest, ACachedPodKeepsOnlyWhatThePlannerReads) {
   EXPECT_EQ(a.controller_uid, b.controller_uid);
   EXPECT_EQ(a.task_token, b.task_token);
   EXPECT_EQ(a.created, b.created);
+  EXPECT_EQ(a.node_name, b.node_name);
   EXPECT_TRUE(b.task_token);
   EXPECT_EQ(b.exit_code, 137);
 }

@@ -113,9 +113,11 @@ class FakeClient final : public kube::Client {
     return StoreLocked(r, std::move(o), "MODIFIED");
   }
 
-  Status Delete(const kube::Resource& r, const std::string& ns, const std::string& name, const std::string&) override {
+  Status Delete(const kube::Resource& r, const std::string& ns, const std::string& name, const std::string&,
+                int64_t grace_period_seconds) override {
     Before("DELETE", r, name);
     std::lock_guard g(mu_);
+    if (grace_period_seconds == 0) ++counts_["FORCE-DELETE " + r.plural];
     auto it = objects_.find(Key(r, ns, name));
     if (it == objects_.end()) return NotFound(r.plural + " " + ns + "/" + name + " not found");
     nlohmann::json gone = it->second;

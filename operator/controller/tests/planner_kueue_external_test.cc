@@ -25,7 +25,8 @@ using json = nlohmann::json;
 using fixtures::kNow;
 
 json Replica(int n, json template_spec = json::object()) {
-  template_spec["containers"] = json::array({fixtures::TensorflowContainer({{"resources", {{"requests", {{"cpu", "1"}}}}}})});
+  template_spec["containers"] =
+      json::array({fixtures::TensorflowContainer({{"resources", {{"requests", {{"cpu", "1"}}}}}})});
   return {{"replicas", n}, {"restartPolicy", "Never"}, {"template", {{"spec", template_spec}}}};
 }
 

@@ -51,7 +51,9 @@ std::vector<PodView> Pods(seconds age) {
   return {running, pending};
 }
 
-std::vector<ServiceView> Services() { return {fixtures::OwnedService("worker", 0), fixtures::OwnedService("worker", 1)}; }
+std::vector<ServiceView> Services() {
+  return {fixtures::OwnedService("worker", 0), fixtures::OwnedService("worker", 1)};
+}
 
 const api::JobCondition* Cond(const api::JobStatus& s, const std::string& type) {
   for (const auto& c : s.conditions) {
@@ -164,10 +166,11 @@ TEST(PendingTest, ViewPodReadsTheWaitFromThePod) {
       {"status",
        {{"phase", "Pending"},
         {"conditions",
-         json::array({{{"type", "PodScheduled"},
-                       {"status", "False"},
-                       {"reason", "Unschedulable"},
-                       {"message", "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."}}})}}}};
+         json::array(
+             {{{"type", "PodScheduled"},
+               {"status", "False"},
+               {"reason", "Unschedulable"},
+               {"message", "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."}}})}}}};
   const PodView v = ViewPod(pod);
   ASSERT_TRUE(v.created);
   EXPECT_EQ(kNow - *v.created, seconds(600));
