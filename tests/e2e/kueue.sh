@@ -129,7 +129,13 @@ PY
   kill "$follower" 2> /dev/null || true
   echo "the evicted chief's last lines:"
   tail -n 2 "$work/kueue-chief-log"
-  grep -q 'exiting 143' "$work/kueue-chief-log" || { kill "$admitter"; echo "expected the chief to exit 143"; return 1; }
+  # 143 either way: after a checkpoint written on the signal ("exiting 143
+  # (retryable)"), or, when the parameter servers stopped first and no
+  # checkpoint could be read from them, at the end of its shutdown grace
+  # ("exiting now (exit code 143)"; seen under CI's load): the job then
+  # resumes from the checkpoint before.
+  grep -qE 'exiting 143|exit code 143\)' "$work/kueue-chief-log" \
+    || { kill "$admitter"; echo "expected the chief to exit 143"; return 1; }
   requeued() { [[ $(workload_condition "$ns" "$wl" Requeued) == True || $(workload_condition "$ns" "$wl" Admitted) == True ]]; }
   wait_for 60 requeued || { kill "$admitter"; echo "the Workload's eviction was not handled in 60 s"; return 1; }
   recreated() { recreated_running "$ns" "$job-chief-0" "$old"; }
