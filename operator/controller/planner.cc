@@ -438,6 +438,7 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
   if (KueueManaged(p)) PlanKueue(p);
   if (PlanSuspended(p)) {
     ForgetSucceeded(p);
+    ConcludePending(p, Outcome{});  // its pods are gone: none waits
     return Finish(p);
   }
   // Kubeflow starts the clock (startTime, so activeDeadlineSeconds) when it
@@ -445,7 +446,10 @@ Plan PlanJob(const TFJob& original, const std::vector<PodView>& all_pods, const 
   if (p.st.start_time.empty() && (!IsVolcano(p.options) || Admitted(p))) p.st.start_time = p.now;
 
   const std::map<std::string, int32_t> annotated = AnnotatedRestarts(p.job);
-  if (PlanLimits(p, CountRestarts(p, annotated))) return Finish(p);
+  if (PlanLimits(p, CountRestarts(p, annotated))) {
+    ConcludePending(p, Outcome{});
+    return Finish(p);
+  }
 
   PlanUnreachableNodes(p, nodes);
   Outcome out;

@@ -119,6 +119,17 @@ TEST(PendingTest, TheConditionTurnsFalseOnceThePodRuns) {
   EXPECT_EQ(p.status.conditions.back().type, "Running");
 }
 
+TEST(PendingTest, ASuspendedJobHasNoPodPending) {
+  api::TFJob job = Job();
+  job.status = PlanJob(job, Pods(seconds(700)), Services(), kNow, Timeout(600)).status;
+  job.spec.run_policy.suspend = true;
+  const Plan p = PlanJob(job, Pods(seconds(700)), Services(), kNow + seconds(5), Timeout(600));
+  const auto* c = Cond(p.status, "PodsPending");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->status, "False");
+  EXPECT_NE(p.status.conditions.back().type, "PodsPending");
+}
+
 TEST(PendingTest, AMissingImageIsTheKubeletsReason) {
   std::vector<PodView> pods = Pods(seconds(900));
   pods[1].pending_reason = "ErrImageNeverPull";
