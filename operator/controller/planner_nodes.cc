@@ -31,13 +31,14 @@ void PlanUnreachableNodes(Pass& p, const ObservedNodes& nodes) {
       if (!next || due < *next) next = due;
       continue;
     }
-    const auto for_s = std::chrono::duration_cast<std::chrono::seconds>(p.now_tp - *node.ready_since).count();
     p.b.ForceDeletePod(pod);
+    // The same words every pass until the pod is gone: events are recorded
+    // once per job and message.
     p.b.Event("Warning", "NodeUnreachable",
               "Pod " + pod.name + " is on node " + node.name + ", whose Ready condition has been " +
-                  (node.ready.empty() ? std::string("absent") : node.ready) + " for " + std::to_string(for_s) +
-                  " s (since " + FormatRfc3339(*node.ready_since) + "): deleted with no grace period, to be " +
-                  "created again on a node that is Ready");
+                  (node.ready.empty() ? std::string("absent") : node.ready) + " since " +
+                  FormatRfc3339(*node.ready_since) + ", longer than " + std::to_string(grace.count()) +
+                  " s: deleted with no grace period, to be created again on a node that is Ready");
   }
   if (next) {
     const auto in = std::chrono::ceil<std::chrono::seconds>(*next - p.now_tp);
