@@ -41,8 +41,7 @@ void PlanUnreachableNodes(Pass& p, const ObservedNodes& nodes) {
                   " s: deleted with no grace period, to be created again on a node that is Ready");
   }
   if (next) {
-    const auto in = std::chrono::ceil<std::chrono::seconds>(*next - p.now_tp);
-    if (!p.b.plan.requeue_after || in < *p.b.plan.requeue_after) p.b.plan.requeue_after = in;
+    p.b.RequeueIn(std::chrono::ceil<std::chrono::seconds>(*next - p.now_tp));
   }
 }
 

@@ -82,6 +82,10 @@ struct Builder {
     for (const auto& p : pods) DeletePod(p);
     for (const auto& s : services) DeleteService(s);
   }
+  // A timed requeue: the soonest of those asked for in a pass.
+  void RequeueIn(std::chrono::seconds in) {
+    if (!plan.requeue_after || in < *plan.requeue_after) plan.requeue_after = in;
+  }
   void Event(const char* type, std::string_view reason, std::string message) {
     plan.events.push_back({type, std::string(reason), std::move(message)});
   }

@@ -102,8 +102,7 @@ void ConcludePending(Pass& p, const Outcome& out) {
     }
   }
   if (!finished && out.next_pending_timeout) {
-    const auto in = std::chrono::ceil<std::chrono::seconds>(*out.next_pending_timeout - p.now_tp);
-    if (!p.b.plan.requeue_after || in < *p.b.plan.requeue_after) p.b.plan.requeue_after = in;
+    p.b.RequeueIn(std::chrono::ceil<std::chrono::seconds>(*out.next_pending_timeout - p.now_tp));
   }
 }
 

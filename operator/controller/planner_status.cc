@@ -232,8 +232,7 @@ void Conclude(Pass& p, const Outcome& out) {
   std::optional<Time> start = ParseRfc3339(p.st.start_time);
   if (deadline && start) {
     const Time end = *start + std::chrono::seconds(*deadline);
-    const auto in = std::chrono::ceil<std::chrono::seconds>(end - p.now_tp);
-    if (!p.b.plan.requeue_after || in < *p.b.plan.requeue_after) p.b.plan.requeue_after = in;
+    p.b.RequeueIn(std::chrono::ceil<std::chrono::seconds>(end - p.now_tp));
   }
 }
 
