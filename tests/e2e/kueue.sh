@@ -119,7 +119,7 @@ PY
     kill "$admitter"; echo "the chief wrote no checkpoint after step 0 in 300 s"; return 1
   fi
   old=$(uid_of "$ns" "$job-chief-0")
-  kc -n "$ns" logs -f "$job-chief-0" > "$work/kueue-chief-log" 2>&1 &
+  kc_exec -n "$ns" logs -f "$job-chief-0" > "$work/kueue-chief-log" 2>&1 &
   local follower=$!
   echo "after the chief's first checkpoint: tfjob-test-kueue evict $ns/$wl"
   "$test_kueue" --kubeconfig "$cp_dir/admin.kubeconfig" evict "$ns/$wl" || { kill "$admitter" "$follower"; return 1; }
