@@ -56,7 +56,7 @@ esac
 ASAN_TESTS=(
   common_test base_test cluster_test cluster_envtest_test tensor_test data_test model_test tfjs_golden_test
   checkpoint_test operator_api_test kube_test kube_envtest_test operator_planner_test operator_controller_test
-  rpc_server_test operator_leader_test tls_test http_server_test
+  rpc_server_test rpc_renewing_stub_test operator_leader_test tls_test http_server_test
 )
 TSAN_TESTS=(coordinator_test ps_test collective_test nccl_test kube_test kube_envtest_test operator_controller_test
   rpc_server_test operator_leader_test tls_test http_server_test)

@@ -49,7 +49,7 @@ ClusterCoordinator::ClusterCoordinator(std::vector<std::string> addresses, Optio
     auto w = std::make_unique<Worker>();
     w->index = static_cast<int>(i);
     w->address = addresses[i];
-    w->stub = proto::Worker::NewStub(rpc::MakeChannel(addresses[i], options_.credentials));
+    w->stub = std::make_unique<rpc::RenewingStub<proto::Worker>>(addresses[i], options_.credentials);
     workers_.push_back(std::move(w));
   }
   for (auto& w : workers_) threads_.emplace_back([this, worker = w.get()] { Loop(*worker); });
@@ -251,7 +251,10 @@ Status ClusterCoordinator::CreateResourcesOn(Worker& w, const ResourceSpec& spec
   req.set_coordinator_incarnation(generation_);
   proto::CreateResourcesResponse resp;
   auto ctx = rpc::Context(options_.rpc_timeout, options_.credentials);
-  return rpc::FromGrpc(w.stub->CreateResources(ctx.get(), req, &resp), "CreateResources on worker " + w.address);
+  const auto stub = w.stub->Get();
+  const grpc::Status st = stub->CreateResources(ctx.get(), req, &resp);
+  w.stub->Observe(stub, st);
+  return rpc::FromGrpc(st, "CreateResources on worker " + w.address);
 }
 
 Status ClusterCoordinator::ReplayResources(Worker& w) {
@@ -300,7 +303,10 @@ bool ClusterCoordinator::Healthy(Worker& w) {
   req.set_coordinator_incarnation(generation_);
   proto::WorkerStatusResponse resp;
   auto ctx = rpc::Context(std::chrono::milliseconds(2000), options_.credentials);
-  if (!w.stub->GetStatus(ctx.get(), req, &resp).ok()) return false;
+  const auto stub = w.stub->Get();
+  const grpc::Status st = stub->GetStatus(ctx.get(), req, &resp);
+  w.stub->Observe(stub, st);
+  if (!st.ok()) return false;
   MutexLock g(w.mu);
   return resp.incarnation() == w.incarnation;
 }
@@ -319,7 +325,9 @@ void ClusterCoordinator::Reconnect(Worker& w) {
     req.set_coordinator_incarnation(generation_);
     proto::WorkerStatusResponse resp;
     auto ctx = rpc::Context(std::chrono::milliseconds(1000), options_.credentials);
-    grpc::Status st = w.stub->GetStatus(ctx.get(), req, &resp);
+    const auto stub = w.stub->Get();
+    grpc::Status st = stub->GetStatus(ctx.get(), req, &resp);
+    w.stub->Observe(stub, st);
     if (st.ok()) {
       MutexLock lock(w.mu);
       if (w.incarnation != resp.incarnation()) {
@@ -408,7 +416,7 @@ void ClusterCoordinator::ShutdownWorkers() {
     req.set_coordinator_incarnation(generation_);
     proto::WorkerShutdownResponse resp;
     auto ctx = rpc::Context(std::chrono::milliseconds(2000), options_.credentials);
-    w->stub->Shutdown(ctx.get(), req, &resp);  // best effort: a dead worker needs no shutdown
+    w->stub->Get()->Shutdown(ctx.get(), req, &resp);  // best effort: a dead worker needs no shutdown
   }
 }
 

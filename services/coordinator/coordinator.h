@@ -50,6 +50,7 @@
 #include "proto/worker.grpc.pb.h"
 #include "services/monitoring/runtime_metrics.h"
 #include "services/rpc/auth.h"
+#include "services/rpc/rpc.h"
 #include "services/tensor/tensor.h"
 
 namespace tfjob::coordinator {
@@ -181,7 +182,7 @@ class ClusterCoordinator {
   struct Worker {
     int index;
     std::string address;
-    std::unique_ptr<proto::Worker::Stub> stub;
+    std::unique_ptr<rpc::RenewingStub<proto::Worker>> stub;
     // Guards the fields below and the worker's resources: it is held across
     // the CreateResources calls to the worker (CreateResourcesOn,
     // ReplayResources), so a reconnect and CreatePerWorkerDataset never build

@@ -18,6 +18,8 @@ bool IsWorkerFailure(grpc::StatusCode c) {
 }  // namespace
 
 struct ClusterCoordinator::Call {
+  // The channel the call runs on outlives it (declared first: destroyed last).
+  std::shared_ptr<proto::Worker::Stub> stub;
   std::shared_ptr<Closure> closure;
   std::unique_ptr<grpc::ClientContext> ctx;
   proto::RunClosureResponse resp;
@@ -198,7 +200,8 @@ bool ClusterCoordinator::Send(Worker& w, std::shared_ptr<Closure> c) {
     return false;
   }
   call->sent = std::chrono::steady_clock::now();
-  call->reader = w.stub->AsyncRunClosure(call->ctx.get(), c->request, &w.cq);
+  call->stub = w.stub->Get();
+  call->reader = call->stub->AsyncRunClosure(call->ctx.get(), c->request, &w.cq);
   call->closure = std::move(c);
   Call* tag = call.release();  // back in Loop's `take` when its answer comes
   tag->reader->Finish(&tag->resp, &tag->status, tag);

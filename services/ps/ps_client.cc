@@ -39,9 +39,7 @@ ClientOptions WithProcessSettings(ClientOptions o) {
 void SetSharedMemory(bool on) { g_shared_memory.store(on, std::memory_order_relaxed); }
 
 PsClient::PsClient(std::string address, ClientOptions options)
-    : address_(std::move(address)),
-      options_(WithProcessSettings(options)),
-      stub_(proto::ParameterServer::NewStub(rpc::MakeChannel(address_, options_.credentials))) {}
+    : address_(std::move(address)), options_(WithProcessSettings(options)), stub_(address_, options_.credentials) {}
 
 PsClient::~PsClient() = default;
 
@@ -50,7 +48,10 @@ Status PsClient::Call(const char* what, const Req& req, Resp* resp, Fn fn) {
   const std::string context = std::string(what) + " on parameter server " + address_;
   return rpc::CallWithRetry(address_, options_.retry, [&]() {
     auto ctx = rpc::Context(options_.timeout, options_.credentials);
-    return rpc::FromGrpc((stub_.get()->*fn)(ctx.get(), req, resp), context);
+    const auto stub = stub_.Get();
+    const grpc::Status st = (stub.get()->*fn)(ctx.get(), req, resp);
+    stub_.Observe(stub, st);
+    return rpc::FromGrpc(st, context);
   });
 }
 

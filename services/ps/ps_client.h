@@ -203,7 +203,7 @@ class PsClient {
 
   std::string address_;
   ClientOptions options_;
-  std::unique_ptr<proto::ParameterServer::Stub> stub_;
+  rpc::RenewingStub<proto::ParameterServer> stub_;
   Mutex mu_;
   std::vector<std::unique_ptr<Connection>> idle_ TFJOB_GUARDED_BY(mu_);
   std::atomic<bool> shm_refused_{false};

@@ -68,6 +68,12 @@ host_network_up() {
   iptables -w -t nat -A TFMN-PRE -i "$bridge" -d "$host_ip" -p tcp --dport "$port" \
     -j DNAT --to-destination "127.0.0.1:$port"
   iptables -w -t nat -C PREROUTING -j TFMN-PRE 2> /dev/null || iptables -w -t nat -I PREROUTING -j TFMN-PRE
+  # The nodes reach what the host reaches (node-dns forwards names outside
+  # the cluster to the host's nameserver: unanswered, every lookup gRPC
+  # makes for a task's service config waited 8 s), with the host's address.
+  iptables -w -t nat -N TFMN-POST 2> /dev/null || iptables -w -t nat -F TFMN-POST
+  iptables -w -t nat -A TFMN-POST -s 10.250.0.0/24 ! -d 10.250.0.0/24 ! -o lo -j MASQUERADE
+  iptables -w -t nat -C POSTROUTING -j TFMN-POST 2> /dev/null || iptables -w -t nat -I POSTROUTING -j TFMN-POST
   # Forwarding between nodes, whatever policy another tool left on FORWARD.
   iptables -w -N TFMN-FWD 2> /dev/null || iptables -w -F TFMN-FWD
   iptables -w -A TFMN-FWD -i "$bridge" -j ACCEPT
@@ -248,7 +254,10 @@ up() {
     echo $! > "$state/scheduler.pid"
   fi
   for i in $(seq 1 "$n"); do
+    alive "$i" && continue
     node_prepare "$i"
+    # A Node left by an earlier run would say Ready until the node monitor
+    # noticed; the kubelet registers afresh.
     "${kubectl[@]}" delete node "$(node_name "$i")" --ignore-not-found --wait=true > /dev/null
     node_boot "$i"
   done
@@ -330,6 +339,8 @@ down() {
   ip link del "$bridge" 2> /dev/null || true
   iptables -w -t nat -D PREROUTING -j TFMN-PRE 2> /dev/null || true
   iptables -w -t nat -F TFMN-PRE 2> /dev/null && iptables -w -t nat -X TFMN-PRE 2> /dev/null || true
+  iptables -w -t nat -D POSTROUTING -j TFMN-POST 2> /dev/null || true
+  iptables -w -t nat -F TFMN-POST 2> /dev/null && iptables -w -t nat -X TFMN-POST 2> /dev/null || true
   iptables -w -D FORWARD -j TFMN-FWD 2> /dev/null || true
   iptables -w -F TFMN-FWD 2> /dev/null && iptables -w -X TFMN-FWD 2> /dev/null || true
   # containerd names each pod's network namespace in /run/netns; the mount
