@@ -24,7 +24,11 @@
 #                nodeFailure.graceSeconds) its pods are force-deleted and
 #                created on tfmn-n1; tfmn-n2 boots again while they start;
 #                Succeeded with the exact value;
-#   node-loss-without-grace  the same with nodeFailure.graceSeconds=0
+#   partition    the same job, tfmn-n2 cut off (its link down) instead:
+#                its pods replaced on tfmn-n1 after the grace, the link back
+#                while the old chief still runs there (its last lines
+#                printed): Succeeded with the exact value;
+#   node-loss-without-grace  the same power loss with nodeFailure.graceSeconds=0
 #                (training-operator's behaviour): the job hangs, its pods
 #                bound to the dead node, for longer than node-loss took to
 #                resume; when tfmn-n2 boots again the job ends exact;
@@ -353,6 +357,45 @@ run_node_loss() {
   counter_exact "$ns"
 }
 
+# The counter job again, its chief and a worker on tfmn-n2; tfmn-n2 cut off
+# from the host and the other node (its link down: its processes run on,
+# unreachable). After the grace the operator replaces its pods on tfmn-n1;
+# the link comes back while the replacements run, so the old chief, still
+# running there until its kubelet hears its pod is gone, can reach the PS
+# again: anything it sends carries the old generation and is refused
+# (fencing), and the value is exact.
+run_partition() {
+  local ns=partition old old_dir t0 notready=- deleted=- healed=- resumed=- done_at
+  counter_on_two_nodes "$ns" || return 1
+  old=$(uid_of "$ns" counter-chief-0)
+  old_dir=$cp_dir/multinode/n2/fs_var_log/pods/${ns}_counter-chief-0_$old
+  echo "on $n2: $(pods_on "$ns" "$n2"); at round 2: $n2 cut off (its link down)"
+  t0=$SECONDS
+  mn partition 2 || return 1
+  while ((SECONDS - t0 < 600)); do
+    [[ $notready == - && $(node_ready_status "$n2") != True ]] && notready=$(since "$t0")
+    if [[ $deleted == - && $(uid_of "$ns" counter-chief-0) != "$old" ]] && [[ -z $(pods_on "$ns" "$n2") ]]; then
+      deleted=$(since "$t0")
+      mn heal 2 || return 1
+      healed=$(since "$t0")
+    fi
+    # The old chief's own log, kept while its kubelet still has it.
+    [[ -d $old_dir ]] && cat "$old_dir"/*/*.log > "$work/partition-old-chief.log" 2> /dev/null
+    [[ $resumed == - ]] && new_chief_round "$ns" "$old" && resumed=$(since "$t0")
+    [[ $(job_condition "$ns" counter Succeeded) == True ]] && break
+    [[ $(job_condition "$ns" counter Failed) == True ]] && break
+    sleep 0.5
+  done
+  done_at=$(since "$t0")
+  [[ $healed != - ]] || mn heal 2 > /dev/null 2>&1 || true
+  echo "partition timeline (s from the cut): $n2 NotReady $notready, its pods force-deleted $deleted, link back $healed, counting resumed $resumed, job done $done_at"
+  echo "the cut-off chief's last lines (its container log on $n2):"
+  tail -n 4 "$work/partition-old-chief.log" 2> /dev/null | sed 's/^[^ ]* [^ ]* [^ ]* //' || echo "(none kept)"
+  kc -n "$ns" get pods -o wide
+  [[ $(job_condition "$ns" counter Succeeded) == True ]] || { echo "the job did not Succeed"; return 1; }
+  counter_exact "$ns"
+}
+
 run_node_loss_without_grace() {
   local ns=node-loss-off old t0 wait_s bound phase
   "$helm" --kubeconfig "$cp_dir/admin.kubeconfig" upgrade tfjob-operator charts/tfjob-operator --namespace tfjob-system \
@@ -389,9 +432,13 @@ run_node_loss_without_grace() {
 
 # Each stage's namespace goes when it ends (its PS pods serve on otherwise,
 # and a drain would evict them too).
+# MULTINODE_STAGES="drain partition" runs only those (the cluster, images
+# and chart always).
 for run in ps-across-nodes:run_ps_across_nodes:ps-nodes mwms-across-nodes:run_mwms_across_nodes:mwms-nodes \
-  drain:run_drain:drain node-loss:run_node_loss:node-loss node-loss-without-grace:run_node_loss_without_grace:node-loss-off; do
+  drain:run_drain:drain node-loss:run_node_loss:node-loss partition:run_partition:partition \
+  node-loss-without-grace:run_node_loss_without_grace:node-loss-off; do
   IFS=: read -r name fn ns <<< "$run"
+  [[ -z ${MULTINODE_STAGES:-} || " $MULTINODE_STAGES " == *" $name "* ]] || continue
   job_stage "$name" "$fn" "$ns"
   kc delete namespace "$ns" --wait=false > /dev/null 2>&1 || true
 done

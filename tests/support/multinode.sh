@@ -7,6 +7,8 @@
 #   multinode.sh load CP_DIR IMAGE  podman save IMAGE into every node's containerd
 #   multinode.sh kill CP_DIR I      node I loses power: every process of it SIGKILLed at once
 #   multinode.sh start CP_DIR I     node I boots again (same state: images, pods' logs)
+#   multinode.sh partition CP_DIR I node I cut off (its link down): its processes run on, unreachable
+#   multinode.sh heal CP_DIR I      node I's link up again
 #   multinode.sh down CP_DIR        stop everything; leave nothing behind
 #
 # Layout. The envtest kit's node (../shared/envtest/node) is one per host:
@@ -37,7 +39,7 @@ kit=${TFJOB_ENVTEST:-$(cd "$here/../../.." && pwd)/shared/envtest}
 bridge=tfmn0 host_ip=10.250.0.1
 
 die() { echo "$me: $*" >&2; exit 1; }
-usage() { sed -n '4,9p' "${BASH_SOURCE[0]}" | sed 's/^# *//' >&2; exit 2; }
+usage() { sed -n '4,11p' "${BASH_SOURCE[0]}" | sed 's/^# *//' >&2; exit 2; }
 (($# >= 2)) || usage
 cmd=$1 cp=$(cd "$2" 2> /dev/null && pwd) || die "no control-plane folder $2"
 shift 2
@@ -289,6 +291,14 @@ start_node() {
   echo "node $i ($(node_name "$i")) Ready again in $((SECONDS - t0)) s"
 }
 
+# A partition: the host's end of node I's link down, so the node reaches
+# neither the API server nor the other nodes, and nothing of it stops.
+link_node() {  # I up|down
+  [[ -e /run/netns/$(node_name "$1") ]] || die "node $1 was never started (use up)"
+  ip link set "tfmn-v$1" "$2"
+  echo "node $1 ($(node_name "$1")) link $2"
+}
+
 load() {
   local image=$1 tar=$state/image.tar dir ok=0
   podman save "$image" -o "$tar" > /dev/null || die "podman save $image failed"
@@ -375,6 +385,8 @@ case $cmd in
   load) (($# == 1)) || usage; load "$1" ;;
   kill) (($# == 1)) || usage; kill_node "$1" ;;
   start) (($# == 1)) || usage; start_node "$1" ;;
+  partition) (($# == 1)) || usage; link_node "$1" down ;;
+  heal) (($# == 1)) || usage; link_node "$1" up ;;
   down) down ;;
   *) usage ;;
 esac
