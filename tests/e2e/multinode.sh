@@ -312,6 +312,10 @@ prefer('Chief', '$n2'); prefer('PS', '$n1'); spread('Worker')" || return 1
   kc -n "$ns" apply -f "$manifest" || return 1
   wait_for 120 log_has "$ns" counter-chief-0 '^counter: round 2/' || { echo "the chief did not reach round 2 in 120 s"; return 1; }
   kc -n "$ns" get pods -o wide
+  if [[ $(kc -n "$ns" get pod counter-chief-0 -o jsonpath='{.status.containerStatuses[0].restartCount}') != 0 ]]; then
+    echo "the chief restarted before round 2; its first run's last lines:"
+    kc -n "$ns" logs --previous counter-chief-0 | tail -n 5
+  fi
   [[ $(nodes_of "$ns" chief) == "$n2 " && $(nodes_of "$ns" ps) == "$n1 " ]] \
     || { echo "expected the chief on $n2 and the PS on $n1"; return 1; }
 }
