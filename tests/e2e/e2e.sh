@@ -47,27 +47,9 @@ me=e2e.sh
 # shellcheck source=../../scripts/podman/env.sh
 source scripts/podman/env.sh
 
-if [[ $# -gt 0 ]]; then
-  echo "$me: takes no arguments (usage: tests/e2e/e2e.sh)" >&2
-  exit 2
-fi
-((EUID == 0)) || { echo "$me: must run as root (the node's kubelet and containerd need it)" >&2; exit 1; }
-require_podman
-tag=$(project_version)
-kit=${TFJOB_ENVTEST:-$(cd .. && pwd)/shared/envtest}
-[[ -x $kit/start-control-plane.sh && -x $kit/node/start-node.sh ]] || {
-  echo "$me: no envtest kit with a node at $kit (set TFJOB_ENVTEST)" >&2
-  exit 1
-}
-mnist=$(cd ../shared/data/mnist 2>/dev/null && pwd) || {
-  echo "$me: ../shared/data/mnist is missing (the MNIST files the jobs train on)" >&2
-  exit 1
-}
-kubectl=$PWD/.tools/bin/kubectl
-helm=$PWD/.tools/bin/helm
-for tool in "$kubectl" "$helm"; do
-  [[ -x $tool ]] || { echo "$me: $tool is missing (bash scripts/setup.sh installs it)" >&2; exit 1; }
-done
+# shellcheck source=tests/e2e/lib.sh
+source tests/e2e/lib.sh
+e2e_prerequisites "$#"
 user=65532
 # The bars of the repository's other MNIST MLP tests: multi-worker mirrored
 # (3 workers: tests/chaos/chaos_test.cc, 0.92) and parameter servers (2 PS,
@@ -104,8 +86,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM  # so that cleanup runs then too
 
-# shellcheck source=tests/e2e/lib.sh
-source tests/e2e/lib.sh
 
 # ---- cluster -----------------------------------------------------------------
 stage cluster

@@ -1,9 +1,38 @@
 # Shared by the real-node end-to-end tests (e2e.sh, multinode.sh): stage
 # verdicts, waiting, namespaces with the MNIST and checkpoint volumes, a
 # TFJob's run to its end, the MNIST accuracy checks. Sourced, not run.
-# The caller sets: me, work (its work folder), cp_dir (the control plane),
-# kubectl, mnist (../shared/data/mnist), user (the pods' uid, 65532).
+# The caller sets me (its name), sources scripts/podman/env.sh, calls
+# e2e_prerequisites, then sets work (its work folder), cp_dir (the control
+# plane) and user (the pods' uid, 65532).
 # shellcheck shell=bash
+# e2e_prerequisites ARGC: what the real-node tests need, or one line saying
+# what is missing and exit (2 for arguments, 1 otherwise): no arguments,
+# root, podman, the envtest kit with its node, the MNIST files, kubectl and
+# helm from scripts/setup.sh. Sets tag, kit, mnist, kubectl and helm.
+e2e_prerequisites() {
+  if (($1 > 0)); then
+    echo "$me: takes no arguments (usage: tests/e2e/$me)" >&2
+    exit 2
+  fi
+  ((EUID == 0)) || { echo "$me: must run as root (a node's kubelet and containerd need it)" >&2; exit 1; }
+  require_podman
+  tag=$(project_version)
+  kit=${TFJOB_ENVTEST:-$(cd .. && pwd)/shared/envtest}
+  [[ -x $kit/start-control-plane.sh && -x $kit/node/start-node.sh ]] || {
+    echo "$me: no envtest kit with a node at $kit (set TFJOB_ENVTEST)" >&2
+    exit 1
+  }
+  mnist=$(cd ../shared/data/mnist 2>/dev/null && pwd) || {
+    echo "$me: ../shared/data/mnist is missing (the MNIST files the jobs train on)" >&2
+    exit 1
+  }
+  kubectl=$PWD/.tools/bin/kubectl
+  helm=$PWD/.tools/bin/helm
+  local tool
+  for tool in "$kubectl" "$helm"; do
+    [[ -x $tool ]] || { echo "$me: $tool is missing (bash scripts/setup.sh installs it)" >&2; exit 1; }
+  done
+}
 process_tree() {  # PID: it and its descendants, taken before any is killed
   local child
   echo "$1"

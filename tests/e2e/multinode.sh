@@ -48,28 +48,10 @@ me=multinode.sh
 # shellcheck source=../../scripts/podman/env.sh
 source scripts/podman/env.sh
 
-if [[ $# -gt 0 ]]; then
-  echo "$me: takes no arguments (usage: tests/e2e/multinode.sh)" >&2
-  exit 2
-fi
-((EUID == 0)) || { echo "$me: must run as root (the nodes' kubelets and containerds need it)" >&2; exit 1; }
-require_podman
-tag=$(project_version)
-kit=${TFJOB_ENVTEST:-$(cd .. && pwd)/shared/envtest}
+# shellcheck source=tests/e2e/lib.sh
+source tests/e2e/lib.sh
+e2e_prerequisites "$#"
 export TFJOB_ENVTEST=$kit
-[[ -x $kit/start-control-plane.sh && -d $kit/node/bin ]] || {
-  echo "$me: no envtest kit with a node at $kit (set TFJOB_ENVTEST)" >&2
-  exit 1
-}
-mnist=$(cd ../shared/data/mnist 2>/dev/null && pwd) || {
-  echo "$me: ../shared/data/mnist is missing (the MNIST files the jobs train on)" >&2
-  exit 1
-}
-kubectl=$PWD/.tools/bin/kubectl
-helm=$PWD/.tools/bin/helm
-for tool in "$kubectl" "$helm"; do
-  [[ -x $tool ]] || { echo "$me: $tool is missing (bash scripts/setup.sh installs it)" >&2; exit 1; }
-done
 user=65532
 ps_bar=0.85   # as e2e.sh's (tests/e2e/e2e.sh says why)
 mwms_bar=0.92
@@ -101,8 +83,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM  # so that cleanup runs then too
 
-# shellcheck source=tests/e2e/lib.sh
-source tests/e2e/lib.sh
 
 # What the host had before, to show that teardown leaves nothing.
 host_state() {
