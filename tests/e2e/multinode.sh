@@ -310,6 +310,13 @@ new_chief_round() {  # NS OLD_UID: a chief other than OLD_UID has logged a round
   [[ $(uid_of "$1" counter-chief-0) != "$2" ]] && log_has "$1" counter-chief-0 '^counter: round '
 }
 
+# NS OLD_UID: the chief with uid OLD_UID is gone and no pod of NS is bound
+# to tfmn-n2 (the operator's force deletion).
+pods_gone_from_n2() { [[ $(uid_of "$1" counter-chief-0) != "$2" && -z $(pods_on "$1" "$n2") ]]; }
+counter_ended() {  # NS: the counter job Succeeded or Failed
+  [[ $(job_condition "$1" counter Succeeded) == True || $(job_condition "$1" counter Failed) == True ]]
+}
+
 node_loss_resumed=
 run_node_loss() {
   local ns=node-loss old t0 notready=- deleted=- booted=- running=- resumed=- done_at
@@ -320,15 +327,14 @@ run_node_loss() {
   mn kill 2 || return 1
   while ((SECONDS - t0 < 600)); do
     [[ $notready == - && $(node_ready_status "$n2") != True ]] && notready=$(since "$t0")
-    if [[ $deleted == - && $(uid_of "$ns" counter-chief-0) != "$old" ]] && [[ -z $(pods_on "$ns" "$n2") ]]; then
+    if [[ $deleted == - ]] && pods_gone_from_n2 "$ns" "$old"; then
       deleted=$(since "$t0")
       # The node comes back while the replacements start.
       mn start 2 > "$work/node-loss-start.log" 2>&1 && booted=$(since "$t0") || cat "$work/node-loss-start.log"
     fi
     [[ $running == - ]] && recreated_running "$ns" counter-chief-0 "$old" && running=$(since "$t0")
     [[ $resumed == - ]] && new_chief_round "$ns" "$old" && resumed=$(since "$t0")
-    [[ $(job_condition "$ns" counter Succeeded) == True ]] && break
-    [[ $(job_condition "$ns" counter Failed) == True ]] && break
+    counter_ended "$ns" && break
     sleep 0.5
   done
   done_at=$(since "$t0")
@@ -358,7 +364,7 @@ run_partition() {
   mn partition 2 || return 1
   while ((SECONDS - t0 < 600)); do
     [[ $notready == - && $(node_ready_status "$n2") != True ]] && notready=$(since "$t0")
-    if [[ $deleted == - && $(uid_of "$ns" counter-chief-0) != "$old" ]] && [[ -z $(pods_on "$ns" "$n2") ]]; then
+    if [[ $deleted == - ]] && pods_gone_from_n2 "$ns" "$old"; then
       deleted=$(since "$t0")
       mn heal 2 || return 1
       healed=$(since "$t0")
@@ -366,8 +372,7 @@ run_partition() {
     # The old chief's own log, kept while its kubelet still has it.
     [[ -d $old_dir ]] && cat "$old_dir"/*/*.log > "$work/partition-old-chief.log" 2> /dev/null
     [[ $resumed == - ]] && new_chief_round "$ns" "$old" && resumed=$(since "$t0")
-    [[ $(job_condition "$ns" counter Succeeded) == True ]] && break
-    [[ $(job_condition "$ns" counter Failed) == True ]] && break
+    counter_ended "$ns" && break
     sleep 0.5
   done
   done_at=$(since "$t0")
