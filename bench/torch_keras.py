@@ -21,6 +21,13 @@ examples of examples/keras, built the same way in PyTorch.
                 on make_data.py's TFRecord files (read here with its
                 tf.Example class).
 
+  vgg_cnn       bench/vgg_cnn.json (a runtime job, not Keras JSON): VGG-style
+                3x3 convolutions, "same" padding, ReLU: 32, 32, max pooling
+                2x2, 64, 64, max pooling, Flatten, Dense(10). Adam 1e-3
+                (epsilon 1e-7), batch 64, the residual CNN's MNIST split.
+                Its 32- and 64-channel layers are where the runtime takes
+                oneDNN's Winograd kernels.
+
   mnist_lstm    examples/keras/mnist_lstm.json: LSTM(128) over the 28
                 rows of 28 pixels (sigmoid gates: torch.nn.LSTM's; its two
                 biases are Keras' one), Dense(10). Adam 1e-3 (epsilon 1e-7),
@@ -112,6 +119,23 @@ def read_tfrecord(path, Example):
             torch.tensor(label, dtype=torch.float32))
 
 
+class VggCnn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.convs = torch.nn.ModuleList(
+            torch.nn.Conv2d(cin, cout, 3, padding=1) for cin, cout in ((1, 32), (32, 32), (32, 64), (64, 64)))
+        self.out = torch.nn.Linear(7 * 7 * 64, 10)
+
+    def forward(self, x):
+        for i, conv in enumerate(self.convs):
+            x = F.relu(conv(x))
+            if i % 2 == 1:
+                x = F.max_pool2d(x, 2)
+        # Keras flattens NHWC: the same features in another order, which a
+        # freshly initialised Dense does not tell apart.
+        return self.out(x.flatten(1))
+
+
 class MnistLstm(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -158,8 +182,8 @@ def train(model, opt, loss_fn, inputs, labels, batch, epochs, gen):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("model", choices=["residual_cnn", "wide_deep", "mnist_lstm"])
-    ap.add_argument("--data-dir", required=True, help="MNIST (residual_cnn) or make_data.py's output (wide_deep)")
+    ap.add_argument("model", choices=["residual_cnn", "wide_deep", "mnist_lstm", "vgg_cnn"])
+    ap.add_argument("--data-dir", required=True, help="MNIST (residual_cnn, mnist_lstm, vgg_cnn) or make_data.py's output (wide_deep)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--seed", type=int, default=42)
@@ -168,13 +192,13 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     gen = torch.Generator().manual_seed(args.seed)
-    if args.model in ("residual_cnn", "mnist_lstm"):
+    if args.model in ("residual_cnn", "mnist_lstm", "vgg_cnn"):
         images = load_idx(f"{args.data_dir}/t10k-images-idx3-ubyte.gz", 0x803).astype(np.float32) / 255.0
         labels = load_idx(f"{args.data_dir}/t10k-labels-idx1-ubyte.gz", 0x801).astype(np.int64)
-        shape = (10000, 1, 28, 28) if args.model == "residual_cnn" else (10000, 28, 28)
+        shape = (10000, 28, 28) if args.model == "mnist_lstm" else (10000, 1, 28, 28)
         x = torch.from_numpy(images.reshape(shape).copy())
         y = torch.from_numpy(labels.copy())
-        model = ResidualCnn() if args.model == "residual_cnn" else MnistLstm()
+        model = {"residual_cnn": ResidualCnn, "mnist_lstm": MnistLstm, "vgg_cnn": VggCnn}[args.model]()
         opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
         examples, seconds = train(model, opt, torch.nn.CrossEntropyLoss(), [x[:8000]], y[:8000], 64, args.epochs,
                                   gen)

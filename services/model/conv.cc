@@ -72,6 +72,7 @@ class Conv2D final : public Layer {
   }
 
   bool pooled() const override { return pooled_; }
+  std::string cpu_kernel() const override { return direct_used_ ? direct_.ForwardKernel() : ""; }
 
   StatusOr<Tensor> Forward(std::span<const Tensor> params, const Tensor& x, bool) override {
     if (!Matches(x, DType::kFloat32, in_shape_)) return Error(Expected(DType::kFloat32, in_shape_, x));

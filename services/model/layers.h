@@ -108,6 +108,9 @@ class Layer {
 
   // Whether the layer computes on a CUDA device (Model::CheckDeviceSupport).
   virtual bool device_kernels() const { return true; }
+  // The oneDNN kernel the last Forward on the CPU ran, where the layer
+  // calls one by name (Conv2D: "jit_wino_4x3:avx512_core", ...); "" else.
+  virtual std::string cpu_kernel() const { return ""; }
 
   // Keras' masks: which time steps of each example are real, a host
   // float32 [batch, time] of 1 (real) and 0 (padding). Masking and

@@ -192,6 +192,7 @@ class Model {
     // A max pooling fused into the convolution before it (FusePooling):
     // that layer's name; its time is counted there.
     std::string fused_into;
+    std::string cpu_kernel;  // Layer::cpu_kernel()
   };
   std::vector<LayerTime> LayerTimes() const;
 

@@ -127,6 +127,7 @@ std::vector<Model::LayerTime> Model::LayerTimes() const {
     t.name = spec.name;
     t.type = std::string(LayerTypeName(spec.type));
     if (nodes_[n].pooled_by >= 0) t.fused_into = layer_specs_[nodes_[nodes_[n].pooled_by].layer].name;
+    t.cpu_kernel = nodes_[n].impl->cpu_kernel();
     if (n < node_time_.size()) {
       t.forward = node_time_[n].forward;
       t.backward = node_time_[n].backward;

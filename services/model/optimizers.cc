@@ -4,8 +4,12 @@
 #include <map>
 
 #include <Eigen/Core>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "services/tensor/backend.h"
+#include "services/tensor/threads.h"
 
 namespace tfjob::model {
 
@@ -186,7 +190,30 @@ Status Optimizer::ApplyDense(Tensor& var, const Tensor& grad, SlotState& st) con
     return Status::Ok();
   }
   st.iterations += 1;
-  UpdateRange(var, 0, grad.data<float>(), var.size(), st, StepAlpha(st.iterations));
+  const float alpha = StepAlpha(st.iterations);
+  const float* g = grad.data<float>();
+  const int64_t n = var.size();
+  // A large update is memory-bound and its gradient was written by every
+  // compute thread (the products split their rows): each thread updates
+  // its own contiguous share, so the gradient rows it wrote are read where
+  // they are cached, and the update's bandwidth is the cores' together.
+  // The shares are whole blocks of kSplit elements, so every element is
+  // computed by the same code path at any thread count (the same bits).
+#ifdef _OPENMP
+  constexpr int64_t kSplit = 2048, kParallel = 1 << 16;
+  const int threads = ComputeThreads();
+  if (threads > 1 && n >= kParallel && !omp_in_parallel()) {
+    const int64_t blocks = (n + kSplit - 1) / kSplit;
+#pragma omp parallel num_threads(threads)
+    {
+      const int64_t i = omp_get_thread_num(), k = omp_get_num_threads();
+      const int64_t begin = std::min(n, blocks * i / k * kSplit), end = std::min(n, blocks * (i + 1) / k * kSplit);
+      if (end > begin) UpdateRange(var, begin, g + begin, end - begin, st, alpha);
+    }
+    return Status::Ok();
+  }
+#endif
+  UpdateRange(var, 0, g, n, st, alpha);
   return Status::Ok();
 }
 

@@ -5,6 +5,7 @@
 #include "contract/env.h"
 #include "services/base/ports.h"
 #include "services/ps/ps_client.h"
+#include "services/tensor/conv2d.h"
 #include "services/tensor/gemm.h"
 #include "services/tensor/precision.h"
 
@@ -48,8 +49,10 @@ cluster::Env ProcessEnv() {
 StatusOr<ProcessSettings> ReadProcessSettings(const cluster::Env& env) {
   ProcessSettings s;
   ASSIGN_OR_RETURN(std::string kernels,
-                   OneOf(env, contract::kCpuKernelsEnv, {"eigen"}, "\"eigen\" (unset: oneDNN where present)"));
+                   OneOf(env, contract::kCpuKernelsEnv, {"eigen", "direct"},
+                         "\"eigen\" or \"direct\" (unset: oneDNN where present, Winograd where it applies)"));
   s.eigen_kernels = kernels == "eigen";
+  s.direct_convolutions = kernels == "direct";
   ASSIGN_OR_RETURN(std::string f16, OneOf(env, contract::kFloat16EmulationEnv, {"0", "1"}, "0 or 1"));
   s.float16_emulation = f16 == "1";
   ASSIGN_OR_RETURN(std::string shm, OneOf(env, contract::kPsSharedMemoryEnv, {"0", "1"}, "0 or 1"));
@@ -60,6 +63,7 @@ StatusOr<ProcessSettings> ReadProcessSettings(const cluster::Env& env) {
 
 void ApplyProcessSettings(const ProcessSettings& settings) {
   if (settings.eigen_kernels) UseEigenKernels();
+  if (settings.direct_convolutions) UseDirectConvolutionsOnly();
   SetFloat16Emulation(settings.float16_emulation);
   ps::SetSharedMemory(settings.ps_shared_memory);
 }

@@ -32,6 +32,9 @@ struct ProcessSettings {
   // TFJOB_CPU_KERNELS=eigen: Eigen's products and the im2col convolution
   // instead of oneDNN's (bench/roofline.sh compares the two).
   bool eigen_kernels = false;
+  // TFJOB_CPU_KERNELS=direct: oneDNN's direct convolutions where Winograd
+  // would apply (services/tensor/conv2d.h; bench/roofline.sh compares them).
+  bool direct_convolutions = false;
   // TFJOB_FLOAT16_EMULATION=1: float16 layers computed in float32 and rounded
   // (services/tensor/precision.h), where no float16 path is built.
   bool float16_emulation = false;

@@ -147,6 +147,7 @@ class SyncStrategy final : public Strategy {
         layers.push_back(
             {{"name", t.name}, {"type", t.type}, {"forward", t.forward}, {"backward", t.backward}, {"steps", t.steps}});
         if (!t.fused_into.empty()) layers.back()["fused_into"] = t.fused_into;
+        if (!t.cpu_kernel.empty()) layers.back()["cpu_kernel"] = t.cpu_kernel;
       }
       j["layer_seconds"] = std::move(layers);
     }

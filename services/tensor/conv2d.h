@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "common/status.h"
 
@@ -37,6 +38,19 @@ class DirectConv2D {
 
   // True where the kernels below compute (a oneDNN build, not switched off).
   static bool Available();
+  // Whether a float32 convolution of `g` takes oneDNN's Winograd kernels
+  // (F(4x4, 3x3): 3x3, stride 1, at least 32 channels and 32 filters and
+  // 96 Ki channel x filter x output-pixel products per image, at most one
+  // pixel of padding a side; fewer multiplications than the
+  // direct kernels, with rounding errors of the same order: tests/
+  // conv2d_test.cc) rather than the direct ones, unless
+  // UseDirectConvolutionsOnly() was called. A CPU without oneDNN's Winograd
+  // kernels (they need AVX-512) gets the direct ones all the same.
+  static bool WinogradApplies(const Conv2DGeometry& g);
+  // The oneDNN kernel of the last Forward ("jit_wino_4x3:avx512_core",
+  // "brgconv:avx512_core", ...; "" before one, or after one through
+  // conv2d_small.h's kernels).
+  std::string ForwardKernel() const;
 
   // y [batch, out_h, out_w, filters] = conv(x, kernel) + bias (bias may be
   // null), then max(0, .) when `relu`.
@@ -70,5 +84,10 @@ class DirectConv2D {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Direct convolutions only, never Winograd (TFJOB_CPU_KERNELS=direct at
+// start-up; bench/roofline.sh compares the two). Takes effect at the next
+// geometry a DirectConv2D builds; call it before any kernel runs.
+void UseDirectConvolutionsOnly(bool only = true);
 
 }  // namespace tfjob

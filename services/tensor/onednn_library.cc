@@ -30,6 +30,7 @@ constexpr const char* kFunctions[] = {
     "dnnl_engine_destroy",
     "dnnl_matmul_desc_init",
     "dnnl_memory_create",
+    "dnnl_memory_desc_equal",
     "dnnl_memory_desc_init_by_strides",
     "dnnl_memory_desc_init_by_tag",
     "dnnl_memory_destroy",
@@ -46,6 +47,7 @@ constexpr const char* kFunctions[] = {
     "dnnl_primitive_desc_iterator_create",
     "dnnl_primitive_desc_iterator_destroy",
     "dnnl_primitive_desc_iterator_fetch",
+    "dnnl_primitive_desc_query",
     "dnnl_primitive_desc_query_md",
     "dnnl_primitive_destroy",
     "dnnl_primitive_execute",
@@ -107,6 +109,8 @@ TFJOB_ONEDNN_FORWARD(dnnl_status_t, dnnl_memory_create,
                      (dnnl_memory_t * memory, const dnnl_memory_desc_t* memory_desc, dnnl_engine_t engine,
                       void* handle),
                      (memory, memory_desc, engine, handle), dnnl_runtime_error)
+TFJOB_ONEDNN_FORWARD(int, dnnl_memory_desc_equal, (const dnnl_memory_desc_t* lhs, const dnnl_memory_desc_t* rhs),
+                     (lhs, rhs), 0)
 TFJOB_ONEDNN_FORWARD(dnnl_status_t, dnnl_memory_desc_init_by_strides,
                      (dnnl_memory_desc_t * memory_desc, int ndims, const dnnl_dims_t dims, dnnl_data_type_t data_type,
                       const dnnl_dims_t strides),
@@ -146,6 +150,9 @@ TFJOB_ONEDNN_FORWARD(dnnl_status_t, dnnl_primitive_desc_iterator_destroy, (dnnl_
                      (iterator), dnnl_runtime_error)
 TFJOB_ONEDNN_FORWARD(dnnl_primitive_desc_t, dnnl_primitive_desc_iterator_fetch,
                      (const_dnnl_primitive_desc_iterator_t iterator), (iterator), nullptr)
+TFJOB_ONEDNN_FORWARD(dnnl_status_t, dnnl_primitive_desc_query,
+                     (const_dnnl_primitive_desc_t primitive_desc, dnnl_query_t what, int index, void* result),
+                     (primitive_desc, what, index, result), dnnl_runtime_error)
 TFJOB_ONEDNN_FORWARD(const dnnl_memory_desc_t*, dnnl_primitive_desc_query_md,
                      (const_dnnl_primitive_desc_t primitive_desc, dnnl_query_t what, int index),
                      (primitive_desc, what, index), nullptr)

@@ -772,6 +772,55 @@ TEST(ModelPoolFusionTest, AConvolutionWithItsMaxPoolingFusedComputesAsTheLayersA
   }
 }
 
+// A Conv2D of 32 channels and filters over 14x14 takes oneDNN's Winograd
+// kernels (conv2d.h) and the summary's layer times name them; its output
+// and gradients, the input's included, match the same model's with direct
+// convolutions only within float32 rounding.
+TEST(ModelWinogradTest, AWinogradConvolutionIsNamedAndMatchesTheDirectOne) {
+  if (!DirectConv2D::Available()) GTEST_SKIP() << "no oneDNN in this build (or TFJOB_CPU_KERNELS=eigen)";
+  LayerSpec conv = Other(LayerType::kConv2D, "conv", 0, Activation::kRelu);
+  conv.filters = 32;
+  conv.kernel_size = {3, 3};
+  conv.padding = Padding::kSame;
+  ModelSpec spec;
+  spec.input_shape = {14, 14, 32};
+  spec.layers = {conv, Other(LayerType::kFlatten, "flat", 1), Dense("out", 3, Activation::kLinear, 2)};
+  const LossSpec mse{LossType::kMeanSquaredError, false};
+  std::mt19937 rng(6);
+  std::normal_distribution<float> normal;
+  std::vector<float> xs(2 * 14 * 14 * 32), dys(2 * 3);
+  for (float& v : xs) v = normal(rng);
+  for (float& v : dys) v = normal(rng);
+  const Tensor x = Tensor::FromVector({2, 14, 14, 32}, xs).value();
+  const Tensor dy = Tensor::FromVector({2, 3}, dys).value();
+  auto run = [&](bool direct_only, std::string& kernel) {
+    UseDirectConvolutionsOnly(direct_only);
+    auto m = Model::Create(spec, mse);
+    EXPECT_TRUE(m.ok()) << m.status();
+    auto g = (*m)->Differentiate((*m)->InitialValues(3), x, dy, true);
+    EXPECT_TRUE(g.ok()) << g.status();
+    kernel = (*m)->LayerTimes()[0].cpu_kernel;
+    UseDirectConvolutionsOnly(false);
+    return std::move(*g);
+  };
+  std::string wino_kernel, direct_kernel;
+  const auto a = run(false, wino_kernel), b = run(true, direct_kernel);
+  if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+    EXPECT_THAT(wino_kernel, HasSubstr("wino"));
+  }
+  EXPECT_THAT(direct_kernel, ::testing::Not(HasSubstr("wino")));
+  EXPECT_FALSE(direct_kernel.empty());
+  auto expect_near = [](const Tensor& p, const Tensor& q, const std::string& what) {
+    ASSERT_EQ(p.size(), q.size()) << what;
+    auto f = p.flat<float>(), g = q.flat<float>();
+    for (int64_t i = 0; i < p.size(); ++i) ASSERT_NEAR(f[i], g[i], 1e-4 * (1 + std::abs(g[i]))) << what << " " << i;
+  };
+  expect_near(a.output, b.output, "output");
+  ASSERT_EQ(a.grads.size(), b.grads.size());
+  for (size_t i = 0; i < a.grads.size(); ++i) expect_near(a.grads[i].dense, b.grads[i].dense, std::to_string(i));
+  expect_near(a.input_grads[0], b.input_grads[0], "input gradient");
+}
+
 // Training's time per layer call (the summary's layer_seconds): forward and
 // backward of training steps are counted; prediction is not.
 TEST(ModelLayerTimesTest, TrainingStepsAreTimedPerLayerAndPredictionIsNot) {

@@ -24,6 +24,7 @@ TEST(ProcessSettingsTest, DefaultsWhenUnsetOrEmpty) {
     auto s = ReadProcessSettings(cluster::FixedEnv(vars));
     ASSERT_TRUE(s.ok()) << s.status();
     EXPECT_FALSE(s->eigen_kernels);
+    EXPECT_FALSE(s->direct_convolutions);
     EXPECT_FALSE(s->float16_emulation);
     EXPECT_TRUE(s->ps_shared_memory);
     EXPECT_EQ(s->self_exe, "");
@@ -37,11 +38,15 @@ TEST(ProcessSettingsTest, EachVariableSetsItsSwitch) {
                                                   {"TFJOB_RUNTIME_SELF", "/opt/bundle/bin/tfjob-runtime"}}));
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_TRUE(s->eigen_kernels);
+  EXPECT_FALSE(s->direct_convolutions);
   EXPECT_TRUE(s->float16_emulation);
   EXPECT_FALSE(s->ps_shared_memory);
   EXPECT_EQ(s->self_exe, "/opt/bundle/bin/tfjob-runtime");
-  s = ReadProcessSettings(cluster::FixedEnv({{"TFJOB_FLOAT16_EMULATION", "0"}, {"TFJOB_PS_SHM", "1"}}));
+  s = ReadProcessSettings(
+      cluster::FixedEnv({{"TFJOB_CPU_KERNELS", "direct"}, {"TFJOB_FLOAT16_EMULATION", "0"}, {"TFJOB_PS_SHM", "1"}}));
   ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_FALSE(s->eigen_kernels);
+  EXPECT_TRUE(s->direct_convolutions);
   EXPECT_FALSE(s->float16_emulation);
   EXPECT_TRUE(s->ps_shared_memory);
 }

@@ -135,6 +135,46 @@ TEST(DirectConv2DTest, MatchesTheDefinitionForwardAndBackward) {
   for (size_t i = 0; i < cases.size(); ++i) CheckAgainstTheDefinition(cases[i], rng, "case " + std::to_string(i));
 }
 
+// 3x3, stride 1, 32 channels and filters and up, over enough pixels: oneDNN's
+// Winograd kernels (on a CPU that has them: AVX-512), "same" and "valid",
+// channels and filters apart, at one and two threads. Winograd's rounding
+// differs from a direct sum's; the definition's tolerance holds for it.
+// With direct convolutions asked for, the same geometry takes those.
+TEST(DirectConv2DTest, WinogradMatchesTheDefinitionWhereItApplies) {
+  if (!DirectConv2D::Available()) GTEST_SKIP() << "no oneDNN in this build (or TFJOB_CPU_KERNELS=eigen)";
+  std::mt19937 rng(13);
+  const std::vector<Conv2DGeometry> cases = {Make(2, 14, 14, 32, 3, 3, 32, 1, 1, true),
+                                             Make(3, 10, 12, 40, 3, 3, 48, 1, 1, false),
+                                             Make(2, 7, 7, 64, 3, 3, 64, 1, 1, true)};
+  const bool wino_cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  const int threads = ComputeThreads();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_TRUE(DirectConv2D::WinogradApplies(cases[i])) << i;
+    SetComputeThreads(1 + static_cast<int>(i % 2));
+    CheckAgainstTheDefinition(cases[i], rng, "winograd case " + std::to_string(i));
+    DirectConv2D conv;
+    const Conv2DGeometry& g = cases[i];
+    std::vector<float> x(g.batch * g.height * g.width * g.channels, 0.5f), k(9 * g.channels * g.filters, 0.25f),
+        y(g.batch * g.out_h * g.out_w * g.filters);
+    ASSERT_TRUE(conv.Forward(g, x.data(), k.data(), nullptr, false, y.data()).ok());
+    if (wino_cpu) EXPECT_NE(conv.ForwardKernel().find("wino"), std::string::npos) << conv.ForwardKernel();
+  }
+  SetComputeThreads(threads);
+  // Too few products per image, or 16 channels: the direct kernels.
+  EXPECT_FALSE(DirectConv2D::WinogradApplies(Make(64, 7, 7, 32, 3, 3, 32, 1, 1, true)));
+  EXPECT_FALSE(DirectConv2D::WinogradApplies(Make(64, 28, 28, 16, 3, 3, 16, 1, 1, true)));
+  EXPECT_FALSE(DirectConv2D::WinogradApplies(Make(2, 14, 14, 32, 3, 3, 32, 2, 2, true)));
+  UseDirectConvolutionsOnly();
+  EXPECT_FALSE(DirectConv2D::WinogradApplies(cases[0]));
+  CheckAgainstTheDefinition(cases[0], rng, "direct only");
+  DirectConv2D conv;
+  std::vector<float> x(2 * 14 * 14 * 32, 0.5f), k(9 * 32 * 32, 0.25f), y(2 * 14 * 14 * 32);
+  ASSERT_TRUE(conv.Forward(cases[0], x.data(), k.data(), nullptr, false, y.data()).ok());
+  EXPECT_EQ(conv.ForwardKernel().find("wino"), std::string::npos) << conv.ForwardKernel();
+  UseDirectConvolutionsOnly(false);
+}
+
 // Stride 1, few input channels and 16..64 filters take small_conv's own
 // kernels (conv2d_small.h): one and several filter vectors, 4-pixel steps
 // with a remainder, "same" padding, taps over several weight-gradient
