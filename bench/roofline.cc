@@ -200,7 +200,8 @@ int Main(int argc, char** argv) {
       .Value("seconds", "about how long each timed run lasts", "0.5")
       .Value("reps", "timed runs per figure (the best is kept)", "3")
       .Value("gemm-n", "the matrices' side in the sgemm figure", "1536")
-      .Value("json", "also write the figures to this file as JSON");
+      .Value("json", "also write the figures to this file as JSON")
+      .Bool("fma-only", "only the FP32 FMA peak (roofline.sh's probe around each two-thread run)");
   const std::vector<std::string> args(argv + 1, argv + argc);
   const std::string usage = "usage: bench_roofline [flags] (bench/roofline.sh runs it)\n" + f.Usage();
   if (auto code = AnswerHelpOrVersion(args, "bench_roofline", usage)) return *code;
@@ -238,6 +239,7 @@ int Main(int argc, char** argv) {
     return 2;
   }
   const bool bf16 = __builtin_cpu_supports("avx512bf16");
+  const bool fma_only = f.GetBool("fma-only");
   float sink = 0;
   nlohmann::json out = nlohmann::json::object();
   for (int t : threads) {
@@ -245,6 +247,7 @@ int Main(int argc, char** argv) {
     const double peak = PeakOf(fma, t, *seconds, static_cast<int>(*reps), &sink);
     std::printf("roofline: fp32_fma threads=%d gflops=%.1f isa=%s\n", t, peak, isa.c_str());
     out[key]["fp32_fma"] = peak;
+    if (fma_only) continue;
     if (bf16) {
       const double dot = PeakOf(DotBf16, t, *seconds, static_cast<int>(*reps), &sink);
       std::printf("roofline: bf16_dot threads=%d gflops=%.1f isa=avx512_bf16\n", t, dot);

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "services/tensor/threads.h"
+
 namespace tfjob::model {
 namespace {
 
@@ -286,6 +288,38 @@ TEST(OptimizerTest, DenseUpdatesMatchKerasFormulasOverSeveralSteps) {
     double moved = 0;
     for (size_t i = 0; i < 6; ++i) moved = std::max(moved, std::fabs(w[i] - w0[i]));
     EXPECT_GT(moved, 5e-4);
+  }
+}
+
+// A large dense update is split over the compute threads (ApplyDense): at
+// two threads every rule gives the bits it gives at one, and matches the
+// reference; the split's last share (not a whole block) included.
+TEST(OptimizerTest, ALargeDenseUpdateOverTwoThreadsIsBitForBitOneThreads) {
+  std::mt19937_64 gen(43);
+  const int64_t n = 3 * 65536 + 1000;
+  const Shape shape{n};
+  const std::vector<double> w0 = RandomVec(n, gen, -1, 1);
+  const std::vector<std::vector<double>> grads = {RandomVec(n, gen, -3, 3), RandomVec(n, gen, -0.3, 0.3)};
+  const int threads = ComputeThreads();
+  for (const Config& c : AllConfigs()) {
+    SCOPED_TRACE(c.name);
+    Optimizer opt(c.spec);
+    std::vector<Tensor> results;
+    for (int t : {1, 2}) {
+      SetComputeThreads(t);
+      Tensor var = FromDoubles(shape, w0);
+      SlotState st = opt.CreateSlots(var);
+      for (const auto& g : grads) ASSERT_TRUE(opt.ApplyDense(var, FromDoubles(shape, g), st).ok());
+      results.push_back(std::move(var));
+    }
+    SetComputeThreads(threads);
+    EXPECT_TRUE(Equal(results[0], results[1]));
+    std::vector<double> w = w0;
+    RefOptimizer ref(c.spec, static_cast<size_t>(n));
+    std::vector<size_t> all(static_cast<size_t>(n));
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    for (const auto& g : grads) ref.Step(w, all, g);
+    ExpectMatches(results[1], w, 1e-5, "two threads");
   }
 }
 
