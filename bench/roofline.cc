@@ -16,6 +16,11 @@
 // Each figure is the best of --reps timed runs of about --seconds each (the
 // limit is what the machine can do, so the best run, not the median).
 //
+//   line_handoff  above one thread: nanoseconds for a cache line to pass
+//              from the first CPU to the second (LineHandoffNs);
+// With --probe, only fp32_fma and line_handoff (roofline.sh's probe around
+// each run above one thread).
+//
 // Output: one line per figure,
 //   roofline: NAME threads=T gflops=G [isa=ISA] [n=N]
 // and, with --json FILE, the same as a JSON object.
@@ -122,10 +127,20 @@ using Kernel = double (*)(double, float*);
 
 // Pins the calling thread to the index-th CPU this process may use, so two
 // threads measure two cores (not two time slices of one).
+// The CPUs this process may use, as it started: a thread created by a
+// pinned one inherits its pin, so later threads cannot ask their own.
+const cpu_set_t& AllowedCpus() {
+  static const cpu_set_t allowed = [] {
+    cpu_set_t a;
+    CPU_ZERO(&a);
+    if (sched_getaffinity(0, sizeof a, &a) != 0) CPU_SET(0, &a);
+    return a;
+  }();
+  return allowed;
+}
+
 void PinToAllowed(int index) {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  const cpu_set_t& allowed = AllowedCpus();
   int seen = 0;
   for (int c = 0; c < CPU_SETSIZE; ++c) {
     if (!CPU_ISSET(c, &allowed)) continue;
@@ -168,6 +183,40 @@ double PeakOf(Kernel kernel, int threads, double seconds, int reps, float* sink)
   return best;
 }
 
+// Nanoseconds for one cache line to pass from the first CPU this process
+// may use to the second (half a round trip of a flag two pinned threads
+// hand back and forth), median of `reps` runs. On a VM the two vCPUs may
+// sit on cores that share a cache (tens of ns) or on two dies (well over a
+// hundred), and the host moves them: a training step's threads hand every
+// layer's data across, so the two-thread figures follow it.
+double LineHandoffNs(int reps) {
+  constexpr int kRounds = 100000;
+  std::vector<double> runs;
+  for (int r = 0; r < reps; ++r) {
+    alignas(64) std::atomic<int> flag{0};
+    std::thread other([&] {
+      PinToAllowed(1);
+      for (int i = 0; i < kRounds; ++i) {
+        while (flag.load(std::memory_order_acquire) != 2 * i + 1) {
+        }
+        flag.store(2 * i + 2, std::memory_order_release);
+      }
+    });
+    PinToAllowed(0);
+    const auto start = Clock::now();
+    for (int i = 0; i < kRounds; ++i) {
+      flag.store(2 * i + 1, std::memory_order_release);
+      while (flag.load(std::memory_order_acquire) != 2 * i + 2) {
+      }
+    }
+    runs.push_back(Seconds(start) * 1e9 / kRounds / 2);
+    other.join();
+    pthread_setaffinity_np(pthread_self(), sizeof(cpu_set_t), &AllowedCpus());
+  }
+  std::sort(runs.begin(), runs.end());
+  return runs[runs.size() / 2];
+}
+
 // The runtime's single-precision product (tfjob::Gemm) of two n x n
 // matrices on `threads` threads, best of `reps` runs of at least `seconds`
 // each.
@@ -201,7 +250,8 @@ int Main(int argc, char** argv) {
       .Value("reps", "timed runs per figure (the best is kept)", "3")
       .Value("gemm-n", "the matrices' side in the sgemm figure", "1536")
       .Value("json", "also write the figures to this file as JSON")
-      .Bool("fma-only", "only the FP32 FMA peak (roofline.sh's probe around each two-thread run)");
+      .Bool("probe", "only the FP32 FMA peak and, above one thread, the cache-line handoff between the first two CPUs "
+                     "(roofline.sh's probe around each run above one thread)");
   const std::vector<std::string> args(argv + 1, argv + argc);
   const std::string usage = "usage: bench_roofline [flags] (bench/roofline.sh runs it)\n" + f.Usage();
   if (auto code = AnswerHelpOrVersion(args, "bench_roofline", usage)) return *code;
@@ -239,7 +289,7 @@ int Main(int argc, char** argv) {
     return 2;
   }
   const bool bf16 = __builtin_cpu_supports("avx512bf16");
-  const bool fma_only = f.GetBool("fma-only");
+  const bool probe = f.GetBool("probe");
   float sink = 0;
   nlohmann::json out = nlohmann::json::object();
   for (int t : threads) {
@@ -247,7 +297,13 @@ int Main(int argc, char** argv) {
     const double peak = PeakOf(fma, t, *seconds, static_cast<int>(*reps), &sink);
     std::printf("roofline: fp32_fma threads=%d gflops=%.1f isa=%s\n", t, peak, isa.c_str());
     out[key]["fp32_fma"] = peak;
-    if (fma_only) continue;
+    if (t > 1 && CPU_COUNT(&AllowedCpus()) > 1) {
+      const double ns = LineHandoffNs(static_cast<int>(*reps));
+      std::printf("roofline: line_handoff threads=%d ns=%.0f (one cache line from the first CPU to the second)\n", t,
+                  ns);
+      out[key]["line_handoff_ns"] = ns;
+    }
+    if (probe) continue;
     if (bf16) {
       const double dot = PeakOf(DotBf16, t, *seconds, static_cast<int>(*reps), &sink);
       std::printf("roofline: bf16_dot threads=%d gflops=%.1f isa=avx512_bf16\n", t, dot);

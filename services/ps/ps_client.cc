@@ -44,13 +44,15 @@ PsClient::PsClient(std::string address, ClientOptions options)
 PsClient::~PsClient() = default;
 
 template <typename Req, typename Resp, typename Fn>
-Status PsClient::Call(const char* what, const Req& req, Resp* resp, Fn fn) {
+Status PsClient::Call(const char* what, const Req& req, Resp* resp, Fn fn, bool read_only) {
   const std::string context = std::string(what) + " on parameter server " + address_;
   return rpc::CallWithRetry(address_, options_.retry, [&]() {
     auto ctx = rpc::Context(options_.timeout, options_.credentials);
     const auto stub = stub_.Get();
     const grpc::Status st = (stub.get()->*fn)(ctx.get(), req, resp);
-    stub_.Observe(stub, st);
+    if (stub_.Observe(stub, st) && read_only) {
+      return Unavailable(context + ": not connected within " + std::to_string(options_.timeout.count()) + " ms");
+    }
     return rpc::FromGrpc(st, context);
   });
 }
@@ -423,7 +425,7 @@ StatusOr<int> PsClient::Restore(int64_t step, uint64_t generation) {
 StatusOr<PsStatus> PsClient::GetStatus() {
   proto::StatusRequest req;
   proto::StatusResponse resp;
-  RETURN_IF_ERROR(Call("GetStatus", req, &resp, &proto::ParameterServer::Stub::GetStatus));
+  RETURN_IF_ERROR(Call("GetStatus", req, &resp, &proto::ParameterServer::Stub::GetStatus, /*read_only=*/true));
   return PsStatus{
       resp.incarnation(), {resp.variables().begin(), resp.variables().end()}, resp.applied_updates(), resp.fence()};
 }

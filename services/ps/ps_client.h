@@ -168,8 +168,11 @@ class PsClient {
   // the payload. A non-OK return drops the connection.
   using OnResponse = std::function<Status(Connection&, const std::string& meta, uint64_t payload_bytes)>;
 
+  // `read_only`: the call changes nothing on the server, so one that ran
+  // out of time before its channel connected (RenewingStub::Observe) is
+  // retried like UNAVAILABLE, on the renewed channel.
   template <typename Req, typename Resp, typename Fn>
-  Status Call(const char* what, const Req& req, Resp* resp, Fn fn);
+  Status Call(const char* what, const Req& req, Resp* resp, Fn fn, bool read_only = false);
   // One data-plane exchange, retried like an RPC: `meta` then the bytes of
   // `payload` in order.
   Status DataCall(const char* what, uint32_t op, const google::protobuf::MessageLite& meta,

@@ -37,13 +37,18 @@ Status FromGrpc(const grpc::Status& s, const std::string& context);
 // certificate, and the server must present one from the job's CA.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const Credentials& credentials = {});
 // A stub to one task whose channel is made again after a call on it failed
-// UNAVAILABLE, at most once a second. Why: gRPC's DNS resolver backs off
-// after a name did not resolve (1 s, growing 1.6x up to 120 s) and resolves
-// a name again at most every 30 s, while a task's name only resolves once
-// its pod runs, to a new address whenever the pod is replaced: on two nodes
-// a chief that started before its parameter server's name existed waited
-// 41 s on one channel for a server that had been up for 40. A new channel
-// resolves at once.
+// UNAVAILABLE, at most once per min_interval (a second). Why: gRPC's DNS
+// resolver backs off after a name did not resolve (1 s, growing 1.6x up to
+// 120 s) and resolves a name again at most every 30 s, while a task's name
+// only resolves once its pod runs, to a new address whenever the pod is
+// replaced: on two nodes a chief that started before its parameter
+// server's name existed waited 41 s on one channel for a server that had
+// been up for 40. A new channel resolves at once.
+// A call that ran out of time while its channel was not connected (still
+// connecting: the name resolved to the address of a pod whose node is gone,
+// whose connection attempts hang rather than fail) renews it too, at most
+// once per 5 x min_interval, so a connection that is merely slow is not cut
+// short again and again.
 // Thread-safe. A stub from Get stays valid while the caller holds it (keep
 // it for the life of an asynchronous call).
 template <typename Service>
@@ -52,36 +57,47 @@ class RenewingStub {
   using Stub = typename Service::Stub;
   RenewingStub(std::string address, Credentials credentials,
                std::chrono::milliseconds min_interval = std::chrono::seconds(1))
-      : address_(std::move(address)),
-        credentials_(std::move(credentials)),
-        min_interval_(min_interval),
-        stub_(Make()) {}
+      : address_(std::move(address)), credentials_(std::move(credentials)), min_interval_(min_interval) {
+    Renew(std::chrono::steady_clock::now());
+  }
 
   std::shared_ptr<Stub> Get() const TFJOB_EXCLUDES(mu_) {
     MutexLock g(mu_);
     return stub_;
   }
-  // `status` is what a call on `used` (from Get) returned.
-  void Observe(const std::shared_ptr<Stub>& used, const grpc::Status& status) TFJOB_EXCLUDES(mu_) {
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return;
+  // `status` is what a call on `used` (from Get) returned. True when the
+  // call ran out of time on a channel that was not connected then: it most
+  // likely never reached the task (an idempotent call may be retried).
+  bool Observe(const std::shared_ptr<Stub>& used, const grpc::Status& status) TFJOB_EXCLUDES(mu_) {
+    const bool unavailable = status.error_code() == grpc::StatusCode::UNAVAILABLE;
+    if (!unavailable && status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) return false;
     const auto now = std::chrono::steady_clock::now();
     MutexLock g(mu_);
-    if (used != stub_ || now - renewed_ < min_interval_) return;  // renewed already, or just now
-    stub_ = Make();
-    renewed_ = now;
+    if (used != stub_) return false;  // renewed already
+    const bool unconnected = !unavailable && channel_->GetState(false) != GRPC_CHANNEL_READY;
+    if (unavailable ? now - renewed_ >= min_interval_ : unconnected && now - renewed_ >= 5 * min_interval_) {
+      Renew(now);
+    }
+    return unconnected;
   }
   const std::string& address() const { return address_; }
 
  private:
-  std::shared_ptr<Stub> Make() const { return Service::NewStub(MakeChannel(address_, credentials_)); }
+  // With mu_ held, or from the constructor.
+  void Renew(std::chrono::steady_clock::time_point now) TFJOB_NO_THREAD_SAFETY_ANALYSIS {
+    channel_ = MakeChannel(address_, credentials_);
+    stub_ = Service::NewStub(channel_);
+    renewed_ = now;
+  }
 
   const std::string address_;
   const Credentials credentials_;
   const std::chrono::milliseconds min_interval_;
   mutable Mutex mu_;
+  std::shared_ptr<grpc::Channel> channel_ TFJOB_GUARDED_BY(mu_);
   std::shared_ptr<Stub> stub_ TFJOB_GUARDED_BY(mu_);
   // Made with the first channel: a renewal waits min_interval from it too.
-  std::chrono::steady_clock::time_point renewed_ TFJOB_GUARDED_BY(mu_) = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point renewed_ TFJOB_GUARDED_BY(mu_);
 };
 
 // Insecure without credentials.tls; with it, TLS that requires and checks a

@@ -12,7 +12,10 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "common/files.h"
 #include "services/net/net.h"
@@ -594,6 +597,49 @@ TEST_F(PsTest, AnUnreadAnswerDoesNotHoldTheVariable) {
   // The answer is the value when the pull was served: before the push.
   EXPECT_FLOAT_EQ(out[0].data<float>()[n - 1], 0.f);
   EXPECT_FLOAT_EQ((*other.Pull({"big"}))[0].data<float>()[n - 1], 1.f);
+}
+
+// A GetStatus that ran out of time before its channel connected (the PS's
+// name still gave the address of a pod that no longer answers: connection
+// attempts hang) is retried like UNAVAILABLE, and reaches the PS once one
+// listens there; a Save there is not retried (it changes the server), its
+// DEADLINE_EXCEEDED is final. The silent address is a TCP listener that
+// never accepts: the handshake completes, no HTTP/2 answer ever comes.
+TEST(PsClientTest, AStatusCallThatNeverConnectedIsRetried) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_TRUE(fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && listen(fd, 16) == 0 &&
+              getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  const std::string address = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  ClientOptions once;
+  once.timeout = std::chrono::milliseconds(400);
+  once.retry.max_attempts = 2;
+  once.retry.initial_backoff = std::chrono::milliseconds(10);
+  PsClient saver(address, once);
+  EXPECT_EQ(saver.Save(1).status().code(), Code::kDeadlineExceeded);
+  PsClient asker(address, once);
+  auto status = asker.GetStatus();
+  EXPECT_EQ(status.status().code(), Code::kUnavailable);
+  EXPECT_THAT(status.status().message(), ::testing::HasSubstr("not connected within 400 ms"));
+
+  ClientOptions patient = once;
+  patient.retry.max_attempts = 30;
+  patient.retry.max_backoff = std::chrono::milliseconds(200);
+  PsClient client(address, patient);
+  std::unique_ptr<PsServer> server;
+  std::thread comes_up([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(900));
+    close(fd);
+    auto s = PsServer::Start(address);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server = std::move(s).value();
+  });
+  auto got = client.GetStatus();
+  comes_up.join();
+  EXPECT_TRUE(got.ok()) << got.status();
 }
 
 // A started exchange that could not reach its PS is done whole by Finish,

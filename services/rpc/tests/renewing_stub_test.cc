@@ -1,6 +1,15 @@
 // rpc::RenewingStub: which failures make a new channel, and how often.
+// Real channels where it matters: a listener that never answers, a slow
+// server.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <memory>
+#include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -28,11 +37,95 @@ TEST(RenewingStubTest, AnUnavailableCallMakesANewChannel) {
 TEST(RenewingStubTest, OtherOutcomesKeepTheChannel) {
   WorkerStub stub("no-such-task.invalid:2222", {}, kNoWait);
   const auto first = stub.Get();
-  for (auto code : {grpc::StatusCode::OK, grpc::StatusCode::DEADLINE_EXCEEDED, grpc::StatusCode::CANCELLED,
-                    grpc::StatusCode::FAILED_PRECONDITION, grpc::StatusCode::UNAUTHENTICATED}) {
-    stub.Observe(first, grpc::Status(code, ""));
+  for (auto code : {grpc::StatusCode::OK, grpc::StatusCode::CANCELLED, grpc::StatusCode::FAILED_PRECONDITION,
+                    grpc::StatusCode::UNAUTHENTICATED}) {
+    EXPECT_FALSE(stub.Observe(first, grpc::Status(code, "")));
     EXPECT_EQ(stub.Get(), first) << "code " << code;
   }
+}
+
+// A TCP listener that never accepts: the kernel completes the handshake,
+// and no HTTP/2 answer ever comes, so a channel to it stays connecting, as
+// one to the address of a pod whose node is gone does.
+class SilentListener {
+ public:
+  SilentListener() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(fd_, 16) != 0 ||
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      ADD_FAILURE() << "no listening socket";
+    }
+    port_ = ntohs(a.sin_port);
+  }
+  ~SilentListener() {
+    if (fd_ >= 0) close(fd_);
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+grpc::Status GetStatusWithin(const std::shared_ptr<WorkerStub::Stub>& stub, std::chrono::milliseconds timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  proto::WorkerStatusRequest req;
+  proto::WorkerStatusResponse resp;
+  return stub->GetStatus(&ctx, req, &resp);
+}
+
+TEST(RenewingStubTest, ADeadlineBeforeTheChannelConnectedMakesANewOne) {
+  SilentListener silent;
+  WorkerStub stub(silent.address(), {}, kNoWait);
+  const auto first = stub.Get();
+  const grpc::Status st = GetStatusWithin(first, std::chrono::milliseconds(300));
+  ASSERT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+  EXPECT_TRUE(stub.Observe(first, st));  // never reached the task
+  EXPECT_NE(stub.Get(), first);
+}
+
+TEST(RenewingStubTest, ADeadlineBeforeTheChannelConnectedRenewsAtMostEveryFiveIntervals) {
+  SilentListener silent;
+  WorkerStub stub(silent.address(), {}, std::chrono::milliseconds(400));
+  const auto first = stub.Get();
+  const grpc::Status st = GetStatusWithin(first, std::chrono::milliseconds(500));
+  ASSERT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+  EXPECT_TRUE(stub.Observe(first, st));
+  EXPECT_EQ(stub.Get(), first);  // made 0.5 s ago, less than 5 x 0.4 s: a slow connection gets its time
+}
+
+// A server that answers GetStatus only after `delay`: its channel connects,
+// and a call that runs out of time there keeps it.
+class SlowWorker final : public proto::Worker::Service {
+ public:
+  explicit SlowWorker(std::chrono::milliseconds delay) : delay_(delay) {}
+  grpc::Status GetStatus(grpc::ServerContext*, const proto::WorkerStatusRequest*,
+                         proto::WorkerStatusResponse*) override {
+    std::this_thread::sleep_for(delay_);
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::chrono::milliseconds delay_;
+};
+
+TEST(RenewingStubTest, ADeadlineOnAConnectedChannelKeepsIt) {
+  SlowWorker slow(std::chrono::milliseconds(1500));
+  int port = 0;
+  auto server = StartServer("127.0.0.1:0", {&slow}, &port);
+  ASSERT_TRUE(server.ok()) << server.status();
+  WorkerStub stub("127.0.0.1:" + std::to_string(port), {}, kNoWait);
+  const auto first = stub.Get();
+  const grpc::Status st = GetStatusWithin(first, std::chrono::milliseconds(500));
+  ASSERT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+  EXPECT_FALSE(stub.Observe(first, st));  // it reached the server, which is slow
+  EXPECT_EQ(stub.Get(), first);
+  (*server)->Shutdown(std::chrono::system_clock::now());
 }
 
 TEST(RenewingStubTest, ConcurrentFailuresOfOneChannelRenewItOnce) {
