@@ -250,8 +250,9 @@ int Main(int argc, char** argv) {
       .Value("reps", "timed runs per figure (the best is kept)", "3")
       .Value("gemm-n", "the matrices' side in the sgemm figure", "1536")
       .Value("json", "also write the figures to this file as JSON")
-      .Bool("probe", "only the FP32 FMA peak and, above one thread, the cache-line handoff between the first two CPUs "
-                     "(roofline.sh's probe around each run above one thread)");
+      .Bool("probe",
+            "only the FP32 FMA peak and, above one thread, the cache-line handoff between the first two CPUs "
+            "(roofline.sh's probe around each run above one thread)");
   const std::vector<std::string> args(argv + 1, argv + argc);
   const std::string usage = "usage: bench_roofline [flags] (bench/roofline.sh runs it)\n" + f.Usage();
   if (auto code = AnswerHelpOrVersion(args, "bench_roofline", usage)) return *code;

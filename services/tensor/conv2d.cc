@@ -363,8 +363,8 @@ Status DirectConv2D::BackwardData(const Conv2DGeometry& g, const float* dy, cons
     if (!m.built) m.Build(g, m.bias, m.relu, m.bf16);  // the forward ran small_conv's kernels
     if (!m.bwd_built) m.BuildBackward();
     m.ReorderIn(kernel, m.bwd_weights);
-    dnnl::memory diff_dst = m.wino ? m.Blocked(m.dst, dy, m.dy_blk, m.dy_blk_of)
-                                   : m.LowPrecision(m.dst, m.dst_lp, dy, m.dy_bf16);
+    dnnl::memory diff_dst =
+        m.wino ? m.Blocked(m.dst, dy, m.dy_blk, m.dy_blk_of) : m.LowPrecision(m.dst, m.dst_lp, dy, m.dy_bf16);
     dnnl::memory diff_src = m.wino ? m.dx_blk : dnnl::memory(m.src, m.engine, dx);
     m.bwd.execute(m.stream,
                   {{DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_WEIGHTS, m.bwd_weights}, {DNNL_ARG_DIFF_SRC, diff_src}});
