@@ -64,7 +64,7 @@ device::OptimizerStep DeviceStep(const OptimizerSpec& s, float alpha) {
 
 }  // namespace
 
-Optimizer::Optimizer(OptimizerSpec spec) : spec_(spec) {}
+Optimizer::Optimizer(OptimizerSpec spec, bool split_dense) : spec_(spec), split_dense_(split_dense) {}
 
 std::string_view Optimizer::name() const { return OptimizerName(spec_.type); }
 
@@ -193,16 +193,15 @@ Status Optimizer::ApplyDense(Tensor& var, const Tensor& grad, SlotState& st) con
   const float alpha = StepAlpha(st.iterations);
   const float* g = grad.data<float>();
   const int64_t n = var.size();
-  // A large update is memory-bound and its gradient was written by every
-  // compute thread (the products split their rows): each thread updates
-  // its own contiguous share, so the gradient rows it wrote are read where
-  // they are cached, and the update's bandwidth is the cores' together.
-  // The shares are whole blocks of kSplit elements, so every element is
+  // A large update is memory-bound, and one thread reading a gradient
+  // every compute thread helped write was slower at two threads than at
+  // one (docs/performance.md): each thread updates a contiguous share. The
+  // shares are whole blocks of kSplit elements, so every element is
   // computed by the same code path at any thread count (the same bits).
 #ifdef _OPENMP
   constexpr int64_t kSplit = 2048, kParallel = 1 << 16;
   const int threads = ComputeThreads();
-  if (threads > 1 && n >= kParallel && !omp_in_parallel()) {
+  if (split_dense_ && threads > 1 && n >= kParallel && !omp_in_parallel()) {
     const int64_t blocks = (n + kSplit - 1) / kSplit;
 #pragma omp parallel num_threads(threads)
     {

@@ -39,7 +39,11 @@ struct SlotState {
 
 class Optimizer {
  public:
-  explicit Optimizer(OptimizerSpec spec);
+  // `split_dense`: a large dense update on the host runs over the compute
+  // threads (threads.h), in blocks that give one thread's bits. For the
+  // thread that owns them (a synchronous strategy's training loop); a
+  // parameter server splits its updates over its own pool instead.
+  explicit Optimizer(OptimizerSpec spec, bool split_dense = false);
 
   const OptimizerSpec& spec() const { return spec_; }
   std::string_view name() const;
@@ -66,6 +70,7 @@ class Optimizer {
   Status CheckDevice(const Tensor& var, std::initializer_list<const Tensor*> others, const SlotState& st) const;
 
   OptimizerSpec spec_;
+  bool split_dense_ = false;
 };
 
 std::string_view OptimizerName(OptimizerType t);

@@ -40,7 +40,7 @@ SyncStep::SyncStep(const model::JobConfig& job, const SyncOptions& o)
       sharded_input_(o.sharded_input),
       collective_(o.collective),
       log_(o.log),
-      optimizer_(job.optimizer) {
+      optimizer_(job.optimizer, /*split_dense=*/true) {
   local_replicas_ = traits_.replicas_in_process ? o.replicas : 1;
   replicas_in_sync_ = static_cast<int64_t>(local_replicas_) * (o.group ? o.group->size() : 1);
   if (o.group) first_replica_ = o.group->rank() * local_replicas_;

@@ -303,7 +303,7 @@ TEST(OptimizerTest, ALargeDenseUpdateOverTwoThreadsIsBitForBitOneThreads) {
   const int threads = ComputeThreads();
   for (const Config& c : AllConfigs()) {
     SCOPED_TRACE(c.name);
-    Optimizer opt(c.spec);
+    Optimizer opt(c.spec, /*split_dense=*/true);
     std::vector<Tensor> results;
     for (int t : {1, 2}) {
       SetComputeThreads(t);
