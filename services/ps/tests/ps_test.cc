@@ -12,9 +12,6 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/files.h"
@@ -24,6 +21,7 @@
 #include "services/ps/shm.h"
 #include "services/ps/wire.h"
 #include "services/tensor/eigen.h"
+#include "tests/support/silent_listener.h"
 
 // The largest aligned array allocation (what tensors use) since the last
 // reset: lets a test see that a claimed size was never allocated.
@@ -606,14 +604,8 @@ TEST_F(PsTest, AnUnreadAnswerDoesNotHoldTheVariable) {
 // DEADLINE_EXCEEDED is final. The silent address is a TCP listener that
 // never accepts: the handshake completes, no HTTP/2 answer ever comes.
 TEST(PsClientTest, AStatusCallThatNeverConnectedIsRetried) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ASSERT_TRUE(fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && listen(fd, 16) == 0 &&
-              getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  const std::string address = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  testing::SilentListener silent;
+  const std::string address = silent.address();
   ClientOptions once;
   once.timeout = std::chrono::milliseconds(400);
   once.retry.max_attempts = 2;
@@ -632,7 +624,7 @@ TEST(PsClientTest, AStatusCallThatNeverConnectedIsRetried) {
   std::unique_ptr<PsServer> server;
   std::thread comes_up([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(900));
-    close(fd);
+    silent.Close();
     auto s = PsServer::Start(address);
     ASSERT_TRUE(s.ok()) << s.status();
     server = std::move(s).value();

@@ -1,11 +1,6 @@
 // rpc::RenewingStub: which failures make a new channel, and how often.
 // Real channels where it matters: a listener that never answers, a slow
 // server.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <memory>
 #include <string>
@@ -15,6 +10,7 @@
 
 #include "proto/worker.grpc.pb.h"
 #include "services/rpc/rpc.h"
+#include "tests/support/silent_listener.h"
 
 namespace tfjob::rpc {
 namespace {
@@ -44,33 +40,6 @@ TEST(RenewingStubTest, OtherOutcomesKeepTheChannel) {
   }
 }
 
-// A TCP listener that never accepts: the kernel completes the handshake,
-// and no HTTP/2 answer ever comes, so a channel to it stays connecting, as
-// one to the address of a pod whose node is gone does.
-class SilentListener {
- public:
-  SilentListener() {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(fd_, 16) != 0 ||
-        getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-      ADD_FAILURE() << "no listening socket";
-    }
-    port_ = ntohs(a.sin_port);
-  }
-  ~SilentListener() {
-    if (fd_ >= 0) close(fd_);
-  }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-
- private:
-  int fd_ = -1;
-  int port_ = 0;
-};
-
 grpc::Status GetStatusWithin(const std::shared_ptr<WorkerStub::Stub>& stub, std::chrono::milliseconds timeout) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + timeout);
@@ -80,7 +49,7 @@ grpc::Status GetStatusWithin(const std::shared_ptr<WorkerStub::Stub>& stub, std:
 }
 
 TEST(RenewingStubTest, ADeadlineBeforeTheChannelConnectedMakesANewOne) {
-  SilentListener silent;
+  testing::SilentListener silent;
   WorkerStub stub(silent.address(), {}, kNoWait);
   const auto first = stub.Get();
   const grpc::Status st = GetStatusWithin(first, std::chrono::milliseconds(300));
@@ -90,7 +59,7 @@ TEST(RenewingStubTest, ADeadlineBeforeTheChannelConnectedMakesANewOne) {
 }
 
 TEST(RenewingStubTest, ADeadlineBeforeTheChannelConnectedRenewsAtMostEveryFiveIntervals) {
-  SilentListener silent;
+  testing::SilentListener silent;
   WorkerStub stub(silent.address(), {}, std::chrono::milliseconds(400));
   const auto first = stub.Get();
   const grpc::Status st = GetStatusWithin(first, std::chrono::milliseconds(500));
