@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "services/tensor/conv2d_small.h"
+#include "services/tensor/conv2d_winograd.h"
 #include "services/tensor/gemm.h"
 #include "services/tensor/precision.h"
 #include "services/tensor/threads.h"
@@ -35,6 +36,10 @@ bool DirectConv2D::WinogradApplies(const Conv2DGeometry& g) {
          g.stride_h == 1 && g.stride_w == 1 && g.channels >= 32 && g.filters >= 32 &&
          g.channels * g.filters * g.out_h * g.out_w >= kMinProducts && g.pad_top <= 1 && g.pad_left <= 1 &&
          g.out_h + 2 - g.height - g.pad_top <= 1 && g.out_w + 2 - g.width - g.pad_left <= 1;
+}
+
+bool DirectConv2D::OwnWinogradApplies(const Conv2DGeometry& g) {
+  return Available() && !g_direct_only.load(std::memory_order_relaxed) && !WinogradApplies(g) && winograd::Applies(g);
 }
 
 #ifdef TFJOB_HAVE_DNNL
@@ -94,8 +99,9 @@ struct DirectConv2D::Impl {
   const float* x_blk_of = nullptr;
   const float* dy_blk_of = nullptr;
   // The last forward ran small_conv's kernels (conv2d_small.h) for this
-  // geometry; its input's padded copy and partial sums live in `scratch`.
-  bool small = false;
+  // geometry, or with `own_wino` winograd's (conv2d_winograd.h); their
+  // padded copies, transforms and partial sums live in `scratch`.
+  bool small = false, own_wino = false;
   std::vector<float> scratch;
 
   dnnl::algorithm Algorithm() const {
@@ -232,6 +238,10 @@ DirectConv2D::~DirectConv2D() = default;
 bool DirectConv2D::Available() { return UseOneDnn(); }
 
 std::string DirectConv2D::ForwardKernel() const {
+  if (impl_ && impl_->small && impl_->own_wino) {
+    const int m = winograd::Tile(impl_->geometry);
+    return "winograd_" + std::to_string(m) + "x" + std::to_string(m) + "_3x3:own";
+  }
   if (!impl_ || impl_->small || !impl_->built) return "";
   return impl_->fwd_pd.impl_info_str();
 }
@@ -244,14 +254,19 @@ Status DirectConv2D::Forward(const Conv2DGeometry& g, const float* x, const floa
     if (!impl_) impl_ = std::make_unique<Impl>();
     Impl& m = *impl_;
     const bool bf16 = ComputePrecision() == Precision::kBfloat16;
-    if (small_conv::Applies(g)) {
+    const bool own_wino = !bf16 && OwnWinogradApplies(g);
+    if (own_wino || small_conv::Applies(g)) {
       // The oneDNN primitives are built only if the data gradient is asked.
       if (!(m.geometry == g) || m.relu != relu || m.bias != (bias != nullptr) || m.bf16 != bf16) m.built = false;
-      m.geometry = g, m.relu = relu, m.bias = bias != nullptr, m.bf16 = bf16, m.small = true;
-      small_conv::Forward(g, x, kernel, bias, relu, bf16, y, m.scratch);
+      m.geometry = g, m.relu = relu, m.bias = bias != nullptr, m.bf16 = bf16, m.small = true, m.own_wino = own_wino;
+      if (own_wino) {
+        winograd::Forward(g, x, kernel, bias, relu, y, m.scratch);
+      } else {
+        small_conv::Forward(g, x, kernel, bias, relu, bf16, y, m.scratch);
+      }
       return Status::Ok();
     }
-    m.small = false;
+    m.small = m.own_wino = false;
     if (!m.built || !(m.geometry == g) || m.relu != relu || m.bias != (bias != nullptr) || m.bf16 != bf16) {
       m.Build(g, bias != nullptr, relu, bf16);
     }
@@ -285,7 +300,7 @@ Status DirectConv2D::ForwardMaxPool(const Conv2DGeometry& g, const float* x, con
   if (!impl_) impl_ = std::make_unique<Impl>();
   Impl& m = *impl_;
   if (!(m.geometry == g) || m.relu != relu || m.bias != (bias != nullptr) || m.bf16) m.built = false;
-  m.geometry = g, m.relu = relu, m.bias = bias != nullptr, m.bf16 = false, m.small = true;
+  m.geometry = g, m.relu = relu, m.bias = bias != nullptr, m.bf16 = false, m.small = true, m.own_wino = false;
   small_conv::ForwardMaxPool(g, x, kernel, bias, relu, pool_h, pool_w, pooled, winners, m.scratch);
   return Status::Ok();
 }
@@ -317,6 +332,10 @@ Status DirectConv2D::BackwardWeights(const Conv2DGeometry& g, const float* x, co
   try {
     UseComputeThreadsHere();
     Impl& m = *impl_;
+    if (m.own_wino) {
+      winograd::BackwardWeights(g, x, dy, dkernel, dbias, m.scratch);
+      return Status::Ok();
+    }
     if (m.small) {
       small_conv::BackwardWeights(g, x, dy, m.bf16, dkernel, dbias, m.scratch);
       return Status::Ok();
@@ -360,6 +379,10 @@ Status DirectConv2D::BackwardData(const Conv2DGeometry& g, const float* dy, cons
   try {
     UseComputeThreadsHere();
     Impl& m = *impl_;
+    if (m.own_wino) {
+      winograd::BackwardData(g, dy, kernel, dx, m.scratch);
+      return Status::Ok();
+    }
     if (!m.built) m.Build(g, m.bias, m.relu, m.bf16);  // the forward ran small_conv's kernels
     if (!m.bwd_built) m.BuildBackward();
     m.ReorderIn(kernel, m.bwd_weights);

@@ -47,9 +47,15 @@ class DirectConv2D {
   // UseDirectConvolutionsOnly() was called. A CPU without oneDNN's Winograd
   // kernels (they need AVX-512) gets the direct ones all the same.
   static bool WinogradApplies(const Conv2DGeometry& g);
-  // The oneDNN kernel of the last Forward ("jit_wino_4x3:avx512_core",
-  // "brgconv:avx512_core", ...; "" before one, or after one through
-  // conv2d_small.h's kernels).
+  // Whether it takes this project's own Winograd kernels (F(4x4, 3x3),
+  // conv2d_winograd.h: 3x3 "same", 16 or 32 channels and filters, an
+  // AVX-512 CPU) where oneDNN's do not apply; also off with
+  // UseDirectConvolutionsOnly().
+  static bool OwnWinogradApplies(const Conv2DGeometry& g);
+  // The kernel of the last Forward: oneDNN's ("jit_wino_4x3:avx512_core",
+  // "brgconv:avx512_core", ...) or the own Winograd's
+  // ("winograd_4x4_3x3:own"); "" before one, or after one through
+  // conv2d_small.h's kernels.
   std::string ForwardKernel() const;
 
   // y [batch, out_h, out_w, filters] = conv(x, kernel) + bias (bias may be

@@ -23,7 +23,7 @@ constexpr int64_t kMaxTaps = 32;
 // accumulators (with the filter vectors and a broadcast beside them).
 constexpr int PixelsFor(int nv) { return nv <= 2 ? 8 : 4; }
 
-// The (padded) input the kernels read: valid positions only, stride 1.
+// The (padded) input the kernels read: valid positions only.
 struct Input {
   const float* x;
   int64_t height, width;  // of the (padded) input
@@ -61,7 +61,7 @@ __attribute__((target("avx512f"))) inline void LoadFilters(const ForwardArgs& a,
 // P output pixels of one row from `x` (the first pixel's input) into `out`.
 template <int NV, int P>
 __attribute__((target("avx512f"))) inline void ForwardPixels(const ForwardArgs& a, const float* x, float* out) {
-  const int64_t c_n = a.g->channels, f_n = a.g->filters;
+  const int64_t f_n = a.g->filters, step = a.g->channels * a.g->stride_w;  // from one pixel's input to the next's
   __m512 acc[P][NV];
   for (int v = 0; v < NV; ++v) {
     const __m512 init = BiasVector(a, v);
@@ -72,7 +72,7 @@ __attribute__((target("avx512f"))) inline void ForwardPixels(const ForwardArgs& 
     __m512 wv[NV];
     LoadFilters<NV>(a, t, wv);
     for (int p = 0; p < P; ++p) {
-      const __m512 xb = _mm512_set1_ps(xt[p * c_n]);
+      const __m512 xb = _mm512_set1_ps(xt[p * step]);
       for (int v = 0; v < NV; ++v) acc[p][v] = _mm512_fmadd_ps(xb, wv[v], acc[p][v]);
     }
   }
@@ -89,16 +89,16 @@ __attribute__((target("avx512f"))) inline void ForwardPixels(const ForwardArgs& 
 template <int NV>
 __attribute__((target("avx512f"))) inline void ForwardRow(const ForwardArgs& a, int64_t b, int64_t oy, int64_t cols,
                                                           float* out) {
-  const int64_t c_n = a.g->channels, f_n = a.g->filters;
-  const float* x = a.in.x + (b * a.in.height + oy) * a.in.width * c_n;
+  const int64_t c_n = a.g->channels, f_n = a.g->filters, step = c_n * a.g->stride_w;
+  const float* x = a.in.x + (b * a.in.height + oy * a.g->stride_h) * a.in.width * c_n;
   constexpr int P = PixelsFor(NV);
   int64_t ox = 0;
-  for (; ox + P <= cols; ox += P) ForwardPixels<NV, P>(a, x + ox * c_n, out + ox * f_n);
+  for (; ox + P <= cols; ox += P) ForwardPixels<NV, P>(a, x + ox * step, out + ox * f_n);
   // The rest in as few steps as fit: a step of one pixel is a chain of
   // dependent FMAs (latency-bound).
-  if (P > 4 && ox + 4 <= cols) ForwardPixels<NV, 4>(a, x + ox * c_n, out + ox * f_n), ox += 4;
-  if (ox + 2 <= cols) ForwardPixels<NV, 2>(a, x + ox * c_n, out + ox * f_n), ox += 2;
-  for (; ox < cols; ++ox) ForwardPixels<NV, 1>(a, x + ox * c_n, out + ox * f_n);
+  if (P > 4 && ox + 4 <= cols) ForwardPixels<NV, 4>(a, x + ox * step, out + ox * f_n), ox += 4;
+  if (ox + 2 <= cols) ForwardPixels<NV, 2>(a, x + ox * step, out + ox * f_n), ox += 2;
+  for (; ox < cols; ++ox) ForwardPixels<NV, 1>(a, x + ox * step, out + ox * f_n);
 }
 
 template <int NV>
@@ -262,11 +262,11 @@ __attribute__((target("avx512f"))) void BackwardPass(const BackwardArgs& a) {
   const int64_t rows = Pooled ? pooled_h * pool_h : g.out_h, cols = Pooled ? pooled_w * pool_w : g.out_w;
   for (int64_t b = a.b0; b < a.b1; ++b) {
     for (int64_t oy = 0; oy < rows; ++oy) {
-      const float* xr = a.in.x + (b * a.in.height + oy) * a.in.width * c_n;
+      const float* xr = a.in.x + (b * a.in.height + oy * g.stride_h) * a.in.width * c_n;
       const float* d = a.dy + (b * g.out_h + oy) * g.out_w * f_n;
       const int64_t pooled_at = ((b * pooled_h + oy / pool_h) * pooled_w) * f_n;
       const int64_t ky = oy % pool_h;
-      for (int64_t ox = 0; ox < cols; ++ox, xr += c_n, d += f_n) {
+      for (int64_t ox = 0; ox < cols; ++ox, xr += c_n * g.stride_w, d += f_n) {
         __m512 dv[NV];
         if constexpr (Pooled) {
           const int64_t at = pooled_at + (ox / pool_w) * f_n;
@@ -377,16 +377,21 @@ PassFn PooledPassFor(int nv, int64_t taps) {
   return nv == 1 ? t1[taps - 1] : t2[taps - 1];
 }
 
+// The input rows and columns the outputs reach (from the first, padding
+// included).
+int64_t ReachH(const Conv2DGeometry& g) { return (g.out_h - 1) * g.stride_h + g.kernel_h; }
+int64_t ReachW(const Conv2DGeometry& g) { return (g.out_w - 1) * g.stride_w + g.kernel_w; }
+
 bool Padded(const Conv2DGeometry& g) {
-  return g.pad_top != 0 || g.pad_left != 0 || g.out_h + g.kernel_h - 1 > g.height || g.out_w + g.kernel_w - 1 > g.width;
+  return g.pad_top != 0 || g.pad_left != 0 || ReachH(g) > g.height || ReachW(g) > g.width;
 }
 
 // The input as the kernels read it: x itself for "valid" float32, else a
 // copy in `buf` (zero-padded for "same", rounded to bfloat16 when asked).
 Input Prepare(const Conv2DGeometry& g, const float* x, bool round_bf16, float* buf) {
   if (!Padded(g) && !round_bf16) return {x, g.height, g.width};
-  const int64_t hp = Padded(g) ? g.out_h + g.kernel_h - 1 : g.height;
-  const int64_t wp = Padded(g) ? g.out_w + g.kernel_w - 1 : g.width;
+  const int64_t hp = Padded(g) ? ReachH(g) : g.height;
+  const int64_t wp = Padded(g) ? ReachW(g) : g.width;
   const int64_t c = g.channels;
   if (Padded(g)) {
     std::fill(buf, buf + g.batch * hp * wp * c, 0.f);
@@ -417,8 +422,7 @@ std::array<int64_t, kMaxTaps> TapOffsets(const Conv2DGeometry& g, const Input& i
 }
 
 int64_t InputElements(const Conv2DGeometry& g) {
-  return g.batch * std::max(g.out_h + g.kernel_h - 1, g.height) * std::max(g.out_w + g.kernel_w - 1, g.width) *
-         g.channels;
+  return g.batch * std::max(ReachH(g), g.height) * std::max(ReachW(g), g.width) * g.channels;
 }
 
 int ThreadsFor(const Conv2DGeometry& g) {
@@ -443,8 +447,9 @@ void SplitRows(int threads, int64_t total, F&& f) {
 
 bool Applies(const Conv2DGeometry& g) {
   static const bool avx512 = __builtin_cpu_supports("avx512f");
-  return avx512 && g.stride_h == 1 && g.stride_w == 1 && g.filters % 16 == 0 && g.filters >= 16 && g.filters <= 64 &&
-         g.kernel_h * g.kernel_w * g.channels <= kMaxTaps && g.batch > 0 && g.out_h > 0 && g.out_w > 0;
+  return avx512 && g.stride_h >= 1 && g.stride_h <= 2 && g.stride_w >= 1 && g.stride_w <= 2 && g.filters % 16 == 0 &&
+         g.filters >= 16 && g.filters <= 64 && g.kernel_h * g.kernel_w * g.channels <= kMaxTaps && g.batch > 0 &&
+         g.out_h > 0 && g.out_w > 0;
 }
 
 void Forward(const Conv2DGeometry& g, const float* x, const float* kernel, const float* bias, bool relu,
@@ -469,8 +474,8 @@ void Forward(const Conv2DGeometry& g, const float* x, const float* kernel, const
 }
 
 bool AppliesPooled(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w) {
-  return Applies(g) && pool_h >= 1 && pool_w >= 1 && pool_h * pool_w < kNoWinner && pool_h <= g.out_h &&
-         pool_w <= g.out_w;
+  return Applies(g) && g.stride_h == 1 && g.stride_w == 1 && pool_h >= 1 && pool_w >= 1 &&
+         pool_h * pool_w < kNoWinner && pool_h <= g.out_h && pool_w <= g.out_w;
 }
 
 void ForwardMaxPool(const Conv2DGeometry& g, const float* x, const float* kernel, const float* bias, bool relu,

@@ -1,4 +1,4 @@
-// Stride-1 convolutions over inputs with few channels (the first layer of an
+// Stride-1 and -2 convolutions over inputs with few channels (the first layer of an
 // image model: MNIST's one channel) as this project's own AVX-512 kernels.
 // oneDNN blocks its kernels on input channels, so with one channel its
 // forward and weight-gradient kernels ran the MNIST CNN's first layer at
@@ -6,10 +6,12 @@
 // (docs/performance.md); here each output pixel is kernel_h x kernel_w x
 // channels broadcasts times the filter vectors, accumulated in registers.
 //
-// Applies() says whether a geometry is one of these (stride 1, filters a
+// Applies() says whether a geometry is one of these (strides 1 or 2, a
+// residual network's stem among them; filters a
 // multiple of 16 up to 64, kernel_h x kernel_w x channels small enough that
 // the weight gradient's accumulators fit in registers, a CPU with
 // AVX-512F). "same" padding is computed on a zero-padded copy of the input.
+// The fused max pooling below takes stride 1 only.
 //
 // Thread-safety: the functions share nothing but `scratch`, which is the
 // caller's (one call at a time per scratch). They split the batch over the

@@ -28,6 +28,8 @@ function chain(name, makers, inputShapes, opts = {}) {
     note: opts.note,
     batch: opts.batch,
     noGrads: opts.noGrads,
+    minTolerance: opts.minTolerance,
+    minToleranceWhy: opts.minToleranceWhy,
   };
 }
 
@@ -121,6 +123,18 @@ add(one('conv2d_dilation2_same', () => L.conv2d({filters: 2, kernelSize: 3, dila
 add(one('conv2d_no_bias', () => L.conv2d({filters: 3, kernelSize: 2, useBias: false, name: 'conv'}), [[4, 4, 2]]));
 add(one('conv2d_rect_kernel', () => L.conv2d({filters: 2, kernelSize: [2, 3], strides: [1, 2], activation: 'tanh', name: 'conv'}), [[5, 7, 2]]));
 add(one('conv2d_1x1', () => L.conv2d({filters: 5, kernelSize: 1, name: 'conv'}), [[3, 3, 4]]));
+// 3x3 "same" with 16 or 32 channels: the runtime's own Winograd kernels
+// (services/tensor/conv2d_winograd.h; 4x4 tiles, part-empty ones at 7x5),
+// and with 32 -> 32 over 10x10 oneDNN's (services/tensor/conv2d.h).
+const winograd = {
+  minTolerance: [1e-4, 1e-5],
+  minToleranceWhy: 'the runtime computes this layer with Winograd F(4x4, 3x3), whose kernel gradient sums ' +
+    'transformed terms up to 1600x the inputs\' size and rounds to about 1e-5 of the gradient (measured: ' +
+    'up to 1.6x the one-ulp tolerance), as TensorFlow\'s Winograd kernels do',
+};
+add(one('conv2d_same_c16_winograd', () => L.conv2d({filters: 16, kernelSize: 3, padding: 'same', name: 'conv'}), [[8, 8, 16]], winograd));
+add(one('conv2d_same_c32_f16_winograd_odd', () => L.conv2d({filters: 16, kernelSize: 3, padding: 'same', useBias: false, name: 'conv'}), [[7, 5, 32]], winograd));
+add(one('conv2d_same_c32_f32_onednn_winograd', () => L.conv2d({filters: 32, kernelSize: 3, padding: 'same', activation: 'relu', name: 'conv'}), [[10, 10, 32]], {batch: 1}));
 
 add(one('conv1d_valid', () => L.conv1d({filters: 3, kernelSize: 3, name: 'conv'}), [[8, 2]]));
 add(one('conv1d_same', () => L.conv1d({filters: 3, kernelSize: 3, padding: 'same', activation: 'relu', name: 'conv'}), [[7, 2]]));

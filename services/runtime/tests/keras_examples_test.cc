@@ -4,7 +4,12 @@
 // - residual_cnn.json (TF.js-written: Conv2D + BatchNormalization + Add,
 //   GlobalAveragePooling2D, Dense softmax) on MNIST t10k rows 0..7999,
 //   evaluated on 8000..9999 by tfjob-residual-cnn.yaml (multi-worker
-//   mirrored, 2 workers): eval accuracy >= 0.985.
+//   mirrored, 2 workers): eval accuracy >= 0.975. The run is deterministic,
+//   but any change to the arithmetic's rounding moves it along another
+//   trajectory: job seeds 1, 2, 3 and 7 reached 0.9785, 0.9790, 0.9820 and
+//   0.9865 with direct convolutions only, 0.9810, 0.9880, 0.9800 and 0.9835
+//   with the Winograd kernels (2026-12-05); the bar of 0.985 before then
+//   held only seed 7's direct run.
 // - mnist_lstm.json (TF.js-written: LSTM(128) over the 28 rows of 28
 //   pixels, Dense softmax) on the same split by tfjob-mnist-lstm.yaml
 //   (multi-worker mirrored, 2 workers): eval accuracy >= 0.97 (0.982 here).
@@ -185,7 +190,7 @@ void ExpectManifestReaches(const std::string& manifest, const std::string& name,
 }
 
 TEST(KerasExamplesTest, ResidualCnnFromItsManifest) {
-  ExpectManifestReaches("examples/keras/tfjob-residual-cnn.yaml", "residual_cnn", 0.985);
+  ExpectManifestReaches("examples/keras/tfjob-residual-cnn.yaml", "residual_cnn", 0.975);
 }
 
 // Issue 44's first example: an LSTM over MNIST's rows, 2 workers.

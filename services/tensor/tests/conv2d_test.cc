@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "services/tensor/conv2d_small.h"
+#include "services/tensor/conv2d_winograd.h"
 #include "services/tensor/precision.h"
 #include "services/tensor/threads.h"
 
@@ -158,7 +159,9 @@ TEST(DirectConv2DTest, WinogradMatchesTheDefinitionWhereItApplies) {
     std::vector<float> x(g.batch * g.height * g.width * g.channels, 0.5f), k(9 * g.channels * g.filters, 0.25f),
         y(g.batch * g.out_h * g.out_w * g.filters);
     ASSERT_TRUE(conv.Forward(g, x.data(), k.data(), nullptr, false, y.data()).ok());
-    if (wino_cpu) EXPECT_NE(conv.ForwardKernel().find("wino"), std::string::npos) << conv.ForwardKernel();
+    if (wino_cpu) {
+      EXPECT_NE(conv.ForwardKernel().find("wino"), std::string::npos) << conv.ForwardKernel();
+    }
   }
   SetComputeThreads(threads);
   // Too few products per image, or 16 channels: the direct kernels.
@@ -175,7 +178,61 @@ TEST(DirectConv2DTest, WinogradMatchesTheDefinitionWhereItApplies) {
   UseDirectConvolutionsOnly(false);
 }
 
-// Stride 1, few input channels and 16..64 filters take small_conv's own
+// 3x3 "same" with 16 or 32 channels and filters, where oneDNN's Winograd
+// does not apply: winograd's kernels (conv2d_winograd.h), F(4x4, 3x3) and
+// F(2x2, 3x3), on a CPU with AVX-512F. Sizes the tiles divide and ones
+// they do not (part-empty tiles, a single pixel), channels and filters
+// apart both ways, tiles that fill a chunk and ones that do not, one and
+// two threads; forward with bias and ReLU, and both gradients, against the
+// definition summed in double.
+TEST(DirectConv2DTest, OwnWinogradMatchesTheDefinitionWhereItApplies) {
+  if (!DirectConv2D::Available()) GTEST_SKIP() << "no oneDNN in this build (or TFJOB_CPU_KERNELS=eigen)";
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "this CPU has no AVX-512F: the kernels do not apply";
+  std::mt19937 rng(17);
+  const std::vector<Conv2DGeometry> cases = {
+      Make(2, 14, 14, 16, 3, 3, 16, 1, 1, true), Make(3, 7, 7, 16, 3, 3, 32, 1, 1, true),
+      Make(2, 5, 9, 32, 3, 3, 16, 1, 1, true),   Make(4, 7, 7, 32, 3, 3, 32, 1, 1, true),
+      Make(3, 1, 1, 16, 3, 3, 16, 1, 1, true),   Make(1, 6, 3, 32, 3, 3, 32, 1, 1, true)};
+  const int threads = ComputeThreads();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Conv2DGeometry& g = cases[i];
+    ASSERT_TRUE(DirectConv2D::OwnWinogradApplies(g)) << i;
+    ASSERT_FALSE(DirectConv2D::WinogradApplies(g)) << i;
+    for (int tile : {2, 4}) {
+      winograd::UseTile(tile);
+      for (int t : {1, 2}) {
+        SetComputeThreads(t);
+        CheckAgainstTheDefinition(g, rng,
+                                  "own winograd case " + std::to_string(i) + " tile " + std::to_string(tile) +
+                                      " threads " + std::to_string(t));
+      }
+      DirectConv2D conv;
+      std::vector<float> x(g.batch * g.height * g.width * g.channels, 0.5f), k(9 * g.channels * g.filters, 0.25f),
+          y(g.batch * g.out_h * g.out_w * g.filters);
+      ASSERT_TRUE(conv.Forward(g, x.data(), k.data(), nullptr, false, y.data()).ok());
+      const std::string m = std::to_string(tile);
+      EXPECT_EQ(conv.ForwardKernel(), "winograd_" + m + "x" + m + "_3x3:own");
+    }
+    winograd::UseTile(0);
+    EXPECT_EQ(winograd::Tile(g), g.height >= 4 && g.width >= 4 ? 4 : 2) << i;
+  }
+  SetComputeThreads(threads);
+  // Not "same", a stride, other channel counts, oneDNN's Winograd: not these.
+  EXPECT_FALSE(DirectConv2D::OwnWinogradApplies(Make(2, 14, 14, 16, 3, 3, 16, 1, 1, false)));
+  EXPECT_FALSE(DirectConv2D::OwnWinogradApplies(Make(2, 14, 14, 16, 3, 3, 16, 2, 2, true)));
+  EXPECT_FALSE(DirectConv2D::OwnWinogradApplies(Make(2, 14, 14, 24, 3, 3, 16, 1, 1, true)));
+  EXPECT_FALSE(DirectConv2D::OwnWinogradApplies(Make(2, 14, 14, 16, 5, 5, 16, 1, 1, true)));
+  EXPECT_FALSE(DirectConv2D::OwnWinogradApplies(Make(2, 28, 28, 32, 3, 3, 32, 1, 1, true)));
+  UseDirectConvolutionsOnly();
+  EXPECT_FALSE(DirectConv2D::OwnWinogradApplies(cases[0]));
+  DirectConv2D conv;
+  std::vector<float> x(2 * 14 * 14 * 16, 0.5f), k(9 * 16 * 16, 0.25f), y(2 * 14 * 14 * 16);
+  ASSERT_TRUE(conv.Forward(cases[0], x.data(), k.data(), nullptr, false, y.data()).ok());
+  EXPECT_NE(conv.ForwardKernel(), "winograd_2x2_3x3:own");
+  UseDirectConvolutionsOnly(false);
+}
+
+// Strides 1 and 2, few input channels and 16..64 filters take small_conv's own
 // kernels (conv2d_small.h): one and several filter vectors, 4-pixel steps
 // with a remainder, "same" padding, taps over several weight-gradient
 // passes, bfloat16, and the batch split over two threads. A kernel with
@@ -187,7 +244,11 @@ TEST(DirectConv2DTest, FewInputChannelsMatchTheDefinitionThroughTheirOwnKernels)
   const std::vector<Conv2DGeometry> small = {
       Make(2, 7, 6, 1, 3, 3, 16, 1, 1, false), Make(3, 9, 10, 1, 3, 3, 32, 1, 1, true),
       Make(2, 6, 5, 3, 3, 3, 48, 1, 1, false), Make(1, 5, 7, 4, 2, 2, 64, 1, 1, true),
-      Make(2, 4, 9, 1, 1, 5, 32, 1, 1, false)};
+      Make(2, 4, 9, 1, 1, 5, 32, 1, 1, false),
+      // Strides: a residual network's stem ("same", 28 -> 14 with the
+      // padding after), odd sizes, "valid", strides apart.
+      Make(2, 28, 28, 1, 3, 3, 16, 2, 2, true), Make(2, 9, 7, 1, 3, 3, 32, 2, 2, true),
+      Make(2, 9, 8, 3, 3, 3, 16, 2, 2, false), Make(3, 7, 9, 2, 3, 2, 48, 1, 2, true)};
   for (size_t i = 0; i < small.size(); ++i) {
     EXPECT_EQ(small_conv::Applies(small[i]), avx512) << i;
     CheckAgainstTheDefinition(small[i], rng, "small case " + std::to_string(i));
@@ -195,6 +256,8 @@ TEST(DirectConv2DTest, FewInputChannelsMatchTheDefinitionThroughTheirOwnKernels)
   }
   const Conv2DGeometry many_taps = Make(2, 8, 9, 2, 5, 5, 32, 1, 1, true);
   EXPECT_FALSE(small_conv::Applies(many_taps));
+  EXPECT_FALSE(small_conv::Applies(Make(2, 9, 9, 1, 3, 3, 16, 3, 3, true)));
+  EXPECT_FALSE(small_conv::AppliesPooled(Make(2, 28, 28, 1, 3, 3, 16, 2, 2, true), 2, 2));
   CheckAgainstTheDefinition(many_taps, rng, "many taps");
   const int threads = ComputeThreads();
   SetComputeThreads(2);
