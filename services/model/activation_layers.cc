@@ -32,6 +32,11 @@ class Elementwise final : public HostLayer {
     return in;
   }
 
+  bool PlainRelu() const override {
+    return spec_.type == LayerType::kReLU && dtype_ == DType::kFloat32 && !spec_.has_max_value &&
+           spec_.negative_slope == 0 && spec_.threshold == 0;
+  }
+
   StatusOr<Tensor> Forward(std::span<const Tensor>, const Tensor& x, bool) override {
     RETURN_IF_ERROR(CheckInput(x, dtype_));
     x_ = x;

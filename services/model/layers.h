@@ -105,6 +105,18 @@ class Layer {
   virtual std::optional<std::array<int64_t, 2>> TiledMaxPool() const { return std::nullopt; }
   virtual bool FuseMaxPool(std::array<int64_t, 2> /*pool*/, const Shape& /*pooled_shape*/) { return false; }
   virtual bool pooled() const { return false; }
+  // A plain ReLU (Keras' defaults) fused into the layer before it in the
+  // same way (Model::Build: a BatchNormalization or an Add whose only
+  // reader it is), so that its output and gradient come out of that
+  // layer's own passes instead of two more passes over the activations.
+  // PlainRelu: whether this layer is one. FuseRelu: whether this layer
+  // takes it as its epilogue. relu_fused(): whether the last Forward applied
+  // it (the ReLU then passes the value and its gradient on untouched, and
+  // this layer's Backward takes the ReLU's output gradient); a call it
+  // cannot fuse (on a device) returns the layer's own output as before.
+  virtual bool PlainRelu() const { return false; }
+  virtual bool FuseRelu() { return false; }
+  virtual bool relu_fused() const { return false; }
 
   // Whether the layer computes on a CUDA device (Model::CheckDeviceSupport).
   virtual bool device_kernels() const { return true; }

@@ -1,11 +1,14 @@
 // Keras' merge layers: Add, Subtract, Multiply, Average, Maximum, Minimum
 // (element-wise over inputs of one shape), Concatenate (along an axis) and
 // Dot (a batched dot product along one axis of each input). Host kernels.
+#include <omp.h>
+
 #include <cmath>
 
 #include "services/model/layer_factories.h"
 #include "services/model/layer_shapes.h"
 #include "services/tensor/eigen.h"
+#include "services/tensor/threads.h"
 
 namespace tfjob::model::internal {
 namespace {
@@ -16,6 +19,23 @@ int64_t PerExampleAxis(int64_t axis, size_t rank) {
   const int64_t full = static_cast<int64_t>(rank) + 1;
   if (axis < 0) axis += full;
   return axis >= 1 && axis < full ? axis - 1 : -1;
+}
+
+// f(begin, end) on each compute thread for its part of [0, n) (one part
+// below kParallel elements, where a thread's start costs more than it
+// saves): an Add over a residual network's activations is memory-bound,
+// and on one thread at two it also read what the other thread's layers had
+// just written.
+template <typename F>
+void ForParts(int64_t n, F f) {
+  constexpr int64_t kParallel = int64_t{1} << 16;
+  UseComputeThreadsHere();
+  const int threads = n >= kParallel ? ComputeThreads() : 1;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    const int64_t k = omp_get_num_threads(), i = omp_get_thread_num();
+    f(n * i / k, n * (i + 1) / k);
+  }
 }
 
 class Merge : public Layer {
@@ -69,24 +89,51 @@ class Elementwise final : public Merge {
     return in[0];
   }
 
+  // A ReLU after an Add: max(0, .) in the same pass, and its gradient (where
+  // the sum is positive) before Add's.
+  bool FuseRelu() override {
+    fuse_relu_ = spec_.type == LayerType::kAdd;
+    return fuse_relu_;
+  }
+  bool relu_fused() const override { return fuse_relu_; }
+
   StatusOr<Tensor> ForwardMulti(std::span<const Tensor>, std::span<const Tensor> xs, bool) override {
     RETURN_IF_ERROR(CheckInputs(xs));
-    Tensor y = xs[0].Clone();
-    auto Y = AsArray(y);
+    // The first two inputs combine into y in one pass (not a copy of the
+    // first and then a second pass); y is written whole there.
+    ASSIGN_OR_RETURN(Tensor y, Tensor::CreateUninitialized(DType::kFloat32, xs[0].shape()));
     const LayerType t = spec_.type;
-    for (size_t i = 1; i < xs.size(); ++i) {
-      auto X = AsArray(xs[i]);
-      switch (t) {
-        case LayerType::kAdd:
-        case LayerType::kAverage: Y += X; break;
-        case LayerType::kSubtract: Y -= X; break;
-        case LayerType::kMultiply: Y *= X; break;
-        case LayerType::kMaximum: Y = Y.max(X); break;
-        case LayerType::kMinimum: Y = Y.min(X); break;
-        default: return Error("not an element-wise merge");
-      }
+    switch (t) {
+      case LayerType::kAdd:
+      case LayerType::kAverage:
+      case LayerType::kSubtract:
+      case LayerType::kMultiply:
+      case LayerType::kMaximum:
+      case LayerType::kMinimum: break;
+      default: return Error("not an element-wise merge");
     }
-    if (t == LayerType::kAverage) Y /= static_cast<float>(xs.size());
+    ForParts(y.size(), [&](int64_t begin, int64_t end) {
+      auto Y = AsArray(y).segment(begin, end - begin);
+      for (size_t i = 1; i < xs.size(); ++i) {
+        auto X = AsArray(xs[i]).segment(begin, end - begin);
+        auto A = AsArray(i == 1 ? xs[0] : y).segment(begin, end - begin);
+        switch (t) {
+          case LayerType::kAdd:
+            if (fuse_relu_ && i + 1 == xs.size()) {
+              Y = (A + X).max(0.f);
+            } else {
+              Y = A + X;
+            }
+            break;
+          case LayerType::kAverage: Y = A + X; break;
+          case LayerType::kSubtract: Y = A - X; break;
+          case LayerType::kMultiply: Y = A * X; break;
+          case LayerType::kMaximum: Y = A.max(X); break;
+          default: Y = A.min(X); break;
+        }
+      }
+      if (t == LayerType::kAverage) Y /= static_cast<float>(xs.size());
+    });
     // Backward of Multiply needs the inputs; of Maximum/Minimum, which won.
     xs_.assign(xs.begin(), xs.end());
     y_ = y;
@@ -98,6 +145,12 @@ class Elementwise final : public Merge {
     if (dy.shape() != y_.shape()) return Error("gradient shape does not match output");
     std::vector<Tensor> dxs(xs_.size());
     auto D = AsArray(dy);
+    if (fuse_relu_) {
+      ForParts(dy.size(), [&](int64_t begin, int64_t end) {
+        D.segment(begin, end - begin) =
+            (AsArray(y_).segment(begin, end - begin) > 0.f).select(D.segment(begin, end - begin), 0.f);
+      });
+    }
     const float n = static_cast<float>(xs_.size());
     // Maximum/Minimum: the first input holding the winning value takes the
     // gradient (as TensorFlow's gradient of a chain of tf.maximum does for ties).
@@ -120,7 +173,10 @@ class Elementwise final : public Merge {
                                                 : StatusOr<Tensor>(Tensor::Zeros(DType::kFloat32, dy.shape())));
       auto DX = AsArray(dx);
       switch (spec_.type) {
-        case LayerType::kAdd: DX = D; break;
+        case LayerType::kAdd:
+          ForParts(dx.size(),
+                   [&](int64_t begin, int64_t end) { DX.segment(begin, end - begin) = D.segment(begin, end - begin); });
+          break;
         case LayerType::kAverage: DX = D / n; break;
         case LayerType::kSubtract:
           if (i == 0)
@@ -156,6 +212,7 @@ class Elementwise final : public Merge {
  private:
   std::vector<Tensor> xs_;
   Tensor y_;
+  bool fuse_relu_ = false;  // Layer::FuseRelu
 };
 
 class Concatenate final : public Merge {

@@ -210,6 +210,7 @@ Status Model::Build() {
   }
   output_shape_ = nodes_[static_cast<size_t>(s.output.node)].out_shape;
   FusePooling(nodes_);
+  FuseRelus(nodes_);
 
   return SetUpBatchTime();
 }
@@ -259,7 +260,10 @@ Status Model::UseTime(int64_t steps) {
     if (st.ok() && why.empty() && nodes_[static_cast<size_t>(spec_.output.node)].out_shape != output_shape_) {
       why = "the model's output shape depends on it";
     }
-    if (st.ok() && why.empty()) FusePooling(nodes_);
+    if (st.ok() && why.empty()) {
+      FusePooling(nodes_);
+      FuseRelus(nodes_);
+    }
     next = std::move(nodes_);
     nodes_ = std::move(current);
     if (!st.ok() || !why.empty()) {

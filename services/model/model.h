@@ -215,6 +215,10 @@ class Model {
     // call's index, else -1. While that call's pooled() holds, this one
     // passes its input and gradient on untouched.
     int64_t pooled_by = -1;
+    // A plain ReLU fused into the BatchNormalization or Add call it reads
+    // (FuseRelus): that call's index, else -1; as pooled_by, while that
+    // call's relu_fused() holds.
+    int64_t relu_by = -1;
   };
 
   Model() = default;
@@ -223,10 +227,18 @@ class Model {
   // Each max pooling whose windows tile a Conv2D's output, where nothing
   // else reads that output, goes into the convolution (Layer::FuseMaxPool).
   void FusePooling(std::vector<Node>& nodes) const;
-  // Whether call n is a max pooling its convolution computed this pass (it
-  // then passes the value and the gradient on untouched).
+  // The call whose output `consumer` alone reads, where that call may take
+  // it as its epilogue (FusePooling, FuseRelus), else -1.
+  int64_t FusableProducer(const std::vector<Node>& nodes, const Node& consumer) const;
+  // Each plain ReLU that alone reads a BatchNormalization's or an Add's
+  // output goes into that call (Layer::FuseRelu).
+  void FuseRelus(std::vector<Node>& nodes) const;
+  // Whether call n is a max pooling its convolution, or a ReLU the layer
+  // before it, computed this pass (it then passes the value and the
+  // gradient on untouched).
   bool PooledByProducer(const Node& node) const {
-    return node.pooled_by >= 0 && nodes_[static_cast<size_t>(node.pooled_by)].impl->pooled();
+    return (node.pooled_by >= 0 && nodes_[static_cast<size_t>(node.pooled_by)].impl->pooled()) ||
+           (node.relu_by >= 0 && nodes_[static_cast<size_t>(node.relu_by)].impl->relu_fused());
   }
   StatusOr<Tensor> Forward(std::span<const Tensor> values, const Tensor& x, bool training);
   // A loss over a masked output would need Keras' masked loss: refused.

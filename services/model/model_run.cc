@@ -127,6 +127,7 @@ std::vector<Model::LayerTime> Model::LayerTimes() const {
     t.name = spec.name;
     t.type = std::string(LayerTypeName(spec.type));
     if (nodes_[n].pooled_by >= 0) t.fused_into = layer_specs_[nodes_[nodes_[n].pooled_by].layer].name;
+    if (nodes_[n].relu_by >= 0) t.fused_into = layer_specs_[nodes_[nodes_[n].relu_by].layer].name;
     t.cpu_kernel = nodes_[n].impl->cpu_kernel();
     if (n < node_time_.size()) {
       t.forward = node_time_[n].forward;
@@ -138,26 +139,42 @@ std::vector<Model::LayerTime> Model::LayerTimes() const {
   return out;
 }
 
-void Model::FusePooling(std::vector<Node>& nodes) const {
-  std::vector<int> readers(nodes.size(), 0);
+// The call whose output `consumer` alone reads, where it may become that
+// call's epilogue: its one input is a call's output that nothing else
+// reads, and neither is anything the model looks at itself (the model's
+// output, a regularized or masked activity); both float32. Else -1.
+int64_t Model::FusableProducer(const std::vector<Node>& nodes, const Node& consumer) const {
+  if (consumer.inputs.size() != 1 || consumer.inputs[0].node < 0) return -1;
+  const int64_t from = consumer.inputs[0].node;
+  int readers = 0;
   for (const Node& node : nodes)
-    for (const TensorRef& r : node.inputs)
-      if (r.node >= 0) ++readers[static_cast<size_t>(r.node)];
+    for (const TensorRef& r : node.inputs) readers += r.node == from;
+  const LayerSpec& f = layer_specs_[nodes[static_cast<size_t>(from)].layer];
+  const LayerSpec& c = layer_specs_[consumer.layer];
+  if (readers != 1 || from == spec_.output.node || f.activity_regularizer.active() || c.activity_regularizer.active() ||
+      nodes[static_cast<size_t>(from)].masked || f.precision != Precision::kFloat32 ||
+      c.precision != Precision::kFloat32) {
+    return -1;
+  }
+  return from;
+}
+
+void Model::FusePooling(std::vector<Node>& nodes) const {
   for (Node& pool : nodes) {
     const auto size = pool.impl->TiledMaxPool();
-    if (!size || pool.inputs.size() != 1 || pool.inputs[0].node < 0) continue;
-    const size_t conv = static_cast<size_t>(pool.inputs[0].node);
-    const LayerSpec& c = layer_specs_[nodes[conv].layer];
-    const LayerSpec& p = layer_specs_[pool.layer];
-    // The convolution's output must be read by the pooling alone, and be
-    // nothing the model looks at itself (an output, a regularized or masked
-    // activity).
-    if (c.type != LayerType::kConv2D || readers[conv] != 1 || static_cast<int64_t>(conv) == spec_.output.node ||
-        c.activity_regularizer.active() || p.activity_regularizer.active() || nodes[conv].masked ||
-        c.precision != Precision::kFloat32 || p.precision != Precision::kFloat32) {
-      continue;
-    }
-    if (nodes[conv].impl->FuseMaxPool(*size, pool.out_shape)) pool.pooled_by = static_cast<int64_t>(conv);
+    const int64_t conv = size ? FusableProducer(nodes, pool) : -1;
+    if (conv < 0 || layer_specs_[nodes[static_cast<size_t>(conv)].layer].type != LayerType::kConv2D) continue;
+    if (nodes[static_cast<size_t>(conv)].impl->FuseMaxPool(*size, pool.out_shape)) pool.pooled_by = conv;
+  }
+}
+
+void Model::FuseRelus(std::vector<Node>& nodes) const {
+  for (Node& relu : nodes) {
+    const int64_t from = relu.impl->PlainRelu() ? FusableProducer(nodes, relu) : -1;
+    if (from < 0) continue;
+    const LayerType t = layer_specs_[nodes[static_cast<size_t>(from)].layer].type;
+    if (t != LayerType::kBatchNormalization && t != LayerType::kAdd) continue;
+    if (nodes[static_cast<size_t>(from)].impl->FuseRelu()) relu.relu_by = from;
   }
 }
 
@@ -189,7 +206,7 @@ StatusOr<Tensor> Model::Forward(std::span<const Tensor> values, const Tensor& x,
     auto params = values.subspan(first, count);
     const auto started = std::chrono::steady_clock::now();
     if (PooledByProducer(node)) {
-      outs[n] = outs[static_cast<size_t>(node.pooled_by)];  // pooled by the convolution
+      outs[n] = outs[static_cast<size_t>(node.pooled_by >= 0 ? node.pooled_by : node.relu_by)];
       if (training) ++node_time_[n].steps;
       continue;
     }

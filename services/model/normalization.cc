@@ -19,9 +19,12 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "services/model/adaptable_layer.h"
+#include "services/model/batch_norm_passes.h"
 #include "services/model/layer_factories.h"
 #include "services/model/layer_shapes.h"
 #include "services/tensor/backend.h"
@@ -31,97 +34,6 @@
 
 namespace tfjob::model::internal {
 namespace {
-
-using Array = Eigen::Array<float, 1, Eigen::Dynamic>;
-
-// BatchNormalization's host passes over a row-major [rows, channels] block,
-// each one contiguous walk: Eigen's colwise() reductions over a row-major
-// map walk it once per channel with a stride of the channel count, which
-// made the layer cost more than the convolution before it (residual CNN,
-// stem_bn forward 0.029 s against stem_conv's 0.020 s). Each pass splits
-// its rows across the compute threads above kParallel elements.
-constexpr int64_t kParallel = int64_t{1} << 16;
-// Sums are float partials of kStatRows rows, folded into double in block
-// order: a batch of 10^5 rows keeps float's precision, and the result does
-// not depend on the thread count.
-constexpr int64_t kStatRows = 64;
-
-bool SplitAcrossThreads(int64_t rows, int64_t c) { return ComputeThreads() > 1 && rows * c >= kParallel; }
-
-// out[k][ch] = the sum over rows of what terms(r, part) adds for row r into
-// part[k][ch]; its inner loop over channels is what the compiler vectorizes.
-template <int kSums, typename RowTerms>
-void ChannelSums(int64_t rows, int64_t c, RowTerms terms, std::array<std::vector<double>, kSums>& out) {
-  const int64_t blocks = (rows + kStatRows - 1) / kStatRows;
-  std::vector<float> partials(static_cast<size_t>(blocks * kSums * c), 0.f);
-  UseComputeThreadsHere();
-#pragma omp parallel for num_threads(ComputeThreads()) if (SplitAcrossThreads(rows, c))
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    std::array<float*, kSums> part;
-    for (int k = 0; k < kSums; ++k) part[k] = partials.data() + (blk * kSums + k) * c;
-    const int64_t end = std::min(rows, (blk + 1) * kStatRows);
-    for (int64_t r = blk * kStatRows; r < end; ++r) terms(r, part);
-  }
-  for (int k = 0; k < kSums; ++k) out[k].assign(c, 0.0);
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    for (int k = 0; k < kSums; ++k) {
-      const float* part = partials.data() + (blk * kSums + k) * c;
-      for (int64_t ch = 0; ch < c; ++ch) out[k][ch] += part[ch];
-    }
-  }
-}
-
-// sums / n as float (an empty batch's sums are zeros, and so its moments).
-Array Divided(const std::vector<double>& sums, int64_t n) {
-  Array a(static_cast<Eigen::Index>(sums.size()));
-  for (size_t ch = 0; ch < sums.size(); ++ch) a[ch] = static_cast<float>(sums[ch] / std::max<int64_t>(n, 1));
-  return a;
-}
-
-// Per channel, the sum over rows of x, or with kSquared of (x - center)^2.
-template <bool kSquared>
-std::vector<double> RowSums(const float* x, int64_t rows, int64_t c, const float* center) {
-  std::array<std::vector<double>, 1> sums;
-  ChannelSums<1>(
-      rows, c,
-      [&](int64_t r, const std::array<float*, 1>& part) {
-        const float* __restrict row = x + r * c;
-        float* __restrict s = part[0];
-#pragma omp simd
-        for (int64_t ch = 0; ch < c; ++ch) {
-          if constexpr (kSquared) {
-            const float d = row[ch] - center[ch];
-            s[ch] += d * d;
-          } else {
-            s[ch] += row[ch];
-          }
-        }
-      },
-      sums);
-  return std::move(sums[0]);
-}
-
-// The batch's mean and biased variance per channel (two passes: the
-// variance of x - mean, not E[x^2] - mean^2, which cancels).
-void BatchMoments(const float* x, int64_t rows, int64_t c, Array& mean, Array& var) {
-  mean = Divided(RowSums<false>(x, rows, c, nullptr), rows);
-  var = Divided(RowSums<true>(x, rows, c, mean.data()), rows);
-}
-
-// y = (x - shift) * scale * gamma + beta, row by row (the parenthesized
-// part is x-hat; the backward makes it again from x rather than keep it).
-void Normalize(const float* x, int64_t rows, int64_t c, const Array& shift, const Array& scale, const Array& gamma,
-               const Array& beta, float* y) {
-  const float* __restrict sh = shift.data(), * __restrict sc = scale.data(), * __restrict g = gamma.data(), * __restrict b = beta.data();
-  UseComputeThreadsHere();
-#pragma omp parallel for num_threads(ComputeThreads()) if (SplitAcrossThreads(rows, c))
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* __restrict xr = x + r * c;
-    float* __restrict yr = y + r * c;
-#pragma omp simd
-    for (int64_t ch = 0; ch < c; ++ch) yr[ch] = (xr[ch] - sh[ch]) * sc[ch] * g[ch] + b[ch];
-  }
-}
 
 class BatchNormalization final : public Layer {
  public:
@@ -153,9 +65,18 @@ class BatchNormalization final : public Layer {
     return v;
   }
 
+  bool FuseRelu() override {
+    fuse_relu_ = true;
+    return true;
+  }
+  bool relu_fused() const override { return relu_applied_; }
+
   StatusOr<Tensor> Forward(std::span<const Tensor> params, const Tensor& x, bool training) override {
     if (!Matches(x, DType::kFloat32, in_shape_)) return Error(Expected(DType::kFloat32, in_shape_, x));
+    relu_applied_ = false;
+    y_ = Tensor();
     if (!x.on_cpu()) return ForwardOnDevice(params, x, training);
+    relu_applied_ = fuse_relu_;
     const Params p = Split(params);
     const int64_t rows = x.size() / std::max<int64_t>(c_, 1);
     // y is written whole below.
@@ -177,7 +98,10 @@ class BatchNormalization final : public Layer {
       shift_ = p.moving_mean;
       inv_ = (p.moving_variance + eps).rsqrt();
     }
-    Normalize(x.data<float>(), rows, c_, shift_, inv_, p.gamma, p.beta, y.data<float>());
+    Normalize(x.data<float>(), rows, c_, shift_, inv_, p.gamma, p.beta, relu_applied_, y.data<float>());
+    // The fused ReLU's gradient is dL/dy where y > 0 (Keras' ReLU: where its
+    // input is), so the backward reads y.
+    y_ = relu_applied_ ? y : Tensor();
     return y;
   }
 
@@ -197,22 +121,11 @@ class BatchNormalization final : public Layer {
       Eigen::Map<Array>(t.data<float>(), c_) = a;
       return t;
     };
-    std::array<std::vector<double>, 2> sums;
-    ChannelSums<2>(
-        rows_, c_,
-        [&, c = c_, d = dy.data<float>(), x = x_.data<float>()](int64_t r, const std::array<float*, 2>& part) {
-          const float* __restrict dr = d + r * c;
-          const float* __restrict xr = x + r * c;
-          const float* __restrict sh = shift_.data(), * __restrict sc = inv_.data();
-          float* __restrict sdh = part[0], * __restrict sd = part[1];
-#pragma omp simd
-          for (int64_t ch = 0; ch < c; ++ch) {
-            sdh[ch] += dr[ch] * ((xr[ch] - sh[ch]) * sc[ch]);
-            sd[ch] += dr[ch];
-          }
-        },
-        sums);
-    const Array dgamma = Divided(sums[0], 1), dbeta = Divided(sums[1], 1);
+    // A fused ReLU's gradient first: dL/dy where y > 0, written into dy
+    // (which the input's gradient below reads).
+    Array dgamma, dbeta;
+    GradientSums(dy.data<float>(), x_.data<float>(), y_.size() > 0 ? y_.data<float>() : nullptr, rows_, c_, shift_,
+                 inv_, dgamma, dbeta);
     size_t g = 0;
     if (spec_.scale) grads[g++] = Gradient{false, dense(dgamma), {}, {}};
     if (spec_.center) grads[g++] = Gradient{false, dense(dbeta), {}, {}};
@@ -236,21 +149,7 @@ class BatchNormalization final : public Layer {
     const float m = static_cast<float>(std::max<int64_t>(rows_, 1));
     const Array mean_dxhat = dbeta * p.gamma / m;
     const Array mean_dxhat_xhat = dgamma * p.gamma / m;
-    // In place: each element of dx comes from the same element of dy and
-    // x-hat, and per-channel constants.
-    const float *__restrict gm = p.gamma.data(), *__restrict md = mean_dxhat.data(),
-                         *__restrict mdh = mean_dxhat_xhat.data(), *__restrict inv = inv_.data(),
-                         *__restrict sh = shift_.data();
-    UseComputeThreadsHere();
-#pragma omp parallel for num_threads(ComputeThreads()) if (SplitAcrossThreads(rows_, c_))
-    for (int64_t r = 0; r < rows_; ++r) {
-      float* __restrict dr = dy.data<float>() + r * c_;
-      const float* __restrict xr = x_.data<float>() + r * c_;
-#pragma omp simd
-      for (int64_t ch = 0; ch < c_; ++ch) {
-        dr[ch] = ((dr[ch] * gm[ch] - md[ch]) - ((xr[ch] - sh[ch]) * inv[ch]) * mdh[ch]) * inv[ch];
-      }
-    }
+    InputGradient(dy.data<float>(), x_.data<float>(), rows_, c_, p.gamma, mean_dxhat, mean_dxhat_xhat, shift_, inv_);
     return dy;
   }
 
@@ -368,6 +267,10 @@ class BatchNormalization final : public Layer {
   Tensor x_;
   Array mean_, var_, shift_, inv_;
   Tensor xhat_;
+  // A ReLU fused into the layer (Layer::FuseRelu), whether the last Forward
+  // applied it, and then its output (the ReLU's gradient is where y > 0).
+  bool fuse_relu_ = false, relu_applied_ = false;
+  Tensor y_;
   // The batch statistics of a training pass on a device.
   Tensor dmean_, dvar_, dinv_;
   struct {

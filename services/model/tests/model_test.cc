@@ -701,6 +701,27 @@ TEST(ModelFlopsTest, KernelProductsPerExampleAsARooflineCountsThem) {
   EXPECT_EQ(cf[0].backward, cf[0].forward);  // reads the model's input
 }
 
+std::vector<float> AsFloats(const Tensor& t) {
+  auto f = t.flat<float>();
+  return std::vector<float>(f.begin(), f.end());
+}
+
+// Differentiates two models at the same values, input and upstream
+// gradient, and expects exactly the same output and gradients, the input's
+// included.
+void ExpectSameDifferentiation(Model& a, Model& b, const std::vector<Tensor>& values, const Tensor& x,
+                               const Tensor& dy) {
+  auto ga = a.Differentiate(values, x, dy, true);
+  auto gb = b.Differentiate(values, x, dy, true);
+  ASSERT_TRUE(ga.ok() && gb.ok()) << ga.status() << gb.status();
+  EXPECT_EQ(AsFloats(ga->output), AsFloats(gb->output));
+  ASSERT_EQ(ga->grads.size(), gb->grads.size());
+  for (size_t i = 0; i < ga->grads.size(); ++i)
+    EXPECT_EQ(AsFloats(ga->grads[i].dense), AsFloats(gb->grads[i].dense)) << i;
+  ASSERT_EQ(ga->input_grads.size(), 1u);
+  EXPECT_EQ(AsFloats(ga->input_grads[0]), AsFloats(gb->input_grads[0]));
+}
+
 // A tiled MaxPooling2D after a Conv2D is fused into it (Model::FusePooling:
 // the convolution's output is never stored). The same model with the ReLU
 // as its own layer between them (nothing fused) gives exactly the same
@@ -727,10 +748,6 @@ TEST(ModelPoolFusionTest, AConvolutionWithItsMaxPoolingFusedComputesAsTheLayersA
   const LayerSpec identity = Other(LayerType::kActivation, "identity", 1, Activation::kLinear);
   linear_apart.layers = {conv(Activation::kLinear), identity, pool, flat, out};
   const LossSpec mse{LossType::kMeanSquaredError, false};
-  auto Floats = [](const Tensor& t) {
-    auto f = t.flat<float>();
-    return std::vector<float>(f.begin(), f.end());
-  };
   std::mt19937 rng(5);
   std::normal_distribution<float> normal;
   std::vector<float> xs(4 * 9 * 10), dys(4 * 3);
@@ -745,16 +762,7 @@ TEST(ModelPoolFusionTest, AConvolutionWithItsMaxPoolingFusedComputesAsTheLayersA
     std::vector<Tensor> values = (*a)->InitialValues(3);
     values[1] = Tensor::FromVector({16}, std::vector<float>(16, 0.05f)).value();  // biases the zero image's outputs
     for (int step = 0; step < 2; ++step) {  // twice: the second reuses the first's buffers
-      auto ga = (*a)->Differentiate(values, x, Tensor::FromVector({4, 3}, dys).value(), true);
-      auto gb = (*b)->Differentiate(values, x, Tensor::FromVector({4, 3}, dys).value(), true);
-      ASSERT_TRUE(ga.ok() && gb.ok()) << ga.status() << gb.status();
-      EXPECT_EQ(Floats(ga->output), Floats(gb->output));
-      ASSERT_EQ(ga->grads.size(), gb->grads.size());
-      for (size_t i = 0; i < ga->grads.size(); ++i) {
-        EXPECT_EQ(Floats(ga->grads[i].dense), Floats(gb->grads[i].dense)) << i;
-      }
-      ASSERT_EQ(ga->input_grads.size(), 1u);
-      EXPECT_EQ(Floats(ga->input_grads[0]), Floats(gb->input_grads[0]));
+      ExpectSameDifferentiation(**a, **b, values, x, Tensor::FromVector({4, 3}, dys).value());
     }
     // The summary's layer times say where the pooling's time went.
     const bool fusable = DirectConv2D::CanPool(Conv2DGeometry{.batch = 1,
@@ -768,6 +776,60 @@ TEST(ModelPoolFusionTest, AConvolutionWithItsMaxPoolingFusedComputesAsTheLayersA
                                                               .out_w = 8},
                                                2, 2);
     for (const auto& t : (*a)->LayerTimes()) EXPECT_EQ(t.fused_into, t.name == "pool" && fusable ? "conv" : "");
+    for (const auto& t : (*b)->LayerTimes()) EXPECT_EQ(t.fused_into, "");
+  }
+}
+
+// A plain ReLU that alone reads a BatchNormalization's or an Add's output is
+// fused into it (Model::FuseRelus: two passes over the activations fewer).
+// The same Functional model with ReLUs that cannot fuse (a max_value far
+// above any value: the same function) gives exactly the same output and
+// gradients, the input's and the moving statistics' included, and the same
+// predictions, with 16 channels (BatchNormalization's vector rows) and 5
+// (its generic ones); the inputs are N(0, 1), so the ReLUs cut half.
+TEST(ModelReluFusionTest, AReluFusedIntoBatchNormalizationOrAddComputesAsTheLayersApart) {
+  for (int64_t channels : {16, 5}) {
+    auto build = [&](bool plain) {
+      LayerSpec bn = Other(LayerType::kBatchNormalization, "bn", 0);
+      LayerSpec relu = Other(LayerType::kReLU, "relu", 1);
+      const LayerSpec add = Other(LayerType::kAdd, "add", 2);
+      LayerSpec relu2 = Other(LayerType::kReLU, "relu2", 3);
+      if (!plain) relu.has_max_value = relu2.has_max_value = true, relu.max_value = relu2.max_value = 1e30;
+      ModelSpec s;
+      s.input_shape = {5, 6, channels};
+      s.inputs = {InputSpec{"x", {5, 6, channels}}};
+      s.layers = {bn, relu, add, relu2, Other(LayerType::kFlatten, "flat", 4), Dense("out", 3, Activation::kLinear, 5)};
+      const TensorRef x{-1, 0};
+      auto node = [](int64_t n) { return TensorRef{n, -1}; };
+      auto call = [&](size_t layer, std::vector<TensorRef> inputs) {
+        return NodeSpec{layer, std::move(inputs), "model.layers[" + std::to_string(layer) + "] call 0"};
+      };
+      s.nodes = {call(0, {x}),       call(1, {node(0)}), call(2, {node(1), x}),
+                 call(3, {node(2)}), call(4, {node(3)}), call(5, {node(4)})};
+      s.output = node(5);
+      return Model::Create(s, LossSpec{LossType::kMeanSquaredError, false});
+    };
+    auto a = build(true);
+    auto b = build(false);
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+    std::mt19937 rng(9);
+    std::normal_distribution<float> normal;
+    std::vector<float> xs(4 * 5 * 6 * channels), dys(4 * 3);
+    for (float& v : xs) v = normal(rng);
+    for (float& v : dys) v = normal(rng);
+    const Tensor x = Tensor::FromVector({4, 5, 6, channels}, xs).value();
+    std::vector<Tensor> values = (*a)->InitialValues(3);
+    for (int step = 0; step < 2; ++step) {
+      SCOPED_TRACE(channels);
+      ExpectSameDifferentiation(**a, **b, values, x, Tensor::FromVector({4, 3}, dys).value());
+      // Inference: BatchNormalization with its moving statistics.
+      const auto pa = (*a)->Predict(values, x), pb = (*b)->Predict(values, x);
+      ASSERT_TRUE(pa.ok() && pb.ok()) << pa.status() << pb.status();
+      EXPECT_EQ(AsFloats(*pa), AsFloats(*pb));
+    }
+    for (const auto& t : (*a)->LayerTimes()) {
+      EXPECT_EQ(t.fused_into, t.name == "relu" ? "bn" : t.name == "relu2" ? "add" : "") << t.name;
+    }
     for (const auto& t : (*b)->LayerTimes()) EXPECT_EQ(t.fused_into, "");
   }
 }
