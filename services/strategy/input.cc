@@ -533,11 +533,13 @@ uint64_t PassSeed(int64_t seed, int64_t pass) {
 
 }  // namespace
 
-GlobalBatches::GlobalBatches(Examples examples, const model::JobConfig& job, int64_t batch_rows, uint64_t seed_salt)
+GlobalBatches::GlobalBatches(Examples examples, const model::JobConfig& job, int64_t batch_rows, uint64_t seed_salt,
+                             bool prefetch)
     : examples_(std::move(examples)),
       job_(job),
       batch_rows_(batch_rows > 0 ? batch_rows : job.batch_size),
-      seed_salt_(seed_salt) {}
+      seed_salt_(seed_salt),
+      prefetch_(prefetch) {}
 
 int64_t GlobalBatches::batches_per_pass() const { return (examples_.size() + batch_rows_ - 1) / batch_rows_; }
 
@@ -547,7 +549,8 @@ data::Dataset GlobalBatches::Pass(int64_t pass) const {
     const int64_t buffer = job_.data.shuffle_buffer > 0 ? job_.data.shuffle_buffer : examples_.size();
     ds = ds.Shuffle(buffer, PassSeed(job_.seed, pass) ^ seed_salt_, /*reshuffle_each_iteration=*/false);
   }
-  return ds.Batch(batch_rows_).Prefetch(2);
+  ds = ds.Batch(batch_rows_);
+  return prefetch_ ? ds.Prefetch(2) : ds;
 }
 
 StatusOr<data::Element> GlobalBatches::Get(int64_t step) {

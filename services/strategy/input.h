@@ -78,9 +78,17 @@ data::Dataset EvalPipeline(const Examples& ex, int64_t batch_size);
 // holds only its shard and takes `batch_rows` rows of it per step (its part
 // of the global batch), shuffled with `seed_salt` mixed into the seed; the
 // global batch of a step is then the members' parts together.
+//
+// `prefetch`: each batch is gathered on a thread of its own, ahead of the
+// step. Worth it when the step's compute is elsewhere (a device); on the
+// host the gather (a row copy from the in-memory examples) costs less than
+// handing its 200 KB (MNIST, 64 rows) from one core's cache to another's,
+// and the thread takes a core from the compute threads
+// (docs/performance.md).
 class GlobalBatches {
  public:
-  GlobalBatches(Examples examples, const model::JobConfig& job, int64_t batch_rows = 0, uint64_t seed_salt = 0);
+  GlobalBatches(Examples examples, const model::JobConfig& job, int64_t batch_rows = 0, uint64_t seed_salt = 0,
+                bool prefetch = false);
   const Examples& examples() const { return examples_; }
   int64_t batches_per_pass() const;
   // The global batch of training step `step` (0-based, across epochs).
@@ -95,6 +103,7 @@ class GlobalBatches {
   model::JobConfig job_;
   int64_t batch_rows_;
   uint64_t seed_salt_;
+  bool prefetch_;
   std::unique_ptr<data::Iterator> it_;
   int64_t next_ = -1;  // the step it_ yields next
 };

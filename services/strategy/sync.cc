@@ -24,7 +24,11 @@ class SyncStrategy final : public Strategy {
       : job_(job),
         o_(std::move(o)),
         input_(std::move(train), job, LocalRows(job, o_),
-               o_.sharded_input && o_.group ? 0x5eed0000u + o_.group->rank() : 0) {}
+               o_.sharded_input && o_.group ? 0x5eed0000u + o_.group->rank() : 0, OnDevices(o_)) {}
+
+  static bool OnDevices(const SyncOptions& o) {
+    return std::any_of(o.devices.begin(), o.devices.end(), [](const Device& d) { return !d.is_cpu(); });
+  }
 
   // This member's rows of each global batch when it reads only its shard.
   static int64_t LocalRows(const model::JobConfig& job, const SyncOptions& o) {
