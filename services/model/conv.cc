@@ -62,7 +62,7 @@ class Conv2D final : public Layer {
 
   bool FuseMaxPool(std::array<int64_t, 2> pool, const Shape& pooled_shape) override {
     const bool activation = spec_.activation == Activation::kRelu || spec_.activation == Activation::kLinear;
-    if (!activation || spec_.precision != Precision::kFloat32 ||
+    if (!activation || spec_.precision == Precision::kFloat16 ||
         !DirectConv2D::CanPool(DirectGeometry(1), pool[0], pool[1]) ||
         pooled_shape != Shape{oh_ / pool[0], ow_ / pool[1], spec_.filters}) {
       return false;
@@ -78,7 +78,7 @@ class Conv2D final : public Layer {
     if (!Matches(x, DType::kFloat32, in_shape_)) return Error(Expected(DType::kFloat32, in_shape_, x));
     pooled_ = false;
     if (!x.on_cpu() || !params[0].on_cpu()) return ForwardOnDevice(params, x);
-    if (pool_ && ComputePrecision() == Precision::kFloat32) {
+    if (pool_ && ComputePrecision() != Precision::kFloat16) {
       auto y = ForwardPooled(params, x);
       if (y.ok()) return y;
       // Not for this geometry after all: the convolution alone, then the pooling layer.

@@ -228,8 +228,9 @@ class Model {
   // else reads that output, goes into the convolution (Layer::FuseMaxPool).
   void FusePooling(std::vector<Node>& nodes) const;
   // The call whose output `consumer` alone reads, where that call may take
-  // it as its epilogue (FusePooling, FuseRelus), else -1.
-  int64_t FusableProducer(const std::vector<Node>& nodes, const Node& consumer) const;
+  // it as its epilogue (FusePooling, FuseRelus), else -1; `bfloat16`: two
+  // mixed_bfloat16 layers may fuse too.
+  int64_t FusableProducer(const std::vector<Node>& nodes, const Node& consumer, bool bfloat16) const;
   // Each plain ReLU that alone reads a BatchNormalization's or an Add's
   // output goes into that call (Layer::FuseRelu).
   void FuseRelus(std::vector<Node>& nodes) const;

@@ -142,8 +142,9 @@ std::vector<Model::LayerTime> Model::LayerTimes() const {
 // The call whose output `consumer` alone reads, where it may become that
 // call's epilogue: its one input is a call's output that nothing else
 // reads, and neither is anything the model looks at itself (the model's
-// output, a regularized or masked activity); both float32. Else -1.
-int64_t Model::FusableProducer(const std::vector<Node>& nodes, const Node& consumer) const {
+// output, a regularized or masked activity); both float32, or both bfloat16
+// where `bfloat16` allows it. Else -1.
+int64_t Model::FusableProducer(const std::vector<Node>& nodes, const Node& consumer, bool bfloat16) const {
   if (consumer.inputs.size() != 1 || consumer.inputs[0].node < 0) return -1;
   const int64_t from = consumer.inputs[0].node;
   int readers = 0;
@@ -152,8 +153,8 @@ int64_t Model::FusableProducer(const std::vector<Node>& nodes, const Node& consu
   const LayerSpec& f = layer_specs_[nodes[static_cast<size_t>(from)].layer];
   const LayerSpec& c = layer_specs_[consumer.layer];
   if (readers != 1 || from == spec_.output.node || f.activity_regularizer.active() || c.activity_regularizer.active() ||
-      nodes[static_cast<size_t>(from)].masked || f.precision != Precision::kFloat32 ||
-      c.precision != Precision::kFloat32) {
+      nodes[static_cast<size_t>(from)].masked || f.precision != c.precision ||
+      (f.precision != Precision::kFloat32 && !(bfloat16 && f.precision == Precision::kBfloat16))) {
     return -1;
   }
   return from;
@@ -162,7 +163,9 @@ int64_t Model::FusableProducer(const std::vector<Node>& nodes, const Node& consu
 void Model::FusePooling(std::vector<Node>& nodes) const {
   for (Node& pool : nodes) {
     const auto size = pool.impl->TiledMaxPool();
-    const int64_t conv = size ? FusableProducer(nodes, pool) : -1;
+    // In bfloat16 too: the convolution's output is rounded to it, and the
+    // maximum of rounded values is the rounded maximum.
+    const int64_t conv = size ? FusableProducer(nodes, pool, /*bfloat16=*/true) : -1;
     if (conv < 0 || layer_specs_[nodes[static_cast<size_t>(conv)].layer].type != LayerType::kConv2D) continue;
     if (nodes[static_cast<size_t>(conv)].impl->FuseMaxPool(*size, pool.out_shape)) pool.pooled_by = conv;
   }
@@ -170,7 +173,7 @@ void Model::FusePooling(std::vector<Node>& nodes) const {
 
 void Model::FuseRelus(std::vector<Node>& nodes) const {
   for (Node& relu : nodes) {
-    const int64_t from = relu.impl->PlainRelu() ? FusableProducer(nodes, relu) : -1;
+    const int64_t from = relu.impl->PlainRelu() ? FusableProducer(nodes, relu, /*bfloat16=*/false) : -1;
     if (from < 0) continue;
     const LayerType t = layer_specs_[nodes[static_cast<size_t>(from)].layer].type;
     if (t != LayerType::kBatchNormalization && t != LayerType::kAdd) continue;

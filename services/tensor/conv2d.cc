@@ -293,15 +293,17 @@ bool DirectConv2D::CanPool(const Conv2DGeometry& g, int64_t pool_h, int64_t pool
 
 Status DirectConv2D::ForwardMaxPool(const Conv2DGeometry& g, const float* x, const float* kernel, const float* bias,
                                     bool relu, int64_t pool_h, int64_t pool_w, float* pooled, uint8_t* winners) {
-  if (!CanPool(g, pool_h, pool_w) || ComputePrecision() != Precision::kFloat32) {
+  const Precision p = ComputePrecision();
+  if (!CanPool(g, pool_h, pool_w) || p == Precision::kFloat16) {
     return Unimplemented("no fused convolution and max pooling for this geometry or precision");
   }
   UseComputeThreadsHere();
   if (!impl_) impl_ = std::make_unique<Impl>();
   Impl& m = *impl_;
-  if (!(m.geometry == g) || m.relu != relu || m.bias != (bias != nullptr) || m.bf16) m.built = false;
-  m.geometry = g, m.relu = relu, m.bias = bias != nullptr, m.bf16 = false, m.small = true, m.own_wino = false;
-  small_conv::ForwardMaxPool(g, x, kernel, bias, relu, pool_h, pool_w, pooled, winners, m.scratch);
+  const bool bf16 = p == Precision::kBfloat16;
+  if (!(m.geometry == g) || m.relu != relu || m.bias != (bias != nullptr) || m.bf16 != bf16) m.built = false;
+  m.geometry = g, m.relu = relu, m.bias = bias != nullptr, m.bf16 = bf16, m.small = true, m.own_wino = false;
+  small_conv::ForwardMaxPool(g, x, kernel, bias, relu, bf16, pool_h, pool_w, pooled, winners, m.scratch);
   return Status::Ok();
 }
 
@@ -312,7 +314,7 @@ void DirectConv2D::MaxPoolGradient(const Conv2DGeometry& g, int64_t pool_h, int6
 
 Status DirectConv2D::BackwardWeightsPooled(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const float* x,
                                            const uint8_t* winners, const float* dpooled, float* dkernel, float* dbias) {
-  if (!impl_ || !impl_->small || impl_->bf16 || !(impl_->geometry == g) || impl_->bias != (dbias != nullptr) ||
+  if (!impl_ || !impl_->small || !(impl_->geometry == g) || impl_->bias != (dbias != nullptr) ||
       !CanPool(g, pool_h, pool_w)) {
     return FailedPrecondition("pooled convolution backward without its pooled forward");
   }
@@ -320,7 +322,8 @@ Status DirectConv2D::BackwardWeightsPooled(const Conv2DGeometry& g, int64_t pool
     return Unimplemented("no pooled weight gradient for " + std::to_string(g.filters) + " filters");
   }
   UseComputeThreadsHere();
-  small_conv::BackwardWeightsPooled(g, pool_h, pool_w, x, winners, dpooled, dkernel, dbias, impl_->scratch);
+  small_conv::BackwardWeightsPooled(g, pool_h, pool_w, x, winners, dpooled, impl_->bf16, dkernel, dbias,
+                                    impl_->scratch);
   return Status::Ok();
 }
 

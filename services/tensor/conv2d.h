@@ -65,8 +65,10 @@ class DirectConv2D {
   // y (strides = pool size, "valid"), in one pass that never stores y
   // (conv2d_small.h): `pooled` [batch, out_h / pool_h, out_w / pool_w,
   // filters] and one byte per pooled value in `winners` (the tap that takes
-  // its gradient). float32 only; CanPool() says where it applies, elsewhere
-  // UNIMPLEMENTED (the caller then runs the two layers apart). The backward
+  // its gradient). float32 or bfloat16 (ComputePrecision: the input and
+  // kernel rounded to it, as Forward's few-channel path does); CanPool() says
+  // where it applies, elsewhere (and in float16) UNIMPLEMENTED (the caller
+  // then runs the two layers apart). The backward
   // calls below then take dy from MaxPoolGradient.
   static bool CanPool(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w);
   Status ForwardMaxPool(const Conv2DGeometry& g, const float* x, const float* kernel, const float* bias, bool relu,

@@ -39,7 +39,21 @@ struct ForwardArgs {
   const float* bias;
   bool relu;
   float* y;
+  // The outputs rounded to bfloat16 (ForwardMaxPool in bfloat16: the
+  // windows' maxima and winners are then those of the rounded outputs a
+  // MaxPooling2D apart would see, ties included).
+  bool round_bf16 = false;
 };
+
+// x rounded to the nearest bfloat16 (ties to even), as RoundTo does; NaN
+// stays as it is.
+__attribute__((target("avx512f"))) inline __m512 RoundBfloat16(__m512 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_and_si512(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))),
+                                     _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
+  return _mm512_mask_mov_ps(_mm512_castsi512_ps(r), _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+}
 
 // The bias of filters [16v, 16v + 16), or zeros.
 __attribute__((target("avx512f"))) inline __m512 BiasVector(const ForwardArgs& a, int v) {
@@ -75,6 +89,10 @@ __attribute__((target("avx512f"))) inline void ForwardPixels(const ForwardArgs& 
       const __m512 xb = _mm512_set1_ps(xt[p * step]);
       for (int v = 0; v < NV; ++v) acc[p][v] = _mm512_fmadd_ps(xb, wv[v], acc[p][v]);
     }
+  }
+  if (a.round_bf16) {
+    for (int p = 0; p < P; ++p)
+      for (int v = 0; v < NV; ++v) acc[p][v] = RoundBfloat16(acc[p][v]);
   }
   if (a.relu) {
     const __m512 zero = _mm512_setzero_ps();
@@ -187,6 +205,8 @@ __attribute__((target("avx512f"))) inline void ForwardWindows2x2(const ForwardAr
     for (int v = 0; v < NV; ++v) {
       // Taps in (ky, kx) order; only a strictly greater value wins.
       __m512 value[4] = {acc[0][2 * k][v], acc[0][2 * k + 1][v], acc[1][2 * k][v], acc[1][2 * k + 1][v]};
+      if (a.round_bf16)
+        for (__m512& e : value) e = RoundBfloat16(e);
       if (a.relu)
         for (__m512& e : value) e = _mm512_max_ps(e, zero);
       __m512 best = value[0];
@@ -479,17 +499,25 @@ bool AppliesPooled(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w) {
 }
 
 void ForwardMaxPool(const Conv2DGeometry& g, const float* x, const float* kernel, const float* bias, bool relu,
-                    int64_t pool_h, int64_t pool_w, float* pooled, uint8_t* winners, std::vector<float>& scratch) {
+                    bool round_bf16, int64_t pool_h, int64_t pool_w, float* pooled, uint8_t* winners,
+                    std::vector<float>& scratch) {
   const int64_t taps = g.kernel_h * g.kernel_w * g.channels;
   const bool two = pool_h == 2 && pool_w == 2;  // in registers, no row buffer
   const int64_t pooled_h = g.out_h / pool_h, cols = g.out_w / pool_w * pool_w;
   const int64_t per_thread = two ? 0 : pool_h * cols * g.filters;
   const int threads = ThreadsFor(g);
-  const int64_t in_n = Padded(g) ? InputElements(g) : 0;
-  scratch.resize(static_cast<size_t>(in_n + threads * per_thread));
-  const Input in = Prepare(g, x, false, scratch.data());
+  const int64_t in_n = Padded(g) || round_bf16 ? InputElements(g) : 0;
+  const int64_t kernel_n = round_bf16 ? taps * g.filters : 0;
+  scratch.resize(static_cast<size_t>(in_n + kernel_n + threads * per_thread));
+  if (round_bf16) {
+    float* kernel_copy = scratch.data() + in_n;
+    std::memcpy(kernel_copy, kernel, static_cast<size_t>(kernel_n) * sizeof(float));
+    RoundTo(Precision::kBfloat16, kernel_copy, kernel_n);
+    kernel = kernel_copy;
+  }
+  const Input in = Prepare(g, x, round_bf16, scratch.data());
   const std::array<int64_t, kMaxTaps> offsets = TapOffsets(g, in);
-  const ForwardArgs a{&g, in, kernel, offsets.data(), taps, bias, relu, nullptr};
+  const ForwardArgs a{&g, in, kernel, offsets.data(), taps, bias, relu, nullptr, round_bf16};
   const PoolArgs p{pool_h, pool_w, pooled, winners};
   const int nv = static_cast<int>(g.filters / 16);
   const auto rows = nv == 1   ? (two ? &ForwardPoolRows2x2<1> : &ForwardPoolRows<1>)
@@ -497,7 +525,7 @@ void ForwardMaxPool(const Conv2DGeometry& g, const float* x, const float* kernel
                     : nv == 3 ? (two ? &ForwardPoolRows2x2<3> : &ForwardPoolRows<3>)
                               : (two ? &ForwardPoolRows2x2<4> : &ForwardPoolRows<4>);
   const int64_t total = g.batch * pooled_h;
-  float* bufs = scratch.data() + in_n;
+  float* bufs = scratch.data() + in_n + kernel_n;
   SplitRows(threads, total, [&](int i, int64_t begin, int64_t end) { rows(a, p, bufs + i * per_thread, begin, end); });
 }
 
@@ -580,15 +608,22 @@ bool AppliesPooledBackward(const Conv2DGeometry& g, int64_t pool_h, int64_t pool
 }
 
 void BackwardWeightsPooled(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const float* x,
-                           const uint8_t* winners, const float* dpooled, float* dkernel, float* dbias,
+                           const uint8_t* winners, const float* dpooled, bool round_bf16, float* dkernel, float* dbias,
                            std::vector<float>& scratch) {
   const int64_t taps = g.kernel_h * g.kernel_w * g.channels;
+  const int64_t dpooled_n = round_bf16 ? g.batch * (g.out_h / pool_h) * (g.out_w / pool_w) * g.filters : 0;
   const int threads = ThreadsFor(g);
   const int64_t in_n = InputElements(g);
-  scratch.resize(static_cast<size_t>(in_n + threads * (taps + 1) * g.filters));
-  const Input in = Prepare(g, x, false, scratch.data());
+  scratch.resize(static_cast<size_t>(in_n + dpooled_n + threads * (taps + 1) * g.filters));
+  const Input in = Prepare(g, x, round_bf16, scratch.data());
+  if (round_bf16) {
+    float* d = scratch.data() + in_n;
+    std::memcpy(d, dpooled, static_cast<size_t>(dpooled_n) * sizeof(float));
+    RoundTo(Precision::kBfloat16, d, dpooled_n);
+    dpooled = d;
+  }
   const PooledGradient pool{pool_h, pool_w, winners, dpooled};
-  WeightGradient(g, in, nullptr, &pool, scratch.data() + in_n, threads, dkernel, dbias);
+  WeightGradient(g, in, nullptr, &pool, scratch.data() + in_n + dpooled_n, threads, dkernel, dbias);
 }
 
 }  // namespace tfjob::small_conv

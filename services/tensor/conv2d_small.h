@@ -37,8 +37,9 @@ void Forward(const Conv2DGeometry& g, const float* x, const float* kernel, const
              bool round_bf16, float* y, std::vector<float>& scratch);
 
 // A Forward followed by a max pooling whose pool_h x pool_w windows tile
-// the output (strides = pool size, "valid"), in one pass (float32): each
-// window's convolution rows live in a per-thread buffer, so the
+// the output (strides = pool size, "valid"), in one pass (`round_bf16` as in
+// Forward, and the outputs rounded to bfloat16 before they are compared and
+// pooled): each window's convolution rows live in a per-thread buffer, so the
 // convolution's output (the MNIST CNN's 2.7 MB a batch) is never stored.
 // Writes `pooled` [batch, out_h / pool_h, out_w / pool_w, filters] and, one
 // byte per pooled value, `winners`: the first tap (ky * pool_w + kx) that
@@ -49,7 +50,8 @@ void Forward(const Conv2DGeometry& g, const float* x, const float* kernel, const
 inline constexpr uint8_t kNoWinner = 255;
 bool AppliesPooled(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w);
 void ForwardMaxPool(const Conv2DGeometry& g, const float* x, const float* kernel, const float* bias, bool relu,
-                    int64_t pool_h, int64_t pool_w, float* pooled, uint8_t* winners, std::vector<float>& scratch);
+                    bool round_bf16, int64_t pool_h, int64_t pool_w, float* pooled, uint8_t* winners,
+                    std::vector<float>& scratch);
 
 // The convolution's dL/dy [batch, out_h, out_w, filters] (overwritten; the
 // activation's gradient included) from the pooled gradient: each window's
@@ -60,10 +62,11 @@ void MaxPoolGradient(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, co
 
 // BackwardWeights of that dL/dy, each pixel's made in registers from the
 // pooled gradient and the winners as the passes go (never stored); for 16
-// or 32 filters (AppliesPooledBackward), the MNIST-sized first layers.
+// or 32 filters (AppliesPooledBackward), the MNIST-sized first layers;
+// `round_bf16` rounds x and the pooled gradient to bfloat16 first.
 bool AppliesPooledBackward(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w);
 void BackwardWeightsPooled(const Conv2DGeometry& g, int64_t pool_h, int64_t pool_w, const float* x,
-                           const uint8_t* winners, const float* dpooled, float* dkernel, float* dbias,
+                           const uint8_t* winners, const float* dpooled, bool round_bf16, float* dkernel, float* dbias,
                            std::vector<float>& scratch);
 
 // dkernel (HWIO) and dbias (may be null), overwritten, from the input x and

@@ -13,6 +13,7 @@
 #include "services/model/metrics.h"
 #include "services/model/optimizers.h"
 #include "services/tensor/conv2d.h"
+#include "services/tensor/precision.h"
 #include "tests/support/subprocess.h"
 
 namespace tfjob::model {
@@ -726,7 +727,10 @@ void ExpectSameDifferentiation(Model& a, Model& b, const std::vector<Tensor>& va
 // the convolution's output is never stored). The same model with the ReLU
 // as its own layer between them (nothing fused) gives exactly the same
 // output and gradients, the input's included; so does a convolution
-// without activation.
+// without activation. In float32, and with every layer mixed_bfloat16 where
+// this CPU has the bfloat16 path (the fused windows compare the rounded
+// outputs, as the pooling layer apart does: the same winners, ties
+// included).
 TEST(ModelPoolFusionTest, AConvolutionWithItsMaxPoolingFusedComputesAsTheLayersApart) {
   auto conv = [](Activation act) {
     LayerSpec c = Other(LayerType::kConv2D, "conv", 0, act);
@@ -755,29 +759,38 @@ TEST(ModelPoolFusionTest, AConvolutionWithItsMaxPoolingFusedComputesAsTheLayersA
   for (float& v : dys) v = normal(rng);
   std::fill(xs.begin(), xs.begin() + 90, 0.f);  // ties: one image's outputs all the bias
   const Tensor x = Tensor::FromVector({4, 9, 10, 1}, xs).value();
-  for (const auto& [a_spec, b_spec] : {std::pair{fused, apart}, std::pair{linear, linear_apart}}) {
-    auto a = Model::Create(a_spec, mse);
-    auto b = Model::Create(b_spec, mse);
-    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
-    std::vector<Tensor> values = (*a)->InitialValues(3);
-    values[1] = Tensor::FromVector({16}, std::vector<float>(16, 0.05f)).value();  // biases the zero image's outputs
-    for (int step = 0; step < 2; ++step) {  // twice: the second reuses the first's buffers
-      ExpectSameDifferentiation(**a, **b, values, x, Tensor::FromVector({4, 3}, dys).value());
+  std::vector<Precision> precisions = {Precision::kFloat32};
+  if (CpuPathFor(Precision::kBfloat16).ok()) precisions.push_back(Precision::kBfloat16);
+  auto in_precision = [](ModelSpec s, Precision p) {
+    for (LayerSpec& l : s.layers) l.precision = p;
+    return s;
+  };
+  for (const Precision p : precisions)
+    for (const auto& [a_mixed, b_mixed] : {std::pair{fused, apart}, std::pair{linear, linear_apart}}) {
+      SCOPED_TRACE(std::string(PrecisionName(p)));
+      const ModelSpec a_spec = in_precision(a_mixed, p), b_spec = in_precision(b_mixed, p);
+      auto a = Model::Create(a_spec, mse);
+      auto b = Model::Create(b_spec, mse);
+      ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+      std::vector<Tensor> values = (*a)->InitialValues(3);
+      values[1] = Tensor::FromVector({16}, std::vector<float>(16, 0.05f)).value();  // biases the zero image's outputs
+      for (int step = 0; step < 2; ++step) {  // twice: the second reuses the first's buffers
+        ExpectSameDifferentiation(**a, **b, values, x, Tensor::FromVector({4, 3}, dys).value());
+      }
+      // The summary's layer times say where the pooling's time went.
+      const bool fusable = DirectConv2D::CanPool(Conv2DGeometry{.batch = 1,
+                                                                .height = 9,
+                                                                .width = 10,
+                                                                .channels = 1,
+                                                                .kernel_h = 3,
+                                                                .kernel_w = 3,
+                                                                .filters = 16,
+                                                                .out_h = 7,
+                                                                .out_w = 8},
+                                                 2, 2);
+      for (const auto& t : (*a)->LayerTimes()) EXPECT_EQ(t.fused_into, t.name == "pool" && fusable ? "conv" : "");
+      for (const auto& t : (*b)->LayerTimes()) EXPECT_EQ(t.fused_into, "");
     }
-    // The summary's layer times say where the pooling's time went.
-    const bool fusable = DirectConv2D::CanPool(Conv2DGeometry{.batch = 1,
-                                                              .height = 9,
-                                                              .width = 10,
-                                                              .channels = 1,
-                                                              .kernel_h = 3,
-                                                              .kernel_w = 3,
-                                                              .filters = 16,
-                                                              .out_h = 7,
-                                                              .out_w = 8},
-                                               2, 2);
-    for (const auto& t : (*a)->LayerTimes()) EXPECT_EQ(t.fused_into, t.name == "pool" && fusable ? "conv" : "");
-    for (const auto& t : (*b)->LayerTimes()) EXPECT_EQ(t.fused_into, "");
-  }
 }
 
 // A plain ReLU that alone reads a BatchNormalization's or an Add's output is

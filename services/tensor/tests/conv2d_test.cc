@@ -272,7 +272,8 @@ TEST(DirectConv2DTest, FewInputChannelsMatchTheDefinitionThroughTheirOwnKernels)
 // ReLU's zeros, and an image of zeros whose outputs all equal the bias),
 // MaxPoolGradient puts the pooled gradient on the winners alone (none where
 // a ReLU window's maximum is 0) and the backward passes run after it as
-// after Forward.
+// after Forward; in float32, and in bfloat16 where this CPU has its path
+// (both then round the input, kernel and gradient alike).
 TEST(DirectConv2DTest, AFusedMaxPoolingIsExactlyThePoolingOfTheConvolution) {
   if (!DirectConv2D::Available()) GTEST_SKIP() << "no oneDNN in this build (or TFJOB_CPU_KERNELS=eigen)";
   if (!__builtin_cpu_supports("avx512f")) {
@@ -303,8 +304,13 @@ TEST(DirectConv2DTest, AFusedMaxPoolingIsExactlyThePoolingOfTheConvolution) {
       Code::kFailedPrecondition);
   std::mt19937 rng(21);
   const int threads = ComputeThreads();
-  for (size_t ci = 0; ci < cases.size(); ++ci) {
+  std::vector<Precision> precisions = {Precision::kFloat32};
+  if (CpuPathFor(Precision::kBfloat16).ok()) precisions.push_back(Precision::kBfloat16);
+  for (size_t run = 0; run < cases.size() * precisions.size(); ++run) {
+    const size_t ci = run % cases.size();
     const Case& c = cases[ci];
+    PrecisionScope scope(precisions[run / cases.size()]);
+    SCOPED_TRACE(std::string(PrecisionName(ComputePrecision())));
     const Conv2DGeometry& g = c.g;
     SetComputeThreads(c.threads);
     ASSERT_TRUE(DirectConv2D::CanPool(g, c.ph, c.pw)) << ci;
@@ -320,6 +326,9 @@ TEST(DirectConv2DTest, AFusedMaxPoolingIsExactlyThePoolingOfTheConvolution) {
     std::vector<uint8_t> winners(pooled.size());
     DirectConv2D plain, fused;
     ASSERT_TRUE(plain.Forward(g, x.data(), kernel.data(), bias.data(), c.relu, y.data()).ok()) << ci;
+    // A bfloat16 layer's output is rounded to it (by the model, after the
+    // layer): a pooling apart compares those values.
+    RoundTo(ComputePrecision(), y.data(), static_cast<int64_t>(y.size()));
     ASSERT_TRUE(
         fused.ForwardMaxPool(g, x.data(), kernel.data(), bias.data(), c.relu, c.ph, c.pw, pooled.data(), winners.data())
             .ok())
