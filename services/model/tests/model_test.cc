@@ -765,7 +765,7 @@ TEST(ModelPoolFusionTest, AConvolutionWithItsMaxPoolingFusedComputesAsTheLayersA
     for (LayerSpec& l : s.layers) l.precision = p;
     return s;
   };
-  for (const Precision p : precisions)
+  for (const Precision p : precisions) {
     for (const auto& [a_mixed, b_mixed] : {std::pair{fused, apart}, std::pair{linear, linear_apart}}) {
       SCOPED_TRACE(std::string(PrecisionName(p)));
       const ModelSpec a_spec = in_precision(a_mixed, p), b_spec = in_precision(b_mixed, p);
@@ -791,6 +791,7 @@ TEST(ModelPoolFusionTest, AConvolutionWithItsMaxPoolingFusedComputesAsTheLayersA
       for (const auto& t : (*a)->LayerTimes()) EXPECT_EQ(t.fused_into, t.name == "pool" && fusable ? "conv" : "");
       for (const auto& t : (*b)->LayerTimes()) EXPECT_EQ(t.fused_into, "");
     }
+  }
 }
 
 // A plain ReLU that alone reads a BatchNormalization's or an Add's output is
