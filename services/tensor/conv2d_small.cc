@@ -18,6 +18,7 @@ using internal::Input;
 using internal::InputElements;
 using internal::kMaxTaps;
 using internal::Prepare;
+using internal::RoundedToBfloat16;
 using internal::TapOffsets;
 using internal::ThreadsFor;
 
@@ -313,6 +314,12 @@ bool Padded(const Conv2DGeometry& g) {
 
 namespace internal {
 
+const float* RoundedToBfloat16(const float* from, int64_t n, float* to) {
+  std::memcpy(to, from, static_cast<size_t>(n) * sizeof(float));
+  RoundTo(Precision::kBfloat16, to, n);
+  return to;
+}
+
 Input Prepare(const Conv2DGeometry& g, const float* x, bool round_bf16, float* buf) {
   if (!Padded(g) && !round_bf16) return {x, g.height, g.width};
   const int64_t hp = Padded(g) ? ReachH(g) : g.height;
@@ -368,12 +375,7 @@ void Forward(const Conv2DGeometry& g, const float* x, const float* kernel, const
   const int64_t taps = g.kernel_h * g.kernel_w * g.channels;
   const int64_t in_n = Padded(g) || round_bf16 ? InputElements(g) : 0;  // a "valid" float32 input is read in place
   scratch.resize(static_cast<size_t>(in_n + (round_bf16 ? taps * g.filters : 0)));
-  float* kernel_copy = scratch.data() + in_n;
-  if (round_bf16) {
-    std::memcpy(kernel_copy, kernel, static_cast<size_t>(taps * g.filters) * sizeof(float));
-    RoundTo(Precision::kBfloat16, kernel_copy, taps * g.filters);
-    kernel = kernel_copy;
-  }
+  if (round_bf16) kernel = RoundedToBfloat16(kernel, taps * g.filters, scratch.data() + in_n);
   const Input in = Prepare(g, x, round_bf16, scratch.data());
   const std::array<int64_t, kMaxTaps> offsets = TapOffsets(g, in);
   const ForwardArgs a{&g, in, kernel, offsets.data(), taps, bias, relu, y};
@@ -400,12 +402,7 @@ void ForwardMaxPool(const Conv2DGeometry& g, const float* x, const float* kernel
   const int64_t in_n = Padded(g) || round_bf16 ? InputElements(g) : 0;
   const int64_t kernel_n = round_bf16 ? taps * g.filters : 0;
   scratch.resize(static_cast<size_t>(in_n + kernel_n + threads * per_thread));
-  if (round_bf16) {
-    float* kernel_copy = scratch.data() + in_n;
-    std::memcpy(kernel_copy, kernel, static_cast<size_t>(kernel_n) * sizeof(float));
-    RoundTo(Precision::kBfloat16, kernel_copy, kernel_n);
-    kernel = kernel_copy;
-  }
+  if (round_bf16) kernel = RoundedToBfloat16(kernel, kernel_n, scratch.data() + in_n);
   const Input in = Prepare(g, x, round_bf16, scratch.data());
   const std::array<int64_t, kMaxTaps> offsets = TapOffsets(g, in);
   const ForwardArgs a{&g, in, kernel, offsets.data(), taps, bias, relu, nullptr, round_bf16};

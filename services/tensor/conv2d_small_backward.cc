@@ -11,7 +11,6 @@
 
 #include "services/tensor/conv2d_small.h"
 #include "services/tensor/conv2d_small_internal.h"
-#include "services/tensor/precision.h"
 #include "services/tensor/threads.h"
 
 namespace tfjob::small_conv {
@@ -20,6 +19,7 @@ using internal::Input;
 using internal::InputElements;
 using internal::kMaxTaps;
 using internal::Prepare;
+using internal::RoundedToBfloat16;
 using internal::TapOffsets;
 using internal::ThreadsFor;
 
@@ -187,12 +187,7 @@ void BackwardWeights(const Conv2DGeometry& g, const float* x, const float* dy, b
   const int64_t in_n = InputElements(g);
   scratch.resize(static_cast<size_t>(in_n + (round_bf16 ? dy_n : 0) + threads * (taps + 1) * g.filters));
   const Input in = Prepare(g, x, round_bf16, scratch.data());
-  if (round_bf16) {
-    float* d = scratch.data() + in_n;
-    std::memcpy(d, dy, static_cast<size_t>(dy_n) * sizeof(float));
-    RoundTo(Precision::kBfloat16, d, dy_n);
-    dy = d;
-  }
+  if (round_bf16) dy = RoundedToBfloat16(dy, dy_n, scratch.data() + in_n);
   WeightGradient(g, in, dy, nullptr, scratch.data() + in_n + (round_bf16 ? dy_n : 0), threads, dkernel, dbias);
 }
 
@@ -209,12 +204,7 @@ void BackwardWeightsPooled(const Conv2DGeometry& g, int64_t pool_h, int64_t pool
   const int64_t in_n = InputElements(g);
   scratch.resize(static_cast<size_t>(in_n + dpooled_n + threads * (taps + 1) * g.filters));
   const Input in = Prepare(g, x, round_bf16, scratch.data());
-  if (round_bf16) {
-    float* d = scratch.data() + in_n;
-    std::memcpy(d, dpooled, static_cast<size_t>(dpooled_n) * sizeof(float));
-    RoundTo(Precision::kBfloat16, d, dpooled_n);
-    dpooled = d;
-  }
+  if (round_bf16) dpooled = RoundedToBfloat16(dpooled, dpooled_n, scratch.data() + in_n);
   const PooledGradient pool{pool_h, pool_w, winners, dpooled};
   WeightGradient(g, in, nullptr, &pool, scratch.data() + in_n + dpooled_n, threads, dkernel, dbias);
 }

@@ -30,6 +30,9 @@ int64_t InputElements(const Conv2DGeometry& g);
 // pixel's first input.
 std::array<int64_t, kMaxTaps> TapOffsets(const Conv2DGeometry& g, const Input& in);
 
+// `from`'s n floats rounded to bfloat16 into `to` (n floats); returns `to`.
+const float* RoundedToBfloat16(const float* from, int64_t n, float* to);
+
 // The compute threads a geometry's batch is split over (1 for small ones).
 int ThreadsFor(const Conv2DGeometry& g);
 
