@@ -124,7 +124,9 @@ TEST_F(EnvtestKueueExternal, AWorkloadFollowsTheJobThroughARun) {
   EXPECT_EQ(wl["spec"]["podSets"][1]["name"], "worker");
   EXPECT_EQ(wl["spec"]["podSets"][1]["count"], 2);
   EXPECT_EQ(wl["spec"]["podSets"][1]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"], "500m");
-  EXPECT_TRUE(HasEvent("train", "CreatedWorkload"));
+  // Events are written after the object they tell of (and by the operator's
+  // event sink, off the reconcile thread): wait for them, as for the rest.
+  EXPECT_TRUE(Eventually([&] { return HasEvent("train", "CreatedWorkload"); })) << op_->output();
   EXPECT_TRUE(Pods("train").empty());
   EXPECT_TRUE(Services("train").empty());
   EXPECT_FALSE(HasEvent("train", "SuccessfulCreatePod"));
@@ -132,7 +134,7 @@ TEST_F(EnvtestKueueExternal, AWorkloadFollowsTheJobThroughARun) {
   Admit(name, ns_ + "-a");
   ASSERT_TRUE(Eventually([&] { return !Suspended("train") && Pods("train").size() == 3; })) << op_->output();
   ExpectPlaced("train", name);
-  EXPECT_TRUE(HasEvent("train", "Started"));
+  EXPECT_TRUE(Eventually([&] { return HasEvent("train", "Started"); })) << op_->output();
   for (const auto& p : Pods("train")) SetPhase(p["metadata"]["name"], "Running");
   ASSERT_TRUE(Eventually([&] { return WlTrue(Workload("train"), "PodsReady"); })) << op_->output();
   EXPECT_EQ(WlCondition(Workload("train"), "PodsReady")["reason"], "Started");
@@ -147,7 +149,7 @@ TEST_F(EnvtestKueueExternal, AWorkloadFollowsTheJobThroughARun) {
   EXPECT_EQ(WlCondition(wl, "QuotaReserved")["reason"], "Pending");
   EXPECT_EQ(WlCondition(wl, "Requeued")["reason"], "Preempted");
   EXPECT_EQ(WlCondition(wl, "Admitted")["status"], "False");
-  EXPECT_TRUE(HasEvent("train", "Stopped"));
+  EXPECT_TRUE(Eventually([&] { return HasEvent("train", "Stopped"); })) << op_->output();
 
   Admit(name, ns_ + "-a");
   ASSERT_TRUE(Eventually([&] { return !Suspended("train") && LivePods("train").size() == 3; })) << op_->output();

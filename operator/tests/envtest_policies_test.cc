@@ -201,12 +201,16 @@ TEST_F(EnvtestPolicies, APodPendingPastTheTimeoutIsNamedWithItsReasonAndRecreate
   EXPECT_EQ(Uid("stuck-worker-1"), second);
   EXPECT_EQ(Kubectl({"get", "-n", ns_, "tfjob", "stuck", "-o", "jsonpath={.status.conditions[-1:].type}"}).out,
             "Running");
-  bool warned = false;
-  for (const auto& e : Events("stuck")) {
-    warned |= e.value("type", "") == "Warning" && e.value("reason", "") == "PodPendingTimeout" &&
-              e.value("message", "").find("stuck-worker-1") != std::string::npos;
-  }
-  EXPECT_TRUE(warned);
+  // Events are written off the reconcile thread, after the status: waited for.
+  EXPECT_TRUE(Eventually([&] {
+    for (const auto& e : Events("stuck")) {
+      if (e.value("type", "") == "Warning" && e.value("reason", "") == "PodPendingTimeout" &&
+          e.value("message", "").find("stuck-worker-1") != std::string::npos) {
+        return true;
+      }
+    }
+    return false;
+  })) << op_->output();
   // Scheduled at last: the condition turns False.
   SetPhase("stuck-worker-1", "Running");
   ASSERT_TRUE(Eventually([&] { return pending().value("status", "") == "False"; })) << op_->output();
@@ -263,12 +267,15 @@ TEST_F(EnvtestPolicies, APodOnANodeThatStaysUnreachableIsForceDeletedAndCreatedA
   const json replacement = Get("pod", "lost-worker-1");
   EXPECT_FALSE(replacement["metadata"].contains("deletionTimestamp"));
   EXPECT_EQ(replacement["spec"].value("nodeName", ""), "");  // left to the scheduler
-  bool said = false;
-  for (const auto& e : Events("lost")) {
-    said |= e.value("reason", "") == "NodeUnreachable" &&
-            e.value("message", "").find("Pod lost-worker-1 is on node " + node) != std::string::npos;
-  }
-  EXPECT_TRUE(said);
+  EXPECT_TRUE(Eventually([&] {
+    for (const auto& e : Events("lost")) {
+      if (e.value("reason", "") == "NodeUnreachable" &&
+          e.value("message", "").find("Pod lost-worker-1 is on node " + node) != std::string::npos) {
+        return true;
+      }
+    }
+    return false;
+  })) << op_->output();
   EXPECT_FALSE(HasCondition("lost", "Failed"));
   EXPECT_EQ(Get("tfjob", "lost")["status"]["replicaStatuses"]["Worker"].value("restarts", 0), 0);
   AllRunning("lost");

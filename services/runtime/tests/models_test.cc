@@ -110,8 +110,12 @@ TEST(CnnTest, MirroredReplicas) {
 TEST(CnnTest, ParameterServersFromItsManifest) {
   auto r = RunManifest("examples/mnist/tfjob-cnn-ps.yaml", t::MakeTempDir("cnn-ps"));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  // Asynchronous training: not bit-reproducible, so a looser bound.
-  EXPECT_GE(EvalAccuracy(r.out), 0.96) << r.out;
+  // Asynchronous training: not bit-reproducible, so a looser bound. The
+  // last iterate's accuracy spreads with the workers' interleaving: 0.971 to
+  // 0.978 on an idle machine, down to 0.9575 with the cores busy (18 runs of
+  // 5 December 2026), 0.959 in a CI run; the synchronous strategies, with the
+  // same data, reach 0.97 every time (MirroredReplicas).
+  EXPECT_GE(EvalAccuracy(r.out), 0.95) << r.out;
 }
 
 // A CNN with BatchNormalization and Dropout: evaluation uses the moving
