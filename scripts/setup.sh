@@ -22,6 +22,7 @@ PACKAGES=(
   etcd-server xz-utils openssl  # the real control plane of ../shared/envtest (tests/support/envtest.h)
   slurm-wlm munge iproute2  # a real Slurm for the sbatch examples' tests (tests/support/slurm.h); ip for its two-node network
   containerd containernetworking-plugins iptables gcc libc6-dev  # tests/e2e/e2e.sh: the real node of ../shared/envtest/node (with runc, iproute2 and xz-utils above)
+  jq  # tests/e2e/lib.sh: the waiting loops' reads of the API server (with curl below)
   podman runc debootstrap curl  # scripts/images.sh, tests/images/smoke.sh: images built and run with podman under runc, on a Debian base made with debootstrap
   wamerican  # examples/text/make_order_data.py: the word list the text example's sentences are made of
 )

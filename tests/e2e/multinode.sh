@@ -179,12 +179,12 @@ PY
 }
 # pods_on NS NODE: the names of the namespace's pods bound to NODE.
 pods_on() {
-  kc -n "$1" get pods -o jsonpath='{range .items[*]}{.metadata.name} {.spec.nodeName}{"\n"}{end}' \
+  api "$(pods_api "$1")" | jq -r '.items[] | "\(.metadata.name) \(.spec.nodeName // "")"' \
     | awk -v node="$2" '$2 == node { print $1 }' | sort | tr '\n' ' '
 }
 # nodes_of NS TYPE: the nodes the job's TYPE pods are on, sorted, unique.
 nodes_of() {
-  kc -n "$1" get pods -l "training.kubeflow.org/replica-type=$2" -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' \
+  api "$(pods_api "$1")?labelSelector=training.kubeflow.org%2Freplica-type%3D$2" | jq -r '.items[] | .spec.nodeName // ""' \
     | sort -u | tr '\n' ' '
 }
 subnets_of() {  # NS: the /24 subnets of the namespace's pod IPs
@@ -257,7 +257,7 @@ prefer('Chief', '$n2'); prefer('Worker', '$n2'); prefer('PS', '$n1'); prefer('Ev
     [[ $replaced != - && $resumed == - ]] && log_has "$ns" "$job-chief-0" '^fit: restored checkpoint' && resumed=$(since "$t0")
     [[ $(job_condition "$ns" "$job" Succeeded) == True ]] && break
     [[ $(job_condition "$ns" "$job" Failed) == True ]] && { echo "the job Failed: $(kc -n "$ns" get tfjob "$job" -o jsonpath='{.status.conditions[-1].message}')"; break; }
-    sleep 0.5
+    sleep 1
   done
   done_at=$(since "$t0")
   kill "$follower" "$watcher" 2> /dev/null || true
@@ -305,7 +305,9 @@ counter_exact() {  # NS: the chief's value is 10 rounds of 1+2+3+4+5
   echo "$line"
   [[ $line == "counter: value 150 after "* ]] || { echo "expected the value 150"; return 1; }
 }
-node_ready_status() { kc get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}'; }
+node_ready_status() {
+  api "/api/v1/nodes/$1" | jq -r '[.status.conditions[]? | select(.type == "Ready") | .status] | join(" ")'
+}
 new_chief_round() {  # NS OLD_UID: a chief other than OLD_UID has logged a round
   [[ $(uid_of "$1" counter-chief-0) != "$2" ]] && log_has "$1" counter-chief-0 '^counter: round '
 }
@@ -335,7 +337,7 @@ run_node_loss() {
     [[ $running == - ]] && recreated_running "$ns" counter-chief-0 "$old" && running=$(since "$t0")
     [[ $resumed == - ]] && new_chief_round "$ns" "$old" && resumed=$(since "$t0")
     counter_ended "$ns" && break
-    sleep 0.5
+    sleep 1
   done
   done_at=$(since "$t0")
   echo "events:"
@@ -373,7 +375,7 @@ run_partition() {
     [[ -d $old_dir ]] && cat "$old_dir"/*/*.log > "$work/partition-old-chief.log" 2> /dev/null
     [[ $resumed == - ]] && new_chief_round "$ns" "$old" && resumed=$(since "$t0")
     counter_ended "$ns" && break
-    sleep 0.5
+    sleep 1
   done
   done_at=$(since "$t0")
   [[ $healed != - ]] || mn heal 2 > /dev/null 2>&1 || true
