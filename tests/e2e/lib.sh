@@ -70,12 +70,13 @@ kc_exec() { exec "$kubectl" --kubeconfig "$cp_dir/admin.kubeconfig" "$@"; }
 api() {
   local d=$work/api
   if [[ ! -s $d/server ]]; then
-    mkdir -p "$d.tmp" || return 1
-    kc config view --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' | base64 -d > "$d.tmp/ca.crt" &&
-      kc config view --raw -o jsonpath='{.users[0].user.client-certificate-data}' | base64 -d > "$d.tmp/admin.crt" &&
-      kc config view --raw -o jsonpath='{.users[0].user.client-key-data}' | base64 -d > "$d.tmp/admin.key" &&
-      kc config view --raw -o jsonpath='{.clusters[0].cluster.server}' > "$d.tmp/server" || return 1
-    rm -rf "$d" && mv "$d.tmp" "$d" || return 1
+    local config
+    mkdir -p "$d.tmp" && config=$(kc config view --raw -o json) || return 1
+    jq -r '.clusters[0].cluster."certificate-authority-data"' <<< "$config" | base64 -d > "$d.tmp/ca.crt" &&
+      jq -r '.users[0].user."client-certificate-data"' <<< "$config" | base64 -d > "$d.tmp/admin.crt" &&
+      jq -r '.users[0].user."client-key-data"' <<< "$config" | base64 -d > "$d.tmp/admin.key" &&
+      jq -r '.clusters[0].cluster.server' <<< "$config" > "$d.tmp/server" &&
+      rm -rf "$d" && mv "$d.tmp" "$d" || return 1
   fi
   curl -sf --max-time 20 --cacert "$d/ca.crt" --cert "$d/admin.crt" --key "$d/admin.key" "$(< "$d/server")$1"
 }
