@@ -214,6 +214,15 @@ void ClusterCoordinator::Requeue(std::shared_ptr<Closure> c) {
 }
 
 void ClusterCoordinator::Finish(const std::shared_ptr<Closure>& c, Status s, Result r) {
+  // Counted before the value is visible: a caller that saw its values done
+  // reads stats() with every one of them in it (Join(values) then a summary).
+  {
+    MutexLock g(mu_);
+    if (s.ok())
+      ++stats_.completed;
+    else if (s.code() != Code::kCancelled)
+      ++stats_.failed;
+  }
   {
     MutexLock g(c->value->mu);
     c->value->done = true;
@@ -221,14 +230,11 @@ void ClusterCoordinator::Finish(const std::shared_ptr<Closure>& c, Status s, Res
     c->value->result = std::move(r);
   }
   c->value->cv.NotifyAll();
+  // Pending drops after the value is set, so Join() finds every value done.
   bool idle = false;
   {
     MutexLock g(mu_);
     --pending_;
-    if (s.ok())
-      ++stats_.completed;
-    else if (s.code() != Code::kCancelled)
-      ++stats_.failed;
     idle = pending_ == 0;
   }
   if (idle) idle_cv_.NotifyAll();

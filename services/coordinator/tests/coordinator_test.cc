@@ -407,6 +407,18 @@ TEST_F(CoordinatorTest, JoinOfSomeValuesLeavesTheOthersRunning) {
   EXPECT_TRUE(c.Done());
 }
 
+// A summary written right after Join(values) counts every closure joined
+// (a fit's summary once read 20 of its 21).
+TEST_F(CoordinatorTest, JoinOfSomeValuesSeesThemInTheStats) {
+  StartWorkers(2);
+  ClusterCoordinator c(addresses_);
+  for (int i = 0; i < 300; ++i) {
+    RemoteValue v = c.Schedule("add", {{"a", i}, {"b", 1}});
+    ASSERT_TRUE(c.Join({v}).ok());
+    ASSERT_EQ(c.stats().completed, i + 1) << "closure " << i;
+  }
+}
+
 // When a closure fails, Join(values) is Join: the first error once, every
 // closure ended (those not asked for too), the queue cancelled.
 TEST_F(CoordinatorTest, JoinOfSomeValuesRaisesAnyFailureLikeJoin) {
