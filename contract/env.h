@@ -28,6 +28,10 @@ inline constexpr const char* kKubernetesWaitEnv = "TFJOB_KUBERNETES_WAIT_SECONDS
 // How long the chief waits.
 inline constexpr const char* kConnectTimeoutEnv = "TFJOB_CONNECT_TIMEOUT_SECONDS";
 inline constexpr const char* kPsTimeoutEnv = "TFJOB_PS_TIMEOUT_SECONDS";
+// When the operator created this pod (ms since the epoch): a chief's
+// generation lies in its pod's range, so the container of a replaced pod that
+// its kubelet starts again can never outrank the replacement.
+inline constexpr const char* kPodCreatedEnv = "TFJOB_POD_CREATED_MS";
 // The parameter servers' data plane.
 inline constexpr const char* kPsMaxTensorBytesEnv = "TFJOB_PS_MAX_TENSOR_BYTES";
 inline constexpr const char* kPsSharedMemoryEnv = "TFJOB_PS_SHM";
@@ -78,6 +82,7 @@ inline constexpr EnvVar kRuntimeEnv[] = {
     {"POD_NAMESPACE", "kubernetes: this pod's namespace (default: the service account's)"},
     {kConnectTimeoutEnv, "seconds the chief waits for peers that do not answer yet (300)"},
     {kPsTimeoutEnv, "seconds the chief waits for a parameter server that stopped answering (30)"},
+    {kPodCreatedEnv, "set by the operator: when it created the pod (ms); orders a chief's generation by pod"},
     {kPsMaxTensorBytesEnv, "the most one tensor (and one request) may carry to a parameter server (16 GiB)"},
     {kPsSharedMemoryEnv, "0: parameter-server payloads inline even on one host"},
     {kAuthTokenEnv, "the job's task token, which every task-to-task call carries"},

@@ -65,6 +65,11 @@ std::string NetworkPolicyName(std::string_view job);
 inline constexpr std::string_view kAuthSecretKey = "token";
 // The tensorflow container's variable holding the token (from the Secret).
 inline constexpr std::string_view kAuthTokenEnv = "TFJOB_AUTH_TOKEN";
+// When the operator created the pod, in ms since the epoch (contract/env.h):
+// the runtime's chief claims a generation inside its pod's range, so a
+// replaced pod's container that its kubelet starts again never outranks the
+// replacement.
+inline constexpr std::string_view kPodCreatedEnv = "TFJOB_POD_CREATED_MS";
 // With --task-tls the same Secret also holds the job's TLS material (keys
 // pki::kCaFile, kCertFile, kKeyFile), mounted into every tensorflow
 // container as this volume at this path (what TFJOB_TLS_DIR names).

@@ -1,5 +1,7 @@
 // The objects a job owns: its pods (with TF_CONFIG), headless services,
 // task-auth Secret and NetworkPolicy.
+#include <algorithm>
+#include <chrono>
 #include <set>
 #include <string>
 #include <utility>
@@ -152,7 +154,8 @@ nlohmann::json BuildNetworkPolicy(const TFJob& job) {
             {"ingress", ingress}}}};
 }
 
-StatusOr<nlohmann::json> BuildPod(const TFJob& job, const ReplicaSpec& spec, int index, const PlannerOptions& opt) {
+StatusOr<nlohmann::json> BuildPod(const TFJob& job, const ReplicaSpec& spec, int index, const PlannerOptions& opt,
+                                  Time now) {
   const std::string type = api::TypeLabel(spec);
   nlohmann::json tmpl = spec.template_json.is_object() ? spec.template_json : nlohmann::json::object();
   nlohmann::json meta = tmpl.value("metadata", nlohmann::json::object());
@@ -180,6 +183,10 @@ StatusOr<nlohmann::json> BuildPod(const TFJob& job, const ReplicaSpec& spec, int
     tco.address = opt.address;
     ASSIGN_OR_RETURN(std::string tf_config, api::TfConfig(job, job.metadata.namespace_, *spec.type, index, tco));
     SetEnv(pod_spec, {{"name", std::string(api::kTfConfigEnv)}, {"value", tf_config}});
+    // Orders its chief's generation by pod (docs/fault-tolerance.md): never
+    // before 1 ms, which the runtime would refuse.
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+    SetEnv(pod_spec, {{"name", std::string(api::kPodCreatedEnv)}, {"value", std::to_string(std::max<int64_t>(ms, 1))}});
   }
   // A job of one replica has no peers to authenticate.
   if (opt.task_auth && api::NeedsTfConfig(job)) {

@@ -30,10 +30,10 @@ nlohmann::json OwnerRef(const api::TFJob& job);
 nlohmann::json LabelsJson(const std::map<std::string, std::string>& labels);
 nlohmann::json BuildAuthSecret(const api::TFJob& job);
 nlohmann::json BuildNetworkPolicy(const api::TFJob& job);
-// The pod of replica `spec` number `index` (an error: TF_CONFIG or the
-// template cannot be built).
+// The pod of replica `spec` number `index`, created at `now` (an error:
+// TF_CONFIG or the template cannot be built).
 StatusOr<nlohmann::json> BuildPod(const api::TFJob& job, const api::ReplicaSpec& spec, int index,
-                                  const PlannerOptions& opt);
+                                  const PlannerOptions& opt, Time now);
 nlohmann::json BuildService(const api::TFJob& job, const api::ReplicaSpec& spec, int index);
 
 }  // namespace tfjob::op::controller::internal

@@ -203,7 +203,7 @@ Observed ObserveReplica(Pass& p, const std::string& type, int n) {
 // scheduler) decides (once a pass each). False: it cannot be built, and the
 // job has failed.
 bool CreatePod(Pass& p, Outcome& out, const ReplicaSpec& spec, const std::string& type, int index) {
-  auto pod = BuildPod(p.job, spec, index, p.options);
+  auto pod = BuildPod(p.job, spec, index, p.options, p.now_tp);
   if (!pod.ok()) {
     SetCondition(p.st, api::kConditionFailed, api::kConditionTrue, api::kReasonFailed,
                  "TFJob " + p.qualified + " cannot build pod " + api::PodName(p.name, type, index) + ": " +

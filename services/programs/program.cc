@@ -24,6 +24,23 @@ std::vector<std::shared_ptr<ps::PsClient>> ChiefContext::PsClients(
   return out;
 }
 
+StatusOr<uint64_t> ChooseGeneration(uint64_t newest, uint64_t pod_created_ms) {
+  if (pod_created_ms == 0) return coordinator::NewGeneration(newest);
+  const uint64_t first = pod_created_ms << kPodGenerationBits;
+  const uint64_t end = (pod_created_ms + 1) << kPodGenerationBits;
+  const uint64_t g = std::max(first, newest + 1);
+  if (g >= end) {
+    // A PS already follows a chief of a pod the operator created later: this
+    // pod was replaced (its node lost, its container started again by its
+    // kubelet before it heard), and the replacement must keep the cluster.
+    return FailedPrecondition("a newer chief holds the parameter servers: generation " + std::to_string(newest) +
+                              " is of a pod created at " + std::to_string(newest >> kPodGenerationBits) +
+                              " ms, after this chief's pod (" + std::to_string(pod_created_ms) +
+                              " ms); this pod was replaced, so it claims nothing");
+  }
+  return g;
+}
+
 StatusOr<Claim> ChiefContext::ClaimCluster() const {
   MutexLock g(claim_state->mu);
   if (claim_state->claim) return *claim_state->claim;
@@ -35,7 +52,7 @@ StatusOr<Claim> ChiefContext::ClaimCluster() const {
     newest = std::max(newest, s.fence);
   }
   Claim claim;
-  claim.generation = coordinator::NewGeneration(newest);
+  ASSIGN_OR_RETURN(claim.generation, ChooseGeneration(newest, pod_created_ms));
   // A proposal; the PS tasks keep the first one they were given, so a
   // restarted chief adopts its predecessor's.
   uint32_t proposal = 0;

@@ -30,12 +30,24 @@
 
 namespace tfjob::programs {
 
+// A chief's generation in a pod the operator stamped: the pod's creation
+// time in ms, shifted left by this, plus the restarts before it in that pod.
+inline constexpr int kPodGenerationBits = 20;
+// The latest stamp that fits (year 2039 and on: 2^43 ms, shifted, in 63 bits).
+inline constexpr uint64_t kMaxPodCreatedMs = (uint64_t{1} << 43) - 1;
+
 // What a chief's claim on the cluster's parameter servers gives it.
 struct Claim {
   uint64_t generation = 0;         // this chief's; newer than every earlier chief's
   uint32_t closure_namespace = 0;  // the job's closure-id namespace (kept by the PS tasks)
   uint64_t previous = 0;           // the generation fenced off (0: this is the job's first chief)
 };
+
+// The generation a chief claims when the newest a PS holds is `newest`: in
+// its pod's range when the operator stamped the pod (pod_created_ms != 0;
+// FAILED_PRECONDITION when `newest` is past that range, i.e. of a pod
+// created later), else the wall clock (coordinator::NewGeneration).
+StatusOr<uint64_t> ChooseGeneration(uint64_t newest, uint64_t pod_created_ms);
 
 struct ChiefContext {
   std::vector<std::string> ps_addresses;      // by PS index
@@ -56,6 +68,13 @@ struct ChiefContext {
   // Once training runs, how long a PS may go without answering before the
   // chief gives up on it (TFJOB_PS_TIMEOUT_SECONDS).
   std::chrono::milliseconds ps_timeout{30000};
+  // When the operator created this chief's pod (TFJOB_POD_CREATED_MS), 0
+  // when nothing did. Set, the claimed generation lies in the pod's range
+  // [ms << kPodGenerationBits, (ms + 1) << kPodGenerationBits): a later
+  // restart of the same pod counts up inside it, and any process of a pod
+  // created later outranks them all. Unset, the generation is the wall clock
+  // in microseconds (coordinator::NewGeneration).
+  uint64_t pod_created_ms = 0;
 
   // A client for PS `i` whose calls retry UNAVAILABLE for `patience`
   // (connect_timeout when not given).
@@ -65,7 +84,8 @@ struct ChiefContext {
   // Claims the cluster for this chief, once (later calls return the same
   // claim): waits up to connect_timeout for every PS, then fences each with
   // a generation newer than any it knows and agrees the closure namespace.
-  // FAILED_PRECONDITION when a newer chief holds a PS.
+  // FAILED_PRECONDITION when a newer chief holds a PS, or when a PS holds a
+  // generation of a pod created after this chief's (this pod was replaced).
   StatusOr<Claim> ClaimCluster() const;
   // The claim's generation, 0 when nothing was claimed.
   uint64_t claimed_generation() const;

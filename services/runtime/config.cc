@@ -4,6 +4,7 @@
 
 #include "contract/env.h"
 #include "services/base/ports.h"
+#include "services/programs/program.h"
 #include "services/ps/ps_client.h"
 #include "services/tensor/conv2d.h"
 #include "services/tensor/gemm.h"
@@ -34,6 +35,19 @@ StatusOr<std::optional<uint64_t>> ReadMaxTensorBytes(const cluster::Env& env) {
     return InvalidArgument(std::string(name) + ": \"" + Elide(*v) + "\" is not a positive number of bytes");
   }
   return std::optional<uint64_t>(n);
+}
+
+StatusOr<uint64_t> ReadPodCreated(const cluster::Env& env) {
+  const char* name = contract::kPodCreatedEnv;
+  auto v = env(name);
+  if (!v) return uint64_t{0};
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v->c_str(), &end, 10);
+  if (v->empty() || *end != '\0' || n == 0 || (*v)[0] == '-' || n > programs::kMaxPodCreatedMs) {
+    return InvalidArgument(std::string(name) + ": \"" + Elide(*v) +
+                           "\" is not a time in milliseconds since the epoch (the operator sets it)");
+  }
+  return uint64_t{n};
 }
 
 }  // namespace
@@ -98,6 +112,7 @@ StatusOr<RoleConfig> ReadRoleConfig(const cluster::Env& env) {
   ASSIGN_OR_RETURN(c.credentials, rpc::CredentialsFromEnv(env));
   ASSIGN_OR_RETURN(c.listen_fd, base::InheritedListenerFd(env));
   ASSIGN_OR_RETURN(c.ps_max_tensor_bytes, ReadMaxTensorBytes(env));
+  ASSIGN_OR_RETURN(c.pod_created_ms, ReadPodCreated(env));
   return c;
 }
 

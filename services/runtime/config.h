@@ -74,6 +74,10 @@ struct RoleConfig {
   // TFJOB_PS_MAX_TENSOR_BYTES: the most one tensor (and one data-plane
   // request) may carry to this PS; nullopt: PsOptions' default (16 GiB).
   std::optional<uint64_t> ps_max_tensor_bytes;
+  // TFJOB_POD_CREATED_MS, which the operator sets: when it created this pod
+  // (ms since the epoch). A chief claims a generation inside its pod's range
+  // (ChiefContext::pod_created_ms); 0 when unset (local runs, Slurm).
+  uint64_t pod_created_ms = 0;
 };
 
 StatusOr<RoleConfig> ReadRoleConfig(const cluster::Env& env);

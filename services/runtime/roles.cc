@@ -183,8 +183,9 @@ int RunCollectiveRole(programs::Program& program, const std::vector<std::string>
 // The chief of a job with parameter servers: runs the program as the
 // coordinator of the workers, and ends the cluster once training completes.
 int RunChiefRole(programs::Program& program, const std::vector<std::string>& args, const cluster::ClusterSpec& training,
-                 const rpc::Credentials& credentials, runtime_metrics::RuntimeMetrics* metrics,
-                 const Timeouts& timeouts, SignalWatcher& signals, std::ostream& out, std::ostream& err) {
+                 const rpc::Credentials& credentials, runtime_metrics::RuntimeMetrics* metrics, const RoleConfig& role,
+                 SignalWatcher& signals, std::ostream& out, std::ostream& err) {
+  const Timeouts& timeouts = role.timeouts;
   programs::ChiefContext ctx{Addresses(training, cluster::kPs), Addresses(training, cluster::kWorker), {}, &out, &err};
   ctx.connect_timeout = timeouts.connect;
   ctx.coordinator_options.connect_timeout = timeouts.connect;
@@ -194,6 +195,7 @@ int RunChiefRole(programs::Program& program, const std::vector<std::string>& arg
   ctx.coordinator_options.metrics = metrics;
   ctx.signals = &signals;
   ctx.ps_timeout = timeouts.ps;
+  ctx.pod_created_ms = role.pod_created_ms;
   if (ctx.worker_addresses.empty())
     return ReportError(InvalidArgument("TF_CONFIG: the cluster has no \"worker\" tasks"), err);
   const int rc = program.RunChief(args, ctx);
@@ -285,7 +287,7 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
     return ServeWorker(*cfg, training, all, *credentials, metrics, *listener, signals, out, err);
   }
   if (cluster::IsChief(type)) {
-    return RunChiefRole(program, args, training, *credentials, metrics, timeouts, signals, out, err);
+    return RunChiefRole(program, args, training, *credentials, metrics, role, signals, out, err);
   }
   if (type == cluster::kEvaluator) {
     // Reads the chief's checkpoints only: it needs no PS or worker.

@@ -98,10 +98,16 @@ TEST(PlannerTest, NewJobCreatesPodsAndServicesWithTheContract) {
   EXPECT_EQ(pod["spec"]["restartPolicy"], "Never");
   const json& c = pod["spec"]["containers"][0];
   EXPECT_EQ(c["ports"][0], json({{"name", "tfjob-port"}, {"containerPort", 2222}}));
-  ASSERT_EQ(c["env"].size(), 2u);
+  ASSERT_EQ(c["env"].size(), 3u);
   EXPECT_EQ(c["env"][0]["name"], "TF_CONFIG");
+  // When the pod was made (ms): its chief's generations lie in its range.
+  EXPECT_EQ(
+      c["env"][1],
+      json({{"name", "TFJOB_POD_CREATED_MS"},
+            {"value",
+             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(kNow.time_since_epoch()).count())}}));
   // The task token comes from the job's Secret, never from the pod spec.
-  EXPECT_EQ(c["env"][1], json({{"name", "TFJOB_AUTH_TOKEN"},
+  EXPECT_EQ(c["env"][2], json({{"name", "TFJOB_AUTH_TOKEN"},
                                {"valueFrom", {{"secretKeyRef", {{"name", "j-tfjob-auth"}, {"key", "token"}}}}}}));
   EXPECT_EQ(
       c["env"][0]["value"],
@@ -403,6 +409,23 @@ TEST(PlannerTest, PodsMadeWithoutTheTokenKeepTheirJobWithoutIt) {
   EXPECT_NE(Find(ours, "j-tfjob-auth", Action::Kind::kCreateSecret), nullptr);
 }
 
+// A pod made again (its node lost, the old one force-deleted) carries the
+// later time, which is what lets its chief outrank any restart of the old
+// one (TFJOB_POD_CREATED_MS, docs/fault-tolerance.md).
+TEST(PlannerTest, APodMadeLaterCarriesTheLaterCreationTime) {
+  auto job = Job({{"Chief", Replica(1)}, {"PS", Replica(1)}, {"Worker", Replica(1)}});
+  auto stamp = [&](Time now) {
+    Plan p = PlanJob(job, {}, {}, now);
+    const Action* chief = Find(p, "j-chief-0", Action::Kind::kCreatePod);
+    EXPECT_NE(chief, nullptr);
+    for (const auto& e : chief->object["spec"]["containers"][0]["env"])
+      if (e["name"] == "TFJOB_POD_CREATED_MS") return e["value"].get<std::string>();
+    return std::string("(none)");
+  };
+  EXPECT_EQ(stamp(kNow), "1795262400000");
+  EXPECT_EQ(stamp(kNow + std::chrono::milliseconds(98123)), "1795262498123");
+}
+
 // --task-tls: the tensorflow container mounts the job's TLS material from
 // its Secret and TFJOB_TLS_DIR names the mount; TF_CONFIG, the token and
 // the Secret action are as without it. Literal JSON: this is what the
@@ -423,6 +446,7 @@ TEST(PlannerTest, TaskTlsMountsTheJobsSecretAndNamesItInTheEnvironment) {
   EXPECT_EQ(c["volumeMounts"], json::parse(R"([{"name":"tfjob-tls","mountPath":"/etc/tfjob/tls","readOnly":true}])"));
   EXPECT_EQ(c["env"], json::parse(R"([
       {"name":"TF_CONFIG","value":"{\"cluster\":{\"ps\":[\"j-ps-0.ns.svc:2222\"],\"worker\":[\"j-worker-0.ns.svc:2222\",\"j-worker-1.ns.svc:2222\"]},\"task\":{\"type\":\"worker\",\"index\":1},\"environment\":\"cloud\"}"},
+      {"name":"TFJOB_POD_CREATED_MS","value":"1795262400000"},
       {"name":"TFJOB_AUTH_TOKEN","valueFrom":{"secretKeyRef":{"name":"j-tfjob-auth","key":"token"}}},
       {"name":"TFJOB_TLS_DIR","value":"/etc/tfjob/tls"}])"));
   // Apart from the volume, mount and variable, the pod is the one without TLS.
@@ -430,7 +454,7 @@ TEST(PlannerTest, TaskTlsMountsTheJobsSecretAndNamesItInTheEnvironment) {
   json stripped = pod;
   stripped["spec"].erase("volumes");
   stripped["spec"]["containers"][0].erase("volumeMounts");
-  stripped["spec"]["containers"][0]["env"].erase(2);
+  stripped["spec"]["containers"][0]["env"].erase(3);
   EXPECT_EQ(stripped, plain);
   // Every replica type gets it, the PS included.
   EXPECT_EQ(Find(p, "j-ps-0", Action::Kind::kCreatePod)->object["spec"]["volumes"], pod["spec"]["volumes"]);

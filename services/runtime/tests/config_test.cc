@@ -98,6 +98,7 @@ TEST(RoleConfigTest, EveryVariableIsReadIntoItsField) {
       {"TFJOB_AUTH_TOKEN", token},
       {"TFJOB_LISTEN_FD", "3"},
       {"TFJOB_PS_MAX_TENSOR_BYTES", "4096"},
+      {"TFJOB_POD_CREATED_MS", "1795262400000"},
   }));
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->timeouts.connect, std::chrono::milliseconds(1500));
@@ -108,17 +109,16 @@ TEST(RoleConfigTest, EveryVariableIsReadIntoItsField) {
   EXPECT_EQ(c->credentials.token, token);
   EXPECT_EQ(c->listen_fd, std::optional<int>(3));
   EXPECT_EQ(c->ps_max_tensor_bytes, std::optional<uint64_t>(4096));
+  EXPECT_EQ(c->pod_created_ms, 1795262400000u);
+  // Unset (local runs, Slurm): 0, the wall clock's generations.
+  EXPECT_EQ(ReadRoleConfig(cluster::FixedEnv({}))->pod_created_ms, 0u);
 }
 
 TEST(RoleConfigTest, EachBadValueIsNamed) {
   const std::map<std::string, std::string> bad = {
-      {"TFJOB_CONNECT_TIMEOUT_SECONDS", "soon"},
-      {"TFJOB_PS_TIMEOUT_SECONDS", "0"},
-      {"TFJOB_PS_MAX_TENSOR_BYTES", "-1"},
-      {"TFJOB_LISTEN_FD", "three"},
-      {"TFJOB_AUTH_TOKEN", "short"},
-      {"TFJOB_CLUSTER_RESOLVER", "mpi"},
-      {"TF_CONFIG", "{not json"},
+      {"TFJOB_CONNECT_TIMEOUT_SECONDS", "soon"}, {"TFJOB_PS_TIMEOUT_SECONDS", "0"}, {"TFJOB_PS_MAX_TENSOR_BYTES", "-1"},
+      {"TFJOB_POD_CREATED_MS", "yesterday"},     {"TFJOB_LISTEN_FD", "three"},      {"TFJOB_AUTH_TOKEN", "short"},
+      {"TFJOB_CLUSTER_RESOLVER", "mpi"},         {"TF_CONFIG", "{not json"},
   };
   for (const auto& [name, value] : bad) {
     auto c = ReadRoleConfig(cluster::FixedEnv({{name, value}}));
@@ -126,6 +126,17 @@ TEST(RoleConfigTest, EachBadValueIsNamed) {
     EXPECT_EQ(c.status().code(), Code::kInvalidArgument) << name;
     EXPECT_THAT(c.status().message(), HasSubstr(name == "TFJOB_AUTH_TOKEN" ? "shorter than 16" : name)) << name;
   }
+}
+
+// A stamp that does not fit the generation's bits (or is no time at all)
+// is refused, not wrapped.
+TEST(RoleConfigTest, APodStampOutOfRangeIsRefused) {
+  for (const char* v : {"0", "-5", "8796093022208", "99999999999999999999", "12ms", ""}) {
+    auto c = ReadRoleConfig(cluster::FixedEnv({{"TFJOB_POD_CREATED_MS", v}}));
+    ASSERT_FALSE(c.ok()) << v;
+    EXPECT_THAT(c.status().message(), HasSubstr("TFJOB_POD_CREATED_MS: \"")) << v;
+  }
+  EXPECT_TRUE(ReadRoleConfig(cluster::FixedEnv({{"TFJOB_POD_CREATED_MS", "8796093022207"}})).ok());
 }
 
 TEST(RoleConfigTest, TheRuntimeRefusesABadRoleValueBeforeAnyWork) {

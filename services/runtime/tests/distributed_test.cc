@@ -61,6 +61,45 @@ TEST(InProcessTest, ShardedFitWithStepsPerExecution) {
   EXPECT_THAT(out.str(), HasSubstr("on 2 parameter servers, 2 workers, partitioner fixed:2"));
 }
 
+// The operator stamps each pod with its creation time (TFJOB_POD_CREATED_MS):
+// a chief's generation lies in its pod's range, so the container of a pod
+// that was replaced, started again by its kubelet, claims nothing, while a
+// restart inside the current pod still outranks the process before it.
+TEST(InProcessTest, AChiefOfAReplacedPodClaimsNothing) {
+  auto programs = programs::BuiltinPrograms();
+  auto cluster = InProcessCluster::Start(2, 1, programs);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::ostringstream out, err;
+  auto chief = [&](uint64_t pod_ms) {
+    programs::ChiefContext ctx{(*cluster)->ps_addresses(), (*cluster)->worker_addresses(), {}, &out, &err};
+    ctx.pod_created_ms = pod_ms;
+    return ctx.ClaimCluster();
+  };
+  constexpr uint64_t kOld = 1795262400000, kNew = kOld + 98000;
+  auto first = chief(kOld);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->generation, kOld << programs::kPodGenerationBits);
+  auto replacement = chief(kNew);
+  ASSERT_TRUE(replacement.ok()) << replacement.status();
+  EXPECT_EQ(replacement->generation, kNew << programs::kPodGenerationBits);
+  EXPECT_EQ(replacement->previous, first->generation);
+  EXPECT_EQ(replacement->closure_namespace, first->closure_namespace);
+  // The old pod's container, started again after the replacement claimed.
+  auto zombie = chief(kOld);
+  ASSERT_FALSE(zombie.ok());
+  EXPECT_EQ(zombie.status().code(), Code::kFailedPrecondition);
+  EXPECT_THAT(zombie.status().message(), HasSubstr("this pod was replaced"));
+  // A restart inside the replacement pod counts up inside its range.
+  auto restarted = chief(kNew);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  EXPECT_EQ(restarted->generation, replacement->generation + 1);
+  EXPECT_EQ(restarted->previous, replacement->generation);
+  // A chief without a stamp (an older operator's pod) takes the next one up.
+  auto unstamped = chief(0);
+  ASSERT_TRUE(unstamped.ok()) << unstamped.status();
+  EXPECT_GT(unstamped->generation, restarted->generation);
+}
+
 TEST(LocalLauncherTest, CounterOverOnePsAndThreeWorkers) {
   const std::string summary = t::MakeTempDir("counter-local") + "/out.json";
   auto r = t::Run({t::RuntimeBinary(), "local", "--ps", "1", "--workers", "3", "--", "counter", "--increments",
