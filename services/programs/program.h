@@ -33,7 +33,7 @@ namespace tfjob::programs {
 // A chief's generation in a pod the operator stamped: the pod's creation
 // time in ms, shifted left by this, plus the restarts before it in that pod.
 inline constexpr int kPodGenerationBits = 20;
-// The latest stamp that fits (year 2039 and on: 2^43 ms, shifted, in 63 bits).
+// The latest stamp taken: shifted, 2^43 ms (the year 2248) still fits 64 bits.
 inline constexpr uint64_t kMaxPodCreatedMs = (uint64_t{1} << 43) - 1;
 
 // What a chief's claim on the cluster's parameter servers gives it.
