@@ -100,6 +100,35 @@ TEST(InProcessTest, AChiefOfAReplacedPodClaimsNothing) {
   EXPECT_GT(unstamped->generation, restarted->generation);
 }
 
+// The same through the binary, as a pod gets it (TF_CONFIG and
+// TFJOB_POD_CREATED_MS): a chief of an older pod exits 1 without touching
+// the cluster; one of the pod holding it carries on and counts exactly.
+TEST(InProcessTest, TheRuntimeReadsThePodStampAndAReplacedChiefExitsWithoutClaiming) {
+  auto programs = programs::BuiltinPrograms();
+  auto cluster = InProcessCluster::Start(1, 1, programs);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::ostringstream out, err;
+  constexpr uint64_t kOld = 1795262400000, kNew = kOld + 98000;
+  programs::ChiefContext replacement{(*cluster)->ps_addresses(), (*cluster)->worker_addresses(), {}, &out, &err};
+  replacement.pod_created_ms = kNew;
+  ASSERT_TRUE(replacement.ClaimCluster().ok());
+  const std::string tf_config = R"({"cluster":{"chief":["127.0.0.1:5"],"ps":[")" + (*cluster)->ps_addresses()[0] +
+                                R"("],"worker":[")" + (*cluster)->worker_addresses()[0] +
+                                R"("]},"task":{"type":"chief","index":0}})";
+  auto chief = [&](uint64_t pod_ms) {
+    return t::Run({t::RuntimeBinary(), "counter", "--increments", "1,2,3"},
+                  {{"TF_CONFIG", tf_config}, {"TFJOB_POD_CREATED_MS", std::to_string(pod_ms)}});
+  };
+  auto zombie = chief(kOld);
+  EXPECT_EQ(zombie.exit_code, 1) << zombie.out << zombie.err;
+  EXPECT_THAT(zombie.err, HasSubstr("this pod was replaced, so it claims nothing"));
+  auto restarted = chief(kNew);
+  ASSERT_EQ(restarted.exit_code, 0) << restarted.out << restarted.err;
+  EXPECT_THAT(restarted.out, HasSubstr("counter: fenced off the previous chief (generation " +
+                                       std::to_string(kNew << programs::kPodGenerationBits) + ")"));
+  EXPECT_THAT(restarted.out, HasSubstr("counter: value 6 after 3 closures"));
+}
+
 TEST(LocalLauncherTest, CounterOverOnePsAndThreeWorkers) {
   const std::string summary = t::MakeTempDir("counter-local") + "/out.json";
   auto r = t::Run({t::RuntimeBinary(), "local", "--ps", "1", "--workers", "3", "--", "counter", "--increments",
