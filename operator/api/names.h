@@ -21,6 +21,7 @@
 #include <string_view>
 
 #include "common/status.h"
+#include "contract/env.h"
 #include "contract/labels.h"
 #include "contract/tf_config.h"
 #include "operator/api/types.h"
@@ -69,7 +70,7 @@ inline constexpr std::string_view kAuthTokenEnv = "TFJOB_AUTH_TOKEN";
 // the runtime's chief claims a generation inside its pod's range, so a
 // replaced pod's container that its kubelet starts again never outranks the
 // replacement.
-inline constexpr std::string_view kPodCreatedEnv = "TFJOB_POD_CREATED_MS";
+inline constexpr std::string_view kPodCreatedEnv = contract::kPodCreatedEnv;
 // With --task-tls the same Secret also holds the job's TLS material (keys
 // pki::kCaFile, kCertFile, kKeyFile), mounted into every tensorflow
 // container as this volume at this path (what TFJOB_TLS_DIR names).

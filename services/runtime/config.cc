@@ -1,6 +1,7 @@
 #include "services/runtime/config.h"
 
 #include <cstdlib>
+#include <limits>
 
 #include "contract/env.h"
 #include "services/base/ports.h"
@@ -25,29 +26,18 @@ StatusOr<std::string> OneOf(const cluster::Env& env, const std::string& name, st
   return InvalidArgument(name + ": \"" + Elide(*v) + "\" is not " + meaning);
 }
 
-StatusOr<std::optional<uint64_t>> ReadMaxTensorBytes(const cluster::Env& env) {
-  const char* name = contract::kPsMaxTensorBytesEnv;
+// A whole number in 1..max, nullopt when unset; anything else is
+// INVALID_ARGUMENT quoting the value, then "is not <meaning>".
+StatusOr<std::optional<uint64_t>> ReadPositive(const cluster::Env& env, const char* name, uint64_t max,
+                                               const std::string& meaning) {
   auto v = env(name);
   if (!v) return std::optional<uint64_t>();
   char* end = nullptr;
   const unsigned long long n = std::strtoull(v->c_str(), &end, 10);
-  if (v->empty() || *end != '\0' || n == 0 || (*v)[0] == '-') {
-    return InvalidArgument(std::string(name) + ": \"" + Elide(*v) + "\" is not a positive number of bytes");
+  if (v->empty() || *end != '\0' || n == 0 || (*v)[0] == '-' || n > max) {
+    return InvalidArgument(std::string(name) + ": \"" + Elide(*v) + "\" is not " + meaning);
   }
   return std::optional<uint64_t>(n);
-}
-
-StatusOr<uint64_t> ReadPodCreated(const cluster::Env& env) {
-  const char* name = contract::kPodCreatedEnv;
-  auto v = env(name);
-  if (!v) return uint64_t{0};
-  char* end = nullptr;
-  const unsigned long long n = std::strtoull(v->c_str(), &end, 10);
-  if (v->empty() || *end != '\0' || n == 0 || (*v)[0] == '-' || n > programs::kMaxPodCreatedMs) {
-    return InvalidArgument(std::string(name) + ": \"" + Elide(*v) +
-                           "\" is not a time in milliseconds since the epoch (the operator sets it)");
-  }
-  return uint64_t{n};
 }
 
 }  // namespace
@@ -111,8 +101,12 @@ StatusOr<RoleConfig> ReadRoleConfig(const cluster::Env& env) {
   ASSIGN_OR_RETURN(c.resolver, cluster::ReadResolverConfig(env));
   ASSIGN_OR_RETURN(c.credentials, rpc::CredentialsFromEnv(env));
   ASSIGN_OR_RETURN(c.listen_fd, base::InheritedListenerFd(env));
-  ASSIGN_OR_RETURN(c.ps_max_tensor_bytes, ReadMaxTensorBytes(env));
-  ASSIGN_OR_RETURN(c.pod_created_ms, ReadPodCreated(env));
+  ASSIGN_OR_RETURN(c.ps_max_tensor_bytes,
+                   ReadPositive(env, contract::kPsMaxTensorBytesEnv, std::numeric_limits<uint64_t>::max(),
+                                "a positive number of bytes"));
+  ASSIGN_OR_RETURN(auto created, ReadPositive(env, contract::kPodCreatedEnv, programs::kMaxPodCreatedMs,
+                                              "a time in milliseconds since the epoch (the operator sets it)"));
+  c.pod_created_ms = created.value_or(0);
   return c;
 }
 

@@ -183,9 +183,10 @@ int RunCollectiveRole(programs::Program& program, const std::vector<std::string>
 // The chief of a job with parameter servers: runs the program as the
 // coordinator of the workers, and ends the cluster once training completes.
 int RunChiefRole(programs::Program& program, const std::vector<std::string>& args, const cluster::ClusterSpec& training,
-                 const rpc::Credentials& credentials, runtime_metrics::RuntimeMetrics* metrics, const RoleConfig& role,
-                 SignalWatcher& signals, std::ostream& out, std::ostream& err) {
+                 runtime_metrics::RuntimeMetrics* metrics, const RoleConfig& role, SignalWatcher& signals,
+                 std::ostream& out, std::ostream& err) {
   const Timeouts& timeouts = role.timeouts;
+  const rpc::Credentials& credentials = role.credentials;
   programs::ChiefContext ctx{Addresses(training, cluster::kPs), Addresses(training, cluster::kWorker), {}, &out, &err};
   ctx.connect_timeout = timeouts.connect;
   ctx.coordinator_options.connect_timeout = timeouts.connect;
@@ -287,7 +288,7 @@ int RunRole(programs::Program& program, const std::vector<std::string>& args, co
     return ServeWorker(*cfg, training, all, *credentials, metrics, *listener, signals, out, err);
   }
   if (cluster::IsChief(type)) {
-    return RunChiefRole(program, args, training, *credentials, metrics, role, signals, out, err);
+    return RunChiefRole(program, args, training, metrics, role, signals, out, err);
   }
   if (type == cluster::kEvaluator) {
     // Reads the chief's checkpoints only: it needs no PS or worker.
