@@ -59,8 +59,9 @@ Flags FitFlags() {
              "waiting (staleness of one step); false: pull, compute, push in turn (parameter-server mode)",
              "true")
       .Value("ps-closures-per-worker",
-             "closures running at once on each worker: N, or auto (3 when a closure is one step, "
-             "--steps-per-execution 1; 2 otherwise) (parameter-server mode)",
+             "closures running at once on each worker: N, or auto (3 in the whole cluster when a closure is "
+             "one step, --steps-per-execution 1, 2 otherwise, spread over the workers, at least 1 each) "
+             "(parameter-server mode)",
              "auto")
       .Value("ps-pull",
              "rows: with a first-layer Embedding, workers pull only the rows a batch uses; "

@@ -433,7 +433,10 @@ class PsStrategy final : public Strategy {
 
 }  // namespace
 
-int PsClosuresPerWorker(int64_t steps_per_execution) { return steps_per_execution == 1 ? 3 : 2; }
+int PsClosuresPerWorker(int64_t steps_per_execution, size_t workers) {
+  const size_t in_cluster = steps_per_execution == 1 ? 3 : 2;
+  return static_cast<int>(std::max<size_t>(1, in_cluster / std::max<size_t>(1, workers)));
+}
 
 StatusOr<std::unique_ptr<Strategy>> MakeParameterServerStrategy(const model::JobConfig& job, const FitOptions& options,
                                                                 std::vector<Tensor> initial_values, PsCluster cluster,
@@ -471,8 +474,9 @@ StatusOr<std::unique_ptr<Strategy>> BuildParameterServer(const StrategyArgs& a) 
   const FitOptions& o = a.options;
   c.coordinator.rpc_timeout = o.closure_timeout;
   c.coordinator.max_attempts = o.closure_max_attempts;
-  c.coordinator.inflight_per_worker =
-      o.ps_closures_per_worker > 0 ? o.ps_closures_per_worker : PsClosuresPerWorker(o.steps_per_execution);
+  c.coordinator.inflight_per_worker = o.ps_closures_per_worker > 0
+                                          ? o.ps_closures_per_worker
+                                          : PsClosuresPerWorker(o.steps_per_execution, c.worker_addresses.size());
   return MakeParameterServerStrategy(a.job, o, a.initial_values, std::move(c), a.model);
 }
 

@@ -257,13 +257,13 @@ TEST(EmbeddingPullTest, RowPullsTrainExactlyAsWholeTablesAndMoveFarLess) {
   EXPECT_LE(parts, t["closure"].get<double>() * 1.001);
 }
 
-// The embedding job on 2 PS and 2 workers with fit's default flags but
-// `flags`; its summary (null when it did not run).
-nlohmann::json TrainOnTwoWorkers(const std::string& name, std::vector<std::string> flags) {
+// The embedding job on 2 PS and `workers` workers with fit's default flags
+// but `flags`; its summary (null when it did not run).
+nlohmann::json TrainOnWorkers(const std::string& name, int workers, std::vector<std::string> flags) {
   const std::string dir = t::MakeTempDir(name);
   WriteEmbeddingJob(dir);
   auto programs = programs::BuiltinPrograms();
-  auto cluster = InProcessCluster::Start(2, 2, programs);
+  auto cluster = InProcessCluster::Start(2, workers, programs);
   EXPECT_TRUE(cluster.ok()) << cluster.status();
   if (!cluster.ok()) return {};
   std::ostringstream out, err;
@@ -276,23 +276,44 @@ nlohmann::json TrainOnTwoWorkers(const std::string& name, std::vector<std::strin
   return t::ReadJsonFile(summary);
 }
 
-// Prefetching workers (the default), several closures in flight, two
-// workers: every step is applied exactly once on every shard.
+nlohmann::json TrainOnTwoWorkers(const std::string& name, std::vector<std::string> flags) {
+  return TrainOnWorkers(name, 2, std::move(flags));
+}
+
+// --ps-closures-per-worker auto with closures of one step: three running on
+// a lone worker, and from two workers on one each, as TensorFlow runs them
+// (each running closure is an update the others' pulled values miss).
+TEST(EmbeddingPullTest, AutoRunsThreeClosuresOnALoneWorkerAndOneEachOnTwo) {
+  const nlohmann::json one = TrainOnWorkers("embedding-auto-1", 1, {});
+  const nlohmann::json two = TrainOnWorkers("embedding-auto-2", 2, {});
+  ASSERT_TRUE(one.is_object() && two.is_object());
+  EXPECT_EQ(one["ps_closures_per_worker"], 3);
+  EXPECT_EQ(two["ps_closures_per_worker"], 1);
+  for (const nlohmann::json& s : {one, two}) {
+    EXPECT_EQ(s["steps"], 200);
+    EXPECT_EQ(s["ps_applied_updates"], 200 * 6);
+    EXPECT_GT(s["eval_accuracy"].get<double>(), 0.6);
+  }
+}
+
+// Prefetching workers (the default), several closures in flight on each
+// of two workers: every step is applied exactly once on every shard.
 TEST(EmbeddingPullTest, PrefetchingWorkersApplyEveryStepOnce) {
-  const nlohmann::json s = TrainOnTwoWorkers("embedding-prefetch", {"--steps-per-execution", "3"});
+  const nlohmann::json s =
+      TrainOnTwoWorkers("embedding-prefetch", {"--steps-per-execution", "3", "--ps-closures-per-worker", "2"});
   ASSERT_TRUE(s.is_object());
   EXPECT_EQ(s["ps_prefetch"], true);
-  EXPECT_EQ(s["ps_closures_per_worker"], 2);  // auto, with closures of several steps
+  EXPECT_EQ(s["ps_closures_per_worker"], 2);
   EXPECT_EQ(s["steps"], 200);
   EXPECT_EQ(s["ps_applied_updates"], 200 * 6);
   EXPECT_GT(s["eval_accuracy"].get<double>(), 0.6);
 }
 
-// Closures of one step (the default): the coordinator runs three at once on
-// each worker (one more may wait there), and still every step is applied
+// Closures of one step (the default) with three running at once on each
+// of two workers (one more may wait there): still every step is applied
 // exactly once.
-TEST(EmbeddingPullTest, OneStepClosuresGetThreePerWorkerAndApplyEveryStepOnce) {
-  const nlohmann::json s = TrainOnTwoWorkers("embedding-three", {});
+TEST(EmbeddingPullTest, ThreeOneStepClosuresPerWorkerApplyEveryStepOnce) {
+  const nlohmann::json s = TrainOnTwoWorkers("embedding-three", {"--ps-closures-per-worker", "3"});
   ASSERT_TRUE(s.is_object());
   EXPECT_EQ(s["steps_per_execution"], 1);
   EXPECT_EQ(s["ps_closures_per_worker"], 3);

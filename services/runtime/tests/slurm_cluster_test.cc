@@ -99,8 +99,10 @@ TEST_F(SlurmClusterTest, MnistParameterServerJobTrainsToTheAccuracyBar) {
   EXPECT_EQ(s["strategy"], "parameter_server") << s.dump();
   EXPECT_EQ(s["num_ps"], 1) << s.dump();
   EXPECT_EQ(s["steps"], 5 * 125) << s.dump();
-  // Asynchronous training: the bar of the local launcher's MNIST PS test.
+  // Asynchronous training: the bar of the local launcher's MNIST PS test,
+  // with one closure running per worker (auto, two workers).
   EXPECT_GE(s["eval_accuracy"].get<double>(), 0.90) << s.dump();
+  EXPECT_EQ(s["ps_closures_per_worker"], 1) << s.dump();
   EXPECT_THAT(TaskLines(out, 0), ::testing::Contains("Epoch 5/5"));
   EXPECT_THAT(TaskLines(out, 1), ::testing::Contains("ps 0: shut down, training is complete"));
 }

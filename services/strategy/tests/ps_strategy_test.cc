@@ -216,6 +216,20 @@ class PsStrategyTest : public ::testing::Test {
 // 2 PS tasks (every variable in 2 shards) and 2 workers, closures of 2
 // steps, 3 epochs: the variables on the PS tasks move and are what Values()
 // returns, the loss falls, and every step updated every shard once.
+// --ps-closures-per-worker auto: three closures of one step running in the
+// whole cluster (two of several steps), spread over the workers, at least
+// one each: from two workers on, TensorFlow's one per worker.
+TEST(PsClosuresPerWorkerTest, ABudgetForTheClusterSpreadOverItsWorkers) {
+  EXPECT_EQ(PsClosuresPerWorker(1, 1), 3);
+  EXPECT_EQ(PsClosuresPerWorker(1, 2), 1);
+  EXPECT_EQ(PsClosuresPerWorker(1, 3), 1);
+  EXPECT_EQ(PsClosuresPerWorker(1, 64), 1);
+  EXPECT_EQ(PsClosuresPerWorker(4, 1), 2);
+  EXPECT_EQ(PsClosuresPerWorker(4, 2), 1);
+  EXPECT_EQ(PsClosuresPerWorker(8, 5), 1);
+  EXPECT_EQ(PsClosuresPerWorker(1, 0), 3);  // no worker listed: what one would get
+}
+
 TEST_F(PsStrategyTest, TrainsOnTheParameterServersAndEveryStepLandsOnce) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(2, 2));
   options_.steps_per_execution = 2;
