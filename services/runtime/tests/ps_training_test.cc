@@ -276,10 +276,6 @@ nlohmann::json TrainOnWorkers(const std::string& name, int workers, std::vector<
   return t::ReadJsonFile(summary);
 }
 
-nlohmann::json TrainOnTwoWorkers(const std::string& name, std::vector<std::string> flags) {
-  return TrainOnWorkers(name, 2, std::move(flags));
-}
-
 // --ps-closures-per-worker auto with closures of one step: three running on
 // a lone worker, and from two workers on one each, as TensorFlow runs them
 // (each running closure is an update the others' pulled values miss).
@@ -300,7 +296,7 @@ TEST(EmbeddingPullTest, AutoRunsThreeClosuresOnALoneWorkerAndOneEachOnTwo) {
 // of two workers: every step is applied exactly once on every shard.
 TEST(EmbeddingPullTest, PrefetchingWorkersApplyEveryStepOnce) {
   const nlohmann::json s =
-      TrainOnTwoWorkers("embedding-prefetch", {"--steps-per-execution", "3", "--ps-closures-per-worker", "2"});
+      TrainOnWorkers("embedding-prefetch", 2, {"--steps-per-execution", "3", "--ps-closures-per-worker", "2"});
   ASSERT_TRUE(s.is_object());
   EXPECT_EQ(s["ps_prefetch"], true);
   EXPECT_EQ(s["ps_closures_per_worker"], 2);
@@ -313,7 +309,7 @@ TEST(EmbeddingPullTest, PrefetchingWorkersApplyEveryStepOnce) {
 // of two workers (one more may wait there): still every step is applied
 // exactly once.
 TEST(EmbeddingPullTest, ThreeOneStepClosuresPerWorkerApplyEveryStepOnce) {
-  const nlohmann::json s = TrainOnTwoWorkers("embedding-three", {"--ps-closures-per-worker", "3"});
+  const nlohmann::json s = TrainOnWorkers("embedding-three", 2, {"--ps-closures-per-worker", "3"});
   ASSERT_TRUE(s.is_object());
   EXPECT_EQ(s["steps_per_execution"], 1);
   EXPECT_EQ(s["ps_closures_per_worker"], 3);
