@@ -14,9 +14,19 @@
 # (logs/STEP.log) is kept in the work folder when a step fails.
 #
 # usage: tests/fresh/fresh-machine.sh [--configure-only] [--keep]
+#                                     [--if-changed] [--record]
 #   --configure-only  setup.sh, then CMake's configure of build/ only: a
 #                     package missing from setup.sh shows in minutes (CI)
 #   --keep            keep the work folder (the copy, its build/ and the log)
+#   --if-changed      run only when what decides what a bare machine must
+#                     install (setup.sh, tools/tfjs' package files, the base
+#                     image's script, this one, and the lines of every
+#                     CMakeLists.txt and cmake/ file that find a package,
+#                     library, program or language) differs from what
+#                     tests/fresh/checked records as passing; otherwise say
+#                     so and exit 0 (CI)
+#   --record          after a pass, record those files' digest in
+#                     tests/fresh/checked (commit it with the change)
 #
 # The container sees no CUDA toolkit (it is not Debian's), so the build in it
 # is the CPU-only one. It runs --privileged with the host's network: the
@@ -33,14 +43,42 @@ source scripts/podman/env.sh
 
 configure_only=0
 keep=0
+if_changed=0
+record=0
 for a in "$@"; do
   case $a in
     --configure-only) configure_only=1 ;;
     --keep) keep=1 ;;
-    -h | --help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "$me: unknown argument '$a' (usage: tests/fresh/fresh-machine.sh [--configure-only] [--keep])" >&2; exit 2 ;;
+    --if-changed) if_changed=1 ;;
+    --record) record=1 ;;
+    -h | --help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *)
+      echo "$me: unknown argument '$a' (usage: tests/fresh/fresh-machine.sh [--configure-only] [--keep] [--if-changed] [--record])" >&2
+      exit 2
+      ;;
   esac
 done
+
+# What a bare machine must install is decided by these alone (and by
+# Debian's archive, which bookworm keeps stable): the scripts and package
+# files whole, and of the CMake files only the lines that look for what is
+# installed (a source added to a target changes nothing a package gives).
+# A digest of them as they are in the working tree, with their paths.
+checked=tests/fresh/checked
+inputs_digest() {
+  {
+    git ls-files -z -- scripts/setup.sh tools/tfjs/package.json tools/tfjs/package-lock.json \
+      scripts/images.sh scripts/podman/env.sh tests/fresh/fresh-machine.sh | sort -z | xargs -0 sha256sum
+    git grep --untracked -E '^\s*(find_package|pkg_check_modules|pkg_search_module|find_library|find_program|find_path|find_file|check_language|enable_language|include\(Check)' \
+      -- ':(glob)**/CMakeLists.txt' 'cmake/*.cmake' | sed 's/[[:space:]]\+/ /g' | sort
+  } | sha256sum | cut -d' ' -f1
+}
+digest=$(inputs_digest)
+if ((if_changed)) && [[ -f $checked ]] && [[ $(awk '!/^#/ {print $1; exit}' "$checked") == "$digest" ]]; then
+  echo "$me: skipped: its inputs are those that passed as $checked records ($(awk '!/^#/ {$1=""; print substr($0, 2); exit}' "$checked"));" \
+    "any change to them runs it (run it now without --if-changed)"
+  exit 0
+fi
 if [[ ! -d ../shared ]]; then
   echo "$me: ../shared is not beside the checkout (the README's layout)" >&2
   exit 2
@@ -150,4 +188,15 @@ pm run --name "$name" --rm --privileged --network host --ipc host --pids-limit 0
   -v "$work/apt:/src/apt:ro" -v "$work/ca:/src/ca:ro" -v "$work/steps.sh:/src/steps.sh:ro" -v "$work:/src/out" \
   "$base" bash /src/steps.sh 2>&1 | tee "$work/log" || status=1
 echo "$me: $( ((status == 0)) && echo passed || echo FAILED) in $((SECONDS - start)) s"
+if ((status == 0 && record)); then
+  what=$( ((configure_only)) && echo "setup.sh and configure" || echo "setup.sh, run-example.sh and test.sh")
+  {
+    echo "# tests/fresh/fresh-machine.sh --record: the digest of the files that decide what a bare"
+    echo "# machine installs, and what passed with them. CI's --if-changed skips the check while they match."
+    echo "$digest $what passed on $(date -u +%Y-%m-%d)"
+  } > "$checked"
+  echo "$me: recorded in $checked: $digest"
+elif ((status == 0)) && [[ $(awk '!/^#/ {print $1; exit}' "$checked" 2> /dev/null) != "$digest" ]]; then
+  echo "$me: its inputs differ from those $checked records: run it with --record and commit $checked"
+fi
 exit "$status"
