@@ -3,7 +3,9 @@
 #
 # build-asan: clang, ASan + UBSan plus libFuzzer's coverage instrumentation.
 # It serves both the fuzz harnesses and the ASan unit tests, so CI compiles
-# the libraries they have in common once. -O0 because UBSan's checks double
+# the libraries they have in common once; -Wthread-safety is an error in it
+# (TFJOB_THREAD_SAFETY), so scripts/thread-safety.sh need not parse again
+# what it compiled. -O0 because UBSan's checks double
 # clang's compile time at -O1 and CI has two cores; the tests and harnesses
 # are fast enough unoptimised.
 #
@@ -36,5 +38,7 @@ configure_sanitized() {
   }
 }
 
-configure_asan() { configure_sanitized build-asan address clang clang++ "-O0 -gline-tables-only" -DTFJOB_FUZZ=ON; }
+configure_asan() {
+  configure_sanitized build-asan address clang clang++ "-O0 -gline-tables-only" -DTFJOB_FUZZ=ON -DTFJOB_THREAD_SAFETY=ON
+}
 configure_tsan() { configure_sanitized build-tsan thread gcc g++ "-O1 -g1"; }

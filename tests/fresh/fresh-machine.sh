@@ -69,7 +69,7 @@ inputs_digest() {
   {
     git ls-files -z -- scripts/setup.sh tools/tfjs/package.json tools/tfjs/package-lock.json \
       scripts/images.sh scripts/podman/env.sh tests/fresh/fresh-machine.sh | sort -z | xargs -0 sha256sum
-    git grep --untracked -E '^\s*(find_package|pkg_check_modules|pkg_search_module|find_library|find_program|find_path|find_file|check_language|enable_language|include\(Check)' \
+    git grep --untracked -E '^\s*(find_package|pkg_check_modules|pkg_search_module|find_library|find_program|find_path|find_file|check_include_file|check_library_exists|check_language|enable_language)' \
       -- ':(glob)**/CMakeLists.txt' 'cmake/*.cmake' | sed 's/[[:space:]]\+/ /g' | sort
   } | sha256sum | cut -d' ' -f1
 }
