@@ -16,6 +16,8 @@ namespace {
 
 namespace t = ::tfjob::testing;
 
+const kube::Resource kNamespaces{"", "v1", "namespaces"};
+
 // The CRD, once per process (and per control plane: it survives restarts).
 bool InstallTfJobCrd(t::ControlPlane* cp, const std::string& path, std::string* why) {
   static std::once_flag once;
@@ -56,7 +58,9 @@ std::string Lower(std::string s) {
 // are resolved as kubectl resolves them, from discovery (`kubectl
 // api-resources`, re-read when a name is unknown, as a CRD may have been
 // installed since). A name discovery does not know, or a control plane this
-// cannot reach, falls back to kubectl. Writes stay with kubectl.
+// cannot reach, falls back to kubectl. Of the writes, the namespaces and the
+// pods' status (the suites playing the kubelet) go through the client too;
+// applies stay with kubectl (its client-side apply is what users run).
 // Thread-safety: one mutex; tests call it from their own thread.
 class Reader {
  public:
@@ -182,7 +186,16 @@ void RealApiServerTest::SetUp() {
   name = std::regex_replace(name, std::regex("[^a-z0-9]"), "");
   ns_ = "t-" + name.substr(0, 50);
   dir_ = t::MakeTempDir("envtest-" + ns_);
-  Kubectl({"create", "namespace", ns_});
+  // Through the API (kubectl as the fallback, like the writes below): a
+  // kubectl process costs about 0.2 s of CPU, and every test makes one.
+  kube::Client* client = Reader::Instance().Client(cp_);
+  if (client) {
+    auto made =
+        client->Create(kNamespaces, "", {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns_}}}});
+    ASSERT_TRUE(made.ok()) << "namespace " << ns_ << ": " << made.status().ToString();
+  } else {
+    Kubectl({"create", "namespace", ns_});
+  }
   // The ServiceAccount admission plugin refuses pods until "default" exists.
   ASSERT_TRUE(Eventually([&] { return TryGet("serviceaccount", "default").has_value(); }))
       << "no default ServiceAccount in " << ns_;
@@ -192,7 +205,9 @@ std::string RealApiServerTest::CrdPath() { return t::SourceDir() + "/crds/kubefl
 
 void RealApiServerTest::TearDown() {
   StopOperator();
-  if (cp_ && !ns_.empty()) cp_->Kubectl({"delete", "namespace", ns_, "--wait=false"});
+  if (!cp_ || ns_.empty()) return;
+  kube::Client* client = Reader::Instance().Client(cp_);
+  if (!client || !client->Delete(kNamespaces, "", ns_).ok()) cp_->Kubectl({"delete", "namespace", ns_, "--wait=false"});
 }
 
 std::unique_ptr<t::Process> RealApiServerTest::OperatorProcess(const std::vector<std::string>& extra,
@@ -341,6 +356,13 @@ void RealApiServerTest::InstallCrd(const json& crd) {
 }
 
 void RealApiServerTest::SetPodStatus(const std::string& pod, const json& status) {
+  // What `kubectl patch --subresource=status --type=merge` sends, from this
+  // process: the suites play the kubelet with hundreds of these.
+  if (kube::Client* client = Reader::Instance().Client(cp_)) {
+    auto patched = client->MergePatch(kube::kPods, ns_, pod, json{{"status", status}}, /*status=*/true);
+    EXPECT_TRUE(patched.ok()) << "status of pod " << pod << ": " << patched.status().ToString();
+    return;
+  }
   Kubectl(
       {"patch", "-n", ns_, "pod", pod, "--subresource=status", "--type=merge", "-p", json{{"status", status}}.dump()});
 }
