@@ -70,6 +70,7 @@ cleanup() {
     kill $(process_tree "$pid") 2> /dev/null || true  # the watch's kubectl too
     wait "$pid" 2> /dev/null || true
   done
+  api_stop
   if ((cluster_started)); then
     bash "$kit/node/stop-node.sh" "$cp_dir" > "$work/stop-node.log" 2>&1 \
       || echo "$me: stop-node.sh failed: $(tail -n 1 "$work/stop-node.log")" >&2
@@ -93,6 +94,7 @@ cluster_started=1  # from here on, cleanup stops whatever did start
 ENVTEST_APISERVER_EXTRA_ARGS=--kubelet-preferred-address-types=InternalIP,Hostname \
   bash tests/support/control-plane-up.sh "$kit" "$cp_dir" > "$work/control-plane.log" 2>&1 \
   || { tail -n 5 "$work/control-plane.log" | indent; fatal cluster "the control plane did not start"; }
+api_start || fatal cluster "no kubectl proxy for the waiting loops' reads"
 bash "$kit/node/start-node.sh" "$cp_dir" > "$work/node.log" 2>&1 \
   || { tail -n 5 "$work/node.log" | indent; fatal cluster "the node did not start"; }
 pass cluster "$(grep -m1 'ready in' "$work/node.log")"

@@ -61,24 +61,49 @@ kc_exec() { exec "$kubectl" --kubeconfig "$cp_dir/admin.kubeconfig" "$@"; }
 # cp_dir/admin.kubeconfig; prints nothing and fails on an HTTP error. For the
 # reads that the waiting loops repeat every second: a kubectl call costs
 # about 0.12 s of CPU (a Go program's start, the config, discovery), and in
-# the two-node run its 1,505 calls took 184 of the run's 439 CPU-seconds
-# (with these reads: 119 calls, 14 CPU-seconds, the run 364); curl and jq
-# take a few milliseconds. Writes, watches, logs followed and
-# whatever is printed for people stay with kubectl. The server and the
-# admin's credentials are read from the kubeconfig once, into work/api (a
-# file, so that the subshells of $(...) find them too).
+# the two-node run its 1,505 calls took 184 of the run's 439 CPU-seconds.
+# curl with the admin's certificate then took 28 ms of CPU a call (its start
+# and a TLS handshake, another in the API server), 30 of the run's 241
+# process CPU-seconds in 1,098 calls (process accounting, 2026-12-06). So
+# the reads go through one `kubectl proxy` on a loopback port (api_start,
+# which keeps its connections to the API server) as plain HTTP/1.0 from
+# bash itself (/dev/tcp): a read forks only the cat that takes the answer.
+# Writes, watches, logs followed and whatever is printed for people stay
+# with kubectl.
 api() {
-  local d=$work/api
-  if [[ ! -s $d/server ]]; then
-    local config
-    mkdir -p "$d.tmp" && config=$(kc config view --raw -o json) || return 1
-    jq -r '.clusters[0].cluster."certificate-authority-data"' <<< "$config" | base64 -d > "$d.tmp/ca.crt" &&
-      jq -r '.users[0].user."client-certificate-data"' <<< "$config" | base64 -d > "$d.tmp/admin.crt" &&
-      jq -r '.users[0].user."client-key-data"' <<< "$config" | base64 -d > "$d.tmp/admin.key" &&
-      jq -r '.clusters[0].cluster.server' <<< "$config" > "$d.tmp/server" &&
-      rm -rf "$d" && mv "$d.tmp" "$d" || return 1
+  local fd response
+  [[ -n ${api_port:-} ]] || { echo "$me: api: no kubectl proxy (api_start)" >&2; return 1; }
+  exec {fd}<> "/dev/tcp/127.0.0.1/$api_port" || return 1
+  # Answers to HTTP/1.0 come whole, not chunked, and end with the connection.
+  if printf 'GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' "$1" >&"$fd"; then
+    response=$(timeout 20 cat <&"$fd") || response=
   fi
-  curl -sf --max-time 20 --cacert "$d/ca.crt" --cert "$d/admin.crt" --key "$d/admin.key" "$(< "$d/server")$1"
+  exec {fd}>&-
+  [[ $response == HTTP/1.[01]" 200 "* ]] || return 1
+  printf '%s\n' "${response#*$'\r\n\r\n'}"
+}
+# api_start: the `kubectl proxy` that api() reads through, on a free
+# loopback port, as a job of the calling shell; api_stop ends it. Says why
+# when it does not start.
+api_start() {
+  local i
+  kc_exec proxy --address=127.0.0.1 --port=0 > "$work/api-proxy.log" 2>&1 &
+  api_proxy_pid=$!
+  for ((i = 0; i < 300; i++)); do
+    api_port=$(sed -n 's/^Starting to serve on 127\.0\.0\.1:\([0-9][0-9]*\)$/\1/p' "$work/api-proxy.log")
+    [[ -n $api_port ]] && return 0
+    kill -0 "$api_proxy_pid" 2> /dev/null || break
+    sleep 0.1
+  done
+  echo "kubectl proxy did not start: $(tail -n 3 "$work/api-proxy.log")"
+  api_stop
+  return 1
+}
+api_stop() {
+  [[ -n ${api_proxy_pid:-} ]] || return 0
+  kill "$api_proxy_pid" 2> /dev/null || true
+  wait "$api_proxy_pid" 2> /dev/null || true
+  api_proxy_pid= api_port=
 }
 pods_api() { echo "/api/v1/namespaces/$1/pods"; }  # NS: the path of its pods
 # wait_for SECONDS COMMAND...: until COMMAND succeeds, every second.
@@ -141,6 +166,12 @@ namespace_with_volumes() {
   wait_for 60 bound || { kc -n "$ns" get pvc; echo "the PVCs were not Bound in 60 s"; return 1; }
 }
 
+# job_ended NS JOB: Succeeded or Failed, whichever condition the job has
+# True, else nothing (one read where a loop would make two).
+job_ended() {
+  api "/apis/kubeflow.org/v1/namespaces/$1/tfjobs/$2" \
+    | jq -r '[.status.conditions[]? | select((.type == "Succeeded" or .type == "Failed") and .status == "True") | .type] | join(" ")'
+}
 job_condition() {  # NS JOB TYPE: the status of the job's TYPE condition
   api "/apis/kubeflow.org/v1/namespaces/$1/tfjobs/$2" \
     | jq -r --arg type "$3" '[.status.conditions[]? | select(.type == $type) | .status] | join(" ")'
@@ -155,7 +186,7 @@ running_pods() {  # NS JOB: how many of the job's pods are Running
 # once keeps its `kubectl get pods -o wide` (NS-pods-wide.txt; a short job
 # can finish some pods before a poll sees them all); PODS 0: only the job's end. Says why not.
 wait_job() {
-  local ns=$1 job=$2 pods=$3 deadline=$((SECONDS + $4)) all_running=0 t0=$SECONDS watcher job_watcher status=1 seen
+  local ns=$1 job=$2 pods=$3 deadline=$((SECONDS + $4)) all_running=0 t0=$SECONDS watcher job_watcher status=1 seen ended
   kc_exec -n "$ns" get pods -o wide -w > "$work/$ns-pods-watch.txt" 2>&1 &
   watcher=$!
   kc_exec -n "$ns" get tfjob "$job" -w > "$work/$ns-tfjob-watch.txt" 2>&1 &
@@ -166,13 +197,14 @@ wait_job() {
       echo "all $pods pods Running at once after $((SECONDS - t0)) s:"
       kc -n "$ns" get pods -o wide | tee "$work/$ns-pods-wide.txt"
     fi
-    if [[ $(job_condition "$ns" "$job" Succeeded) == True ]]; then
+    ended=$(job_ended "$ns" "$job")
+    if [[ $ended == Succeeded ]]; then
       echo "Succeeded after $((SECONDS - t0)) s:"
       kc -n "$ns" get tfjob "$job"
       status=0
       break
     fi
-    if [[ $(job_condition "$ns" "$job" Failed) == True ]]; then
+    if [[ $ended == Failed ]]; then
       echo "Failed after $((SECONDS - t0)) s: $(kc -n "$ns" get tfjob "$job" -o jsonpath='{.status.conditions[-1].message}')"
       break
     fi
@@ -264,7 +296,7 @@ PY
 }
 uid_of() { api "$(pods_api "$1")/$2" | jq -r '.metadata.uid // empty'; }
 # NS POD REGEX: the pod's log has a line REGEX matches (read whole first: grep
-# -q ending the pipe early would fail curl under pipefail).
+# -q ending the pipe early would fail api's printf under pipefail).
 log_has() {
   local log
   log=$(api "$(pods_api "$1")/$2/log") && grep -qE "$3" <<< "$log"

@@ -63,6 +63,7 @@ cp_dir=$work/cp
 cluster_started=0
 mn() { bash tests/support/multinode.sh "$1" "$cp_dir" "${@:2}"; }
 teardown() {
+  api_stop
   mn down > "$work/down.log" 2>&1 || echo "$me: multinode.sh down failed: $(tail -n 1 "$work/down.log")" >&2
   bash "$kit/stop-control-plane.sh" "$cp_dir" > "$work/stop-control-plane.log" 2>&1 \
     || echo "$me: stop-control-plane.sh failed: $(tail -n 1 "$work/stop-control-plane.log")" >&2
@@ -107,6 +108,7 @@ cluster_started=1
 ENVTEST_APISERVER_EXTRA_ARGS=--kubelet-preferred-address-types=InternalIP,Hostname \
   bash tests/support/control-plane-up.sh "$kit" "$cp_dir" > "$work/control-plane.log" 2>&1 \
   || { tail -n 5 "$work/control-plane.log" | indent; fatal cluster "the control plane did not start"; }
+api_start || fatal cluster "no kubectl proxy for the waiting loops' reads"
 mn up 2 > "$work/nodes.log" 2>&1 || { indent < "$work/nodes.log"; fatal cluster "the nodes did not start"; }
 pass cluster "$(tail -n 1 "$work/nodes.log")"
 kc get nodes -o wide | indent || true
@@ -225,7 +227,7 @@ specs["Worker"]["replicas"] = 2; spread("Worker")' || return 1
 
 run_drain() {
   local ns=drain job=mnist-mlp-ps epochs=40 steps manifest=$work/drain.json old t0 follower watcher
-  local exited=- replaced=- workers=- resumed=- done_at log on2 old_w0
+  local exited=- replaced=- workers=- resumed=- done_at log on2 old_w0 ended
   steps=$(steps_for "$epochs")
   tfjob_json examples/mnist/tfjob-ps.yaml "$manifest" "
 job['spec']['runPolicy']['backoffLimit'] = 0
@@ -255,8 +257,9 @@ prefer('Chief', '$n2'); prefer('Worker', '$n2'); prefer('PS', '$n1'); prefer('Ev
     [[ $replaced == - ]] && recreated_running "$ns" "$job-chief-0" "$old" && replaced=$(since "$t0")
     [[ $workers == - ]] && recreated_running "$ns" "$job-worker-0" "$old_w0" && workers=$(since "$t0")
     [[ $replaced != - && $resumed == - ]] && log_has "$ns" "$job-chief-0" '^fit: restored checkpoint' && resumed=$(since "$t0")
-    [[ $(job_condition "$ns" "$job" Succeeded) == True ]] && break
-    [[ $(job_condition "$ns" "$job" Failed) == True ]] && { echo "the job Failed: $(kc -n "$ns" get tfjob "$job" -o jsonpath='{.status.conditions[-1].message}')"; break; }
+    ended=$(job_ended "$ns" "$job")
+    [[ $ended == Succeeded ]] && break
+    [[ $ended == Failed ]] && { echo "the job Failed: $(kc -n "$ns" get tfjob "$job" -o jsonpath='{.status.conditions[-1].message}')"; break; }
     sleep 1
   done
   done_at=$(since "$t0")
@@ -316,7 +319,7 @@ new_chief_round() {  # NS OLD_UID: a chief other than OLD_UID has logged a round
 # to tfmn-n2 (the operator's force deletion).
 pods_gone_from_n2() { [[ $(uid_of "$1" counter-chief-0) != "$2" && -z $(pods_on "$1" "$n2") ]]; }
 counter_ended() {  # NS: the counter job Succeeded or Failed
-  [[ $(job_condition "$1" counter Succeeded) == True || $(job_condition "$1" counter Failed) == True ]]
+  [[ -n $(job_ended "$1" counter) ]]
 }
 
 node_loss_resumed=
