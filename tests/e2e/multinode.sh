@@ -33,7 +33,7 @@
 #                bound to the dead node, for longer than node-loss took to
 #                resume; when tfmn-n2 boots again the job ends exact;
 #   teardown     the nodes and control plane stopped, and nothing left:
-#                network namespaces, links, iptables chains, processes.
+#                network namespaces, links, iptables chains, its processes.
 # Each job stage prints the pods' nodes (kubectl get pods -o wide) and the
 # failure stages their timelines (seconds from the event).
 #
@@ -92,8 +92,14 @@ host_state() {
   ip -o link show 2> /dev/null | awk -F': ' '{print "link " $2}' | sed 's/@.*//'
   iptables -w -S 2> /dev/null | awk '$1=="-N" {print "iptables filter " $2}'
   iptables -w -t nat -S 2> /dev/null | awk '$1=="-N" {print "iptables nat " $2}'
+  # Only this run's processes: each names a path in $work on its command
+  # line (etcd's --data-dir, the kubelet's --config, ...). CI runs the
+  # sanitizer tests beside this script, and their own API servers and etcds
+  # come and go meanwhile. A node's other processes (shims, containers) live
+  # in its PID namespace and end with its init.
   local pid
-  for pid in $(pgrep -f 'kubelet|containerd|node-dns|kube-scheduler|kube-apiserver|etcd'); do
+  for pid in $(pgrep -f 'kubelet|containerd|node-dns|kube-scheduler|kube-controller-manager|kube-apiserver|etcd'); do
+    [[ $(tr '\0' ' ' < "/proc/$pid/cmdline" 2> /dev/null) == *"$work/"* ]] || continue
     # Not a zombie: a stopped process waits a moment for init to reap it.
     [[ $(awk '{print $3}' "/proc/$pid/stat" 2> /dev/null) == Z ]] || echo "process $(cat "/proc/$pid/comm" 2> /dev/null)"
   done
