@@ -67,7 +67,8 @@ kc_exec() { exec "$kubectl" --kubeconfig "$cp_dir/admin.kubeconfig" "$@"; }
 # process CPU-seconds in 1,098 calls (process accounting, 2026-12-06). So
 # the reads go through one `kubectl proxy` on a loopback port (api_start,
 # which keeps its connections to the API server) as plain HTTP/1.0 from
-# bash itself (/dev/tcp): a read forks only the cat that takes the answer.
+# bash itself (/dev/tcp): a read starts only the `timeout cat` that takes
+# the answer.
 # Writes, watches, logs followed and whatever is printed for people stay
 # with kubectl.
 api() {
